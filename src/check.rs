@@ -1,0 +1,1853 @@
+//! [`ast::Program`] → [`hir::Program`]: resolve every name, type every expression, check the
+//! shape of every query, and report **all** problems found, each once.
+//!
+//! Follow-on errors are suppressed with [`Type::Error`]: an expression that already failed has
+//! the error type, which matches everything, and a query whose `from` failed is not checked
+//! further.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use crate::ast::{self, BinOp, Clause, DeclItem, Duration, EmitMode, Format, Literal, Node, Span, UnOp, WindowKind};
+use crate::diag::{did_you_mean, Code, Diagnostic, Diagnostics};
+use crate::hir::{self, AggFunc, Builtin, ExprKind, Joined, KeySpec, Root, Shape, SourceKind, StepKind};
+use crate::types::{RecordType, Type};
+
+/// Names of the native aggregates.
+const NATIVE_AGGREGATES: [&str; 4] = ["count", "sum", "min", "max"];
+/// Fields every windowed result starts with.
+pub const WINDOW_FIELDS: [&str; 2] = ["window_start", "window_end"];
+
+/// Check a parsed program, with the definitions of `lib` (the standard library) in scope.
+pub fn check(program: &ast::Program, source: &str, lib: &hir::Program) -> Result<hir::Program, Diagnostics> {
+    let mut c = Checker::new(source, lib, false);
+    c.program(program);
+    c.finish()
+}
+
+/// Check one standard-library file: only aggregates and functions.
+pub fn check_stdlib(program: &ast::Program, source: &str, lib: &hir::Program) -> Result<hir::Program, Diagnostics> {
+    let mut c = Checker::new(source, lib, true);
+    c.program(program);
+    c.finish()
+}
+
+/// A checked control statement.
+#[derive(Clone, Debug)]
+pub enum Control {
+    Update { table: usize, key: hir::Expr, value: hir::Expr },
+    Delete { table: usize, key: hir::Expr },
+    Purge,
+    NewQuery(hir::Query),
+    Replace { query: hir::Query, mode: Option<ast::ReplaceMode> },
+    Drop(String),
+}
+
+/// Check a control statement against the running program.
+pub fn check_statement(program: &hir::Program, stmt: &ast::Statement, text: &str) -> Result<(Option<String>, Control), Diagnostics> {
+    let mut c = Checker::new(text, program, false);
+    c.sources = program.sources.clone();
+    let tenant = stmt.tenant.as_ref().map(|t| t.node.clone());
+    let control = c.statement(stmt, program);
+    match control {
+        Some(ctl) if c.diags.is_empty() => Ok((tenant, ctl)),
+        _ => Err(c.diags),
+    }
+}
+
+/// Maps byte offsets to 1-based line numbers.
+pub struct LineIndex {
+    starts: Vec<usize>,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> LineIndex {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { starts }
+    }
+    pub fn line(&self, offset: usize) -> usize {
+        match self.starts.binary_search(&offset) {
+            Ok(i) => i + 1,
+            Err(i) => i,
+        }
+    }
+}
+
+struct Checker<'a> {
+    src: &'a str,
+    lines: LineIndex,
+    diags: Diagnostics,
+    stdlib_mode: bool,
+    sources: Vec<hir::Source>,
+    source_spans: Vec<Span>,
+    queries: Vec<hir::Query>,
+    query_spans: BTreeMap<String, Span>,
+    aggregates: Vec<Arc<hir::AggregateDef>>,
+    functions: Vec<Arc<hir::FunctionDef>>,
+    user_defs: BTreeMap<String, Span>,
+}
+
+/// Where the names of an expression come from.
+enum Scope<'s> {
+    /// A record flowing through a query.
+    Row { shape: &'s Shape, from: &'s str },
+    /// Numbered locals (aggregate bodies, function bodies); `other.x` in `merge` reads the
+    /// other state at `other_base + index`.
+    Locals { names: &'s [(String, Type)], other: Option<(usize, &'s [(String, Type)])> },
+}
+
+const NO_LOCALS: Scope<'static> = Scope::Locals { names: &[], other: None };
+
+fn err_expr(span: Span) -> hir::Expr {
+    hir::Expr { kind: ExprKind::Lit(Literal::Null), ty: Type::Error, span }
+}
+
+impl<'a> Checker<'a> {
+    fn new(src: &'a str, lib: &hir::Program, stdlib_mode: bool) -> Self {
+        Checker {
+            src,
+            lines: LineIndex::new(src),
+            diags: Vec::new(),
+            stdlib_mode,
+            sources: Vec::new(),
+            source_spans: Vec::new(),
+            queries: Vec::new(),
+            query_spans: BTreeMap::new(),
+            aggregates: lib.aggregates.clone(),
+            functions: lib.functions.clone(),
+            user_defs: BTreeMap::new(),
+        }
+    }
+
+    fn finish(self) -> Result<hir::Program, Diagnostics> {
+        if !self.diags.is_empty() {
+            return Err(self.diags);
+        }
+        Ok(hir::Program { sources: self.sources, queries: self.queries, aggregates: self.aggregates, functions: self.functions })
+    }
+
+    fn err(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn line(&self, span: Span) -> usize {
+        self.lines.line(span.start)
+    }
+
+    /// The first line of a clause's text, whitespace collapsed, for explain.
+    fn text(&self, span: Span) -> String {
+        let raw = self.src.get(span.start..span.end).unwrap_or("");
+        let first = raw.lines().next().unwrap_or("");
+        let mut t: String = first.split_whitespace().collect::<Vec<_>>().join(" ");
+        if raw.lines().nth(1).is_some() {
+            t.push_str(" …");
+        }
+        if t.chars().count() > 72 {
+            t = t.chars().take(71).collect::<String>() + "…";
+        }
+        t
+    }
+
+    fn program(&mut self, p: &ast::Program) {
+        // Definitions first, so that queries may use aggregates and functions defined below them.
+        for item in &p.items {
+            match item {
+                ast::Item::Aggregate(a) => self.aggregate_decl(a),
+                ast::Item::Function(f) => self.function_decl(f),
+                _ => {}
+            }
+        }
+        for item in &p.items {
+            match item {
+                ast::Item::Stream(d) | ast::Item::Table(d) if self.stdlib_mode => {
+                    self.err(Diagnostic::new(Code::Syntax, d.span, "the standard library declares only aggregates and functions"))
+                }
+                ast::Item::Stream(d) => self.source_decl(d, SourceKind::Stream),
+                ast::Item::Table(d) => self.source_decl(d, SourceKind::Table),
+                _ => {}
+            }
+        }
+        for item in &p.items {
+            if let ast::Item::Query(q) = item {
+                if self.stdlib_mode {
+                    self.err(Diagnostic::new(Code::Syntax, q.span, "the standard library declares only aggregates and functions"));
+                    continue;
+                }
+                if let Some(prev) = self.query_spans.get(&q.name.node) {
+                    let prev = *prev;
+                    self.err(
+                        Diagnostic::new(Code::Duplicate, q.name.span, format!("query `{}` is defined twice", q.name.node))
+                            .label("second definition")
+                            .related(prev, "first defined here")
+                            .help("query names name their state stores and topics; give each query its own"),
+                    );
+                    continue;
+                }
+                self.query_spans.insert(q.name.node.clone(), q.name.span);
+                if let Some(hq) = self.query(q) {
+                    self.queries.push(hq);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ declarations
+
+    fn type_expr(&mut self, t: &Node<ast::TypeExpr>) -> Type {
+        match &t.node {
+            ast::TypeExpr::Prim(p) => Type::from(*p),
+            ast::TypeExpr::List(inner) => Type::List(Box::new(self.type_expr(inner))),
+            ast::TypeExpr::Nullable(inner) => self.type_expr(inner).nullable(),
+            ast::TypeExpr::Record(fields) => Type::Record(self.record_type(fields)),
+        }
+    }
+
+    fn record_type(&mut self, fields: &[ast::FieldDecl]) -> RecordType {
+        let mut out = RecordType::default();
+        let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
+        for f in fields {
+            if let Some(prev) = seen.get(f.name.node.as_str()) {
+                let prev = *prev;
+                self.err(
+                    Diagnostic::new(Code::Duplicate, f.name.span, format!("field `{}` is declared twice", f.name.node))
+                        .label("second declaration")
+                        .related(prev, "first declared here"),
+                );
+                continue;
+            }
+            seen.insert(&f.name.node, f.name.span);
+            let ty = self.type_expr(&f.ty);
+            out.fields.push((f.name.node.clone(), ty));
+        }
+        out
+    }
+
+    fn source_decl(&mut self, d: &ast::SourceDecl, kind: SourceKind) {
+        let what = if kind == SourceKind::Stream { "stream" } else { "table" };
+        if let Some(i) = self.sources.iter().position(|s| s.name == d.name.node) {
+            let prev = self.source_spans[i];
+            self.err(
+                Diagnostic::new(Code::Duplicate, d.name.span, format!("`{}` is declared twice", d.name.node))
+                    .label("second declaration")
+                    .related(prev, "first declared here")
+                    .help("streams and tables share one namespace"),
+            );
+            return;
+        }
+        if let Some(t) = &d.topic {
+            let ok = !t.node.is_empty()
+                && t.node.len() <= 249
+                && t.node != "."
+                && t.node != ".."
+                && t.node.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            if !ok {
+                self.err(
+                    Diagnostic::new(Code::BadTopic, t.span, format!("`{}` is not a valid topic name", t.node))
+                        .label("invalid topic name")
+                        .help("topic names are 1 to 249 characters of ASCII letters, digits, `.`, `_` and `-`"),
+                );
+            }
+        }
+        let mut first: BTreeMap<&'static str, Span> = BTreeMap::new();
+        let (mut key, mut value, mut time, mut tenant) = (None, None, None, None);
+        for item in &d.items {
+            let slot = match &item.node {
+                DeclItem::Key { .. } => "key",
+                DeclItem::ValueJson { .. } | DeclItem::ValueString { .. } => "value",
+                DeclItem::Time(_) => "time",
+                DeclItem::TenantField(_) | DeclItem::TenantHeader(_) => "tenant",
+            };
+            if let Some(prev) = first.get(slot) {
+                let prev = *prev;
+                self.err(
+                    Diagnostic::new(Code::DuplicateDecl, item.span, format!("`{slot}` is declared twice in {what} `{}`", d.name.node))
+                        .label("second declaration")
+                        .related(prev, "first declared here"),
+                );
+                continue;
+            }
+            first.insert(slot, item.span);
+            match slot {
+                "key" => key = Some(item),
+                "value" => value = Some(item),
+                "time" => time = Some(item),
+                _ => tenant = Some(item),
+            }
+        }
+        let global = kind == SourceKind::Table && d.topic.is_none();
+        let (format, wire) = match value.map(|v| &v.node) {
+            Some(DeclItem::ValueJson { fields, .. }) => (Format::Json, self.record_type(fields)),
+            Some(DeclItem::ValueString { name }) => {
+                let n = name.as_ref().map(|n| n.node.clone()).unwrap_or_else(|| "value".into());
+                (Format::String, RecordType { fields: vec![(n, Type::String)] })
+            }
+            _ => {
+                self.err(
+                    Diagnostic::new(Code::MissingValue, d.name.span, format!("{what} `{}` declares no value", d.name.node))
+                        .label("no `value` in this declaration")
+                        .help("declare the value's schema, e.g. `value json { ticker: string, price: float }`"),
+                );
+                return;
+            }
+        };
+        // The tenant field leaves the schema the queries see.
+        let mut visible = wire.clone();
+        let tenant_spec = match tenant.map(|t| &t.node) {
+            Some(DeclItem::TenantField(f)) => {
+                match wire.get(&f.node) {
+                    Some((_, t)) if *t.base() == Type::String => {}
+                    Some((_, t)) => self.err(
+                        Diagnostic::new(Code::BadTenant, f.span, format!("the tenant field `{}` is a {t}", f.node))
+                            .label("must be a string")
+                            .help("a tenant id is a string field, or a header: `tenant header \"x-tenant\"`"),
+                    ),
+                    None => self.err(self.unknown_field(f, &wire, &format!("{what} `{}`", d.name.node))),
+                }
+                if let Some(i) = visible.index_of(&f.node) {
+                    visible.fields.remove(i);
+                }
+                Some(hir::TenantSpec::Field(f.node.clone()))
+            }
+            Some(DeclItem::TenantHeader(h)) => Some(hir::TenantSpec::Header(h.node.clone())),
+            _ => None,
+        };
+        if global {
+            if let Some(t) = tenant {
+                self.err(
+                    Diagnostic::new(Code::BadTenant, t.span, "a table with no topic cannot declare a tenant")
+                        .label("control-managed table")
+                        .help("scope its rows with `for tenant \"t\" update …` statements instead"),
+                );
+            }
+        }
+        let key_spec = match key.map(|k| &k.node) {
+            Some(DeclItem::Key { name, ty: None }) => match visible.get(&name.node) {
+                Some((i, t)) => {
+                    if !t.is_scalar() || t.is_nullable() {
+                        let t = t.clone();
+                        self.err(
+                            Diagnostic::new(Code::BadKey, name.span, format!("key field `{}` is a {t}", name.node))
+                                .label("not usable as a key")
+                                .help("a key is a non-null scalar: string, int, float, bool, timestamp or duration"),
+                        );
+                    }
+                    KeySpec::Field(i)
+                }
+                None => {
+                    self.err(self.unknown_field(name, &visible, &format!("{what} `{}`", d.name.node)).with_code(Code::BadKey));
+                    KeySpec::Raw
+                }
+            },
+            Some(DeclItem::Key { name, ty: Some(ty) }) => {
+                let t = self.type_expr(ty);
+                if visible.get(&name.node).is_some() {
+                    self.err(
+                        Diagnostic::new(Code::BadKey, name.span, format!("`{}` is already a value field", name.node))
+                            .label("declared as a separate key")
+                            .help(format!("write `key {}` to key the records by that field", name.node)),
+                    );
+                } else if !t.is_scalar() || t.is_nullable() {
+                    self.err(
+                        Diagnostic::new(Code::BadKey, ty.span, format!("a key cannot be a {t}"))
+                            .label("not usable as a key")
+                            .help("a key is a non-null scalar: string, int, float, bool, timestamp or duration"),
+                    );
+                }
+                KeySpec::Named(name.node.clone(), t)
+            }
+            _ => {
+                if kind == SourceKind::Table {
+                    self.err(
+                        Diagnostic::new(Code::BadKey, d.name.span, format!("table `{}` declares no key", d.name.node))
+                            .label("a table is a map from key to value")
+                            .help("declare its key: `key ticker` (a value field) or `key ticker: string`"),
+                    );
+                }
+                KeySpec::Raw
+            }
+        };
+        let time_idx = match time.map(|t| &t.node) {
+            Some(DeclItem::Time(f)) => match visible.get(&f.node) {
+                Some((i, Type::Timestamp)) => Some(i),
+                Some((_, t)) => {
+                    let t = t.clone();
+                    self.err(
+                        Diagnostic::new(Code::BadTime, f.span, format!("event time field `{}` is a {t}", f.node))
+                            .label("must be a non-null timestamp")
+                            .help("declare it as `timestamp`: JSON epoch milliseconds or RFC 3339 strings are accepted"),
+                    );
+                    None
+                }
+                None => {
+                    self.err(self.unknown_field(f, &visible, &format!("{what} `{}`", d.name.node)).with_code(Code::BadTime));
+                    None
+                }
+            },
+            _ => None,
+        };
+        self.source_spans.push(d.name.span);
+        self.sources.push(hir::Source {
+            name: d.name.node.clone(),
+            kind,
+            topic: d.topic.as_ref().map(|t| t.node.clone()),
+            key: key_spec,
+            format,
+            value: visible,
+            wire,
+            time: time_idx,
+            tenant: tenant_spec,
+            span: d.span,
+            line: self.line(d.span),
+        });
+    }
+
+    fn unknown_field(&self, name: &ast::Ident, rec: &RecordType, owner: &str) -> Diagnostic {
+        let help = did_you_mean(&name.node, rec.names()).unwrap_or_else(|| {
+            if rec.fields.is_empty() {
+                format!("{owner} has no fields")
+            } else {
+                format!("{owner} has {}", rec.names().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
+            }
+        });
+        Diagnostic::new(Code::UnknownField, name.span, format!("unknown field `{}`", name.node))
+            .label(format!("not a field of {owner}"))
+            .help(help)
+    }
+
+    fn define(&mut self, name: &ast::Ident, what: &str) -> bool {
+        if Builtin::lookup(&name.node).is_some() || NATIVE_AGGREGATES.contains(&name.node.as_str()) {
+            self.err(
+                Diagnostic::new(Code::Duplicate, name.span, format!("`{}` is a built-in and cannot be redefined", name.node))
+                    .label(format!("this {what}"))
+                    .help("choose another name"),
+            );
+            return false;
+        }
+        let taken = self.aggregates.iter().any(|a| a.name == name.node) || self.functions.iter().any(|f| f.name == name.node);
+        if taken {
+            let mut d = Diagnostic::new(Code::Duplicate, name.span, format!("`{}` is defined twice", name.node))
+                .label(format!("this {what}"));
+            match self.user_defs.get(&name.node) {
+                Some(prev) => d = d.related(*prev, "first defined here"),
+                None => d = d.help("the standard library already defines it; choose another name"),
+            }
+            self.err(d);
+            return false;
+        }
+        self.user_defs.insert(name.node.clone(), name.span);
+        true
+    }
+
+    fn params(&mut self, params: &[ast::Param]) -> Vec<(String, Type)> {
+        let mut out: Vec<(String, Type)> = Vec::new();
+        for p in params {
+            if out.iter().any(|(n, _)| *n == p.name.node) {
+                self.err(Diagnostic::new(Code::Duplicate, p.name.span, format!("parameter `{}` is declared twice", p.name.node)).label("duplicate"));
+            }
+            let t = self.type_expr(&p.ty);
+            out.push((p.name.node.clone(), t));
+        }
+        out
+    }
+
+    fn aggregate_decl(&mut self, a: &ast::AggregateDecl) {
+        if !self.define(&a.name, "aggregate") {
+            return;
+        }
+        let params = self.params(&a.params);
+        let result_type = self.type_expr(&a.result_type);
+        let mut state: Vec<(String, Type)> = Vec::new();
+        let mut init = Vec::new();
+        for (name, e) in &a.init {
+            let he = self.expr(e, &NO_LOCALS);
+            if he.ty == Type::Null {
+                self.err(
+                    Diagnostic::new(Code::TypeMismatch, e.span, format!("the initial value of `{}` has no type", name.node))
+                        .label("`null` alone")
+                        .help("start from a typed value, e.g. `0`, `0.0` or `\"\"`, and track emptiness with a count"),
+                );
+            }
+            if state.iter().any(|(n, _)| *n == name.node) {
+                self.err(Diagnostic::new(Code::Duplicate, name.span, format!("state field `{}` is declared twice", name.node)).label("duplicate"));
+            }
+            state.push((name.node.clone(), he.ty.clone()));
+            init.push(he);
+        }
+        let mut locals: Vec<(String, Type)> = params.iter().cloned().chain(state.iter().cloned()).collect();
+        let update = self.stmts(&a.update, &mut locals, params.len(), &state, None);
+        let update_slots = locals.len();
+        let (merge, merge_slots) = match &a.merge {
+            Some(m) => {
+                let mut locals: Vec<(String, Type)> = state.iter().chain(state.iter()).cloned().collect();
+                let stmts = self.stmts(m, &mut locals, 0, &state, Some(&state));
+                (Some(stmts), locals.len())
+            }
+            None => (None, 0),
+        };
+        let result = self.expr(&a.result, &Scope::Locals { names: &state, other: None });
+        if !result.ty.assignable_to(&result_type) {
+            self.err(
+                Diagnostic::new(Code::BadResult, a.result.span, format!("the result is a {}, but `{}` declares {}", result.ty, a.name.node, result_type))
+                    .label(format!("this is a {}", result.ty))
+                    .related(a.result_type.span, "declared here"),
+            );
+        }
+        self.aggregates.push(Arc::new(hir::AggregateDef {
+            name: a.name.node.clone(),
+            params,
+            state,
+            init,
+            update,
+            update_slots,
+            merge,
+            merge_slots,
+            result,
+            result_type,
+            stdlib: self.stdlib_mode,
+        }));
+    }
+
+    /// Check statements over `locals` (which grows with each `let`). Assignments may target the
+    /// state fields, which start at `state_base`. In `merge`, `other` is the second state.
+    fn stmts(
+        &mut self,
+        stmts: &[Node<ast::Stmt>],
+        locals: &mut Vec<(String, Type)>,
+        state_base: usize,
+        state: &[(String, Type)],
+        other: Option<&[(String, Type)]>,
+    ) -> Vec<hir::Stmt> {
+        let mut out = Vec::new();
+        for s in stmts {
+            let (target, e, is_let) = match &s.node {
+                ast::Stmt::Let(n, e) => (n, e, true),
+                ast::Stmt::Assign(n, e) => (n, e, false),
+            };
+            let scope = Scope::Locals { names: locals, other: other.map(|o| (state.len(), o)) };
+            let he = self.expr(e, &scope);
+            if is_let {
+                locals.push((target.node.clone(), he.ty.clone()));
+                out.push(hir::Stmt::Set(locals.len() - 1, he));
+                continue;
+            }
+            match state.iter().position(|(n, _)| *n == target.node) {
+                Some(i) => {
+                    let want = &state[i].1;
+                    if !he.ty.assignable_to(want) {
+                        self.err(
+                            Diagnostic::new(Code::TypeMismatch, e.span, format!("`{}` is a {want}, but this is a {}", target.node, he.ty))
+                                .label(format!("a {}", he.ty))
+                                .help("the state's types come from the values in `init`"),
+                        );
+                    }
+                    out.push(hir::Stmt::Set(state_base + i, he));
+                }
+                None => {
+                    let help = did_you_mean(&target.node, state.iter().map(|(n, _)| n.as_str()))
+                        .unwrap_or_else(|| "only the fields declared in `init` can be assigned; use `let` for a temporary".into());
+                    self.err(
+                        Diagnostic::new(Code::UnknownState, target.node_span(), format!("`{}` is not a state field", target.node))
+                            .label("assigned here")
+                            .help(help),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    fn function_decl(&mut self, f: &ast::FunctionDecl) {
+        if !self.define(&f.name, "function") {
+            return;
+        }
+        let params = self.params(&f.params);
+        let result_type = self.type_expr(&f.result_type);
+        let body = self.expr(&f.body, &Scope::Locals { names: &params, other: None });
+        if !body.ty.assignable_to(&result_type) {
+            self.err(
+                Diagnostic::new(Code::BadResult, f.body.span, format!("the body is a {}, but `{}` declares {}", body.ty, f.name.node, result_type))
+                    .label(format!("this is a {}", body.ty))
+                    .related(f.result_type.span, "declared here"),
+            );
+        }
+        self.functions.push(Arc::new(hir::FunctionDef { name: f.name.node.clone(), params, body, result_type, stdlib: self.stdlib_mode }));
+    }
+
+    // ------------------------------------------------------------------ queries
+
+    fn lookup_source(&mut self, name: &ast::Ident) -> Option<usize> {
+        if let Some(i) = self.sources.iter().position(|s| s.name == name.node) {
+            return Some(i);
+        }
+        let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+        let help = did_you_mean(&name.node, names.iter().copied()).unwrap_or_else(|| {
+            if names.is_empty() {
+                "declare it first: `stream NAME from \"topic\" { … }`".to_string()
+            } else {
+                format!("declared streams and tables: {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
+            }
+        });
+        let mut d = Diagnostic::new(Code::UnknownSource, name.span, format!("unknown stream or table `{}`", name.node))
+            .label("not declared")
+            .help(help);
+        if self.query_spans.contains_key(&name.node) {
+            d = d.help(format!("`{}` is a query; read its output topic through a stream declaration", name.node));
+        }
+        self.err(d);
+        None
+    }
+
+    fn query(&mut self, q: &ast::QueryDecl) -> Option<hir::Query> {
+        let mut clauses = q.clauses.iter();
+        let first = clauses.next();
+        let from = match first.map(|c| &c.node) {
+            Some(Clause::From(name)) => name,
+            Some(other) => {
+                let first = first.map(|c| c.span).unwrap_or(q.name.span);
+                self.err(
+                    Diagnostic::new(Code::MissingFrom, first, format!("query `{}` must start with `from`", q.name.node))
+                        .label(format!("`{}` before any `from`", other.keyword()))
+                        .help("the first clause names the input: `from trades`"),
+                );
+                return None;
+            }
+            None => {
+                self.err(
+                    Diagnostic::new(Code::MissingFrom, q.name.span, format!("query `{}` is empty", q.name.node))
+                        .label("no clauses")
+                        .help("a query reads `from` a stream and writes `to` a topic"),
+                );
+                return None;
+            }
+        };
+        let input = self.lookup_source(from)?;
+        let src = self.sources[input].clone();
+        if src.is_global() {
+            self.err(
+                Diagnostic::new(Code::NotAStreamOrTable, from.span, format!("`{}` is a control-managed table", from.node))
+                    .label("has no topic to read")
+                    .help(format!("join it instead: `join {} on …`", from.node)),
+            );
+            return None;
+        }
+        let mut shape = Shape {
+            key: src.key_type(),
+            value: src.value.clone(),
+            key_name: match &src.key {
+                KeySpec::Named(n, _) => Some(n.clone()),
+                _ => None,
+            },
+            key_field: match &src.key {
+                KeySpec::Field(i) => Some(*i),
+                _ => None,
+            },
+            partitioned: true,
+            joined: Vec::new(),
+            table: src.kind == SourceKind::Table,
+            windowed: false,
+            tenant_scoped: src.tenant.is_some(),
+        };
+        let from_name = src.name.clone();
+        let mut steps: Vec<hir::Step> = Vec::new();
+        let mut slugs: HashSet<String> = HashSet::new();
+        let mut group: Option<(Vec<(String, hir::Expr)>, Span, bool)> = None;
+        let mut window: Option<(hir::Window, Span)> = None;
+        let mut aggregated: Option<usize> = None; // index of the aggregate step
+        let mut emitted = false;
+        let mut sink: Option<hir::Sink> = None;
+        let mut ok = true;
+
+        for c in clauses {
+            if sink.is_some() {
+                self.err(
+                    Diagnostic::new(Code::ClauseOrder, c.span, format!("`{}` after `to`", c.node.keyword()))
+                        .label("nothing can follow `to`")
+                        .help("`to` is the last clause of a query"),
+                );
+                ok = false;
+                continue;
+            }
+            let in_group = group.is_some();
+            let order_err = |this: &mut Self, msg: &str, help: &str| {
+                this.err(Diagnostic::new(Code::ClauseOrder, c.span, msg.to_string()).label("out of order").help(help.to_string()));
+            };
+            let mut push = |this: &mut Self, kind: StepKind, base: &str, out: Shape| {
+                let mut slug = base.to_string();
+                let mut n = 2;
+                while !slugs.insert(slug.clone()) {
+                    slug = format!("{base}-{n}");
+                    n += 1;
+                }
+                steps.push(hir::Step { kind, slug, span: c.span, line: this.line(c.span), text: this.text(c.span), out });
+            };
+            match &c.node {
+                Clause::From(_) => {
+                    self.err(
+                        Diagnostic::new(Code::DuplicateClause, c.span, "a query has one `from`")
+                            .label("second `from`")
+                            .help("combine inputs with `join`"),
+                    );
+                    ok = false;
+                }
+                Clause::Where(e) => {
+                    if in_group {
+                        order_err(self, "`where` between `group by` and `aggregate`", "filter before `group by`, or after `aggregate` to filter the table");
+                        ok = false;
+                        continue;
+                    }
+                    let he = self.expr(e, &Scope::Row { shape: &shape, from: &from_name });
+                    self.expect_bool(&he, "`where`");
+                    push(self, StepKind::Filter(he), "where", shape.clone());
+                }
+                Clause::Select(items) => {
+                    if in_group {
+                        order_err(self, "`select` between `group by` and `aggregate`", "map before `group by`, or after `aggregate`");
+                        ok = false;
+                        continue;
+                    }
+                    let (fields, out) = self.select(items, &shape, &from_name);
+                    shape = out;
+                    push(self, StepKind::Map(fields), "select", shape.clone());
+                }
+                Clause::KeyBy(e) => {
+                    if in_group || shape.table {
+                        order_err(self, "`key by` after `group by` or on a table", "re-key the stream before grouping it");
+                        ok = false;
+                        continue;
+                    }
+                    let he = self.expr(e, &Scope::Row { shape: &shape, from: &from_name });
+                    self.expect_key(&he, "a `key by` expression");
+                    shape.key = he.ty.clone();
+                    shape.key_name = None;
+                    shape.key_field = value_field(&he);
+                    shape.partitioned = false;
+                    push(self, StepKind::Rekey(he), "key-by", shape.clone());
+                }
+                Clause::GroupBy(items) => {
+                    if shape.table {
+                        let msg = if aggregated.is_some() { "`group by` after `aggregate`" } else { "grouping a table is not supported" };
+                        order_err(self, msg, "group the stream before aggregating it; a query aggregates once");
+                        ok = false;
+                        continue;
+                    }
+                    if in_group {
+                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `group by`").label("already grouped").help("list every grouping in one `group by a, b`"));
+                        ok = false;
+                        continue;
+                    }
+                    let mut out = Vec::new();
+                    for g in items {
+                        let he = self.expr(&g.expr, &Scope::Row { shape: &shape, from: &from_name });
+                        self.expect_key(&he, "a `group by` expression");
+                        let name = match (&g.alias, &g.expr.node) {
+                            (Some(a), _) => a.node.clone(),
+                            (None, ast::Expr::Path(p)) => p.last().map(|i| i.node.clone()).unwrap_or_default(),
+                            _ => {
+                                self.err(
+                                    Diagnostic::new(Code::GroupNeedsName, g.expr.span, "this grouping needs a name")
+                                        .label("not a plain field")
+                                        .help("name it with `as`: `group by lower(ticker) as ticker`"),
+                                );
+                                String::new()
+                            }
+                        };
+                        if out.iter().any(|(n, _): &(String, hir::Expr)| *n == name) && !name.is_empty() {
+                            self.err(Diagnostic::new(Code::Duplicate, g.expr.span, format!("`{name}` is grouped twice")).label("duplicate"));
+                        }
+                        out.push((name, he));
+                    }
+                    let is_key = out.len() == 1 && {
+                        let e = &out[0].1;
+                        matches!(&e.kind, ExprKind::Field(Root::Key, p) if p.is_empty())
+                            || (value_field(e).is_some() && value_field(e) == shape.key_field)
+                    };
+                    let repartition = !(is_key && shape.partitioned);
+                    group = Some((out, c.span, repartition));
+                }
+                Clause::Window { kind, grace } => {
+                    if !in_group {
+                        self.err(
+                            Diagnostic::new(Code::WindowWithoutGroup, c.span, "`window` without `group by`")
+                                .label("nothing is grouped here")
+                                .help("windows are per key: write `group by FIELD` before `window`"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    if window.is_some() {
+                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `window`").label("already windowed"));
+                        ok = false;
+                        continue;
+                    }
+                    self.check_window(kind, c.span);
+                    let w = hir::Window { kind: *kind, grace: grace.as_ref().map(|g| g.node).unwrap_or(Duration(0)) };
+                    window = Some((w, c.span));
+                }
+                Clause::Aggregate(items) => {
+                    if aggregated.is_some() {
+                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `aggregate`").label("already aggregated").help("a query aggregates once; list every aggregate in one block"));
+                        ok = false;
+                        continue;
+                    }
+                    let Some((gitems, gspan, repartition)) = group.take() else {
+                        self.err(
+                            Diagnostic::new(Code::AggregateWithoutGroup, c.span, "`aggregate` without `group by`")
+                                .label("nothing is grouped here")
+                                .help("write `group by FIELD` before `aggregate`"),
+                        );
+                        ok = false;
+                        continue;
+                    };
+                    let win = window.take();
+                    let aggs = self.aggregates_clause(items, &shape, &from_name, &gitems, win.as_ref().map(|w| w.0));
+                    let mut value = RecordType::default();
+                    if win.is_some() {
+                        for f in WINDOW_FIELDS {
+                            value.fields.push((f.to_string(), Type::Timestamp));
+                        }
+                    }
+                    for (n, e) in &gitems {
+                        value.fields.push((n.clone(), e.ty.clone()));
+                    }
+                    for a in &aggs {
+                        value.fields.push((a.name.clone(), a.ty.clone()));
+                    }
+                    let key = if gitems.len() == 1 { gitems[0].1.ty.clone() } else { Type::Tuple(gitems.iter().map(|(_, e)| e.ty.clone()).collect()) };
+                    let key_field = (gitems.len() == 1).then(|| value.index_of(&gitems[0].0)).flatten();
+                    let group_slug = format!("group-by-{}", gitems.iter().map(|(n, _)| slugify(n)).collect::<Vec<_>>().join("-"));
+                    shape = Shape {
+                        key,
+                        value,
+                        key_name: None,
+                        key_field,
+                        partitioned: true,
+                        joined: Vec::new(),
+                        table: true,
+                        windowed: win.is_some(),
+                        tenant_scoped: shape.tenant_scoped,
+                    };
+                    let step = hir::AggregateStep {
+                        group: gitems,
+                        group_slug,
+                        group_line: self.line(gspan),
+                        group_text: self.text(gspan),
+                        repartition,
+                        window: win.map(|w| w.0),
+                        aggs,
+                        emit: EmitMode::Changes,
+                    };
+                    push(self, StepKind::Aggregate(Box::new(step)), "aggregate", shape.clone());
+                    aggregated = Some(steps.len() - 1);
+                }
+                Clause::Emit(mode) => {
+                    let Some(i) = aggregated.filter(|i| *i + 1 == steps.len() && !emitted) else {
+                        order_err(self, "`emit` must follow `aggregate`", "`emit changes` or `emit final` says how an aggregate's results are sent");
+                        ok = false;
+                        continue;
+                    };
+                    emitted = true;
+                    if let StepKind::Aggregate(a) = &mut steps[i].kind {
+                        if *mode == EmitMode::Final && a.window.is_none() {
+                            self.err(
+                                Diagnostic::new(Code::EmitWithoutWindow, c.span, "`emit final` needs a window")
+                                    .label("this aggregate has no window")
+                                    .help("`emit final` emits each window once when it closes; without a window nothing closes. Use `emit changes`"),
+                            );
+                            ok = false;
+                        }
+                        a.emit = *mode;
+                        steps[i].span = steps[i].span.to(c.span);
+                    }
+                }
+                Clause::Join { left, other, within, on } => {
+                    if in_group || shape.table {
+                        order_err(self, "`join` after `group by` or on a table", "join the stream before grouping it");
+                        ok = false;
+                        continue;
+                    }
+                    let Some(oi) = self.lookup_source(other) else {
+                        ok = false;
+                        continue;
+                    };
+                    let o = self.sources[oi].clone();
+                    let he = self.expr(on, &Scope::Row { shape: &shape, from: &from_name });
+                    match (o.kind, within) {
+                        (SourceKind::Stream, None) => self.err(
+                            Diagnostic::new(Code::JoinKind, other.span, format!("joining stream `{}` needs `within`", o.name))
+                                .label("a stream–stream join")
+                                .help(format!("say how far apart matching records may be: `join {} within 5m on …`", o.name)),
+                        ),
+                        (SourceKind::Table, Some(w)) => self.err(
+                            Diagnostic::new(Code::JoinKind, w.span, format!("`{}` is a table: `within` is only for stream–stream joins", o.name))
+                                .label("not allowed here")
+                                .help("a stream–table join looks up the table's current value; remove `within`"),
+                        ),
+                        _ => {}
+                    }
+                    let okey = o.key_type();
+                    if !he.ty.is_error() && (he.ty.base() != okey.base() || !he.ty.base().is_scalar()) {
+                        self.err(
+                            Diagnostic::new(Code::JoinKey, on.span, format!("`on` gives a {}, but `{}` is keyed by {}", he.ty, o.name, okey))
+                                .label(format!("a {}", he.ty))
+                                .help(format!("`on` is the expression matched against `{}`'s key", o.name)),
+                        );
+                    }
+                    if !o.is_global() && (o.tenant.is_some() != shape.tenant_scoped) {
+                        self.err(
+                            Diagnostic::new(Code::BadTenant, other.span, "joining tenant-scoped and unscoped data")
+                                .label(format!("`{}` is {}tenant-scoped", o.name, if o.tenant.is_some() { "" } else { "not " }))
+                                .help("both sides of a join must declare a tenant, or neither"),
+                        );
+                    }
+                    let is_key = matches!(&he.kind, ExprKind::Field(Root::Key, p) if p.is_empty())
+                        || (value_field(&he).is_some() && value_field(&he) == shape.key_field);
+                    let repartition = !o.is_global() && !(is_key && shape.partitioned);
+                    if repartition {
+                        shape.key = he.ty.clone();
+                        shape.key_field = value_field(&he);
+                        shape.key_name = None;
+                        shape.partitioned = true;
+                    }
+                    shape.joined.push(Joined {
+                        name: o.name.clone(),
+                        value: o.value.clone(),
+                        key: o.key_name().map(|n| (n.to_string(), okey.clone())),
+                        optional: *left,
+                    });
+                    let kind = match o.kind {
+                        SourceKind::Table => StepKind::JoinTable { table: oi, on: he, left: *left, repartition },
+                        SourceKind::Stream => StepKind::JoinStream {
+                            stream: oi,
+                            within: within.as_ref().map(|w| w.node).unwrap_or(Duration(0)),
+                            on: he,
+                            left: *left,
+                            repartition,
+                        },
+                    };
+                    push(self, kind, &format!("join-{}", slugify(&o.name)), shape.clone());
+                }
+                Clause::To { topic, format } => {
+                    if let Some((_, gspan, _)) = &group {
+                        let gspan = *gspan;
+                        self.err(
+                            Diagnostic::new(Code::GroupWithoutAggregate, gspan, "`group by` without `aggregate`")
+                                .label("grouped here")
+                                .help("follow `group by` with `aggregate { n = count() }`"),
+                        );
+                        group = None;
+                        ok = false;
+                    }
+                    let fmt = format.as_ref().map(|f| f.node).unwrap_or(Format::Json);
+                    if fmt == Format::String && shape.value.fields.len() != 1 {
+                        let n = shape.value.fields.len();
+                        self.err(
+                            Diagnostic::new(Code::TypeMismatch, c.span, format!("the string format writes one field; this value has {n}"))
+                                .label("string sink")
+                                .help("`select` the one field to write, or write `json`"),
+                        );
+                    }
+                    sink = Some(hir::Sink { topic: topic.node.clone(), format: fmt, span: c.span, line: self.line(c.span), text: self.text(c.span) });
+                }
+            }
+        }
+        if let Some((_, gspan, _)) = group {
+            self.err(
+                Diagnostic::new(Code::GroupWithoutAggregate, gspan, "`group by` without `aggregate`")
+                    .label("grouped here")
+                    .help("follow `group by` with `aggregate { n = count() }`"),
+            );
+            return None;
+        }
+        let Some(sink) = sink else {
+            if ok {
+                self.err(
+                    Diagnostic::new(Code::MissingSink, q.name.span, format!("query `{}` has no `to`", q.name.node))
+                        .label("its results go nowhere")
+                        .help("end the query with `to \"topic\"`"),
+                );
+            }
+            return None;
+        };
+        if !ok {
+            return None;
+        }
+        let from_line = first.map(|c| self.line(c.span)).unwrap_or(0);
+        Some(hir::Query { name: q.name.node.clone(), span: q.span, line: self.line(q.span), from_line, input, steps, sink })
+    }
+
+    fn check_window(&mut self, kind: &WindowKind, span: Span) {
+        let bad = |this: &mut Self, msg: &str, help: &str| {
+            this.err(Diagnostic::new(Code::BadDuration, span, msg.to_string()).label("in this window").help(help.to_string()));
+        };
+        match kind {
+            WindowKind::Tumbling { size } | WindowKind::Sliding { size } if size.0 <= 0 => bad(self, "a window size must be positive", "write a size like `5s`"),
+            WindowKind::Hopping { size, advance } => {
+                if size.0 <= 0 || advance.0 <= 0 {
+                    bad(self, "window size and advance must be positive", "write `hopping 5s advance 1s`");
+                } else if advance.0 > size.0 {
+                    bad(self, &format!("the advance ({advance}) is larger than the window ({size})"), "records between windows would be dropped; make the advance at most the size");
+                }
+            }
+            WindowKind::Session { gap } if gap.0 <= 0 => bad(self, "a session gap must be positive", "write `session gap 30s`"),
+            _ => {}
+        }
+    }
+
+    fn aggregates_clause(
+        &mut self,
+        items: &[ast::AggItem],
+        shape: &Shape,
+        from: &str,
+        group: &[(String, hir::Expr)],
+        window: Option<hir::Window>,
+    ) -> Vec<hir::AggCall> {
+        let mut out: Vec<hir::AggCall> = Vec::new();
+        let mut names: BTreeMap<String, Span> = BTreeMap::new();
+        for a in items {
+            let name = &a.name.node;
+            if window.is_some() && WINDOW_FIELDS.contains(&name.as_str()) {
+                self.err(
+                    Diagnostic::new(Code::ReservedName, a.name.span, format!("`{name}` is set by the window"))
+                        .label("reserved in windowed results")
+                        .help("choose another name"),
+                );
+            } else if group.iter().any(|(g, _)| g == name) {
+                self.err(
+                    Diagnostic::new(Code::Duplicate, a.name.span, format!("`{name}` is already a grouping field"))
+                        .label("duplicate output field")
+                        .help("choose another name for the aggregate"),
+                );
+            } else if let Some(prev) = names.get(name) {
+                let prev = *prev;
+                self.err(Diagnostic::new(Code::Duplicate, a.name.span, format!("`{name}` is defined twice")).label("duplicate output field").related(prev, "first defined here"));
+            }
+            names.insert(name.clone(), a.name.span);
+            let args: Vec<hir::Expr> = a.args.iter().map(|e| self.expr(e, &Scope::Row { shape, from })).collect();
+            let Some(call) = self.agg_call(a, args) else { continue };
+            if matches!(window.map(|w| w.kind), Some(WindowKind::Session { .. })) && !call.func.mergeable() {
+                self.err(
+                    Diagnostic::new(Code::NoMerge, a.func.span, format!("`{}` has no `merge`, so it cannot aggregate session windows", call.func.name()))
+                        .label("sessions merge when a record bridges two")
+                        .help("use a tumbling or hopping window, or give the aggregate a `merge` block"),
+                );
+            }
+            out.push(call);
+        }
+        out
+    }
+
+    fn agg_call(&mut self, a: &ast::AggItem, args: Vec<hir::Expr>) -> Option<hir::AggCall> {
+        let fname = a.func.node.as_str();
+        let arity = |this: &mut Self, want: &str| {
+            this.err(
+                Diagnostic::new(Code::ArgCount, a.span, format!("`{fname}` takes {want}, not {}", args_desc(a)))
+                    .label("wrong number of arguments"),
+            );
+        };
+        if a.star && fname != "count" {
+            arity(self, "a value");
+            return None;
+        }
+        let ty = match fname {
+            "count" => {
+                if args.len() > 1 {
+                    arity(self, "no argument or one");
+                    return None;
+                }
+                Some((AggFunc::Count, Type::Int))
+            }
+            "sum" | "min" | "max" => {
+                if args.len() != 1 {
+                    arity(self, "one argument");
+                    return None;
+                }
+                let t = args[0].ty.clone();
+                if fname == "sum" {
+                    if !t.is_numeric() && *t.base() != Type::Duration {
+                        self.err(
+                            Diagnostic::new(Code::NotNumeric, a.args[0].span, format!("`sum` of a {t}"))
+                                .label("not a number")
+                                .help("`sum` adds ints, floats or durations; count records with `count()`"),
+                        );
+                        return None;
+                    }
+                    Some((AggFunc::Sum, t))
+                } else {
+                    if !t.is_ordered() {
+                        self.err(
+                            Diagnostic::new(Code::NotOrdered, a.args[0].span, format!("`{fname}` of a {t}, which has no order"))
+                                .label("not an ordered type")
+                                .help("`min` and `max` take numbers, strings, timestamps, durations or bools"),
+                        );
+                        return None;
+                    }
+                    Some((if fname == "min" { AggFunc::Min } else { AggFunc::Max }, t))
+                }
+            }
+            _ => None,
+        };
+        if let Some((func, ty)) = ty {
+            return Some(hir::AggCall { name: a.name.node.clone(), func, args, ty });
+        }
+        let Some(def) = self.aggregates.iter().find(|d| d.name == fname).cloned() else {
+            let mut cands: Vec<&str> = NATIVE_AGGREGATES.to_vec();
+            cands.extend(self.aggregates.iter().map(|d| d.name.as_str()));
+            let help = if Builtin::lookup(fname).is_some() || self.functions.iter().any(|f| f.name == fname) {
+                format!("`{fname}` is a function, not an aggregate; apply it to a field inside one: `sum({fname}(x))`")
+            } else {
+                did_you_mean(fname, cands.iter().copied()).unwrap_or_else(|| format!("aggregates: {}", cands.join(", ")))
+            };
+            self.err(
+                Diagnostic::new(Code::UnknownAggregate, a.func.span, format!("unknown aggregate `{fname}`"))
+                    .label("not an aggregate")
+                    .help(help),
+            );
+            return None;
+        };
+        if args.len() != def.params.len() {
+            arity(self, &plural(def.params.len(), "argument"));
+            return None;
+        }
+        for ((e, he), (pn, pt)) in a.args.iter().zip(&args).zip(&def.params) {
+            if !he.ty.assignable_to(pt) {
+                self.err(
+                    Diagnostic::new(Code::TypeMismatch, e.span, format!("`{fname}` takes a {pt} as `{pn}`, not a {}", he.ty))
+                        .label(format!("a {}", he.ty)),
+                );
+                return None;
+            }
+        }
+        Some(hir::AggCall { name: a.name.node.clone(), func: AggFunc::User(def.clone()), args, ty: def.result_type.clone() })
+    }
+
+    fn select(&mut self, items: &[Node<ast::SelectItem>], shape: &Shape, from: &str) -> (Vec<(String, hir::Expr)>, Shape) {
+        let mut fields: Vec<(String, hir::Expr)> = Vec::new();
+        let mut explicit: BTreeMap<String, Span> = BTreeMap::new();
+        for it in items {
+            let (name, he, span) = match &it.node {
+                ast::SelectItem::Star => {
+                    for (i, (n, t)) in shape.value.fields.iter().enumerate() {
+                        if !fields.iter().any(|(f, _)| f == n) {
+                            let e = hir::Expr { kind: ExprKind::Field(Root::Value, vec![i]), ty: t.clone(), span: it.span };
+                            fields.push((n.clone(), e));
+                        }
+                    }
+                    continue;
+                }
+                ast::SelectItem::Named(n, e) => (n.node.clone(), self.expr(e, &Scope::Row { shape, from }), n.span),
+                ast::SelectItem::Path(p) => {
+                    let e = Node::new(it.span, ast::Expr::Path(p.clone()));
+                    let name = p.last().map(|i| i.node.clone()).unwrap_or_default();
+                    (name, self.expr(&e, &Scope::Row { shape, from }), it.span)
+                }
+            };
+            if let Some(prev) = explicit.get(&name) {
+                let prev = *prev;
+                self.err(
+                    Diagnostic::new(Code::Duplicate, span, format!("field `{name}` is selected twice"))
+                        .label("second definition")
+                        .related(prev, "first defined here"),
+                );
+                continue;
+            }
+            if shape.joined.iter().any(|j| j.name == name) || name == from {
+                self.err(
+                    Diagnostic::new(Code::ShadowsStream, span, format!("output field `{name}` would shadow the stream `{name}`"))
+                        .label("same name as a stream in scope")
+                        .help("output field names never shadow stream names; choose another name"),
+                );
+                continue;
+            }
+            explicit.insert(name.clone(), span);
+            // A named field replaces a field of the same name that `*` brought in, in place.
+            match fields.iter().position(|(f, _)| *f == name) {
+                Some(i) => fields[i].1 = he,
+                None => fields.push((name, he)),
+            }
+        }
+        let value = RecordType { fields: fields.iter().map(|(n, e)| (n.clone(), e.ty.clone())).collect() };
+        let key_field = shape.key_field.and_then(|k| fields.iter().position(|(_, e)| matches!(&e.kind, ExprKind::Field(Root::Value, p) if p == &[k])));
+        let out = Shape { value, key_field, joined: Vec::new(), ..shape.clone() };
+        (fields, out)
+    }
+
+    fn expect_bool(&mut self, e: &hir::Expr, what: &str) {
+        if !matches!(e.ty.base(), Type::Bool | Type::Error | Type::Null) {
+            self.err(
+                Diagnostic::new(Code::NotBool, e.span, format!("{what} needs a bool, not a {}", e.ty))
+                    .label(format!("a {}", e.ty))
+                    .help("compare it: `x > 0`, `name == \"a\"`, `x is not null`"),
+            );
+        }
+    }
+
+    fn expect_key(&mut self, e: &hir::Expr, what: &str) {
+        if !e.ty.is_scalar() {
+            self.err(
+                Diagnostic::new(Code::TypeMismatch, e.span, format!("{what} must be a scalar, not a {}", e.ty))
+                    .label("cannot be a key")
+                    .help("keys are strings, numbers, bools, timestamps or durations"),
+            );
+        }
+    }
+
+    // ------------------------------------------------------------------ control statements
+
+    fn statement(&mut self, s: &ast::Statement, program: &hir::Program) -> Option<Control> {
+        self.queries = program.queries.clone();
+        for q in &program.queries {
+            self.query_spans.insert(q.name.clone(), Span::default());
+        }
+        let query_stmt = matches!(s.body, ast::StatementBody::NewQuery(_) | ast::StatementBody::Replace { .. } | ast::StatementBody::Drop(_));
+        if let (Some(t), true) = (&s.tenant, query_stmt) {
+            self.err(
+                Diagnostic::new(Code::TenantMismatch, t.span, "queries are shared by every tenant")
+                    .label("`for tenant` on a query statement")
+                    .help("`for tenant` scopes `update`, `delete` and `purge`; queries see each tenant's data separately already"),
+            );
+            return None;
+        }
+        match &s.body {
+            ast::StatementBody::Update { table, key, value } => {
+                let (ti, key) = self.control_key(table, key)?;
+                let hv = self.expr(value, &NO_LOCALS);
+                let want = Type::Record(self.sources[ti].value.clone());
+                if !hv.ty.assignable_to(&want) {
+                    self.err(
+                        Diagnostic::new(Code::TypeMismatch, value.span, format!("`{}` holds {want}, not {}", table.node, hv.ty))
+                            .label("does not match the table's value")
+                            .help("give every non-nullable field, with its declared type"),
+                    );
+                    return None;
+                }
+                Some(Control::Update { table: ti, key, value: hv })
+            }
+            ast::StatementBody::Delete { table, key } => {
+                let (ti, key) = self.control_key(table, key)?;
+                Some(Control::Delete { table: ti, key })
+            }
+            ast::StatementBody::Purge => {
+                if s.tenant.is_none() {
+                    self.err(
+                        Diagnostic::new(Code::TenantMismatch, s.span, "`purge` needs a tenant")
+                            .label("purges nothing in particular")
+                            .help("write `for tenant \"t\" purge`"),
+                    );
+                    return None;
+                }
+                Some(Control::Purge)
+            }
+            ast::StatementBody::NewQuery(q) => {
+                if program.query(&q.name.node).is_some() {
+                    self.err(
+                        Diagnostic::new(Code::QueryExists, q.name.span, format!("query `{}` already runs", q.name.node))
+                            .label("existing name")
+                            .help(format!("write `replace query {} {{ … }}` to change it", q.name.node)),
+                    );
+                    return None;
+                }
+                self.query_spans.remove(&q.name.node);
+                self.query(q).map(Control::NewQuery)
+            }
+            ast::StatementBody::Replace { query, mode } => {
+                if program.query(&query.name.node).is_none() {
+                    self.err(self.unknown_query(&query.name, program));
+                    return None;
+                }
+                self.query(query).map(|q| Control::Replace { query: q, mode: mode.as_ref().map(|m| m.node) })
+            }
+            ast::StatementBody::Drop(name) => {
+                if program.query(&name.node).is_none() {
+                    self.err(self.unknown_query(name, program));
+                    return None;
+                }
+                Some(Control::Drop(name.node.clone()))
+            }
+        }
+    }
+
+    fn unknown_query(&self, name: &ast::Ident, program: &hir::Program) -> Diagnostic {
+        let help = did_you_mean(&name.node, program.queries.iter().map(|q| q.name.as_str()))
+            .unwrap_or_else(|| format!("running queries: {}", program.queries.iter().map(|q| format!("`{}`", q.name)).collect::<Vec<_>>().join(", ")));
+        Diagnostic::new(Code::UnknownQuery, name.span, format!("no query `{}` is running", name.node)).label("unknown query").help(help)
+    }
+
+    fn control_key(&mut self, table: &ast::Ident, key: &Node<ast::Expr>) -> Option<(usize, hir::Expr)> {
+        let ti = match self.sources.iter().position(|s| s.name == table.node && s.kind == SourceKind::Table) {
+            Some(i) => i,
+            None => {
+                let tables: Vec<&str> = self.sources.iter().filter(|s| s.is_global()).map(|s| s.name.as_str()).collect();
+                let help = did_you_mean(&table.node, tables.iter().copied())
+                    .unwrap_or_else(|| format!("control-managed tables: {}", if tables.is_empty() { "none".into() } else { tables.join(", ") }));
+                self.err(Diagnostic::new(Code::UnknownTable, table.span, format!("unknown table `{}`", table.node)).label("not a table").help(help));
+                return None;
+            }
+        };
+        if let Some(topic) = &self.sources[ti].topic {
+            self.err(
+                Diagnostic::new(Code::NotControlTable, table.span, format!("`{}` is fed from topic `{topic}`", table.node))
+                    .label("not a control-managed table")
+                    .help("change it by producing to its topic; control statements change tables declared without a topic"),
+            );
+            return None;
+        }
+        let hk = self.expr(key, &NO_LOCALS);
+        let kt = self.sources[ti].key_type();
+        if !hk.ty.assignable_to(&kt) || hk.ty.is_nullable() {
+            self.err(
+                Diagnostic::new(Code::TypeMismatch, key.span, format!("`{}` is keyed by {kt}, not {}", table.node, hk.ty))
+                    .label(format!("a {}", hk.ty)),
+            );
+            return None;
+        }
+        Some((ti, hk))
+    }
+
+    // ------------------------------------------------------------------ expressions
+
+    fn expr(&mut self, e: &Node<ast::Expr>, scope: &Scope) -> hir::Expr {
+        let span = e.span;
+        let mk = |kind, ty| hir::Expr { kind, ty, span };
+        match &e.node {
+            ast::Expr::Lit(l) => {
+                let ty = match l {
+                    Literal::Int(_) => Type::Int,
+                    Literal::Float(_) => Type::Float,
+                    Literal::String(_) => Type::String,
+                    Literal::Bool(_) => Type::Bool,
+                    Literal::Duration(_) => Type::Duration,
+                    Literal::Null => Type::Null,
+                };
+                mk(ExprKind::Lit(l.clone()), ty)
+            }
+            ast::Expr::Path(p) => self.path(p, span, scope),
+            ast::Expr::Unary { op, expr } => {
+                let inner = self.expr(expr, scope);
+                let t = inner.ty.clone();
+                let ty = match op {
+                    UnOp::Not if matches!(t.base(), Type::Bool | Type::Error | Type::Null) => Type::Bool.nullable_if(t.is_nullable()),
+                    UnOp::Neg if matches!(t.base(), Type::Int | Type::Float | Type::Duration | Type::Error) => t.clone(),
+                    _ => {
+                        let (sym, want) = if *op == UnOp::Not { ("not", "a bool") } else { ("-", "a number or duration") };
+                        self.err(
+                            Diagnostic::new(Code::BadOperands, span, format!("`{sym}` of a {t}"))
+                                .label(format!("`{sym}` needs {want}")),
+                        );
+                        Type::Error
+                    }
+                };
+                mk(ExprKind::Unary(*op, Box::new(inner)), ty)
+            }
+            ast::Expr::Binary { op, lhs, rhs } => {
+                let l = self.expr(lhs, scope);
+                let r = self.expr(rhs, scope);
+                let ty = match binary_type(*op, &l.ty, &r.ty) {
+                    Some(t) => t,
+                    None => {
+                        self.err(
+                            Diagnostic::new(Code::BadOperands, span, format!("`{}` cannot combine {} and {}", op.symbol(), l.ty, r.ty))
+                                .label(format!("{} {} {}", l.ty, op.symbol(), r.ty))
+                                .help_opt(binary_help(*op, &l.ty, &r.ty)),
+                        );
+                        Type::Error
+                    }
+                };
+                mk(ExprKind::Binary(*op, Box::new(l), Box::new(r)), ty)
+            }
+            ast::Expr::IsNull { expr, negated } => {
+                let inner = self.expr(expr, scope);
+                mk(ExprKind::IsNull(Box::new(inner), *negated), Type::Bool)
+            }
+            ast::Expr::If { cond, then, otherwise } => {
+                let c = self.expr(cond, scope);
+                self.expect_bool(&c, "`if`");
+                let a = self.expr(then, scope);
+                let b = self.expr(otherwise, scope);
+                let ty = match a.ty.unify(&b.ty) {
+                    Some(t) => t,
+                    None => {
+                        self.err(
+                            Diagnostic::new(Code::TypeMismatch, otherwise.span, format!("`if` branches differ: {} and {}", a.ty, b.ty))
+                                .label(format!("a {}", b.ty))
+                                .related(then.span, format!("a {}", a.ty))
+                                .help("both branches must have one type"),
+                        );
+                        Type::Error
+                    }
+                };
+                mk(ExprKind::If(Box::new(c), Box::new(a), Box::new(b)), ty)
+            }
+            ast::Expr::List(items) => {
+                let his: Vec<hir::Expr> = items.iter().map(|i| self.expr(i, scope)).collect();
+                let mut elem = Type::Error;
+                for (n, h) in his.iter().enumerate() {
+                    if n == 0 {
+                        elem = h.ty.clone();
+                        continue;
+                    }
+                    match elem.unify(&h.ty) {
+                        Some(t) => elem = t,
+                        None => {
+                            self.err(
+                                Diagnostic::new(Code::TypeMismatch, h.span, format!("list items differ: {elem} and {}", h.ty))
+                                    .label(format!("a {}", h.ty))
+                                    .help("every item of a list has one type"),
+                            );
+                            elem = Type::Error;
+                            break;
+                        }
+                    }
+                }
+                mk(ExprKind::List(his), Type::List(Box::new(elem)))
+            }
+            ast::Expr::Record(fields) => {
+                let mut out: Vec<(String, hir::Expr)> = Vec::new();
+                for (n, fe) in fields {
+                    let h = self.expr(fe, scope);
+                    if out.iter().any(|(o, _)| *o == n.node) {
+                        self.err(Diagnostic::new(Code::Duplicate, n.span, format!("field `{}` is given twice", n.node)).label("duplicate"));
+                        continue;
+                    }
+                    out.push((n.node.clone(), h));
+                }
+                let ty = Type::Record(RecordType { fields: out.iter().map(|(n, e)| (n.clone(), e.ty.clone())).collect() });
+                mk(ExprKind::Record(out), ty)
+            }
+            ast::Expr::Call { func, args } => {
+                let hargs: Vec<hir::Expr> = args.iter().map(|a| self.expr(a, scope)).collect();
+                self.call(func, hargs, span)
+            }
+        }
+    }
+
+    fn call(&mut self, func: &ast::Ident, args: Vec<hir::Expr>, span: Span) -> hir::Expr {
+        let name = func.node.as_str();
+        if let Some(b) = Builtin::lookup(name) {
+            let ty = match builtin_type(b, &args) {
+                Ok(t) => t,
+                Err(msg) => {
+                    self.err(Diagnostic::new(Code::ArgCount, span, format!("`{name}`: {msg}")).label("in this call").help(builtin_sig(b)));
+                    Type::Error
+                }
+            };
+            return hir::Expr { kind: ExprKind::Builtin(b, args), ty, span };
+        }
+        if let Some(f) = self.functions.iter().find(|f| f.name == name).cloned() {
+            let mut ok = args.len() == f.params.len();
+            if !ok {
+                self.err(
+                    Diagnostic::new(Code::ArgCount, span, format!("`{name}` takes {}, not {}", plural(f.params.len(), "argument"), args.len()))
+                        .label("wrong number of arguments"),
+                );
+            }
+            for (a, (pn, pt)) in args.iter().zip(&f.params) {
+                if !a.ty.assignable_to(pt) {
+                    ok = false;
+                    self.err(Diagnostic::new(Code::TypeMismatch, a.span, format!("`{name}` takes a {pt} as `{pn}`, not a {}", a.ty)).label(format!("a {}", a.ty)));
+                }
+            }
+            let ty = if ok { f.result_type.clone() } else { Type::Error };
+            return hir::Expr { kind: ExprKind::Function(f, args), ty, span };
+        }
+        let help = if NATIVE_AGGREGATES.contains(&name) || self.aggregates.iter().any(|a| a.name == name) {
+            format!("`{name}` is an aggregate; use it inside `aggregate {{ x = {name}(…) }}`")
+        } else if self.user_defs.contains_key(name) || self.aggregates.iter().any(|a| a.name == name) {
+            format!("`{name}` cannot call itself or a function defined after it")
+        } else {
+            let mut cands: Vec<&str> = Builtin::ALL.iter().map(|(n, _)| *n).collect();
+            cands.extend(self.functions.iter().map(|f| f.name.as_str()));
+            did_you_mean(name, cands.iter().copied()).unwrap_or_else(|| "see the function list in the language reference".into())
+        };
+        let code = if self.user_defs.contains_key(name) { Code::Recursion } else { Code::UnknownFunction };
+        self.err(Diagnostic::new(code, func.span, format!("unknown function `{name}`")).label("not a function").help(help));
+        err_expr(span)
+    }
+
+    fn path(&mut self, p: &[ast::Ident], span: Span, scope: &Scope) -> hir::Expr {
+        let Some(first) = p.first() else { return err_expr(span) };
+        match scope {
+            Scope::Locals { names, other } => {
+                if let (Some((base, state)), true) = (other, p.len() >= 2 && first.node == "other") {
+                    if let Some(i) = state.iter().position(|(n, _)| *n == p[1].node) {
+                        let e = hir::Expr { kind: ExprKind::Local(base + i), ty: state[i].1.clone(), span };
+                        return self.descend(e, &p[2..], span);
+                    }
+                    let rec = RecordType { fields: state.to_vec() };
+                    self.err(self.unknown_field(&p[1], &rec, "the other state"));
+                    return err_expr(span);
+                }
+                if let Some(i) = names.iter().rposition(|(n, _)| *n == first.node) {
+                    let e = hir::Expr { kind: ExprKind::Local(i), ty: names[i].1.clone(), span };
+                    return self.descend(e, &p[1..], span);
+                }
+                let rec = RecordType { fields: names.to_vec() };
+                let mut d = self.unknown_field(first, &rec, "this scope");
+                d.message = format!("unknown name `{}`", first.node);
+                d.label = "not a parameter, state field or `let`".into();
+                self.err(d);
+                err_expr(span)
+            }
+            Scope::Row { shape, from } => {
+                if p.len() >= 2 {
+                    if let Some(j) = shape.joined.iter().rposition(|j| j.name == first.node) {
+                        let jd = &shape.joined[j];
+                        let second = &p[1];
+                        let (kind, ty) = if let Some((i, t)) = jd.value.get(&second.node) {
+                            (ExprKind::Field(Root::Joined(j), vec![i]), t.clone())
+                        } else if jd.key.as_ref().is_some_and(|(k, _)| *k == second.node) {
+                            (ExprKind::Field(Root::JoinedKey(j), vec![]), jd.key.as_ref().map(|(_, t)| t.clone()).unwrap_or(Type::Error))
+                        } else {
+                            let mut rec = jd.value.clone();
+                            if let Some((k, t)) = &jd.key {
+                                rec.fields.push((k.clone(), t.clone()));
+                            }
+                            self.err(self.unknown_field(second, &rec, &format!("`{}`", jd.name)));
+                            return err_expr(span);
+                        };
+                        let e = hir::Expr { kind, ty: ty.nullable_if(jd.optional), span };
+                        return self.descend(e, &p[2..], span);
+                    }
+                }
+                if let Some((i, t)) = shape.value.get(&first.node) {
+                    let e = hir::Expr { kind: ExprKind::Field(Root::Value, vec![i]), ty: t.clone(), span };
+                    return self.descend(e, &p[1..], span);
+                }
+                if shape.key_name.as_deref() == Some(first.node.as_str()) {
+                    let e = hir::Expr { kind: ExprKind::Field(Root::Key, vec![]), ty: shape.key.clone(), span };
+                    return self.descend(e, &p[1..], span);
+                }
+                if p.len() >= 2 && first.node == *from {
+                    return self.path(&p[1..], span, scope);
+                }
+                let mut rec = shape.value.clone();
+                if let Some(k) = &shape.key_name {
+                    rec.fields.push((k.clone(), shape.key.clone()));
+                }
+                let mut d = self.unknown_field(first, &rec, &format!("`{from}` here"));
+                if let Some(j) = shape.joined.iter().find(|j| j.name == first.node) {
+                    d = d.help(format!("`{}` is a joined stream: name one of its fields, `{}.field`", j.name, j.name));
+                } else if !shape.joined.is_empty() && did_you_mean(&first.node, rec.names()).is_none() {
+                    let owners: Vec<&str> = shape.joined.iter().filter(|j| j.value.get(&first.node).is_some()).map(|j| j.name.as_str()).collect();
+                    if let Some(o) = owners.first() {
+                        d = d.help(format!("`{}` is a field of the joined `{o}`: write `{o}.{}`", first.node, first.node));
+                    }
+                }
+                self.err(d);
+                err_expr(span)
+            }
+        }
+    }
+
+    /// Follow `.field` segments into nested records.
+    fn descend(&mut self, mut e: hir::Expr, rest: &[ast::Ident], span: Span) -> hir::Expr {
+        for seg in rest {
+            let nullable = e.ty.is_nullable();
+            let Type::Record(rec) = e.ty.base().clone() else {
+                if !e.ty.is_error() {
+                    self.err(
+                        Diagnostic::new(Code::UnknownField, seg.span, format!("`{}` is a {}, which has no fields", self.src.get(span.start..seg.span.start).unwrap_or("").trim_end_matches('.').trim(), e.ty))
+                            .label("no such field")
+                            .help("only records have fields"),
+                    );
+                }
+                return err_expr(span);
+            };
+            let Some((i, t)) = rec.get(&seg.node) else {
+                self.err(self.unknown_field(seg, &rec, "this record"));
+                return err_expr(span);
+            };
+            let ty = t.clone().nullable_if(nullable);
+            let kind = match e.kind {
+                ExprKind::Field(root, mut path) => {
+                    path.push(i);
+                    ExprKind::Field(root, path)
+                }
+                other => ExprKind::Get(Box::new(hir::Expr { kind: other, ty: e.ty.clone(), span }), i),
+            };
+            e = hir::Expr { kind, ty, span };
+        }
+        e
+    }
+}
+
+trait WithCode {
+    fn with_code(self, code: Code) -> Self;
+}
+
+impl WithCode for Diagnostic {
+    fn with_code(mut self, code: Code) -> Self {
+        self.code = code;
+        self
+    }
+}
+
+trait NodeSpan {
+    fn node_span(&self) -> Span;
+}
+
+impl NodeSpan for ast::Ident {
+    fn node_span(&self) -> Span {
+        self.span
+    }
+}
+
+/// The value field an expression reads directly, if it is a plain top-level field.
+fn value_field(e: &hir::Expr) -> Option<usize> {
+    match &e.kind {
+        ExprKind::Field(Root::Value, p) if p.len() == 1 => Some(p[0]),
+        _ => None,
+    }
+}
+
+fn slugify(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+fn args_desc(a: &ast::AggItem) -> String {
+    if a.star {
+        "`*`".into()
+    } else {
+        plural(a.args.len(), "argument")
+    }
+}
+
+/// The result type of a binary operator, if the operands fit it.
+pub fn binary_type(op: BinOp, l: &Type, r: &Type) -> Option<Type> {
+    use Type as T;
+    if l.is_error() || r.is_error() {
+        return Some(match op {
+            BinOp::Or | BinOp::And | BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::In | BinOp::NotIn => T::Bool,
+            _ => T::Error,
+        });
+    }
+    let nullable = l.is_nullable() || r.is_nullable();
+    let (lb, rb) = (l.base(), r.base());
+    let t = match op {
+        BinOp::And | BinOp::Or => match (lb, rb) {
+            (T::Bool | T::Null, T::Bool | T::Null) => T::Bool.nullable_if(nullable),
+            _ => return None,
+        },
+        BinOp::Eq | BinOp::Ne => {
+            l.unify(r)?;
+            T::Bool
+        }
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+            let u = l.unify(r)?;
+            if !u.is_ordered() && *u.base() != T::Null {
+                return None;
+            }
+            T::Bool.nullable_if(nullable)
+        }
+        BinOp::In | BinOp::NotIn => match rb {
+            T::List(elem) => {
+                l.unify(elem)?;
+                T::Bool.nullable_if(l.is_nullable())
+            }
+            _ => return None,
+        },
+        BinOp::Add => match (lb, rb) {
+            (T::Int, T::Int) => T::Int,
+            (T::Int | T::Float, T::Int | T::Float) => T::Float,
+            (T::String, T::String) => T::String,
+            (T::Timestamp, T::Duration) | (T::Duration, T::Timestamp) => T::Timestamp,
+            (T::Duration, T::Duration) => T::Duration,
+            _ => return None,
+        }
+        .nullable_if(nullable),
+        BinOp::Sub => match (lb, rb) {
+            (T::Int, T::Int) => T::Int,
+            (T::Int | T::Float, T::Int | T::Float) => T::Float,
+            (T::Timestamp, T::Duration) => T::Timestamp,
+            (T::Timestamp, T::Timestamp) | (T::Duration, T::Duration) => T::Duration,
+            _ => return None,
+        }
+        .nullable_if(nullable),
+        BinOp::Mul => match (lb, rb) {
+            (T::Int, T::Int) => T::Int,
+            (T::Int | T::Float, T::Int | T::Float) => T::Float,
+            (T::Duration, T::Int) | (T::Int, T::Duration) => T::Duration,
+            _ => return None,
+        }
+        .nullable_if(nullable),
+        BinOp::Div | BinOp::Rem => match (lb, rb) {
+            (T::Int, T::Int) => T::Int,
+            (T::Int | T::Float, T::Int | T::Float) => T::Float,
+            (T::Duration, T::Int) => T::Duration,
+            _ => return None,
+        }
+        .nullable_if(nullable),
+    };
+    Some(t)
+}
+
+fn binary_help(op: BinOp, l: &Type, r: &Type) -> Option<String> {
+    let (lb, rb) = (l.base(), r.base());
+    Some(match op {
+        BinOp::Add if (*lb == Type::String) != (*rb == Type::String) => "convert with `to_string(x)`, or join strings with `concat`".into(),
+        BinOp::In | BinOp::NotIn => "`in` takes a list on the right: `x in [\"a\", \"b\"]`".into(),
+        BinOp::And | BinOp::Or => "`and` and `or` take bools; compare first: `x > 0 and y > 0`".into(),
+        _ if lb.is_numeric() && *rb == Type::String || *lb == Type::String && rb.is_numeric() => {
+            "convert explicitly with `to_int`, `to_float` or `to_string`".into()
+        }
+        _ => return None,
+    })
+}
+
+/// Type-check a built-in function call.
+fn builtin_type(b: Builtin, args: &[hir::Expr]) -> Result<Type, String> {
+    use Type as T;
+    let tys: Vec<&Type> = args.iter().map(|a| &a.ty).collect();
+    if tys.iter().any(|t| t.is_error()) {
+        return Ok(T::Error);
+    }
+    let nullable = tys.iter().any(|t| t.is_nullable());
+    let n = tys.len();
+    let want = |k: usize| -> Result<(), String> {
+        if n == k {
+            Ok(())
+        } else {
+            Err(format!("takes {}, not {n}", plural(k, "argument")))
+        }
+    };
+    let all = |pred: &dyn Fn(&Type) -> bool, what: &str| -> Result<(), String> {
+        match tys.iter().find(|t| !pred(t.base()) && ***t != T::Null) {
+            Some(t) => Err(format!("takes {what}, not {t}")),
+            None => Ok(()),
+        }
+    };
+    let string = |t: &Type| *t == T::String;
+    let num = |t: &Type| matches!(t, T::Int | T::Float);
+    let int = |t: &Type| *t == T::Int;
+    Ok(match b {
+        Builtin::Lower | Builtin::Upper | Builtin::Trim => {
+            want(1)?;
+            all(&string, "a string")?;
+            T::String.nullable_if(nullable)
+        }
+        Builtin::Concat => {
+            if n == 0 {
+                return Err("takes at least one argument".into());
+            }
+            all(&string, "strings")?;
+            T::String.nullable_if(nullable)
+        }
+        Builtin::Len => {
+            want(1)?;
+            all(&|t| string(t) || matches!(t, T::List(_)), "a string or a list")?;
+            T::Int.nullable_if(nullable)
+        }
+        Builtin::Substr => {
+            if !(2..=3).contains(&n) {
+                return Err(format!("takes 2 or 3 arguments, not {n}"));
+            }
+            if !string(tys[0].base()) || !tys[1..].iter().all(|t| int(t.base())) {
+                return Err("takes (string, int[, int])".into());
+            }
+            T::String.nullable_if(nullable)
+        }
+        Builtin::Contains | Builtin::StartsWith | Builtin::EndsWith => {
+            want(2)?;
+            all(&string, "strings")?;
+            T::Bool.nullable_if(nullable)
+        }
+        Builtin::Abs => {
+            want(1)?;
+            all(&|t| num(t) || *t == T::Duration, "a number or duration")?;
+            tys[0].clone()
+        }
+        Builtin::Round => {
+            if !(1..=2).contains(&n) {
+                return Err(format!("takes 1 or 2 arguments, not {n}"));
+            }
+            if !num(tys[0].base()) || (n == 2 && !int(tys[1].base())) {
+                return Err("takes (number[, int digits])".into());
+            }
+            T::Float.nullable_if(nullable)
+        }
+        Builtin::Floor | Builtin::Ceil | Builtin::Sqrt => {
+            want(1)?;
+            all(&num, "a number")?;
+            T::Float.nullable_if(nullable)
+        }
+        Builtin::Pow => {
+            want(2)?;
+            all(&num, "numbers")?;
+            T::Float.nullable_if(nullable)
+        }
+        Builtin::Coalesce | Builtin::Greatest | Builtin::Least => {
+            if n == 0 {
+                return Err("takes at least one argument".into());
+            }
+            let mut u = tys[0].clone();
+            for t in &tys[1..] {
+                u = u.unify(t).ok_or_else(|| format!("takes arguments of one type, not {u} and {t}"))?;
+            }
+            if b == Builtin::Coalesce {
+                // Non-null as soon as one argument is.
+                let any_non_null = tys.iter().any(|t| !t.is_nullable());
+                u.base().clone().nullable_if(!any_non_null)
+            } else {
+                if !u.is_ordered() {
+                    return Err(format!("takes ordered values, not {u}"));
+                }
+                u
+            }
+        }
+        Builtin::ToString => {
+            want(1)?;
+            T::String.nullable_if(nullable)
+        }
+        Builtin::ToInt | Builtin::ToFloat => {
+            want(1)?;
+            all(&|t| num(t) || string(t) || *t == T::Bool, "a number, string or bool")?;
+            (if b == Builtin::ToInt { T::Int } else { T::Float }).nullable_if(nullable)
+        }
+        Builtin::EpochMs => {
+            want(1)?;
+            all(&|t| *t == T::Timestamp, "a timestamp")?;
+            T::Int.nullable_if(nullable)
+        }
+        Builtin::FromEpochMs => {
+            want(1)?;
+            all(&int, "an int")?;
+            T::Timestamp.nullable_if(nullable)
+        }
+        Builtin::Millis => {
+            want(1)?;
+            all(&|t| *t == T::Duration, "a duration")?;
+            T::Int.nullable_if(nullable)
+        }
+    })
+}
+
+fn builtin_sig(b: Builtin) -> String {
+    let sig = match b {
+        Builtin::Lower | Builtin::Upper | Builtin::Trim => "(string) -> string",
+        Builtin::Concat => "(string, ...) -> string",
+        Builtin::Len => "(string | list) -> int",
+        Builtin::Substr => "(string, start: int[, length: int]) -> string",
+        Builtin::Contains | Builtin::StartsWith | Builtin::EndsWith => "(string, string) -> bool",
+        Builtin::Abs => "(number | duration) -> same",
+        Builtin::Round => "(number[, digits: int]) -> float",
+        Builtin::Floor | Builtin::Ceil | Builtin::Sqrt => "(number) -> float",
+        Builtin::Pow => "(number, number) -> float",
+        Builtin::Coalesce => "(T?, ..., T) -> T",
+        Builtin::Greatest | Builtin::Least => "(T, ...) -> T, T ordered",
+        Builtin::ToString => "(any) -> string",
+        Builtin::ToInt => "(number | string | bool) -> int",
+        Builtin::ToFloat => "(number | string | bool) -> float",
+        Builtin::EpochMs => "(timestamp) -> int",
+        Builtin::FromEpochMs => "(int) -> timestamp",
+        Builtin::Millis => "(duration) -> int",
+    };
+    format!("{}{sig}", b.name())
+}

@@ -1,0 +1,262 @@
+//! Configuration: a YAML file (`--config`) overridden by `--set KEY=VALUE` pairs. streamc keys
+//! are YAML paths (`processing.guarantee`); librdkafka properties pass through under `kafka.`
+//! (`kafka.bootstrap.servers`). Unknown keys are errors.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_yaml::{Mapping, Value};
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub application: Application,
+    pub processing: Processing,
+    pub on_error: OnError,
+    pub commit: Commit,
+    pub control: Control,
+    pub embedded: Embedded,
+    pub late: Late,
+    /// librdkafka properties, passed through unchanged.
+    pub kafka: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Application {
+    /// Defaults to the program file's stem.
+    pub id: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Processing {
+    pub guarantee: Guarantee,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    #[default]
+    AtLeastOnce,
+    ExactlyOnce,
+}
+
+/// What happens to a record that cannot be decoded or evaluated.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnError {
+    Fail,
+    #[default]
+    DeadLetter,
+    Skip,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Commit {
+    /// Embedded backend: commit every this many records per task (and at end of input).
+    pub records: u64,
+    /// Kafka backend: commit at this interval, like Kafka Streams' `commit.interval.ms`.
+    pub interval_ms: u64,
+}
+
+impl Default for Commit {
+    fn default() -> Self {
+        Commit { records: 10_000, interval_ms: 1_000 }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Control {
+    pub trusted_keys: Vec<TrustedKey>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedKey {
+    pub id: String,
+    /// Ed25519 public key, hex.
+    pub public_key: String,
+    /// When given, the key may sign only for these tenants.
+    #[serde(default)]
+    pub tenants: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Embedded {
+    /// Partitions of topics the embedded log creates implicitly.
+    pub partitions: u32,
+}
+
+impl Default for Embedded {
+    fn default() -> Self {
+        Embedded { partitions: 1 }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Late {
+    /// Also write late records to `<app>-late` (they are always counted).
+    pub to_topic: bool,
+}
+
+/// Load the configuration: the file (if any), then each `KEY=VALUE` in order.
+pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, String> {
+    let mut root = match file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
+            let v: Value = serde_yaml::from_str(&text).map_err(|e| format!("config {}: {e}", p.display()))?;
+            match v {
+                Value::Null => Mapping::new(),
+                Value::Mapping(m) => normalize(m, false)?,
+                _ => return Err(format!("config {}: the top level must be a mapping of keys", p.display())),
+            }
+        }
+        None => Mapping::new(),
+    };
+    for s in sets {
+        let (k, v) = s.split_once('=').ok_or_else(|| format!("--set {s}: expected KEY=VALUE"))?;
+        let value: Value = if k.starts_with("kafka.") {
+            Value::String(v.to_string())
+        } else {
+            serde_yaml::from_str(v).unwrap_or_else(|_| Value::String(v.to_string()))
+        };
+        insert(&mut root, k, value)?;
+    }
+    let cfg: Config = serde_yaml::from_value(Value::Mapping(root)).map_err(|e| format!("configuration: {e}"))?;
+    if let Some(id) = &cfg.application.id {
+        validate_app_id(id)?;
+    }
+    Ok(cfg)
+}
+
+/// Split dotted keys into nested mappings (except below `kafka`, whose keys are librdkafka
+/// property names) and make every `kafka` value a string.
+fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, String> {
+    let mut out = Mapping::new();
+    for (k, v) in m {
+        let key = match &k {
+            Value::String(s) => s.clone(),
+            other => return Err(format!("configuration key {other:?} is not a string")),
+        };
+        if in_kafka {
+            let s = match v {
+                Value::String(s) => s,
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => return Err(format!("kafka.{key}: librdkafka properties are strings")),
+            };
+            out.insert(Value::String(key), Value::String(s));
+            continue;
+        }
+        let v = match v {
+            Value::Mapping(inner) => Value::Mapping(normalize(inner, key == "kafka")?),
+            v => v,
+        };
+        insert(&mut out, &key, v)?;
+    }
+    Ok(out)
+}
+
+fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), String> {
+    let (head, rest) = match path.split_once('.') {
+        Some((h, r)) if h == "kafka" => {
+            let kafka = root.entry(Value::String("kafka".into())).or_insert_with(|| Value::Mapping(Mapping::new()));
+            let Value::Mapping(m) = kafka else { return Err("`kafka` must be a mapping".into()) };
+            let s = match value {
+                Value::String(s) => s,
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => return Err(format!("{path}: librdkafka properties are strings")),
+            };
+            m.insert(Value::String(r.to_string()), Value::String(s));
+            return Ok(());
+        }
+        Some((h, r)) => (h, Some(r)),
+        None => (path, None),
+    };
+    if head.is_empty() {
+        return Err(format!("empty configuration key in `{path}`"));
+    }
+    match rest {
+        None => {
+            match (root.get_mut(head), value) {
+                (Some(Value::Mapping(existing)), Value::Mapping(new)) => {
+                    for (k, v) in new {
+                        existing.insert(k, v);
+                    }
+                }
+                (_, value) => {
+                    root.insert(Value::String(head.to_string()), value);
+                }
+            }
+            Ok(())
+        }
+        Some(r) => {
+            let entry = root.entry(Value::String(head.to_string())).or_insert_with(|| Value::Mapping(Mapping::new()));
+            match entry {
+                Value::Mapping(m) => insert(m, r, value),
+                _ => Err(format!("configuration key `{head}` is not a section, so `{path}` cannot be set")),
+            }
+        }
+    }
+}
+
+/// `[A-Za-z0-9._-]+`, as CONVENTIONS.md says.
+pub fn validate_app_id(id: &str) -> Result<(), String> {
+    if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+        Ok(())
+    } else {
+        Err(format!("application id `{id}` must be made of ASCII letters, digits, `.`, `_` and `-`"))
+    }
+}
+
+/// The application id: configured, else the program file's stem.
+pub fn application_id(cfg: &Config, program: &Path) -> Result<String, String> {
+    if let Some(id) = &cfg.application.id {
+        return Ok(id.clone());
+    }
+    let stem = program.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    validate_app_id(stem).map_err(|e| format!("{e} (derived from the file name; set `application.id`)"))?;
+    Ok(stem.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_override_file_values_and_kafka_keys_keep_their_dots() {
+        let dir = std::env::temp_dir().join(format!("streamc-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.yaml");
+        std::fs::write(&f, "commit:\n  records: 5\nkafka:\n  bootstrap.servers: a:1\n  linger.ms: 5\nprocessing.guarantee: exactly_once\n").unwrap();
+        let cfg = load(Some(&f), &["commit.records=7".into(), "kafka.client.id=x".into()]).unwrap();
+        assert_eq!(cfg.commit.records, 7);
+        assert_eq!(cfg.processing.guarantee, Guarantee::ExactlyOnce);
+        assert_eq!(cfg.kafka.get("bootstrap.servers").map(String::as_str), Some("a:1"));
+        assert_eq!(cfg.kafka.get("linger.ms").map(String::as_str), Some("5"));
+        assert_eq!(cfg.kafka.get("client.id").map(String::as_str), Some("x"));
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e = load(None, &["commit.recordz=1".into()]).unwrap_err();
+        assert!(e.contains("recordz"), "{e}");
+        let e = load(None, &["nope=1".into()]).unwrap_err();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn application_id_defaults_to_the_file_stem_and_is_validated() {
+        let cfg = Config::default();
+        assert_eq!(application_id(&cfg, Path::new("dir/stats.stream")).unwrap(), "stats");
+        assert!(application_id(&cfg, Path::new("my stats.stream")).is_err());
+        assert!(load(None, &["application.id=bad/id".into()]).is_err());
+    }
+}

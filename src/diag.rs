@@ -1,0 +1,207 @@
+//! Diagnostics are data until the edge: every stage returns [`Diagnostic`]s, and only the CLI
+//! (or a test, through [`render`]) turns them into text with miette.
+//!
+//! Every diagnostic has a stable code from the one registry below. Codes are grouped in
+//! ranges and never reused: a retired code stays here, marked retired.
+
+use std::fmt;
+
+use crate::ast::Span;
+
+/// The registry of diagnostic codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    // E01xx: syntax and input bounds
+    Syntax = 100,
+    TooDeep = 101,
+    TooLarge = 102,
+    BadLiteral = 103,
+    // E02xx: names
+    UnknownSource = 200,
+    UnknownField = 201,
+    UnknownFunction = 202,
+    UnknownAggregate = 203,
+    Duplicate = 204,
+    UnknownTable = 205,
+    UnknownQuery = 206,
+    ShadowsStream = 207,
+    NotAStreamOrTable = 208,
+    ReservedName = 209,
+    // E03xx: types
+    TypeMismatch = 300,
+    BadOperands = 301,
+    ArgCount = 302,
+    NotOrdered = 304,
+    NotBool = 305,
+    NotNumeric = 306,
+    // E04xx: query structure
+    WindowWithoutGroup = 400,
+    AggregateWithoutGroup = 401,
+    ClauseOrder = 402,
+    EmitWithoutWindow = 403,
+    GroupWithoutAggregate = 404,
+    MissingFrom = 405,
+    BadDuration = 406,
+    NoMerge = 407,
+    JoinKey = 408,
+    JoinKind = 409,
+    DuplicateClause = 410,
+    MissingSink = 411,
+    GroupNeedsName = 412,
+    // E05xx: declarations
+    MissingValue = 500,
+    BadKey = 501,
+    BadTime = 502,
+    DuplicateDecl = 503,
+    BadTenant = 504,
+    BadTopic = 505,
+    // E06xx: user-defined aggregates and functions
+    UnknownState = 600,
+    BadResult = 601,
+    Recursion = 602,
+    // E07xx: control statements
+    NotControlTable = 700,
+    TenantMismatch = 701,
+    QueryExists = 702,
+}
+
+impl Code {
+    pub fn as_str(self) -> String {
+        format!("E{:04}", self as u16)
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "E{:04}", *self as u16)
+    }
+}
+
+/// One problem found in a program, with the span it is about.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    pub code: Code,
+    pub message: String,
+    pub span: Span,
+    pub label: String,
+    pub help: Option<String>,
+    /// Further spans worth pointing at ("first defined here").
+    pub related: Vec<(Span, String)>,
+}
+
+impl Diagnostic {
+    pub fn new(code: Code, span: Span, message: impl Into<String>) -> Self {
+        Diagnostic { code, message: message.into(), span, label: String::new(), help: None, related: Vec::new() }
+    }
+    pub fn label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+    pub fn help(mut self, help: impl Into<String>) -> Self {
+        self.help = Some(help.into());
+        self
+    }
+    pub fn help_opt(mut self, help: Option<String>) -> Self {
+        self.help = help;
+        self
+    }
+    pub fn related(mut self, span: Span, label: impl Into<String>) -> Self {
+        self.related.push((span, label.into()));
+        self
+    }
+    /// Shift every span by `offset` (for text parsed out of a larger source).
+    pub fn offset(mut self, offset: usize) -> Self {
+        self.span = Span::new(self.span.start + offset, self.span.end + offset);
+        for (s, _) in &mut self.related {
+            *s = Span::new(s.start + offset, s.end + offset);
+        }
+        self
+    }
+}
+
+/// A list of diagnostics, in the order they were found.
+pub type Diagnostics = Vec<Diagnostic>;
+
+/// "did you mean `x`?" for a misspelt name, by edit distance.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        let d = strsim::damerau_levenshtein(&name.to_lowercase(), &c.to_lowercase());
+        let limit = (name.chars().count().max(c.chars().count()) / 3).max(1);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| format!("did you mean `{c}`?"))
+}
+
+/// A diagnostic paired with its source text, as miette wants it.
+pub struct Report<'a> {
+    pub diag: &'a Diagnostic,
+    pub source: miette::NamedSource<String>,
+}
+
+impl fmt::Debug for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.diag, f)
+    }
+}
+
+impl fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.diag.message)
+    }
+}
+
+impl std::error::Error for Report<'_> {}
+
+impl miette::Diagnostic for Report<'_> {
+    fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        Some(Box::new(self.diag.code))
+    }
+    fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        self.diag.help.as_ref().map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        Some(&self.source)
+    }
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
+        let primary = miette::LabeledSpan::new_primary_with_span(
+            (!self.diag.label.is_empty()).then(|| self.diag.label.clone()),
+            self.diag.span,
+        );
+        let related = self
+            .diag
+            .related
+            .iter()
+            .map(|(s, l)| miette::LabeledSpan::new_with_span(Some(l.clone()), *s));
+        Some(Box::new(std::iter::once(primary).chain(related)))
+    }
+}
+
+/// How to render: with colour and terminal width (the CLI), or plain and fixed (tests).
+#[derive(Clone, Copy, Debug)]
+pub struct RenderOptions {
+    pub color: bool,
+    pub width: usize,
+}
+
+impl RenderOptions {
+    pub fn plain() -> Self {
+        RenderOptions { color: false, width: 100 }
+    }
+}
+
+/// Render diagnostics against the source they were found in.
+pub fn render(diags: &[Diagnostic], file_name: &str, source: &str, opts: RenderOptions) -> String {
+    let theme = if opts.color { miette::GraphicalTheme::unicode() } else { miette::GraphicalTheme::unicode_nocolor() };
+    let handler = miette::GraphicalReportHandler::new_themed(theme).with_width(opts.width).with_links(false);
+    let mut out = String::new();
+    for d in diags {
+        let report = Report { diag: d, source: miette::NamedSource::new(file_name, source.to_string()) };
+        if handler.render_report(&mut out, &report).is_err() {
+            out.push_str(&format!("error[{}]: {}\n", d.code, d.message));
+        }
+    }
+    out
+}

@@ -1,0 +1,296 @@
+//! Render a [`Topology`] as text, Graphviz dot, Mermaid or JSON. Every form is built from the
+//! same walk: sub-topologies in order, nodes in topological order, each node described by
+//! [`NodeKind::describe`].
+
+use std::fmt::Write as _;
+
+use petgraph::visit::EdgeRef;
+use petgraph::Direction;
+
+use crate::plan::{EdgeMode, NodeKind, Partitions, StoreKind, Topology};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExplainFormat {
+    Text,
+    Dot,
+    Mermaid,
+    Json,
+}
+
+/// Render the topology, or only the parts of one query.
+pub fn render(t: &Topology, query: Option<&str>, format: ExplainFormat) -> String {
+    let view = View::new(t, query);
+    match format {
+        ExplainFormat::Text => text(&view),
+        ExplainFormat::Dot => dot(&view),
+        ExplainFormat::Mermaid => mermaid(&view),
+        ExplainFormat::Json => serde_json::to_string_pretty(&json(&view)).unwrap_or_default() + "\n",
+    }
+}
+
+/// The selected part of a topology.
+struct View<'a> {
+    t: &'a Topology,
+    subs: Vec<usize>,
+    query: Option<&'a str>,
+}
+
+impl<'a> View<'a> {
+    fn new(t: &'a Topology, query: Option<&'a str>) -> Self {
+        let subs = t.subtopologies.iter().filter(|s| query.is_none_or(|q| s.query == q)).map(|s| s.id).collect();
+        View { t, subs, query }
+    }
+    fn stores(&self) -> impl Iterator<Item = &'a crate::plan::Store> + '_ {
+        self.t.stores.iter().filter(|s| match (s.subtopology, self.query) {
+            (Some(sub), _) => self.subs.contains(&sub),
+            (None, None) => true,
+            (None, Some(_)) => self.t.graph.node_weights().any(|n| self.subs.contains(&n.subtopology) && n.stores.contains(&s.name)),
+        })
+    }
+    fn topics(&self) -> impl Iterator<Item = &'a crate::plan::Topic> + '_ {
+        let used: Vec<String> = self
+            .subs
+            .iter()
+            .flat_map(|s| self.t.subtopologies[*s].nodes.iter())
+            .flat_map(|n| topics_of(&self.t.graph[*n].kind))
+            .chain(self.stores().filter_map(|s| s.changelog.clone()))
+            .collect();
+        self.t.topics.iter().filter(move |t| self.query.is_none() || used.contains(&t.name))
+    }
+}
+
+fn topics_of(k: &NodeKind) -> Vec<String> {
+    match k {
+        NodeKind::Source { topic, .. }
+        | NodeKind::RepartitionSink { topic, .. }
+        | NodeKind::RepartitionSource { topic }
+        | NodeKind::TableSource { topic, .. }
+        | NodeKind::Sink { topic, .. } => vec![topic.clone()],
+        _ => vec![],
+    }
+}
+
+fn partitions_desc(t: &Topology, p: &Partitions) -> String {
+    match p {
+        Partitions::External => "existing".into(),
+        Partitions::Fixed(n) => format!("{n} partition{}", if *n == 1 { "" } else { "s" }),
+        Partitions::OfSubtopology(s) => {
+            let srcs = &t.subtopologies[*s].sources;
+            if srcs.len() == 1 {
+                format!("partitions of {}", srcs[0])
+            } else {
+                format!("max partitions of {}", srcs.join(", "))
+            }
+        }
+    }
+}
+
+fn store_kind(k: &StoreKind) -> String {
+    match k {
+        StoreKind::KeyValue => "key-value".into(),
+        StoreKind::Window { window } => format!(
+            "window store ({}, grace {}; a window expires at its end + grace, by stream time)",
+            crate::plan::window_desc(&window.kind),
+            window.grace
+        ),
+        StoreKind::JoinWindow { within } => format!("join window store (records kept {within} either side, by stream time)"),
+        StoreKind::Global => "global key-value (every task sees all; rebuilt from the control topic)".into(),
+    }
+}
+
+fn text(v: &View) -> String {
+    let t = v.t;
+    let mut o = String::new();
+    let nq = v.subs.iter().map(|s| &t.subtopologies[*s].query).collect::<std::collections::BTreeSet<_>>().len();
+    let _ = writeln!(
+        o,
+        "Application `{}`: {} quer{}, {} sub-topolog{}",
+        t.app,
+        nq,
+        if nq == 1 { "y" } else { "ies" },
+        v.subs.len(),
+        if v.subs.len() == 1 { "y" } else { "ies" }
+    );
+    for s in &v.subs {
+        let sub = &t.subtopologies[*s];
+        let _ = writeln!(o, "\nSub-topology {} (query `{}`): one task per partition of {}", sub.id, sub.query, sub.sources.join(" + "));
+        for n in &sub.nodes {
+            let node = &t.graph[*n];
+            let _ = writeln!(o, "  {} [{}]  line {}: {}", node.name, node.kind.kind_name(), node.line, node.clause);
+            let _ = writeln!(o, "      {}", node.kind.describe());
+            for st in &node.stores {
+                let _ = writeln!(o, "      store: {st}");
+            }
+            for e in t.graph.edges_directed(*n, Direction::Outgoing) {
+                let target = &t.graph[e.target()];
+                let w = e.weight();
+                match &w.mode {
+                    EdgeMode::Forward => {
+                        let _ = writeln!(o, "      --> {}  (key {}, value {})", target.name, w.key, w.value);
+                    }
+                    EdgeMode::Repartition { topic } => {
+                        let _ = writeln!(o, "      ==> {} via {} (sub-topology {}; key {}, value {})", target.name, topic, target.subtopology, w.key, w.value);
+                    }
+                }
+            }
+        }
+    }
+    let stores: Vec<_> = v.stores().collect();
+    if !stores.is_empty() {
+        let _ = writeln!(o, "\nState stores");
+        for s in stores {
+            let scope = if s.tenant_scoped { ", tenant-scoped" } else { "" };
+            let _ = writeln!(o, "  {}: {}{}", s.name, store_kind(&s.kind), scope);
+            match (&s.changelog, s.subtopology) {
+                (Some(c), Some(sub)) => {
+                    let _ = writeln!(o, "      changelog {c} (compacted), one partition per task of sub-topology {sub}");
+                }
+                _ => {
+                    let _ = writeln!(o, "      no changelog");
+                }
+            }
+            let _ = writeln!(o, "      key {}, value {}", s.key, s.value);
+        }
+    }
+    let _ = writeln!(o, "\nTopics");
+    let width = v.topics().map(|t| t.name.len()).max().unwrap_or(0);
+    for tp in v.topics() {
+        let created = if tp.partitions != Partitions::External { ", created by streamc" } else { "" };
+        let compact = if tp.compacted { ", compacted" } else { "" };
+        let _ = writeln!(o, "  {:width$}  {} ({}{}{})", tp.name, tp.role.as_str(), partitions_desc(t, &tp.partitions), compact, created);
+    }
+    o
+}
+
+fn esc(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+fn dot(v: &View) -> String {
+    let t = v.t;
+    let mut o = String::new();
+    let _ = writeln!(o, "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];", esc(&t.app));
+    for s in &v.subs {
+        let sub = &t.subtopologies[*s];
+        let _ = writeln!(o, "  subgraph \"cluster_{}\" {{\n    label=\"sub-topology {} (query {})\";", sub.id, sub.id, esc(&sub.query));
+        for n in &sub.nodes {
+            let node = &t.graph[*n];
+            let _ = writeln!(o, "    \"{}\" [label=\"{}\\n{}\\nline {}\"];", esc(&node.name), esc(&node.name), node.kind.kind_name(), node.line);
+            for st in &node.stores {
+                let _ = writeln!(o, "    \"store:{}\" [shape=cylinder, label=\"{}\"];\n    \"{}\" -> \"store:{}\" [style=dotted, dir=both];", esc(st), esc(st), esc(&node.name), esc(st));
+            }
+        }
+        let _ = writeln!(o, "  }}");
+    }
+    for s in &v.subs {
+        for n in &t.subtopologies[*s].nodes {
+            for e in t.graph.edges_directed(*n, Direction::Outgoing) {
+                let (a, b, w) = (&t.graph[e.source()], &t.graph[e.target()], e.weight());
+                let style = match &w.mode {
+                    EdgeMode::Forward => format!("label=\"key {}\"", esc(&w.key.to_string())),
+                    EdgeMode::Repartition { topic } => format!("label=\"{}\\nkey {}\", style=dashed", esc(topic), esc(&w.key.to_string())),
+                };
+                let _ = writeln!(o, "  \"{}\" -> \"{}\" [{}];", esc(&a.name), esc(&b.name), style);
+            }
+        }
+    }
+    o.push_str("}\n");
+    o
+}
+
+fn mermaid(v: &View) -> String {
+    let t = v.t;
+    let mut o = String::from("flowchart TD\n");
+    let id = |n: petgraph::graph::NodeIndex| format!("n{}", n.index());
+    let m = |s: &str| s.replace('"', "#quot;");
+    for s in &v.subs {
+        let sub = &t.subtopologies[*s];
+        let _ = writeln!(o, "  subgraph s{}[\"sub-topology {} (query {})\"]", sub.id, sub.id, m(&sub.query));
+        for n in &sub.nodes {
+            let node = &t.graph[*n];
+            let _ = writeln!(o, "    {}[\"{}<br/>{} · line {}\"]", id(*n), m(&node.name), node.kind.kind_name(), node.line);
+            for st in &node.stores {
+                let sid = format!("st_{}", st.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+                let _ = writeln!(o, "    {sid}[(\"{}\")]\n    {} -.- {sid}", m(st), id(*n));
+            }
+        }
+        let _ = writeln!(o, "  end");
+    }
+    for s in &v.subs {
+        for n in &t.subtopologies[*s].nodes {
+            for e in t.graph.edges_directed(*n, Direction::Outgoing) {
+                let w = e.weight();
+                match &w.mode {
+                    EdgeMode::Forward => {
+                        let _ = writeln!(o, "  {} -->|\"key {}\"| {}", id(e.source()), m(&w.key.to_string()), id(e.target()));
+                    }
+                    EdgeMode::Repartition { topic } => {
+                        let _ = writeln!(o, "  {} ==>|\"{}\"| {}", id(e.source()), m(topic), id(e.target()));
+                    }
+                }
+            }
+        }
+    }
+    o
+}
+
+fn json(v: &View) -> serde_json::Value {
+    use serde_json::json;
+    let t = v.t;
+    let subs: Vec<_> = v
+        .subs
+        .iter()
+        .map(|s| {
+            let sub = &t.subtopologies[*s];
+            let nodes: Vec<_> = sub
+                .nodes
+                .iter()
+                .map(|n| {
+                    let node = &t.graph[*n];
+                    let next: Vec<_> = t
+                        .graph
+                        .edges_directed(*n, Direction::Outgoing)
+                        .map(|e| {
+                            let w = e.weight();
+                            let (mode, topic) = match &w.mode {
+                                EdgeMode::Forward => ("forward", None),
+                                EdgeMode::Repartition { topic } => ("repartition", Some(topic.clone())),
+                            };
+                            json!({"node": t.graph[e.target()].name, "mode": mode, "topic": topic, "key": w.key, "value": w.value})
+                        })
+                        .collect();
+                    json!({
+                        "name": node.name, "kind": node.kind.kind_name(), "description": node.kind.describe(),
+                        "line": node.line, "clause": node.clause, "stores": node.stores, "next": next,
+                    })
+                })
+                .collect();
+            json!({"id": sub.id, "query": sub.query, "sources": sub.sources, "nodes": nodes})
+        })
+        .collect();
+    let stores: Vec<_> = v
+        .stores()
+        .map(|s| {
+            let (kind, window) = match &s.kind {
+                StoreKind::KeyValue => ("key-value", serde_json::Value::Null),
+                StoreKind::Window { window } => ("window", serde_json::to_value(window).unwrap_or_default()),
+                StoreKind::JoinWindow { within } => ("join-window", json!({"within_ms": within.0})),
+                StoreKind::Global => ("global", serde_json::Value::Null),
+            };
+            json!({"name": s.name, "kind": kind, "window": window, "changelog": s.changelog, "node": s.node,
+                   "subtopology": s.subtopology, "key": s.key, "value": s.value, "tenant_scoped": s.tenant_scoped})
+        })
+        .collect();
+    let topics: Vec<_> = v
+        .topics()
+        .map(|tp| {
+            let partitions = match &tp.partitions {
+                Partitions::External => json!("existing"),
+                Partitions::Fixed(n) => json!(n),
+                Partitions::OfSubtopology(s) => json!({"max_of": t.subtopologies[*s].sources}),
+            };
+            json!({"name": tp.name, "role": tp.role.as_str(), "internal": tp.role.internal(), "compacted": tp.compacted, "partitions": partitions})
+        })
+        .collect();
+    json!({"application": t.app, "subtopologies": subs, "stores": stores, "topics": topics})
+}

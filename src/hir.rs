@@ -1,0 +1,356 @@
+//! The checked program: every name resolved to a slot, every expression typed. Built by
+//! [`crate::check`]; read by [`crate::plan`] and the runtime. Holds no spans into pest and no
+//! unresolved names: a field is a path of indices, a function is a [`Builtin`] or an index.
+
+use std::sync::Arc;
+
+use crate::ast::{BinOp, Duration, EmitMode, Format, Literal, Span, UnOp, WindowKind};
+use crate::types::{RecordType, Type};
+
+#[derive(Clone, Debug, Default)]
+pub struct Program {
+    /// Streams and tables, in declaration order (the standard library declares none).
+    pub sources: Vec<Source>,
+    pub queries: Vec<Query>,
+    /// User-defined aggregates: the standard library's first, then the program's.
+    pub aggregates: Vec<Arc<AggregateDef>>,
+    pub functions: Vec<Arc<FunctionDef>>,
+}
+
+impl Program {
+    pub fn source(&self, name: &str) -> Option<(usize, &Source)> {
+        self.sources.iter().enumerate().find(|(_, s)| s.name == name)
+    }
+    pub fn query(&self, name: &str) -> Option<&Query> {
+        self.queries.iter().find(|q| q.name == name)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Stream,
+    Table,
+}
+
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub name: String,
+    pub kind: SourceKind,
+    /// None for a control-managed (global) table.
+    pub topic: Option<String>,
+    pub key: KeySpec,
+    pub format: Format,
+    /// The value as queries see it (the tenant field removed).
+    pub value: RecordType,
+    /// The decoded value as it is on the wire, tenant field included.
+    pub wire: RecordType,
+    /// Event time: a field of `value`, else the record timestamp.
+    pub time: Option<usize>,
+    pub tenant: Option<TenantSpec>,
+    pub span: Span,
+    pub line: usize,
+}
+
+impl Source {
+    pub fn key_type(&self) -> Type {
+        match &self.key {
+            KeySpec::Field(i) => self.value.fields[*i].1.clone(),
+            KeySpec::Named(_, t) => t.clone(),
+            KeySpec::Raw => Type::String.nullable(),
+        }
+    }
+    /// The name by which a query refers to the key, if it has one.
+    pub fn key_name(&self) -> Option<&str> {
+        match &self.key {
+            KeySpec::Field(i) => Some(&self.value.fields[*i].0),
+            KeySpec::Named(n, _) => Some(n),
+            KeySpec::Raw => None,
+        }
+    }
+    pub fn is_global(&self) -> bool {
+        self.kind == SourceKind::Table && self.topic.is_none()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeySpec {
+    /// `key FIELD`: the key equals this value field.
+    Field(usize),
+    /// `key NAME: TYPE`: a key outside the value.
+    Named(String, Type),
+    /// No declaration: whatever the record carries.
+    Raw,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantSpec {
+    Field(String),
+    Header(String),
+}
+
+/// What a query's records look like at some point of its pipeline.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub key: Type,
+    pub value: RecordType,
+    /// The name the key can be referred to by (`key NAME: T`), if it is not a value field.
+    pub key_name: Option<String>,
+    /// The value field that equals the key, if it is still the source's declared key.
+    pub key_field: Option<usize>,
+    /// Records are partitioned by the current key (false after `key by` until a repartition).
+    pub partitioned: bool,
+    /// Joined sides in scope: (qualifier, its value, its key name and type).
+    pub joined: Vec<Joined>,
+    /// The records are updates of a table (after `aggregate`, or from a table).
+    pub table: bool,
+    pub windowed: bool,
+    pub tenant_scoped: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Joined {
+    pub name: String,
+    pub value: RecordType,
+    pub key: Option<(String, Type)>,
+    /// Left joins make every field of the joined side nullable.
+    pub optional: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Query {
+    pub name: String,
+    pub span: Span,
+    pub line: usize,
+    /// The line of its `from` clause.
+    pub from_line: usize,
+    /// Index into [`Program::sources`].
+    pub input: usize,
+    pub steps: Vec<Step>,
+    pub sink: Sink,
+}
+
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub kind: StepKind,
+    /// Stable name part: `where`, `select`, `group-by-ticker`, `join-limits`, `aggregate`, …
+    pub slug: String,
+    pub span: Span,
+    pub line: usize,
+    /// The clause's text, first line, for explain.
+    pub text: String,
+    /// The records after this step.
+    pub out: Shape,
+}
+
+#[derive(Clone, Debug)]
+pub enum StepKind {
+    Filter(Expr),
+    Map(Vec<(String, Expr)>),
+    /// `key by`: the key becomes this expression; stateful steps after it repartition.
+    Rekey(Expr),
+    /// Group and aggregate, optionally windowed. `repartition` when the group key is not the
+    /// key the records are partitioned by.
+    Aggregate(Box<AggregateStep>),
+    JoinTable { table: usize, on: Expr, left: bool, repartition: bool },
+    JoinStream { stream: usize, within: Duration, on: Expr, left: bool, repartition: bool },
+}
+
+#[derive(Clone, Debug)]
+pub struct AggregateStep {
+    pub group: Vec<(String, Expr)>,
+    pub group_slug: String,
+    pub group_line: usize,
+    pub group_text: String,
+    pub repartition: bool,
+    pub window: Option<Window>,
+    pub aggs: Vec<AggCall>,
+    pub emit: EmitMode,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Window {
+    #[serde(flatten)]
+    pub kind: WindowKind,
+    pub grace: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct AggCall {
+    pub name: String,
+    pub func: AggFunc,
+    pub args: Vec<Expr>,
+    pub ty: Type,
+}
+
+#[derive(Clone, Debug)]
+pub enum AggFunc {
+    /// `count()` / `count(*)` counts records; `count(x)` counts non-null `x`.
+    Count,
+    Sum,
+    Min,
+    Max,
+    User(Arc<AggregateDef>),
+}
+
+impl AggFunc {
+    pub fn name(&self) -> &str {
+        match self {
+            AggFunc::Count => "count",
+            AggFunc::Sum => "sum",
+            AggFunc::Min => "min",
+            AggFunc::Max => "max",
+            AggFunc::User(d) => &d.name,
+        }
+    }
+    pub fn mergeable(&self) -> bool {
+        match self {
+            AggFunc::User(d) => d.merge.is_some(),
+            _ => true,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Sink {
+    pub topic: String,
+    pub format: Format,
+    pub span: Span,
+    pub line: usize,
+    pub text: String,
+}
+
+/// A user-defined aggregate. Its body runs over numbered local slots:
+/// in `update`, `[params.., state.., lets..]`; in `merge`, `[state.., other state.., lets..]`;
+/// in `result`, `[state..]`.
+#[derive(Clone, Debug)]
+pub struct AggregateDef {
+    pub name: String,
+    pub params: Vec<(String, Type)>,
+    pub state: Vec<(String, Type)>,
+    pub init: Vec<Expr>,
+    pub update: Vec<Stmt>,
+    pub update_slots: usize,
+    pub merge: Option<Vec<Stmt>>,
+    pub merge_slots: usize,
+    pub result: Expr,
+    pub result_type: Type,
+    pub stdlib: bool,
+}
+
+/// A user-defined function; its body reads the parameters as local slots.
+#[derive(Clone, Debug)]
+pub struct FunctionDef {
+    pub name: String,
+    pub params: Vec<(String, Type)>,
+    pub body: Expr,
+    pub result_type: Type,
+    pub stdlib: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum Stmt {
+    /// Set a local slot (a `let`, or a state field by its slot).
+    Set(usize, Expr),
+}
+
+#[derive(Clone, Debug)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub ty: Type,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug)]
+pub enum ExprKind {
+    Lit(Literal),
+    /// A field of the current record: a root and a path of record indices below it.
+    Field(Root, Vec<usize>),
+    Local(usize),
+    /// A field of a record-valued expression (a local holding a record).
+    Get(Box<Expr>, usize),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    IsNull(Box<Expr>, bool),
+    If(Box<Expr>, Box<Expr>, Box<Expr>),
+    List(Vec<Expr>),
+    Record(Vec<(String, Expr)>),
+    Builtin(Builtin, Vec<Expr>),
+    Function(Arc<FunctionDef>, Vec<Expr>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Root {
+    Value,
+    Key,
+    /// The n-th joined side's value / key.
+    Joined(usize),
+    JoinedKey(usize),
+}
+
+/// The built-in functions. Nothing here reads the clock, randomness or the environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    Lower,
+    Upper,
+    Trim,
+    Concat,
+    Len,
+    Substr,
+    Contains,
+    StartsWith,
+    EndsWith,
+    Abs,
+    Round,
+    Floor,
+    Ceil,
+    Sqrt,
+    Pow,
+    Coalesce,
+    Greatest,
+    Least,
+    ToString,
+    ToInt,
+    ToFloat,
+    EpochMs,
+    FromEpochMs,
+    Millis,
+}
+
+impl Builtin {
+    pub const ALL: &'static [(&'static str, Builtin)] = &[
+        ("lower", Builtin::Lower),
+        ("upper", Builtin::Upper),
+        ("trim", Builtin::Trim),
+        ("concat", Builtin::Concat),
+        ("len", Builtin::Len),
+        ("substr", Builtin::Substr),
+        ("contains", Builtin::Contains),
+        ("starts_with", Builtin::StartsWith),
+        ("ends_with", Builtin::EndsWith),
+        ("abs", Builtin::Abs),
+        ("round", Builtin::Round),
+        ("floor", Builtin::Floor),
+        ("ceil", Builtin::Ceil),
+        ("sqrt", Builtin::Sqrt),
+        ("pow", Builtin::Pow),
+        ("coalesce", Builtin::Coalesce),
+        ("greatest", Builtin::Greatest),
+        ("least", Builtin::Least),
+        ("to_string", Builtin::ToString),
+        ("to_int", Builtin::ToInt),
+        ("to_float", Builtin::ToFloat),
+        ("epoch_ms", Builtin::EpochMs),
+        ("from_epoch_ms", Builtin::FromEpochMs),
+        ("millis", Builtin::Millis),
+    ];
+
+    pub fn lookup(name: &str) -> Option<Builtin> {
+        Builtin::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
+    }
+
+    pub fn name(self) -> &'static str {
+        Builtin::ALL.iter().find(|(_, b)| *b == self).map(|(n, _)| *n).unwrap_or("?")
+    }
+}

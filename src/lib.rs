@@ -1,0 +1,29 @@
+//! streamc: a stream processor for a small declarative language.
+//!
+//! The stages, each a plain function over an owned type (see ARCHITECTURE.md):
+//! text → [`syntax::parse`] → [`ast::Program`] → [`check::check`] → [`hir::Program`]
+//! → [`plan::lower`] → [`plan::Topology`] → explain / runtime.
+
+pub mod ast;
+pub mod check;
+pub mod config;
+pub mod diag;
+pub mod explain;
+pub mod hir;
+pub mod plan;
+pub mod stdlib;
+pub mod syntax;
+pub mod types;
+
+use diag::Diagnostics;
+
+/// Parse and check a program with the standard library in scope.
+pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
+    let lib = stdlib::load().map_err(|d| d.clone())?;
+    let (ast, diags) = syntax::parse(source);
+    if !diags.is_empty() {
+        // Later stages would mostly repeat what the syntax errors already say.
+        return Err(diags);
+    }
+    check::check(&ast, source, lib)
+}

@@ -1,0 +1,438 @@
+//! [`hir::Program`] → [`Topology`]: the processor DAG, with its sub-topologies, state stores
+//! and topics. This is what `streamc explain` prints and what the runtime executes.
+//!
+//! Names follow CONVENTIONS.md and are derived from the query and the clause, never from
+//! counters, so an unrelated edit renames no state: a processor is `<query>-<clause-slug>`, a
+//! store `<query>-<clause-slug>`, its changelog `<app>-<store>-changelog`, a repartition topic
+//! `<app>-<query>-<clause-slug>-repartition`.
+//!
+//! Each query owns its sub-topologies and its stores, so replacing or dropping one query never
+//! touches another's state.
+
+use petgraph::algo::{is_cyclic_directed, toposort};
+use petgraph::graph::{DiGraph, NodeIndex};
+
+use crate::ast::{Duration, EmitMode, Format, WindowKind};
+use crate::hir::{self, AggFunc, Shape, StepKind};
+use crate::types::{RecordType, Type};
+
+#[derive(Clone, Debug)]
+pub struct Topology {
+    pub app: String,
+    pub graph: DiGraph<Node, Edge>,
+    pub subtopologies: Vec<SubTopology>,
+    pub stores: Vec<Store>,
+    pub topics: Vec<Topic>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SubTopology {
+    pub id: usize,
+    pub query: String,
+    /// Topics this sub-topology's tasks read (its partitions are the tasks).
+    pub sources: Vec<String>,
+    /// Its nodes in topological order.
+    pub nodes: Vec<NodeIndex>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Node {
+    pub name: String,
+    pub kind: NodeKind,
+    pub query: String,
+    pub subtopology: usize,
+    pub line: usize,
+    /// The clause it came from, first line.
+    pub clause: String,
+    pub stores: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub enum NodeKind {
+    Source { topic: String, from: String, table: bool },
+    Filter { pred: hir::Expr, table: bool },
+    Map { fields: Vec<(String, hir::Expr)>, table: bool },
+    Rekey { key: hir::Expr },
+    /// Writes records to a repartition topic, keyed by `key` (None: the current key).
+    RepartitionSink { topic: String, key: Option<hir::Expr> },
+    RepartitionSource { topic: String },
+    Aggregate(Box<hir::AggregateStep>),
+    /// Materializes a topic-fed table for a join.
+    TableSource { topic: String, table: String },
+    JoinTable { table: String, left: bool, global: bool },
+    JoinStream { stream: String, within: Duration, left: bool },
+    Sink { topic: String, format: Format },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Edge {
+    pub key: Type,
+    pub value: Type,
+    pub mode: EdgeMode,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum EdgeMode {
+    Forward,
+    Repartition { topic: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct Store {
+    pub name: String,
+    pub kind: StoreKind,
+    /// None for a global table, rebuilt from the control topic.
+    pub changelog: Option<String>,
+    pub node: String,
+    pub subtopology: Option<usize>,
+    pub key: Type,
+    pub value: Type,
+    pub tenant_scoped: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreKind {
+    KeyValue,
+    /// Windows of an aggregate; entries expire at window end + grace (stream time).
+    Window { window: hir::Window },
+    /// One side of a stream–stream join: records kept `within` of each other, plus grace.
+    JoinWindow { within: Duration },
+    /// A control-managed table that every task sees whole.
+    Global,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topic {
+    pub name: String,
+    pub role: TopicRole,
+    pub partitions: Partitions,
+    pub compacted: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TopicRole {
+    Source,
+    Sink,
+    Repartition,
+    Changelog,
+    DeadLetter,
+    Late,
+    Control,
+    ControlStatus,
+    Metrics,
+}
+
+impl TopicRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopicRole::Source => "source",
+            TopicRole::Sink => "sink",
+            TopicRole::Repartition => "repartition",
+            TopicRole::Changelog => "changelog",
+            TopicRole::DeadLetter => "dead letters",
+            TopicRole::Late => "late records",
+            TopicRole::Control => "control",
+            TopicRole::ControlStatus => "control status",
+            TopicRole::Metrics => "metrics",
+        }
+    }
+    pub fn internal(self) -> bool {
+        matches!(self, TopicRole::Repartition | TopicRole::Changelog)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Partitions {
+    /// Owned by someone else (an input or output topic): whatever it has.
+    External,
+    /// The largest partition count among the sources of these sub-topologies.
+    OfSubtopology(usize),
+    Fixed(u32),
+}
+
+/// Build the DAG of every query of the program.
+pub fn lower(program: &hir::Program, app: &str) -> Topology {
+    let mut l = Lowering { program, app, graph: DiGraph::new(), subs: Vec::new(), stores: Vec::new(), topics: Vec::new() };
+    for q in &program.queries {
+        l.query(q);
+    }
+    for s in &program.sources {
+        if s.is_global() {
+            l.stores.push(Store {
+                name: format!("{}-table", s.name),
+                kind: StoreKind::Global,
+                changelog: None,
+                node: String::new(),
+                subtopology: None,
+                key: s.key_type(),
+                value: Type::Record(s.value.clone()),
+                tenant_scoped: false,
+            });
+        }
+    }
+    for (name, role) in [
+        ("dlq", TopicRole::DeadLetter),
+        ("late", TopicRole::Late),
+        ("control", TopicRole::Control),
+        ("control-status", TopicRole::ControlStatus),
+        ("metrics", TopicRole::Metrics),
+    ] {
+        l.topic(format!("{app}-{name}"), role, Partitions::Fixed(1), role == TopicRole::ControlStatus);
+    }
+    debug_assert!(!is_cyclic_directed(&l.graph), "queries lower to a DAG");
+    let order = toposort(&l.graph, None).unwrap_or_else(|_| l.graph.node_indices().collect());
+    for n in order {
+        let s = l.graph[n].subtopology;
+        l.subs[s].nodes.push(n);
+    }
+    Topology { app: app.to_string(), graph: l.graph, subtopologies: l.subs, stores: l.stores, topics: l.topics }
+}
+
+struct Lowering<'a> {
+    program: &'a hir::Program,
+    app: &'a str,
+    graph: DiGraph<Node, Edge>,
+    subs: Vec<SubTopology>,
+    stores: Vec<Store>,
+    topics: Vec<Topic>,
+}
+
+fn edge(shape: &Shape, mode: EdgeMode) -> Edge {
+    Edge { key: shape.key.clone(), value: Type::Record(shape.value.clone()), mode }
+}
+
+impl Lowering<'_> {
+    fn topic(&mut self, name: String, role: TopicRole, partitions: Partitions, compacted: bool) {
+        if let Some(t) = self.topics.iter_mut().find(|t| t.name == name) {
+            // A topic read by one query and written by another keeps its first role.
+            t.role = t.role.min(role);
+            return;
+        }
+        self.topics.push(Topic { name, role, partitions, compacted });
+    }
+
+    fn new_sub(&mut self, query: &str) -> usize {
+        let id = self.subs.len();
+        self.subs.push(SubTopology { id, query: query.to_string(), sources: Vec::new(), nodes: Vec::new() });
+        id
+    }
+
+    fn node(&mut self, q: &hir::Query, sub: usize, name: String, kind: NodeKind, line: usize, clause: String) -> NodeIndex {
+        self.graph.add_node(Node { name, kind, query: q.name.clone(), subtopology: sub, line, clause, stores: Vec::new() })
+    }
+
+    fn store(&mut self, n: NodeIndex, name: String, kind: StoreKind, key: Type, value: Type, tenant_scoped: bool) {
+        let changelog = format!("{}-{}-changelog", self.app, name);
+        let sub = self.graph[n].subtopology;
+        self.topic(changelog.clone(), TopicRole::Changelog, Partitions::OfSubtopology(sub), true);
+        self.graph[n].stores.push(name.clone());
+        let node = self.graph[n].name.clone();
+        self.stores.push(Store { name, kind, changelog: Some(changelog), node, subtopology: Some(sub), key, value, tenant_scoped });
+    }
+
+    /// Cut the pipeline at a repartition topic: a sink in the current sub-topology, a source in
+    /// a new one. Returns the new source node and its sub-topology.
+    fn repartition(&mut self, q: &hir::Query, prev: NodeIndex, sub: usize, slug: &str, key: Option<hir::Expr>, out: &Shape, line: usize, clause: &str) -> (NodeIndex, usize) {
+        let topic = format!("{}-{}-{}-repartition", self.app, q.name, slug);
+        self.topic(topic.clone(), TopicRole::Repartition, Partitions::OfSubtopology(sub), false);
+        let sink = self.node(q, sub, format!("{}-{}-repartition-sink", q.name, slug), NodeKind::RepartitionSink { topic: topic.clone(), key }, line, clause.to_string());
+        self.graph.add_edge(prev, sink, edge(out, EdgeMode::Forward));
+        let new_sub = self.new_sub(&q.name);
+        self.subs[new_sub].sources.push(topic.clone());
+        let src = self.node(q, new_sub, format!("{}-{}-repartition-source", q.name, slug), NodeKind::RepartitionSource { topic: topic.clone() }, line, clause.to_string());
+        self.graph.add_edge(sink, src, edge(out, EdgeMode::Repartition { topic }));
+        (src, new_sub)
+    }
+
+    fn query(&mut self, q: &hir::Query) {
+        let program = self.program;
+        let input = &program.sources[q.input];
+        let mut sub = self.new_sub(&q.name);
+        let topic = input.topic.clone().unwrap_or_default();
+        self.topic(topic.clone(), TopicRole::Source, Partitions::External, false);
+        self.subs[sub].sources.push(topic.clone());
+        let table = input.kind == hir::SourceKind::Table;
+        let mut prev = self.node(
+            q,
+            sub,
+            format!("{}-from", q.name),
+            NodeKind::Source { topic, from: input.name.clone(), table },
+            q.from_line,
+            format!("from {}", input.name),
+        );
+        let mut shape = Shape {
+            key: input.key_type(),
+            value: input.value.clone(),
+            key_name: None,
+            key_field: None,
+            partitioned: true,
+            joined: Vec::new(),
+            table,
+            windowed: false,
+            tenant_scoped: input.tenant.is_some(),
+        };
+        for step in &q.steps {
+            let name = format!("{}-{}", q.name, step.slug);
+            let (kind, line, clause) = (step.kind.clone(), step.line, step.text.clone());
+            let n = match kind {
+                StepKind::Filter(pred) => self.node(q, sub, name, NodeKind::Filter { pred, table: shape.table }, line, clause),
+                StepKind::Map(fields) => self.node(q, sub, name, NodeKind::Map { fields, table: shape.table }, line, clause),
+                StepKind::Rekey(key) => self.node(q, sub, name, NodeKind::Rekey { key }, line, clause),
+                StepKind::Aggregate(a) => {
+                    if a.repartition {
+                        let key = if a.group.len() == 1 { Some(a.group[0].1.clone()) } else { None };
+                        let mut cut = shape.clone();
+                        cut.key = step.out.key.clone();
+                        let (src, s) = self.repartition(q, prev, sub, &a.group_slug, key, &cut, a.group_line, &a.group_text);
+                        prev = src;
+                        sub = s;
+                        shape = cut;
+                    }
+                    let kind = match a.window {
+                        Some(w) => StoreKind::Window { window: w },
+                        None => StoreKind::KeyValue,
+                    };
+                    let state = Type::Record(RecordType { fields: a.aggs.iter().map(|c| (c.name.clone(), state_type(&c.func, &c.ty))).collect() });
+                    let n = self.node(q, sub, name.clone(), NodeKind::Aggregate(a), line, clause);
+                    self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
+                    self.store(n, name, kind, step.out.key.clone(), state, shape.tenant_scoped);
+                    prev = n;
+                    shape = step.out.clone();
+                    continue;
+                }
+                StepKind::JoinTable { table, left, repartition, on } => {
+                    let t = &program.sources[table];
+                    if repartition {
+                        let mut cut = shape.clone();
+                        cut.key = on.ty.clone();
+                        let (src, s) = self.repartition(q, prev, sub, &step.slug, Some(on), &cut, line, &clause);
+                        prev = src;
+                        sub = s;
+                        shape = cut;
+                    }
+                    let global = t.is_global();
+                    let n = self.node(q, sub, name.clone(), NodeKind::JoinTable { table: t.name.clone(), left, global }, line, clause.clone());
+                    if global {
+                        self.graph[n].stores.push(format!("{}-table", t.name));
+                    } else {
+                        let ttopic = t.topic.clone().unwrap_or_default();
+                        self.topic(ttopic.clone(), TopicRole::Source, Partitions::External, false);
+                        self.subs[sub].sources.push(ttopic.clone());
+                        let ts = self.node(q, sub, format!("{name}-source"), NodeKind::TableSource { topic: ttopic, table: t.name.clone() }, t.line, format!("table {}", t.name));
+                        let tshape = Edge { key: t.key_type(), value: Type::Record(t.value.clone()), mode: EdgeMode::Forward };
+                        self.store(ts, name.clone(), StoreKind::KeyValue, t.key_type(), Type::Record(t.value.clone()), t.tenant.is_some());
+                        self.graph[n].stores.push(name.clone());
+                        self.graph.add_edge(ts, n, tshape);
+                    }
+                    n
+                }
+                StepKind::JoinStream { stream, within, left, repartition, on } => {
+                    let o = &program.sources[stream];
+                    if repartition {
+                        let mut cut = shape.clone();
+                        cut.key = on.ty.clone();
+                        let (src, s) = self.repartition(q, prev, sub, &step.slug, Some(on), &cut, line, &clause);
+                        prev = src;
+                        sub = s;
+                        shape = cut;
+                    }
+                    let n = self.node(q, sub, name.clone(), NodeKind::JoinStream { stream: o.name.clone(), within, left }, line, clause.clone());
+                    let otopic = o.topic.clone().unwrap_or_default();
+                    self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
+                    self.subs[sub].sources.push(otopic.clone());
+                    let os = self.node(q, sub, format!("{name}-source"), NodeKind::Source { topic: otopic, from: o.name.clone(), table: false }, o.line, format!("stream {}", o.name));
+                    self.graph.add_edge(os, n, Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward });
+                    let scoped = shape.tenant_scoped;
+                    self.store(n, format!("{name}-left"), StoreKind::JoinWindow { within }, shape.key.clone(), Type::Record(shape.value.clone()), scoped);
+                    self.store(n, format!("{name}-right"), StoreKind::JoinWindow { within }, o.key_type(), Type::Record(o.value.clone()), scoped);
+                    n
+                }
+            };
+            self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
+            prev = n;
+            shape = step.out.clone();
+        }
+        let sink_topic = q.sink.topic.clone();
+        self.topic(sink_topic.clone(), TopicRole::Sink, Partitions::External, false);
+        let n = self.node(q, sub, format!("{}-to", q.name), NodeKind::Sink { topic: sink_topic, format: q.sink.format }, q.sink.line, q.sink.text.clone());
+        self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
+    }
+}
+
+/// What an aggregate keeps per key (and window), for explain.
+fn state_type(f: &AggFunc, result: &Type) -> Type {
+    match f {
+        AggFunc::Count => Type::Int,
+        AggFunc::Sum | AggFunc::Min | AggFunc::Max => result.clone(),
+        AggFunc::User(d) => Type::Record(RecordType { fields: d.state.clone() }),
+    }
+}
+
+impl NodeKind {
+    /// The node's kind, as explain names it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            NodeKind::Source { table: false, .. } => "source",
+            NodeKind::Source { table: true, .. } => "table source",
+            NodeKind::Filter { table: false, .. } => "filter",
+            NodeKind::Filter { table: true, .. } => "table filter",
+            NodeKind::Map { table: false, .. } => "map",
+            NodeKind::Map { table: true, .. } => "table map",
+            NodeKind::Rekey { .. } => "rekey",
+            NodeKind::RepartitionSink { .. } => "repartition sink",
+            NodeKind::RepartitionSource { .. } => "repartition source",
+            NodeKind::Aggregate(a) if a.window.is_some() => "window aggregate",
+            NodeKind::Aggregate(_) => "aggregate",
+            NodeKind::TableSource { .. } => "table source",
+            NodeKind::JoinTable { left: false, .. } => "stream-table join",
+            NodeKind::JoinTable { left: true, .. } => "stream-table left join",
+            NodeKind::JoinStream { left: false, .. } => "stream-stream join",
+            NodeKind::JoinStream { left: true, .. } => "stream-stream left join",
+            NodeKind::Sink { .. } => "sink",
+        }
+    }
+
+    /// A one-line description of what the node does.
+    pub fn describe(&self) -> String {
+        match self {
+            NodeKind::Source { topic, from, .. } => format!("reads `{from}` from topic {topic}"),
+            NodeKind::Filter { table: true, .. } => "keeps rows that match; a row that stops matching is deleted (tombstone)".into(),
+            NodeKind::Filter { .. } => "keeps records that match".into(),
+            NodeKind::Map { fields, .. } => format!("value {{{}}}", fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")),
+            NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
+            NodeKind::RepartitionSink { topic, key } => match key {
+                Some(_) => format!("writes to {topic}, keyed by the new key"),
+                None => format!("writes to {topic}, keyed by the composite group key"),
+            },
+            NodeKind::RepartitionSource { topic } => format!("reads {topic}"),
+            NodeKind::Aggregate(a) => {
+                let aggs: Vec<String> = a.aggs.iter().map(|c| format!("{}={}", c.name, c.func.name())).collect();
+                let w = match &a.window {
+                    Some(w) => format!("{}, grace {} (effective), ", window_desc(&w.kind), w.grace),
+                    None => String::new(),
+                };
+                let emit = match a.emit {
+                    EmitMode::Changes => "emit changes",
+                    EmitMode::Final => "emit final",
+                };
+                let group: Vec<&str> = a.group.iter().map(|(n, _)| n.as_str()).collect();
+                let how = if a.repartition { "repartitioned by it" } else { "already partitioned by it: no repartition" };
+                format!("group by {} ({how}); {w}{}; {emit}", group.join(", "), aggs.join(", "))
+            }
+            NodeKind::TableSource { topic, table } => format!("materializes table `{table}` from topic {topic}"),
+            NodeKind::JoinTable { table, global: true, .. } => format!("looks up the control-managed table `{table}` (global: every task sees all of it)"),
+            NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
+            NodeKind::JoinStream { stream, within, .. } => format!("matches `{stream}` records at most {within} apart"),
+            NodeKind::Sink { topic, format } => format!("writes to topic {topic} as {}", if *format == Format::Json { "json" } else { "string" }),
+        }
+    }
+}
+
+pub fn window_desc(w: &WindowKind) -> String {
+    match w {
+        WindowKind::Tumbling { size } => format!("tumbling {size}"),
+        WindowKind::Hopping { size, advance } => format!("hopping {size} advance {advance}"),
+        WindowKind::Sliding { size } => format!("sliding {size}"),
+        WindowKind::Session { gap } => format!("session gap {gap}"),
+    }
+}
