@@ -357,3 +357,212 @@ pub enum ReplaceMode {
     Reprocess,
     FreshState,
 }
+
+// ---------------------------------------------------------------------- outline
+
+/// A compact, fully parenthesized rendering of the tree: one line per item and clause. Used by
+/// the parse snapshots, and to show how an expression was grouped.
+pub fn outline(p: &Program) -> String {
+    let mut o = String::new();
+    for item in &p.items {
+        match item {
+            Item::Stream(d) | Item::Table(d) => {
+                let kw = if matches!(item, Item::Stream(_)) { "stream" } else { "table" };
+                let topic = d.topic.as_ref().map(|t| format!(" from {:?}", t.node)).unwrap_or_default();
+                o += &format!("{kw} {}{topic} @{}..{}\n", d.name.node, d.span.start, d.span.end);
+                for it in &d.items {
+                    let line = match &it.node {
+                        DeclItem::Key { name, ty: None } => format!("key {}", name.node),
+                        DeclItem::Key { name, ty: Some(t) } => format!("key {}: {}", name.node, t.node),
+                        DeclItem::ValueJson { explicit_format, fields } => {
+                            format!("value{} {}", if *explicit_format { " json" } else { "" }, TypeExpr::Record(fields.clone()))
+                        }
+                        DeclItem::ValueString { name } => format!("value string as {}", name.as_ref().map(|n| n.node.as_str()).unwrap_or("value")),
+                        DeclItem::Time(t) => format!("time {}", t.node),
+                        DeclItem::TenantField(t) => format!("tenant {}", t.node),
+                        DeclItem::TenantHeader(h) => format!("tenant header {:?}", h.node),
+                    };
+                    o += &format!("  {line}\n");
+                }
+            }
+            Item::Query(q) => outline_query(&mut o, q, ""),
+            Item::Aggregate(a) => {
+                o += &format!("aggregate {}({}) -> {}\n", a.name.node, params(&a.params), a.result_type.node);
+                o += &format!("  init {}\n", record(&a.init));
+                o += &format!("  update {}\n", stmts(&a.update));
+                if let Some(m) = &a.merge {
+                    o += &format!("  merge {}\n", stmts(m));
+                }
+                o += &format!("  result {}\n", a.result.node);
+            }
+            Item::Function(f) => {
+                o += &format!("function {}({}) -> {} = {}\n", f.name.node, params(&f.params), f.result_type.node, f.body.node);
+            }
+        }
+    }
+    o
+}
+
+/// One control statement, outlined like [`outline`].
+pub fn outline_statement(s: &Statement) -> String {
+    let mut o = String::new();
+    let prefix = s.tenant.as_ref().map(|t| format!("for tenant {:?} ", t.node)).unwrap_or_default();
+    match &s.body {
+        StatementBody::Update { table, key, value } => o += &format!("{prefix}update {}[{}] = {}\n", table.node, key.node, value.node),
+        StatementBody::Delete { table, key } => o += &format!("{prefix}delete {}[{}]\n", table.node, key.node),
+        StatementBody::Purge => o += &format!("{prefix}purge\n"),
+        StatementBody::NewQuery(q) => outline_query(&mut o, q, &prefix),
+        StatementBody::Replace { query, mode } => {
+            let m = match mode.as_ref().map(|m| m.node) {
+                Some(ReplaceMode::Reprocess) => " with reprocess",
+                Some(ReplaceMode::FreshState) => " with fresh state",
+                None => "",
+            };
+            outline_query(&mut o, query, &format!("{prefix}replace{m} "));
+        }
+        StatementBody::Drop(q) => o += &format!("{prefix}drop query {}\n", q.node),
+    }
+    o
+}
+
+fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
+    *o += &format!("{prefix}query {} @{}..{}\n", q.name.node, q.span.start, q.span.end);
+    for c in &q.clauses {
+        let body = match &c.node {
+            Clause::From(s) => s.node.clone(),
+            Clause::Where(e) | Clause::KeyBy(e) => e.node.to_string(),
+            Clause::Select(items) => items
+                .iter()
+                .map(|i| match &i.node {
+                    SelectItem::Star => "*".to_string(),
+                    SelectItem::Named(n, e) => format!("{} = {}", n.node, e.node),
+                    SelectItem::Path(p) => p.iter().map(|i| i.node.as_str()).collect::<Vec<_>>().join("."),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Clause::GroupBy(items) => items
+                .iter()
+                .map(|g| match &g.alias {
+                    Some(a) => format!("{} as {}", g.expr.node, a.node),
+                    None => g.expr.node.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Clause::Window { kind, grace } => {
+                let g = grace.as_ref().map(|g| format!(" grace {}", g.node)).unwrap_or_default();
+                format!("{kind:?}{g}")
+            }
+            Clause::Aggregate(items) => items
+                .iter()
+                .map(|a| {
+                    let args = if a.star { "*".to_string() } else { a.args.iter().map(|e| e.node.to_string()).collect::<Vec<_>>().join(", ") };
+                    format!("{} = {}({args})", a.name.node, a.func.node)
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            Clause::Emit(m) => format!("{m:?}").to_lowercase(),
+            Clause::Join { other, within, on, .. } => {
+                let w = within.as_ref().map(|w| format!(" within {}", w.node)).unwrap_or_default();
+                format!("{}{w} on {}", other.node, on.node)
+            }
+            Clause::To { topic, format } => format!("{:?}{}", topic.node, format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default()),
+        };
+        *o += &format!("  {} {body} @{}..{}\n", c.node.keyword(), c.span.start, c.span.end);
+    }
+}
+
+fn params(ps: &[Param]) -> String {
+    ps.iter().map(|p| format!("{}: {}", p.name.node, p.ty.node)).collect::<Vec<_>>().join(", ")
+}
+
+fn record(fs: &[(Ident, Node<Expr>)]) -> String {
+    format!("{{{}}}", fs.iter().map(|(n, e)| format!("{} = {}", n.node, e.node)).collect::<Vec<_>>().join(", "))
+}
+
+fn stmts(ss: &[Node<Stmt>]) -> String {
+    let parts: Vec<String> = ss
+        .iter()
+        .map(|s| match &s.node {
+            Stmt::Let(n, e) => format!("let {} = {}", n.node, e.node),
+            Stmt::Assign(n, e) => format!("{} = {}", n.node, e.node),
+        })
+        .collect();
+    format!("{{ {} }}", parts.join("; "))
+}
+
+impl fmt::Display for TypeExpr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TypeExpr::Prim(p) => write!(f, "{p}"),
+            TypeExpr::List(t) => write!(f, "list<{}>", t.node),
+            TypeExpr::Nullable(t) => write!(f, "{}?", t.node),
+            TypeExpr::Record(fields) => {
+                f.write_str("{")?;
+                for (i, fd) in fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}: {}", fd.name.node, fd.ty.node)?;
+                }
+                f.write_str("}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for Literal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Literal::Int(i) => write!(f, "{i}"),
+            Literal::Float(x) => write!(f, "{x:?}"),
+            Literal::String(s) => write!(f, "{s:?}"),
+            Literal::Bool(b) => write!(f, "{b}"),
+            Literal::Duration(d) => write!(f, "{d}"),
+            Literal::Null => f.write_str("null"),
+        }
+    }
+}
+
+/// Fully parenthesized, so that the grouping the parser chose is visible.
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Lit(l) => write!(f, "{l}"),
+            Expr::Path(p) => {
+                for (i, s) in p.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(".")?;
+                    }
+                    f.write_str(&s.node)?;
+                }
+                Ok(())
+            }
+            Expr::Call { func, args } => {
+                write!(f, "{}(", func.node)?;
+                for (i, a) in args.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}", a.node)?;
+                }
+                f.write_str(")")
+            }
+            Expr::Unary { op: UnOp::Not, expr } => write!(f, "(not {})", expr.node),
+            Expr::Unary { op: UnOp::Neg, expr } => write!(f, "(-{})", expr.node),
+            Expr::Binary { op, lhs, rhs } => write!(f, "({} {} {})", lhs.node, op.symbol(), rhs.node),
+            Expr::IsNull { expr, negated } => write!(f, "({} is {}null)", expr.node, if *negated { "not " } else { "" }),
+            Expr::If { cond, then, otherwise } => write!(f, "(if {} then {} else {})", cond.node, then.node, otherwise.node),
+            Expr::List(items) => {
+                f.write_str("[")?;
+                for (i, a) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{}", a.node)?;
+                }
+                f.write_str("]")
+            }
+            Expr::Record(fields) => write!(f, "{}", record(fields)),
+        }
+    }
+}

@@ -1457,7 +1457,7 @@ impl<'a> Checker<'a> {
         } else {
             let mut cands: Vec<&str> = Builtin::ALL.iter().map(|(n, _)| *n).collect();
             cands.extend(self.functions.iter().map(|f| f.name.as_str()));
-            did_you_mean(name, cands.iter().copied()).unwrap_or_else(|| "see the function list in the language reference".into())
+            did_you_mean(name, cands.iter().copied()).unwrap_or_else(|| format!("functions: {}", cands.join(", ")))
         };
         let code = if self.user_defs.contains_key(name) { Code::Recursion } else { Code::UnknownFunction };
         self.err(Diagnostic::new(code, func.span, format!("unknown function `{name}`")).label("not a function").help(help));

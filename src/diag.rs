@@ -91,10 +91,10 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(code: Code, span: Span, message: impl Into<String>) -> Self {
-        Diagnostic { code, message: message.into(), span, label: String::new(), help: None, related: Vec::new() }
+        Diagnostic { code, message: articles(message.into()), span, label: String::new(), help: None, related: Vec::new() }
     }
     pub fn label(mut self, label: impl Into<String>) -> Self {
-        self.label = label.into();
+        self.label = articles(label.into());
         self
     }
     pub fn help(mut self, help: impl Into<String>) -> Self {
@@ -116,6 +116,18 @@ impl Diagnostic {
             *s = Span::new(s.start + offset, s.end + offset);
         }
         self
+    }
+}
+
+/// "a int" → "an int": messages say "a {type}", and `int` is the one type name that needs "an".
+fn articles(s: String) -> String {
+    if !s.contains("a int") {
+        return s;
+    }
+    let fixed = s.replace(" a int", " an int");
+    match fixed.strip_prefix("a int") {
+        Some(rest) => format!("an int{rest}"),
+        None => fixed,
     }
 }
 

@@ -354,3 +354,68 @@ impl Builtin {
         Builtin::ALL.iter().find(|(_, b)| *b == self).map(|(n, _)| *n).unwrap_or("?")
     }
 }
+
+impl Program {
+    /// A readable summary of what the checker resolved: sources with their keys, times and
+    /// schemas, and each query's steps with the shape of the records after each. Used by the
+    /// check snapshots.
+    pub fn summary(&self) -> String {
+        let mut o = String::new();
+        for s in &self.sources {
+            let topic = s.topic.as_deref().map(|t| format!(" from {t:?}")).unwrap_or_else(|| " (control-managed)".into());
+            let key = match &s.key {
+                KeySpec::Field(i) => format!("field {}", s.value.fields[*i].0),
+                KeySpec::Named(n, t) => format!("{n}: {t}"),
+                KeySpec::Raw => "the record key".into(),
+            };
+            let time = s.time.map(|i| s.value.fields[i].0.clone()).unwrap_or_else(|| "record timestamp".into());
+            o += &format!("{:?} {}{topic}: key {key}; time {time}; {:?} {}", s.kind, s.name, s.format, s.value).to_lowercase();
+            if let Some(t) = &s.tenant {
+                o += &format!("; tenant {t:?}");
+            }
+            o += "\n";
+        }
+        for q in &self.queries {
+            o += &format!("query {} from {}\n", q.name, self.sources[q.input].name);
+            for st in &q.steps {
+                let what = match &st.kind {
+                    StepKind::Filter(_) => "filter".to_string(),
+                    StepKind::Map(_) => "map".to_string(),
+                    StepKind::Rekey(_) => "rekey".to_string(),
+                    StepKind::Aggregate(a) => format!(
+                        "aggregate by {}{}{} [{}] emit {:?}",
+                        a.group.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
+                        if a.repartition { " (repartition)" } else { "" },
+                        a.window.map(|w| format!(" window {:?} grace {}", w.kind, w.grace)).unwrap_or_default(),
+                        a.aggs.iter().map(|c| format!("{} = {}: {}", c.name, c.func.name(), c.ty)).collect::<Vec<_>>().join(", "),
+                        a.emit
+                    ),
+                    StepKind::JoinTable { table, left, repartition, .. } => {
+                        format!("{}join table {}{}", if *left { "left " } else { "" }, self.sources[*table].name, if *repartition { " (repartition)" } else { "" })
+                    }
+                    StepKind::JoinStream { stream, within, left, repartition, .. } => format!(
+                        "{}join stream {} within {within}{}",
+                        if *left { "left " } else { "" },
+                        self.sources[*stream].name,
+                        if *repartition { " (repartition)" } else { "" }
+                    ),
+                };
+                let joined: String = st.out.joined.iter().map(|j| format!(" + {}{}", j.name, if j.optional { "?" } else { "" })).collect();
+                o += &format!("  {} [{}] -> key {}, value {}{joined}{}\n", st.slug, what, st.out.key, st.out.value, if st.out.table { " (table)" } else { "" });
+            }
+            o += &format!("  to {:?} {:?}\n", q.sink.topic, q.sink.format);
+        }
+        for a in self.aggregates.iter().filter(|a| !a.stdlib) {
+            o += &format!("aggregate {}({}) -> {}; state {}; merge: {}\n",
+                a.name,
+                a.params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", "),
+                a.result_type,
+                RecordType { fields: a.state.clone() },
+                a.merge.is_some());
+        }
+        for f in self.functions.iter().filter(|f| !f.stdlib) {
+            o += &format!("function {}({}) -> {}\n", f.name, f.params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", "), f.result_type);
+        }
+        o
+    }
+}

@@ -197,8 +197,14 @@ struct Lowering<'a> {
     topics: Vec<Topic>,
 }
 
+/// The edge carrying records of this shape: the value, plus each joined side as a record
+/// field under its name (nullable after a left join).
 fn edge(shape: &Shape, mode: EdgeMode) -> Edge {
-    Edge { key: shape.key.clone(), value: Type::Record(shape.value.clone()), mode }
+    let mut value = shape.value.clone();
+    for j in &shape.joined {
+        value.fields.push((j.name.clone(), Type::Record(j.value.clone()).nullable_if(j.optional)));
+    }
+    Edge { key: shape.key.clone(), value: Type::Record(value), mode }
 }
 
 impl Lowering<'_> {

@@ -56,7 +56,13 @@ pub fn parse_statement(text: &str) -> Result<Statement, Diagnostics> {
         return Err(vec![too_large(text.len())]);
     }
     let mut b = Builder { offset: 0, diags: Vec::new() };
-    let pairs = StreamParser::parse(Rule::statement, text).map_err(|e| vec![syntax_error(&e, text)])?;
+    let pairs = StreamParser::parse(Rule::statement, text).map_err(|e| {
+        let mut d = syntax_error(&e, text);
+        if d.label == "not expected here" {
+            d.label = "expected a statement: `update`, `delete`, `query`, `replace`, `drop` or `for tenant \"t\" …`".into();
+        }
+        vec![d]
+    })?;
     let Some(root) = pairs.into_iter().next() else {
         return Err(vec![Diagnostic::new(Code::Syntax, Span::new(0, 0), "empty statement")]);
     };

@@ -1,0 +1,137 @@
+//! The `streamc` binary as a user runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn streamc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("streamc-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn explain_stats_shows_the_store_and_its_changelog_and_no_repartition() {
+    let o = streamc(&["explain", "examples/stats.stream"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("1 sub-topology"), "{out}");
+    assert!(out.contains("store: stock_stats-aggregate"), "{out}");
+    assert!(out.contains("changelog stats-stock_stats-aggregate-changelog (compacted)"), "{out}");
+    assert!(!out.contains("-repartition"), "no repartition topic or node: {out}");
+    assert!(out.contains("no repartition"), "{out}");
+    assert!(out.contains("grace 1s (effective)"), "{out}");
+}
+
+#[test]
+fn grouping_by_another_field_adds_a_repartition_topic_and_a_sub_topology() {
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/stats.stream")).unwrap();
+    let changed = src.replace("group by ticker", "group by size");
+    assert_ne!(src, changed);
+    let dir = temp_dir("size");
+    let file = dir.join("stats.stream");
+    std::fs::write(&file, changed).unwrap();
+    let o = streamc(&["explain", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("2 sub-topologies"), "{out}");
+    assert!(out.contains("Sub-topology 1"), "{out}");
+    assert!(out.contains("stats-stock_stats-group-by-size-repartition  repartition"), "{out}");
+}
+
+#[test]
+fn check_reports_three_independent_mistakes_and_fails() {
+    let o = streamc(&["check", "tests/errors/three_mistakes.stream"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.matches('×').count(), 3, "{err}");
+    for code in ["E0201", "E0306", "E0200"] {
+        assert!(err.contains(code), "{code} missing from {err}");
+    }
+    assert!(err.contains("did you mean `price`?"), "{err}");
+    assert!(err.contains("three_mistakes.stream:10:9"), "the first error points at line 10, column 9:\n{err}");
+}
+
+#[test]
+fn check_accepts_every_example() {
+    let mut files: Vec<String> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
+        .unwrap()
+        .map(|e| format!("examples/{}", e.unwrap().file_name().to_string_lossy()))
+        .filter(|f| f.ends_with(".stream"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5);
+    let mut args = vec!["check"];
+    args.extend(files.iter().map(String::as_str));
+    let o = streamc(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).matches(": ok").count(), files.len());
+}
+
+#[test]
+fn explain_formats_and_query_filter() {
+    let o = streamc(&["explain", "examples/orders.stream", "--format", "json", "--query", "big_spenders"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let subs = v["subtopologies"].as_array().unwrap();
+    assert_eq!(subs.len(), 2);
+    assert!(subs.iter().all(|s| s["query"] == "big_spenders"));
+    let topics: Vec<&str> = v["topics"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(topics.contains(&"orders-big_spenders-group-by-customer-repartition"), "{topics:?}");
+    assert!(!topics.iter().any(|t| t.contains("paid_orders")), "{topics:?}");
+
+    let dot = stdout(&streamc(&["explain", "examples/stats.stream", "--format", "dot"]));
+    assert!(dot.starts_with("digraph") && dot.contains("shape=cylinder"), "{dot}");
+    let mermaid = stdout(&streamc(&["explain", "examples/stats.stream", "--format", "mermaid"]));
+    assert!(mermaid.starts_with("flowchart TD"), "{mermaid}");
+}
+
+#[test]
+fn application_id_from_config_names_the_topics() {
+    let o = streamc(&["explain", "examples/stats.stream", "--set", "application.id=prod-stats"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("prod-stats-stock_stats-aggregate-changelog"));
+    let dir = temp_dir("cfg");
+    let cfg = dir.join("c.yaml");
+    std::fs::write(&cfg, "application:\n  id: from-file\n").unwrap();
+    let o = streamc(&["explain", "examples/stats.stream", "--config", cfg.to_str().unwrap()]);
+    assert!(stdout(&o).contains("from-file-stock_stats-aggregate-changelog"), "{}", stderr(&o));
+}
+
+#[test]
+fn usage_errors_are_clear() {
+    let o = streamc(&["explain", "examples/stats.stream", "--set", "no.such.key=1"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown field `no`"), "{}", stderr(&o));
+    let o = streamc(&["explain", "examples/stats.stream", "--query", "nope"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("no query `nope`"), "{}", stderr(&o));
+    let o = streamc(&["check", "does/not/exist.stream"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn check_a_control_statement_against_a_program() {
+    let o = streamc(&["check", "examples/alerts.stream", "--statement", "update watch[\"AAPL\"] = { note = \"x\", threshold = 1.0 }"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("statement: ok"));
+    let o = streamc(&["check", "examples/alerts.stream", "--statement", "update limits[\"AAPL\"] = { max_price = 1.0 }"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("E0700"), "{}", stderr(&o));
+}

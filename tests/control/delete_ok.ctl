@@ -1,0 +1,2 @@
+# program: examples/alerts.stream
+delete watch["MSFT"]

@@ -1,0 +1,2 @@
+# program: examples/stats.stream
+drop query stock_stats

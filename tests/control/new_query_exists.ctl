@@ -1,0 +1,5 @@
+# program: examples/stats.stream
+query stock_stats {
+  from trades
+  to "x"
+}

@@ -1,0 +1,2 @@
+# program: examples/stats.stream
+stream evil from "x" { value json { a: int } }

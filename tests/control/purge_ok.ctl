@@ -1,0 +1,2 @@
+# program: examples/tenants.stream
+for tenant "acme" purge

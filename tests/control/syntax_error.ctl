@@ -1,0 +1,2 @@
+# program: examples/stats.stream
+update watch["x" = 3

@@ -1,0 +1,2 @@
+# program: examples/alerts.stream
+for tenant "acme" drop query alerts

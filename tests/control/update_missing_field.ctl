@@ -1,0 +1,2 @@
+# program: examples/alerts.stream
+update watch["AAPL"] = { threshold = 250.0 }

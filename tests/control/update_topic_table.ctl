@@ -1,0 +1,2 @@
+# program: examples/alerts.stream
+update limits["AAPL"] = { max_price = 10.0 }

@@ -1,0 +1,221 @@
+//! Bounded random testing inside `cargo test`, against rules rather than only for panics:
+//!
+//! * mutation: corpus programs with random edits must never panic the front end, every
+//!   diagnostic's span must lie in the text, and a mutant that checks must lower to a DAG that
+//!   renders in every format with no unresolved type in it;
+//! * generation: random expressions built to have a known type must check, and the checker
+//!   must infer exactly that type. The expected type comes from the generator, not the checker.
+
+mod common;
+
+use streamc::explain::ExplainFormat;
+
+/// SplitMix64: small, deterministic, and good enough to drive test cases.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.below(xs.len())]
+    }
+}
+
+fn corpus() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["examples", "tests/programs", "tests/errors"] {
+        let mut entries: Vec<_> = std::fs::read_dir(root.join(dir)).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        for p in entries {
+            if p.extension().is_some_and(|e| e == "stream") {
+                files.push(std::fs::read_to_string(p).unwrap());
+            }
+        }
+    }
+    files
+}
+
+const TOKENS: &[&str] = &[
+    "(", ")", "{", "}", "[", "]", ",", ";", ".", "=", "==", "+", "-", "*", "/", "%", "<", ">=", "?", "`", "\"", "#",
+    "\n", " ", "and", "or", "not", "if", "then", "else", "null", "is", "in", "from", "where", "select", "group by",
+    "window", "tumbling 5s", "session gap 1m", "hopping 5s advance 1s", "grace 1s", "aggregate", "emit final",
+    "join", "left join", "within 5s", "on", "to", "key by", "count()", "sum(x)", "avg(", "query q", "stream",
+    "table", "é", "\u{1F600}", "0", "1.5", "99999999999999999999", "5s", "price", "ticker", "limits.max_price",
+];
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn mutate(rng: &mut Rng, src: &str) -> String {
+    let mut s = src.to_string();
+    for _ in 0..1 + rng.below(3) {
+        let bounds: Vec<usize> = (0..=s.len()).filter(|i| s.is_char_boundary(*i)).collect();
+        let a = *rng.pick(&bounds);
+        let b = *rng.pick(&bounds);
+        let (lo, hi) = (a.min(b), a.max(b));
+        match rng.below(4) {
+            0 => {
+                let end = floor_boundary(&s, hi.min(lo + 12));
+                s.replace_range(lo..end, "");
+            }
+            1 => s.insert_str(a, *rng.pick(TOKENS)),
+            2 => {
+                let piece = s[lo..floor_boundary(&s, hi.min(lo + 40))].to_string();
+                s.insert_str(hi, &piece);
+            }
+            _ => {
+                let tok = rng.pick(TOKENS).to_string();
+                let end = bounds.iter().copied().find(|i| *i > a).unwrap_or(a);
+                s.replace_range(a..end, &tok);
+            }
+        }
+    }
+    s
+}
+
+#[test]
+fn mutated_programs_never_break_the_rules() {
+    let mut rng = Rng(0x5eed);
+    let corpus = corpus();
+    let (mut checked, mut rejected) = (0, 0);
+    for round in 0..2_000 {
+        let src = mutate(&mut rng, &corpus[round % corpus.len()]);
+        match common::compile(&src) {
+            Err(d) => {
+                assert!(!d.is_empty());
+                assert!(common::spans_valid(&d, &src), "bad span for:\n{src}");
+                let _ = common::render(&d, "mutant.stream", &src);
+                rejected += 1;
+            }
+            Ok(p) => {
+                checked += 1;
+                assert!(!p.summary().contains("<error>"), "an error type survived checking:\n{src}");
+                for f in [ExplainFormat::Text, ExplainFormat::Dot, ExplainFormat::Mermaid, ExplainFormat::Json] {
+                    let out = common::explain(&p, "mutant", f);
+                    assert!(!out.contains("<error>"), "{out}");
+                    if f == ExplainFormat::Json {
+                        serde_json::from_str::<serde_json::Value>(&out).unwrap();
+                    }
+                }
+                let topo = common::topology(&p, "mutant");
+                assert!(!petgraph::algo::is_cyclic_directed(&topo.graph));
+            }
+        }
+    }
+    // Both outcomes must actually be exercised.
+    assert!(checked > 50 && rejected > 500, "checked {checked}, rejected {rejected}");
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum T {
+    Int,
+    Float,
+    Str,
+    Bool,
+    Ts,
+    Dur,
+}
+
+impl T {
+    fn name(self) -> &'static str {
+        match self {
+            T::Int => "int",
+            T::Float => "float",
+            T::Str => "string",
+            T::Bool => "bool",
+            T::Ts => "timestamp",
+            T::Dur => "duration",
+        }
+    }
+}
+
+/// An expression of type `t`, by construction.
+fn gen(rng: &mut Rng, t: T, depth: usize) -> String {
+    let leaf = depth == 0 || rng.below(4) == 0;
+    let g = |t: T, rng: &mut Rng| gen(rng, t, depth.saturating_sub(1));
+    match t {
+        T::Int if leaf => rng.pick(&["i", "0", "42", "coalesce(ni, 7)"]).to_string(),
+        T::Int => match rng.below(7) {
+            0 => format!("({} + {})", g(T::Int, rng), g(T::Int, rng)),
+            1 => format!("({} * {} - {})", g(T::Int, rng), g(T::Int, rng), g(T::Int, rng)),
+            2 => format!("-{}", g(T::Int, rng)),
+            3 => format!("len({})", g(T::Str, rng)),
+            4 => format!("(if {} then {} else {})", g(T::Bool, rng), g(T::Int, rng), g(T::Int, rng)),
+            5 => format!("epoch_ms({})", g(T::Ts, rng)),
+            _ => format!("({} % {})", g(T::Int, rng), g(T::Int, rng)),
+        },
+        T::Float if leaf => rng.pick(&["f", "1.5", "2.0e3"]).to_string(),
+        T::Float => match rng.below(5) {
+            0 => format!("({} + {})", g(T::Float, rng), g(T::Int, rng)),
+            1 => format!("sqrt({})", g(T::Float, rng)),
+            2 => format!("round({}, 2)", g(T::Float, rng)),
+            3 => format!("({} / {})", g(T::Int, rng), g(T::Float, rng)),
+            _ => format!("avg_of({}, {})", g(T::Float, rng), g(T::Float, rng)),
+        },
+        T::Str if leaf => rng.pick(&["s", "\"x\"", "\"é\\n\""]).to_string(),
+        T::Str => match rng.below(5) {
+            0 => format!("lower({})", g(T::Str, rng)),
+            1 => format!("concat({}, {}, {})", g(T::Str, rng), g(T::Str, rng), g(T::Str, rng)),
+            2 => format!("to_string({})", g(*rng.pick(&[T::Int, T::Float, T::Bool]), rng)),
+            3 => format!("({} + {})", g(T::Str, rng), g(T::Str, rng)),
+            _ => format!("(if {} then {} else {})", g(T::Bool, rng), g(T::Str, rng), g(T::Str, rng)),
+        },
+        T::Bool if leaf => rng.pick(&["b", "true", "ni is null"]).to_string(),
+        T::Bool => match rng.below(7) {
+            0 => format!("({} < {})", g(T::Int, rng), g(T::Int, rng)),
+            1 => format!("({} >= {})", g(T::Float, rng), g(T::Int, rng)),
+            2 => format!("({} == {})", g(T::Str, rng), g(T::Str, rng)),
+            3 => format!("(not {})", g(T::Bool, rng)),
+            4 => format!("({} and {} or {})", g(T::Bool, rng), g(T::Bool, rng), g(T::Bool, rng)),
+            5 => format!("({} in [{}, {}])", g(T::Int, rng), g(T::Int, rng), g(T::Int, rng)),
+            _ => format!("contains({}, {})", g(T::Str, rng), g(T::Str, rng)),
+        },
+        T::Ts if leaf => "t".to_string(),
+        T::Ts => match rng.below(3) {
+            0 => format!("({} + {})", g(T::Ts, rng), g(T::Dur, rng)),
+            1 => format!("from_epoch_ms({})", g(T::Int, rng)),
+            _ => format!("({} - {})", g(T::Ts, rng), g(T::Dur, rng)),
+        },
+        T::Dur if leaf => rng.pick(&["d", "5s", "250ms"]).to_string(),
+        T::Dur => match rng.below(3) {
+            0 => format!("({} + {})", g(T::Dur, rng), g(T::Dur, rng)),
+            1 => format!("({} * {})", g(T::Dur, rng), g(T::Int, rng)),
+            _ => format!("({} - {})", g(T::Ts, rng), g(T::Ts, rng)),
+        },
+    }
+}
+
+#[test]
+fn generated_expressions_check_with_the_type_they_were_built_for() {
+    let mut rng = Rng(42);
+    let all = [T::Int, T::Float, T::Str, T::Bool, T::Ts, T::Dur];
+    for case in 0..1_500 {
+        let t = all[case % all.len()];
+        let e = gen(&mut rng, t, 4);
+        let src = format!(
+            "function avg_of(a: float, b: float) -> float = (a + b) / 2.0\n\
+             stream s from \"s\" {{ value json {{ i: int, f: float, s: string, b: bool, t: timestamp, d: duration, ni: int? }} }}\n\
+             query q {{\n  from s\n  select {{ out = {e} }}\n  to \"o\"\n}}\n"
+        );
+        let p = match common::compile(&src) {
+            Ok(p) => p,
+            Err(d) => panic!("generated program rejected:\n{}", common::render(&d, "gen.stream", &src)),
+        };
+        let summary = p.summary();
+        let want = format!("value {{out: {}}}", t.name());
+        assert!(summary.contains(&want), "expected {want} for `{e}`, got:\n{summary}");
+    }
+}
