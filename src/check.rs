@@ -86,6 +86,8 @@ struct Checker<'a> {
     aggregates: Vec<Arc<hir::AggregateDef>>,
     functions: Vec<Arc<hir::FunctionDef>>,
     user_defs: BTreeMap<String, Span>,
+    /// Every aggregate and function the program defines, checked or not yet.
+    all_defs: HashSet<String>,
 }
 
 /// Where the names of an expression come from.
@@ -117,6 +119,7 @@ impl<'a> Checker<'a> {
             aggregates: lib.aggregates.clone(),
             functions: lib.functions.clone(),
             user_defs: BTreeMap::new(),
+            all_defs: HashSet::new(),
         }
     }
 
@@ -139,6 +142,10 @@ impl<'a> Checker<'a> {
     fn text(&self, span: Span) -> String {
         let raw = self.src.get(span.start..span.end).unwrap_or("");
         let first = raw.lines().next().unwrap_or("");
+        let first = match crate::syntax::comment_start(first) {
+            Some(i) => &first[..i],
+            None => first,
+        };
         let mut t: String = first.split_whitespace().collect::<Vec<_>>().join(" ");
         if raw.lines().nth(1).is_some() {
             t.push_str(" …");
@@ -150,6 +157,13 @@ impl<'a> Checker<'a> {
     }
 
     fn program(&mut self, p: &ast::Program) {
+        for item in &p.items {
+            match item {
+                ast::Item::Aggregate(a) => self.all_defs.insert(a.name.node.clone()),
+                ast::Item::Function(f) => self.all_defs.insert(f.name.node.clone()),
+                _ => false,
+            };
+        }
         // Definitions first, so that queries may use aggregates and functions defined below them.
         for item in &p.items {
             match item {
@@ -185,6 +199,14 @@ impl<'a> Checker<'a> {
                     continue;
                 }
                 self.query_spans.insert(q.name.node.clone(), q.name.span);
+                if !valid_topic(&q.name.node) {
+                    self.err(
+                        Diagnostic::new(Code::BadTopic, q.name.span, format!("query name `{}` cannot be part of a topic name", q.name.node))
+                            .label("names the query's stores and internal topics")
+                            .help("use ASCII letters, digits, `_`, `.` and `-`"),
+                    );
+                    continue;
+                }
                 if let Some(hq) = self.query(q) {
                     self.queries.push(hq);
                 }
@@ -236,12 +258,7 @@ impl<'a> Checker<'a> {
             return;
         }
         if let Some(t) = &d.topic {
-            let ok = !t.node.is_empty()
-                && t.node.len() <= 249
-                && t.node != "."
-                && t.node != ".."
-                && t.node.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-            if !ok {
+            if !valid_topic(&t.node) {
                 self.err(
                     Diagnostic::new(Code::BadTopic, t.span, format!("`{}` is not a valid topic name", t.node))
                         .label("invalid topic name")
@@ -543,6 +560,13 @@ impl<'a> Checker<'a> {
                     }
                     out.push(hir::Stmt::Set(state_base + i, he));
                 }
+                None if locals.iter().any(|(n, _)| *n == target.node) => {
+                    self.err(
+                        Diagnostic::new(Code::UnknownState, target.span, format!("`{}` is not a state field", target.node))
+                            .label("assigned here")
+                            .help("parameters and `let` temporaries cannot be reassigned; bind a new `let`, or declare it in `init`"),
+                    );
+                }
                 None => {
                     let help = did_you_mean(&target.node, state.iter().map(|(n, _)| n.as_str()))
                         .unwrap_or_else(|| "only the fields declared in `init` can be assigned; use `let` for a temporary".into());
@@ -648,13 +672,15 @@ impl<'a> Checker<'a> {
             windowed: false,
             tenant_scoped: src.tenant.is_some(),
         };
-        let from_name = src.name.clone();
+        let mut from_name = src.name.clone();
         let mut steps: Vec<hir::Step> = Vec::new();
         let mut slugs: HashSet<String> = HashSet::new();
         let mut group: Option<(Vec<(String, hir::Expr)>, Span, bool)> = None;
         let mut window: Option<(hir::Window, Span)> = None;
         let mut aggregated: Option<usize> = None; // index of the aggregate step
         let mut emitted = false;
+        // A rejected `group by` makes the `window` and `aggregate` after it follow-on errors.
+        let mut group_rejected = false;
         let mut sink: Option<hir::Sink> = None;
         let mut ok = true;
 
@@ -725,9 +751,18 @@ impl<'a> Checker<'a> {
                     push(self, StepKind::Rekey(he), "key-by", shape.clone());
                 }
                 Clause::GroupBy(items) => {
+                    if aggregated.is_some() {
+                        order_err(self, "`group by` after `aggregate`", "a query aggregates once; group before `aggregate`");
+                        ok = false;
+                        continue;
+                    }
                     if shape.table {
-                        let msg = if aggregated.is_some() { "`group by` after `aggregate`" } else { "grouping a table is not supported" };
-                        order_err(self, msg, "group the stream before aggregating it; a query aggregates once");
+                        self.err(
+                            Diagnostic::new(Code::ClauseOrder, c.span, format!("grouping the table `{from_name}` is not supported"))
+                                .label("a table's updates cannot be re-grouped")
+                                .help("streamc aggregates streams; to aggregate the records of its topic, declare it as a `stream`"),
+                        );
+                        group_rejected = true;
                         ok = false;
                         continue;
                     }
@@ -766,6 +801,14 @@ impl<'a> Checker<'a> {
                     group = Some((out, c.span, repartition));
                 }
                 Clause::Window { kind, grace } => {
+                    if group_rejected {
+                        continue;
+                    }
+                    if aggregated.is_some() {
+                        order_err(self, "`window` after `aggregate`", "write the window between `group by` and `aggregate`");
+                        ok = false;
+                        continue;
+                    }
                     if !in_group {
                         self.err(
                             Diagnostic::new(Code::WindowWithoutGroup, c.span, "`window` without `group by`")
@@ -791,6 +834,9 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     let Some((gitems, gspan, repartition)) = group.take() else {
+                        if group_rejected {
+                            continue;
+                        }
                         self.err(
                             Diagnostic::new(Code::AggregateWithoutGroup, c.span, "`aggregate` without `group by`")
                                 .label("nothing is grouped here")
@@ -839,9 +885,16 @@ impl<'a> Checker<'a> {
                     };
                     push(self, StepKind::Aggregate(Box::new(step)), "aggregate", shape.clone());
                     aggregated = Some(steps.len() - 1);
+                    // The aggregate's rows are a new table: the input stream's name is out of scope.
+                    from_name.clear();
                 }
                 Clause::Emit(mode) => {
-                    let Some(i) = aggregated.filter(|i| *i + 1 == steps.len() && !emitted) else {
+                    if emitted {
+                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `emit`").label("already set").help("choose one: `emit changes` or `emit final`"));
+                        ok = false;
+                        continue;
+                    }
+                    let Some(i) = aggregated.filter(|i| *i + 1 == steps.len()) else {
                         order_err(self, "`emit` must follow `aggregate`", "`emit changes` or `emit final` says how an aggregate's results are sent");
                         ok = false;
                         continue;
@@ -861,8 +914,17 @@ impl<'a> Checker<'a> {
                     }
                 }
                 Clause::Join { left, other, within, on } => {
-                    if in_group || shape.table {
-                        order_err(self, "`join` after `group by` or on a table", "join the stream before grouping it");
+                    if in_group || aggregated.is_some() {
+                        order_err(self, "`join` after `group by`", "join the stream before grouping it");
+                        ok = false;
+                        continue;
+                    }
+                    if shape.table {
+                        self.err(
+                            Diagnostic::new(Code::ClauseOrder, c.span, format!("joining the table `{from_name}` is not supported"))
+                                .label("table–table joins are not supported")
+                                .help("read the topic as a `stream` and join that"),
+                        );
                         ok = false;
                         continue;
                     }
@@ -871,6 +933,24 @@ impl<'a> Checker<'a> {
                         continue;
                     };
                     let o = self.sources[oi].clone();
+                    if o.name == src.name || shape.joined.iter().any(|j| j.name == o.name) {
+                        self.err(
+                            Diagnostic::new(Code::JoinKind, other.span, format!("`{}` is already in this query", o.name))
+                                .label("joined again")
+                                .help("self-joins and repeated joins of one source are not supported: `name.field` would be ambiguous"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    if o.kind == SourceKind::Stream && o.key == KeySpec::Raw {
+                        self.err(
+                            Diagnostic::new(Code::JoinKey, other.span, format!("stream `{}` declares no key", o.name))
+                                .label("its records' keys are unknown")
+                                .help(format!("a join matches `on` against the other side's key: declare one in `stream {}`, e.g. `key order_id`", o.name)),
+                        );
+                        ok = false;
+                        continue;
+                    }
                     let he = self.expr(on, &Scope::Row { shape: &shape, from: &from_name });
                     match (o.kind, within) {
                         (SourceKind::Stream, None) => self.err(
@@ -937,6 +1017,35 @@ impl<'a> Checker<'a> {
                         );
                         group = None;
                         ok = false;
+                    }
+                    if !valid_topic(&topic.node) {
+                        self.err(
+                            Diagnostic::new(Code::BadTopic, topic.span, format!("`{}` is not a valid topic name", topic.node))
+                                .label("invalid topic name")
+                                .help("topic names are 1 to 249 characters of ASCII letters, digits, `.`, `_` and `-`"),
+                        );
+                    }
+                    let reads: Vec<&str> = std::iter::once(src.topic.as_deref())
+                        .chain(steps.iter().map(|st| match &st.kind {
+                            StepKind::JoinTable { table, .. } => self.sources[*table].topic.as_deref(),
+                            StepKind::JoinStream { stream, .. } => self.sources[*stream].topic.as_deref(),
+                            _ => None,
+                        }))
+                        .flatten()
+                        .collect();
+                    if reads.contains(&topic.node.as_str()) {
+                        self.err(
+                            Diagnostic::new(Code::BadTopic, topic.span, format!("query `{}` writes to `{}`, which it reads", q.name.node, topic.node))
+                                .label("a feedback loop")
+                                .help("write the results to another topic"),
+                        );
+                    }
+                    if shape.tenant_scoped && shape.value.get("tenant").is_some() {
+                        self.err(
+                            Diagnostic::new(Code::ReservedName, c.span, "the output of a tenant-scoped query has a field `tenant`")
+                                .label("streamc adds the record's tenant as `tenant`")
+                                .help("rename the field"),
+                        );
                     }
                     let fmt = format.as_ref().map(|f| f.node).unwrap_or(Format::Json);
                     if fmt == Format::String && shape.value.fields.len() != 1 {
@@ -1113,7 +1222,8 @@ impl<'a> Checker<'a> {
             if !he.ty.assignable_to(pt) {
                 self.err(
                     Diagnostic::new(Code::TypeMismatch, e.span, format!("`{fname}` takes a {pt} as `{pn}`, not a {}", he.ty))
-                        .label(format!("a {}", he.ty)),
+                        .label(format!("a {}", he.ty))
+                        .help_opt(he.ty.is_nullable().then(|| format!("the value may be null: give a default with `coalesce({}, …)`", self.src.get(e.span.start..e.span.end).unwrap_or("x")))),
                 );
                 return None;
             }
@@ -1151,7 +1261,7 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
-            if shape.joined.iter().any(|j| j.name == name) || name == from {
+            if shape.joined.iter().any(|j| j.name == name) || (!from.is_empty() && name == from) {
                 self.err(
                     Diagnostic::new(Code::ShadowsStream, span, format!("output field `{name}` would shadow the stream `{name}`"))
                         .label("same name as a stream in scope")
@@ -1198,6 +1308,14 @@ impl<'a> Checker<'a> {
         self.queries = program.queries.clone();
         for q in &program.queries {
             self.query_spans.insert(q.name.clone(), Span::default());
+        }
+        if let Some(t) = s.tenant.as_ref().filter(|t| t.node.is_empty()) {
+            self.err(
+                Diagnostic::new(Code::TenantMismatch, t.span, "the empty tenant")
+                    .label("no tenant named")
+                    .help("an unscoped statement applies to every tenant: leave out `for tenant`"),
+            );
+            return None;
         }
         let query_stmt = matches!(s.body, ast::StatementBody::NewQuery(_) | ast::StatementBody::Replace { .. } | ast::StatementBody::Drop(_));
         if let (Some(t), true) = (&s.tenant, query_stmt) {
@@ -1452,14 +1570,14 @@ impl<'a> Checker<'a> {
         }
         let help = if NATIVE_AGGREGATES.contains(&name) || self.aggregates.iter().any(|a| a.name == name) {
             format!("`{name}` is an aggregate; use it inside `aggregate {{ x = {name}(…) }}`")
-        } else if self.user_defs.contains_key(name) || self.aggregates.iter().any(|a| a.name == name) {
-            format!("`{name}` cannot call itself or a function defined after it")
+        } else if self.all_defs.contains(name) {
+            format!("`{name}` cannot call itself or a function defined after it: define it first")
         } else {
             let mut cands: Vec<&str> = Builtin::ALL.iter().map(|(n, _)| *n).collect();
             cands.extend(self.functions.iter().map(|f| f.name.as_str()));
             did_you_mean(name, cands.iter().copied()).unwrap_or_else(|| format!("functions: {}", cands.join(", ")))
         };
-        let code = if self.user_defs.contains_key(name) { Code::Recursion } else { Code::UnknownFunction };
+        let code = if self.all_defs.contains(name) { Code::Recursion } else { Code::UnknownFunction };
         self.err(Diagnostic::new(code, func.span, format!("unknown function `{name}`")).label("not a function").help(help));
         err_expr(span)
     }
@@ -1517,7 +1635,7 @@ impl<'a> Checker<'a> {
                     let e = hir::Expr { kind: ExprKind::Field(Root::Key, vec![]), ty: shape.key.clone(), span };
                     return self.descend(e, &p[1..], span);
                 }
-                if p.len() >= 2 && first.node == *from {
+                if p.len() >= 2 && !from.is_empty() && first.node == *from {
                     return self.path(&p[1..], span, scope);
                 }
                 let mut rec = shape.value.clone();
@@ -1590,6 +1708,11 @@ impl NodeSpan for ast::Ident {
     fn node_span(&self) -> Span {
         self.span
     }
+}
+
+/// Kafka's rule for topic names.
+pub fn valid_topic(t: &str) -> bool {
+    !t.is_empty() && t.len() <= 249 && t != "." && t != ".." && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// The value field an expression reads directly, if it is a plain top-level field.

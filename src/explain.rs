@@ -74,6 +74,7 @@ fn partitions_desc(t: &Topology, p: &Partitions) -> String {
     match p {
         Partitions::External => "existing".into(),
         Partitions::Fixed(n) => format!("{n} partition{}", if *n == 1 { "" } else { "s" }),
+        Partitions::Like(topic) => format!("partitions of {topic}"),
         Partitions::OfSubtopology(s) => {
             let srcs = &t.subtopologies[*s].sources;
             if srcs.len() == 1 {
@@ -143,7 +144,8 @@ fn text(v: &View) -> String {
             let _ = writeln!(o, "  {}: {}{}", s.name, store_kind(&s.kind), scope);
             match (&s.changelog, s.subtopology) {
                 (Some(c), Some(sub)) => {
-                    let _ = writeln!(o, "      changelog {c} (compacted), one partition per task of sub-topology {sub}");
+                    let expiry = if matches!(s.kind, StoreKind::Window { .. } | StoreKind::JoinWindow { .. }) { "; expired entries are deleted with tombstones" } else { "" };
+                    let _ = writeln!(o, "      changelog {c} (compacted{expiry}), one partition per task of sub-topology {sub}");
                 }
                 _ => {
                     let _ = writeln!(o, "      no changelog");
@@ -202,6 +204,7 @@ fn mermaid(v: &View) -> String {
     let t = v.t;
     let mut o = String::from("flowchart TD\n");
     let id = |n: petgraph::graph::NodeIndex| format!("n{}", n.index());
+    let store_id = |name: &str| format!("st{}", t.stores.iter().position(|s| s.name == name).unwrap_or(usize::MAX));
     let m = |s: &str| s.replace('"', "#quot;");
     for s in &v.subs {
         let sub = &t.subtopologies[*s];
@@ -210,7 +213,7 @@ fn mermaid(v: &View) -> String {
             let node = &t.graph[*n];
             let _ = writeln!(o, "    {}[\"{}<br/>{} · line {}\"]", id(*n), m(&node.name), node.kind.kind_name(), node.line);
             for st in &node.stores {
-                let sid = format!("st_{}", st.replace(|c: char| !c.is_ascii_alphanumeric(), "_"));
+                let sid = store_id(st);
                 let _ = writeln!(o, "    {sid}[(\"{}\")]\n    {} -.- {sid}", m(st), id(*n));
             }
         }
@@ -225,7 +228,7 @@ fn mermaid(v: &View) -> String {
                         let _ = writeln!(o, "  {} -->|\"key {}\"| {}", id(e.source()), m(&w.key.to_string()), id(e.target()));
                     }
                     EdgeMode::Repartition { topic } => {
-                        let _ = writeln!(o, "  {} ==>|\"{}\"| {}", id(e.source()), m(topic), id(e.target()));
+                        let _ = writeln!(o, "  {} ==>|\"{}<br/>key {}\"| {}", id(e.source()), m(topic), m(&w.key.to_string()), id(e.target()));
                     }
                 }
             }
@@ -287,6 +290,7 @@ fn json(v: &View) -> serde_json::Value {
             let partitions = match &tp.partitions {
                 Partitions::External => json!("existing"),
                 Partitions::Fixed(n) => json!(n),
+                Partitions::Like(topic) => json!({"like": topic}),
                 Partitions::OfSubtopology(s) => json!({"max_of": t.subtopologies[*s].sources}),
             };
             json!({"name": tp.name, "role": tp.role.as_str(), "internal": tp.role.internal(), "compacted": tp.compacted, "partitions": partitions})

@@ -106,8 +106,16 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 return Err("--statement checks against exactly one program".into());
             }
             let mut failed = false;
+            let mut unreadable = false;
             for f in &files {
-                let text = read(f)?;
+                let text = match read(f) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        unreadable = true;
+                        continue;
+                    }
+                };
                 let Some(p) = compile_file(f, &text) else {
                     failed = true;
                     continue;
@@ -119,12 +127,20 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                         Ok(_) => println!("statement: ok"),
                         Err(diags) => {
                             eprint!("{}", diag::render(&diags, "<statement>", stmt, render_options()));
+                            let n = diags.len();
+                            eprintln!("error: the statement has {} error{}", n, s(n));
                             failed = true;
                         }
                     }
                 }
             }
-            Ok(if failed { ExitCode::from(1) } else { ExitCode::SUCCESS })
+            Ok(if unreadable {
+                ExitCode::from(2)
+            } else if failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Explain { file, query, format } => {
             let text = read(&file)?;

@@ -148,6 +148,8 @@ pub enum Partitions {
     /// The largest partition count among the sources of these sub-topologies.
     OfSubtopology(usize),
     Fixed(u32),
+    /// As many as this (external) topic: a repartition co-partitioned with a joined side.
+    Like(String),
 }
 
 /// Build the DAG of every query of the program.
@@ -186,6 +188,15 @@ pub fn lower(program: &hir::Program, app: &str) -> Topology {
         l.subs[s].nodes.push(n);
     }
     Topology { app: app.to_string(), graph: l.graph, subtopologies: l.subs, stores: l.stores, topics: l.topics }
+}
+
+/// Where and how a pipeline is cut by a repartition topic.
+struct Cut<'s> {
+    slug: &'s str,
+    /// The new key (None: the composite group key).
+    key: Option<hir::Expr>,
+    /// None: the largest partition count of the upstream sub-topology's sources.
+    partitions: Option<Partitions>,
 }
 
 struct Lowering<'a> {
@@ -238,11 +249,13 @@ impl Lowering<'_> {
 
     /// Cut the pipeline at a repartition topic: a sink in the current sub-topology, a source in
     /// a new one. Returns the new source node and its sub-topology.
-    fn repartition(&mut self, q: &hir::Query, prev: NodeIndex, sub: usize, slug: &str, key: Option<hir::Expr>, out: &Shape, line: usize, clause: &str) -> (NodeIndex, usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn repartition(&mut self, q: &hir::Query, prev: NodeIndex, sub: usize, cut: Cut, before: &Shape, out: &Shape, line: usize, clause: &str) -> (NodeIndex, usize) {
+        let Cut { slug, key, partitions } = cut;
         let topic = format!("{}-{}-{}-repartition", self.app, q.name, slug);
-        self.topic(topic.clone(), TopicRole::Repartition, Partitions::OfSubtopology(sub), false);
+        self.topic(topic.clone(), TopicRole::Repartition, partitions.unwrap_or(Partitions::OfSubtopology(sub)), false);
         let sink = self.node(q, sub, format!("{}-{}-repartition-sink", q.name, slug), NodeKind::RepartitionSink { topic: topic.clone(), key }, line, clause.to_string());
-        self.graph.add_edge(prev, sink, edge(out, EdgeMode::Forward));
+        self.graph.add_edge(prev, sink, edge(before, EdgeMode::Forward));
         let new_sub = self.new_sub(&q.name);
         self.subs[new_sub].sources.push(topic.clone());
         let src = self.node(q, new_sub, format!("{}-{}-repartition-source", q.name, slug), NodeKind::RepartitionSource { topic: topic.clone() }, line, clause.to_string());
@@ -289,7 +302,8 @@ impl Lowering<'_> {
                         let key = if a.group.len() == 1 { Some(a.group[0].1.clone()) } else { None };
                         let mut cut = shape.clone();
                         cut.key = step.out.key.clone();
-                        let (src, s) = self.repartition(q, prev, sub, &a.group_slug, key, &cut, a.group_line, &a.group_text);
+                        let c = Cut { slug: &a.group_slug, key, partitions: None };
+                        let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, a.group_line, &a.group_text);
                         prev = src;
                         sub = s;
                         shape = cut;
@@ -311,7 +325,9 @@ impl Lowering<'_> {
                     if repartition {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
-                        let (src, s) = self.repartition(q, prev, sub, &step.slug, Some(on), &cut, line, &clause);
+                        // Co-partitioned with the table: as many partitions as its topic.
+                        let c = Cut { slug: &step.slug, key: Some(on), partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())) };
+                        let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
                         shape = cut;
@@ -337,7 +353,8 @@ impl Lowering<'_> {
                     if repartition {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
-                        let (src, s) = self.repartition(q, prev, sub, &step.slug, Some(on), &cut, line, &clause);
+                        let c = Cut { slug: &step.slug, key: Some(on), partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())) };
+                        let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
                         shape = cut;

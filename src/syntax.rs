@@ -163,6 +163,12 @@ fn found_token(text: &str, pos: usize) -> &str {
 
 fn syntax_help(text: &str, pos: usize) -> Option<String> {
     let rest = &text[pos.min(text.len())..];
+    if rest.starts_with('"') && !rest.lines().next().unwrap_or("")[1..].contains('"') {
+        return Some("this string is not closed on its line".into());
+    }
+    if rest.starts_with('\'') {
+        return Some("strings are written in double quotes: \"text\"".into());
+    }
     if rest.starts_with('=') && !rest.starts_with("==") {
         return Some("comparison is written `==`; `=` names a field in `select`, `aggregate` and records".into());
     }
@@ -263,7 +269,7 @@ fn trimmed_len(s: &str) -> usize {
 }
 
 /// Where a `#` comment starts in one line, outside strings and backquoted names.
-fn comment_start(line: &str) -> Option<usize> {
+pub(crate) fn comment_start(line: &str) -> Option<usize> {
     let (mut in_str, mut in_tick, mut escaped) = (false, false, false);
     for (i, c) in line.char_indices() {
         match c {
@@ -503,7 +509,7 @@ impl Builder {
             self.err(
                 Diagnostic::new(Code::TooDeep, sp, format!("nested more than {MAX_DEPTH} levels deep"))
                     .label("the limit is reached here")
-                    .help("split the expression: name intermediate results with `select` or `let`"),
+                    .help("split the expression: name intermediate results with `select` or `let`; for long `or` chains of comparisons use `x in [..]`"),
             );
             return Err(());
         }

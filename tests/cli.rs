@@ -33,7 +33,7 @@ fn explain_stats_shows_the_store_and_its_changelog_and_no_repartition() {
     let out = stdout(&o);
     assert!(out.contains("1 sub-topology"), "{out}");
     assert!(out.contains("store: stock_stats-aggregate"), "{out}");
-    assert!(out.contains("changelog stats-stock_stats-aggregate-changelog (compacted)"), "{out}");
+    assert!(out.contains("changelog stats-stock_stats-aggregate-changelog (compacted"), "{out}");
     assert!(!out.contains("-repartition"), "no repartition topic or node: {out}");
     assert!(out.contains("no repartition"), "{out}");
     assert!(out.contains("grace 1s (effective)"), "{out}");
