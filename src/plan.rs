@@ -54,7 +54,9 @@ pub enum NodeKind {
     Map { fields: Vec<(String, hir::Expr)>, table: bool },
     Rekey { key: hir::Expr },
     /// Writes records to a repartition topic, keyed by `key` (None: the current key).
-    RepartitionSink { topic: String, key: Option<hir::Expr> },
+    /// Writes records to a repartition topic keyed by `key` (several expressions: a composite
+    /// key, written as a JSON array).
+    RepartitionSink { topic: String, key: Vec<hir::Expr> },
     RepartitionSource { topic: String },
     Aggregate(Box<hir::AggregateStep>),
     /// Materializes a topic-fed table for a join.
@@ -193,8 +195,8 @@ pub fn lower(program: &hir::Program, app: &str) -> Topology {
 /// Where and how a pipeline is cut by a repartition topic.
 struct Cut<'s> {
     slug: &'s str,
-    /// The new key (None: the composite group key).
-    key: Option<hir::Expr>,
+    /// The new key: one expression, or several for a composite group key.
+    key: Vec<hir::Expr>,
     /// None: the largest partition count of the upstream sub-topology's sources.
     partitions: Option<Partitions>,
 }
@@ -209,13 +211,24 @@ struct Lowering<'a> {
 }
 
 /// The edge carrying records of this shape: the value, plus each joined side as a record
-/// field under its name (nullable after a left join).
-fn edge(shape: &Shape, mode: EdgeMode) -> Edge {
+/// field under its name (nullable after a left join), its named key (if any) last.
+pub fn edge(shape: &Shape, mode: EdgeMode) -> Edge {
+    Edge { key: shape.key.clone(), value: Type::Record(wire_value(shape)), mode }
+}
+
+/// The value of records of this shape as they travel through a topic.
+pub fn wire_value(shape: &Shape) -> RecordType {
     let mut value = shape.value.clone();
     for j in &shape.joined {
-        value.fields.push((j.name.clone(), Type::Record(j.value.clone()).nullable_if(j.optional)));
+        let mut rec = j.value.clone();
+        if let Some((k, t)) = &j.key {
+            if rec.get(k).is_none() {
+                rec.fields.push((k.clone(), t.clone()));
+            }
+        }
+        value.fields.push((j.name.clone(), Type::Record(rec).nullable_if(j.optional)));
     }
-    Edge { key: shape.key.clone(), value: Type::Record(value), mode }
+    value
 }
 
 impl Lowering<'_> {
@@ -299,7 +312,7 @@ impl Lowering<'_> {
                 StepKind::Rekey(key) => self.node(q, sub, name, NodeKind::Rekey { key }, line, clause),
                 StepKind::Aggregate(a) => {
                     if a.repartition {
-                        let key = if a.group.len() == 1 { Some(a.group[0].1.clone()) } else { None };
+                        let key = a.group.iter().map(|(_, e)| e.clone()).collect();
                         let mut cut = shape.clone();
                         cut.key = step.out.key.clone();
                         let c = Cut { slug: &a.group_slug, key, partitions: None };
@@ -326,7 +339,7 @@ impl Lowering<'_> {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
                         // Co-partitioned with the table: as many partitions as its topic.
-                        let c = Cut { slug: &step.slug, key: Some(on), partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())) };
+                        let c = Cut { slug: &step.slug, key: vec![on], partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())) };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
@@ -353,7 +366,7 @@ impl Lowering<'_> {
                     if repartition {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
-                        let c = Cut { slug: &step.slug, key: Some(on), partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())) };
+                        let c = Cut { slug: &step.slug, key: vec![on], partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())) };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
@@ -423,10 +436,8 @@ impl NodeKind {
             NodeKind::Filter { .. } => "keeps records that match".into(),
             NodeKind::Map { fields, .. } => format!("value {{{}}}", fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")),
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
-            NodeKind::RepartitionSink { topic, key } => match key {
-                Some(_) => format!("writes to {topic}, keyed by the new key"),
-                None => format!("writes to {topic}, keyed by the composite group key"),
-            },
+            NodeKind::RepartitionSink { topic, key } if key.len() > 1 => format!("writes to {topic}, keyed by the composite group key"),
+            NodeKind::RepartitionSink { topic, .. } => format!("writes to {topic}, keyed by the new key"),
             NodeKind::RepartitionSource { topic } => format!("reads {topic}"),
             NodeKind::Aggregate(a) => {
                 let aggs: Vec<String> = a.aggs.iter().map(|c| format!("{}={}", c.name, c.func.name())).collect();

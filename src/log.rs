@@ -1,0 +1,462 @@
+//! The embedded log: topics, partitions and offsets in files under `<state-dir>/log`, shared by
+//! every process that opens the same state directory (`run`, `produce`, `consume`).
+//!
+//! Layout:
+//! - `topics/<topic>/meta.json` — partition count and cleanup policy;
+//! - `topics/<topic>/<p>.log` — frames, appended only under the writer lock;
+//! - `COMMITTED` — the committed end (offset, byte position) of every partition and the
+//!   committed metadata of every consumer group, replaced atomically (write + rename);
+//! - `LOCK` — an exclusive file lock held by one writer at a time.
+//!
+//! A commit appends all its records, to any number of partitions, and then replaces
+//! `COMMITTED` in one rename: that rename is the commit point. Readers read only up to the
+//! committed ends, so a batch is visible whole or not at all, and bytes past a committed end
+//! (a writer killed mid-commit) are cut off by the next writer before it appends.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Record {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub timestamp: i64,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Record {
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+    }
+}
+
+/// A record read back, with its offset and the position of the record after it.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    pub offset: u64,
+    pub next: Pos,
+    pub record: Record,
+}
+
+/// A place in a partition: an offset and its byte position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pos {
+    pub offset: u64,
+    pub byte: u64,
+}
+
+/// What is committed: partition ends and consumer-group metadata.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Committed {
+    /// `topic/partition` → committed end.
+    pub ends: BTreeMap<String, Pos>,
+    /// group → its committed metadata (the runtime's commit record).
+    pub groups: BTreeMap<String, serde_json::Value>,
+}
+
+impl Committed {
+    pub fn end(&self, topic: &str, partition: u32) -> Pos {
+        self.ends.get(&part_key(topic, partition)).copied().unwrap_or_default()
+    }
+}
+
+fn part_key(topic: &str, partition: u32) -> String {
+    format!("{topic}/{partition}")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMeta {
+    pub partitions: u32,
+    pub compacted: bool,
+}
+
+/// Records to append to one partition in a commit.
+#[derive(Debug, Default)]
+pub struct Append {
+    pub topic: String,
+    pub partition: u32,
+    pub records: Vec<Record>,
+}
+
+#[derive(Clone, Debug)]
+pub struct EmbeddedLog {
+    dir: PathBuf,
+    fsync: bool,
+}
+
+pub type Result<T> = std::result::Result<T, String>;
+
+fn io<E: std::fmt::Display>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+impl EmbeddedLog {
+    /// Open (creating if needed) the log in `<state_dir>/log`.
+    pub fn open(state_dir: &Path, fsync: bool) -> Result<EmbeddedLog> {
+        let dir = state_dir.join("log");
+        fs::create_dir_all(dir.join("topics")).map_err(io(format!("cannot create {}", dir.display())))?;
+        Ok(EmbeddedLog { dir, fsync })
+    }
+
+    fn topic_dir(&self, topic: &str) -> PathBuf {
+        self.dir.join("topics").join(topic)
+    }
+
+    fn data_path(&self, topic: &str, partition: u32) -> PathBuf {
+        self.topic_dir(topic).join(format!("{partition}.log"))
+    }
+
+    pub fn topic(&self, topic: &str) -> Result<Option<TopicMeta>> {
+        let p = self.topic_dir(topic).join("meta.json");
+        match fs::read(&p) {
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(io(format!("corrupt {}", p.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read {}: {e}", p.display())),
+        }
+    }
+
+    /// Create a topic, or check an existing one: a different partition count is an error.
+    pub fn create_topic(&self, topic: &str, partitions: u32, compacted: bool) -> Result<TopicMeta> {
+        if !crate::check::valid_topic(topic) {
+            return Err(format!("`{topic}` is not a valid topic name"));
+        }
+        let _lock = self.lock()?;
+        if let Some(m) = self.topic(topic)? {
+            if m.partitions != partitions {
+                return Err(format!("topic `{topic}` exists with {} partitions, {partitions} needed", m.partitions));
+            }
+            return Ok(m);
+        }
+        let meta = TopicMeta { partitions: partitions.max(1), compacted };
+        let d = self.topic_dir(topic);
+        fs::create_dir_all(&d).map_err(io(format!("cannot create {}", d.display())))?;
+        let tmp = d.join("meta.json.tmp");
+        fs::write(&tmp, serde_json::to_vec(&meta).unwrap_or_default()).map_err(io("cannot write topic metadata"))?;
+        fs::rename(&tmp, d.join("meta.json")).map_err(io("cannot write topic metadata"))?;
+        Ok(meta)
+    }
+
+    /// The topic's metadata, creating it with `partitions` if it does not exist.
+    pub fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<TopicMeta> {
+        match self.topic(topic)? {
+            Some(m) => Ok(m),
+            None => self.create_topic(topic, partitions, false),
+        }
+    }
+
+    pub fn topics(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(self.dir.join("topics")).map_err(io("cannot list topics"))? {
+            let e = e.map_err(io("cannot list topics"))?;
+            out.push(e.file_name().to_string_lossy().into_owned());
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn lock(&self) -> Result<File> {
+        let f = OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join("LOCK")).map_err(io("cannot open the log lock"))?;
+        f.lock().map_err(io("cannot lock the log"))?;
+        Ok(f)
+    }
+
+    /// The current committed state.
+    pub fn committed(&self) -> Result<Committed> {
+        match fs::read(self.dir.join("COMMITTED")) {
+            Ok(b) => serde_json::from_slice(&b).map_err(io("the log's COMMITTED file is corrupt")),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Committed::default()),
+            Err(e) => Err(format!("cannot read COMMITTED: {e}")),
+        }
+    }
+
+    /// Append every batch and set `groups`' metadata, atomically. Returns the committed state.
+    pub fn commit(&self, appends: Vec<Append>, groups: Vec<(String, serde_json::Value)>) -> Result<Committed> {
+        let _lock = self.lock()?;
+        let mut c = self.committed()?;
+        let mut buf = Vec::new();
+        for a in appends {
+            if a.records.is_empty() {
+                continue;
+            }
+            let meta = self.topic(&a.topic)?.ok_or_else(|| format!("no topic `{}`", a.topic))?;
+            if a.partition >= meta.partitions {
+                return Err(format!("topic `{}` has no partition {}", a.topic, a.partition));
+            }
+            let key = part_key(&a.topic, a.partition);
+            let mut end = c.ends.get(&key).copied().unwrap_or_default();
+            let path = self.data_path(&a.topic, a.partition);
+            let mut f = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+            // Cut off whatever an interrupted writer left past the committed end.
+            f.set_len(end.byte).map_err(io(format!("cannot truncate {}", path.display())))?;
+            f.seek(SeekFrom::Start(end.byte)).map_err(io("seek"))?;
+            buf.clear();
+            for r in &a.records {
+                encode(r, &mut buf);
+            }
+            f.write_all(&buf).map_err(io(format!("cannot append to {}", path.display())))?;
+            if self.fsync {
+                f.sync_data().map_err(io("fsync"))?;
+            }
+            end.byte += buf.len() as u64;
+            end.offset += a.records.len() as u64;
+            c.ends.insert(key, end);
+        }
+        for (g, v) in groups {
+            c.groups.insert(g, v);
+        }
+        let tmp = self.dir.join("COMMITTED.tmp");
+        let mut f = File::create(&tmp).map_err(io("cannot write COMMITTED"))?;
+        f.write_all(&serde_json::to_vec(&c).unwrap_or_default()).map_err(io("cannot write COMMITTED"))?;
+        if self.fsync {
+            f.sync_data().map_err(io("fsync"))?;
+        }
+        fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))?;
+        Ok(c)
+    }
+
+    /// Remove consumer-group metadata (used by `--reset`).
+    pub fn delete_groups(&self, prefix: &str) -> Result<()> {
+        let _lock = self.lock()?;
+        let mut c = self.committed()?;
+        c.groups.retain(|g, _| !g.starts_with(prefix));
+        let tmp = self.dir.join("COMMITTED.tmp");
+        fs::write(&tmp, serde_json::to_vec(&c).unwrap_or_default()).map_err(io("cannot write COMMITTED"))?;
+        fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))
+    }
+
+    /// A reader of one partition, starting at `from`.
+    pub fn reader(&self, topic: &str, partition: u32, from: Pos) -> PartitionReader {
+        PartitionReader { path: self.data_path(topic, partition), file: None, pos: from, buf: Vec::new(), start: 0 }
+    }
+}
+
+/// Reads one partition sequentially, never past the end it is given.
+pub struct PartitionReader {
+    path: PathBuf,
+    file: Option<File>,
+    pos: Pos,
+    buf: Vec<u8>,
+    /// Where `buf` starts in the file.
+    start: u64,
+}
+
+impl PartitionReader {
+    pub fn position(&self) -> Pos {
+        self.pos
+    }
+
+    /// Up to `max` records before `end`.
+    pub fn read(&mut self, end: Pos, max: usize) -> Result<Vec<Stored>> {
+        let mut out = Vec::new();
+        while out.len() < max && self.pos.offset < end.offset {
+            let rel = (self.pos.byte - self.start) as usize;
+            match decode(&self.buf[rel.min(self.buf.len())..]) {
+                Some((rec, len)) => {
+                    let next = Pos { offset: self.pos.offset + 1, byte: self.pos.byte + len as u64 };
+                    out.push(Stored { offset: self.pos.offset, next, record: rec });
+                    self.pos = next;
+                }
+                None => {
+                    if !self.fill(end)? {
+                        return Err(format!("{}: a record at byte {} is damaged", self.path.display(), self.pos.byte));
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Load the next chunk of the file (up to `end`); false if nothing more could be read.
+    fn fill(&mut self, end: Pos) -> Result<bool> {
+        if self.file.is_none() {
+            self.file = Some(File::open(&self.path).map_err(io(format!("cannot open {}", self.path.display())))?);
+        }
+        let Some(f) = self.file.as_mut() else { return Ok(false) };
+        let want = (end.byte.saturating_sub(self.pos.byte)).min(4 << 20) as usize;
+        if want == 0 {
+            return Ok(false);
+        }
+        let rel = (self.pos.byte - self.start) as usize;
+        let have = self.buf.len().saturating_sub(rel);
+        if have >= want {
+            return Ok(false);
+        }
+        // Keep the unread tail, read more after it.
+        self.buf.drain(..rel.min(self.buf.len()));
+        self.start = self.pos.byte;
+        let old = self.buf.len();
+        self.buf.resize(want.max(old), 0);
+        f.seek(SeekFrom::Start(self.start + old as u64)).map_err(io("seek"))?;
+        let mut filled = old;
+        while filled < self.buf.len() {
+            let n = f.read(&mut self.buf[filled..]).map_err(io(format!("cannot read {}", self.path.display())))?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        self.buf.truncate(filled);
+        Ok(filled > old)
+    }
+}
+
+/// Frame: u32 length of the rest; i64 timestamp; key and value as u32 length (u32::MAX for
+/// null) and bytes; u16 header count; each header u16 name length, name, u32 value length, value.
+fn encode(r: &Record, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&r.timestamp.to_le_bytes());
+    for part in [&r.key, &r.value] {
+        match part {
+            Some(b) => {
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+        }
+    }
+    out.extend_from_slice(&(r.headers.len().min(u16::MAX as usize) as u16).to_le_bytes());
+    for (n, v) in r.headers.iter().take(u16::MAX as usize) {
+        let n = &n.as_bytes()[..n.len().min(u16::MAX as usize)];
+        out.extend_from_slice(&(n.len() as u16).to_le_bytes());
+        out.extend_from_slice(n);
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        out.extend_from_slice(v);
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Decode one frame from the front of `b`: the record and the frame's total length.
+fn decode(b: &[u8]) -> Option<(Record, usize)> {
+    let len = u32::from_le_bytes(b.get(0..4)?.try_into().ok()?) as usize;
+    let mut c = Cursor { b: b.get(4..4 + len)?, p: 0 };
+    let timestamp = i64::from_le_bytes(c.take(8)?.try_into().ok()?);
+    let key = c.opt_bytes()?;
+    let value = c.opt_bytes()?;
+    let nh = u16::from_le_bytes(c.take(2)?.try_into().ok()?);
+    let mut headers = Vec::with_capacity(nh as usize);
+    for _ in 0..nh {
+        let nl = u16::from_le_bytes(c.take(2)?.try_into().ok()?) as usize;
+        let name = String::from_utf8_lossy(c.take(nl)?).into_owned();
+        let vl = u32::from_le_bytes(c.take(4)?.try_into().ok()?) as usize;
+        headers.push((name, c.take(vl)?.to_vec()));
+    }
+    Some((Record { key, value, timestamp, headers }, 4 + len))
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    p: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.p..self.p.checked_add(n)?)?;
+        self.p += n;
+        Some(s)
+    }
+    fn opt_bytes(&mut self) -> Option<Option<Vec<u8>>> {
+        let n = u32::from_le_bytes(self.take(4)?.try_into().ok()?);
+        if n == u32::MAX {
+            Some(None)
+        } else {
+            Some(Some(self.take(n as usize)?.to_vec()))
+        }
+    }
+}
+
+/// Kafka's murmur2 (the Java client's `Utils.murmur2`), so keys land in the same partitions on
+/// both backends.
+pub fn murmur2(data: &[u8]) -> i32 {
+    let length = data.len() as i32;
+    let seed: i32 = 0x9747_b28c_u32 as i32;
+    let m: i32 = 0x5bd1_e995;
+    let r = 24;
+    let mut h: i32 = seed ^ length;
+    let chunks = data.len() / 4;
+    for i in 0..chunks {
+        let i4 = i * 4;
+        let mut k = (data[i4] as i32 & 0xff) | ((data[i4 + 1] as i32 & 0xff) << 8) | ((data[i4 + 2] as i32 & 0xff) << 16) | ((data[i4 + 3] as i32 & 0xff) << 24);
+        k = k.wrapping_mul(m);
+        k ^= ((k as u32) >> r) as i32;
+        k = k.wrapping_mul(m);
+        h = h.wrapping_mul(m);
+        h ^= k;
+    }
+    let rest = data.len() % 4;
+    let base = chunks * 4;
+    if rest == 3 {
+        h ^= (data[base + 2] as i32 & 0xff) << 16;
+    }
+    if rest >= 2 {
+        h ^= (data[base + 1] as i32 & 0xff) << 8;
+    }
+    if rest >= 1 {
+        h ^= data[base] as i32 & 0xff;
+        h = h.wrapping_mul(m);
+    }
+    h ^= ((h as u32) >> 13) as i32;
+    h = h.wrapping_mul(m);
+    h ^= ((h as u32) >> 15) as i32;
+    h
+}
+
+/// The partition of a key: `(murmur2(key) & 0x7fffffff) % partitions`.
+pub fn partition_for(key: &[u8], partitions: u32) -> u32 {
+    ((murmur2(key) & 0x7fff_ffff) as u32) % partitions.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        // Values from Kafka's own test suite (UtilsTest.testMurmur2).
+        assert_eq!(murmur2(b"21"), -973932308);
+        assert_eq!(murmur2(b"foobar"), -790332482);
+        assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
+        assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
+        assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+        assert_eq!(murmur2(&[b'a', b'b', b'c']), 479470107);
+    }
+
+    #[test]
+    fn frames_round_trip() {
+        let r = Record { key: Some(b"k".to_vec()), value: None, timestamp: -5, headers: vec![("h".into(), vec![1, 2])] };
+        let mut b = Vec::new();
+        encode(&r, &mut b);
+        let (back, len) = decode(&b).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(len, b.len());
+        assert!(decode(&b[..b.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn commits_are_visible_whole_and_torn_tails_are_cut() {
+        let dir = std::env::temp_dir().join(format!("streamc-log-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        log.create_topic("t", 2, false).unwrap();
+        let rec = |i: i64| Record { key: None, value: Some(i.to_string().into_bytes()), timestamp: i, headers: vec![] };
+        let c = log
+            .commit(vec![Append { topic: "t".into(), partition: 1, records: vec![rec(1), rec(2)] }], vec![("g".into(), serde_json::json!({"x": 1}))])
+            .unwrap();
+        assert_eq!(c.end("t", 1).offset, 2);
+        // A writer killed mid-commit leaves bytes past the committed end.
+        let mut f = OpenOptions::new().append(true).open(log.data_path("t", 1)).unwrap();
+        f.write_all(b"garbage").unwrap();
+        let c = log.commit(vec![Append { topic: "t".into(), partition: 1, records: vec![rec(3)] }], vec![]).unwrap();
+        let mut r = log.reader("t", 1, Pos::default());
+        let got: Vec<i64> = r.read(c.end("t", 1), 10).unwrap().iter().map(|s| s.record.timestamp).collect();
+        assert_eq!(got, vec![1, 2, 3]);
+        assert_eq!(c.groups["g"], serde_json::json!({"x": 1}));
+        assert!(log.create_topic("t", 3, false).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,348 @@
+//! Evaluation of checked expressions. Fields are index paths resolved by the checker, so a
+//! record is never searched by name here. Overflow, division by zero and non-finite results are
+//! errors (the record goes to the dead-letter topic); nothing here reads a clock or randomness.
+//! Recursion is bounded by the tree height the parser allows.
+
+use std::sync::Arc;
+
+use crate::ast::{BinOp, Literal, UnOp};
+use crate::hir::{AggregateDef, Builtin, Expr, ExprKind, Root, Stmt};
+use crate::runtime::value::Value;
+
+/// A record as the operators see it.
+#[derive(Clone, Debug, Default)]
+pub struct Row {
+    pub key: Value,
+    pub value: Vec<Value>,
+    /// The joined sides, in join order: their key and value (None: no match in a left join).
+    pub joined: Vec<Option<(Value, Arc<Vec<Value>>)>>,
+}
+
+pub type EvalResult = Result<Value, String>;
+
+impl Default for Value {
+    fn default() -> Self {
+        Value::Null
+    }
+}
+
+/// Evaluate over a row (locals unused) or over locals (aggregate and function bodies).
+pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
+    Ok(match &e.kind {
+        ExprKind::Lit(l) => lit(l),
+        ExprKind::Field(root, path) => {
+            let base = match root {
+                Root::Key => return Ok(descend(&row.key, path)),
+                Root::Value => match path.split_first() {
+                    Some((first, rest)) => return Ok(descend(row.value.get(*first).unwrap_or(&Value::Null), rest)),
+                    None => Value::Record(Arc::new(row.value.clone())),
+                },
+                Root::Joined(j) => match row.joined.get(*j).and_then(|x| x.as_ref()) {
+                    Some((_, v)) => match path.split_first() {
+                        Some((first, rest)) => return Ok(descend(v.get(*first).unwrap_or(&Value::Null), rest)),
+                        None => Value::Record(v.clone()),
+                    },
+                    None => Value::Null,
+                },
+                Root::JoinedKey(j) => match row.joined.get(*j).and_then(|x| x.as_ref()) {
+                    Some((k, _)) => k.clone(),
+                    None => Value::Null,
+                },
+            };
+            base
+        }
+        ExprKind::Local(i) => locals.get(*i).cloned().unwrap_or(Value::Null),
+        ExprKind::Get(inner, i) => match eval(inner, row, locals)? {
+            Value::Record(f) => f.get(*i).cloned().unwrap_or(Value::Null),
+            _ => Value::Null,
+        },
+        ExprKind::Unary(op, inner) => {
+            let v = eval(inner, row, locals)?;
+            match (op, v) {
+                (_, Value::Null) => Value::Null,
+                (UnOp::Not, Value::Bool(b)) => Value::Bool(!b),
+                (UnOp::Neg, Value::Int(i)) => Value::Int(i.checked_neg().ok_or("integer overflow in negation")?),
+                (UnOp::Neg, Value::Float(f)) => Value::Float(-f),
+                (UnOp::Neg, Value::Dur(d)) => Value::Dur(d.checked_neg().ok_or("duration overflow in negation")?),
+                (_, v) => return Err(format!("cannot apply {op:?} to {v}")),
+            }
+        }
+        ExprKind::Binary(op, l, r) => binary(*op, l, r, row, locals)?,
+        ExprKind::IsNull(inner, negated) => Value::Bool(eval(inner, row, locals)?.is_null() != *negated),
+        ExprKind::If(c, a, b) => match eval(c, row, locals)? {
+            Value::Bool(true) => eval(a, row, locals)?,
+            _ => eval(b, row, locals)?,
+        },
+        ExprKind::List(items) => Value::List(Arc::new(items.iter().map(|i| eval(i, row, locals)).collect::<Result<_, _>>()?)),
+        ExprKind::Record(fields) => Value::Record(Arc::new(fields.iter().map(|(_, i)| eval(i, row, locals)).collect::<Result<_, _>>()?)),
+        ExprKind::Builtin(b, args) => builtin(*b, args, row, locals)?,
+        ExprKind::Function(f, args) => {
+            let vals: Vec<Value> = args.iter().map(|a| eval(a, row, locals)).collect::<Result<_, _>>()?;
+            eval(&f.body, &Row::default(), &vals)?
+        }
+    })
+}
+
+fn lit(l: &Literal) -> Value {
+    match l {
+        Literal::Int(i) => Value::Int(*i),
+        Literal::Float(f) => Value::Float(*f),
+        Literal::String(s) => Value::str(s),
+        Literal::Bool(b) => Value::Bool(*b),
+        Literal::Duration(d) => Value::Dur(d.0),
+        Literal::Null => Value::Null,
+    }
+}
+
+fn descend(v: &Value, path: &[usize]) -> Value {
+    let mut cur = v;
+    for i in path {
+        match cur {
+            Value::Record(f) => match f.get(*i) {
+                Some(x) => cur = x,
+                None => return Value::Null,
+            },
+            _ => return Value::Null,
+        }
+    }
+    cur.clone()
+}
+
+fn finite(f: f64, what: &str) -> EvalResult {
+    if f.is_finite() {
+        Ok(Value::Float(f))
+    } else {
+        Err(format!("{what} is not a finite number"))
+    }
+}
+
+fn num(v: &Value) -> Option<f64> {
+    match v {
+        Value::Int(i) => Some(*i as f64),
+        Value::Float(f) => Some(*f),
+        _ => None,
+    }
+}
+
+fn binary(op: BinOp, l: &Expr, r: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
+    use Value::*;
+    // Three-valued `and` / `or`, short-circuiting.
+    if matches!(op, BinOp::And | BinOp::Or) {
+        let a = eval(l, row, locals)?;
+        let short = if op == BinOp::And { Bool(false) } else { Bool(true) };
+        if a == short {
+            return Ok(short);
+        }
+        let b = eval(r, row, locals)?;
+        return Ok(match (a, b) {
+            (_, b) if b == short => short,
+            (Null, _) | (_, Null) => Null,
+            (_, b) => b,
+        });
+    }
+    let a = eval(l, row, locals)?;
+    let b = eval(r, row, locals)?;
+    let sym = op.symbol();
+    Ok(match op {
+        BinOp::Eq => Bool(a.equals(&b)),
+        BinOp::Ne => Bool(!a.equals(&b)),
+        _ if a.is_null() || b.is_null() => Null,
+        BinOp::Lt => Bool(a.cmp_total(&b).is_lt()),
+        BinOp::Le => Bool(a.cmp_total(&b).is_le()),
+        BinOp::Gt => Bool(a.cmp_total(&b).is_gt()),
+        BinOp::Ge => Bool(a.cmp_total(&b).is_ge()),
+        BinOp::In | BinOp::NotIn => {
+            let found = match &b {
+                List(items) => items.iter().any(|x| x.equals(&a)),
+                _ => false,
+            };
+            Bool(found == (op == BinOp::In))
+        }
+        BinOp::Add => match (&a, &b) {
+            (Int(x), Int(y)) => Int(x.checked_add(*y).ok_or("integer overflow in `+`")?),
+            (Str(x), Str(y)) => Value::str(&format!("{x}{y}")),
+            (Ts(t), Dur(d)) | (Dur(d), Ts(t)) => Ts(t.checked_add(*d).ok_or("timestamp overflow in `+`")?),
+            (Dur(x), Dur(y)) => Dur(x.checked_add(*y).ok_or("duration overflow in `+`")?),
+            _ => finite(num(&a).ok_or("bad operands")? + num(&b).ok_or("bad operands")?, "the result of `+`")?,
+        },
+        BinOp::Sub => match (&a, &b) {
+            (Int(x), Int(y)) => Int(x.checked_sub(*y).ok_or("integer overflow in `-`")?),
+            (Ts(t), Dur(d)) => Ts(t.checked_sub(*d).ok_or("timestamp overflow in `-`")?),
+            (Ts(x), Ts(y)) => Dur(x.checked_sub(*y).ok_or("duration overflow in `-`")?),
+            (Dur(x), Dur(y)) => Dur(x.checked_sub(*y).ok_or("duration overflow in `-`")?),
+            _ => finite(num(&a).ok_or("bad operands")? - num(&b).ok_or("bad operands")?, "the result of `-`")?,
+        },
+        BinOp::Mul => match (&a, &b) {
+            (Int(x), Int(y)) => Int(x.checked_mul(*y).ok_or("integer overflow in `*`")?),
+            (Dur(d), Int(n)) | (Int(n), Dur(d)) => Dur(d.checked_mul(*n).ok_or("duration overflow in `*`")?),
+            _ => finite(num(&a).ok_or("bad operands")? * num(&b).ok_or("bad operands")?, "the result of `*`")?,
+        },
+        BinOp::Div | BinOp::Rem => {
+            let div = op == BinOp::Div;
+            match (&a, &b) {
+                (Int(_), Int(0)) | (Dur(_), Int(0)) => return Err(format!("division by zero in `{sym}`")),
+                (Int(x), Int(y)) => Int(if div { x.checked_div(*y) } else { x.checked_rem(*y) }.ok_or_else(|| format!("integer overflow in `{sym}`"))?),
+                (Dur(x), Int(y)) => Dur(if div { x.checked_div(*y) } else { x.checked_rem(*y) }.ok_or_else(|| format!("duration overflow in `{sym}`"))?),
+                _ => {
+                    let (x, y) = (num(&a).ok_or("bad operands")?, num(&b).ok_or("bad operands")?);
+                    if y == 0.0 {
+                        return Err(format!("division by zero in `{sym}`"));
+                    }
+                    finite(if div { x / y } else { x % y }, &format!("the result of `{sym}`"))?
+                }
+            }
+        }
+        BinOp::And | BinOp::Or => unreachable_and_or(),
+    })
+}
+
+/// `and`/`or` return early above; this keeps the match exhaustive without a panic.
+fn unreachable_and_or() -> Value {
+    Value::Null
+}
+
+fn builtin(b: Builtin, args: &[Expr], row: &Row, locals: &[Value]) -> EvalResult {
+    use Value::*;
+    let mut vals = Vec::with_capacity(args.len());
+    for a in args {
+        vals.push(eval(a, row, locals)?);
+    }
+    // Functions other than these return null when an argument is null.
+    if !matches!(b, Builtin::Coalesce | Builtin::ToString) && vals.iter().any(Value::is_null) {
+        return Ok(Null);
+    }
+    let s = |i: usize| -> &str {
+        match &vals[i] {
+            Str(s) => s,
+            _ => "",
+        }
+    };
+    let int = |i: usize| -> i64 {
+        match &vals[i] {
+            Int(x) => *x,
+            _ => 0,
+        }
+    };
+    Ok(match b {
+        Builtin::Lower => Value::str(&s(0).to_lowercase()),
+        Builtin::Upper => Value::str(&s(0).to_uppercase()),
+        Builtin::Trim => Value::str(s(0).trim()),
+        Builtin::Concat => Value::str(&(0..vals.len()).map(s).collect::<String>()),
+        Builtin::Len => match &vals[0] {
+            Str(x) => Int(x.chars().count() as i64),
+            List(l) => Int(l.len() as i64),
+            _ => Null,
+        },
+        Builtin::Substr => {
+            // 1-based start, as in SQL; a start past the end gives "".
+            let chars: Vec<char> = s(0).chars().collect();
+            let start = (int(1).max(1) - 1) as usize;
+            let len = if vals.len() > 2 { int(2).max(0) as usize } else { usize::MAX };
+            Value::str(&chars.iter().skip(start).take(len).collect::<String>())
+        }
+        Builtin::Contains => Bool(s(0).contains(s(1))),
+        Builtin::StartsWith => Bool(s(0).starts_with(s(1))),
+        Builtin::EndsWith => Bool(s(0).ends_with(s(1))),
+        Builtin::Abs => match &vals[0] {
+            Int(x) => Int(x.checked_abs().ok_or("integer overflow in abs")?),
+            Float(x) => Float(x.abs()),
+            Dur(x) => Dur(x.checked_abs().ok_or("duration overflow in abs")?),
+            _ => Null,
+        },
+        Builtin::Round => {
+            let x = num(&vals[0]).unwrap_or(0.0);
+            let digits = if vals.len() > 1 { int(1).clamp(-15, 15) as i32 } else { 0 };
+            let m = 10f64.powi(digits);
+            finite((x * m).round() / m, "round")?
+        }
+        Builtin::Floor => finite(num(&vals[0]).unwrap_or(0.0).floor(), "floor")?,
+        Builtin::Ceil => finite(num(&vals[0]).unwrap_or(0.0).ceil(), "ceil")?,
+        Builtin::Sqrt => {
+            let x = num(&vals[0]).unwrap_or(0.0);
+            if x < 0.0 {
+                return Err(format!("sqrt of a negative number ({x})"));
+            }
+            Float(x.sqrt())
+        }
+        Builtin::Pow => finite(num(&vals[0]).unwrap_or(0.0).powf(num(&vals[1]).unwrap_or(0.0)), "pow")?,
+        Builtin::Coalesce => vals.into_iter().find(|v| !v.is_null()).unwrap_or(Null),
+        Builtin::Greatest => vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_gt() { b } else { a }).unwrap_or(Null),
+        Builtin::Least => vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_lt() { b } else { a }).unwrap_or(Null),
+        Builtin::ToString => match &vals[0] {
+            Null => Null,
+            Str(x) => Str(x.clone()),
+            v => Value::str(&v.to_string()),
+        },
+        Builtin::ToInt => match &vals[0] {
+            Int(x) => Int(*x),
+            Float(x) if x.is_finite() && x.abs() < 9.2e18 => Int(x.trunc() as i64),
+            Bool(x) => Int(*x as i64),
+            Str(x) => Int(x.trim().parse().map_err(|_| format!("`{x}` is not an int"))?),
+            v => return Err(format!("cannot convert {v} to int")),
+        },
+        Builtin::ToFloat => match &vals[0] {
+            Int(x) => Float(*x as f64),
+            Float(x) => Float(*x),
+            Bool(x) => Float(*x as i64 as f64),
+            Str(x) => finite(x.trim().parse().map_err(|_| format!("`{x}` is not a float"))?, "to_float")?,
+            v => return Err(format!("cannot convert {v} to float")),
+        },
+        Builtin::EpochMs => match &vals[0] {
+            Ts(t) => Int(*t),
+            _ => Null,
+        },
+        Builtin::FromEpochMs => Ts(int(0)),
+        Builtin::Millis => match &vals[0] {
+            Dur(d) => Int(*d),
+            _ => Null,
+        },
+    })
+}
+
+/// Run statements over `locals` (already sized to the body's slot count).
+pub fn run_stmts(stmts: &[Stmt], locals: &mut [Value]) -> Result<(), String> {
+    let row = Row::default();
+    for Stmt::Set(slot, e) in stmts {
+        let v = eval(e, &row, locals)?;
+        if let Some(l) = locals.get_mut(*slot) {
+            *l = v;
+        }
+    }
+    Ok(())
+}
+
+/// A user-defined aggregate's initial state.
+pub fn uda_init(def: &AggregateDef) -> Result<Vec<Value>, String> {
+    let row = Row::default();
+    def.init.iter().map(|e| eval(e, &row, &[])).collect()
+}
+
+/// Update a user-defined aggregate's state with one call's argument values.
+pub fn uda_update(def: &AggregateDef, state: &mut Vec<Value>, args: &[Value]) -> Result<(), String> {
+    let np = def.params.len();
+    let ns = def.state.len();
+    let mut locals = Vec::with_capacity(def.update_slots);
+    locals.extend_from_slice(args);
+    locals.extend(state.drain(..));
+    locals.resize(def.update_slots.max(np + ns), Value::Null);
+    run_stmts(&def.update, &mut locals)?;
+    state.extend(locals.drain(np..np + ns));
+    Ok(())
+}
+
+/// Merge `other` into `state` (session windows).
+pub fn uda_merge(def: &AggregateDef, state: &mut Vec<Value>, other: &[Value]) -> Result<(), String> {
+    let Some(merge) = &def.merge else { return Err(format!("`{}` has no merge", def.name)) };
+    let ns = def.state.len();
+    let mut locals = Vec::with_capacity(def.merge_slots);
+    locals.extend(state.drain(..));
+    locals.extend_from_slice(other);
+    locals.resize(def.merge_slots.max(2 * ns), Value::Null);
+    run_stmts(merge, &mut locals)?;
+    state.extend(locals.drain(0..ns));
+    Ok(())
+}
+
+pub fn uda_result(def: &AggregateDef, state: &[Value]) -> EvalResult {
+    eval(&def.result, &Row::default(), state)
+}

@@ -1,0 +1,4 @@
+//! The runtime: tasks that execute a [`crate::plan::Topology`] over a log, with state in sled.
+
+pub mod eval;
+pub mod value;

@@ -1,0 +1,391 @@
+//! Runtime values, and their JSON forms. A record's JSON is decoded once, straight into
+//! positional fields by the declared schema (no intermediate JSON tree, no name lookups after
+//! decoding).
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use crate::types::{RecordType, Type};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Arc<str>),
+    /// Epoch milliseconds.
+    Ts(i64),
+    /// Milliseconds.
+    Dur(i64),
+    List(Arc<Vec<Value>>),
+    /// Positional: field `i` of the record type.
+    Record(Arc<Vec<Value>>),
+}
+
+impl Value {
+    pub fn str(s: &str) -> Value {
+        Value::Str(Arc::from(s))
+    }
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// A total order used by `min`, `max`, comparisons and sorting: numbers compare by value
+    /// (int against float as floats), otherwise values of one type compare naturally.
+    pub fn cmp_total(&self, other: &Value) -> Ordering {
+        use Value::*;
+        match (self, other) {
+            (Int(a), Int(b)) => a.cmp(b),
+            (Float(a), Float(b)) => a.total_cmp(b),
+            (Int(a), Float(b)) => (*a as f64).total_cmp(b),
+            (Float(a), Int(b)) => a.total_cmp(&(*b as f64)),
+            (Str(a), Str(b)) => a.cmp(b),
+            (Ts(a), Ts(b)) | (Dur(a), Dur(b)) => a.cmp(b),
+            (Bool(a), Bool(b)) => a.cmp(b),
+            (Null, Null) => Ordering::Equal,
+            (Null, _) => Ordering::Less,
+            (_, Null) => Ordering::Greater,
+            (List(a), List(b)) | (Record(a), Record(b)) => {
+                for (x, y) in a.iter().zip(b.iter()) {
+                    match x.cmp_total(y) {
+                        Ordering::Equal => {}
+                        o => return o,
+                    }
+                }
+                a.len().cmp(&b.len())
+            }
+            (a, b) => a.rank().cmp(&b.rank()),
+        }
+    }
+
+    fn rank(&self) -> u8 {
+        match self {
+            Value::Null => 0,
+            Value::Bool(_) => 1,
+            Value::Int(_) | Value::Float(_) => 2,
+            Value::Str(_) => 3,
+            Value::Ts(_) => 4,
+            Value::Dur(_) => 5,
+            Value::List(_) => 6,
+            Value::Record(_) => 7,
+        }
+    }
+
+    /// Equality as the language defines it (`==`): numbers by value, null equals null.
+    pub fn equals(&self, other: &Value) -> bool {
+        self.cmp_total(other) == Ordering::Equal
+    }
+
+    /// The JSON form of this value, given its type (records need their field names).
+    pub fn to_json(&self, ty: &Type) -> serde_json::Value {
+        use serde_json::Value as J;
+        match (self, ty.base()) {
+            (Value::Null, _) => J::Null,
+            (Value::Bool(b), _) => J::Bool(*b),
+            (Value::Int(i), _) | (Value::Ts(i), _) | (Value::Dur(i), _) => J::from(*i),
+            (Value::Float(f), _) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
+            (Value::Str(s), _) => J::String(s.to_string()),
+            (Value::List(items), Type::List(t)) => J::Array(items.iter().map(|v| v.to_json(t)).collect()),
+            (Value::List(items), Type::Tuple(ts)) => J::Array(items.iter().zip(ts).map(|(v, t)| v.to_json(t)).collect()),
+            (Value::Record(fields), Type::Record(rt)) => {
+                let mut m = serde_json::Map::with_capacity(fields.len());
+                for (v, (n, t)) in fields.iter().zip(&rt.fields) {
+                    m.insert(n.clone(), v.to_json(t));
+                }
+                J::Object(m)
+            }
+            (Value::List(items), _) | (Value::Record(items), _) => J::Array(items.iter().map(|v| v.to_json(&Type::Error)).collect()),
+        }
+    }
+
+    /// The text of a key, as CONVENTIONS.md says: a string is its raw UTF-8, other scalars their
+    /// JSON text, a composite key a compact JSON array.
+    pub fn key_bytes(&self, ty: &Type) -> Vec<u8> {
+        match self {
+            Value::Str(s) => s.as_bytes().to_vec(),
+            v => serde_json::to_vec(&v.to_json(ty)).unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("null"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Str(s) => f.write_str(s),
+            Value::Ts(t) => write!(f, "{t}"),
+            Value::Dur(d) => write!(f, "{d}ms"),
+            Value::List(items) | Value::Record(items) => {
+                f.write_str("[")?;
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_str("]")
+            }
+        }
+    }
+}
+
+/// Decode a JSON document into a record of type `rt`.
+pub fn decode_record(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = RecordSeed(rt).deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// Decode one JSON value of type `ty` (used for keys and for state in changelogs).
+pub fn decode_value(bytes: &[u8], ty: &Type) -> Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = TypeSeed(ty).deserialize(&mut de).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+/// Parse a timestamp given as an RFC 3339 string.
+pub fn parse_rfc3339(s: &str) -> Option<i64> {
+    // YYYY-MM-DDTHH:MM:SS[.fff][Z|±HH:MM]
+    let b = s.as_bytes();
+    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
+    let (y, mo, d, h, mi, sec) = (num(0..4)?, num(5..7)?, num(8..10)?, num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut ms = 0i64;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        let frac = &s[start..i];
+        if frac.is_empty() {
+            return None;
+        }
+        let digits: String = frac.chars().chain(std::iter::repeat('0')).take(3).collect();
+        ms = digits.parse().ok()?;
+    }
+    let offset_min = match &s[i..] {
+        "Z" | "z" => 0,
+        rest if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (rest[1..3].parse::<i64>().ok()? * 60 + rest[4..6].parse::<i64>().ok()?)
+        }
+        _ => return None,
+    };
+    // Days from civil (Howard Hinnant's algorithm).
+    let yy = if mo <= 2 { y - 1 } else { y };
+    let era = if yy >= 0 { yy } else { yy - 399 } / 400;
+    let yoe = yy - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3_600 + mi * 60 + sec - offset_min * 60) * 1_000) + ms)
+}
+
+struct RecordSeed<'a>(&'a RecordType);
+struct TypeSeed<'a>(&'a Type);
+
+impl<'de> DeserializeSeed<'de> for RecordSeed<'_> {
+    type Value = Vec<Value>;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(RecordVisitor(self.0))
+    }
+}
+
+struct RecordVisitor<'a>(&'a RecordType);
+
+impl<'de> Visitor<'de> for RecordVisitor<'_> {
+    type Value = Vec<Value>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a JSON object {}", self.0)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let rt = self.0;
+        let mut out: Vec<Option<Value>> = vec![None; rt.fields.len()];
+        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match rt.index_of(&k) {
+                Some(i) => out[i] = Some(map.next_value_seed(TypeSeed(&rt.fields[i].1))?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        out.into_iter()
+            .zip(&rt.fields)
+            .map(|(v, (n, t))| match v {
+                Some(v) => Ok(v),
+                None if t.is_nullable() => Ok(Value::Null),
+                None => Err(de::Error::custom(format_args!("missing field `{n}`"))),
+            })
+            .collect()
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for TypeSeed<'_> {
+    type Value = Value;
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        match self.0.base() {
+            Type::Record(rt) => {
+                let nullable = self.0.is_nullable();
+                d.deserialize_any(NullableRecord(rt, nullable))
+            }
+            _ => d.deserialize_any(ScalarVisitor(self.0)),
+        }
+    }
+}
+
+struct NullableRecord<'a>(&'a RecordType, bool);
+
+impl<'de> Visitor<'de> for NullableRecord<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a JSON object {}", self.0)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        if self.1 {
+            Ok(Value::Null)
+        } else {
+            Err(E::custom(format_args!("null where {} is expected", self.0)))
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        RecordVisitor(self.0).visit_map(map).map(|v| Value::Record(Arc::new(v)))
+    }
+}
+
+struct ScalarVisitor<'a>(&'a Type);
+
+impl ScalarVisitor<'_> {
+    fn mismatch<E: de::Error>(&self, got: &str) -> E {
+        E::custom(format_args!("expected {}, found {got}", self.0))
+    }
+}
+
+impl<'de> Visitor<'de> for ScalarVisitor<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a value of type {}", self.0)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        if self.0.is_nullable() {
+            Ok(Value::Null)
+        } else {
+            Err(E::custom(format_args!("null where {} is expected", self.0)))
+        }
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        match self.0.base() {
+            Type::Bool => Ok(Value::Bool(v)),
+            _ => Err(self.mismatch("a bool")),
+        }
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        match self.0.base() {
+            Type::Int => Ok(Value::Int(v)),
+            Type::Float => Ok(Value::Float(v as f64)),
+            Type::Timestamp => Ok(Value::Ts(v)),
+            Type::Duration => Ok(Value::Dur(v)),
+            _ => Err(self.mismatch("a number")),
+        }
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        match i64::try_from(v) {
+            Ok(i) => self.visit_i64(i),
+            Err(_) if *self.0.base() == Type::Float => Ok(Value::Float(v as f64)),
+            Err(_) => Err(E::custom(format_args!("{v} does not fit in a 64-bit int"))),
+        }
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        match self.0.base() {
+            Type::Float => Ok(Value::Float(v)),
+            Type::Int | Type::Timestamp | Type::Duration if v.fract() == 0.0 && v.abs() < 9.0e15 => self.visit_i64(v as i64),
+            _ => Err(self.mismatch("a fractional number")),
+        }
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        match self.0.base() {
+            Type::String => Ok(Value::str(v)),
+            Type::Timestamp => parse_rfc3339(v).map(Value::Ts).ok_or_else(|| E::custom(format_args!("`{v}` is not an RFC 3339 timestamp"))),
+            _ => Err(self.mismatch("a string")),
+        }
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        match self.0.base() {
+            Type::List(t) => {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element_seed(TypeSeed(t))? {
+                    out.push(v);
+                }
+                Ok(Value::List(Arc::new(out)))
+            }
+            Type::Tuple(ts) => {
+                let mut out = Vec::with_capacity(ts.len());
+                for t in ts {
+                    match seq.next_element_seed(TypeSeed(t))? {
+                        Some(v) => out.push(v),
+                        None => return Err(de::Error::custom("composite key too short")),
+                    }
+                }
+                Ok(Value::List(Arc::new(out)))
+            }
+            _ => Err(self.mismatch("a list")),
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, _map: A) -> Result<Value, A::Error> {
+        Err(self.mismatch("an object"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339("2024-02-29T12:34:56.789Z"), Some(1_709_210_096_789));
+        assert_eq!(parse_rfc3339("2024-02-29T14:34:56.789+02:00"), Some(1_709_210_096_789));
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), Some(-1000));
+        assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
+        assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn decoding_follows_the_schema() {
+        let rt = RecordType {
+            fields: vec![
+                ("a".into(), Type::Int),
+                ("b".into(), Type::Float),
+                ("t".into(), Type::Timestamp),
+                ("n".into(), Type::String.nullable()),
+            ],
+        };
+        let v = decode_record(br#"{"b": 2, "a": 1, "extra": [1,{}], "t": "1970-01-01T00:00:01Z"}"#, &rt).unwrap();
+        assert_eq!(v, vec![Value::Int(1), Value::Float(2.0), Value::Ts(1000), Value::Null]);
+        assert!(decode_record(br#"{"a": "x", "b": 1, "t": 0}"#, &rt).unwrap_err().contains("expected int"));
+        assert!(decode_record(br#"{"b": 1, "t": 0}"#, &rt).unwrap_err().contains("missing field `a`"));
+        assert!(decode_record(b"not json", &rt).is_err());
+    }
+}
