@@ -90,11 +90,14 @@ pub struct TrustedKey {
 pub struct Embedded {
     /// Partitions of topics the embedded log creates implicitly.
     pub partitions: u32,
+    /// fsync the log at every commit (survives power loss, not only process crashes). Off by
+    /// default, like Kafka, which leaves flushing to the OS.
+    pub fsync: bool,
 }
 
 impl Default for Embedded {
     fn default() -> Self {
-        Embedded { partitions: 1 }
+        Embedded { partitions: 1, fsync: false }
     }
 }
 

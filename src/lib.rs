@@ -9,6 +9,7 @@ pub mod check;
 pub mod config;
 pub mod diag;
 pub mod explain;
+pub mod gen;
 pub mod hir;
 pub mod log;
 pub mod plan;

@@ -55,6 +55,70 @@ enum Command {
         #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
         format: ExplainFormat,
     },
+    /// Run a program (on the embedded log in the state directory).
+    Run {
+        file: PathBuf,
+        /// Append a file's lines (JSON values) to a topic before processing: TOPIC=FILE.
+        /// Resumable: a re-run appends only lines added since.
+        #[arg(long = "input", value_name = "TOPIC=FILE")]
+        inputs: Vec<String>,
+        /// Exit once every input partition has been processed up to its end at start-up.
+        #[arg(long)]
+        drain: bool,
+        /// At the end, advance stream time past every window so `emit final` flushes them all.
+        #[arg(long)]
+        close_windows_at_end: bool,
+        /// Worker threads; tasks are spread over them.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// Append records to a topic: one JSON value per line (or an envelope with --envelope).
+    Produce {
+        topic: String,
+        /// A file of lines, or `-` (the default) for standard input.
+        file: Option<PathBuf>,
+        /// Each line is {"key": …, "value": … | null, "timestamp": ms, "headers": {…}}.
+        #[arg(long)]
+        envelope: bool,
+        /// Take keys and timestamps from this program's declaration of the topic.
+        #[arg(long, value_name = "FILE")]
+        program: Option<PathBuf>,
+    },
+    /// Print a topic's committed records, one JSON object per line.
+    Consume {
+        topic: String,
+        #[arg(long)]
+        from_beginning: bool,
+        /// Keep printing new records.
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        headers: bool,
+    },
+    /// Generate deterministic test data.
+    Gen {
+        #[command(subcommand)]
+        what: GenWhat,
+    },
+}
+
+#[derive(Subcommand)]
+enum GenWhat {
+    /// Stock trades: {"ticker", "price", "size", "ts"} per line.
+    Trades {
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        #[arg(long, default_value_t = 10)]
+        tickers: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Trades per second of event time.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        /// Largest lag (ms) of a trade's time behind the trade before it.
+        #[arg(long, default_value_t = 500)]
+        disorder_ms: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -142,6 +206,19 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::SUCCESS
             })
         }
+        Command::Run { file, inputs, drain, close_windows_at_end, threads } => run_program(&cli.global, cfg, &file, &inputs, drain, close_windows_at_end, threads),
+        Command::Produce { topic, file, envelope, program } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref()),
+        Command::Consume { topic, from_beginning, follow, headers } => consume(&cli.global, &cfg, &topic, from_beginning, follow, headers),
+        Command::Gen { what: GenWhat::Trades { count, tickers, seed, rate, disorder_ms } } => {
+            let o = streamc::gen::TradesOptions { count, tickers, seed, rate, disorder_ms };
+            let stdout = std::io::stdout();
+            let mut w = std::io::BufWriter::new(stdout.lock());
+            match streamc::gen::trades(&o, &mut w) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(ExitCode::SUCCESS),
+                Err(e) => Err(format!("cannot write: {e}")),
+            }
+        }
         Command::Explain { file, query, format } => {
             let text = read(&file)?;
             let Some(p) = compile_file(&file, &text) else { return Ok(ExitCode::from(1)) };
@@ -156,6 +233,183 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             print!("{}", explain::render(&topo, query.as_deref(), format));
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+fn log_of(g: &Global, cfg: &config::Config) -> Result<streamc::log::EmbeddedLog, String> {
+    if cfg.kafka.contains_key("bootstrap.servers") {
+        return Err("the Kafka backend is not available yet; remove kafka.bootstrap.servers to use the embedded log".into());
+    }
+    streamc::log::EmbeddedLog::open(&g.state_dir, cfg.embedded.fsync)
+}
+
+fn run_program(g: &Global, cfg: config::Config, file: &Path, inputs: &[String], drain: bool, close: bool, threads: usize) -> Result<ExitCode, String> {
+    let text = read(file)?;
+    let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
+    let app = config::application_id(&cfg, file)?;
+    log_of(g, &cfg)?;
+    let topo = plan::lower(&p, &app);
+    let mut ins = Vec::new();
+    for i in inputs {
+        let (t, f) = i.split_once('=').ok_or_else(|| format!("--input {i}: expected TOPIC=FILE"))?;
+        ins.push((t.to_string(), PathBuf::from(f)));
+    }
+    let opts = streamc::runtime::driver::RunOptions {
+        state_dir: g.state_dir.clone(),
+        app,
+        threads,
+        drain,
+        close_windows_at_end: close,
+        inputs: ins,
+        config: cfg,
+    };
+    let started = std::time::Instant::now();
+    let sum = streamc::runtime::driver::run(&p, &topo, &opts)?;
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "processed {} records in {:.2}s ({:.0}/s): {} out, {} late, {} dead letters, {} skipped, {} restored, {} commits",
+        sum.records_in,
+        secs,
+        sum.records_in as f64 / secs.max(1e-9),
+        sum.records_out,
+        sum.late,
+        sum.dead_letters,
+        sum.skipped,
+        sum.restored,
+        sum.commits
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, envelope: bool, program: Option<&Path>) -> Result<ExitCode, String> {
+    use std::io::BufRead;
+    use streamc::log::{partition_for, Append, Record};
+    let log = log_of(g, cfg)?;
+    let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
+    let source = match program {
+        Some(f) => {
+            let text = read(f)?;
+            let Some(p) = compile_file(f, &text) else { return Ok(ExitCode::from(1)) };
+            p.sources.into_iter().find(|s| s.topic.as_deref() == Some(topic))
+        }
+        None => None,
+    };
+    let reader: Box<dyn BufRead> = match file {
+        Some(f) if f != Path::new("-") => Box::new(std::io::BufReader::new(std::fs::File::open(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?)),
+        _ => Box::new(std::io::BufReader::new(std::io::stdin())),
+    };
+    let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
+    let (mut n, mut rr) = (0u64, 0u32);
+    let flush = |batch: &mut Vec<Vec<Record>>| -> Result<(), String> {
+        let appends = batch.iter_mut().enumerate().map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) }).collect();
+        log.commit(appends, vec![]).map(|_| ())
+    };
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| format!("cannot read input: {e}"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let now = streamc::runtime::driver::now_ms();
+        let rec = if envelope {
+            envelope_record(&line, now).map_err(|e| format!("line {}: {e}", i + 1))?
+        } else {
+            streamc::runtime::driver::value_record(source.as_ref(), line.as_bytes(), now)
+        };
+        let p = match &rec.key {
+            Some(k) => partition_for(k, meta.partitions),
+            None => {
+                rr = (rr + 1) % meta.partitions;
+                rr
+            }
+        };
+        batch[p as usize].push(rec);
+        n += 1;
+        if n % 10_000 == 0 {
+            flush(&mut batch)?;
+        }
+    }
+    flush(&mut batch)?;
+    eprintln!("produced {n} records to {topic}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
+    let bytes = |x: &serde_json::Value| -> Option<Vec<u8>> {
+        match x {
+            serde_json::Value::Null => None,
+            serde_json::Value::String(s) => Some(s.as_bytes().to_vec()),
+            other => Some(other.to_string().into_bytes()),
+        }
+    };
+    let key = v.get("key").and_then(bytes);
+    let value = match v.get("value") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(s)) => Some(s.as_bytes().to_vec()),
+        Some(other) => Some(other.to_string().into_bytes()),
+    };
+    let timestamp = match v.get("timestamp") {
+        None | Some(serde_json::Value::Null) => now,
+        Some(serde_json::Value::Number(n)) => n.as_i64().ok_or("timestamp must be an integer")?,
+        Some(serde_json::Value::String(s)) => streamc::runtime::value::parse_rfc3339(s).ok_or("timestamp must be epoch ms or RFC 3339")?,
+        Some(_) => return Err("timestamp must be epoch ms or RFC 3339".into()),
+    };
+    let headers = match v.get("headers") {
+        Some(serde_json::Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), bytes(v).unwrap_or_default())).collect(),
+        _ => Vec::new(),
+    };
+    Ok(streamc::log::Record { key, value, timestamp, headers })
+}
+
+fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, follow: bool, headers: bool) -> Result<ExitCode, String> {
+    use std::io::Write;
+    let log = log_of(g, cfg)?;
+    let Some(meta) = log.topic(topic)? else { return Err(format!("no topic `{topic}` in {}", g.state_dir.display())) };
+    let start = log.committed()?;
+    let mut readers: Vec<_> = (0..meta.partitions)
+        .map(|p| {
+            let from = if from_beginning { streamc::log::Pos::default() } else { start.end(topic, p) };
+            log.reader(topic, p, from)
+        })
+        .collect();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
+        match b {
+            None => serde_json::Value::Null,
+            Some(b) => serde_json::from_slice(b).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
+        }
+    };
+    let mut ends: Vec<streamc::log::Pos> = (0..meta.partitions).map(|p| start.end(topic, p)).collect();
+    loop {
+        for (p, r) in readers.iter_mut().enumerate() {
+            loop {
+                let recs = r.read(ends[p], 10_000)?;
+                if recs.is_empty() {
+                    break;
+                }
+                for s in recs {
+                    let mut o = serde_json::json!({
+                        "topic": topic, "partition": p, "offset": s.offset, "timestamp": s.record.timestamp,
+                        "key": decode(&s.record.key), "value": decode(&s.record.value),
+                    });
+                    if headers {
+                        let h: serde_json::Map<String, serde_json::Value> = s.record.headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into_owned()))).collect();
+                        o["headers"] = serde_json::Value::Object(h);
+                    }
+                    if writeln!(out, "{o}").is_err() {
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                }
+            }
+        }
+        let _ = out.flush();
+        if !follow {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let c = log.committed()?;
+        ends = (0..meta.partitions).map(|p| c.end(topic, p)).collect();
     }
 }
 

@@ -2,3 +2,5 @@
 
 pub mod eval;
 pub mod value;
+pub mod driver;
+pub mod task;

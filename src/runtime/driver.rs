@@ -1,0 +1,614 @@
+//! The embedded driver: runs every task of a topology over the embedded log, with state in one
+//! sled database per application. Each task commits every `commit.records` records and when it
+//! has caught up with its input. A commit is one atomic log commit — outputs, changelog records
+//! and the task's input positions and stream time — followed by one sled batch per store that
+//! carries the state and its checkpoint together. So after a crash anywhere, the local state is
+//! at some checkpoint, the changelog tail after it is replayed, and input resumes where the
+//! committed outputs end: exactly once.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, OnError};
+use crate::hir;
+use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
+use crate::plan::{Partitions, Topology};
+use crate::runtime::task::{self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::runtime::value::Value;
+
+const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub state_dir: PathBuf,
+    pub app: String,
+    pub threads: usize,
+    pub drain: bool,
+    pub close_windows_at_end: bool,
+    pub inputs: Vec<(String, PathBuf)>,
+    pub config: Config,
+}
+
+/// What a run did, for the CLI and tests.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub late: u64,
+    pub dead_letters: u64,
+    pub skipped: u64,
+    pub restored: u64,
+    pub commits: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+}
+
+impl Summary {
+    fn add(&mut self, o: &Summary) {
+        self.records_in += o.records_in;
+        self.records_out += o.records_out;
+        self.late += o.late;
+        self.dead_letters += o.dead_letters;
+        self.skipped += o.skipped;
+        self.restored += o.restored;
+        self.commits += o.commits;
+        self.cache_hits += o.cache_hits;
+        self.cache_misses += o.cache_misses;
+    }
+}
+
+/// Run the program on the embedded log until its input is drained (`--drain`) or forever.
+pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
+    let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
+    let specs = task::specs(program, topo)?;
+    let counts = setup_topics(&log, program, topo, &specs, &opts.config)?;
+    for (topic, path) in &opts.inputs {
+        ingest(&log, program, &opts.app, topic, path, &opts.config)?;
+    }
+    let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
+    let db = sled::Config::new()
+        .path(&db_path)
+        .cache_capacity(64 << 20)
+        .open()
+        .map_err(|e| format!("cannot open local state {}: {e} (is another `streamc run` of `{}` using this state directory?)", db_path.display(), opts.app))?;
+    let committed = log.committed()?;
+    // The end of every external input as of start-up: `--drain` stops there.
+    let startup = committed.clone();
+    let mut tasks = Vec::new();
+    for spec in specs.into_iter().map(Arc::new) {
+        for p in 0..counts[spec.sub] {
+            tasks.push(TaskRun::open(spec.clone(), p, &log, &db, &committed, opts)?);
+        }
+    }
+    let threads = opts.threads.max(1).min(tasks.len().max(1));
+    let mut groups: Vec<Vec<TaskRun>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        groups[i % threads].push(t);
+    }
+    let barrier = Barrier::new(threads);
+    let any_progress = AtomicBool::new(false);
+    let results: Vec<Result<Summary, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut ts)| {
+                let (log, barrier, any, startup) = (&log, &barrier, &any_progress, &startup);
+                s.spawn(move || worker(i == 0, &mut ts, log, startup, opts, barrier, any))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
+    });
+    let mut total = Summary::default();
+    for r in results {
+        total.add(&r?);
+    }
+    db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+    Ok(total)
+}
+
+fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, startup: &Committed, opts: &RunOptions, barrier: &Barrier, any: &AtomicBool) -> Result<Summary, String> {
+    let commit_every = opts.config.commit.records.max(1);
+    let result = (|| -> Result<(), String> {
+        loop {
+            let committed = log.committed()?;
+            let mut progress = false;
+            for t in tasks.iter_mut() {
+                let n = t.step(log, &committed, startup, opts, commit_every)?;
+                if n > 0 {
+                    progress = true;
+                }
+                if t.uncommitted > 0 && (t.uncommitted >= commit_every || n == 0 || n < commit_every) {
+                    t.commit(log, opts, false)?;
+                    progress = true;
+                }
+            }
+            if opts.drain {
+                any.fetch_or(progress, Ordering::SeqCst);
+                barrier.wait();
+                let done = !any.load(Ordering::SeqCst);
+                barrier.wait();
+                if leader {
+                    any.store(false, Ordering::SeqCst);
+                }
+                barrier.wait();
+                if done {
+                    return Ok(());
+                }
+            } else if !progress {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    })();
+    result?;
+    let mut s = Summary::default();
+    for t in tasks.iter_mut() {
+        t.commit(log, opts, opts.close_windows_at_end)?;
+        s.add(&t.summary());
+    }
+    Ok(s)
+}
+
+/// Create or check every topic the program needs; returns each sub-topology's task count.
+fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, specs: &[TaskSpec], cfg: &Config) -> Result<Vec<u32>, String> {
+    let default = cfg.embedded.partitions.max(1);
+    for s in &program.sources {
+        if let Some(t) = &s.topic {
+            log.ensure_topic(t, default)?;
+        }
+    }
+    let mut counts = vec![0u32; topo.subtopologies.len()];
+    let mut internal: BTreeMap<String, u32> = BTreeMap::new();
+    for spec in specs {
+        let mut inputs = vec![spec.main.topic.clone()];
+        inputs.extend(spec.tables.iter().map(|t| t.topic.clone()));
+        let mut n: Option<(u32, String)> = None;
+        for t in &inputs {
+            let c = match internal.get(t) {
+                Some(c) => *c,
+                None => log.topic(t)?.map(|m| m.partitions).ok_or_else(|| format!("topic `{t}` does not exist"))?,
+            };
+            match &n {
+                Some((m, other)) if *m != c => {
+                    return Err(format!("co-partitioned inputs differ: `{other}` has {m} partitions, `{t}` has {c}"));
+                }
+                _ => n = Some((c, t.clone())),
+            }
+        }
+        counts[spec.sub] = n.map(|(c, _)| c).unwrap_or(1);
+        // Repartition topics this sub-topology writes.
+        for t in &topo.topics {
+            let owner = match &t.partitions {
+                Partitions::OfSubtopology(s) if *s == spec.sub => true,
+                _ => false,
+            };
+            if t.role == crate::plan::TopicRole::Repartition && owner {
+                internal.insert(t.name.clone(), counts[spec.sub]);
+            }
+        }
+        for t in &topo.topics {
+            if let (crate::plan::TopicRole::Repartition, Partitions::Like(other)) = (t.role, &t.partitions) {
+                let c = log.topic(other)?.map(|m| m.partitions).unwrap_or(default);
+                internal.insert(t.name.clone(), c);
+            }
+        }
+    }
+    for (t, c) in &internal {
+        log.create_topic(t, *c, false)?;
+    }
+    for spec in specs {
+        for st in &spec.stores {
+            log.create_topic(&st.changelog, counts[spec.sub], true)?;
+        }
+    }
+    for t in &topo.topics {
+        if matches!(t.role, crate::plan::TopicRole::DeadLetter | crate::plan::TopicRole::Late) {
+            log.ensure_topic(&t.name, 1)?;
+        }
+    }
+    Ok(counts)
+}
+
+/// Append the lines of `path` not yet ingested to `topic`, recording (offset, SHA-256 of the
+/// consumed prefix) with each batch, so a re-run appends only new lines and a changed prefix is
+/// an error.
+fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, path: &Path, cfg: &Config) -> Result<(), String> {
+    let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
+    let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
+    let group = format!("{app}#input#{topic}#{}", path.display());
+    let prev = log.committed()?.groups.get(&group).cloned();
+    let (mut consumed, prev_hash) = match &prev {
+        Some(v) => (v["offset"].as_u64().unwrap_or(0), v["sha256"].as_str().unwrap_or("").to_string()),
+        None => (0, String::new()),
+    };
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut hasher = Sha256::new();
+    if consumed > 0 {
+        let mut prefix = (&mut reader).take(consumed);
+        let n = std::io::copy(&mut prefix, &mut HashWriter(&mut hasher)).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if n != consumed || hex(&hasher.clone().finalize()) != prev_hash {
+            return Err(format!(
+                "{}: the first {consumed} bytes changed since they were consumed; restore the file or run with a fresh state directory",
+                path.display()
+            ));
+        }
+    }
+    let mut round_robin = 0u32;
+    let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
+    let mut pending = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            // An unterminated last line may still be being written: leave it for the next run.
+            break;
+        }
+        hasher.update(&line);
+        consumed += n as u64;
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        let rec = value_record(source.as_ref(), text, now_ms());
+        let p = match &rec.key {
+            Some(k) => partition_for(k, meta.partitions),
+            None => {
+                round_robin = (round_robin + 1) % meta.partitions;
+                round_robin
+            }
+        };
+        batch[p as usize].push(rec);
+        pending += 1;
+        if pending >= 50_000 {
+            commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)?;
+            pending = 0;
+        }
+    }
+    commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)
+}
+
+fn commit_ingest(log: &EmbeddedLog, topic: &str, batch: &mut [Vec<Record>], group: &str, consumed: u64, hasher: &Sha256) -> Result<(), String> {
+    let appends = batch.iter_mut().enumerate().map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) }).collect();
+    let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
+    log.commit(appends, vec![(group.to_string(), meta)]).map(|_| ())
+}
+
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.update(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A record for one JSON value line: the key from the stream's `key FIELD`, the timestamp from
+/// its `time` field, else `append_time`. A line that does not decode is still appended (the
+/// task sends it to the dead-letter topic with the reason).
+pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
+    let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
+    let Some(src) = source else { return rec };
+    if src.format != crate::ast::Format::Json {
+        return rec;
+    }
+    if let Ok(fields) = crate::runtime::value::decode_record(line, &src.wire) {
+        if let hir::KeySpec::Field(i) = src.key {
+            let name = &src.value.fields[i].0;
+            if let Some(wi) = src.wire.index_of(name) {
+                rec.key = Some(fields[wi].key_bytes(&src.value.fields[i].1));
+            }
+        }
+        if let Some(ti) = src.time {
+            let name = &src.value.fields[ti].0;
+            if let Some(Value::Ts(t)) = src.wire.index_of(name).map(|wi| &fields[wi]) {
+                rec.timestamp = *t;
+            }
+        }
+    }
+    rec
+}
+
+/// One task with its readers, stores and uncommitted work.
+struct TaskRun {
+    task: Task,
+    group: String,
+    main: PartitionReader,
+    /// Peeked but not yet processed: the next record of each table input.
+    tables: Vec<(PartitionReader, Option<crate::log::Stored>)>,
+    main_peek: Option<crate::log::Stored>,
+    trees: Trees,
+    out: Vec<Output>,
+    changes: Vec<Change>,
+    uncommitted: u64,
+    positions: BTreeMap<String, Pos>,
+    skipped: u64,
+    restored: u64,
+    commits: u64,
+}
+
+/// The committed local state of one task: a sled tree per store.
+struct Trees(Vec<sled::Tree>);
+
+impl StoreRead for Trees {
+    fn get(&self, store: usize, key: &[u8]) -> Option<Vec<u8>> {
+        self.0.get(store)?.get(key).ok().flatten().map(|v| v.to_vec())
+    }
+    fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let Some(t) = self.0.get(store) else { return Vec::new() };
+        t.iter().filter_map(|r| r.ok()).filter(|(k, _)| &k[..] != CHECKPOINT).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    }
+}
+
+impl TaskRun {
+    fn open(spec: Arc<TaskSpec>, p: u32, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
+        let group = format!("{}#{}#{}", opts.app, spec.name, p);
+        let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
+        let pos_of = |topic: &str| -> Pos { meta.get("inputs").and_then(|i| i.get(format!("{topic}/{p}"))).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default() };
+        let stream_time = meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
+        let mut positions = BTreeMap::new();
+        positions.insert(format!("{}/{p}", spec.main.topic), pos_of(&spec.main.topic));
+        let main = log.reader(&spec.main.topic, p, pos_of(&spec.main.topic));
+        let mut tables = Vec::new();
+        for t in &spec.tables {
+            positions.insert(format!("{}/{p}", t.topic), pos_of(&t.topic));
+            tables.push((log.reader(&t.topic, p, pos_of(&t.topic)), None));
+        }
+        let mut trees = Vec::new();
+        let mut restored = 0;
+        let started = Instant::now();
+        for st in &spec.stores {
+            let tree = db.open_tree(format!("{}#{p}", st.name)).map_err(|e| format!("cannot open store {}: {e}", st.name))?;
+            restored += restore(&tree, log, &st.changelog, p, c)?;
+            trees.push(tree);
+        }
+        if restored > 0 {
+            let secs = started.elapsed().as_secs_f64();
+            eprintln!("restored {restored} records into {} partition {p} in {secs:.2}s ({:.0} records/s)", spec.name, restored as f64 / secs.max(1e-9));
+        }
+        let trees = Trees(trees);
+        let mut task = Task::new(spec, p, stream_time);
+        task.restore_index(&trees);
+        Ok(TaskRun {
+            task,
+            group,
+            main,
+            tables,
+            main_peek: None,
+            trees,
+            out: Vec::new(),
+            changes: Vec::new(),
+            uncommitted: 0,
+            positions,
+            skipped: 0,
+            restored,
+            commits: 0,
+        })
+    }
+
+    fn summary(&self) -> Summary {
+        let c = &self.task.counters;
+        Summary {
+            records_in: c.records_in,
+            records_out: c.records_out,
+            late: c.late,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            restored: self.restored,
+            commits: self.commits,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+        }
+    }
+
+    /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`.
+    fn end(&self, topic: &str, c: &Committed, startup: &Committed, drain: bool) -> Pos {
+        let p = self.task.partition;
+        let now = c.end(topic, p);
+        let internal = topic.starts_with(&format!("{}-", self.group.split('#').next().unwrap_or("")));
+        if drain && !internal {
+            let s = startup.end(topic, p);
+            if s.offset < now.offset {
+                return s;
+            }
+        }
+        now
+    }
+
+    /// Process up to `max` records; returns how many were processed.
+    fn step(&mut self, log: &EmbeddedLog, c: &Committed, startup: &Committed, opts: &RunOptions, max: u64) -> Result<u64, String> {
+        let _ = log;
+        let p = self.task.partition;
+        let main_topic = self.task.spec.main.topic.clone();
+        let main_end = self.end(&main_topic, c, startup, opts.drain);
+        let table_ends: Vec<Pos> = self.task.spec.tables.iter().map(|t| t.topic.clone()).collect::<Vec<_>>().iter().map(|t| self.end(t, c, startup, opts.drain)).collect();
+        let mut n = 0;
+        let budget = max.saturating_sub(self.uncommitted).max(1);
+        while n < budget {
+            if self.main_peek.is_none() {
+                self.main_peek = self.main.read(main_end, 1)?.pop();
+            }
+            for (i, (r, peek)) in self.tables.iter_mut().enumerate() {
+                if peek.is_none() {
+                    *peek = r.read(table_ends[i], 1)?.pop();
+                }
+            }
+            // Tables first on ties, then by timestamp: the earliest record goes next.
+            let mut pick: Option<(i64, usize)> = None;
+            for (i, (_, peek)) in self.tables.iter().enumerate() {
+                if let Some(s) = peek {
+                    if pick.is_none_or(|(ts, _)| s.record.timestamp < ts) {
+                        pick = Some((s.record.timestamp, i));
+                    }
+                }
+            }
+            let main_first = match (&self.main_peek, pick) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(m), Some((ts, _))) => m.record.timestamp < ts,
+            };
+            if main_first {
+                let Some(s) = self.main_peek.take() else { break };
+                self.positions.insert(format!("{main_topic}/{p}"), s.next);
+                let decoded = self.task.decode_main(&s.record);
+                let res = match decoded {
+                    Ok(input) => self.process(input),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = res {
+                    self.bad_record(&main_topic, &s, e, opts)?;
+                }
+            } else if let Some((_, i)) = pick {
+                let Some(s) = self.tables[i].1.take() else { break };
+                let topic = self.task.spec.tables[i].topic.clone();
+                self.positions.insert(format!("{topic}/{p}"), s.next);
+                if let Err(e) = self.task.process_table(i, &s.record) {
+                    self.bad_record(&topic, &s, e, opts)?;
+                }
+            }
+            n += 1;
+            self.uncommitted += 1;
+        }
+        Ok(n)
+    }
+
+    fn process(&mut self, input: Input) -> Result<(), RecordError> {
+        self.task.process(input, &mut self.out, &self.trees)
+    }
+
+    fn bad_record(&mut self, topic: &str, s: &crate::log::Stored, e: RecordError, opts: &RunOptions) -> Result<(), String> {
+        let p = self.task.partition;
+        match opts.config.on_error {
+            OnError::Fail => Err(format!("{topic} partition {p} offset {}: {}", s.offset, e.0)),
+            OnError::Skip => {
+                self.skipped += 1;
+                eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0);
+                Ok(())
+            }
+            OnError::DeadLetter => {
+                self.task.counters.dead_letters += 1;
+                let mut rec = s.record.clone();
+                rec.headers.push((H_ERROR.into(), e.0.into_bytes()));
+                rec.headers.push((H_TOPIC.into(), topic.as_bytes().to_vec()));
+                rec.headers.push((H_PARTITION.into(), p.to_string().into_bytes()));
+                rec.headers.push((H_OFFSET.into(), s.offset.to_string().into_bytes()));
+                self.out.push(Output { topic: format!("{}-dlq", opts.app), partition: Some(0), record: rec });
+                Ok(())
+            }
+        }
+    }
+
+    /// Flush and commit: outputs, changelog records and positions in one log commit, then the
+    /// local state with its checkpoint.
+    fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool) -> Result<(), String> {
+        let errors = self.task.flush(&mut self.out, &mut self.changes, close_all);
+        for e in errors {
+            // Emission errors (evaluating a table filter, …) have no input record: log and count.
+            self.task.counters.dead_letters += 1;
+            eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0);
+        }
+        if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
+            return Ok(());
+        }
+        let p = self.task.partition;
+        let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
+        let mut meta_cache: BTreeMap<String, u32> = BTreeMap::new();
+        for o in self.out.drain(..) {
+            let parts = match meta_cache.get(&o.topic) {
+                Some(n) => *n,
+                None => {
+                    let n = log.ensure_topic(&o.topic, opts.config.embedded.partitions.max(1))?.partitions;
+                    meta_cache.insert(o.topic.clone(), n);
+                    n
+                }
+            };
+            let part = o.partition.unwrap_or_else(|| o.record.key.as_deref().map(|k| partition_for(k, parts)).unwrap_or(0));
+            appends.entry((o.topic, part)).or_default().push(o.record);
+        }
+        let stores = self.task.spec.stores.clone();
+        for ch in &self.changes {
+            let rec = Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
+            appends.entry((stores[ch.store].changelog.clone(), p)).or_default().push(rec);
+        }
+        let meta = serde_json::json!({
+            "inputs": self.positions,
+            "stream_time": self.task.stream_time,
+        });
+        let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
+        let c = log.commit(list, vec![(self.group.clone(), meta)])?;
+        // Local state and checkpoint in one atomic batch per store.
+        let mut batches: Vec<sled::Batch> = stores.iter().map(|_| sled::Batch::default()).collect();
+        for ch in self.changes.drain(..) {
+            match ch.value {
+                Some(v) => batches[ch.store].insert(ch.key, v),
+                None => batches[ch.store].remove(ch.key),
+            }
+        }
+        for (i, st) in stores.iter().enumerate() {
+            let end = c.end(&st.changelog, p);
+            batches[i].insert(CHECKPOINT, serde_json::to_vec(&end).unwrap_or_default());
+        }
+        for (tree, batch) in self.trees.0.iter().zip(batches) {
+            tree.apply_batch(batch).map_err(|e| format!("cannot write local state: {e}"))?;
+        }
+        self.uncommitted = 0;
+        self.commits += 1;
+        Ok(())
+    }
+}
+
+/// Bring a store up to its changelog's committed end: from its checkpoint if the local state is
+/// consistent with it, else from the beginning. Returns the records replayed.
+fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed) -> Result<u64, String> {
+    let end = c.end(changelog, p);
+    let checkpoint: Option<Pos> = tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok());
+    let from = match checkpoint {
+        Some(cp) if cp.offset <= end.offset => cp,
+        _ => {
+            tree.clear().map_err(|e| format!("cannot reset local state: {e}"))?;
+            Pos::default()
+        }
+    };
+    if from == end {
+        return Ok(0);
+    }
+    let mut reader = log.reader(changelog, p, from);
+    let mut n = 0;
+    loop {
+        let recs = reader.read(end, 10_000)?;
+        if recs.is_empty() {
+            break;
+        }
+        let mut batch = sled::Batch::default();
+        for s in &recs {
+            let Some(k) = &s.record.key else { continue };
+            match &s.record.value {
+                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
+                None => batch.remove(k.as_slice()),
+            }
+        }
+        n += recs.len() as u64;
+        batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
+        tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
+    }
+    Ok(n)
+}
