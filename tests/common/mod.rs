@@ -6,6 +6,8 @@ use std::path::Path;
 use streamc::diag::{self, Diagnostics, RenderOptions};
 use streamc::{ast, check, explain, hir, plan, syntax};
 
+pub mod embedded;
+
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.
 pub fn compile(src: &str) -> Result<hir::Program, Diagnostics> {
     streamc::compile(src)

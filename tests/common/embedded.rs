@@ -1,0 +1,116 @@
+//! The one place runtime tests touch the embedded runtime's API.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use streamc::config::Config;
+use streamc::log::{EmbeddedLog, Pos};
+use streamc::runtime::driver::{self, RunOptions, Summary};
+
+pub struct Run<'a> {
+    pub program: &'a str,
+    pub state_dir: &'a Path,
+    pub inputs: Vec<(String, PathBuf)>,
+    pub sets: Vec<String>,
+    pub threads: usize,
+    pub drain: bool,
+    pub close: bool,
+}
+
+impl<'a> Run<'a> {
+    pub fn new(program: &'a str, state_dir: &'a Path) -> Self {
+        Run { program, state_dir, inputs: vec![], sets: vec![], threads: 1, drain: true, close: true }
+    }
+    pub fn input(mut self, topic: &str, file: &Path) -> Self {
+        self.inputs.push((topic.to_string(), file.to_path_buf()));
+        self
+    }
+    pub fn set(mut self, kv: &str) -> Self {
+        self.sets.push(kv.to_string());
+        self
+    }
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = n;
+        self
+    }
+    pub fn close(mut self, c: bool) -> Self {
+        self.close = c;
+        self
+    }
+    pub fn go(self) -> Result<Summary, String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let path = root.join(self.program);
+        let src = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+        let program = streamc::compile(&src).map_err(|d| format!("{d:?}"))?;
+        let cfg: Config = streamc::config::load(None, &self.sets)?;
+        let app = streamc::config::application_id(&cfg, &path)?;
+        let topo = streamc::plan::lower(&program, &app);
+        let opts = RunOptions {
+            state_dir: self.state_dir.to_path_buf(),
+            app,
+            threads: self.threads,
+            drain: self.drain,
+            close_windows_at_end: self.close,
+            inputs: self.inputs,
+            config: cfg,
+        };
+        driver::run(&program, &topo, &opts)
+    }
+}
+
+/// A fresh, empty directory under the system temp dir.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("streamc-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A record read back: partition, offset, timestamp, key text, value JSON, headers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Out {
+    pub partition: u32,
+    pub offset: u64,
+    pub timestamp: i64,
+    pub key: Option<String>,
+    pub value: serde_json::Value,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// Every committed record of a topic, partition by partition.
+pub fn read_topic(state_dir: &Path, topic: &str) -> Vec<Out> {
+    let log = EmbeddedLog::open(state_dir, false).unwrap();
+    let Some(meta) = log.topic(topic).unwrap() else { return vec![] };
+    let c = log.committed().unwrap();
+    let mut out = Vec::new();
+    for p in 0..meta.partitions {
+        let mut r = log.reader(topic, p, Pos::default());
+        for s in r.read(c.end(topic, p), usize::MAX).unwrap() {
+            out.push(Out {
+                partition: p,
+                offset: s.offset,
+                timestamp: s.record.timestamp,
+                key: s.record.key.map(|k| String::from_utf8_lossy(&k).into_owned()),
+                value: s.record.value.map(|v| serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null)).unwrap_or(serde_json::Value::Null),
+                headers: s.record.headers.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect(),
+            });
+        }
+    }
+    out
+}
+
+/// The raw bytes of every partition file of a topic.
+pub fn topic_bytes(state_dir: &Path, topic: &str) -> Vec<Vec<u8>> {
+    let dir = state_dir.join("log").join("topics").join(topic);
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect();
+    files.sort();
+    files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+}
+
+/// Deterministic trades as JSON lines, written to `path`.
+pub fn write_trades(path: &Path, count: u64, tickers: u64, seed: u64, disorder_ms: u64) {
+    let o = streamc::gen::TradesOptions { count, tickers, seed, rate: 1000, disorder_ms };
+    let mut f = std::fs::File::create(path).unwrap();
+    streamc::gen::trades(&o, &mut f).unwrap();
+}
