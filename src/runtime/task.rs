@@ -323,9 +323,12 @@ impl Task {
         self.windows.clear();
         if let Some(agg) = &self.spec.agg {
             if agg.window.is_some() {
+                // Every open window lives in the cache: a window not in it does not exist, so
+                // the hot path never asks the store.
                 for (k, v) in stores.entries(agg.store) {
                     if let Ok(e) = decode_entry(&v, agg) {
-                        self.windows.insert((e.end, k));
+                        self.windows.insert((e.end, k.clone()));
+                        self.cache.insert(k, Slot { entry: Some(e), dirty: false });
                     }
                 }
             }
@@ -404,11 +407,12 @@ impl Task {
                 Op::Rekey(e) => row.key = eval(e, &row, &[]).map_err(err)?,
                 Op::Repartition { topic, key, key_ty, wire } => {
                     let k = group_key(key, &row)?;
-                    let value = Value::Record(Arc::new(wire_row(&row, wire))).to_json(&Type::Record(wire.clone()));
+                    let mut value = Vec::with_capacity(128);
+                    write_record(&wire_row(&row, wire), wire, &mut value);
                     out.push(Output {
                         topic: topic.clone(),
                         partition: None,
-                        record: Record { key: Some(k.key_bytes(key_ty)), value: serde_json::to_vec(&value).ok(), timestamp: ts, headers: vec![] },
+                        record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers: vec![] },
                     });
                     self.counters.records_out += 1;
                     return Ok(());
@@ -516,7 +520,8 @@ impl Task {
                 }
                 None => {
                     self.counters.cache_misses += 1;
-                    let entry = match stores.get(agg.store, &sk) {
+                    let stored = if agg.window.is_none() { stores.get(agg.store, &sk) } else { None };
+                    let entry = match stored {
                         Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
                         None => None,
                     };
@@ -566,6 +571,10 @@ impl Task {
             }
         }
         if let Some(w) = &agg.window {
+            if close_all {
+                // `--close-windows-at-end`: stream time moves past every window, for good.
+                self.stream_time = i64::MAX;
+            }
             let close = if close_all { i64::MAX } else { self.stream_time.saturating_sub(w.grace.0) };
             while let Some((end, _)) = self.windows.first() {
                 if *end > close {
@@ -587,8 +596,8 @@ impl Task {
                 changes.push(Change { store: agg.store, key: sk, value: None, timestamp: entry.map(|e| e.max_ts).unwrap_or(0) });
             }
         }
-        // The cache keeps clean entries for reuse, bounded.
-        if self.cache.len() > 200_000 {
+        // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
+        if agg.window.is_none() && self.cache.len() > 200_000 {
             self.cache.retain(|_, s| s.dirty);
         }
         errors
@@ -620,6 +629,19 @@ impl StoreRead for NoStores {
     fn entries(&self, _: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         Vec::new()
     }
+}
+
+fn write_record(fields: &[Value], rt: &RecordType, out: &mut Vec<u8>) {
+    out.push(b'{');
+    for (i, (v, (n, t))) in fields.iter().zip(&rt.fields).enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut *out, n);
+        out.push(b':');
+        v.write_json(t, out);
+    }
+    out.push(b'}');
 }
 
 /// The row as it travels through a topic (see [`plan::wire_value`]): the value, then each joined
@@ -737,20 +759,43 @@ fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, String> {
 /// Entries are stored (locally and in the changelog) as JSON:
 /// `{"g": [group values], "s": start, "e": end, "t": max event time, "a": [states]}`.
 fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
-    let group_tys: Vec<Type> = agg.group.iter().map(|g| g.ty.clone()).collect();
-    let g: Vec<serde_json::Value> = e.group.iter().zip(&group_tys).map(|(v, t)| v.to_json(t)).collect();
-    let a: Vec<serde_json::Value> = e
-        .states
-        .iter()
-        .zip(&agg.aggs)
-        .map(|(s, c)| match (s, &c.func) {
-            (AggState::Count(n), _) => serde_json::Value::from(*n),
-            (AggState::Val(v), _) => v.to_json(&c.ty),
-            (AggState::User(vals), AggFunc::User(d)) => serde_json::Value::Array(vals.iter().zip(&d.state).map(|(v, (_, t))| v.to_json(t)).collect()),
-            _ => serde_json::Value::Null,
-        })
-        .collect();
-    serde_json::to_vec(&serde_json::json!({"g": g, "s": e.start, "e": e.end, "t": e.max_ts, "a": a})).unwrap_or_default()
+    let mut o = Vec::with_capacity(96);
+    o.extend_from_slice(b"{\"g\":[");
+    for (i, (v, g)) in e.group.iter().zip(&agg.group).enumerate() {
+        if i > 0 {
+            o.push(b',');
+        }
+        v.write_json(&g.ty, &mut o);
+    }
+    o.extend_from_slice(b"],\"s\":");
+    Value::Int(e.start).write_json(&Type::Int, &mut o);
+    o.extend_from_slice(b",\"e\":");
+    Value::Int(e.end).write_json(&Type::Int, &mut o);
+    o.extend_from_slice(b",\"t\":");
+    Value::Int(e.max_ts).write_json(&Type::Int, &mut o);
+    o.extend_from_slice(b",\"a\":[");
+    for (i, (s, c)) in e.states.iter().zip(&agg.aggs).enumerate() {
+        if i > 0 {
+            o.push(b',');
+        }
+        match (s, &c.func) {
+            (AggState::Count(n), _) => Value::Int(*n).write_json(&Type::Int, &mut o),
+            (AggState::Val(v), _) => v.write_json(&c.ty, &mut o),
+            (AggState::User(vals), AggFunc::User(d)) => {
+                o.push(b'[');
+                for (j, (v, (_, t))) in vals.iter().zip(&d.state).enumerate() {
+                    if j > 0 {
+                        o.push(b',');
+                    }
+                    v.write_json(t, &mut o);
+                }
+                o.push(b']');
+            }
+            _ => o.extend_from_slice(b"null"),
+        }
+    }
+    o.extend_from_slice(b"]}");
+    o
 }
 
 fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
@@ -834,7 +879,11 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
 fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64) -> Result<Output, RecordError> {
     let key = if row.key.is_null() { None } else { Some(row.key.key_bytes(key_ty)) };
     let value = match format {
-        Format::Json => serde_json::to_vec(&Value::Record(Arc::new(wire_row(row, value_ty))).to_json(&Type::Record(value_ty.clone()))).ok(),
+        Format::Json => {
+            let mut b = Vec::with_capacity(128);
+            write_record(&wire_row(row, value_ty), value_ty, &mut b);
+            Some(b)
+        }
         Format::String => match row.value.first() {
             Some(Value::Str(s)) => Some(s.as_bytes().to_vec()),
             Some(Value::Null) | None => None,

@@ -108,6 +108,53 @@ impl Value {
         }
     }
 
+    /// Append this value's JSON to `out` directly (no intermediate tree): the hot path of
+    /// every output, repartition and changelog record.
+    pub fn write_json(&self, ty: &Type, out: &mut Vec<u8>) {
+        match (self, ty.base()) {
+            (Value::Null, _) => out.extend_from_slice(b"null"),
+            (Value::Bool(b), _) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            (Value::Int(i), _) | (Value::Ts(i), _) | (Value::Dur(i), _) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
+            (Value::Float(f), _) => {
+                if f.is_finite() {
+                    let mut b = ryu::Buffer::new();
+                    out.extend_from_slice(b.format_finite(*f).as_bytes());
+                } else {
+                    out.extend_from_slice(b"null");
+                }
+            }
+            (Value::Str(s), _) => write_str(s, out),
+            (Value::List(items), t) => {
+                out.push(b'[');
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    let et = match t {
+                        Type::List(e) => e.as_ref(),
+                        Type::Tuple(ts) => ts.get(i).unwrap_or(&Type::Error),
+                        _ => &Type::Error,
+                    };
+                    v.write_json(et, out);
+                }
+                out.push(b']');
+            }
+            (Value::Record(fields), Type::Record(rt)) => {
+                out.push(b'{');
+                for (i, (v, (n, t))) in fields.iter().zip(&rt.fields).enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_str(n, out);
+                    out.push(b':');
+                    v.write_json(t, out);
+                }
+                out.push(b'}');
+            }
+            (Value::Record(fields), _) => Value::List(fields.clone()).write_json(&Type::Error, out),
+        }
+    }
+
     /// The text of a key, as CONVENTIONS.md says: a string is its raw UTF-8, other scalars their
     /// JSON text, a composite key a compact JSON array.
     pub fn key_bytes(&self, ty: &Type) -> Vec<u8> {
@@ -140,6 +187,11 @@ impl fmt::Display for Value {
             }
         }
     }
+}
+
+fn write_str(s: &str, out: &mut Vec<u8>) {
+    // serde_json's escaping, written straight into the buffer.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// Decode a JSON document into a record of type `rt`.
