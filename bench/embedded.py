@@ -2,7 +2,7 @@
 """Embedded end-to-end benchmark: examples/stats.stream over N generated trades already loaded in
 the embedded log, one processing thread. Prints one table: events/s, CPU seconds, peak RSS and
 state size on disk. Usage: bench/embedded.py [--count N] [--tickers K] [--threads T]"""
-import argparse, os, re, resource, shutil, subprocess, sys, tempfile, time
+import argparse, os, re, shutil, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
@@ -35,13 +35,14 @@ subprocess.run([exe, "--state-dir", state, "produce", "stocks", data, "--program
 load_s = time.time() - t0
 log_bytes = du(os.path.join(state, "log"))
 
-before = resource.getrusage(resource.RUSAGE_CHILDREN)
+# /usr/bin/time reports the run's own peak RSS (getrusage over children would include cargo).
 t0 = time.time()
-r = subprocess.run([exe, "--state-dir", state, "run", os.path.join(root, "examples/stats.stream"), "--drain", "--threads", str(a.threads)],
+r = subprocess.run(["/usr/bin/time", "-f", "TIME %e %U %S %M", exe, "--state-dir", state, "run", os.path.join(root, "examples/stats.stream"), "--drain", "--threads", str(a.threads)],
                    stderr=subprocess.PIPE, text=True, check=True)
 wall = time.time() - t0
-after = resource.getrusage(resource.RUSAGE_CHILDREN)
-cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+tm = re.search(r"TIME ([\d.]+) ([\d.]+) ([\d.]+) (\d+)", r.stderr)
+cpu = float(tm.group(2)) + float(tm.group(3))
+peak_kb = int(tm.group(4))
 m = re.search(r"processed (\d+) records .*?: (\d+) out", r.stderr)
 records, outs = (int(m.group(1)), int(m.group(2))) if m else (a.count, 0)
 state_bytes = du(os.path.join(state, "apps"))
@@ -54,7 +55,7 @@ rows = [
     ("events/s (wall)", f"{records / wall:,.0f}"),
     ("CPU seconds", f"{cpu:.2f}"),
     ("events per CPU-second", f"{records / max(cpu, 1e-9):,.0f}"),
-    ("peak RSS", f"{after.ru_maxrss / 1024:,.0f} MB"),
+    ("peak RSS", f"{peak_kb / 1024:,.0f} MB"),
     ("output records", f"{outs:,}"),
     ("local state on disk", f"{state_bytes / 1e6:,.1f} MB"),
 ]

@@ -520,8 +520,10 @@ impl Task {
                 }
                 None => {
                     self.counters.cache_misses += 1;
-                    let stored = if agg.window.is_none() { stores.get(agg.store, &sk) } else { None };
-                    let entry = match stored {
+                    // Every open window is in the cache, so for windows this read finds nothing;
+                    // it is kept because sled 0.34 consolidates a page's updates on reads, and
+                    // without them its memory grows with every write.
+                    let entry = match stores.get(agg.store, &sk) {
                         Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
                         None => None,
                     };
