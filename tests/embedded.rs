@@ -224,3 +224,64 @@ fn bad_records_go_to_the_dead_letter_topic_with_the_reason() {
     let err = Run::new("examples/stats.stream", &state2).input("stocks", &input).set("on_error=fail").go().unwrap_err();
     assert!(err.contains("stocks partition 0 offset 1"), "{err}");
 }
+
+#[test]
+fn alerts_example_joins_trades_with_the_limits_table_in_timestamp_order() {
+    let dir = temp_dir("alerts");
+    let trades_file = dir.join("trades.jsonl");
+    write_trades(&trades_file, 5_000, 4, 17, 300);
+    let trades = trades(&trades_file);
+    // Limits change over time: at 1 s, 2 s, … each ticker gets a new limit; one is deleted.
+    let base = streamc::gen::BASE_TS;
+    let mut limits = Vec::new();
+    for step in 0..5i64 {
+        for t in 0..4 {
+            let ts = base + step * 1_000;
+            let value = if step == 3 && t == 1 { serde_json::Value::Null } else { serde_json::json!({"max_price": 95.0 + (t as f64) * 10.0 + step as f64}) };
+            limits.push((format!("T{t:04}"), value, ts));
+        }
+    }
+    let state = dir.join("state");
+    let envelope: Vec<String> = limits.iter().map(|(k, v, ts)| serde_json::json!({"key": k, "value": v, "timestamp": ts}).to_string()).collect();
+    let limits_file = dir.join("limits.jsonl");
+    std::fs::write(&limits_file, envelope.join("\n") + "\n").unwrap();
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["produce", "limits", limits_file.to_str().unwrap(), "--envelope"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    Run::new("examples/alerts.stream", &state).input("stocks", &trades_file).go().unwrap();
+
+    // Reference: merge the two inputs, each in its own order, taking the earlier head next (the
+    // table first on ties), keeping the table's current value per key; a trade above its
+    // ticker's limit is an alert.
+    let mut table: BTreeMap<String, f64> = BTreeMap::new();
+    let mut want = Vec::new();
+    let (mut li, mut ti) = (0, 0);
+    while ti < trades.len() {
+        if li < limits.len() && limits[li].2 <= trades[ti].ts {
+            let (k, v, _) = &limits[li];
+            match v.get("max_price").and_then(|m| m.as_f64()) {
+                Some(m) => table.insert(k.clone(), m),
+                None => table.remove(k),
+            };
+            li += 1;
+            continue;
+        }
+        let t = &trades[ti];
+        if let Some(limit) = table.get(&t.ticker) {
+            if t.price > *limit {
+                want.push((t.ticker.clone(), t.price, *limit, t.ts));
+            }
+        }
+        ti += 1;
+    }
+    let got: Vec<(String, f64, f64, i64)> = read_topic(&state, "price-alerts")
+        .iter()
+        .map(|r| (r.value["ticker"].as_str().unwrap().to_string(), r.value["price"].as_f64().unwrap(), r.value["limit"].as_f64().unwrap(), r.value["at"].as_i64().unwrap()))
+        .collect();
+    assert!(want.len() > 100, "the data must produce alerts: {}", want.len());
+    assert_eq!(got, want);
+}
