@@ -982,7 +982,7 @@ impl<'a> Checker<'a> {
                     }
                     let is_key = matches!(&he.kind, ExprKind::Field(Root::Key, p) if p.is_empty())
                         || (value_field(&he).is_some() && value_field(&he) == shape.key_field);
-                    let repartition = !o.is_global() && !(is_key && shape.partitioned);
+                    let repartition = !(o.is_global() || is_key && shape.partitioned);
                     if repartition {
                         shape.key = he.ty.clone();
                         shape.key_field = value_field(&he);

@@ -160,7 +160,7 @@ fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, String> {
 
 fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), String> {
     let (head, rest) = match path.split_once('.') {
-        Some((h, r)) if h == "kafka" => {
+        Some(("kafka", r)) => {
             let kafka = root.entry(Value::String("kafka".into())).or_insert_with(|| Value::Mapping(Mapping::new()));
             let Value::Mapping(m) = kafka else { return Err("`kafka` must be a mapping".into()) };
             let s = match value {

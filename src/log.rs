@@ -423,7 +423,7 @@ mod tests {
         assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
         assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
         assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
-        assert_eq!(murmur2(&[b'a', b'b', b'c']), 479470107);
+        assert_eq!(murmur2(b"abc"), 479470107);
     }
 
     #[test]

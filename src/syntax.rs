@@ -793,8 +793,7 @@ impl Builder {
                 self.operand(t.clone(), depth)?
             }
         };
-        loop {
-            let Some(t) = toks.get(*pos) else { break };
+        while let Some(t) = toks.get(*pos) {
             let rule = t.as_rule();
             if matches!(rule, Rule::op_is_null | Rule::op_is_not_null) {
                 if 4 < min_prec {

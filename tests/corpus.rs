@@ -37,14 +37,14 @@ fn good_program(path: &Path) {
 
 #[test]
 fn programs() {
-    insta::glob!("programs/*.stream", |path| good_program(path));
+    insta::glob!("programs/*.stream", good_program);
 }
 
 #[test]
 fn examples() {
     // Their own snapshot folder, so an example and a test program may share a file name.
     insta::with_settings!({ snapshot_path => "snapshots/examples" }, {
-        insta::glob!("../examples", "*.stream", |path| good_program(path));
+        insta::glob!("../examples", "*.stream", good_program);
     });
 }
 

@@ -67,7 +67,7 @@ fn mutate(rng: &mut Rng, src: &str) -> String {
                 let end = floor_boundary(&s, hi.min(lo + 12));
                 s.replace_range(lo..end, "");
             }
-            1 => s.insert_str(a, *rng.pick(TOKENS)),
+            1 => s.insert_str(a, rng.pick(TOKENS).as_ref()),
             2 => {
                 let piece = s[lo..floor_boundary(&s, hi.min(lo + 40))].to_string();
                 s.insert_str(hi, &piece);

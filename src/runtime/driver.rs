@@ -183,10 +183,7 @@ fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, spec
         counts[spec.sub] = n.map(|(c, _)| c).unwrap_or(1);
         // Repartition topics this sub-topology writes.
         for t in &topo.topics {
-            let owner = match &t.partitions {
-                Partitions::OfSubtopology(s) if *s == spec.sub => true,
-                _ => false,
-            };
+            let owner = matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub);
             if t.role == crate::plan::TopicRole::Repartition && owner {
                 internal.insert(t.name.clone(), counts[spec.sub]);
             }

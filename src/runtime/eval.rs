@@ -20,11 +20,6 @@ pub struct Row {
 
 pub type EvalResult = Result<Value, String>;
 
-impl Default for Value {
-    fn default() -> Self {
-        Value::Null
-    }
-}
 
 /// Evaluate over a row (locals unused) or over locals (aggregate and function bodies).
 pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
@@ -323,7 +318,7 @@ pub fn uda_update(def: &AggregateDef, state: &mut Vec<Value>, args: &[Value]) ->
     let ns = def.state.len();
     let mut locals = Vec::with_capacity(def.update_slots);
     locals.extend_from_slice(args);
-    locals.extend(state.drain(..));
+    locals.append(state);
     locals.resize(def.update_slots.max(np + ns), Value::Null);
     run_stmts(&def.update, &mut locals)?;
     state.extend(locals.drain(np..np + ns));
@@ -335,7 +330,7 @@ pub fn uda_merge(def: &AggregateDef, state: &mut Vec<Value>, other: &[Value]) ->
     let Some(merge) = &def.merge else { return Err(format!("`{}` has no merge", def.name)) };
     let ns = def.state.len();
     let mut locals = Vec::with_capacity(def.merge_slots);
-    locals.extend(state.drain(..));
+    locals.append(state);
     locals.extend_from_slice(other);
     locals.resize(def.merge_slots.max(2 * ns), Value::Null);
     run_stmts(merge, &mut locals)?;
