@@ -571,7 +571,7 @@ impl<'a> Checker<'a> {
                     let help = did_you_mean(&target.node, state.iter().map(|(n, _)| n.as_str()))
                         .unwrap_or_else(|| "only the fields declared in `init` can be assigned; use `let` for a temporary".into());
                     self.err(
-                        Diagnostic::new(Code::UnknownState, target.node_span(), format!("`{}` is not a state field", target.node))
+                        Diagnostic::new(Code::UnknownState, target.span, format!("`{}` is not a state field", target.node))
                             .label("assigned here")
                             .help(help),
                     );
@@ -1009,12 +1009,7 @@ impl<'a> Checker<'a> {
                 }
                 Clause::To { topic, format } => {
                     if let Some((_, gspan, _)) = &group {
-                        let gspan = *gspan;
-                        self.err(
-                            Diagnostic::new(Code::GroupWithoutAggregate, gspan, "`group by` without `aggregate`")
-                                .label("grouped here")
-                                .help("follow `group by` with `aggregate { n = count() }`"),
-                        );
+                        self.err(group_without_aggregate(*gspan));
                         group = None;
                         ok = false;
                     }
@@ -1061,11 +1056,7 @@ impl<'a> Checker<'a> {
             }
         }
         if let Some((_, gspan, _)) = group {
-            self.err(
-                Diagnostic::new(Code::GroupWithoutAggregate, gspan, "`group by` without `aggregate`")
-                    .label("grouped here")
-                    .help("follow `group by` with `aggregate { n = count() }`"),
-            );
+            self.err(group_without_aggregate(gspan));
             return None;
         }
         let Some(sink) = sink else {
@@ -1700,14 +1691,10 @@ impl WithCode for Diagnostic {
     }
 }
 
-trait NodeSpan {
-    fn node_span(&self) -> Span;
-}
-
-impl NodeSpan for ast::Ident {
-    fn node_span(&self) -> Span {
-        self.span
-    }
+fn group_without_aggregate(span: Span) -> Diagnostic {
+    Diagnostic::new(Code::GroupWithoutAggregate, span, "`group by` without `aggregate`")
+        .label("grouped here")
+        .help("follow `group by` with `aggregate { n = count() }`")
 }
 
 /// Kafka's rule for topic names.

@@ -63,7 +63,7 @@ fn topics_of(k: &NodeKind) -> Vec<String> {
     match k {
         NodeKind::Source { topic, .. }
         | NodeKind::RepartitionSink { topic, .. }
-        | NodeKind::RepartitionSource { topic }
+        | NodeKind::RepartitionSource { topic, .. }
         | NodeKind::TableSource { topic, .. }
         | NodeKind::Sink { topic, .. } => vec![topic.clone()],
         _ => vec![],

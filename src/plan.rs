@@ -57,11 +57,13 @@ pub enum NodeKind {
     /// Writes records to a repartition topic keyed by `key` (several expressions: a composite
     /// key, written as a JSON array).
     RepartitionSink { topic: String, key: Vec<hir::Expr> },
-    RepartitionSource { topic: String },
+    /// Reads a repartition topic. Its records' values hold `value_fields` fields, then one
+    /// record per joined side, which carries the side's named key last when `joined_keys` says.
+    RepartitionSource { topic: String, value_fields: usize, joined_keys: Vec<bool> },
     Aggregate(Box<hir::AggregateStep>),
     /// Materializes a topic-fed table for a join.
     TableSource { topic: String, table: String },
-    JoinTable { table: String, left: bool, global: bool },
+    JoinTable { table: String, on: hir::Expr, left: bool, global: bool },
     JoinStream { stream: String, within: Duration, left: bool },
     Sink { topic: String, format: Format },
 }
@@ -271,7 +273,7 @@ impl Lowering<'_> {
         self.graph.add_edge(prev, sink, edge(before, EdgeMode::Forward));
         let new_sub = self.new_sub(&q.name);
         self.subs[new_sub].sources.push(topic.clone());
-        let src = self.node(q, new_sub, format!("{}-{}-repartition-source", q.name, slug), NodeKind::RepartitionSource { topic: topic.clone() }, line, clause.to_string());
+        let src = self.node(q, new_sub, format!("{}-{}-repartition-source", q.name, slug), NodeKind::RepartitionSource { topic: topic.clone(), value_fields: out.value.fields.len(), joined_keys: out.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect() }, line, clause.to_string());
         self.graph.add_edge(sink, src, edge(out, EdgeMode::Repartition { topic }));
         (src, new_sub)
     }
@@ -339,14 +341,14 @@ impl Lowering<'_> {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
                         // Co-partitioned with the table: as many partitions as its topic.
-                        let c = Cut { slug: &step.slug, key: vec![on], partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())) };
+                        let c = Cut { slug: &step.slug, key: vec![on.clone()], partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())) };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
                         shape = cut;
                     }
                     let global = t.is_global();
-                    let n = self.node(q, sub, name.clone(), NodeKind::JoinTable { table: t.name.clone(), left, global }, line, clause.clone());
+                    let n = self.node(q, sub, name.clone(), NodeKind::JoinTable { table: t.name.clone(), on, left, global }, line, clause.clone());
                     if global {
                         self.graph[n].stores.push(format!("{}-table", t.name));
                     } else {
@@ -438,7 +440,7 @@ impl NodeKind {
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
             NodeKind::RepartitionSink { topic, key } if key.len() > 1 => format!("writes to {topic}, keyed by the composite group key"),
             NodeKind::RepartitionSink { topic, .. } => format!("writes to {topic}, keyed by the new key"),
-            NodeKind::RepartitionSource { topic } => format!("reads {topic}"),
+            NodeKind::RepartitionSource { topic, .. } => format!("reads {topic}"),
             NodeKind::Aggregate(a) => {
                 let aggs: Vec<String> = a.aggs.iter().map(|c| format!("{}={}", c.name, c.func.name())).collect();
                 let w = match &a.window {

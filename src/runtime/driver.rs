@@ -119,11 +119,12 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, startup: &Comm
             let committed = log.committed()?;
             let mut progress = false;
             for t in tasks.iter_mut() {
-                let n = t.step(log, &committed, startup, opts, commit_every)?;
-                if n > 0 {
+                if t.step(&committed, startup, opts, commit_every)? > 0 {
                     progress = true;
                 }
-                if t.uncommitted > 0 && (t.uncommitted >= commit_every || n == 0 || n < commit_every) {
+                // A step stops at `commit.records` uncommitted records or at the end of the
+                // available input: either way, a commit point.
+                if t.uncommitted > 0 {
                     t.commit(log, opts, false)?;
                     progress = true;
                 }
@@ -416,11 +417,11 @@ impl TaskRun {
         }
     }
 
-    /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`.
-    fn end(&self, topic: &str, c: &Committed, startup: &Committed, drain: bool) -> Pos {
+    /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`;
+    /// internal (repartition) topics are read to their current end.
+    fn end(&self, topic: &str, internal: bool, c: &Committed, startup: &Committed, drain: bool) -> Pos {
         let p = self.task.partition;
         let now = c.end(topic, p);
-        let internal = topic.starts_with(&format!("{}-", self.group.split('#').next().unwrap_or("")));
         if drain && !internal {
             let s = startup.end(topic, p);
             if s.offset < now.offset {
@@ -431,12 +432,13 @@ impl TaskRun {
     }
 
     /// Process up to `max` records; returns how many were processed.
-    fn step(&mut self, log: &EmbeddedLog, c: &Committed, startup: &Committed, opts: &RunOptions, max: u64) -> Result<u64, String> {
-        let _ = log;
+    fn step(&mut self, c: &Committed, startup: &Committed, opts: &RunOptions, max: u64) -> Result<u64, String> {
         let p = self.task.partition;
-        let main_topic = self.task.spec.main.topic.clone();
-        let main_end = self.end(&main_topic, c, startup, opts.drain);
-        let table_ends: Vec<Pos> = self.task.spec.tables.iter().map(|t| t.topic.clone()).collect::<Vec<_>>().iter().map(|t| self.end(t, c, startup, opts.drain)).collect();
+        let spec = self.task.spec.clone();
+        let main_topic = &spec.main.topic;
+        let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
+        let main_end = self.end(main_topic, main_internal, c, startup, opts.drain);
+        let table_ends: Vec<Pos> = spec.tables.iter().map(|t| self.end(&t.topic, false, c, startup, opts.drain)).collect();
         let mut n = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
         while n < budget {

@@ -187,13 +187,9 @@ fn binary(op: BinOp, l: &Expr, r: &Expr, row: &Row, locals: &[Value]) -> EvalRes
                 }
             }
         }
-        BinOp::And | BinOp::Or => unreachable_and_or(),
+        // Evaluated (short-circuiting) before the operands above.
+        BinOp::And | BinOp::Or => Null,
     })
-}
-
-/// `and`/`or` return early above; this keeps the match exhaustive without a panic.
-fn unreachable_and_or() -> Value {
-    Value::Null
 }
 
 fn builtin(b: Builtin, args: &[Expr], row: &Row, locals: &[Value]) -> EvalResult {
@@ -322,19 +318,6 @@ pub fn uda_update(def: &AggregateDef, state: &mut Vec<Value>, args: &[Value]) ->
     locals.resize(def.update_slots.max(np + ns), Value::Null);
     run_stmts(&def.update, &mut locals)?;
     state.extend(locals.drain(np..np + ns));
-    Ok(())
-}
-
-/// Merge `other` into `state` (session windows).
-pub fn uda_merge(def: &AggregateDef, state: &mut Vec<Value>, other: &[Value]) -> Result<(), String> {
-    let Some(merge) = &def.merge else { return Err(format!("`{}` has no merge", def.name)) };
-    let ns = def.state.len();
-    let mut locals = Vec::with_capacity(def.merge_slots);
-    locals.append(state);
-    locals.extend_from_slice(other);
-    locals.resize(def.merge_slots.max(2 * ns), Value::Null);
-    run_stmts(merge, &mut locals)?;
-    state.extend(locals.drain(0..ns));
     Ok(())
 }
 

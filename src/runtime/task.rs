@@ -14,7 +14,7 @@ use crate::ast::{EmitMode, Format, WindowKind};
 use crate::hir::{self, AggFunc, KeySpec};
 use crate::log::Record;
 use crate::plan::{self, NodeKind, Topology};
-use crate::runtime::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row};
+use crate::runtime::eval::{eval, uda_init, uda_result, uda_update, Row};
 use crate::runtime::value::{decode_record, decode_value, Value};
 use crate::types::{RecordType, Type};
 
@@ -55,7 +55,8 @@ pub enum Op {
     Map(Vec<hir::Expr>),
     Rekey(hir::Expr),
     Repartition { topic: String, key: Vec<hir::Expr>, key_ty: Type, wire: RecordType },
-    JoinTable { store: Option<usize>, on: hir::Expr, left: bool },
+    /// Look up the task's `table`-th table input (None: a control-managed table).
+    JoinTable { table: Option<usize>, on: hir::Expr, left: bool },
     Aggregate,
     Sink { topic: String, format: Format, key_ty: Type, value_ty: RecordType },
 }
@@ -121,13 +122,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     spec.name = node.name.clone();
                     spec.main = InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) };
                 }
-                NodeKind::RepartitionSource { topic } => {
+                NodeKind::RepartitionSource { topic, value_fields, joined_keys } => {
                     let e = incoming.ok_or("repartition source without input")?;
-                    let q = program.query(&node.query).ok_or("unknown query")?;
-                    let (nvalue, joined_keys) = repartition_layout(q, node);
                     let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
                     spec.name = node.name.clone();
-                    spec.main = InputSpec { topic: topic.clone(), decode: Decode::Internal { key: e.key, wire, nvalue, joined_keys } };
+                    let decode = Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
+                    spec.main = InputSpec { topic: topic.clone(), decode };
                 }
                 NodeKind::TableSource { topic, table } => {
                     let (_, src) = program.source(table).ok_or_else(|| format!("unknown table {table}"))?;
@@ -143,19 +143,11 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
                     ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
                 }
-                NodeKind::JoinTable { global, left, .. } => {
-                    let q = program.query(&node.query).ok_or("unknown query")?;
-                    let on = q
-                        .steps
-                        .iter()
-                        .find_map(|s| match &s.kind {
-                            hir::StepKind::JoinTable { on, .. } if format!("{}-{}", q.name, s.slug) == node.name => Some(on.clone()),
-                            _ => None,
-                        })
-                        .ok_or("join without its step")?;
-                    // A topic-fed table's store was declared by its table source node, just before.
-                    let store = if *global { None } else { Some(spec.stores.len() - 1) };
-                    ops.push(Op::JoinTable { store, on, left: *left });
+                NodeKind::JoinTable { global, left, on, .. } => {
+                    // A topic-fed table is the task's last table input, declared by its table
+                    // source node just before.
+                    let table = if *global { None } else { Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?) };
+                    ops.push(Op::JoinTable { table, on: on.clone(), left: *left });
                 }
                 NodeKind::JoinStream { .. } => return Err(format!("{}: stream–stream joins are not supported by the runtime yet", node.name)),
                 NodeKind::Aggregate(a) => {
@@ -195,26 +187,6 @@ fn store_spec(topo: &Topology, node: &str) -> StoreSpec {
     StoreSpec {
         name: s.map(|s| s.name.clone()).unwrap_or_default(),
         changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default(),
-    }
-}
-
-/// How many of a repartition topic's value fields are the value, and which joined sides carry
-/// their key at the end of their record.
-fn repartition_layout(q: &hir::Query, node: &plan::Node) -> (usize, Vec<bool>) {
-    // The shape before the cut is the output of the step before the clause that repartitions.
-    let slug = node.name.trim_start_matches(&format!("{}-", q.name)).trim_end_matches("-repartition-source");
-    let idx = q.steps.iter().position(|s| match &s.kind {
-        hir::StepKind::Aggregate(a) => a.group_slug == slug,
-        _ => s.slug == slug,
-    });
-    let shape = match idx {
-        Some(0) | None => None,
-        Some(i) => Some(&q.steps[i - 1].out),
-    };
-    match shape {
-        Some(s) => (s.value.fields.len(), s.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect()),
-        // Repartitioning right after the source: all of it is the value, nothing is joined.
-        None => (usize::MAX, Vec::new()),
     }
 }
 
@@ -299,8 +271,9 @@ pub struct Task {
     windows: BTreeSet<(i64, Vec<u8>)>,
     /// Table entries changed since the last flush (table store, key, value), in order.
     table_changes: Vec<Change>,
-    /// Table reads see changes not yet flushed.
-    table_cache: FxHashMap<(usize, Vec<u8>), Option<Vec<u8>>>,
+    /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
+    /// is first read from the store, and joins read it from here.
+    table_rows: FxHashMap<(usize, Vec<u8>), Option<Arc<Vec<Value>>>>,
 }
 
 impl Task {
@@ -314,7 +287,7 @@ impl Task {
             dirty: Vec::new(),
             windows: BTreeSet::new(),
             table_changes: Vec::new(),
-            table_cache: FxHashMap::default(),
+            table_rows: FxHashMap::default(),
         }
     }
 
@@ -374,22 +347,19 @@ impl Task {
         let ti = &self.spec.tables[table];
         let store = ti.store;
         let key = rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
-        let value = match &rec.value {
+        // Decoded now, so a bad row goes to the dead-letter topic and a join never meets one.
+        let row = match &rec.value {
             None => None,
-            Some(v) => {
-                // Validate against the schema now, so a join never meets a bad row.
-                decode_record(v, &ti.source.wire).map_err(RecordError)?;
-                Some(v.clone())
-            }
+            Some(v) => Some(Arc::new(decode_visible(&ti.source, v)?)),
         };
-        self.table_cache.insert((store, key.clone()), value.clone());
-        self.table_changes.push(Change { store, key, value, timestamp: rec.timestamp });
+        self.table_rows.insert((table, key.clone()), row);
+        self.table_changes.push(Change { store, key, value: rec.value.clone(), timestamp: rec.timestamp });
         Ok(())
     }
 
     fn run_ops(&mut self, ops: &[Op], mut row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
-        for (i, op) in ops.iter().enumerate() {
+        for op in ops {
             match op {
                 Op::Filter(pred) => {
                     if eval(pred, &row, &[]).map_err(err)? != Value::Bool(true) {
@@ -417,29 +387,10 @@ impl Task {
                     self.counters.records_out += 1;
                     return Ok(());
                 }
-                Op::JoinTable { store, on, left } => {
+                Op::JoinTable { table, on, left } => {
                     let k = eval(on, &row, &[]).map_err(err)?;
-                    let found = match store {
-                        Some(s) => {
-                            let kb = k.key_bytes(&Type::String);
-                            let bytes = match self.table_cache.get(&(*s, kb.clone())) {
-                                Some(v) => v.clone(),
-                                None => stores.get(*s, &kb),
-                            };
-                            match bytes {
-                                Some(b) => {
-                                    let src = &self.spec.tables.iter().find(|t| t.store == *s).ok_or_else(|| err("join table missing".into()))?.source;
-                                    let mut fields = decode_record(&b, &src.wire).map_err(err)?;
-                                    if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
-                                        if let Some(i) = src.wire.index_of(f) {
-                                            fields.remove(i);
-                                        }
-                                    }
-                                    Some((k.clone(), Arc::new(fields)))
-                                }
-                                None => None,
-                            }
-                        }
+                    let found = match table {
+                        Some(t) => self.table_row(*t, &k, stores)?.map(|r| (k, r)),
                         // Control-managed tables are filled by control statements.
                         None => None,
                     };
@@ -449,7 +400,6 @@ impl Task {
                     row.joined.push(found);
                 }
                 Op::Aggregate => {
-                    let _ = i;
                     return self.aggregate(row, ts, stores);
                 }
                 Op::Sink { topic, format, key_ty, value_ty } => {
@@ -460,6 +410,25 @@ impl Task {
             }
         }
         Ok(())
+    }
+
+    /// The current row of a table input for a key: from the decoded rows, else from the store.
+    fn table_row(&mut self, table: usize, key: &Value, stores: &dyn StoreRead) -> Result<Option<Arc<Vec<Value>>>, RecordError> {
+        let ti = &self.spec.tables[table];
+        let kb = key.key_bytes(&ti.source.key_type());
+        if let Some(r) = self.table_rows.get(&(table, kb.clone())) {
+            return Ok(r.clone());
+        }
+        let row = match stores.get(ti.store, &kb) {
+            Some(b) => Some(Arc::new(decode_visible(&ti.source, &b)?)),
+            None => None,
+        };
+        if self.table_rows.len() >= 200_000 {
+            // Bounded: every row is also in the store.
+            self.table_rows.clear();
+        }
+        self.table_rows.insert((table, kb), row.clone());
+        Ok(row)
     }
 
     fn aggregate(&mut self, row: Row, ts: i64, stores: &dyn StoreRead) -> Result<(), RecordError> {
@@ -557,7 +526,6 @@ impl Task {
     pub fn flush(&mut self, out: &mut Vec<Output>, changes: &mut Vec<Change>, close_all: bool) -> Vec<RecordError> {
         let mut errors = Vec::new();
         changes.append(&mut self.table_changes);
-        self.table_cache.clear();
         let spec = self.spec.clone();
         let Some(agg) = &spec.agg else { return errors };
         let dirty = std::mem::take(&mut self.dirty);
@@ -738,17 +706,6 @@ fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value]) -> Result<(
     Ok(())
 }
 
-#[allow(dead_code)]
-fn merge_state(a: &hir::AggCall, st: &mut AggState, other: &AggState) -> Result<(), String> {
-    match (&a.func, st, other) {
-        (AggFunc::Count, AggState::Count(n), AggState::Count(m)) => *n += m,
-        (AggFunc::User(d), AggState::User(s), AggState::User(o)) => uda_merge(d, s, o)?,
-        (_, st, AggState::Val(v)) => update_state(a, st, std::slice::from_ref(v))?,
-        _ => return Err("aggregate states do not match".into()),
-    }
-    Ok(())
-}
-
 fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, String> {
     Ok(match (&a.func, st) {
         (_, AggState::Count(n)) => Value::Int(*n),
@@ -800,35 +757,41 @@ fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
     o
 }
 
+/// The stored form of an entry, parsed once; each part is then decoded by its type.
+#[derive(serde::Deserialize)]
+struct StoredEntry<'a> {
+    #[serde(borrow)]
+    g: Vec<&'a serde_json::value::RawValue>,
+    s: i64,
+    e: i64,
+    t: i64,
+    #[serde(borrow)]
+    a: Vec<&'a serde_json::value::RawValue>,
+}
+
 fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
-    let v: serde_json::Value = serde_json::from_slice(b).map_err(|e| format!("damaged state entry: {e}"))?;
-    let num = |k: &str| v.get(k).and_then(|x| x.as_i64()).ok_or_else(|| format!("state entry lacks `{k}`"));
-    let g = v.get("g").and_then(|x| x.as_array()).ok_or("state entry lacks `g`")?;
-    let group = g.iter().zip(&agg.group).map(|(x, e)| from_json(x, &e.ty)).collect::<Result<Vec<_>, _>>()?;
-    let a = v.get("a").and_then(|x| x.as_array()).ok_or("state entry lacks `a`")?;
-    let states = a
+    let raw: StoredEntry = serde_json::from_slice(b).map_err(|e| format!("damaged state entry: {e}"))?;
+    let part = |r: &serde_json::value::RawValue, ty: &Type| decode_value(r.get().as_bytes(), ty);
+    let group = raw.g.iter().zip(&agg.group).map(|(x, e)| part(x, &e.ty)).collect::<Result<Vec<_>, _>>()?;
+    let states = raw
+        .a
         .iter()
         .zip(&agg.aggs)
         .map(|(x, c)| {
             Ok(match &c.func {
-                AggFunc::Count => AggState::Count(x.as_i64().ok_or("bad count")?),
-                AggFunc::Sum | AggFunc::Min | AggFunc::Max => AggState::Val(from_json(x, &c.ty.clone().nullable())?),
-                AggFunc::User(d) => AggState::User(
-                    x.as_array()
-                        .ok_or("bad aggregate state")?
-                        .iter()
-                        .zip(&d.state)
-                        .map(|(v, (_, t))| from_json(v, t))
-                        .collect::<Result<Vec<_>, String>>()?,
-                ),
+                AggFunc::Count => match part(x, &Type::Int)? {
+                    Value::Int(n) => AggState::Count(n),
+                    _ => return Err("bad count".to_string()),
+                },
+                AggFunc::Sum | AggFunc::Min | AggFunc::Max => AggState::Val(part(x, &c.ty.clone().nullable())?),
+                AggFunc::User(d) => {
+                    let vals: Vec<&serde_json::value::RawValue> = serde_json::from_str(x.get()).map_err(|e| format!("bad aggregate state: {e}"))?;
+                    AggState::User(vals.iter().zip(&d.state).map(|(v, (_, t))| part(v, t)).collect::<Result<Vec<_>, String>>()?)
+                }
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok(AggEntry { group, start: num("s")?, end: num("e")?, max_ts: num("t")?, states })
-}
-
-fn from_json(v: &serde_json::Value, ty: &Type) -> Result<Value, String> {
-    decode_value(&serde_json::to_vec(v).unwrap_or_default(), ty)
+    Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states })
 }
 
 /// Decode a record key of the given type: a string key is its raw UTF-8, others JSON.
@@ -840,17 +803,23 @@ pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError>
     }
 }
 
-fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
-    let bytes = rec.value.as_deref().ok_or_else(|| RecordError("the record has no value".into()))?;
-    let mut wire = match src.format {
+/// A source's value as queries see it: decoded by its format, the tenant field removed.
+fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Value>, RecordError> {
+    let mut fields = match src.format {
         Format::Json => decode_record(bytes, &src.wire).map_err(RecordError)?,
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
     };
     if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
         if let Some(i) = src.wire.index_of(f) {
-            wire.remove(i);
+            fields.remove(i);
         }
     }
+    Ok(fields)
+}
+
+fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
+    let bytes = rec.value.as_deref().ok_or_else(|| RecordError("the record has no value".into()))?;
+    let wire = decode_visible(src, bytes)?;
     let key = match &src.key {
         KeySpec::Field(i) => {
             let k = wire[*i].clone();

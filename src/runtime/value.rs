@@ -87,28 +87,6 @@ impl Value {
         self.cmp_total(other) == Ordering::Equal
     }
 
-    /// The JSON form of this value, given its type (records need their field names).
-    pub fn to_json(&self, ty: &Type) -> serde_json::Value {
-        use serde_json::Value as J;
-        match (self, ty.base()) {
-            (Value::Null, _) => J::Null,
-            (Value::Bool(b), _) => J::Bool(*b),
-            (Value::Int(i), _) | (Value::Ts(i), _) | (Value::Dur(i), _) => J::from(*i),
-            (Value::Float(f), _) => serde_json::Number::from_f64(*f).map(J::Number).unwrap_or(J::Null),
-            (Value::Str(s), _) => J::String(s.to_string()),
-            (Value::List(items), Type::List(t)) => J::Array(items.iter().map(|v| v.to_json(t)).collect()),
-            (Value::List(items), Type::Tuple(ts)) => J::Array(items.iter().zip(ts).map(|(v, t)| v.to_json(t)).collect()),
-            (Value::Record(fields), Type::Record(rt)) => {
-                let mut m = serde_json::Map::with_capacity(fields.len());
-                for (v, (n, t)) in fields.iter().zip(&rt.fields) {
-                    m.insert(n.clone(), v.to_json(t));
-                }
-                J::Object(m)
-            }
-            (Value::List(items), _) | (Value::Record(items), _) => J::Array(items.iter().map(|v| v.to_json(&Type::Error)).collect()),
-        }
-    }
-
     /// Append this value's JSON to `out` directly (no intermediate tree): the hot path of
     /// every output, repartition and changelog record.
     pub fn write_json(&self, ty: &Type, out: &mut Vec<u8>) {
@@ -161,7 +139,11 @@ impl Value {
     pub fn key_bytes(&self, ty: &Type) -> Vec<u8> {
         match self {
             Value::Str(s) => s.as_bytes().to_vec(),
-            v => serde_json::to_vec(&v.to_json(ty)).unwrap_or_default(),
+            v => {
+                let mut out = Vec::with_capacity(16);
+                v.write_json(ty, &mut out);
+                out
+            }
         }
     }
 }
