@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnError};
@@ -125,7 +126,7 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, startup: &Comm
                 // A step stops at `commit.records` uncommitted records or at the end of the
                 // available input: either way, a commit point.
                 if t.uncommitted > 0 {
-                    t.commit(log, opts, false)?;
+                    t.commit(log, opts, false, false)?;
                     progress = true;
                 }
             }
@@ -149,7 +150,7 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, startup: &Comm
     result?;
     let mut s = Summary::default();
     for t in tasks.iter_mut() {
-        t.commit(log, opts, opts.close_windows_at_end)?;
+        t.commit(log, opts, opts.close_windows_at_end, true)?;
         s.add(&t.summary());
     }
     Ok(s)
@@ -343,15 +344,81 @@ struct TaskRun {
     commits: u64,
 }
 
-/// The committed local state of one task: a sled tree per store.
-struct Trees(Vec<sled::Tree>);
+/// The committed local state of one task: a sled tree per store, and the committed changes not
+/// yet written to it. Local state is written every few commits, not at each: a window created
+/// and expired in between costs no sled write at all, and the changelog tail after the
+/// checkpoint covers the rest after a crash.
+struct Trees {
+    trees: Vec<sled::Tree>,
+    /// Per store: key → (value or deletion, whether the key may be in sled).
+    pending: Vec<FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>>,
+    /// Commits since local state was last written.
+    commits: u32,
+}
+
+/// Local state is written at least every this many commits…
+const LOCAL_WRITE_COMMITS: u32 = 8;
+/// …or once this many changes are pending.
+const LOCAL_WRITE_PENDING: usize = 200_000;
+
+impl Trees {
+    /// Record the changes of a commit; written to sled later by [`Trees::write`].
+    fn stage(&mut self, changes: &mut Vec<Change>) {
+        for ch in changes.drain(..) {
+            let pending = &mut self.pending[ch.store];
+            match pending.get_mut(&ch.key) {
+                Some(slot) => {
+                    if ch.value.is_none() && !slot.1 {
+                        // Created and deleted since sled was written: nothing to write.
+                        pending.remove(&ch.key);
+                    } else {
+                        slot.0 = ch.value;
+                    }
+                }
+                None => {
+                    if ch.value.is_some() || ch.existed {
+                        pending.insert(ch.key, (ch.value, ch.existed));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Write the pending changes with each store's checkpoint, one atomic batch per store.
+    fn write(&mut self, checkpoints: &[Pos]) -> Result<(), String> {
+        for ((tree, pending), cp) in self.trees.iter().zip(self.pending.iter_mut()).zip(checkpoints) {
+            let mut batch = sled::Batch::default();
+            // Sorted, so the batch (and the sled file) does not depend on hash order.
+            let mut entries: Vec<_> = pending.drain().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            for (k, (v, _)) in entries {
+                match v {
+                    Some(v) => batch.insert(k, v),
+                    None => batch.remove(k),
+                }
+            }
+            batch.insert(CHECKPOINT, serde_json::to_vec(cp).unwrap_or_default());
+            tree.apply_batch(batch).map_err(|e| format!("cannot write local state: {e}"))?;
+        }
+        self.commits = 0;
+        Ok(())
+    }
+
+    fn due(&self) -> bool {
+        self.commits >= LOCAL_WRITE_COMMITS || self.pending.iter().map(|p| p.len()).sum::<usize>() >= LOCAL_WRITE_PENDING
+    }
+}
 
 impl StoreRead for Trees {
     fn get(&self, store: usize, key: &[u8]) -> Option<Vec<u8>> {
-        self.0.get(store)?.get(key).ok().flatten().map(|v| v.to_vec())
+        if let Some((v, _)) = self.pending.get(store)?.get(key) {
+            return v.clone();
+        }
+        self.trees.get(store)?.get(key).ok().flatten().map(|v| v.to_vec())
     }
     fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let Some(t) = self.0.get(store) else { return Vec::new() };
+        // Only called at start, before anything is pending.
+        let Some(t) = self.trees.get(store) else { return Vec::new() };
         t.iter().filter_map(|r| r.ok()).filter(|(k, _)| &k[..] != CHECKPOINT).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
     }
 }
@@ -382,7 +449,7 @@ impl TaskRun {
             let secs = started.elapsed().as_secs_f64();
             eprintln!("restored {restored} records into {} partition {p} in {secs:.2}s ({:.0} records/s)", spec.name, restored as f64 / secs.max(1e-9));
         }
-        let trees = Trees(trees);
+        let trees = Trees { pending: trees.iter().map(|_| FxHashMap::default()).collect(), trees, commits: 0 };
         let mut task = Task::new(spec, p, stream_time);
         task.restore_index(&trees);
         Ok(TaskRun {
@@ -518,7 +585,8 @@ impl TaskRun {
 
     /// Flush and commit: outputs, changelog records and positions in one log commit, then the
     /// local state with its checkpoint.
-    fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool) -> Result<(), String> {
+    /// `last`: the final commit of the run, after which local state must be written.
+    fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), String> {
         let errors = self.task.flush(&mut self.out, &mut self.changes, close_all);
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.
@@ -526,6 +594,11 @@ impl TaskRun {
             eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0);
         }
         if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
+            if last && self.trees.pending.iter().any(|p| !p.is_empty()) {
+                let c = log.committed()?;
+                let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
+                self.trees.write(&cps)?;
+            }
             return Ok(());
         }
         let p = self.task.partition;
@@ -554,20 +627,12 @@ impl TaskRun {
         });
         let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
         let c = log.commit(list, vec![(self.group.clone(), meta)])?;
-        // Local state and checkpoint in one atomic batch per store.
-        let mut batches: Vec<sled::Batch> = stores.iter().map(|_| sled::Batch::default()).collect();
-        for ch in self.changes.drain(..) {
-            match ch.value {
-                Some(v) => batches[ch.store].insert(ch.key, v),
-                None => batches[ch.store].remove(ch.key),
-            }
-        }
-        for (i, st) in stores.iter().enumerate() {
-            let end = c.end(&st.changelog, p);
-            batches[i].insert(CHECKPOINT, serde_json::to_vec(&end).unwrap_or_default());
-        }
-        for (tree, batch) in self.trees.0.iter().zip(batches) {
-            tree.apply_batch(batch).map_err(|e| format!("cannot write local state: {e}"))?;
+        // Local state and its checkpoint: one atomic batch per store, every few commits.
+        self.trees.stage(&mut self.changes);
+        self.trees.commits += 1;
+        if self.trees.due() || last {
+            let cps: Vec<Pos> = stores.iter().map(|st| c.end(&st.changelog, p)).collect();
+            self.trees.write(&cps)?;
         }
         self.uncommitted = 0;
         self.commits += 1;

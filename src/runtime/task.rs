@@ -233,6 +233,8 @@ pub struct Change {
     pub key: Vec<u8>,
     pub value: Option<Vec<u8>>,
     pub timestamp: i64,
+    /// The key may already be in the store (false: created since the last flush).
+    pub existed: bool,
 }
 
 /// The state of one (key, window) of an aggregate.
@@ -256,6 +258,8 @@ enum AggState {
 struct Slot {
     entry: Option<AggEntry>,
     dirty: bool,
+    /// The entry is in the local store and its changelog (so closing it needs a tombstone).
+    stored: bool,
 }
 
 pub struct Task {
@@ -301,7 +305,7 @@ impl Task {
                 for (k, v) in stores.entries(agg.store) {
                     if let Ok(e) = decode_entry(&v, agg) {
                         self.windows.insert((e.end, k.clone()));
-                        self.cache.insert(k, Slot { entry: Some(e), dirty: false });
+                        self.cache.insert(k, Slot { entry: Some(e), dirty: false, stored: true });
                     }
                 }
             }
@@ -353,7 +357,7 @@ impl Task {
             Some(v) => Some(Arc::new(decode_visible(&ti.source, v)?)),
         };
         self.table_rows.insert((table, key.clone()), row);
-        self.table_changes.push(Change { store, key, value: rec.value.clone(), timestamp: rec.timestamp });
+        self.table_changes.push(Change { store, key, value: rec.value.clone(), timestamp: rec.timestamp, existed: true });
         Ok(())
     }
 
@@ -489,14 +493,17 @@ impl Task {
                 }
                 None => {
                     self.counters.cache_misses += 1;
-                    // Every open window is in the cache, so for windows this read finds nothing;
-                    // it is kept because sled 0.34 consolidates a page's updates on reads, and
-                    // without them its memory grows with every write.
-                    let entry = match stores.get(agg.store, &sk) {
-                        Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
-                        None => None,
+                    // Every open window is in the cache (loaded at start), so a window missing
+                    // from it does not exist; other entries are read from the store.
+                    let entry = match agg.window {
+                        Some(_) => None,
+                        None => match stores.get(agg.store, &sk) {
+                            Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
+                            None => None,
+                        },
                     };
-                    self.cache.entry(sk.clone()).or_insert(Slot { entry, dirty: false })
+                    let stored = entry.is_some();
+                    self.cache.entry(sk.clone()).or_insert(Slot { entry, dirty: false, stored })
                 }
             };
             let entry = match &mut slot.entry {
@@ -528,32 +535,40 @@ impl Task {
         changes.append(&mut self.table_changes);
         let spec = self.spec.clone();
         let Some(agg) = &spec.agg else { return errors };
+        if close_all && agg.window.is_some() {
+            // `--close-windows-at-end`: stream time moves past every window, for good.
+            self.stream_time = i64::MAX;
+        }
+        let close = match &agg.window {
+            Some(w) => self.stream_time.saturating_sub(w.grace.0),
+            None => i64::MIN,
+        };
         let dirty = std::mem::take(&mut self.dirty);
         for sk in dirty {
             let Some(slot) = self.cache.get_mut(&sk) else { continue };
             slot.dirty = false;
             let Some(entry) = slot.entry.clone() else { continue };
-            changes.push(Change { store: agg.store, key: sk.clone(), value: Some(encode_entry(&entry, agg)), timestamp: entry.max_ts });
+            // A window that closes in this flush and was never stored needs neither a store
+            // write nor a tombstone: the state after the commit does not hold it.
+            if slot.stored || entry.end > close {
+                let existed = std::mem::replace(&mut slot.stored, true);
+                changes.push(Change { store: agg.store, key: sk.clone(), value: Some(encode_entry(&entry, agg)), timestamp: entry.max_ts, existed });
+            }
             if agg.emit == EmitMode::Changes {
                 if let Err(e) = self.emit(agg, &entry, out) {
                     errors.push(e);
                 }
             }
         }
-        if let Some(w) = &agg.window {
-            if close_all {
-                // `--close-windows-at-end`: stream time moves past every window, for good.
-                self.stream_time = i64::MAX;
-            }
-            let close = if close_all { i64::MAX } else { self.stream_time.saturating_sub(w.grace.0) };
+        if agg.window.is_some() {
             while let Some((end, _)) = self.windows.first() {
                 if *end > close {
                     break;
                 }
                 let Some((_, sk)) = self.windows.pop_first() else { break };
-                let entry = match self.cache.remove(&sk) {
-                    Some(Slot { entry: Some(e), .. }) => Some(e),
-                    _ => None,
+                let (entry, stored) = match self.cache.remove(&sk) {
+                    Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
+                    _ => (None, false),
                 };
                 if agg.emit == EmitMode::Final {
                     if let Some(e) = &entry {
@@ -563,7 +578,9 @@ impl Task {
                     }
                 }
                 // Expired by stream time: deleted locally and in the changelog (a tombstone).
-                changes.push(Change { store: agg.store, key: sk, value: None, timestamp: entry.map(|e| e.max_ts).unwrap_or(0) });
+                if stored {
+                    changes.push(Change { store: agg.store, key: sk, value: None, timestamp: entry.map(|e| e.max_ts).unwrap_or(0), existed: true });
+                }
             }
         }
         // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
