@@ -17,6 +17,7 @@ pub struct Config {
     pub commit: Commit,
     pub control: Control,
     pub embedded: Embedded,
+    pub late: Late,
     /// librdkafka properties, passed through unchanged.
     pub kafka: BTreeMap<String, String>,
 }
@@ -98,6 +99,13 @@ impl Default for Embedded {
     fn default() -> Self {
         Embedded { partitions: 1, fsync: false }
     }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Late {
+    /// Also write each late record (with the reason in `streamc.error`) to `<app>-late`.
+    pub to_topic: bool,
 }
 
 /// Load the configuration: the file (if any), then each `KEY=VALUE` in order.

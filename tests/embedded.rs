@@ -41,11 +41,19 @@ struct Stats {
 /// record is late for a window when stream time — the largest time seen so far in its
 /// partition — has reached the window's end plus grace).
 fn stats_reference(trades: &[Trade], partitions: u32) -> (BTreeMap<(String, i64), Stats>, u64) {
+    let (w, late, _) = stats_reference_with_late_records(trades, partitions);
+    (w, late)
+}
+
+/// Also the number of records late for at least one of their windows.
+fn stats_reference_with_late_records(trades: &[Trade], partitions: u32) -> (BTreeMap<(String, i64), Stats>, u64, u64) {
     let (size, advance, grace) = (5_000i64, 1_000i64, 1_000i64);
     let mut acc: BTreeMap<(String, i64), (i64, i64, f64, f64, f64)> = BTreeMap::new();
     let mut stream_time: BTreeMap<u32, i64> = BTreeMap::new();
     let mut late = 0;
+    let mut late_records = 0;
     for t in trades.iter().filter(|t| t.price > 0.0) {
+        let before = late;
         let p = streamc::log::partition_for(t.ticker.as_bytes(), partitions);
         let st = stream_time.entry(p).or_insert(i64::MIN);
         *st = (*st).max(t.ts);
@@ -65,12 +73,15 @@ fn stats_reference(trades: &[Trade], partitions: u32) -> (BTreeMap<(String, i64)
             }
             start += advance;
         }
+        if late > before {
+            late_records += 1;
+        }
     }
     let windows = acc
         .into_iter()
         .map(|(k, (n, vol, sum, lo, hi))| (k, Stats { trades: n, volume: vol, avg_price: sum / n as f64, low: lo, high: hi }))
         .collect();
-    (windows, late)
+    (windows, late, late_records)
 }
 
 /// The last emitted value of every (ticker, window start) in the output topic.
@@ -184,11 +195,15 @@ fn late_records_are_dropped_and_counted_like_the_reference() {
     // Disorder of up to 4 s against a grace of 1 s: some records are late for some windows.
     write_trades(&input, 10_000, 5, 21, 4_000);
     let state = dir.join("state");
-    let sum = Run::new("examples/stats.stream", &state).input("stocks", &input).go().unwrap();
-    let (want, late) = stats_reference(&trades(&input), 1);
+    let sum = Run::new("examples/stats.stream", &state).input("stocks", &input).set("late.to_topic=true").go().unwrap();
+    let (want, late, late_records) = stats_reference_with_late_records(&trades(&input), 1);
     assert!(late > 100, "the input must produce late records: {late}");
     assert_eq!(sum.late, late);
     assert_eq!(final_windows(&state), want);
+    // Each record late for some window is also in `stats-late`, with the reason and its origin.
+    let written = read_topic(&state, "stats-late");
+    assert_eq!(written.len() as u64, late_records);
+    assert!(written.iter().all(|r| r.headers["streamc.error"].starts_with("late: window [") && r.headers["streamc.source.topic"] == "stocks"));
 }
 
 #[test]
@@ -284,4 +299,157 @@ fn alerts_example_joins_trades_with_the_limits_table_in_timestamp_order() {
         .collect();
     assert!(want.len() > 100, "the data must produce alerts: {}", want.len());
     assert_eq!(got, want);
+}
+
+/// Clicks for the sessions example: ten users, each with bursts of activity separated by gaps
+/// that are sometimes longer than the 30-minute session gap, delivered with up to 2 minutes of
+/// disorder (within the 5-minute grace). Lines in delivery order: (user, page, dwell_ms, at).
+fn clicks(n: usize, seed: u64) -> Vec<(String, String, i64, i64)> {
+    let mut x = seed;
+    let mut next = move |m: u64| {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (x >> 33) % m
+    };
+    let pages = ["/home", "/search", "/item", "/cart", "/checkout", "/help"];
+    let mut clock = 1_700_000_000_000i64;
+    let mut out = Vec::new();
+    for _ in 0..n {
+        // Mostly seconds to minutes apart; now and then a long pause (new sessions).
+        clock += match next(20) {
+            0 => 40 * 60_000 + next(3_600_000) as i64,
+            _ => next(300_000) as i64,
+        };
+        let user = format!("u{}", next(10));
+        let page = pages[next(pages.len() as u64) as usize].to_string();
+        let dwell = next(60_000) as i64 - 100; // a few negatives, filtered by the query
+        let lag = next(120_000) as i64;
+        out.push((user, page, dwell, clock - lag));
+    }
+    out
+}
+
+#[derive(Debug, PartialEq)]
+struct Session {
+    end: i64,
+    clicks: i64,
+    checkouts: i64,
+    avg_dwell: f64,
+    last_page: String,
+}
+
+/// Sessions folded plainly: per user, clicks sorted by time; a click more than 30 minutes after
+/// the previous one starts a new session. Keyed by (user, start).
+fn sessions_reference(clicks: &[(String, String, i64, i64)]) -> BTreeMap<(String, i64), Session> {
+    let gap = 30 * 60_000;
+    let mut by_user: BTreeMap<&str, Vec<&(String, String, i64, i64)>> = BTreeMap::new();
+    for c in clicks.iter().filter(|c| c.2 >= 0) {
+        by_user.entry(&c.0).or_default().push(c);
+    }
+    let mut out = BTreeMap::new();
+    for (user, mut cs) in by_user {
+        cs.sort_by_key(|c| c.3);
+        let mut i = 0;
+        while i < cs.len() {
+            let mut j = i + 1;
+            while j < cs.len() && cs[j].3 - cs[j - 1].3 <= gap {
+                j += 1;
+            }
+            let s = &cs[i..j];
+            out.insert(
+                (user.to_string(), s[0].3),
+                Session {
+                    end: s[j - i - 1].3,
+                    clicks: s.len() as i64,
+                    checkouts: s.iter().filter(|c| c.1.ends_with("/checkout")).count() as i64,
+                    avg_dwell: s.iter().map(|c| c.2 as f64).sum::<f64>() / s.len() as f64,
+                    last_page: s.iter().map(|c| c.1.clone()).max().unwrap(),
+                },
+            );
+            i = j;
+        }
+    }
+    out
+}
+
+fn write_clicks(path: &Path, clicks: &[(String, String, i64, i64)]) {
+    let lines: Vec<String> = clicks.iter().map(|(u, p, d, at)| serde_json::json!({"user": u, "page": p, "dwell_ms": d, "at": at}).to_string()).collect();
+    std::fs::write(path, lines.join("\n") + "\n").unwrap();
+}
+
+fn session_of(v: &serde_json::Value) -> Session {
+    Session {
+        end: v["window_end"].as_i64().unwrap(),
+        clicks: v["clicks"].as_i64().unwrap(),
+        checkouts: v["checkouts"].as_i64().unwrap(),
+        avg_dwell: v["avg_dwell"].as_f64().unwrap(),
+        last_page: v["last_page"].as_str().unwrap().to_string(),
+    }
+}
+
+#[test]
+fn sessions_example_emits_each_final_session_once() {
+    let dir = temp_dir("sessions");
+    let input = dir.join("clicks.jsonl");
+    let data = clicks(3_000, 3);
+    write_clicks(&input, &data);
+    let want = sessions_reference(&data);
+    assert!(want.len() > 50, "the data must make many sessions: {}", want.len());
+    let state = dir.join("state");
+    let sum = Run::new("examples/sessions.stream", &state).input("clicks", &input).set("commit.records=97").go().unwrap();
+    assert_eq!(sum.late, 0);
+    let out = read_topic(&state, "user-sessions");
+    let mut got = BTreeMap::new();
+    for r in &out {
+        let k = (r.key.clone().unwrap(), r.value["window_start"].as_i64().unwrap());
+        assert!(got.insert(k.clone(), session_of(&r.value)).is_none(), "session {k:?} emitted twice");
+    }
+    assert_eq!(got.len(), want.len());
+    for (k, w) in &want {
+        let g = &got[k];
+        assert_eq!((g.end, g.clicks, g.checkouts, &g.last_page), (w.end, w.clicks, w.checkouts, &w.last_page), "{k:?}");
+        assert!((g.avg_dwell - w.avg_dwell).abs() < 1e-9, "{k:?}: {} vs {}", g.avg_dwell, w.avg_dwell);
+    }
+}
+
+#[test]
+fn merged_sessions_are_deleted_downstream_with_emit_changes() {
+    let dir = temp_dir("sessions-changes");
+    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/sessions.stream")).unwrap();
+    let program = dir.join("changes.stream");
+    std::fs::write(&program, src.replace("emit final", "emit changes")).unwrap();
+    let input = dir.join("clicks.jsonl");
+    let data = clicks(2_000, 11);
+    write_clicks(&input, &data);
+    let want = sessions_reference(&data);
+    for partitions in [1, 3] {
+        let state = dir.join(format!("state{partitions}"));
+        // Frequent commits, so sessions are emitted before the clicks that merge them arrive.
+        let sum = Run::new(program.to_str().unwrap(), &state)
+            .input("clicks", &input)
+            .set("commit.records=5")
+            .set(&format!("embedded.partitions={partitions}"))
+            .go()
+            .unwrap();
+        assert_eq!(sum.late, 0);
+        // Apply the output as a table of (user, session start): updates upsert, tombstones delete
+        // the session their headers name.
+        let mut table: BTreeMap<(String, i64), Session> = BTreeMap::new();
+        let mut tombstones = 0;
+        for r in read_topic(&state, "user-sessions") {
+            let user = r.key.clone().unwrap();
+            if r.value.is_null() {
+                tombstones += 1;
+                let start: i64 = r.headers["streamc.window.start"].parse().unwrap();
+                assert!(table.remove(&(user, start)).is_some(), "a tombstone for a session never emitted");
+            } else {
+                table.insert((user, r.value["window_start"].as_i64().unwrap()), session_of(&r.value));
+            }
+        }
+        assert!(tombstones > 0, "merges must happen across commits");
+        assert_eq!(table.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+        for (k, w) in &want {
+            let g = &table[k];
+            assert_eq!((g.end, g.clicks, g.checkouts), (w.end, w.clicks, w.checkouts), "{k:?}");
+        }
+    }
 }

@@ -541,7 +541,13 @@ impl TaskRun {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = res {
-                    self.bad_record(&main_topic, &s, e, opts)?;
+                    self.bad_record(main_topic, &s, e, opts)?;
+                }
+                if let Some(reason) = self.task.late_reason.take() {
+                    if opts.config.late.to_topic {
+                        let rec = with_source_headers(&s.record, reason, main_topic, p, s.offset);
+                        self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
+                    }
                 }
             } else if let Some((_, i)) = pick {
                 let Some(s) = self.tables[i].1.take() else { break };
@@ -572,11 +578,7 @@ impl TaskRun {
             }
             OnError::DeadLetter => {
                 self.task.counters.dead_letters += 1;
-                let mut rec = s.record.clone();
-                rec.headers.push((H_ERROR.into(), e.0.into_bytes()));
-                rec.headers.push((H_TOPIC.into(), topic.as_bytes().to_vec()));
-                rec.headers.push((H_PARTITION.into(), p.to_string().into_bytes()));
-                rec.headers.push((H_OFFSET.into(), s.offset.to_string().into_bytes()));
+                let rec = with_source_headers(&s.record, e.0, topic, p, s.offset);
                 self.out.push(Output { topic: format!("{}-dlq", opts.app), partition: Some(0), record: rec });
                 Ok(())
             }
@@ -638,6 +640,17 @@ impl TaskRun {
         self.commits += 1;
         Ok(())
     }
+}
+
+/// A copy of an input record for the dead-letter or late topic: the reason and where it came from
+/// in headers.
+fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: u64) -> Record {
+    let mut rec = r.clone();
+    rec.headers.push((H_ERROR.into(), reason.into_bytes()));
+    rec.headers.push((H_TOPIC.into(), topic.as_bytes().to_vec()));
+    rec.headers.push((H_PARTITION.into(), p.to_string().into_bytes()));
+    rec.headers.push((H_OFFSET.into(), offset.to_string().into_bytes()));
+    rec
 }
 
 /// Bring a store up to its changelog's committed end: from its checkpoint if the local state is

@@ -324,3 +324,16 @@ pub fn uda_update(def: &AggregateDef, state: &mut Vec<Value>, args: &[Value]) ->
 pub fn uda_result(def: &AggregateDef, state: &[Value]) -> EvalResult {
     eval(&def.result, &Row::default(), state)
 }
+
+/// Merge a second state of a user-defined aggregate into the first (its `merge` block).
+pub fn uda_merge(def: &AggregateDef, state: &mut Vec<Value>, other: Vec<Value>) -> Result<(), String> {
+    let Some(stmts) = &def.merge else { return Err(format!("aggregate `{}` cannot merge (it has no `merge`)", def.name)) };
+    let ns = def.state.len();
+    let mut locals = Vec::with_capacity(def.merge_slots.max(2 * ns));
+    locals.append(state);
+    locals.extend(other);
+    locals.resize(def.merge_slots.max(2 * ns), Value::Null);
+    run_stmts(stmts, &mut locals)?;
+    state.extend(locals.drain(..ns));
+    Ok(())
+}

@@ -14,7 +14,7 @@ use crate::ast::{EmitMode, Format, WindowKind};
 use crate::hir::{self, AggFunc, KeySpec};
 use crate::log::Record;
 use crate::plan::{self, NodeKind, Topology};
-use crate::runtime::eval::{eval, uda_init, uda_result, uda_update, Row};
+use crate::runtime::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row};
 use crate::runtime::value::{decode_record, decode_value, Value};
 use crate::types::{RecordType, Type};
 
@@ -24,6 +24,9 @@ pub const H_TOPIC: &str = "streamc.source.topic";
 pub const H_PARTITION: &str = "streamc.source.partition";
 pub const H_OFFSET: &str = "streamc.source.offset";
 pub const H_VERSION: &str = "streamc.query.version";
+/// On the tombstone of a merged-away session: which session it deletes.
+pub const H_WINDOW_START: &str = "streamc.window.start";
+pub const H_WINDOW_END: &str = "streamc.window.end";
 
 /// How a task's main input is decoded.
 #[derive(Clone, Debug)]
@@ -70,6 +73,14 @@ pub struct AggSpec {
     pub aggs: Vec<hir::AggCall>,
     pub emit: EmitMode,
     pub store: usize,
+    /// Session windows: the gap (a session closes at end + gap + grace); 0 for time windows.
+    pub gap: i64,
+}
+
+impl AggSpec {
+    fn session(&self) -> bool {
+        matches!(self.window.map(|w| w.kind), Some(WindowKind::Session { .. }))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -152,7 +163,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 NodeKind::JoinStream { .. } => return Err(format!("{}: stream–stream joins are not supported by the runtime yet", node.name)),
                 NodeKind::Aggregate(a) => {
                     if let Some(w) = &a.window {
-                        if matches!(w.kind, WindowKind::Session { .. } | WindowKind::Sliding { .. }) {
+                        if matches!(w.kind, WindowKind::Sliding { .. }) {
                             return Err(format!("{}: {} windows are not supported by the runtime yet", node.name, plan::window_desc(&w.kind)));
                         }
                     }
@@ -168,6 +179,10 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         aggs: a.aggs.clone(),
                         emit: a.emit,
                         store,
+                        gap: match a.window.map(|w| w.kind) {
+                            Some(WindowKind::Session { gap }) => gap.0,
+                            _ => 0,
+                        },
                     });
                 }
                 NodeKind::Sink { topic, format } => {
@@ -260,6 +275,16 @@ struct Slot {
     dirty: bool,
     /// The entry is in the local store and its changelog (so closing it needs a tombstone).
     stored: bool,
+    /// The entry was sent downstream (so deleting it needs a tombstone there).
+    emitted: bool,
+    /// A session merged into another: deleted at the next flush (`entry` keeps its bounds).
+    deleted: bool,
+}
+
+impl Slot {
+    fn new(entry: Option<AggEntry>, stored: bool) -> Slot {
+        Slot { entry, dirty: false, stored, emitted: stored, deleted: false }
+    }
 }
 
 pub struct Task {
@@ -271,8 +296,12 @@ pub struct Task {
     cache: FxHashMap<Vec<u8>, Slot>,
     /// Keys changed since the last flush, in first-change order.
     dirty: Vec<Vec<u8>>,
-    /// Open windows by end: (end, store key).
+    /// Open windows by the time they close: (end [+ gap for sessions], store key).
     windows: BTreeSet<(i64, Vec<u8>)>,
+    /// Open sessions per key bytes: (start, end), by start.
+    sessions: FxHashMap<Vec<u8>, Vec<(i64, i64)>>,
+    /// Why the record just processed was late (for one or more of its windows), if it was.
+    pub late_reason: Option<String>,
     /// Table entries changed since the last flush (table store, key, value), in order.
     table_changes: Vec<Change>,
     /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
@@ -290,6 +319,8 @@ impl Task {
             cache: FxHashMap::default(),
             dirty: Vec::new(),
             windows: BTreeSet::new(),
+            sessions: FxHashMap::default(),
+            late_reason: None,
             table_changes: Vec::new(),
             table_rows: FxHashMap::default(),
         }
@@ -304,9 +335,15 @@ impl Task {
                 // the hot path never asks the store.
                 for (k, v) in stores.entries(agg.store) {
                     if let Ok(e) = decode_entry(&v, agg) {
-                        self.windows.insert((e.end, k.clone()));
-                        self.cache.insert(k, Slot { entry: Some(e), dirty: false, stored: true });
+                        self.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
+                        if agg.session() {
+                            self.sessions.entry(key_part(&k).to_vec()).or_default().push((e.start, e.end));
+                        }
+                        self.cache.insert(k, Slot::new(Some(e), true));
                     }
+                }
+                for v in self.sessions.values_mut() {
+                    v.sort_unstable();
                 }
             }
         }
@@ -456,13 +493,15 @@ impl Task {
             args.push(v);
         }
         self.stream_time = self.stream_time.max(ts);
+        let kb = key.key_bytes(&agg.key_ty);
         let windows: Vec<(i64, i64)> = match &agg.window {
             None => vec![(0, 0)],
             Some(w) => {
                 let (size, advance) = match w.kind {
                     WindowKind::Tumbling { size } => (size.0, size.0),
                     WindowKind::Hopping { size, advance } => (size.0, advance.0),
-                    _ => return Err(err("unsupported window".into())),
+                    WindowKind::Session { gap } => return self.session(agg, group, kb, ts, &args, gap.0, w.grace.0),
+                    WindowKind::Sliding { .. } => return Err(err("sliding windows are not supported by the runtime yet".into())),
                 };
                 let close = self.stream_time.saturating_sub(w.grace.0);
                 let first = (ts - size + advance).max(0);
@@ -476,6 +515,12 @@ impl Task {
                             v.push((s, end));
                         } else {
                             self.counters.late += 1;
+                            if self.late_reason.is_none() {
+                                self.late_reason = Some(format!(
+                                    "late: window [{s}, {end}) closed at stream time {} (grace {})",
+                                    self.stream_time, w.grace
+                                ));
+                            }
                         }
                     }
                     s += advance;
@@ -483,7 +528,6 @@ impl Task {
                 v
             }
         };
-        let kb = key.key_bytes(&agg.key_ty);
         for (start, end) in windows {
             let sk = store_key(&kb, agg.window.is_some().then_some(start));
             let slot = match self.cache.get_mut(&sk) {
@@ -503,7 +547,7 @@ impl Task {
                         },
                     };
                     let stored = entry.is_some();
-                    self.cache.entry(sk.clone()).or_insert(Slot { entry, dirty: false, stored })
+                    self.cache.entry(sk.clone()).or_insert(Slot::new(entry, stored))
                 }
             };
             let entry = match &mut slot.entry {
@@ -527,6 +571,76 @@ impl Task {
         Ok(())
     }
 
+    /// Add a record to its key's sessions: a new session, or the merge of every open session
+    /// within `gap` of it (merged-away sessions are deleted at the next flush).
+    #[allow(clippy::too_many_arguments)]
+    fn session(&mut self, agg: &AggSpec, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: &[Vec<Value>], gap: i64, grace: i64) -> Result<(), RecordError> {
+        let err = |e: String| RecordError(e);
+        let close = self.stream_time.saturating_sub(grace);
+        let open = self.sessions.remove(&kb).unwrap_or_default();
+        let (near, mut rest): (Vec<(i64, i64)>, Vec<(i64, i64)>) = open.into_iter().partition(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap));
+        let start = near.iter().map(|x| x.0).fold(ts, i64::min);
+        let end = near.iter().map(|x| x.1).fold(ts, i64::max);
+        if end.saturating_add(gap) <= close {
+            self.counters.late += 1;
+            self.late_reason = Some(format!("late: its session [{start}, {end}] closed at stream time {} (gap {}, grace {})", self.stream_time, crate::ast::Duration(gap), crate::ast::Duration(grace)));
+            rest.extend(near);
+            rest.sort_unstable();
+            self.sessions.insert(kb, rest);
+            return Ok(());
+        }
+        // Merge the near sessions, earliest first (`near` keeps the list's start order).
+        let mut merged: Option<AggEntry> = None;
+        for (s, e) in &near {
+            let sk = store_key(&kb, Some(*s));
+            self.windows.remove(&(e.saturating_add(gap), sk.clone()));
+            let Some(slot) = self.cache.get_mut(&sk) else { continue };
+            let Some(old) = slot.entry.clone() else { continue };
+            merged = Some(match merged {
+                None => old,
+                Some(mut m) => {
+                    merge_states(agg, &mut m.states, old.states).map_err(err)?;
+                    m.max_ts = m.max_ts.max(old.max_ts);
+                    m
+                }
+            });
+            if *s != start {
+                if !slot.stored && !slot.emitted {
+                    self.cache.remove(&sk);
+                } else {
+                    slot.deleted = true;
+                    if !slot.dirty {
+                        slot.dirty = true;
+                        self.dirty.push(sk);
+                    }
+                }
+            }
+        }
+        let mut entry = match merged {
+            Some(m) => m,
+            None => AggEntry { group, start, end, max_ts: i64::MIN, states: init_states(agg).map_err(err)? },
+        };
+        entry.start = start;
+        entry.end = end;
+        entry.max_ts = entry.max_ts.max(ts);
+        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
+            update_state(a, st, argv).map_err(err)?;
+        }
+        let sk = store_key(&kb, Some(start));
+        self.windows.insert((end.saturating_add(gap), sk.clone()));
+        let slot = self.cache.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
+        slot.entry = Some(entry);
+        slot.deleted = false;
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push(sk);
+        }
+        rest.push((start, end));
+        rest.sort_unstable();
+        self.sessions.insert(kb, rest);
+        Ok(())
+    }
+
     /// Flush the record cache: the store changes (for the changelog and the local store) and the
     /// downstream records, in first-change order; then close the windows stream time has passed.
     /// `close_all` closes every window (end of a finite input with `--close-windows-at-end`).
@@ -547,14 +661,30 @@ impl Task {
         for sk in dirty {
             let Some(slot) = self.cache.get_mut(&sk) else { continue };
             slot.dirty = false;
+            if slot.deleted {
+                // A session merged into another: deleted from the store and downstream.
+                let (stored, emitted) = (slot.stored, slot.emitted);
+                let old = self.cache.remove(&sk).and_then(|s| s.entry);
+                let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
+                if stored {
+                    changes.push(Change { store: agg.store, key: sk.clone(), value: None, timestamp: ts, existed: true });
+                }
+                if emitted && agg.emit == EmitMode::Changes {
+                    if let Some(old) = &old {
+                        self.tombstone(old, out);
+                    }
+                }
+                continue;
+            }
             let Some(entry) = slot.entry.clone() else { continue };
             // A window that closes in this flush and was never stored needs neither a store
             // write nor a tombstone: the state after the commit does not hold it.
-            if slot.stored || entry.end > close {
+            if slot.stored || entry.end.saturating_add(agg.gap) > close {
                 let existed = std::mem::replace(&mut slot.stored, true);
                 changes.push(Change { store: agg.store, key: sk.clone(), value: Some(encode_entry(&entry, agg)), timestamp: entry.max_ts, existed });
             }
             if agg.emit == EmitMode::Changes {
+                slot.emitted = true;
                 if let Err(e) = self.emit(agg, &entry, out) {
                     errors.push(e);
                 }
@@ -566,6 +696,16 @@ impl Task {
                     break;
                 }
                 let Some((_, sk)) = self.windows.pop_first() else { break };
+                if agg.session() {
+                    let kb = key_part(&sk);
+                    if let Some(list) = self.sessions.get_mut(kb) {
+                        let start = start_part(&sk);
+                        list.retain(|(s, _)| *s != start);
+                        if list.is_empty() {
+                            self.sessions.remove(kb);
+                        }
+                    }
+                }
                 let (entry, stored) = match self.cache.remove(&sk) {
                     Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
                     _ => (None, false),
@@ -604,6 +744,22 @@ impl Task {
         let spec = self.spec.clone();
         let stores = NoStores;
         self.run_ops(&spec.post, Row { key, value, joined: vec![] }, e.max_ts, out, &stores)
+    }
+}
+
+impl Task {
+    /// Delete a merged-away session downstream: a tombstone for its key, the session's bounds in
+    /// headers, written by the query's sink (filters and projections do not apply to deletions).
+    fn tombstone(&mut self, e: &AggEntry, out: &mut Vec<Output>) {
+        let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else { return };
+        let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
+        let headers = vec![
+            (H_VERSION.to_string(), b"0".to_vec()),
+            (H_WINDOW_START.to_string(), e.start.to_string().into_bytes()),
+            (H_WINDOW_END.to_string(), e.end.to_string().into_bytes()),
+        ];
+        out.push(Output { topic: topic.clone(), partition: None, record: Record { key: Some(key.key_bytes(key_ty)), value: None, timestamp: e.max_ts, headers } });
+        self.counters.records_out += 1;
     }
 }
 
@@ -670,6 +826,37 @@ fn store_key(kb: &[u8], start: Option<i64>) -> Vec<u8> {
         k.extend_from_slice(&((s as u64) ^ (1 << 63)).to_be_bytes());
     }
     k
+}
+
+/// The key bytes of a store key.
+fn key_part(sk: &[u8]) -> &[u8] {
+    let n = sk.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0);
+    sk.get(4..4 + n).unwrap_or(&[])
+}
+
+/// The window start of a windowed store key.
+fn start_part(sk: &[u8]) -> i64 {
+    let n = sk.len();
+    match sk.get(n.saturating_sub(8)..) {
+        Some(b) if n >= 12 => (u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) ^ (1 << 63)) as i64,
+        _ => 0,
+    }
+}
+
+/// Combine a second state into the first (sessions that merge).
+fn merge_states(agg: &AggSpec, into: &mut [AggState], other: Vec<AggState>) -> Result<(), String> {
+    for ((a, st), o) in agg.aggs.iter().zip(into.iter_mut()).zip(other) {
+        match (st, o) {
+            (AggState::Count(n), AggState::Count(m)) => *n += m,
+            (st @ AggState::Val(_), AggState::Val(v)) => update_state(a, st, &[v])?,
+            (AggState::User(s), AggState::User(o)) => match &a.func {
+                AggFunc::User(d) => uda_merge(d, s, o)?,
+                _ => return Err("aggregate state does not match its function".into()),
+            },
+            _ => return Err("aggregate state does not match its function".into()),
+        }
+    }
+    Ok(())
 }
 
 fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
