@@ -64,7 +64,10 @@ pub enum NodeKind {
     /// Materializes a topic-fed table for a join.
     TableSource { topic: String, table: String },
     JoinTable { table: String, on: hir::Expr, left: bool, global: bool },
-    JoinStream { stream: String, within: Duration, left: bool },
+    /// Joins the other stream's records within `within` of each other. `on` (over this side)
+    /// is matched against the other side's key; this side's rows are stored as records of the
+    /// incoming edge's value, laid out like a repartition topic's (`value_fields`, `joined_keys`).
+    JoinStream { stream: String, within: Duration, left: bool, on: hir::Expr, value_fields: usize, joined_keys: Vec<bool> },
     Sink { topic: String, format: Format },
 }
 
@@ -368,13 +371,15 @@ impl Lowering<'_> {
                     if repartition {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
-                        let c = Cut { slug: &step.slug, key: vec![on], partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())) };
+                        let c = Cut { slug: &step.slug, key: vec![on.clone()], partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())) };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
                         shape = cut;
                     }
-                    let n = self.node(q, sub, name.clone(), NodeKind::JoinStream { stream: o.name.clone(), within, left }, line, clause.clone());
+                    let joined_keys = shape.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect();
+                    let kind = NodeKind::JoinStream { stream: o.name.clone(), within, left, on: on.clone(), value_fields: shape.value.fields.len(), joined_keys };
+                    let n = self.node(q, sub, name.clone(), kind, line, clause.clone());
                     let otopic = o.topic.clone().unwrap_or_default();
                     self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
                     self.subs[sub].sources.push(otopic.clone());

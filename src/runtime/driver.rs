@@ -168,7 +168,7 @@ fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, spec
     let mut internal: BTreeMap<String, u32> = BTreeMap::new();
     for spec in specs {
         let mut inputs = vec![spec.main.topic.clone()];
-        inputs.extend(spec.tables.iter().map(|t| t.topic.clone()));
+        inputs.extend(spec.side_topics());
         let mut n: Option<(u32, String)> = None;
         for t in &inputs {
             let c = match internal.get(t) {
@@ -433,10 +433,11 @@ impl TaskRun {
         positions.insert(format!("{}/{p}", spec.main.topic), pos_of(&spec.main.topic));
         let main = log.reader(&spec.main.topic, p, pos_of(&spec.main.topic));
         let mut tables = Vec::new();
-        for t in &spec.tables {
-            positions.insert(format!("{}/{p}", t.topic), pos_of(&t.topic));
-            tables.push((log.reader(&t.topic, p, pos_of(&t.topic)), None));
+        for t in spec.side_topics() {
+            positions.insert(format!("{t}/{p}"), pos_of(&t));
+            tables.push((log.reader(&t, p, pos_of(&t)), None));
         }
+        let join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
         let mut trees = Vec::new();
         let mut restored = 0;
         let started = Instant::now();
@@ -451,6 +452,7 @@ impl TaskRun {
         }
         let trees = Trees { pending: trees.iter().map(|_| FxHashMap::default()).collect(), trees, commits: 0 };
         let mut task = Task::new(spec, p, stream_time);
+        task.join_time = join_time;
         task.restore_index(&trees);
         Ok(TaskRun {
             task,
@@ -505,7 +507,8 @@ impl TaskRun {
         let main_topic = &spec.main.topic;
         let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
         let main_end = self.end(main_topic, main_internal, c, startup, opts.drain);
-        let table_ends: Vec<Pos> = spec.tables.iter().map(|t| self.end(&t.topic, false, c, startup, opts.drain)).collect();
+        let sides = spec.side_topics();
+        let table_ends: Vec<Pos> = sides.iter().map(|t| self.end(t, false, c, startup, opts.drain)).collect();
         let mut n = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
         while n < budget {
@@ -517,7 +520,8 @@ impl TaskRun {
                     *peek = r.read(table_ends[i], 1)?.pop();
                 }
             }
-            // Tables first on ties, then by timestamp: the earliest record goes next.
+            // By timestamp, the earliest record next; side inputs (tables first, then joined
+            // streams) before the main input on ties.
             let mut pick: Option<(i64, usize)> = None;
             for (i, (_, peek)) in self.tables.iter().enumerate() {
                 if let Some(s) = peek {
@@ -537,7 +541,10 @@ impl TaskRun {
                 self.positions.insert(format!("{main_topic}/{p}"), s.next);
                 let decoded = self.task.decode_main(&s.record);
                 let res = match decoded {
-                    Ok(input) => self.process(input),
+                    Ok(mut input) => {
+                        input.offset = s.offset;
+                        self.process(input)
+                    }
                     Err(e) => Err(e),
                 };
                 if let Err(e) = res {
@@ -551,10 +558,16 @@ impl TaskRun {
                 }
             } else if let Some((_, i)) = pick {
                 let Some(s) = self.tables[i].1.take() else { break };
-                let topic = self.task.spec.tables[i].topic.clone();
+                let topic = &sides[i];
                 self.positions.insert(format!("{topic}/{p}"), s.next);
-                if let Err(e) = self.task.process_table(i, &s.record) {
-                    self.bad_record(&topic, &s, e, opts)?;
+                if let Err(e) = self.task.process_side(i, &s.record, s.offset, &mut self.out) {
+                    self.bad_record(topic, &s, e, opts)?;
+                }
+                if let Some(reason) = self.task.late_reason.take() {
+                    if opts.config.late.to_topic {
+                        let rec = with_source_headers(&s.record, reason, topic, p, s.offset);
+                        self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
+                    }
                 }
             }
             n += 1;
@@ -626,6 +639,7 @@ impl TaskRun {
         let meta = serde_json::json!({
             "inputs": self.positions,
             "stream_time": self.task.stream_time,
+            "join_time": self.task.join_time,
         });
         let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
         let c = log.commit(list, vec![(self.group.clone(), meta)])?;

@@ -52,6 +52,27 @@ pub struct TableInput {
     pub store: usize,
 }
 
+/// The other stream of a stream–stream join: read by the task alongside its main input.
+#[derive(Clone, Debug)]
+pub struct StreamInput {
+    pub topic: String,
+    pub source: Arc<hir::Source>,
+    /// Index of the join in the task's `ops`.
+    pub op: usize,
+    /// Records match when their times are at most this far apart (ms).
+    pub within: i64,
+    pub left: bool,
+    /// Over the main side, matched against this stream's key.
+    pub on: hir::Expr,
+    /// Stores of the main side's and this side's records.
+    pub left_store: usize,
+    pub right_store: usize,
+    /// How the main side's rows are stored (as on a repartition topic).
+    pub wire: RecordType,
+    pub nvalue: usize,
+    pub joined_keys: Vec<bool>,
+}
+
 #[derive(Clone, Debug)]
 pub enum Op {
     Filter(hir::Expr),
@@ -60,6 +81,8 @@ pub enum Op {
     Repartition { topic: String, key: Vec<hir::Expr>, key_ty: Type, wire: RecordType },
     /// Look up the task's `table`-th table input (None: a control-managed table).
     JoinTable { table: Option<usize>, on: hir::Expr, left: bool },
+    /// Join with the task's `side`-th stream input.
+    JoinStream { side: usize },
     Aggregate,
     Sink { topic: String, format: Format, key_ty: Type, value_ty: RecordType },
 }
@@ -98,6 +121,7 @@ pub struct TaskSpec {
     pub name: String,
     pub main: InputSpec,
     pub tables: Vec<TableInput>,
+    pub streams: Vec<StreamInput>,
     pub ops: Vec<Op>,
     /// Operators after the aggregate, run on its emitted rows.
     pub post: Vec<Op>,
@@ -115,19 +139,31 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             name: String::new(),
             main: InputSpec { topic: String::new(), decode: Decode::Internal { key: Type::Error, wire: RecordType::default(), nvalue: 0, joined_keys: vec![] } },
             tables: Vec::new(),
+            streams: Vec::new(),
             ops: Vec::new(),
             post: Vec::new(),
             agg: None,
             stores: Vec::new(),
         };
+        // The other streams of this sub-topology's stream–stream joins: their source nodes are
+        // side inputs, not the main one.
+        let joined: Vec<&str> = sub
+            .nodes
+            .iter()
+            .filter_map(|&n| match &topo.graph[n].kind {
+                NodeKind::JoinStream { stream, .. } => Some(stream.as_str()),
+                _ => None,
+            })
+            .collect();
         for &n in &sub.nodes {
             let node = &topo.graph[n];
             let incoming = topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
             let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
             match &node.kind {
+                NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
                 NodeKind::Source { topic, from, .. } => {
                     if !spec.name.is_empty() {
-                        return Err(format!("{}: stream–stream joins are not supported by the runtime yet", node.name));
+                        return Err(format!("{}: a sub-topology with two main inputs", node.name));
                     }
                     let (_, src) = program.source(from).ok_or_else(|| format!("unknown source {from}"))?;
                     spec.name = node.name.clone();
@@ -160,7 +196,35 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     let table = if *global { None } else { Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?) };
                     ops.push(Op::JoinTable { table, on: on.clone(), left: *left });
                 }
-                NodeKind::JoinStream { .. } => return Err(format!("{}: stream–stream joins are not supported by the runtime yet", node.name)),
+                NodeKind::JoinStream { stream, within, left, on, value_fields, joined_keys } => {
+                    let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
+                    let side_source = format!("{}-source", node.name);
+                    let e = topo
+                        .graph
+                        .edges_directed(n, petgraph::Direction::Incoming)
+                        .find(|e| topo.graph[petgraph::visit::EdgeRef::source(e)].name != side_source)
+                        .map(|e| e.weight().clone())
+                        .ok_or("join without its input")?;
+                    let Type::Record(wire) = e.value else { return Err("join input is not a record".into()) };
+                    let left_store = spec.stores.len();
+                    spec.stores.push(store_named(topo, &format!("{}-left", node.name)));
+                    spec.stores.push(store_named(topo, &format!("{}-right", node.name)));
+                    let side = spec.streams.len();
+                    spec.streams.push(StreamInput {
+                        topic: src.topic.clone().unwrap_or_default(),
+                        source: Arc::new(src.clone()),
+                        op: ops.len(),
+                        within: within.0,
+                        left: *left,
+                        on: on.clone(),
+                        left_store,
+                        right_store: left_store + 1,
+                        wire,
+                        nvalue: *value_fields,
+                        joined_keys: joined_keys.clone(),
+                    });
+                    ops.push(Op::JoinStream { side });
+                }
                 NodeKind::Aggregate(a) => {
                     if let Some(w) = &a.window {
                         if matches!(w.kind, WindowKind::Sliding { .. }) {
@@ -197,6 +261,18 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
     Ok(out)
 }
 
+fn store_named(topo: &Topology, name: &str) -> StoreSpec {
+    let s = topo.stores.iter().find(|s| s.name == name);
+    StoreSpec { name: name.to_string(), changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default() }
+}
+
+impl TaskSpec {
+    /// Topics read besides the main input, in side-input order: tables, then joined streams.
+    pub fn side_topics(&self) -> Vec<String> {
+        self.tables.iter().map(|t| t.topic.clone()).chain(self.streams.iter().map(|s| s.topic.clone())).collect()
+    }
+}
+
 fn store_spec(topo: &Topology, node: &str) -> StoreSpec {
     let s = topo.stores.iter().find(|s| s.node == node);
     StoreSpec {
@@ -209,6 +285,8 @@ fn store_spec(topo: &Topology, node: &str) -> StoreSpec {
 pub struct Input {
     pub row: Row,
     pub ts: i64,
+    /// The record's offset in its partition (identifies it in join stores).
+    pub offset: u64,
 }
 
 /// A record for the driver to write: topic, partition (None: by key), record.
@@ -270,6 +348,88 @@ enum AggState {
     User(Vec<Value>),
 }
 
+/// A main-side record kept for a stream–stream join.
+#[derive(Clone, Debug)]
+struct LeftEntry {
+    row: Row,
+    /// Joined with at least one record of the other side (a left join then emits no null row).
+    matched: bool,
+}
+
+/// Both sides of one stream–stream join, by key bytes then (time, offset).
+#[derive(Default)]
+struct JoinState {
+    left: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), LeftEntry>>,
+    right: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), (Value, Arc<Vec<Value>>)>>,
+    /// Every stored record by (time, side: 0 main / 1 other, key bytes, offset).
+    expiry: BTreeSet<(i64, u8, Vec<u8>, u64)>,
+}
+
+/// Join store keys: the key bytes (length-prefixed), the time (sign-flipped big-endian) and the
+/// record's offset, so one key's records sort by time.
+fn join_store_key(kb: &[u8], t: i64, off: u64) -> Vec<u8> {
+    let mut k = store_key(kb, Some(t));
+    k.extend_from_slice(&off.to_be_bytes());
+    k
+}
+
+fn join_key_parts(sk: &[u8]) -> Option<(&[u8], i64, u64)> {
+    let kb = key_part(sk);
+    let rest = sk.get(4 + kb.len()..)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    let t = (u64::from_be_bytes(rest[..8].try_into().ok()?) ^ (1 << 63)) as i64;
+    let off = u64::from_be_bytes(rest[8..].try_into().ok()?);
+    Some((kb, t, off))
+}
+
+/// A main-side join record as stored: `{"m": matched, "r": the row as on a repartition topic}`.
+fn encode_left(row: &Row, matched: bool, si: &StreamInput) -> Vec<u8> {
+    let mut o = Vec::with_capacity(128);
+    o.extend_from_slice(if matched { b"{\"m\":true,\"r\":" } else { b"{\"m\":false,\"r\":" });
+    write_record(&wire_row(row, &si.wire), &si.wire, &mut o);
+    o.push(b'}');
+    o
+}
+
+#[derive(serde::Deserialize)]
+struct StoredLeft<'a> {
+    m: bool,
+    #[serde(borrow)]
+    r: &'a serde_json::value::RawValue,
+}
+
+fn decode_left(b: &[u8], kb: &[u8], si: &StreamInput) -> Result<LeftEntry, String> {
+    let raw: StoredLeft = serde_json::from_slice(b).map_err(|e| format!("damaged join entry: {e}"))?;
+    let fields = decode_record(raw.r.get().as_bytes(), &si.wire)?;
+    let (value, joined) = split_wire(fields, si.nvalue, &si.joined_keys);
+    // The main side is keyed by the join key (co-partitioned, or repartitioned by it).
+    let key = decode_key(Some(kb), &si.on.ty).map_err(|e| e.0)?;
+    Ok(LeftEntry { row: Row { key, value, joined }, matched: raw.m })
+}
+
+/// A row read back from its wire layout: `nvalue` value fields, then each joined side as a
+/// record carrying its key last when `joined_keys` says so.
+type Joined = Vec<Option<(Value, Arc<Vec<Value>>)>>;
+fn split_wire(mut fields: Vec<Value>, nvalue: usize, joined_keys: &[bool]) -> (Vec<Value>, Joined) {
+    let n = nvalue.min(fields.len());
+    let rest = fields.split_off(n);
+    let joined = rest
+        .into_iter()
+        .zip(joined_keys.iter().chain(std::iter::repeat(&false)))
+        .map(|(v, has_key)| match v {
+            Value::Record(r) => {
+                let mut r = (*r).clone();
+                let k = if *has_key { r.pop().unwrap_or(Value::Null) } else { Value::Null };
+                Some((k, Arc::new(r)))
+            }
+            _ => None,
+        })
+        .collect();
+    (fields, joined)
+}
+
 struct Slot {
     entry: Option<AggEntry>,
     dirty: bool,
@@ -300,10 +460,16 @@ pub struct Task {
     windows: BTreeSet<(i64, Vec<u8>)>,
     /// Open sessions per key bytes: (start, end), by start.
     sessions: FxHashMap<Vec<u8>, Vec<(i64, i64)>>,
+    /// Offset of the main-input record being processed.
+    offset: u64,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
-    /// Table entries changed since the last flush (table store, key, value), in order.
+    /// Table and join store changes since the last flush, in order.
     table_changes: Vec<Change>,
+    /// Stream time of the stream–stream joins (one processor per task at most… or more: shared).
+    pub join_time: i64,
+    /// Per joined stream: the records of both sides still inside their join windows.
+    joins: Vec<JoinState>,
     /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
     /// is first read from the store, and joins read it from here.
     table_rows: FxHashMap<(usize, Vec<u8>), Option<Arc<Vec<Value>>>>,
@@ -311,6 +477,7 @@ pub struct Task {
 
 impl Task {
     pub fn new(spec: Arc<TaskSpec>, partition: u32, stream_time: i64) -> Task {
+        let nstreams = spec.streams.len();
         Task {
             spec,
             partition,
@@ -321,7 +488,10 @@ impl Task {
             windows: BTreeSet::new(),
             sessions: FxHashMap::default(),
             late_reason: None,
+            offset: 0,
             table_changes: Vec::new(),
+            join_time: i64::MIN,
+            joins: (0..nstreams).map(|_| JoinState::default()).collect(),
             table_rows: FxHashMap::default(),
         }
     }
@@ -329,6 +499,24 @@ impl Task {
     /// Rebuild the open-window index from the restored store.
     pub fn restore_index(&mut self, stores: &dyn StoreRead) {
         self.windows.clear();
+        let spec = self.spec.clone();
+        for (side, si) in spec.streams.iter().enumerate() {
+            let js = &mut self.joins[side];
+            *js = JoinState::default();
+            for (k, v) in stores.entries(si.left_store) {
+                let Some((kb, t, off)) = join_key_parts(&k) else { continue };
+                if let Ok(e) = decode_left(&v, kb, si) {
+                    js.expiry.insert((t, 0, kb.to_vec(), off));
+                    js.left.entry(kb.to_vec()).or_default().insert((t, off), e);
+                }
+            }
+            for (k, v) in stores.entries(si.right_store) {
+                let Some((kb, t, off)) = join_key_parts(&k) else { continue };
+                let (Ok(key), Ok(row)) = (decode_key(Some(kb), &si.on.ty), decode_visible(&si.source, &v)) else { continue };
+                js.expiry.insert((t, 1, kb.to_vec(), off));
+                js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
+            }
+        }
         if let Some(agg) = &self.spec.agg {
             if agg.window.is_some() {
                 // Every open window lives in the cache: a window not in it does not exist, so
@@ -356,22 +544,9 @@ impl Task {
             Decode::Internal { key, wire, nvalue, joined_keys } => {
                 let key = decode_key(rec.key.as_deref(), key)?;
                 let bytes = rec.value.as_deref().ok_or_else(|| RecordError("a repartition record has no value".into()))?;
-                let mut fields = decode_record(bytes, wire).map_err(RecordError)?;
-                let n = (*nvalue).min(fields.len());
-                let rest = fields.split_off(n);
-                let joined = rest
-                    .into_iter()
-                    .zip(joined_keys.iter().chain(std::iter::repeat(&false)))
-                    .map(|(v, has_key)| match v {
-                        Value::Record(r) => {
-                            let mut r = (*r).clone();
-                            let k = if *has_key { r.pop().unwrap_or(Value::Null) } else { Value::Null };
-                            Some((k, Arc::new(r)))
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                Ok(Input { row: Row { key, value: fields, joined }, ts: rec.timestamp })
+                let fields = decode_record(bytes, wire).map_err(RecordError)?;
+                let (fields, joined) = split_wire(fields, *nvalue, joined_keys);
+                Ok(Input { row: Row { key, value: fields, joined }, ts: rec.timestamp, offset: 0 })
             }
         }
     }
@@ -380,7 +555,151 @@ impl Task {
     pub fn process(&mut self, input: Input, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         self.counters.records_in += 1;
         let spec = self.spec.clone();
+        self.offset = input.offset;
         self.run_ops(&spec.ops, input.row, input.ts, out, stores)
+    }
+
+    /// Process one record of a side input: `side` counts tables, then joined streams.
+    pub fn process_side(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>) -> Result<(), RecordError> {
+        let tables = self.spec.tables.len();
+        if side < tables {
+            return self.process_table(side, rec);
+        }
+        self.counters.records_in += 1;
+        self.join_right(side - tables, rec, offset, out)
+    }
+
+    /// A record of a joined stream: stored for later records of the main side, and joined with
+    /// the main side's stored records within `within` of it.
+    fn join_right(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let si = &spec.streams[side];
+        let input = decode_source(&si.source, rec)?;
+        let ts = input.ts;
+        self.join_time = self.join_time.max(ts);
+        if ts.saturating_add(si.within) <= self.join_time {
+            self.join_late(ts, si);
+            return Ok(());
+        }
+        if input.row.key.is_null() {
+            return Err(RecordError("the join key is null".into()));
+        }
+        let kb = input.row.key.key_bytes(&si.on.ty);
+        let value = Arc::new(input.row.value);
+        let sk = join_store_key(&kb, ts, offset);
+        self.table_changes.push(Change { store: si.right_store, key: sk, value: rec.value.clone(), timestamp: ts, existed: false });
+        let js = &mut self.joins[side];
+        js.expiry.insert((ts, 1, kb.clone(), offset));
+        js.right.entry(kb.clone()).or_default().insert((ts, offset), (input.row.key.clone(), value.clone()));
+        // Main-side records within `within`, in (time, offset) order.
+        let mut matched = Vec::new();
+        if let Some(m) = js.left.get_mut(&kb) {
+            for ((lt, loff), e) in m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX)) {
+                matched.push((*lt, e.row.clone()));
+                if !e.matched {
+                    e.matched = true;
+                    let v = encode_left(&e.row, true, si);
+                    self.table_changes.push(Change { store: si.left_store, key: join_store_key(&kb, *lt, *loff), value: Some(v), timestamp: *lt, existed: true });
+                }
+            }
+        }
+        for (lt, mut row) in matched {
+            row.joined.push(Some((input.row.key.clone(), value.clone())));
+            self.run_ops(&spec.ops[si.op + 1..], row, lt.max(ts), out, &NoStores)?;
+        }
+        self.expire_joins(side, out)
+    }
+
+    /// The main side of a stream–stream join (the operator at `ops[at]`).
+    fn join_left(&mut self, side: usize, row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let si = &spec.streams[side];
+        let rest = &spec.ops[si.op + 1..];
+        self.join_time = self.join_time.max(ts);
+        if ts.saturating_add(si.within) <= self.join_time {
+            self.join_late(ts, si);
+            return Ok(());
+        }
+        let k = eval(&si.on, &row, &[]).map_err(RecordError)?;
+        if k.is_null() {
+            // A null key matches nothing: a left join passes the record on at once.
+            if si.left {
+                let mut r = row;
+                r.joined.push(None);
+                self.run_ops(rest, r, ts, out, stores)?;
+            }
+            return self.expire_joins(side, out);
+        }
+        let kb = k.key_bytes(&si.on.ty);
+        let offset = self.offset;
+        let js = &mut self.joins[side];
+        let matches: Vec<(i64, Value, Arc<Vec<Value>>)> = match js.right.get(&kb) {
+            Some(m) => m.range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX)).map(|((t, _), (k, v))| (*t, k.clone(), v.clone())).collect(),
+            None => Vec::new(),
+        };
+        let entry = LeftEntry { row: row.clone(), matched: !matches.is_empty() };
+        let v = encode_left(&entry.row, entry.matched, si);
+        js.expiry.insert((ts, 0, kb.clone(), offset));
+        js.left.entry(kb.clone()).or_default().insert((ts, offset), entry);
+        self.table_changes.push(Change { store: si.left_store, key: join_store_key(&kb, ts, offset), value: Some(v), timestamp: ts, existed: false });
+        for (rt, rk, rv) in matches {
+            let mut r = row.clone();
+            r.joined.push(Some((rk, rv)));
+            self.run_ops(rest, r, ts.max(rt), out, stores)?;
+        }
+        self.expire_joins(side, out)
+    }
+
+    fn join_late(&mut self, ts: i64, si: &StreamInput) {
+        self.counters.late += 1;
+        self.late_reason = Some(format!(
+            "late: its join window (time {ts} ± {}) closed at stream time {}",
+            crate::ast::Duration(si.within),
+            self.join_time
+        ));
+    }
+
+    /// Drop the records no later record can match any more (time + 2 × within ≤ stream time:
+    /// a record that could match them would be late), with a store tombstone; a left join
+    /// emits its unmatched main-side records then, once and for good.
+    fn expire_joins(&mut self, side: usize, out: &mut Vec<Output>) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let si = &spec.streams[side];
+        let horizon = self.join_time.saturating_sub(si.within.saturating_mul(2));
+        loop {
+            let js = &mut self.joins[side];
+            let Some((t, _, _, _)) = js.expiry.first() else { break };
+            if *t > horizon {
+                break;
+            }
+            let Some((t, which, kb, off)) = js.expiry.pop_first() else { break };
+            let store = if which == 0 { si.left_store } else { si.right_store };
+            self.table_changes.push(Change { store, key: join_store_key(&kb, t, off), value: None, timestamp: t, existed: true });
+            if which == 1 {
+                if let Some(m) = js.right.get_mut(&kb) {
+                    m.remove(&(t, off));
+                    if m.is_empty() {
+                        js.right.remove(&kb);
+                    }
+                }
+                continue;
+            }
+            let mut entry = None;
+            if let Some(m) = js.left.get_mut(&kb) {
+                entry = m.remove(&(t, off));
+                if m.is_empty() {
+                    js.left.remove(&kb);
+                }
+            }
+            if let Some(e) = entry {
+                if si.left && !e.matched {
+                    let mut r = e.row;
+                    r.joined.push(None);
+                    self.run_ops(&spec.ops[si.op + 1..], r, t, out, &NoStores)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Apply one record of a table input: the table is updated in timestamp order with the stream.
@@ -439,6 +758,9 @@ impl Task {
                         return Ok(());
                     }
                     row.joined.push(found);
+                }
+                Op::JoinStream { side } => {
+                    return self.join_left(*side, row, ts, out, stores);
                 }
                 Op::Aggregate => {
                     return self.aggregate(row, ts, stores);
@@ -646,6 +968,16 @@ impl Task {
     /// `close_all` closes every window (end of a finite input with `--close-windows-at-end`).
     pub fn flush(&mut self, out: &mut Vec<Output>, changes: &mut Vec<Change>, close_all: bool) -> Vec<RecordError> {
         let mut errors = Vec::new();
+        if close_all && !self.spec.streams.is_empty() {
+            // `--close-windows-at-end`: every join window closes; left joins emit their
+            // unmatched records.
+            self.join_time = i64::MAX;
+            for side in 0..self.spec.streams.len() {
+                if let Err(e) = self.expire_joins(side, out) {
+                    errors.push(e);
+                }
+            }
+        }
         changes.append(&mut self.table_changes);
         let spec = self.spec.clone();
         let Some(agg) = &spec.agg else { return errors };
@@ -1048,7 +1380,7 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
         },
         None => rec.timestamp,
     };
-    Ok(Input { row: Row { key, value: wire, joined: vec![] }, ts })
+    Ok(Input { row: Row { key, value: wire, joined: vec![] }, ts, offset: 0 })
 }
 
 fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64) -> Result<Output, RecordError> {
