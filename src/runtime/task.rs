@@ -92,6 +92,8 @@ pub struct TaskSpec {
     pub post: Vec<Op>,
     pub agg: Option<AggSpec>,
     pub stores: Vec<StoreSpec>,
+    /// The plan node of each operator: those of `ops`, then those of `post` (for metrics).
+    pub nodes: Vec<String>,
 }
 
 /// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
@@ -108,10 +110,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             post: Vec::new(),
             agg: None,
             stores: Vec::new(),
+            nodes: Vec::new(),
         };
         for &n in &sub.nodes {
             let node = &topo.graph[n];
             let incoming = topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
+            let nops = spec.ops.len() + spec.post.len();
             let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
             match &node.kind {
                 NodeKind::Source { topic, from, .. } => {
@@ -176,6 +180,9 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty });
                 }
             }
+            if spec.ops.len() + spec.post.len() > nops {
+                spec.nodes.push(node.name.clone());
+            }
         }
         out.push(spec);
     }
@@ -213,6 +220,8 @@ pub struct Counters {
     pub dead_letters: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Records that reached each operator, indexed like `TaskSpec::nodes` (`ops`, then `post`).
+    pub ops_in: Vec<u64>,
 }
 
 /// An error evaluating one record: it goes to the dead-letter topic (or fails the task).
@@ -278,11 +287,12 @@ pub struct Task {
 
 impl Task {
     pub fn new(spec: Arc<TaskSpec>, partition: u32, stream_time: i64) -> Task {
+        let counters = Counters { ops_in: vec![0; spec.ops.len() + spec.post.len()], ..Counters::default() };
         Task {
             spec,
             partition,
             stream_time,
-            counters: Counters::default(),
+            counters,
             cache: FxHashMap::default(),
             dirty: Vec::new(),
             windows: BTreeSet::new(),
@@ -359,7 +369,12 @@ impl Task {
 
     fn run_ops(&mut self, ops: &[Op], mut row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
-        for op in ops {
+        // `ops` is the spec's `ops` or its `post`, whose counts follow those of `ops`.
+        let base = if std::ptr::eq(ops, self.spec.post.as_slice()) { self.spec.ops.len() } else { 0 };
+        for (i, op) in ops.iter().enumerate() {
+            if let Some(n) = self.counters.ops_in.get_mut(base + i) {
+                *n += 1;
+            }
             match op {
                 Op::Filter(pred) => {
                     if eval(pred, &row, &[]).map_err(err)? != Value::Bool(true) {
