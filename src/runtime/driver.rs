@@ -20,6 +20,7 @@ use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
 use crate::plan::{Partitions, Topology};
 use crate::runtime::task::{self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::runtime::metrics::{Metrics, RestoreMetrics, TaskCounts, TaskMetrics};
 use crate::runtime::value::Value;
 
 const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
@@ -33,6 +34,8 @@ pub struct RunOptions {
     pub close_windows_at_end: bool,
     pub inputs: Vec<(String, PathBuf)>,
     pub config: Config,
+    /// Where tasks report their counts at each commit (`--metrics-addr`).
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// What a run did, for the CLI and tests.
@@ -341,6 +344,9 @@ struct TaskRun {
     skipped: u64,
     restored: u64,
     commits: u64,
+    /// Records read from every input (bad ones included), for metrics.
+    read: u64,
+    metrics: Option<TaskMetrics>,
 }
 
 /// The committed local state of one task: a sled tree per store.
@@ -373,11 +379,16 @@ impl TaskRun {
         let mut trees = Vec::new();
         let mut restored = 0;
         let started = Instant::now();
+        let task_id = format!("{}_{p}", spec.sub);
         for st in &spec.stores {
             let tree = db.open_tree(format!("{}#{p}", st.name)).map_err(|e| format!("cannot open store {}: {e}", st.name))?;
-            restored += restore(&tree, log, &st.changelog, p, c)?;
+            let watch = RestoreWatch {
+                metrics: opts.metrics.as_ref().map(|m| m.restore(&task_id, &st.name)),
+            };
+            restored += restore(&tree, log, &st.changelog, p, c, &watch)?;
             trees.push(tree);
         }
+        let metrics = opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
         if restored > 0 {
             let secs = started.elapsed().as_secs_f64();
             eprintln!("restored {restored} records into {} partition {p} in {secs:.2}s ({:.0} records/s)", spec.name, restored as f64 / secs.max(1e-9));
@@ -399,7 +410,26 @@ impl TaskRun {
             skipped: 0,
             restored,
             commits: 0,
+            read: 0,
+            metrics,
         })
+    }
+
+    /// Bring the shared metrics up to this task's counts.
+    fn publish(&mut self) {
+        let Some(m) = &mut self.metrics else { return };
+        let c = &self.task.counters;
+        m.publish(&TaskCounts {
+            records_in: self.read,
+            records_out: c.records_out,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            commits: self.commits,
+            late: c.late,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            processors: c.ops_in.clone(),
+        });
     }
 
     fn summary(&self) -> Summary {
@@ -487,6 +517,7 @@ impl TaskRun {
             n += 1;
             self.uncommitted += 1;
         }
+        self.read += n;
         Ok(n)
     }
 
@@ -516,9 +547,20 @@ impl TaskRun {
         }
     }
 
-    /// Flush and commit: outputs, changelog records and positions in one log commit, then the
-    /// local state with its checkpoint.
+    /// Flush and commit (see [`TaskRun::commit_batch`]), then report to the metrics.
     fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool) -> Result<(), String> {
+        let started = Instant::now();
+        let committed = self.commit_batch(log, opts, close_all)?;
+        if let (true, Some(m)) = (committed, &self.metrics) {
+            m.observe_commit(started.elapsed().as_secs_f64());
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Flush and commit: outputs, changelog records and positions in one log commit, then the
+    /// local state with its checkpoint. False if there was nothing to commit.
+    fn commit_batch(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool) -> Result<bool, String> {
         let errors = self.task.flush(&mut self.out, &mut self.changes, close_all);
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.
@@ -526,7 +568,7 @@ impl TaskRun {
             eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0);
         }
         if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
-            return Ok(());
+            return Ok(false);
         }
         let p = self.task.partition;
         let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
@@ -571,13 +613,18 @@ impl TaskRun {
         }
         self.uncommitted = 0;
         self.commits += 1;
-        Ok(())
+        Ok(true)
     }
+}
+
+/// Who watches a restore: the metrics.
+struct RestoreWatch {
+    metrics: Option<RestoreMetrics>,
 }
 
 /// Bring a store up to its changelog's committed end: from its checkpoint if the local state is
 /// consistent with it, else from the beginning. Returns the records replayed.
-fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed) -> Result<u64, String> {
+fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed, watch: &RestoreWatch) -> Result<u64, String> {
     let end = c.end(changelog, p);
     let checkpoint: Option<Pos> = tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok());
     let from = match checkpoint {
@@ -588,7 +635,15 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
         }
     };
     if from == end {
+        if let Some(m) = &watch.metrics {
+            m.done();
+        }
         return Ok(0);
+    }
+    // The log keeps every changelog record (no compaction), so offsets count the records to replay.
+    let total = end.offset.saturating_sub(from.offset);
+    if let Some(m) = &watch.metrics {
+        m.start(total);
     }
     let mut reader = log.reader(changelog, p, from);
     let mut n = 0;
@@ -608,6 +663,12 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
         n += recs.len() as u64;
         batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
         tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
+        if let Some(m) = &watch.metrics {
+            m.advance(recs.len() as u64);
+        }
+    }
+    if let Some(m) = &watch.metrics {
+        m.done();
     }
     Ok(n)
 }

@@ -54,6 +54,7 @@ impl<'a> Run<'a> {
             close_windows_at_end: self.close,
             inputs: self.inputs,
             config: cfg,
+            metrics: None,
         };
         driver::run(&program, &topo, &opts)
     }
