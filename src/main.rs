@@ -295,6 +295,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         inputs: ins,
         config: cfg,
         metrics,
+        progress: std::io::stderr().is_terminal(),
     };
     let started = std::time::Instant::now();
     let sum = streamc::runtime::driver::run(&p, &topo, &opts)?;

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
+use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnError};
@@ -36,6 +37,8 @@ pub struct RunOptions {
     pub config: Config,
     /// Where tasks report their counts at each commit (`--metrics-addr`).
     pub metrics: Option<Arc<Metrics>>,
+    /// Show progress bars on stderr (the CLI sets this when stderr is a terminal).
+    pub progress: bool,
 }
 
 /// What a run did, for the CLI and tests.
@@ -72,7 +75,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     let specs = task::specs(program, topo)?;
     let counts = setup_topics(&log, program, topo, &specs, &opts.config)?;
     for (topic, path) in &opts.inputs {
-        ingest(&log, program, &opts.app, topic, path, &opts.config)?;
+        ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
     }
     let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
     let db = sled::Config::new()
@@ -88,6 +91,16 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
         for p in 0..counts[spec.sub] {
             tasks.push(TaskRun::open(spec.clone(), p, &log, &db, &committed, opts)?);
         }
+    }
+    // With `--drain`, a bar of the records of the external inputs up to their start-up ends.
+    let bar = if opts.drain && opts.progress {
+        let total = tasks.iter().map(|t| t.backlog(&startup)).sum();
+        progress_bar(total, RECORDS, "processing".into())
+    } else {
+        ProgressBar::hidden()
+    };
+    for t in &mut tasks {
+        t.bar = bar.clone();
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
     let mut groups: Vec<Vec<TaskRun>> = (0..threads).map(|_| Vec::new()).collect();
@@ -107,6 +120,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
     });
+    bar.finish_and_clear();
     let mut total = Summary::default();
     for r in results {
         total.add(&r?);
@@ -218,7 +232,7 @@ fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, spec
 /// Append the lines of `path` not yet ingested to `topic`, recording (offset, SHA-256 of the
 /// consumed prefix) with each batch, so a re-run appends only new lines and a changed prefix is
 /// an error.
-fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, path: &Path, cfg: &Config) -> Result<(), String> {
+fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, path: &Path, cfg: &Config, progress: bool) -> Result<(), String> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
     let group = format!("{app}#input#{topic}#{}", path.display());
@@ -228,6 +242,12 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
         None => (0, String::new()),
     };
     let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bar = if progress {
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        progress_bar(len, BYTES, format!("ingesting {}", path.display()))
+    } else {
+        ProgressBar::hidden()
+    };
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut hasher = Sha256::new();
     if consumed > 0 {
@@ -240,6 +260,7 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
             ));
         }
     }
+    bar.set_position(consumed);
     let mut round_robin = 0u32;
     let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
     let mut pending = 0usize;
@@ -268,12 +289,32 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
         };
         batch[p as usize].push(rec);
         pending += 1;
+        if pending.is_multiple_of(8192) {
+            bar.set_position(consumed);
+        }
         if pending >= 50_000 {
             commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)?;
             pending = 0;
         }
     }
-    commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)
+    let r = commit_ingest(log, topic, &mut batch, &group, consumed, &hasher);
+    bar.finish_and_clear();
+    r
+}
+
+const BYTES: &str = "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}";
+const RECORDS: &str = "{msg} [{bar:40}] {human_pos}/{human_len} records {rate} eta {eta}";
+
+/// A progress bar on stderr; callers make one only when stderr is a terminal
+/// (`RunOptions::progress`) and use [`ProgressBar::hidden`], which draws nothing, otherwise.
+fn progress_bar(len: u64, template: &str, msg: String) -> ProgressBar {
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0}/s", s.per_sec());
+        })
+        .progress_chars("=> ");
+    ProgressBar::new(len).with_style(style).with_message(msg)
 }
 
 fn commit_ingest(log: &EmbeddedLog, topic: &str, batch: &mut [Vec<Record>], group: &str, consumed: u64, hasher: &Sha256) -> Result<(), String> {
@@ -347,6 +388,8 @@ struct TaskRun {
     /// Records read from every input (bad ones included), for metrics.
     read: u64,
     metrics: Option<TaskMetrics>,
+    /// The `--drain` progress bar, shared by every task (hidden unless shown).
+    bar: ProgressBar,
 }
 
 /// The committed local state of one task: a sled tree per store.
@@ -383,6 +426,7 @@ impl TaskRun {
         for st in &spec.stores {
             let tree = db.open_tree(format!("{}#{p}", st.name)).map_err(|e| format!("cannot open store {}: {e}", st.name))?;
             let watch = RestoreWatch {
+                label: opts.progress.then(|| format!("restoring {} partition {p}", st.name)),
                 metrics: opts.metrics.as_ref().map(|m| m.restore(&task_id, &st.name)),
             };
             restored += restore(&tree, log, &st.changelog, p, c, &watch)?;
@@ -412,7 +456,19 @@ impl TaskRun {
             commits: 0,
             read: 0,
             metrics,
+            bar: ProgressBar::hidden(),
         })
+    }
+
+    /// Records of the external inputs between the task's positions and their start-up ends.
+    fn backlog(&self, startup: &Committed) -> u64 {
+        let p = self.task.partition;
+        let spec = &self.task.spec;
+        let mut topics: Vec<&str> = spec.tables.iter().map(|t| t.topic.as_str()).collect();
+        if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
+            topics.push(&spec.main.topic);
+        }
+        topics.iter().map(|t| startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))).sum()
     }
 
     /// Bring the shared metrics up to this task's counts.
@@ -470,6 +526,8 @@ impl TaskRun {
         let main_end = self.end(main_topic, main_internal, c, startup, opts.drain);
         let table_ends: Vec<Pos> = spec.tables.iter().map(|t| self.end(&t.topic, false, c, startup, opts.drain)).collect();
         let mut n = 0;
+        // Records of external inputs, for the progress bar.
+        let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
         while n < budget {
             if self.main_peek.is_none() {
@@ -497,6 +555,9 @@ impl TaskRun {
             };
             if main_first {
                 let Some(s) = self.main_peek.take() else { break };
+                if !main_internal {
+                    external += 1;
+                }
                 self.positions.insert(format!("{main_topic}/{p}"), s.next);
                 let decoded = self.task.decode_main(&s.record);
                 let res = match decoded {
@@ -508,6 +569,7 @@ impl TaskRun {
                 }
             } else if let Some((_, i)) = pick {
                 let Some(s) = self.tables[i].1.take() else { break };
+                external += 1;
                 let topic = self.task.spec.tables[i].topic.clone();
                 self.positions.insert(format!("{topic}/{p}"), s.next);
                 if let Err(e) = self.task.process_table(i, &s.record) {
@@ -518,6 +580,7 @@ impl TaskRun {
             self.uncommitted += 1;
         }
         self.read += n;
+        self.bar.inc(external);
         Ok(n)
     }
 
@@ -531,7 +594,7 @@ impl TaskRun {
             OnError::Fail => Err(format!("{topic} partition {p} offset {}: {}", s.offset, e.0)),
             OnError::Skip => {
                 self.skipped += 1;
-                eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0);
+                self.bar.suspend(|| eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0));
                 Ok(())
             }
             OnError::DeadLetter => {
@@ -565,7 +628,7 @@ impl TaskRun {
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.
             self.task.counters.dead_letters += 1;
-            eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0);
+            self.bar.suspend(|| eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0));
         }
         if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
             return Ok(false);
@@ -617,8 +680,9 @@ impl TaskRun {
     }
 }
 
-/// Who watches a restore: the metrics.
+/// Who watches a restore: a progress bar labelled so (when stderr is a terminal) and the metrics.
 struct RestoreWatch {
+    label: Option<String>,
     metrics: Option<RestoreMetrics>,
 }
 
@@ -642,6 +706,10 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
     }
     // The log keeps every changelog record (no compaction), so offsets count the records to replay.
     let total = end.offset.saturating_sub(from.offset);
+    let bar = match &watch.label {
+        Some(label) => progress_bar(total, RECORDS, label.clone()),
+        None => ProgressBar::hidden(),
+    };
     if let Some(m) = &watch.metrics {
         m.start(total);
     }
@@ -663,10 +731,12 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
         n += recs.len() as u64;
         batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
         tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
+        bar.inc(recs.len() as u64);
         if let Some(m) = &watch.metrics {
             m.advance(recs.len() as u64);
         }
     }
+    bar.finish_and_clear();
     if let Some(m) = &watch.metrics {
         m.done();
     }

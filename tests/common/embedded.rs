@@ -55,6 +55,7 @@ impl<'a> Run<'a> {
             inputs: self.inputs,
             config: cfg,
             metrics: None,
+            progress: false,
         };
         driver::run(&program, &topo, &opts)
     }
