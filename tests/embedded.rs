@@ -42,7 +42,8 @@ struct Stats {
 /// partition — has reached the window's end plus grace).
 fn stats_reference(trades: &[Trade], partitions: u32) -> (BTreeMap<(String, i64), Stats>, u64) {
     let (size, advance, grace) = (5_000i64, 1_000i64, 1_000i64);
-    let mut acc: BTreeMap<(String, i64), (i64, i64, f64, f64, f64)> = BTreeMap::new();
+    type Acc = (i64, i64, f64, f64, f64);
+    let mut acc: BTreeMap<(String, i64), Acc> = BTreeMap::new();
     let mut stream_time: BTreeMap<u32, i64> = BTreeMap::new();
     let mut late = 0;
     for t in trades.iter().filter(|t| t.price > 0.0) {

@@ -565,7 +565,7 @@ impl TaskRun {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = res {
-                    self.bad_record(&main_topic, &s, e, opts)?;
+                    self.bad_record(main_topic, &s, e, opts)?;
                 }
             } else if let Some((_, i)) = pick {
                 let Some(s) = self.tables[i].1.take() else { break };

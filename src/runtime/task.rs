@@ -267,6 +267,9 @@ struct Slot {
     dirty: bool,
 }
 
+/// A decoded row of a table input.
+type TableRow = Arc<Vec<Value>>;
+
 pub struct Task {
     pub spec: Arc<TaskSpec>,
     pub partition: u32,
@@ -282,7 +285,7 @@ pub struct Task {
     table_changes: Vec<Change>,
     /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
     /// is first read from the store, and joins read it from here.
-    table_rows: FxHashMap<(usize, Vec<u8>), Option<Arc<Vec<Value>>>>,
+    table_rows: FxHashMap<(usize, Vec<u8>), Option<TableRow>>,
 }
 
 impl Task {
