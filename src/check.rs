@@ -675,7 +675,8 @@ impl<'a> Checker<'a> {
         let mut from_name = src.name.clone();
         let mut steps: Vec<hir::Step> = Vec::new();
         let mut slugs: HashSet<String> = HashSet::new();
-        let mut group: Option<(Vec<(String, hir::Expr)>, Span, bool)> = None;
+        type Grouping = (Vec<(String, hir::Expr)>, Span, bool);
+        let mut group: Option<Grouping> = None;
         let mut window: Option<(hir::Window, Span)> = None;
         let mut aggregated: Option<usize> = None; // index of the aggregate step
         let mut emitted = false;

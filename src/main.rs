@@ -75,6 +75,9 @@ enum Command {
         /// Worker threads; tasks are spread over them.
         #[arg(long, default_value_t = 1)]
         threads: usize,
+        /// Serve Prometheus metrics on http://HOST:PORT/metrics while the run goes on.
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_addr: Option<String>,
     },
     /// Append records to a topic: one JSON value per line (or an envelope with --envelope).
     Produce {
@@ -210,7 +213,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Run { file, inputs, drain, close_windows_at_end, threads } => run_program(&cli.global, cfg, &file, &inputs, drain, close_windows_at_end, threads),
+        Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr } => {
+            let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr };
+            run_program(&cli.global, cfg, &file, o)
+        }
         Command::Produce { topic, file, envelope, program } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref()),
         Command::Consume { topic, from_beginning, follow, headers } => consume(&cli.global, &cfg, &topic, from_beginning, follow, headers),
         Command::Gen { what: GenWhat::Trades { count, tickers, seed, rate, disorder_ms } } => {
@@ -247,17 +253,39 @@ fn log_of(g: &Global, cfg: &config::Config) -> Result<streamc::log::EmbeddedLog,
     streamc::log::EmbeddedLog::open(&g.state_dir, cfg.embedded.fsync)
 }
 
-fn run_program(g: &Global, cfg: config::Config, file: &Path, inputs: &[String], drain: bool, close: bool, threads: usize) -> Result<ExitCode, String> {
+/// The flags of `streamc run`.
+struct RunFlags {
+    inputs: Vec<String>,
+    drain: bool,
+    close: bool,
+    threads: usize,
+    metrics_addr: Option<String>,
+}
+
+fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) -> Result<ExitCode, String> {
+    let RunFlags { inputs, drain, close, threads, metrics_addr } = flags;
     let text = read(file)?;
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
     log_of(g, &cfg)?;
     let topo = plan::lower(&p, &app);
     let mut ins = Vec::new();
-    for i in inputs {
+    for i in &inputs {
         let (t, f) = i.split_once('=').ok_or_else(|| format!("--input {i}: expected TOPIC=FILE"))?;
         ins.push((t.to_string(), PathBuf::from(f)));
     }
+    // Served from before the restore (so a scrape shows its progress) until the run ends.
+    let metrics = metrics_addr.as_ref().map(|_| std::sync::Arc::new(streamc::runtime::metrics::Metrics::new(&app)));
+    let server = match (&metrics_addr, &metrics) {
+        (Some(addr), Some(m)) => {
+            let server = streamc::runtime::metrics::serve(addr, m.clone())?;
+            if let Some(a) = server.addr() {
+                eprintln!("serving metrics on http://{a}/metrics");
+            }
+            Some(server)
+        }
+        _ => None,
+    };
     let opts = streamc::runtime::driver::RunOptions {
         state_dir: g.state_dir.clone(),
         app,
@@ -266,9 +294,12 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, inputs: &[String], 
         close_windows_at_end: close,
         inputs: ins,
         config: cfg,
+        metrics,
+        progress: std::io::stderr().is_terminal(),
     };
     let started = std::time::Instant::now();
     let sum = streamc::runtime::driver::run(&p, &topo, &opts)?;
+    drop(server);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
         "processed {} records in {:.2}s ({:.0}/s): {} out, {} late, {} dead letters, {} skipped, {} restored, {} commits",

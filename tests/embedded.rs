@@ -48,7 +48,8 @@ fn stats_reference(trades: &[Trade], partitions: u32) -> (BTreeMap<(String, i64)
 /// Also the number of records late for at least one of their windows.
 fn stats_reference_with_late_records(trades: &[Trade], partitions: u32) -> (BTreeMap<(String, i64), Stats>, u64, u64) {
     let (size, advance, grace) = (5_000i64, 1_000i64, 1_000i64);
-    let mut acc: BTreeMap<(String, i64), (i64, i64, f64, f64, f64)> = BTreeMap::new();
+    type Acc = (i64, i64, f64, f64, f64);
+    let mut acc: BTreeMap<(String, i64), Acc> = BTreeMap::new();
     let mut stream_time: BTreeMap<u32, i64> = BTreeMap::new();
     let mut late = 0;
     let mut late_records = 0;

@@ -14,6 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
+use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnError};
@@ -21,6 +22,7 @@ use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
 use crate::plan::{Partitions, Topology};
 use crate::runtime::task::{self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::runtime::metrics::{Metrics, RestoreMetrics, TaskCounts, TaskMetrics};
 use crate::runtime::value::Value;
 
 const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
@@ -34,6 +36,10 @@ pub struct RunOptions {
     pub close_windows_at_end: bool,
     pub inputs: Vec<(String, PathBuf)>,
     pub config: Config,
+    /// Where tasks report their counts at each commit (`--metrics-addr`).
+    pub metrics: Option<Arc<Metrics>>,
+    /// Show progress bars on stderr (the CLI sets this when stderr is a terminal).
+    pub progress: bool,
 }
 
 /// What a run did, for the CLI and tests.
@@ -70,7 +76,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     let specs = task::specs(program, topo)?;
     let counts = setup_topics(&log, program, topo, &specs, &opts.config)?;
     for (topic, path) in &opts.inputs {
-        ingest(&log, program, &opts.app, topic, path, &opts.config)?;
+        ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
     }
     let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
     let db = sled::Config::new()
@@ -86,6 +92,16 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
         for p in 0..counts[spec.sub] {
             tasks.push(TaskRun::open(spec.clone(), p, &log, &db, &committed, opts)?);
         }
+    }
+    // With `--drain`, a bar of the records of the external inputs up to their start-up ends.
+    let bar = if opts.drain && opts.progress {
+        let total = tasks.iter().map(|t| t.backlog(&startup)).sum();
+        progress_bar(total, RECORDS, "processing".into())
+    } else {
+        ProgressBar::hidden()
+    };
+    for t in &mut tasks {
+        t.bar = bar.clone();
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
     let mut groups: Vec<Vec<TaskRun>> = (0..threads).map(|_| Vec::new()).collect();
@@ -105,6 +121,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
     });
+    bar.finish_and_clear();
     let mut total = Summary::default();
     for r in results {
         total.add(&r?);
@@ -216,7 +233,7 @@ fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, spec
 /// Append the lines of `path` not yet ingested to `topic`, recording (offset, SHA-256 of the
 /// consumed prefix) with each batch, so a re-run appends only new lines and a changed prefix is
 /// an error.
-fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, path: &Path, cfg: &Config) -> Result<(), String> {
+fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, path: &Path, cfg: &Config, progress: bool) -> Result<(), String> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
     let group = format!("{app}#input#{topic}#{}", path.display());
@@ -226,6 +243,12 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
         None => (0, String::new()),
     };
     let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bar = if progress {
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        progress_bar(len, BYTES, format!("ingesting {}", path.display()))
+    } else {
+        ProgressBar::hidden()
+    };
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut hasher = Sha256::new();
     if consumed > 0 {
@@ -238,6 +261,7 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
             ));
         }
     }
+    bar.set_position(consumed);
     let mut round_robin = 0u32;
     let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
     let mut pending = 0usize;
@@ -266,12 +290,32 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
         };
         batch[p as usize].push(rec);
         pending += 1;
+        if pending.is_multiple_of(8192) {
+            bar.set_position(consumed);
+        }
         if pending >= 50_000 {
             commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)?;
             pending = 0;
         }
     }
-    commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)
+    let r = commit_ingest(log, topic, &mut batch, &group, consumed, &hasher);
+    bar.finish_and_clear();
+    r
+}
+
+const BYTES: &str = "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}";
+const RECORDS: &str = "{msg} [{bar:40}] {human_pos}/{human_len} records {rate} eta {eta}";
+
+/// A progress bar on stderr; callers make one only when stderr is a terminal
+/// (`RunOptions::progress`) and use [`ProgressBar::hidden`], which draws nothing, otherwise.
+fn progress_bar(len: u64, template: &str, msg: String) -> ProgressBar {
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0}/s", s.per_sec());
+        })
+        .progress_chars("=> ");
+    ProgressBar::new(len).with_style(style).with_message(msg)
 }
 
 fn commit_ingest(log: &EmbeddedLog, topic: &str, batch: &mut [Vec<Record>], group: &str, consumed: u64, hasher: &Sha256) -> Result<(), String> {
@@ -342,6 +386,11 @@ struct TaskRun {
     skipped: u64,
     restored: u64,
     commits: u64,
+    /// Records read from every input (bad ones included), for metrics.
+    read: u64,
+    metrics: Option<TaskMetrics>,
+    /// The `--drain` progress bar, shared by every task (hidden unless shown).
+    bar: ProgressBar,
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
@@ -351,10 +400,13 @@ struct TaskRun {
 struct Trees {
     trees: Vec<sled::Tree>,
     /// Per store: key → (value or deletion, whether the key may be in sled).
-    pending: Vec<FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>>,
+    pending: Vec<Pending>,
     /// Commits since local state was last written.
     commits: u32,
 }
+
+/// A store's staged changes: key → (value or deletion, whether the key may be in sled).
+type Pending = FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>;
 
 /// Local state is written at least every this many commits…
 const LOCAL_WRITE_COMMITS: u32 = 8;
@@ -441,11 +493,17 @@ impl TaskRun {
         let mut trees = Vec::new();
         let mut restored = 0;
         let started = Instant::now();
+        let task_id = format!("{}_{p}", spec.sub);
         for st in &spec.stores {
             let tree = db.open_tree(format!("{}#{p}", st.name)).map_err(|e| format!("cannot open store {}: {e}", st.name))?;
-            restored += restore(&tree, log, &st.changelog, p, c)?;
+            let watch = RestoreWatch {
+                label: opts.progress.then(|| format!("restoring {} partition {p}", st.name)),
+                metrics: opts.metrics.as_ref().map(|m| m.restore(&task_id, &st.name)),
+            };
+            restored += restore(&tree, log, &st.changelog, p, c, &watch)?;
             trees.push(tree);
         }
+        let metrics = opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
         if restored > 0 {
             let secs = started.elapsed().as_secs_f64();
             eprintln!("restored {restored} records into {} partition {p} in {secs:.2}s ({:.0} records/s)", spec.name, restored as f64 / secs.max(1e-9));
@@ -468,7 +526,38 @@ impl TaskRun {
             skipped: 0,
             restored,
             commits: 0,
+            read: 0,
+            metrics,
+            bar: ProgressBar::hidden(),
         })
+    }
+
+    /// Records of the external inputs between the task's positions and their start-up ends.
+    fn backlog(&self, startup: &Committed) -> u64 {
+        let p = self.task.partition;
+        let spec = &self.task.spec;
+        let mut topics: Vec<&str> = spec.tables.iter().map(|t| t.topic.as_str()).collect();
+        if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
+            topics.push(&spec.main.topic);
+        }
+        topics.iter().map(|t| startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))).sum()
+    }
+
+    /// Bring the shared metrics up to this task's counts.
+    fn publish(&mut self) {
+        let Some(m) = &mut self.metrics else { return };
+        let c = &self.task.counters;
+        m.publish(&TaskCounts {
+            records_in: self.read,
+            records_out: c.records_out,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            commits: self.commits,
+            late: c.late,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            processors: c.ops_in.clone(),
+        });
     }
 
     fn summary(&self) -> Summary {
@@ -510,6 +599,8 @@ impl TaskRun {
         let sides = spec.side_topics();
         let table_ends: Vec<Pos> = sides.iter().map(|t| self.end(t, false, c, startup, opts.drain)).collect();
         let mut n = 0;
+        // Records of external inputs, for the progress bar.
+        let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
         while n < budget {
             if self.main_peek.is_none() {
@@ -538,6 +629,9 @@ impl TaskRun {
             };
             if main_first {
                 let Some(s) = self.main_peek.take() else { break };
+                if !main_internal {
+                    external += 1;
+                }
                 self.positions.insert(format!("{main_topic}/{p}"), s.next);
                 let decoded = self.task.decode_main(&s.record);
                 let res = match decoded {
@@ -558,6 +652,7 @@ impl TaskRun {
                 }
             } else if let Some((_, i)) = pick {
                 let Some(s) = self.tables[i].1.take() else { break };
+                external += 1;
                 let topic = &sides[i];
                 self.positions.insert(format!("{topic}/{p}"), s.next);
                 if let Err(e) = self.task.process_side(i, &s.record, s.offset, &mut self.out) {
@@ -573,6 +668,8 @@ impl TaskRun {
             n += 1;
             self.uncommitted += 1;
         }
+        self.read += n;
+        self.bar.inc(external);
         Ok(n)
     }
 
@@ -586,7 +683,7 @@ impl TaskRun {
             OnError::Fail => Err(format!("{topic} partition {p} offset {}: {}", s.offset, e.0)),
             OnError::Skip => {
                 self.skipped += 1;
-                eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0);
+                self.bar.suspend(|| eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0));
                 Ok(())
             }
             OnError::DeadLetter => {
@@ -598,15 +695,26 @@ impl TaskRun {
         }
     }
 
-    /// Flush and commit: outputs, changelog records and positions in one log commit, then the
-    /// local state with its checkpoint.
+    /// Flush and commit (see [`TaskRun::commit_batch`]), then report to the metrics.
     /// `last`: the final commit of the run, after which local state must be written.
     fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), String> {
+        let started = Instant::now();
+        let committed = self.commit_batch(log, opts, close_all, last)?;
+        if let (true, Some(m)) = (committed, &self.metrics) {
+            m.observe_commit(started.elapsed().as_secs_f64());
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Flush and commit: outputs, changelog records and positions in one log commit, then the
+    /// local state with its checkpoint (every few commits). False if there was nothing to commit.
+    fn commit_batch(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<bool, String> {
         let errors = self.task.flush(&mut self.out, &mut self.changes, close_all);
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.
             self.task.counters.dead_letters += 1;
-            eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0);
+            self.bar.suspend(|| eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0));
         }
         if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
             if last && self.trees.pending.iter().any(|p| !p.is_empty()) {
@@ -614,7 +722,7 @@ impl TaskRun {
                 let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
                 self.trees.write(&cps)?;
             }
-            return Ok(());
+            return Ok(false);
         }
         let p = self.task.partition;
         let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
@@ -652,7 +760,7 @@ impl TaskRun {
         }
         self.uncommitted = 0;
         self.commits += 1;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -667,9 +775,15 @@ fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: 
     rec
 }
 
+/// Who watches a restore: a progress bar labelled so (when stderr is a terminal) and the metrics.
+struct RestoreWatch {
+    label: Option<String>,
+    metrics: Option<RestoreMetrics>,
+}
+
 /// Bring a store up to its changelog's committed end: from its checkpoint if the local state is
 /// consistent with it, else from the beginning. Returns the records replayed.
-fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed) -> Result<u64, String> {
+fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed, watch: &RestoreWatch) -> Result<u64, String> {
     let end = c.end(changelog, p);
     let checkpoint: Option<Pos> = tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok());
     let from = match checkpoint {
@@ -680,7 +794,19 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
         }
     };
     if from == end {
+        if let Some(m) = &watch.metrics {
+            m.done();
+        }
         return Ok(0);
+    }
+    // The log keeps every changelog record (no compaction), so offsets count the records to replay.
+    let total = end.offset.saturating_sub(from.offset);
+    let bar = match &watch.label {
+        Some(label) => progress_bar(total, RECORDS, label.clone()),
+        None => ProgressBar::hidden(),
+    };
+    if let Some(m) = &watch.metrics {
+        m.start(total);
     }
     let mut reader = log.reader(changelog, p, from);
     let mut n = 0;
@@ -700,6 +826,14 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
         n += recs.len() as u64;
         batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
         tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
+        bar.inc(recs.len() as u64);
+        if let Some(m) = &watch.metrics {
+            m.advance(recs.len() as u64);
+        }
+    }
+    bar.finish_and_clear();
+    if let Some(m) = &watch.metrics {
+        m.done();
     }
     Ok(n)
 }

@@ -4,3 +4,4 @@ pub mod eval;
 pub mod value;
 pub mod driver;
 pub mod task;
+pub mod metrics;

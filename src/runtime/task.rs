@@ -127,6 +127,8 @@ pub struct TaskSpec {
     pub post: Vec<Op>,
     pub agg: Option<AggSpec>,
     pub stores: Vec<StoreSpec>,
+    /// The plan node of each operator: those of `ops`, then those of `post` (for metrics).
+    pub nodes: Vec<String>,
 }
 
 /// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
@@ -144,6 +146,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             post: Vec::new(),
             agg: None,
             stores: Vec::new(),
+            nodes: Vec::new(),
         };
         // The other streams of this sub-topology's stream–stream joins: their source nodes are
         // side inputs, not the main one.
@@ -158,6 +161,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
         for &n in &sub.nodes {
             let node = &topo.graph[n];
             let incoming = topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
+            let nops = spec.ops.len() + spec.post.len();
             let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
             match &node.kind {
                 NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
@@ -255,6 +259,9 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty });
                 }
             }
+            if spec.ops.len() + spec.post.len() > nops {
+                spec.nodes.push(node.name.clone());
+            }
         }
         out.push(spec);
     }
@@ -306,6 +313,8 @@ pub struct Counters {
     pub dead_letters: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Records that reached each operator, indexed like `TaskSpec::nodes` (`ops`, then `post`).
+    pub ops_in: Vec<u64>,
 }
 
 /// An error evaluating one record: it goes to the dead-letter topic (or fails the task).
@@ -356,11 +365,14 @@ struct LeftEntry {
     matched: bool,
 }
 
+/// A joined stream's record kept for a join: its key and value.
+type RightEntry = (Value, Arc<Vec<Value>>);
+
 /// Both sides of one stream–stream join, by key bytes then (time, offset).
 #[derive(Default)]
 struct JoinState {
     left: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), LeftEntry>>,
-    right: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), (Value, Arc<Vec<Value>>)>>,
+    right: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), RightEntry>>,
     /// Every stored record by (time, side: 0 main / 1 other, key bytes, offset).
     expiry: BTreeSet<(i64, u8, Vec<u8>, u64)>,
 }
@@ -447,6 +459,9 @@ impl Slot {
     }
 }
 
+/// A decoded row of a table input.
+type TableRow = Arc<Vec<Value>>;
+
 pub struct Task {
     pub spec: Arc<TaskSpec>,
     pub partition: u32,
@@ -472,17 +487,18 @@ pub struct Task {
     joins: Vec<JoinState>,
     /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
     /// is first read from the store, and joins read it from here.
-    table_rows: FxHashMap<(usize, Vec<u8>), Option<Arc<Vec<Value>>>>,
+    table_rows: FxHashMap<(usize, Vec<u8>), Option<TableRow>>,
 }
 
 impl Task {
     pub fn new(spec: Arc<TaskSpec>, partition: u32, stream_time: i64) -> Task {
         let nstreams = spec.streams.len();
+        let counters = Counters { ops_in: vec![0; spec.ops.len() + spec.post.len()], ..Counters::default() };
         Task {
             spec,
             partition,
             stream_time,
-            counters: Counters::default(),
+            counters,
             cache: FxHashMap::default(),
             dirty: Vec::new(),
             windows: BTreeSet::new(),
@@ -719,7 +735,12 @@ impl Task {
 
     fn run_ops(&mut self, ops: &[Op], mut row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
-        for op in ops {
+        // `ops` is the spec's `ops` or its `post`, whose counts follow those of `ops`.
+        let base = if std::ptr::eq(ops, self.spec.post.as_slice()) { self.spec.ops.len() } else { 0 };
+        for (i, op) in ops.iter().enumerate() {
+            if let Some(n) = self.counters.ops_in.get_mut(base + i) {
+                *n += 1;
+            }
             match op {
                 Op::Filter(pred) => {
                     if eval(pred, &row, &[]).map_err(err)? != Value::Bool(true) {
@@ -900,7 +921,7 @@ impl Task {
         let err = |e: String| RecordError(e);
         let close = self.stream_time.saturating_sub(grace);
         let open = self.sessions.remove(&kb).unwrap_or_default();
-        let (near, mut rest): (Vec<(i64, i64)>, Vec<(i64, i64)>) = open.into_iter().partition(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap));
+        let (near, mut rest): (Vec<_>, Vec<_>) = open.into_iter().partition(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap));
         let start = near.iter().map(|x| x.0).fold(ts, i64::min);
         let end = near.iter().map(|x| x.1).fold(ts, i64::max);
         if end.saturating_add(gap) <= close {

@@ -54,6 +54,8 @@ impl<'a> Run<'a> {
             close_windows_at_end: self.close,
             inputs: self.inputs,
             config: cfg,
+            metrics: None,
+            progress: false,
         };
         driver::run(&program, &topo, &opts)
     }

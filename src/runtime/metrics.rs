@@ -1,0 +1,400 @@
+//! Prometheus metrics of a run, served on `--metrics-addr` in the Prometheus text format
+//! (version 0.0.4).
+//!
+//! The hot path never touches these: a task counts in its own plain [`Counters`], and the driver
+//! hands the totals to [`TaskMetrics::publish`] at each commit, which adds the difference since
+//! the last commit to the shared counters. Restores report per batch of changelog records.
+//!
+//! [`Counters`]: crate::runtime::task::Counters
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    application: String,
+    task: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProcessorLabels {
+    application: String,
+    task: String,
+    processor: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    application: String,
+    task: String,
+    store: String,
+}
+
+type Ratio = Gauge<f64, AtomicU64>;
+type Latency = Family<TaskLabels, Histogram, fn() -> Histogram>;
+
+fn commit_latency_histogram() -> Histogram {
+    // 0.5 ms to about 8 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 15))
+}
+
+/// Every metric of one application's run.
+pub struct Metrics {
+    app: String,
+    registry: Registry,
+    records_in: Family<TaskLabels, Counter>,
+    records_out: Family<TaskLabels, Counter>,
+    dead_letters: Family<TaskLabels, Counter>,
+    skipped: Family<TaskLabels, Counter>,
+    commits: Family<TaskLabels, Counter>,
+    commit_latency: Latency,
+    processor_records: Family<ProcessorLabels, Counter>,
+    late: Family<ProcessorLabels, Counter>,
+    cache_hits: Family<ProcessorLabels, Counter>,
+    cache_misses: Family<ProcessorLabels, Counter>,
+    cache_hit_ratio: Family<ProcessorLabels, Ratio>,
+    restored: Family<StoreLabels, Counter>,
+    restore_remaining: Family<StoreLabels, Gauge<i64, AtomicI64>>,
+}
+
+impl fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metrics").field("app", &self.app).finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new(app: &str) -> Metrics {
+        let mut registry = Registry::default();
+        let mut counter = |name: &str, help: &str| {
+            let f = Family::<TaskLabels, Counter>::default();
+            registry.register(name, help, f.clone());
+            f
+        };
+        let records_in = counter("streamc_records_in", "Records a task read from its input partitions (main and table inputs), bad ones included");
+        let records_out = counter("streamc_records_out", "Records a task wrote to sink and repartition topics");
+        let dead_letters = counter("streamc_dead_letter_records", "Records sent to the dead-letter topic, or results that failed to emit");
+        let skipped = counter("streamc_skipped_records", "Bad records skipped (on_error: skip)");
+        let commits = counter("streamc_commits", "Commits of a task");
+        let commit_latency: Latency = Family::new_with_constructor(commit_latency_histogram);
+        registry.register("streamc_commit_latency_seconds", "Time a commit takes: flush, log commit and local state", commit_latency.clone());
+        let mut per_processor = |name: &str, help: &str| {
+            let f = Family::<ProcessorLabels, Counter>::default();
+            registry.register(name, help, f.clone());
+            f
+        };
+        let processor_records = per_processor("streamc_processor_records", "Records that reached a processor");
+        let late = per_processor("streamc_late_records_dropped", "Records dropped by a window aggregate because their window had closed");
+        let cache_hits = per_processor("streamc_cache_hits", "Record-cache lookups of an aggregate that found the entry");
+        let cache_misses = per_processor("streamc_cache_misses", "Record-cache lookups of an aggregate that went to the store");
+        let cache_hit_ratio = Family::<ProcessorLabels, Ratio>::default();
+        registry.register("streamc_cache_hit_ratio", "Record-cache hits / lookups of an aggregate since start-up", cache_hit_ratio.clone());
+        let restored = Family::<StoreLabels, Counter>::default();
+        registry.register("streamc_restored_records", "Changelog records replayed into a store at start-up", restored.clone());
+        let restore_remaining = Family::<StoreLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register("streamc_restore_remaining_records", "Changelog records still to replay into a store (0 once restored)", restore_remaining.clone());
+        Metrics {
+            app: app.to_string(),
+            registry,
+            records_in,
+            records_out,
+            dead_letters,
+            skipped,
+            commits,
+            commit_latency,
+            processor_records,
+            late,
+            cache_hits,
+            cache_misses,
+            cache_hit_ratio,
+            restored,
+            restore_remaining,
+        }
+    }
+
+    /// The current values in the Prometheus text format, version 0.0.4.
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_text::encode(&mut s, &self.registry);
+        s
+    }
+
+    /// The handles of task `task` (`<subtopology>_<partition>`): `processors` names the plan node
+    /// of each of its operators, `aggregate` its aggregate's node if it has one.
+    pub fn task(&self, task: &str, processors: &[String], aggregate: Option<&str>) -> TaskMetrics {
+        let t = TaskLabels { application: self.app.clone(), task: task.to_string() };
+        let p = |name: &str| ProcessorLabels { application: self.app.clone(), task: task.to_string(), processor: name.to_string() };
+        TaskMetrics {
+            records_in: self.records_in.get_or_create_owned(&t),
+            records_out: self.records_out.get_or_create_owned(&t),
+            dead_letters: self.dead_letters.get_or_create_owned(&t),
+            skipped: self.skipped.get_or_create_owned(&t),
+            commits: self.commits.get_or_create_owned(&t),
+            commit_latency: self.commit_latency.get_or_create_owned(&t),
+            processors: processors.iter().map(|n| self.processor_records.get_or_create_owned(&p(n))).collect(),
+            aggregate: aggregate.map(|n| {
+                let l = p(n);
+                AggregateMetrics {
+                    late: self.late.get_or_create_owned(&l),
+                    cache_hits: self.cache_hits.get_or_create_owned(&l),
+                    cache_misses: self.cache_misses.get_or_create_owned(&l),
+                    cache_hit_ratio: self.cache_hit_ratio.get_or_create_owned(&l),
+                }
+            }),
+            reported: TaskCounts::default(),
+        }
+    }
+
+    /// The restore handles of one store of a task.
+    pub fn restore(&self, task: &str, store: &str) -> RestoreMetrics {
+        let l = StoreLabels { application: self.app.clone(), task: task.to_string(), store: store.to_string() };
+        RestoreMetrics { restored: self.restored.get_or_create_owned(&l), remaining: self.restore_remaining.get_or_create_owned(&l) }
+    }
+}
+
+/// A task's totals since start-up, as the driver knows them at a commit.
+#[derive(Clone, Debug, Default)]
+pub struct TaskCounts {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub dead_letters: u64,
+    pub skipped: u64,
+    pub commits: u64,
+    pub late: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Records that reached each operator, indexed like the `processors` given to [`Metrics::task`].
+    pub processors: Vec<u64>,
+}
+
+struct AggregateMetrics {
+    late: Counter,
+    cache_hits: Counter,
+    cache_misses: Counter,
+    cache_hit_ratio: Ratio,
+}
+
+/// One task's metrics, and the totals already added to them.
+pub struct TaskMetrics {
+    records_in: Counter,
+    records_out: Counter,
+    dead_letters: Counter,
+    skipped: Counter,
+    commits: Counter,
+    commit_latency: Histogram,
+    processors: Vec<Counter>,
+    aggregate: Option<AggregateMetrics>,
+    reported: TaskCounts,
+}
+
+/// Add to `c` what `now` has gained since `*reported`.
+fn add(c: &Counter, reported: &mut u64, now: u64) {
+    if now > *reported {
+        c.inc_by(now - *reported);
+        *reported = now;
+    }
+}
+
+impl TaskMetrics {
+    /// Bring the shared metrics up to the task's totals.
+    pub fn publish(&mut self, now: &TaskCounts) {
+        let r = &mut self.reported;
+        add(&self.records_in, &mut r.records_in, now.records_in);
+        add(&self.records_out, &mut r.records_out, now.records_out);
+        add(&self.dead_letters, &mut r.dead_letters, now.dead_letters);
+        add(&self.skipped, &mut r.skipped, now.skipped);
+        add(&self.commits, &mut r.commits, now.commits);
+        r.processors.resize(self.processors.len(), 0);
+        for ((c, rep), n) in self.processors.iter().zip(r.processors.iter_mut()).zip(&now.processors) {
+            add(c, rep, *n);
+        }
+        if let Some(a) = &self.aggregate {
+            add(&a.late, &mut r.late, now.late);
+            add(&a.cache_hits, &mut r.cache_hits, now.cache_hits);
+            add(&a.cache_misses, &mut r.cache_misses, now.cache_misses);
+            let lookups = now.cache_hits + now.cache_misses;
+            if lookups > 0 {
+                a.cache_hit_ratio.set(now.cache_hits as f64 / lookups as f64);
+            }
+        }
+    }
+
+    pub fn observe_commit(&self, seconds: f64) {
+        self.commit_latency.observe(seconds);
+    }
+}
+
+/// Restore progress of one store.
+pub struct RestoreMetrics {
+    restored: Counter,
+    remaining: Gauge<i64, AtomicI64>,
+}
+
+impl RestoreMetrics {
+    /// A restore of `total` records begins.
+    pub fn start(&self, total: u64) {
+        self.remaining.set(total.min(i64::MAX as u64) as i64);
+    }
+    /// `n` more records were replayed.
+    pub fn advance(&self, n: u64) {
+        self.restored.inc_by(n);
+        let left = (self.remaining.get() - n.min(i64::MAX as u64) as i64).max(0);
+        self.remaining.set(left);
+    }
+    pub fn done(&self) {
+        self.remaining.set(0);
+    }
+}
+
+/// The HTTP endpoint: `GET /metrics` on a background thread, stopped when this is dropped.
+pub struct MetricsServer {
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+    addr: Option<SocketAddr>,
+}
+
+impl MetricsServer {
+    /// The address it listens on (the actual port when 0 was asked for).
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Serve `metrics` on `addr` (`HOST:PORT`) until the returned server is dropped.
+pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<MetricsServer, String> {
+    let server = tiny_http::Server::http(addr).map_err(|e| format!("--metrics-addr {addr}: cannot listen: {e}"))?;
+    let server = Arc::new(server);
+    let bound = server.server_addr().to_ip();
+    let s = server.clone();
+    let thread = std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            // Ends when `unblock` is called.
+            for req in s.incoming_requests() {
+                let response = respond(req.method(), req.url(), &metrics);
+                let _ = req.respond(response);
+            }
+        })
+        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+    Ok(MetricsServer { server, thread: Some(thread), addr: bound })
+}
+
+fn header(name: &str, value: &str) -> Option<tiny_http::Header> {
+    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+}
+
+fn respond(method: &tiny_http::Method, url: &str, metrics: &Metrics) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let path = url.split('?').next().unwrap_or("");
+    let (code, ctype, body) = match (method, path) {
+        (tiny_http::Method::Get, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
+        (tiny_http::Method::Get, _) => (404, "text/plain; charset=utf-8", "not found: metrics are at /metrics\n".to_string()),
+        _ => (405, "text/plain; charset=utf-8", "only GET is supported\n".to_string()),
+    };
+    let mut r = tiny_http::Response::from_string(body).with_status_code(code);
+    if let Some(h) = header("Content-Type", ctype) {
+        r = r.with_header(h);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(text: &str, line_start: &str) -> Option<f64> {
+        text.lines().find(|l| l.starts_with(line_start)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+    }
+
+    #[test]
+    fn counters_get_the_difference_at_each_publish_and_encode_as_prometheus_text() {
+        let m = Metrics::new("stats");
+        let mut t = m.task("0_1", &["q-where".into(), "q-aggregate".into()], Some("q-aggregate"));
+        let mut c = TaskCounts { records_in: 10, records_out: 4, dead_letters: 1, commits: 1, cache_hits: 3, cache_misses: 1, late: 2, processors: vec![9, 7], ..Default::default() };
+        t.publish(&c);
+        c.records_in = 25;
+        c.commits = 2;
+        t.publish(&c);
+        t.publish(&c);
+        t.observe_commit(0.003);
+        let r = m.restore("0_1", "q-aggregate");
+        r.start(100);
+        r.advance(40);
+        let text = m.encode();
+        assert!(text.contains("# TYPE streamc_records_in_total counter\n"), "{text}");
+        assert_eq!(sample(&text, "streamc_records_in_total{application=\"stats\",task=\"0_1\"}"), Some(25.0), "{text}");
+        assert_eq!(sample(&text, "streamc_commits_total{"), Some(2.0), "{text}");
+        assert_eq!(sample(&text, "streamc_dead_letter_records_total{"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "streamc_processor_records_total{application=\"stats\",task=\"0_1\",processor=\"q-aggregate\"}"), Some(7.0), "{text}");
+        assert_eq!(sample(&text, "streamc_late_records_dropped_total{application=\"stats\",task=\"0_1\",processor=\"q-aggregate\"}"), Some(2.0), "{text}");
+        assert_eq!(sample(&text, "streamc_cache_hit_ratio{"), Some(0.75), "{text}");
+        assert_eq!(sample(&text, "streamc_commit_latency_seconds_count{"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "streamc_commit_latency_seconds_bucket{application=\"stats\",task=\"0_1\",le=\"+Inf\"}"), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "streamc_restored_records_total{application=\"stats\",task=\"0_1\",store=\"q-aggregate\"}"), Some(40.0), "{text}");
+        assert_eq!(sample(&text, "streamc_restore_remaining_records{"), Some(60.0), "{text}");
+        // The 0.0.4 text format: no OpenMetrics end marker, and every sample is `name{labels} value`.
+        assert!(!text.contains("# EOF"), "{text}");
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = l.rsplit_once(' ').unwrap();
+            assert!(series.starts_with("streamc_") && series.ends_with('}'), "{l}");
+            assert!(value.parse::<f64>().is_ok() || value == "+Inf", "{l}");
+        }
+    }
+
+    #[test]
+    fn serves_get_metrics_and_stops_when_dropped() {
+        use std::io::{Read, Write};
+        let m = Arc::new(Metrics::new("app"));
+        m.task("0_0", &[], None).publish(&TaskCounts { records_in: 3, ..Default::default() });
+        let server = serve("127.0.0.1:0", m).unwrap();
+        let addr = server.addr().unwrap();
+        let get = |path: &str| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            out
+        };
+        let ok = get("/metrics");
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        assert!(ok.contains("text/plain; version=0.0.4"), "{ok}");
+        assert!(ok.contains("streamc_records_in_total{application=\"app\",task=\"0_0\"} 3"), "{ok}");
+        assert!(get("/").starts_with("HTTP/1.1 404"));
+        drop(server);
+        // tiny_http's accept thread closes the socket just after the drop.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while std::net::TcpStream::connect(addr).is_ok() {
+            assert!(std::time::Instant::now() < deadline, "the port is still open after the server was dropped");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn a_bad_address_is_an_error() {
+        let m = Arc::new(Metrics::new("app"));
+        let e = serve("not an address", m.clone()).err().unwrap();
+        assert!(e.contains("--metrics-addr not an address"), "{e}");
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = serve(&taken.local_addr().unwrap().to_string(), m).err().unwrap();
+        assert!(e.contains("cannot listen"), "{e}");
+    }
+}

@@ -1,0 +1,229 @@
+//! `streamc run --metrics-addr`: a live run serves Prometheus metrics that agree with its input.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::embedded::{temp_dir, write_trades};
+
+fn streamc(state: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_streamc"));
+    c.arg("--state-dir").arg(state).args(args).current_dir(env!("CARGO_MANIFEST_DIR")).env("NO_COLOR", "1");
+    c
+}
+
+/// Kills the child when the test ends, passed or failed.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A port nothing listens on: bound by the OS, then released.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET /metrics`: the response head and body, or None if nothing answers yet.
+fn scrape(port: u16) -> Option<(String, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    Some((head.to_string(), body.to_string()))
+}
+
+/// One sample line: `name{label="value",...} value`.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: Vec<(String, String)>,
+    value: f64,
+}
+
+/// Parse a sample line of the text format strictly; None if it is not one.
+fn parse_sample(line: &str) -> Option<Sample> {
+    let valid_name = |n: &str| {
+        let mut cs = n.chars();
+        cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':') && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let (series, value) = line.rsplit_once(' ')?;
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().ok()?,
+    };
+    let (name, rest) = series.split_once('{')?;
+    let body = rest.strip_suffix('}')?;
+    if !valid_name(name) {
+        return None;
+    }
+    let mut labels = Vec::new();
+    let mut rest = body;
+    while !rest.is_empty() {
+        let (k, after) = rest.split_once("=\"")?;
+        if !valid_name(k) {
+            return None;
+        }
+        // Label values escape `\`, `"` and newlines with a backslash.
+        let mut v = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (_, '\\') => v.push(chars.next()?.1),
+                (i, '"') => break i,
+                (_, c) => v.push(c),
+            }
+        };
+        labels.push((k.to_string(), v));
+        rest = &after[end + 1..];
+        rest = rest.strip_prefix(',').unwrap_or(rest);
+    }
+    Some(Sample { name: name.to_string(), labels, value })
+}
+
+fn samples(body: &str) -> Vec<Sample> {
+    body.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).filter_map(parse_sample).collect()
+}
+
+fn label<'a>(s: &'a Sample, key: &str) -> Option<&'a str> {
+    s.labels.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// The sum of a metric over all its series.
+fn total(samples: &[Sample], name: &str) -> f64 {
+    samples.iter().filter(|s| s.name == name).map(|s| s.value).sum()
+}
+
+#[test]
+fn a_live_run_serves_metrics_that_match_its_input() {
+    let dir = temp_dir("metrics-live");
+    let state = dir.join("state");
+    let input = dir.join("trades.jsonl");
+    write_trades(&input, 3_000, 10, 11, 500);
+    // Three lines that cannot be decoded: each goes to the dead-letter topic.
+    let malformed = ["not json at all", "{\"ticker\": \"T0001\"}", "{\"ticker\": \"T0002\", \"price\": \"high\", \"size\": 1, \"ts\": 1700000000000}"];
+    {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&input).unwrap();
+        for l in malformed {
+            writeln!(f, "{l}").unwrap();
+        }
+    }
+    let produced = 3_000 + malformed.len();
+    let two = ["--set", "embedded.partitions=2"];
+    let o = streamc(&state, &["produce", "stocks", input.to_str().unwrap(), "--program", "examples/stats.stream"]).args(two).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains(&format!("produced {produced} records")));
+
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = dir.join("run.stderr");
+    let child = streamc(&state, &["run", "examples/stats.stream", "--metrics-addr", &addr, "--set", "commit.records=500"])
+        .args(two)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _run = Running(child);
+
+    // Scrape until every produced record has been read (and so committed).
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut last = String::from("(no answer)");
+    let (head, body) = loop {
+        if let Some((head, body)) = scrape(port) {
+            if total(&samples(&body), "streamc_records_in_total") == produced as f64 {
+                break (head, body);
+            }
+            last = body;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "streamc_records_in_total never reached {produced}.\nlast scrape:\n{last}\nstderr of the run:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+
+    // Every line is a comment (HELP or TYPE) or a well-formed sample.
+    for line in body.lines().filter(|l| !l.is_empty()) {
+        if let Some(c) = line.strip_prefix("# ") {
+            assert!(c.starts_with("HELP streamc_") || c.starts_with("TYPE streamc_"), "unexpected comment: {line}");
+        } else {
+            assert!(parse_sample(line).is_some(), "not `name{{labels}} value`: {line:?}\n{body}");
+        }
+    }
+    let all = samples(&body);
+    assert!(all.iter().all(|s| label(s, "application") == Some("stats")), "{body}");
+
+    // Two partitions, two tasks, both counted.
+    let mut tasks: Vec<&str> = all.iter().filter(|s| s.name == "streamc_records_in_total").filter_map(|s| label(s, "task")).collect();
+    tasks.sort();
+    assert_eq!(tasks, ["0_0", "0_1"], "{body}");
+
+    assert_eq!(total(&all, "streamc_dead_letter_records_total"), malformed.len() as f64, "{body}");
+    assert!(total(&all, "streamc_commits_total") > 0.0, "{body}");
+    assert!(total(&all, "streamc_commit_latency_seconds_count") > 0.0, "{body}");
+    assert!(total(&all, "streamc_records_out_total") > 0.0, "{body}");
+    // Every well-formed record reaches the `where` processor; its aggregate sees the cache.
+    let where_ = all.iter().filter(|s| s.name == "streamc_processor_records_total" && label(s, "processor") == Some("stock_stats-where"));
+    assert_eq!(where_.map(|s| s.value).sum::<f64>(), 3_000.0, "{body}");
+    let lookups = total(&all, "streamc_cache_hits_total") + total(&all, "streamc_cache_misses_total");
+    assert!(lookups >= 3_000.0, "{body}");
+    for s in all.iter().filter(|s| s.name == "streamc_cache_hit_ratio") {
+        assert!((0.0..=1.0).contains(&s.value), "{body}");
+    }
+    assert!(all.iter().any(|s| s.name == "streamc_late_records_dropped_total"), "{body}");
+}
+
+#[test]
+fn a_drained_run_with_metrics_exits_and_prints_its_summary() {
+    let dir = temp_dir("metrics-drain");
+    let state = dir.join("state");
+    let input = dir.join("trades.jsonl");
+    write_trades(&input, 1_000, 5, 3, 0);
+    let input_arg = format!("stocks={}", input.display());
+    let port = free_port().to_string();
+    let child = streamc(&state, &["run", "examples/stats.stream", "--input", &input_arg, "--drain", "--metrics-addr", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = Running(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = run.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "`run --drain --metrics-addr` did not exit");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    run.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains(&format!("serving metrics on http://127.0.0.1:{port}/metrics\n")), "{err}");
+    assert!(err.lines().any(|l| l.starts_with("processed 1000 records in ")), "{err}");
+    // stderr is not a terminal here: no progress bar output.
+    assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
+}
+
+#[test]
+fn a_bad_metrics_address_is_a_clear_error() {
+    let dir = temp_dir("metrics-bad");
+    let o = streamc(&dir.join("state"), &["run", "examples/stats.stream", "--drain", "--metrics-addr", "no-port-here"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("error: --metrics-addr no-port-here: cannot listen"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
