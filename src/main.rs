@@ -78,6 +78,10 @@ enum Command {
         /// Serve Prometheus metrics on http://HOST:PORT/metrics while the run goes on.
         #[arg(long, value_name = "HOST:PORT")]
         metrics_addr: Option<String>,
+        /// Inject faults (for testing): seed=S,redeliver=P,fail=P — P per input record of a
+        /// redelivery, P per commit step of a task failure. Results must not change.
+        #[arg(long, value_name = "SPEC", value_parser = |s: &str| s.parse::<streamc::runtime::chaos::ChaosSpec>())]
+        chaos: Option<streamc::runtime::chaos::ChaosSpec>,
     },
     /// Append records to a topic: one JSON value per line (or an envelope with --envelope).
     Produce {
@@ -213,8 +217,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr } => {
-            let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr };
+        Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr, chaos } => {
+            let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr, chaos };
             run_program(&cli.global, cfg, &file, o)
         }
         Command::Produce { topic, file, envelope, program } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref()),
@@ -260,10 +264,11 @@ struct RunFlags {
     close: bool,
     threads: usize,
     metrics_addr: Option<String>,
+    chaos: Option<streamc::runtime::chaos::ChaosSpec>,
 }
 
 fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) -> Result<ExitCode, String> {
-    let RunFlags { inputs, drain, close, threads, metrics_addr } = flags;
+    let RunFlags { inputs, drain, close, threads, metrics_addr, chaos } = flags;
     let text = read(file)?;
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
@@ -296,6 +301,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         config: cfg,
         metrics,
         progress: std::io::stderr().is_terminal(),
+        chaos,
     };
     let started = std::time::Instant::now();
     let sum = streamc::runtime::driver::run(&p, &topo, &opts)?;
@@ -313,6 +319,9 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         sum.restored,
         sum.commits
     );
+    if opts.chaos.is_some() {
+        eprintln!("chaos: {} faults injected", sum.faults);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -564,3 +564,43 @@ fn orders_example_left_joins_payments_within_ten_minutes() {
     got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
     assert_eq!(got, want, "after a restart");
 }
+
+#[test]
+fn chaos_redeliveries_and_failures_do_not_change_the_results() {
+    let dir = temp_dir("chaos");
+    let input = dir.join("trades.jsonl");
+    write_trades(&input, 20_000, 7, 13, 800);
+    let (plain, chaos) = (dir.join("plain"), dir.join("chaos"));
+    fn stats_run<'a>(state: &'a Path, input: &Path) -> Run<'a> {
+        Run::new("examples/stats.stream", state).input("stocks", input).set("commit.records=300").set("embedded.partitions=3")
+    }
+    let run = |state| stats_run(state, &input);
+    let base = run(&plain).go().unwrap();
+    let sum = run(&chaos).chaos("seed=11,redeliver=0.001,fail=0.05").go().unwrap();
+    assert!(sum.faults >= 20, "the layers must fire: {sum:?}");
+    assert_eq!((sum.records_in, sum.records_out, sum.commits), (base.records_in, base.records_out, base.commits), "counts are those of committed work");
+    for topic in ["stock-stats", "stats-stock_stats-aggregate-changelog"] {
+        assert!(topic_bytes(&plain, topic) == topic_bytes(&chaos, topic), "{topic} differs under chaos");
+    }
+    let (want, _) = stats_reference(&trades(&input), 3);
+    assert_eq!(final_windows(&chaos), want);
+
+    // The join example too: both sides' stores are rebuilt after every fault.
+    let (orders, pays) = orders_and_payments(400, 9);
+    let (of, pf) = (dir.join("orders.jsonl"), dir.join("payments.jsonl"));
+    let lines = |v: Vec<serde_json::Value>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n") + "\n";
+    std::fs::write(&of, lines(orders.iter().map(|(id, c, tot, at)| serde_json::json!({"order_id": id, "customer": c, "total": tot, "placed": at})).collect())).unwrap();
+    std::fs::write(&pf, lines(pays.iter().map(|(id, a, m, at)| serde_json::json!({"order_id": id, "amount": a, "method": m, "paid": at})).collect())).unwrap();
+    let (plain, chaos) = (dir.join("orders-plain"), dir.join("orders-chaos"));
+    fn orders_run<'a>(state: &'a Path, of: &Path, pf: &Path) -> Run<'a> {
+        Run::new("examples/orders.stream", state).input("orders", of).input("payments", pf).set("commit.records=40")
+    }
+    let run = |state| orders_run(state, &of, &pf);
+    run(&plain).go().unwrap();
+    let sum = run(&chaos).chaos("seed=5,redeliver=0.002,fail=0.05").go().unwrap();
+    assert!(sum.faults >= 10, "the layers must fire: {sum:?}");
+    for topic in ["order-status", "big-spenders"] {
+        assert!(!topic_bytes(&plain, topic).iter().all(|f| f.is_empty()), "{topic} is empty");
+        assert!(topic_bytes(&plain, topic) == topic_bytes(&chaos, topic), "{topic} differs under chaos");
+    }
+}

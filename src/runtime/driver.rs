@@ -18,6 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnError};
+use crate::runtime::chaos::{Chaos, ChaosSpec, FailPoint};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
 use crate::plan::{Partitions, Topology};
@@ -40,6 +41,8 @@ pub struct RunOptions {
     pub metrics: Option<Arc<Metrics>>,
     /// Show progress bars on stderr (the CLI sets this when stderr is a terminal).
     pub progress: bool,
+    /// Fault injection (`--chaos`).
+    pub chaos: Option<ChaosSpec>,
 }
 
 /// What a run did, for the CLI and tests.
@@ -54,6 +57,8 @@ pub struct Summary {
     pub commits: u64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Faults injected by `--chaos`.
+    pub faults: u64,
 }
 
 impl Summary {
@@ -67,6 +72,7 @@ impl Summary {
         self.commits += o.commits;
         self.cache_hits += o.cache_hits;
         self.cache_misses += o.cache_misses;
+        self.faults += o.faults;
     }
 }
 
@@ -115,8 +121,8 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
             .into_iter()
             .enumerate()
             .map(|(i, mut ts)| {
-                let (log, barrier, any, startup) = (&log, &barrier, &any_progress, &startup);
-                s.spawn(move || worker(i == 0, &mut ts, log, startup, opts, barrier, any))
+                let (log, db, barrier, any, startup) = (&log, &db, &barrier, &any_progress, &startup);
+                s.spawn(move || worker(i == 0, &mut ts, log, db, startup, opts, barrier, any))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
@@ -130,7 +136,8 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     Ok(total)
 }
 
-fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, startup: &Committed, opts: &RunOptions, barrier: &Barrier, any: &AtomicBool) -> Result<Summary, String> {
+#[allow(clippy::too_many_arguments)]
+fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, db: &sled::Db, startup: &Committed, opts: &RunOptions, barrier: &Barrier, any: &AtomicBool) -> Result<Summary, String> {
     let commit_every = opts.config.commit.records.max(1);
     let result = (|| -> Result<(), String> {
         loop {
@@ -142,8 +149,12 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, startup: &Comm
                 }
                 // A step stops at `commit.records` uncommitted records or at the end of the
                 // available input: either way, a commit point.
-                if t.uncommitted > 0 {
+                if t.uncommitted > 0 && !t.failed {
                     t.commit(log, opts, false, false)?;
+                    progress = true;
+                }
+                if t.failed {
+                    t.reopen(log, db, opts)?;
                     progress = true;
                 }
             }
@@ -391,6 +402,11 @@ struct TaskRun {
     metrics: Option<TaskMetrics>,
     /// The `--drain` progress bar, shared by every task (hidden unless shown).
     bar: ProgressBar,
+    chaos: Option<Chaos>,
+    /// A fault was injected: the task must be reopened from its committed state.
+    failed: bool,
+    /// The counts as of the last commit (what a reopened task starts from).
+    at_commit: (task::Counters, u64, u64),
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
@@ -477,7 +493,8 @@ impl StoreRead for Trees {
 
 impl TaskRun {
     fn open(spec: Arc<TaskSpec>, p: u32, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
-        let group = format!("{}#{}#{}", opts.app, spec.name, p);
+        let group = group_name(opts, &spec.name, p);
+        let spec_name = spec.name.clone();
         let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
         let pos_of = |topic: &str| -> Pos { meta.get("inputs").and_then(|i| i.get(format!("{topic}/{p}"))).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default() };
         let stream_time = meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
@@ -529,7 +546,26 @@ impl TaskRun {
             read: 0,
             metrics,
             bar: ProgressBar::hidden(),
+            chaos: opts.chaos.map(|c| Chaos::new(c, &group_name(opts, &spec_name, p))),
+            failed: false,
+            at_commit: Default::default(),
         })
+    }
+
+    /// After an injected fault: drop everything uncommitted and reopen the task from the
+    /// committed log and its local state, as a restarted process would.
+    fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, opts: &RunOptions) -> Result<(), String> {
+        let c = log.committed()?;
+        let mut fresh = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
+        fresh.chaos = self.chaos.take();
+        fresh.metrics = self.metrics.take();
+        fresh.bar = self.bar.clone();
+        fresh.restored += self.restored;
+        fresh.commits = self.commits;
+        (fresh.task.counters, fresh.skipped, fresh.read) = self.at_commit.clone();
+        fresh.at_commit = std::mem::take(&mut self.at_commit);
+        *self = fresh;
+        Ok(())
     }
 
     /// Records of the external inputs between the task's positions and their start-up ends.
@@ -572,6 +608,7 @@ impl TaskRun {
             commits: self.commits,
             cache_hits: c.cache_hits,
             cache_misses: c.cache_misses,
+            faults: self.chaos.as_ref().map_or(0, |c| c.faults),
         }
     }
 
@@ -603,6 +640,11 @@ impl TaskRun {
         let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
         while n < budget {
+            if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
+                // Redelivery: everything read since the last commit will be read again.
+                self.failed = true;
+                break;
+            }
             if self.main_peek.is_none() {
                 self.main_peek = self.main.read(main_end, 1)?.pop();
             }
@@ -750,18 +792,44 @@ impl TaskRun {
             "join_time": self.task.join_time,
         });
         let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
+        // (No faults in the final commit, so a run always ends.)
+        if !last && self.inject(FailPoint::BeforeLogCommit) {
+            return Ok(false);
+        }
         let c = log.commit(list, vec![(self.group.clone(), meta)])?;
+        self.uncommitted = 0;
+        self.commits += 1;
+        self.at_commit = (self.task.counters.clone(), self.skipped, self.read);
+        if !last && self.inject(FailPoint::AfterLogCommit) {
+            return Ok(true);
+        }
         // Local state and its checkpoint: one atomic batch per store, every few commits.
         self.trees.stage(&mut self.changes);
         self.trees.commits += 1;
         if self.trees.due() || last {
             let cps: Vec<Pos> = stores.iter().map(|st| c.end(&st.changelog, p)).collect();
             self.trees.write(&cps)?;
+            if !last && self.inject(FailPoint::AfterStoreWrite) {
+                return Ok(true);
+            }
         }
-        self.uncommitted = 0;
-        self.commits += 1;
         Ok(true)
     }
+}
+
+impl TaskRun {
+    /// Should the task fail here? Marks it failed (the worker reopens it) if so.
+    fn inject(&mut self, at: FailPoint) -> bool {
+        if self.chaos.as_mut().is_some_and(|c| c.fail(at)) {
+            self.failed = true;
+        }
+        self.failed
+    }
+}
+
+/// The commit group of a task: `<app>#<input node>#<partition>`.
+fn group_name(opts: &RunOptions, spec_name: &str, p: u32) -> String {
+    format!("{}#{}#{}", opts.app, spec_name, p)
 }
 
 /// A copy of an input record for the dead-letter or late topic: the reason and where it came from

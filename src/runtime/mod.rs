@@ -5,3 +5,4 @@ pub mod value;
 pub mod driver;
 pub mod task;
 pub mod metrics;
+pub mod chaos;

@@ -16,11 +16,12 @@ pub struct Run<'a> {
     pub threads: usize,
     pub drain: bool,
     pub close: bool,
+    pub chaos: Option<streamc::runtime::chaos::ChaosSpec>,
 }
 
 impl<'a> Run<'a> {
     pub fn new(program: &'a str, state_dir: &'a Path) -> Self {
-        Run { program, state_dir, inputs: vec![], sets: vec![], threads: 1, drain: true, close: true }
+        Run { program, state_dir, inputs: vec![], sets: vec![], threads: 1, drain: true, close: true, chaos: None }
     }
     pub fn input(mut self, topic: &str, file: &Path) -> Self {
         self.inputs.push((topic.to_string(), file.to_path_buf()));
@@ -32,6 +33,10 @@ impl<'a> Run<'a> {
     }
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = n;
+        self
+    }
+    pub fn chaos(mut self, spec: &str) -> Self {
+        self.chaos = Some(spec.parse().unwrap());
         self
     }
     pub fn close(mut self, c: bool) -> Self {
@@ -56,6 +61,7 @@ impl<'a> Run<'a> {
             config: cfg,
             metrics: None,
             progress: false,
+            chaos: self.chaos,
         };
         driver::run(&program, &topo, &opts)
     }
