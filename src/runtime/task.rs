@@ -5,7 +5,7 @@
 //! Per commit, the task's record cache is flushed in first-change order: one changelog record,
 //! one store write and (with `emit changes`) one downstream update per changed (key, window).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use crate::ast::{EmitMode, Format, WindowKind};
 use crate::hir::{self, AggFunc, KeySpec};
 use crate::log::Record;
-use crate::plan::{self, NodeKind, Topology};
+use crate::plan::{NodeKind, Topology};
 use crate::runtime::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row};
 use crate::runtime::value::{decode_record, decode_value, Value};
 use crate::types::{RecordType, Type};
@@ -103,6 +103,9 @@ pub struct AggSpec {
 impl AggSpec {
     fn session(&self) -> bool {
         matches!(self.window.map(|w| w.kind), Some(WindowKind::Session { .. }))
+    }
+    fn sliding(&self) -> bool {
+        matches!(self.window.map(|w| w.kind), Some(WindowKind::Sliding { .. }))
     }
 }
 
@@ -230,11 +233,6 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     ops.push(Op::JoinStream { side });
                 }
                 NodeKind::Aggregate(a) => {
-                    if let Some(w) = &a.window {
-                        if matches!(w.kind, WindowKind::Sliding { .. }) {
-                            return Err(format!("{}: {} windows are not supported by the runtime yet", node.name, plan::window_desc(&w.kind)));
-                        }
-                    }
                     let store = spec.stores.len();
                     spec.stores.push(store_spec(topo, &node.name));
                     let key_ty = topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
@@ -249,6 +247,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         store,
                         gap: match a.window.map(|w| w.kind) {
                             Some(WindowKind::Session { gap }) => gap.0,
+                            // A sliding window's end is inclusive: it closes one ms after it.
+                            Some(WindowKind::Sliding { .. }) => 1,
                             _ => 0,
                         },
                     });
@@ -365,14 +365,17 @@ struct LeftEntry {
     matched: bool,
 }
 
+/// One record's aggregate arguments: per aggregate call, its argument values.
+type AggArgs = Vec<Vec<Value>>;
+
 /// A joined stream's record kept for a join: its key and value.
 type RightEntry = (Value, Arc<Vec<Value>>);
 
 /// Both sides of one stream–stream join, by key bytes then (time, offset).
 #[derive(Default)]
 struct JoinState {
-    left: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), LeftEntry>>,
-    right: FxHashMap<Vec<u8>, std::collections::BTreeMap<(i64, u64), RightEntry>>,
+    left: FxHashMap<Vec<u8>, BTreeMap<(i64, u64), LeftEntry>>,
+    right: FxHashMap<Vec<u8>, BTreeMap<(i64, u64), RightEntry>>,
     /// Every stored record by (time, side: 0 main / 1 other, key bytes, offset).
     expiry: BTreeSet<(i64, u8, Vec<u8>, u64)>,
 }
@@ -475,6 +478,11 @@ pub struct Task {
     windows: BTreeSet<(i64, Vec<u8>)>,
     /// Open sessions per key bytes: (start, end), by start.
     sessions: FxHashMap<Vec<u8>, Vec<(i64, i64)>>,
+    /// Sliding windows: each key's recent records (aggregate arguments, by time) from which new
+    /// windows are computed, and its open windows' starts.
+    slide_records: FxHashMap<Vec<u8>, BTreeMap<i64, Vec<AggArgs>>>,
+    slide_expiry: BTreeSet<(i64, Vec<u8>)>,
+    slide_windows: FxHashMap<Vec<u8>, BTreeSet<i64>>,
     /// Offset of the main-input record being processed.
     offset: u64,
     /// Why the record just processed was late (for one or more of its windows), if it was.
@@ -505,6 +513,9 @@ impl Task {
             sessions: FxHashMap::default(),
             late_reason: None,
             offset: 0,
+            slide_records: FxHashMap::default(),
+            slide_expiry: BTreeSet::new(),
+            slide_windows: FxHashMap::default(),
             table_changes: Vec::new(),
             join_time: i64::MIN,
             joins: (0..nstreams).map(|_| JoinState::default()).collect(),
@@ -538,8 +549,19 @@ impl Task {
                 // Every open window lives in the cache: a window not in it does not exist, so
                 // the hot path never asks the store.
                 for (k, v) in stores.entries(agg.store) {
+                    if let Some(rk) = k.strip_prefix(SLIDE_RECORDS) {
+                        let (kb, t) = (key_part(rk).to_vec(), start_part(rk));
+                        if let Ok(recs) = decode_slide_records(&v, agg) {
+                            self.slide_expiry.insert((t, kb.clone()));
+                            self.slide_records.entry(kb).or_default().insert(t, recs);
+                        }
+                        continue;
+                    }
                     if let Ok(e) = decode_entry(&v, agg) {
                         self.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
+                        if agg.sliding() {
+                            self.slide_windows.entry(key_part(&k).to_vec()).or_default().insert(e.start);
+                        }
                         if agg.session() {
                             self.sessions.entry(key_part(&k).to_vec()).or_default().push((e.start, e.end));
                         }
@@ -844,7 +866,7 @@ impl Task {
                     WindowKind::Tumbling { size } => (size.0, size.0),
                     WindowKind::Hopping { size, advance } => (size.0, advance.0),
                     WindowKind::Session { gap } => return self.session(agg, group, kb, ts, &args, gap.0, w.grace.0),
-                    WindowKind::Sliding { .. } => return Err(err("sliding windows are not supported by the runtime yet".into())),
+                    WindowKind::Sliding { size } => return self.slide(agg, group, kb, ts, args, size.0, w.grace.0),
                 };
                 let close = self.stream_time.saturating_sub(w.grace.0);
                 let first = (ts - size + advance).max(0);
@@ -912,6 +934,121 @@ impl Task {
             }
         }
         Ok(())
+    }
+
+    /// Add a record to its key's sliding windows, as Kafka Streams defines them: windows
+    /// `[start, start + size]` (both ends inclusive) begin where a record leaves the window, so
+    /// every distinct set of records at most `size` apart has one window. A record at `t`
+    /// updates the open windows that contain it, and creates (from the key's recent records)
+    /// its left window `[t − size, t]`, its right window `[t + 1, t + 1 + size]` when a later
+    /// record falls in it, and the right windows of earlier records that it now populates.
+    #[allow(clippy::too_many_arguments)]
+    fn slide(&mut self, agg: &AggSpec, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: Vec<Vec<Value>>, size: i64, grace: i64) -> Result<(), RecordError> {
+        let err = |e: String| RecordError(e);
+        let close = self.stream_time.saturating_sub(grace);
+        // A window [s, s + size] is closed once s + size + 1 <= close.
+        let open = |s: i64| s.saturating_add(size).saturating_add(1) > close;
+        if !open(ts) {
+            self.counters.late += 1;
+            self.late_reason = Some(format!("late: every sliding window holding time {ts} closed at stream time {} (grace {})", self.stream_time, crate::ast::Duration(grace)));
+            return Ok(());
+        }
+        // 1. Open windows that contain the record.
+        let existing: Vec<i64> = self.slide_windows.get(&kb).map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect()).unwrap_or_default();
+        for s in &existing {
+            if !open(*s) {
+                self.counters.late += 1;
+                continue;
+            }
+            let sk = store_key(&kb, Some(*s));
+            if let Some(Some(e)) = self.cache.get_mut(&sk).map(|slot| slot.entry.as_mut()) {
+                e.max_ts = e.max_ts.max(ts);
+                for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(&args) {
+                    update_state(a, st, argv).map_err(err)?;
+                }
+            }
+            self.mark_dirty(sk);
+        }
+        // The record joins the key's recent records.
+        let recs = self.slide_records.entry(kb.clone()).or_default();
+        let list = recs.entry(ts).or_default();
+        let existed = !list.is_empty();
+        list.push(args);
+        let value = encode_slide_records(list, agg);
+        self.slide_expiry.insert((ts, kb.clone()));
+        let mut rk = SLIDE_RECORDS.to_vec();
+        rk.extend_from_slice(&store_key(&kb, Some(ts)));
+        self.table_changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
+        // 2–4. Windows the record brings into being.
+        let mut new_starts = vec![ts.saturating_sub(size)];
+        let later = recs.range(ts.saturating_add(1)..=ts.saturating_add(1).saturating_add(size)).next().is_some();
+        if later {
+            new_starts.push(ts.saturating_add(1));
+        }
+        for t in recs.range(ts.saturating_sub(size).saturating_sub(1)..ts).map(|(t, _)| *t) {
+            new_starts.push(t.saturating_add(1));
+        }
+        new_starts.sort_unstable();
+        new_starts.dedup();
+        for s in new_starts {
+            let known = self.slide_windows.get(&kb).is_some_and(|w| w.contains(&s));
+            if known || !open(s) {
+                continue;
+            }
+            let recs = &self.slide_records[&kb];
+            let mut states = init_states(agg).map_err(err)?;
+            let mut max_ts = i64::MIN;
+            for (t, list) in recs.range(s..=s.saturating_add(size)) {
+                for argv in list {
+                    for ((a, st), av) in agg.aggs.iter().zip(states.iter_mut()).zip(argv) {
+                        update_state(a, st, av).map_err(err)?;
+                    }
+                    max_ts = max_ts.max(*t);
+                }
+            }
+            if max_ts == i64::MIN {
+                continue;
+            }
+            let end = s.saturating_add(size);
+            let sk = store_key(&kb, Some(s));
+            self.windows.insert((end.saturating_add(1), sk.clone()));
+            self.slide_windows.entry(kb.clone()).or_default().insert(s);
+            self.cache.insert(sk.clone(), Slot::new(Some(AggEntry { group: group.clone(), start: s, end, max_ts, states }), false));
+            self.mark_dirty(sk);
+        }
+        Ok(())
+    }
+
+    fn mark_dirty(&mut self, sk: Vec<u8>) {
+        if let Some(slot) = self.cache.get_mut(&sk) {
+            if !slot.dirty {
+                slot.dirty = true;
+                self.dirty.push(sk);
+            }
+        }
+    }
+
+    /// Drop the recent records of sliding windows that no window can need any more: a new
+    /// window starts at most `size` before a record that is not late.
+    fn expire_slide_records(&mut self, agg: &AggSpec) {
+        let Some(w) = agg.window else { return };
+        let WindowKind::Sliding { size } = w.kind else { return };
+        let horizon = self.stream_time.saturating_sub(w.grace.0).saturating_sub(size.0.saturating_mul(2)).saturating_sub(1);
+        while let Some((t, _)) = self.slide_expiry.first() {
+            if *t >= horizon {
+                break;
+            }
+            let Some((t, kb)) = self.slide_expiry.pop_first() else { break };
+            if let Some(m) = self.slide_records.get_mut(&kb) {
+                m.remove(&t);
+                if m.is_empty() {
+                    self.slide_records.remove(&kb);
+                }
+            }
+            let mut rk = SLIDE_RECORDS.to_vec();
+            rk.extend_from_slice(&store_key(&kb, Some(t)));
+            self.table_changes.push(Change { store: agg.store, key: rk, value: None, timestamp: t, existed: true });
+        }
     }
 
     /// Add a record to its key's sessions: a new session, or the merge of every open session
@@ -989,6 +1126,12 @@ impl Task {
     /// `close_all` closes every window (end of a finite input with `--close-windows-at-end`).
     pub fn flush(&mut self, out: &mut Vec<Output>, changes: &mut Vec<Change>, close_all: bool) -> Vec<RecordError> {
         let mut errors = Vec::new();
+        if let Some(agg) = self.spec.agg.clone() {
+            if close_all && agg.sliding() {
+                self.stream_time = i64::MAX;
+            }
+            self.expire_slide_records(&agg);
+        }
         if close_all && !self.spec.streams.is_empty() {
             // `--close-windows-at-end`: every join window closes; left joins emit their
             // unmatched records.
@@ -1049,6 +1192,15 @@ impl Task {
                     break;
                 }
                 let Some((_, sk)) = self.windows.pop_first() else { break };
+                if agg.sliding() {
+                    let kb = key_part(&sk);
+                    if let Some(set) = self.slide_windows.get_mut(kb) {
+                        set.remove(&start_part(&sk));
+                        if set.is_empty() {
+                            self.slide_windows.remove(kb);
+                        }
+                    }
+                }
                 if agg.session() {
                     let kb = key_part(&sk);
                     if let Some(list) = self.sessions.get_mut(kb) {
@@ -1179,6 +1331,48 @@ fn store_key(kb: &[u8], start: Option<i64>) -> Vec<u8> {
         k.extend_from_slice(&((s as u64) ^ (1 << 63)).to_be_bytes());
     }
     k
+}
+
+/// Store-key prefix of a sliding-window aggregate's recent records (after it: the key and time
+/// as in a window's store key). Window keys start with a length that is never this.
+const SLIDE_RECORDS: &[u8] = b"\xff\xff\xff\xfer";
+
+/// Recent records at one time as stored: `[[arguments of each aggregate, flattened], …]`.
+fn encode_slide_records(list: &[Vec<Vec<Value>>], agg: &AggSpec) -> Vec<u8> {
+    let mut o = Vec::with_capacity(32 * list.len());
+    o.push(b'[');
+    for (i, rec) in list.iter().enumerate() {
+        if i > 0 {
+            o.push(b',');
+        }
+        o.push(b'[');
+        let mut first = true;
+        for (argv, a) in rec.iter().zip(&agg.aggs) {
+            for (v, e) in argv.iter().zip(&a.args) {
+                if !first {
+                    o.push(b',');
+                }
+                first = false;
+                v.write_json(&e.ty, &mut o);
+            }
+        }
+        o.extend_from_slice(b"]");
+    }
+    o.push(b']');
+    o
+}
+
+fn decode_slide_records(b: &[u8], agg: &AggSpec) -> Result<Vec<Vec<Vec<Value>>>, String> {
+    let raw: Vec<Vec<&serde_json::value::RawValue>> = serde_json::from_slice(b).map_err(|e| format!("damaged window records: {e}"))?;
+    raw.iter()
+        .map(|flat| {
+            let mut it = flat.iter();
+            agg.aggs
+                .iter()
+                .map(|a| a.args.iter().map(|e| decode_value(it.next().ok_or("missing argument")?.get().as_bytes(), &e.ty)).collect::<Result<Vec<_>, String>>())
+                .collect()
+        })
+        .collect()
 }
 
 /// The key bytes of a store key.
