@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Embedded end-to-end benchmark: examples/stats.stream over N generated trades already loaded in
 the embedded log, one processing thread. Prints one table: events/s, CPU seconds, peak RSS and
-state size on disk. Usage: bench/embedded.py [--count N] [--tickers K] [--threads T]"""
+state size on disk. Usage: bench/embedded.py [--count N] [--tickers K] [--rate R] [--threads T]"""
 import argparse, os, re, shutil, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -9,6 +9,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--count", type=int, default=10_000_000)
 ap.add_argument("--tickers", type=int, default=1000)
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--rate", type=int, default=1000, help="trades per second of event time (streamc gen trades --rate)")
 ap.add_argument("--keep", action="store_true", help="keep the state directory")
 a = ap.parse_args()
 
@@ -29,7 +30,7 @@ def du(path):
     return total
 
 with open(data, "wb") as f:
-    subprocess.run([exe, "gen", "trades", "--count", str(a.count), "--tickers", str(a.tickers), "--seed", "1"], stdout=f, check=True)
+    subprocess.run([exe, "gen", "trades", "--count", str(a.count), "--tickers", str(a.tickers), "--seed", "1", "--rate", str(a.rate)], stdout=f, check=True)
 t0 = time.time()
 subprocess.run([exe, "--state-dir", state, "produce", "stocks", data, "--program", os.path.join(root, "examples/stats.stream")], check=True, stderr=subprocess.DEVNULL)
 load_s = time.time() - t0
@@ -48,7 +49,7 @@ records, outs = (int(m.group(1)), int(m.group(2))) if m else (a.count, 0)
 state_bytes = du(os.path.join(state, "apps"))
 
 rows = [
-    ("trades", f"{a.count:,} ({a.tickers:,} tickers)"),
+    ("trades", f"{a.count:,} ({a.tickers:,} tickers, {a.rate:,} per second of event time)"),
     ("threads", str(a.threads)),
     ("load into embedded log", f"{load_s:.1f} s ({a.count / load_s:,.0f} records/s), {log_bytes / 1e6:,.0f} MB"),
     ("run wall time", f"{wall:.2f} s"),

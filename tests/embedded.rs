@@ -172,6 +172,18 @@ fn local_state_is_restored_from_the_changelog() {
     assert!(sum.restored > 0, "the store was rebuilt from its changelog: {sum:?}");
     let (want, _) = stats_reference(&trades(&input), 1);
     assert_eq!(final_windows(&state), want);
+
+    // Damaged local state (garbage in sled's files) is wiped and rebuilt, not an error.
+    let db = state.join("apps").join("stats").join("state");
+    for f in std::fs::read_dir(&db).unwrap() {
+        let f = f.unwrap().path();
+        if f.is_file() {
+            std::fs::write(&f, b"\x13\x37 not sled at all").unwrap();
+        }
+    }
+    let sum = Run::new("examples/stats.stream", &state).input("stocks", &partial).go().unwrap();
+    assert!(sum.restored > 0, "{sum:?}");
+    assert_eq!(final_windows(&state), want);
 }
 
 #[test]
