@@ -49,7 +49,7 @@ fn broker_answers_api_versions() {
     let mut apis = Vec::new();
     for _ in 0..count {
         let (key, min, max) = (r.i16(), r.i16(), r.i16());
-        assert!(0 <= min && min <= max, "api {key}: versions {min}..={max}");
+        assert!((0..=max).contains(&min), "api {key}: versions {min}..={max}");
         apis.push((key, min, max));
     }
     assert!(r.0.is_empty(), "{} trailing bytes in the response", r.0.len());
