@@ -7,6 +7,7 @@ use streamc::diag::{self, Diagnostics, RenderOptions};
 use streamc::{ast, check, explain, hir, plan, syntax};
 
 pub mod embedded;
+pub mod kafka;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.
 pub fn compile(src: &str) -> Result<hir::Program, Diagnostics> {

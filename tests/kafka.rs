@@ -1,0 +1,78 @@
+//! Tests against a real Kafka broker. Each is `#[ignore]`d so that a plain `cargo test` lists it
+//! as not run; `./dev/test` starts a broker and runs this binary with `--ignored`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// ApiVersions v0 by hand over a plain TCP connection: proves a real broker answers at
+/// `STREAMC_KAFKA_BOOTSTRAP` without any Kafka client library.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn broker_answers_api_versions() {
+    let addr = common::kafka::require();
+    let mut conn = TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+    conn.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    conn.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+
+    // Request header v1: api_key, api_version, correlation_id, client_id; ApiVersions v0 has
+    // an empty body.
+    const API_VERSIONS: i16 = 18;
+    let correlation_id: i32 = 0x5eed;
+    let client_id = b"streamc-test";
+    let mut request = Vec::new();
+    request.extend_from_slice(&API_VERSIONS.to_be_bytes());
+    request.extend_from_slice(&0i16.to_be_bytes());
+    request.extend_from_slice(&correlation_id.to_be_bytes());
+    request.extend_from_slice(&(client_id.len() as i16).to_be_bytes());
+    request.extend_from_slice(client_id);
+    let mut frame = (request.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&request);
+    conn.write_all(&frame).unwrap();
+
+    let mut size = [0u8; 4];
+    conn.read_exact(&mut size).unwrap();
+    let size = i32::from_be_bytes(size);
+    assert!((10..1 << 20).contains(&size), "implausible response size {size}");
+    let mut body = vec![0u8; size as usize];
+    conn.read_exact(&mut body).unwrap();
+
+    // Response header v0: correlation_id. Body v0: error_code, then an array of
+    // (api_key, min_version, max_version).
+    let mut r = Reader(&body);
+    assert_eq!(r.i32(), correlation_id, "correlation id");
+    assert_eq!(r.i16(), 0, "ApiVersions error code");
+    let count = r.i32();
+    assert!(count > 0, "no API versions in the response");
+    let mut apis = Vec::new();
+    for _ in 0..count {
+        let (key, min, max) = (r.i16(), r.i16(), r.i16());
+        assert!((0..=max).contains(&min), "api {key}: versions {min}..={max}");
+        apis.push((key, min, max));
+    }
+    assert!(r.0.is_empty(), "{} trailing bytes in the response", r.0.len());
+    for (key, name) in [(0, "Produce"), (1, "Fetch"), (3, "Metadata"), (19, "CreateTopics"), (API_VERSIONS, "ApiVersions")] {
+        assert!(apis.iter().any(|&(k, _, _)| k == key), "the broker does not offer {name} (api key {key})");
+    }
+    let (_, min, max) = *apis.iter().find(|&&(k, _, _)| k == API_VERSIONS).unwrap();
+    assert!(min == 0 && max >= 3, "ApiVersions versions {min}..={max}");
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        assert!(self.0.len() >= N, "response truncated");
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        head.try_into().unwrap()
+    }
+    fn i16(&mut self) -> i16 {
+        i16::from_be_bytes(self.take())
+    }
+    fn i32(&mut self) -> i32 {
+        i32::from_be_bytes(self.take())
+    }
+}
