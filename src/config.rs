@@ -93,11 +93,14 @@ pub struct Embedded {
     /// fsync the log at every commit (survives power loss, not only process crashes). Off by
     /// default, like Kafka, which leaves flushing to the OS.
     pub fsync: bool,
+    /// Changelog records a restore coalesces in memory between two writes of local state (and
+    /// of the checkpoint an interrupted restore resumes from).
+    pub restore_batch: u64,
 }
 
 impl Default for Embedded {
     fn default() -> Self {
-        Embedded { partitions: 1, fsync: false }
+        Embedded { partitions: 1, fsync: false, restore_batch: 1_000_000 }
     }
 }
 

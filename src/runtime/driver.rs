@@ -512,6 +512,7 @@ impl TaskRun {
         for st in &spec.stores {
             let tree = db.open_tree(format!("{}#{p}", st.name)).map_err(|e| format!("cannot open store {}: {e}", st.name))?;
             let watch = RestoreWatch {
+                batch: opts.config.embedded.restore_batch.max(1),
                 label: opts.progress.then(|| format!("restoring {} partition {p}", st.name)),
                 metrics: opts.metrics.as_ref().map(|m| m.restore(&task_id, &st.name)),
             };
@@ -872,6 +873,8 @@ fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: 
 
 /// Who watches a restore: a progress bar labelled so (when stderr is a terminal) and the metrics.
 struct RestoreWatch {
+    /// `embedded.restore_batch`.
+    batch: u64,
     label: Option<String>,
     metrics: Option<RestoreMetrics>,
 }
@@ -903,29 +906,70 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
     if let Some(m) = &watch.metrics {
         m.start(total);
     }
+    // Changelog records are coalesced in memory and written every `embedded.restore_batch` records (with
+    // the checkpoint they reach, so an interrupted restore resumes there): a window put and
+    // later deleted by a tombstone never reaches sled, so a restore writes about the live state,
+    // not the whole history. `fresh`: the key was not in sled when the restore began.
     let mut reader = log.reader(changelog, p, from);
     let mut n = 0;
+    let mut pending: FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)> = FxHashMap::default();
+    let mut since_flush = 0u64;
+    // Which keys may be in sled: none when restoring from scratch (then exactly the keys this
+    // restore wrote), unknown (all) when replaying a tail.
+    let from_empty = from == Pos::default();
+    let mut written: rustc_hash::FxHashSet<Vec<u8>> = Default::default();
     loop {
         let recs = reader.read(end, 10_000)?;
-        if recs.is_empty() {
-            break;
-        }
-        let mut batch = sled::Batch::default();
-        for s in &recs {
-            let Some(k) = &s.record.key else { continue };
-            match &s.record.value {
-                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
-                None => batch.remove(k.as_slice()),
+        let last = recs.is_empty();
+        for s in recs.into_iter() {
+            n += 1;
+            since_flush += 1;
+            let Some(k) = s.record.key else { continue };
+            let fresh = from_empty && !written.contains(&k);
+            match (s.record.value, pending.get_mut(&k)) {
+                (None, Some(slot)) if slot.1 => {
+                    pending.remove(&k);
+                }
+                (v, Some(slot)) => slot.0 = v,
+                (Some(v), None) => {
+                    pending.insert(k, (Some(v), fresh));
+                }
+                (None, None) if !fresh => {
+                    pending.insert(k, (None, false));
+                }
+                (None, None) => {}
             }
         }
-        n += recs.len() as u64;
-        batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
-        tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
-        let keys: Vec<&[u8]> = recs.iter().filter_map(|s| s.record.key.as_deref()).collect();
-        consolidate(tree, &keys);
-        bar.inc(recs.len() as u64);
-        if let Some(m) = &watch.metrics {
-            m.advance(recs.len() as u64);
+        if last || since_flush >= watch.batch {
+            let mut entries: Vec<_> = pending.drain().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            let keys: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
+            let mut batch = sled::Batch::default();
+            for (k, (v, _)) in entries {
+                match v {
+                    Some(v) => {
+                        if from_empty {
+                            written.insert(k.clone());
+                        }
+                        batch.insert(k, v)
+                    }
+                    None => {
+                        written.remove(&k);
+                        batch.remove(k)
+                    }
+                }
+            }
+            batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
+            tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
+            consolidate(tree, &keys);
+            bar.inc(since_flush);
+            if let Some(m) = &watch.metrics {
+                m.advance(since_flush);
+            }
+            since_flush = 0;
+        }
+        if last {
+            break;
         }
     }
     bar.finish_and_clear();
