@@ -527,6 +527,7 @@ impl TaskRun {
         let trees = Trees { pending: trees.iter().map(|_| FxHashMap::default()).collect(), trees, commits: 0 };
         let mut task = Task::new(spec, p, stream_time);
         task.join_time = join_time;
+        task.join_seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
         Ok(TaskRun {
             task,
@@ -696,7 +697,7 @@ impl TaskRun {
                 external += 1;
                 let topic = &sides[i];
                 self.positions.insert(format!("{topic}/{p}"), s.next);
-                if let Err(e) = self.task.process_side(i, &s.record, s.offset, &mut self.out) {
+                if let Err(e) = self.task.process_side(i, &s.record, s.offset, &mut self.out, &self.trees) {
                     self.bad_record(topic, &s, e, opts)?;
                 }
                 if let Some(reason) = self.task.late_reason.take() {
@@ -751,7 +752,7 @@ impl TaskRun {
     /// Flush and commit: outputs, changelog records and positions in one log commit, then the
     /// local state with its checkpoint (every few commits). False if there was nothing to commit.
     fn commit_batch(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<bool, String> {
-        let errors = self.task.flush(&mut self.out, &mut self.changes, close_all);
+        let errors = self.task.flush(&mut self.out, &mut self.changes, close_all, &self.trees);
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.
             self.task.counters.dead_letters += 1;
@@ -789,6 +790,7 @@ impl TaskRun {
             "inputs": self.positions,
             "stream_time": self.task.stream_time,
             "join_time": self.task.join_time,
+            "join_seq": self.task.join_seq,
         });
         let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
         // (No faults in the final commit, so a run always ends.)

@@ -483,8 +483,8 @@ pub struct Task {
     slide_records: FxHashMap<Vec<u8>, BTreeMap<i64, Vec<AggArgs>>>,
     slide_expiry: BTreeSet<(i64, Vec<u8>)>,
     slide_windows: FxHashMap<Vec<u8>, BTreeSet<i64>>,
-    /// Offset of the main-input record being processed.
-    offset: u64,
+    /// Number of the next main-side row stored by a stream–stream join (committed).
+    pub join_seq: u64,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
     /// Table and join store changes since the last flush, in order.
@@ -512,7 +512,7 @@ impl Task {
             windows: BTreeSet::new(),
             sessions: FxHashMap::default(),
             late_reason: None,
-            offset: 0,
+            join_seq: 0,
             slide_records: FxHashMap::default(),
             slide_expiry: BTreeSet::new(),
             slide_windows: FxHashMap::default(),
@@ -593,23 +593,22 @@ impl Task {
     pub fn process(&mut self, input: Input, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         self.counters.records_in += 1;
         let spec = self.spec.clone();
-        self.offset = input.offset;
-        self.run_ops(&spec.ops, input.row, input.ts, out, stores)
+        self.run_ops(&spec.ops, 0, input.row, input.ts, out, stores)
     }
 
     /// Process one record of a side input: `side` counts tables, then joined streams.
-    pub fn process_side(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>) -> Result<(), RecordError> {
+    pub fn process_side(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let tables = self.spec.tables.len();
         if side < tables {
             return self.process_table(side, rec);
         }
         self.counters.records_in += 1;
-        self.join_right(side - tables, rec, offset, out)
+        self.join_right(side - tables, rec, offset, out, stores)
     }
 
     /// A record of a joined stream: stored for later records of the main side, and joined with
     /// the main side's stored records within `within` of it.
-    fn join_right(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>) -> Result<(), RecordError> {
+    fn join_right(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let input = decode_source(&si.source, rec)?;
@@ -643,9 +642,9 @@ impl Task {
         }
         for (lt, mut row) in matched {
             row.joined.push(Some((input.row.key.clone(), value.clone())));
-            self.run_ops(&spec.ops[si.op + 1..], row, lt.max(ts), out, &NoStores)?;
+            self.run_ops_at(si.op + 1, row, lt.max(ts), out, stores)?;
         }
-        self.expire_joins(side, out)
+        self.expire_joins(side, out, stores)
     }
 
     /// The main side of a stream–stream join (the operator at `ops[at]`).
@@ -664,12 +663,15 @@ impl Task {
             if si.left {
                 let mut r = row;
                 r.joined.push(None);
-                self.run_ops(rest, r, ts, out, stores)?;
+                self.run_ops(rest, si.op + 1, r, ts, out, stores)?;
             }
-            return self.expire_joins(side, out);
+            return self.expire_joins(side, out, stores);
         }
         let kb = k.key_bytes(&si.on.ty);
-        let offset = self.offset;
+        // Main-side rows are numbered in processing order (a row can come from either input, or
+        // from an earlier join: no input offset identifies it); the counter is committed.
+        let offset = self.join_seq;
+        self.join_seq += 1;
         let js = &mut self.joins[side];
         let matches: Vec<(i64, Value, Arc<Vec<Value>>)> = match js.right.get(&kb) {
             Some(m) => m.range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX)).map(|((t, _), (k, v))| (*t, k.clone(), v.clone())).collect(),
@@ -683,9 +685,9 @@ impl Task {
         for (rt, rk, rv) in matches {
             let mut r = row.clone();
             r.joined.push(Some((rk, rv)));
-            self.run_ops(rest, r, ts.max(rt), out, stores)?;
+            self.run_ops(rest, si.op + 1, r, ts.max(rt), out, stores)?;
         }
-        self.expire_joins(side, out)
+        self.expire_joins(side, out, stores)
     }
 
     fn join_late(&mut self, ts: i64, si: &StreamInput) {
@@ -700,7 +702,7 @@ impl Task {
     /// Drop the records no later record can match any more (time + 2 × within ≤ stream time:
     /// a record that could match them would be late), with a store tombstone; a left join
     /// emits its unmatched main-side records then, once and for good.
-    fn expire_joins(&mut self, side: usize, out: &mut Vec<Output>) -> Result<(), RecordError> {
+    fn expire_joins(&mut self, side: usize, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let horizon = self.join_time.saturating_sub(si.within.saturating_mul(2));
@@ -733,7 +735,7 @@ impl Task {
                 if si.left && !e.matched {
                     let mut r = e.row;
                     r.joined.push(None);
-                    self.run_ops(&spec.ops[si.op + 1..], r, t, out, &NoStores)?;
+                    self.run_ops_at(si.op + 1, r, t, out, stores)?;
                 }
             }
         }
@@ -755,10 +757,17 @@ impl Task {
         Ok(())
     }
 
-    fn run_ops(&mut self, ops: &[Op], mut row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    /// Run the operators from `spec.ops[start..]` on a row.
+    fn run_ops_at(&mut self, start: usize, row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        self.run_ops(&spec.ops[start..], start, row, ts, out, stores)
+    }
+
+    /// Run a chain of operators; `base` is the index of its first one in the task's operator
+    /// counts (`ops`, then `post`).
+    #[allow(clippy::too_many_arguments)]
+    fn run_ops(&mut self, ops: &[Op], base: usize, mut row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
-        // `ops` is the spec's `ops` or its `post`, whose counts follow those of `ops`.
-        let base = if std::ptr::eq(ops, self.spec.post.as_slice()) { self.spec.ops.len() } else { 0 };
         for (i, op) in ops.iter().enumerate() {
             if let Some(n) = self.counters.ops_in.get_mut(base + i) {
                 *n += 1;
@@ -958,6 +967,9 @@ impl Task {
         for s in &existing {
             if !open(*s) {
                 self.counters.late += 1;
+                if self.late_reason.is_none() {
+                    self.late_reason = Some(format!("late: sliding window [{s}, {}] closed at stream time {} (grace {})", s.saturating_add(size), self.stream_time, crate::ast::Duration(grace)));
+                }
                 continue;
             }
             let sk = store_key(&kb, Some(*s));
@@ -1057,25 +1069,22 @@ impl Task {
     fn session(&mut self, agg: &AggSpec, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: &[Vec<Value>], gap: i64, grace: i64) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
         let close = self.stream_time.saturating_sub(grace);
-        let open = self.sessions.remove(&kb).unwrap_or_default();
-        let (near, mut rest): (Vec<_>, Vec<_>) = open.into_iter().partition(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap));
+        let open: &[(i64, i64)] = self.sessions.get(&kb).map(|v| v.as_slice()).unwrap_or(&[]);
+        // Sessions within `gap` of the record, closed ones excepted (they may not have been
+        // flushed yet: results must not depend on where commits fall).
+        let near: Vec<(i64, i64)> = open.iter().copied().filter(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && e.saturating_add(gap) > close).collect();
         let start = near.iter().map(|x| x.0).fold(ts, i64::min);
         let end = near.iter().map(|x| x.1).fold(ts, i64::max);
         if end.saturating_add(gap) <= close {
             self.counters.late += 1;
             self.late_reason = Some(format!("late: its session [{start}, {end}] closed at stream time {} (gap {}, grace {})", self.stream_time, crate::ast::Duration(gap), crate::ast::Duration(grace)));
-            rest.extend(near);
-            rest.sort_unstable();
-            self.sessions.insert(kb, rest);
             return Ok(());
         }
-        // Merge the near sessions, earliest first (`near` keeps the list's start order).
+        // The merged entry, computed before anything changes, so that an error (overflow, a
+        // failing user aggregate) leaves the key's sessions as they were.
         let mut merged: Option<AggEntry> = None;
-        for (s, e) in &near {
-            let sk = store_key(&kb, Some(*s));
-            self.windows.remove(&(e.saturating_add(gap), sk.clone()));
-            let Some(slot) = self.cache.get_mut(&sk) else { continue };
-            let Some(old) = slot.entry.clone() else { continue };
+        for (s, _) in &near {
+            let Some(Some(old)) = self.cache.get(&store_key(&kb, Some(*s))).map(|slot| slot.entry.clone()) else { continue };
             merged = Some(match merged {
                 None => old,
                 Some(mut m) => {
@@ -1084,17 +1093,6 @@ impl Task {
                     m
                 }
             });
-            if *s != start {
-                if !slot.stored && !slot.emitted {
-                    self.cache.remove(&sk);
-                } else {
-                    slot.deleted = true;
-                    if !slot.dirty {
-                        slot.dirty = true;
-                        self.dirty.push(sk);
-                    }
-                }
-            }
         }
         let mut entry = match merged {
             Some(m) => m,
@@ -1105,6 +1103,25 @@ impl Task {
         entry.max_ts = entry.max_ts.max(ts);
         for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
             update_state(a, st, argv).map_err(err)?;
+        }
+        // Now the indexes: merged-away sessions are deleted (at the next flush).
+        let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();
+        for (s, e) in &near {
+            let sk = store_key(&kb, Some(*s));
+            self.windows.remove(&(e.saturating_add(gap), sk.clone()));
+            if *s == start {
+                continue;
+            }
+            let Some(slot) = self.cache.get_mut(&sk) else { continue };
+            if !slot.stored && !slot.emitted {
+                self.cache.remove(&sk);
+            } else {
+                slot.deleted = true;
+                if !slot.dirty {
+                    slot.dirty = true;
+                    self.dirty.push(sk);
+                }
+            }
         }
         let sk = store_key(&kb, Some(start));
         self.windows.insert((end.saturating_add(gap), sk.clone()));
@@ -1124,7 +1141,7 @@ impl Task {
     /// Flush the record cache: the store changes (for the changelog and the local store) and the
     /// downstream records, in first-change order; then close the windows stream time has passed.
     /// `close_all` closes every window (end of a finite input with `--close-windows-at-end`).
-    pub fn flush(&mut self, out: &mut Vec<Output>, changes: &mut Vec<Change>, close_all: bool) -> Vec<RecordError> {
+    pub fn flush(&mut self, out: &mut Vec<Output>, changes: &mut Vec<Change>, close_all: bool, stores: &dyn StoreRead) -> Vec<RecordError> {
         let mut errors = Vec::new();
         if let Some(agg) = self.spec.agg.clone() {
             if close_all && agg.sliding() {
@@ -1137,7 +1154,7 @@ impl Task {
             // unmatched records.
             self.join_time = i64::MAX;
             for side in 0..self.spec.streams.len() {
-                if let Err(e) = self.expire_joins(side, out) {
+                if let Err(e) = self.expire_joins(side, out, stores) {
                     errors.push(e);
                 }
             }
@@ -1248,7 +1265,7 @@ impl Task {
         let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
         let spec = self.spec.clone();
         let stores = NoStores;
-        self.run_ops(&spec.post, Row { key, value, joined: vec![] }, e.max_ts, out, &stores)
+        self.run_ops(&spec.post, spec.ops.len(), Row { key, value, joined: vec![] }, e.max_ts, out, &stores)
     }
 }
 
