@@ -519,6 +519,42 @@ fn orders_and_payments(n: usize, seed: u64) -> (Vec<(String, String, f64, i64)>,
     (orders, pays)
 }
 
+/// The `big_spenders` query of the orders example, folded plainly: per customer and UTC day,
+/// the count, sum, mean and sample standard deviation of order totals; a row is in the output
+/// table while its sum exceeds 1000 (sums only grow here, so the last row is the final one).
+fn check_big_spenders(state: &Path, orders: &[(String, String, f64, i64)]) {
+    let day = 86_400_000i64;
+    let mut groups: BTreeMap<(String, i64), Vec<f64>> = BTreeMap::new();
+    for (_, customer, total, placed) in orders {
+        groups.entry((customer.clone(), placed - placed.rem_euclid(day))).or_default().push(*total);
+    }
+    let mut want = BTreeMap::new();
+    for (k, totals) in &groups {
+        let n = totals.len() as f64;
+        let sum: f64 = totals.iter().sum();
+        if sum > 1000.0 {
+            let mean = sum / n;
+            let spread = (totals.len() > 1).then(|| (totals.iter().map(|t| (t - mean) * (t - mean)).sum::<f64>() / (n - 1.0)).sqrt());
+            want.insert(k.clone(), (totals.len() as i64, sum, mean, spread));
+        }
+    }
+    let mut got = BTreeMap::new();
+    for r in read_topic(state, "big-spenders") {
+        let v = &r.value;
+        let k = (v["customer"].as_str().unwrap().to_string(), v["window_start"].as_i64().unwrap());
+        got.insert(k, (v["orders"].as_i64().unwrap(), v["spent"].as_f64().unwrap(), v["typical"].as_f64().unwrap(), v["spread"].as_f64()));
+    }
+    assert!(want.len() >= 5, "the data must make big spenders: {}", want.len());
+    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    for (k, w) in &want {
+        let g = &got[k];
+        assert_eq!(g.0, w.0, "{k:?}");
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+        assert!(close(g.1, w.1) && close(g.2, w.2), "{k:?}: {g:?} vs {w:?}");
+        assert!(matches!((g.3, w.3), (Some(a), Some(b)) if close(a, b)) || (g.3.is_none() && w.3.is_none()), "{k:?}: {g:?} vs {w:?}");
+    }
+}
+
 #[test]
 fn orders_example_left_joins_payments_within_ten_minutes() {
     let dir = temp_dir("orders");
@@ -565,6 +601,9 @@ fn orders_example_left_joins_payments_within_ten_minutes() {
             .collect();
         got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
         assert_eq!(got, want, "{partitions} partitions");
+        if partitions == 1 {
+            check_big_spenders(&state, &orders);
+        }
     }
 
     // Stopped half-way (both inputs cut at one time), local state wiped, then resumed: the join
