@@ -11,6 +11,7 @@ pub mod diag;
 pub mod explain;
 pub mod gen;
 pub mod hir;
+pub mod kafka;
 pub mod log;
 pub mod plan;
 pub mod runtime;

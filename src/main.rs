@@ -94,6 +94,9 @@ enum Command {
         /// Take keys and timestamps from this program's declaration of the topic.
         #[arg(long, value_name = "FILE")]
         program: Option<PathBuf>,
+        /// Partitions of the topic if it has to be created (default: `embedded.partitions`).
+        #[arg(long)]
+        partitions: Option<u32>,
     },
     /// Print a topic's committed records, one JSON object per line.
     Consume {
@@ -221,7 +224,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr, chaos };
             run_program(&cli.global, cfg, &file, o)
         }
-        Command::Produce { topic, file, envelope, program } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref()),
+        Command::Produce { topic, file, envelope, program, partitions } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref(), partitions),
         Command::Consume { topic, from_beginning, follow, headers } => consume(&cli.global, &cfg, &topic, from_beginning, follow, headers),
         Command::Gen { what: GenWhat::Trades { count, tickers, seed, rate, disorder_ms } } => {
             let o = streamc::gen::TradesOptions { count, tickers, seed, rate, disorder_ms };
@@ -252,7 +255,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
 
 fn log_of(g: &Global, cfg: &config::Config) -> Result<streamc::log::EmbeddedLog, String> {
     if cfg.kafka.contains_key("bootstrap.servers") {
-        return Err("the Kafka backend is not available yet; remove kafka.bootstrap.servers to use the embedded log".into());
+        return Err("`run` on Kafka is not available yet (`produce` and `consume` are); remove kafka.bootstrap.servers to use the embedded log".into());
     }
     streamc::log::EmbeddedLog::open(&g.state_dir, cfg.embedded.fsync)
 }
@@ -325,11 +328,21 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     Ok(ExitCode::SUCCESS)
 }
 
-fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, envelope: bool, program: Option<&Path>) -> Result<ExitCode, String> {
+fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, envelope: bool, program: Option<&Path>, partitions: Option<u32>) -> Result<ExitCode, String> {
     use std::io::BufRead;
     use streamc::log::{partition_for, Append, Record};
-    let log = log_of(g, cfg)?;
-    let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
+    let create = partitions.unwrap_or(cfg.embedded.partitions).max(1);
+    // The embedded log in the state directory, or Kafka when `kafka.bootstrap.servers` is set.
+    let kafka = cfg.kafka.contains_key("bootstrap.servers").then(|| streamc::kafka::Kafka::new(&cfg.kafka));
+    let log = match &kafka {
+        Some(_) => None,
+        None => Some(log_of(g, cfg)?),
+    };
+    let nparts = match (&kafka, &log) {
+        (Some(k), _) => k.ensure_topic(topic, create, false)?,
+        (_, Some(l)) => l.ensure_topic(topic, create)?.partitions,
+        _ => unreachable!("one backend is chosen"),
+    };
     let source = match program {
         Some(f) => {
             let text = read(f)?;
@@ -342,11 +355,20 @@ fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, e
         Some(f) if f != Path::new("-") => Box::new(std::io::BufReader::new(std::fs::File::open(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?)),
         _ => Box::new(std::io::BufReader::new(std::io::stdin())),
     };
-    let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
+    let mut batch: Vec<Vec<Record>> = vec![Vec::new(); nparts as usize];
     let (mut n, mut rr) = (0u64, 0u32);
     let flush = |batch: &mut Vec<Vec<Record>>| -> Result<(), String> {
-        let appends = batch.iter_mut().enumerate().map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) }).collect();
-        log.commit(appends, vec![]).map(|_| ())
+        match (&kafka, &log) {
+            (Some(k), _) => {
+                let recs: Vec<(u32, Record)> = batch.iter_mut().enumerate().flat_map(|(p, r)| std::mem::take(r).into_iter().map(move |x| (p as u32, x))).collect();
+                k.produce(topic, &recs)
+            }
+            (_, Some(l)) => {
+                let appends = batch.iter_mut().enumerate().map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) }).collect();
+                l.commit(appends, vec![]).map(|_| ())
+            }
+            _ => Ok(()),
+        }
     };
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
@@ -360,9 +382,9 @@ fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, e
             streamc::runtime::driver::value_record(source.as_ref(), line.as_bytes(), now)
         };
         let p = match &rec.key {
-            Some(k) => partition_for(k, meta.partitions),
+            Some(k) => partition_for(k, nparts),
             None => {
-                rr = (rr + 1) % meta.partitions;
+                rr = (rr + 1) % nparts;
                 rr
             }
         };
@@ -407,6 +429,21 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
 
 fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, follow: bool, headers: bool) -> Result<ExitCode, String> {
     use std::io::Write;
+    if cfg.kafka.contains_key("bootstrap.servers") {
+        if follow {
+            return Err("`consume --follow` is not available on Kafka yet".into());
+        }
+        let k = streamc::kafka::Kafka::new(&cfg.kafka);
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        for (p, s) in k.read_to_end(topic, from_beginning)? {
+            if writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_err() {
+                break;
+            }
+        }
+        let _ = out.flush();
+        return Ok(ExitCode::SUCCESS);
+    }
     let log = log_of(g, cfg)?;
     let Some(meta) = log.topic(topic)? else { return Err(format!("no topic `{topic}` in {}", g.state_dir.display())) };
     let start = log.committed()?;
@@ -418,12 +455,6 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, 
         .collect();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
-        match b {
-            None => serde_json::Value::Null,
-            Some(b) => serde_json::from_slice(b).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
-        }
-    };
     let mut ends: Vec<streamc::log::Pos> = (0..meta.partitions).map(|p| start.end(topic, p)).collect();
     loop {
         for (p, r) in readers.iter_mut().enumerate() {
@@ -433,15 +464,7 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, 
                     break;
                 }
                 for s in recs {
-                    let mut o = serde_json::json!({
-                        "topic": topic, "partition": p, "offset": s.offset, "timestamp": s.record.timestamp,
-                        "key": decode(&s.record.key), "value": decode(&s.record.value),
-                    });
-                    if headers {
-                        let h: serde_json::Map<String, serde_json::Value> = s.record.headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into_owned()))).collect();
-                        o["headers"] = serde_json::Value::Object(h);
-                    }
-                    if writeln!(out, "{o}").is_err() {
+                    if writeln!(out, "{}", consumed_json(topic, p as u32, &s, headers)).is_err() {
                         return Ok(ExitCode::SUCCESS);
                     }
                 }
@@ -455,6 +478,25 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, 
         let c = log.committed()?;
         ends = (0..meta.partitions).map(|p| c.end(topic, p)).collect();
     }
+}
+
+/// One consumed record as CONVENTIONS.md prints it.
+fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -> serde_json::Value {
+    let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
+        match b {
+            None => serde_json::Value::Null,
+            Some(b) => serde_json::from_slice(b).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
+        }
+    };
+    let mut o = serde_json::json!({
+        "topic": topic, "partition": p, "offset": s.offset, "timestamp": s.record.timestamp,
+        "key": decode(&s.record.key), "value": decode(&s.record.value),
+    });
+    if headers {
+        let h: serde_json::Map<String, serde_json::Value> = s.record.headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into_owned()))).collect();
+        o["headers"] = serde_json::Value::Object(h);
+    }
+    o
 }
 
 fn s(n: usize) -> &'static str {

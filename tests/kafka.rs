@@ -76,3 +76,40 @@ impl Reader<'_> {
         i32::from_be_bytes(self.take())
     }
 }
+
+/// Run the streamc binary; panics with its stderr on failure.
+fn streamc(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_streamc")).args(args).output().unwrap();
+    assert!(out.status.success(), "streamc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `produce` and `consume` against the broker give exactly what they give on the embedded log:
+/// the same partitions (murmur2 of the key), offsets, keys, values and timestamps.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn produce_and_consume_match_the_embedded_log() {
+    let addr = common::kafka::require();
+    let dir = common::embedded::temp_dir("kafka-produce");
+    let input = dir.join("trades.jsonl");
+    common::embedded::write_trades(&input, 3_000, 37, 4, 200);
+    // A topic name of its own, so that reruns against one broker do not mix.
+    let topic = format!("stocks-{}", std::process::id());
+    let program = dir.join("stats.stream");
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/stats.stream")).unwrap();
+    std::fs::write(&program, src.replace("\"stocks\"", &format!("\"{topic}\""))).unwrap();
+    let (input, program, state) = (input.to_str().unwrap(), program.to_str().unwrap(), dir.join("state"));
+    let state = state.to_str().unwrap();
+
+    streamc(&["--state-dir", state, "produce", &topic, input, "--program", program, "--partitions", "3"]);
+    streamc(&["produce", &topic, input, "--program", program, "--partitions", "3", "--bootstrap-servers", &addr]);
+    let embedded = streamc(&["--state-dir", state, "consume", &topic, "--from-beginning", "--headers"]);
+    let kafka = streamc(&["consume", &topic, "--from-beginning", "--headers", "--bootstrap-servers", &addr]);
+    assert_eq!(embedded.lines().count(), 3_000);
+    let partitions: std::collections::BTreeSet<u64> = kafka.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["partition"].as_u64().unwrap()).collect();
+    assert_eq!(partitions.len(), 3, "keys spread over the 3 partitions");
+    assert!(embedded == kafka, "the broker's records differ from the embedded log's");
+
+    // Without --from-beginning, consume starts at the end: nothing new, nothing printed.
+    assert_eq!(streamc(&["consume", &topic, "--bootstrap-servers", &addr]), "");
+}

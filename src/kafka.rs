@@ -1,0 +1,164 @@
+//! Apache Kafka as a log, through rdkafka: topic set-up with the admin API, producing with the
+//! same murmur2 partitioning as the embedded log, and reading a topic's records up to its end.
+//! Used by `streamc produce` and `streamc consume` when `kafka.bootstrap.servers` is set; the
+//! runtime on Kafka (consumer-group tasks, transactions) is not built yet.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::log::{Pos, Record, Stored};
+
+type Result<T> = std::result::Result<T, String>;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A connection to a Kafka cluster, configured by the `kafka.*` properties.
+pub struct Kafka {
+    props: BTreeMap<String, String>,
+}
+
+impl Kafka {
+    pub fn new(props: &BTreeMap<String, String>) -> Kafka {
+        Kafka { props: props.clone() }
+    }
+
+    fn config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        for (k, v) in &self.props {
+            c.set(k, v);
+        }
+        c
+    }
+
+    fn servers(&self) -> &str {
+        self.props.get("bootstrap.servers").map(String::as_str).unwrap_or("?")
+    }
+
+    /// The partition count of a topic, or None if it does not exist.
+    pub fn partitions(&self, topic: &str) -> Result<Option<u32>> {
+        let consumer: BaseConsumer = self.config().create().map_err(|e| format!("Kafka client: {e}"))?;
+        let md = consumer.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| format!("cannot read metadata of `{topic}` from {}: {e}", self.servers()))?;
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
+        match t.error() {
+            None => Ok(Some(t.partitions().len() as u32)),
+            Some(e) if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition => Ok(None),
+            Some(e) => Err(format!("topic `{topic}`: {:?}", RDKafkaErrorCode::from(e))),
+        }
+    }
+
+    /// Create a topic with the admin API unless it exists; returns its partition count.
+    /// `compacted`: `cleanup.policy=compact` (changelogs).
+    pub fn ensure_topic(&self, topic: &str, partitions: u32, compacted: bool) -> Result<u32> {
+        if let Some(n) = self.partitions(topic)? {
+            return Ok(n);
+        }
+        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
+        let mut t = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+        if compacted {
+            t = t.set("cleanup.policy", "compact");
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let results = rt
+            .block_on(admin.create_topics(&[t], &AdminOptions::new().operation_timeout(Some(TIMEOUT))))
+            .map_err(|e| format!("cannot create topic `{topic}` on {}: {e}", self.servers()))?;
+        for r in results {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => return Err(format!("cannot create topic `{name}`: {code:?}")),
+            }
+        }
+        // Metadata catches up with the creation shortly after.
+        for _ in 0..100 {
+            if let Some(n) = self.partitions(topic)? {
+                return Ok(n);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!("topic `{topic}` was created but does not show in the metadata of {}", self.servers()))
+    }
+
+    /// Write records to their partitions and wait until the broker has them all.
+    pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
+        let producer: BaseProducer = self.config().create().map_err(|e| format!("Kafka producer: {e}"))?;
+        for (p, r) in records {
+            let mut headers = OwnedHeaders::new();
+            for (k, v) in &r.headers {
+                headers = headers.insert(Header { key: k, value: Some(v.as_slice()) });
+            }
+            loop {
+                let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(*p as i32).timestamp(r.timestamp).headers(headers.clone());
+                if let Some(k) = &r.key {
+                    rec = rec.key(k.as_slice());
+                }
+                if let Some(v) = &r.value {
+                    rec = rec.payload(v.as_slice());
+                }
+                match producer.send(rec) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        producer.poll(Duration::from_millis(50));
+                    }
+                    Err((e, _)) => return Err(format!("cannot produce to `{topic}`: {e}")),
+                }
+            }
+            producer.poll(Duration::ZERO);
+        }
+        producer.flush(TIMEOUT).map_err(|e| format!("cannot deliver to `{topic}` on {}: {e}", self.servers()))
+    }
+
+    /// Every record of a topic from the start (or from the end offsets as of now), up to the end
+    /// offsets as of now, partition by partition in offset order. Reads committed records only.
+    pub fn read_to_end(&self, topic: &str, from_beginning: bool) -> Result<Vec<(u32, Stored)>> {
+        let n = self.partitions(topic)?.ok_or_else(|| format!("no topic `{topic}` on {}", self.servers()))?;
+        let mut config = self.config();
+        config.set("group.id", "streamc-consume").set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+        let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        let mut ends = Vec::new();
+        for p in 0..n {
+            let (low, high) = consumer.fetch_watermarks(topic, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+            let from = if from_beginning { low } else { high };
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
+            ends.push((from, high));
+        }
+        consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+        let mut out: Vec<Vec<(u32, Stored)>> = (0..n).map(|_| Vec::new()).collect();
+        let done = |out: &Vec<Vec<(u32, Stored)>>, ends: &Vec<(i64, i64)>| {
+            // Under read_committed the last offsets may be transaction markers, never delivered.
+            out.iter().zip(ends).all(|(o, (from, high))| o.last().map_or(*from, |(_, s)| s.offset as i64 + 1) >= *high)
+        };
+        let mut idle = 0;
+        while !done(&out, &ends) {
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {
+                    idle += 1;
+                    if idle > 50 {
+                        // Nothing more arrives: the rest are markers of transactions.
+                        break;
+                    }
+                }
+                Some(Err(e)) => return Err(format!("cannot read `{topic}`: {e}")),
+                Some(Ok(m)) => {
+                    idle = 0;
+                    let p = m.partition() as u32;
+                    let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(|v| v.to_vec()).unwrap_or_default())).collect()).unwrap_or_default();
+                    let record = Record { key: m.key().map(|k| k.to_vec()), value: m.payload().map(|v| v.to_vec()), timestamp: m.timestamp().to_millis().unwrap_or(0), headers };
+                    let offset = m.offset() as u64;
+                    if m.offset() < ends[p as usize].1 {
+                        out[p as usize].push((p, Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }));
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+}
