@@ -309,16 +309,28 @@ pub fn uda_init(def: &AggregateDef) -> Result<Vec<Value>, String> {
 }
 
 /// Update a user-defined aggregate's state with one call's argument values.
-pub fn uda_update(def: &AggregateDef, state: &mut Vec<Value>, args: &[Value]) -> Result<(), String> {
+pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Result<(), String> {
     let np = def.params.len();
     let ns = def.state.len();
-    let mut locals = Vec::with_capacity(def.update_slots);
-    locals.extend_from_slice(args);
-    locals.append(state);
-    locals.resize(def.update_slots.max(np + ns), Value::Null);
-    run_stmts(&def.update, &mut locals)?;
-    state.extend(locals.drain(np..np + ns));
-    Ok(())
+    // The locals live in a buffer reused across calls (this runs for every record and window).
+    thread_local! {
+        static LOCALS: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    LOCALS.with(|cell| {
+        let mut locals = cell.take();
+        locals.clear();
+        locals.extend_from_slice(args);
+        locals.extend(state.iter_mut().map(|v| std::mem::replace(v, Value::Null)));
+        locals.resize(def.update_slots.max(np + ns), Value::Null);
+        let r = run_stmts(&def.update, &mut locals);
+        // The state gets its slots back, even after an error (then with what the statements
+        // assigned before failing).
+        for (s, l) in state.iter_mut().zip(locals.drain(np..np + ns)) {
+            *s = l;
+        }
+        cell.replace(locals);
+        r
+    })
 }
 
 pub fn uda_result(def: &AggregateDef, state: &[Value]) -> EvalResult {

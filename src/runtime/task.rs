@@ -485,6 +485,8 @@ pub struct Task {
     slide_windows: FxHashMap<Vec<u8>, BTreeSet<i64>>,
     /// Number of the next main-side row stored by a stream–stream join (committed).
     pub join_seq: u64,
+    /// Scratch space for store keys on the hot path.
+    key_buf: Vec<u8>,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
     /// Table and join store changes since the last flush, in order.
@@ -513,6 +515,7 @@ impl Task {
             sessions: FxHashMap::default(),
             late_reason: None,
             join_seq: 0,
+            key_buf: Vec::new(),
             slide_records: FxHashMap::default(),
             slide_expiry: BTreeSet::new(),
             slide_windows: FxHashMap::default(),
@@ -902,9 +905,13 @@ impl Task {
                 v
             }
         };
+        // The store key is built in a reused buffer; it is copied only when a slot is created or
+        // first becomes dirty.
+        let mut sk = std::mem::take(&mut self.key_buf);
         for (start, end) in windows {
-            let sk = store_key(&kb, agg.window.is_some().then_some(start));
-            let slot = match self.cache.get_mut(&sk) {
+            sk.clear();
+            store_key_into(&mut sk, &kb, agg.window.is_some().then_some(start));
+            let slot = match self.cache.get_mut(sk.as_slice()) {
                 Some(s) => {
                     self.counters.cache_hits += 1;
                     s
@@ -935,13 +942,17 @@ impl Task {
             };
             entry.max_ts = entry.max_ts.max(ts);
             for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&args) {
-                update_state(a, st, argv).map_err(err)?;
+                if let Err(e) = update_state(a, st, argv) {
+                    self.key_buf = sk;
+                    return Err(err(e));
+                }
             }
             if !slot.dirty {
                 slot.dirty = true;
-                self.dirty.push(sk);
+                self.dirty.push(sk.clone());
             }
         }
+        self.key_buf = sk;
         Ok(())
     }
 
@@ -1342,12 +1353,16 @@ fn group_key(exprs: &[hir::Expr], row: &Row) -> Result<Value, RecordError> {
 /// flipped) so that one key's windows sort by start.
 fn store_key(kb: &[u8], start: Option<i64>) -> Vec<u8> {
     let mut k = Vec::with_capacity(4 + kb.len() + 8);
+    store_key_into(&mut k, kb, start);
+    k
+}
+
+fn store_key_into(k: &mut Vec<u8>, kb: &[u8], start: Option<i64>) {
     k.extend_from_slice(&(kb.len() as u32).to_be_bytes());
     k.extend_from_slice(kb);
     if let Some(s) = start {
         k.extend_from_slice(&((s as u64) ^ (1 << 63)).to_be_bytes());
     }
-    k
 }
 
 /// Store-key prefix of a sliding-window aggregate's recent records (after it: the key and time
