@@ -572,9 +572,9 @@ impl TaskRun {
     fn backlog(&self, startup: &Committed) -> u64 {
         let p = self.task.partition;
         let spec = &self.task.spec;
-        let mut topics: Vec<&str> = spec.tables.iter().map(|t| t.topic.as_str()).collect();
+        let mut topics: Vec<String> = spec.side_topics();
         if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
-            topics.push(&spec.main.topic);
+            topics.push(spec.main.topic.clone());
         }
         topics.iter().map(|t| startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))).sum()
     }
