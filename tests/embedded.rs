@@ -555,19 +555,41 @@ fn check_big_spenders(state: &Path, orders: &[(String, String, f64, i64)]) {
     }
 }
 
-#[test]
-fn orders_example_left_joins_payments_within_ten_minutes() {
-    let dir = temp_dir("orders");
-    let (orders, pays) = orders_and_payments(600, 5);
+/// Write the orders and payments as the orders example's two input files.
+fn write_orders_and_payments(dir: &Path, orders: &[(String, String, f64, i64)], pays: &[(String, f64, String, i64)]) -> (std::path::PathBuf, std::path::PathBuf) {
     let (of, pf) = (dir.join("orders.jsonl"), dir.join("payments.jsonl"));
     let lines = |v: Vec<serde_json::Value>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n") + "\n";
     std::fs::write(&of, lines(orders.iter().map(|(id, c, tot, at)| serde_json::json!({"order_id": id, "customer": c, "total": tot, "placed": at})).collect())).unwrap();
     std::fs::write(&pf, lines(pays.iter().map(|(id, a, m, at)| serde_json::json!({"order_id": id, "amount": a, "method": m, "paid": at})).collect())).unwrap();
+    (of, pf)
+}
+
+/// One row of `order-status`: order id, paid, method, shortfall, record time.
+type OrderStatus = (String, bool, String, Option<f64>, i64);
+
+/// Every record of `order-status`, sorted (the reference has no order across keys).
+fn order_status(state: &Path) -> Vec<OrderStatus> {
+    let mut got: Vec<OrderStatus> = read_topic(state, "order-status")
+        .iter()
+        .map(|r| {
+            let v = &r.value;
+            (v["order_id"].as_str().unwrap().to_string(), v["paid"].as_bool().unwrap(), v["method"].as_str().unwrap().to_string(), v["shortfall"].as_f64(), r.timestamp)
+        })
+        .collect();
+    got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    got
+}
+
+#[test]
+fn orders_example_left_joins_payments_within_ten_minutes() {
+    let dir = temp_dir("orders");
+    let (orders, pays) = orders_and_payments(600, 5);
+    let (of, pf) = write_orders_and_payments(&dir, &orders, &pays);
 
     // Reference: every (order, payment) pair of one id at most 10 minutes apart, with the later
     // time; an order with no such payment once, unpaid, at its own time.
     let within = 10 * 60_000;
-    let mut want: Vec<(String, bool, String, Option<f64>, i64)> = Vec::new();
+    let mut want: Vec<OrderStatus> = Vec::new();
     for (id, _, total, placed) in &orders {
         let matches: Vec<_> = pays.iter().filter(|p| &p.0 == id && (p.3 - placed).abs() <= within).collect();
         if matches.is_empty() {
@@ -592,14 +614,7 @@ fn orders_example_left_joins_payments_within_ten_minutes() {
         // (`big_spenders` may see late records with 3 partitions: its repartition topic
         // interleaves three tasks' outputs; the join sees none.)
         assert!(sum.records_in > 0);
-        let mut got: Vec<(String, bool, String, Option<f64>, i64)> = read_topic(&state, "order-status")
-            .iter()
-            .map(|r| {
-                let v = &r.value;
-                (v["order_id"].as_str().unwrap().to_string(), v["paid"].as_bool().unwrap(), v["method"].as_str().unwrap().to_string(), v["shortfall"].as_f64(), r.timestamp)
-            })
-            .collect();
-        got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        let got = order_status(&state);
         assert_eq!(got, want, "{partitions} partitions");
         if partitions == 1 {
             check_big_spenders(&state, &orders);
@@ -624,14 +639,7 @@ fn orders_example_left_joins_payments_within_ten_minutes() {
     std::fs::write(&pf1, std::fs::read(&pf).unwrap()).unwrap();
     let sum = Run::new("examples/orders.stream", &state).input("orders", &of1).input("payments", &pf1).set("commit.records=50").go().unwrap();
     assert!(sum.restored > 0, "{sum:?}");
-    let mut got: Vec<(String, bool, String, Option<f64>, i64)> = read_topic(&state, "order-status")
-        .iter()
-        .map(|r| {
-            let v = &r.value;
-            (v["order_id"].as_str().unwrap().to_string(), v["paid"].as_bool().unwrap(), v["method"].as_str().unwrap().to_string(), v["shortfall"].as_f64(), r.timestamp)
-        })
-        .collect();
-    got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    let got = order_status(&state);
     assert_eq!(got, want, "after a restart");
 }
 
@@ -657,10 +665,7 @@ fn chaos_redeliveries_and_failures_do_not_change_the_results() {
 
     // The join example too: both sides' stores are rebuilt after every fault.
     let (orders, pays) = orders_and_payments(400, 9);
-    let (of, pf) = (dir.join("orders.jsonl"), dir.join("payments.jsonl"));
-    let lines = |v: Vec<serde_json::Value>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n") + "\n";
-    std::fs::write(&of, lines(orders.iter().map(|(id, c, tot, at)| serde_json::json!({"order_id": id, "customer": c, "total": tot, "placed": at})).collect())).unwrap();
-    std::fs::write(&pf, lines(pays.iter().map(|(id, a, m, at)| serde_json::json!({"order_id": id, "amount": a, "method": m, "paid": at})).collect())).unwrap();
+    let (of, pf) = write_orders_and_payments(&dir, &orders, &pays);
     let (plain, chaos) = (dir.join("orders-plain"), dir.join("orders-chaos"));
     fn orders_run<'a>(state: &'a Path, of: &Path, pf: &Path) -> Run<'a> {
         Run::new("examples/orders.stream", state).input("orders", of).input("payments", pf).set("commit.records=40")
@@ -800,10 +805,7 @@ query paid_count {
 fn a_join_feeding_an_aggregate_reads_its_state_after_faults() {
     let dir = temp_dir("join-agg");
     let (orders, pays) = orders_and_payments(300, 21);
-    let (of, pf) = (dir.join("orders.jsonl"), dir.join("payments.jsonl"));
-    let lines = |v: Vec<serde_json::Value>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n") + "\n";
-    std::fs::write(&of, lines(orders.iter().map(|(id, c, tot, at)| serde_json::json!({"order_id": id, "customer": c, "total": tot, "placed": at})).collect())).unwrap();
-    std::fs::write(&pf, lines(pays.iter().map(|(id, a, m, at)| serde_json::json!({"order_id": id, "amount": a, "method": m, "paid": at})).collect())).unwrap();
+    let (of, pf) = write_orders_and_payments(&dir, &orders, &pays);
     let program = dir.join("joined.stream");
     std::fs::write(&program, JOINED_COUNT).unwrap();
     let p = program.to_str().unwrap();

@@ -417,8 +417,55 @@ struct Trees {
     commits: u32,
 }
 
-/// A store's staged changes: key → (value or deletion, whether the key may be in sled).
-type Pending = FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>;
+/// Changes to one store that are not in sled yet, coalesced by key: key → (value or deletion,
+/// whether the key may already be in sled). Used by commits and by restore alike.
+#[derive(Default)]
+struct Pending(FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>);
+
+impl Pending {
+    /// Record a change. A key created and deleted while pending never reaches sled.
+    fn stage(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, may_exist: bool) {
+        match self.0.get_mut(&key) {
+            Some(slot) if value.is_none() && !slot.1 => {
+                self.0.remove(&key);
+            }
+            Some(slot) => slot.0 = value,
+            None if value.is_some() || may_exist => {
+                self.0.insert(key, (value, may_exist));
+            }
+            None => {}
+        }
+    }
+
+    fn get(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.0.get(key).map(|(v, _)| v)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Write the changes and the checkpoint to the tree in one atomic batch, sorted by key (so
+    /// the batch does not depend on hash order), then read the keys back (see [`consolidate`]).
+    /// `written` sees each key and whether it was put (true) or deleted.
+    fn write(&mut self, tree: &sled::Tree, checkpoint: &Pos, mut written: impl FnMut(&[u8], bool)) -> Result<(), sled::Error> {
+        let mut entries: Vec<_> = self.0.drain().collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let keys: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
+        let mut batch = sled::Batch::default();
+        for (k, (v, _)) in entries {
+            written(&k, v.is_some());
+            match v {
+                Some(v) => batch.insert(k, v),
+                None => batch.remove(k),
+            }
+        }
+        batch.insert(CHECKPOINT, serde_json::to_vec(checkpoint).unwrap_or_default());
+        tree.apply_batch(batch)?;
+        consolidate(tree, &keys);
+        Ok(())
+    }
+}
 
 /// Local state is written at least every this many commits…
 const LOCAL_WRITE_COMMITS: u32 = 8;
@@ -429,42 +476,14 @@ impl Trees {
     /// Record the changes of a commit; written to sled later by [`Trees::write`].
     fn stage(&mut self, changes: &mut Vec<Change>) {
         for ch in changes.drain(..) {
-            let pending = &mut self.pending[ch.store];
-            match pending.get_mut(&ch.key) {
-                Some(slot) => {
-                    if ch.value.is_none() && !slot.1 {
-                        // Created and deleted since sled was written: nothing to write.
-                        pending.remove(&ch.key);
-                    } else {
-                        slot.0 = ch.value;
-                    }
-                }
-                None => {
-                    if ch.value.is_some() || ch.existed {
-                        pending.insert(ch.key, (ch.value, ch.existed));
-                    }
-                }
-            }
+            self.pending[ch.store].stage(ch.key, ch.value, ch.existed);
         }
     }
 
     /// Write the pending changes with each store's checkpoint, one atomic batch per store.
     fn write(&mut self, checkpoints: &[Pos]) -> Result<(), String> {
         for ((tree, pending), cp) in self.trees.iter().zip(self.pending.iter_mut()).zip(checkpoints) {
-            let mut batch = sled::Batch::default();
-            // Sorted, so the batch (and the sled file) does not depend on hash order.
-            let mut entries: Vec<_> = pending.drain().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let keys: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
-            for (k, (v, _)) in entries {
-                match v {
-                    Some(v) => batch.insert(k, v),
-                    None => batch.remove(k),
-                }
-            }
-            batch.insert(CHECKPOINT, serde_json::to_vec(cp).unwrap_or_default());
-            tree.apply_batch(batch).map_err(|e| format!("cannot write local state: {e}"))?;
-            consolidate(tree, &keys);
+            pending.write(tree, cp, |_, _| {}).map_err(|e| format!("cannot write local state: {e}"))?;
         }
         self.commits = 0;
         Ok(())
@@ -477,7 +496,7 @@ impl Trees {
 
 impl StoreRead for Trees {
     fn get(&self, store: usize, key: &[u8]) -> Option<Vec<u8>> {
-        if let Some((v, _)) = self.pending.get(store)?.get(key) {
+        if let Some(v) = self.pending.get(store)?.get(key) {
             return v.clone();
         }
         self.trees.get(store)?.get(key).ok().flatten().map(|v| v.to_vec())
@@ -524,7 +543,7 @@ impl TaskRun {
             let secs = started.elapsed().as_secs_f64();
             eprintln!("restored {restored} records into {} partition {p} in {secs:.2}s ({:.0} records/s)", spec.name, restored as f64 / secs.max(1e-9));
         }
-        let trees = Trees { pending: trees.iter().map(|_| FxHashMap::default()).collect(), trees, commits: 0 };
+        let trees = Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0 };
         let mut task = Task::new(spec, p, stream_time);
         task.join_time = join_time;
         task.join_seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
@@ -686,12 +705,7 @@ impl TaskRun {
                 if let Err(e) = res {
                     self.bad_record(main_topic, &s, e, opts)?;
                 }
-                if let Some(reason) = self.task.late_reason.take() {
-                    if opts.config.late.to_topic {
-                        let rec = with_source_headers(&s.record, reason, main_topic, p, s.offset);
-                        self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
-                    }
-                }
+                self.late_record(main_topic, &s, opts);
             } else if let Some((_, i)) = pick {
                 let Some(s) = self.tables[i].1.take() else { break };
                 external += 1;
@@ -700,12 +714,7 @@ impl TaskRun {
                 if let Err(e) = self.task.process_side(i, &s.record, s.offset, &mut self.out, &self.trees) {
                     self.bad_record(topic, &s, e, opts)?;
                 }
-                if let Some(reason) = self.task.late_reason.take() {
-                    if opts.config.late.to_topic {
-                        let rec = with_source_headers(&s.record, reason, topic, p, s.offset);
-                        self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
-                    }
-                }
+                self.late_record(topic, &s, opts);
             }
             n += 1;
             self.uncommitted += 1;
@@ -717,6 +726,16 @@ impl TaskRun {
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {
         self.task.process(input, &mut self.out, &self.trees)
+    }
+
+    /// If the record just processed was late, write it to `<app>-late` (with `late.to_topic`).
+    fn late_record(&mut self, topic: &str, s: &crate::log::Stored, opts: &RunOptions) {
+        if let Some(reason) = self.task.late_reason.take() {
+            if opts.config.late.to_topic {
+                let rec = with_source_headers(&s.record, reason, topic, self.task.partition, s.offset);
+                self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
+            }
+        }
     }
 
     fn bad_record(&mut self, topic: &str, s: &crate::log::Stored, e: RecordError, opts: &RunOptions) -> Result<(), String> {
@@ -759,7 +778,7 @@ impl TaskRun {
             self.bar.suspend(|| eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0));
         }
         if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
-            if last && self.trees.pending.iter().any(|p| !p.is_empty()) {
+            if last && self.trees.pending.iter().any(|p| p.len() > 0) {
                 let c = log.committed()?;
                 let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
                 self.trees.write(&cps)?;
@@ -908,13 +927,13 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
     if let Some(m) = &watch.metrics {
         m.start(total);
     }
-    // Changelog records are coalesced in memory and written every `embedded.restore_batch` records (with
-    // the checkpoint they reach, so an interrupted restore resumes there): a window put and
-    // later deleted by a tombstone never reaches sled, so a restore writes about the live state,
-    // not the whole history. `fresh`: the key was not in sled when the restore began.
+    // Changelog records are coalesced (as commits are, by `Pending`) and written every
+    // `embedded.restore_batch` records with the checkpoint they reach, so an interrupted restore
+    // resumes there: a window put and later deleted by a tombstone never reaches sled, so a
+    // restore writes about the live state, not the whole history.
     let mut reader = log.reader(changelog, p, from);
     let mut n = 0;
-    let mut pending: FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)> = FxHashMap::default();
+    let mut pending = Pending::default();
     let mut since_flush = 0u64;
     // Which keys may be in sled: none when restoring from scratch (then exactly the keys this
     // restore wrote), unknown (all) when replaying a tail.
@@ -927,43 +946,19 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
             n += 1;
             since_flush += 1;
             let Some(k) = s.record.key else { continue };
-            let fresh = from_empty && !written.contains(&k);
-            match (s.record.value, pending.get_mut(&k)) {
-                (None, Some(slot)) if slot.1 => {
-                    pending.remove(&k);
-                }
-                (v, Some(slot)) => slot.0 = v,
-                (Some(v), None) => {
-                    pending.insert(k, (Some(v), fresh));
-                }
-                (None, None) if !fresh => {
-                    pending.insert(k, (None, false));
-                }
-                (None, None) => {}
-            }
+            let may_exist = !from_empty || written.contains(&k);
+            pending.stage(k, s.record.value, may_exist);
         }
         if last || since_flush >= watch.batch {
-            let mut entries: Vec<_> = pending.drain().collect();
-            entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-            let keys: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
-            let mut batch = sled::Batch::default();
-            for (k, (v, _)) in entries {
-                match v {
-                    Some(v) => {
-                        if from_empty {
-                            written.insert(k.clone());
-                        }
-                        batch.insert(k, v)
+            pending
+                .write(tree, &reader.position(), |k, put| {
+                    if !put {
+                        written.remove(k);
+                    } else if from_empty {
+                        written.insert(k.to_vec());
                     }
-                    None => {
-                        written.remove(&k);
-                        batch.remove(k)
-                    }
-                }
-            }
-            batch.insert(CHECKPOINT, serde_json::to_vec(&reader.position()).unwrap_or_default());
-            tree.apply_batch(batch).map_err(|e| format!("cannot restore local state: {e}"))?;
-            consolidate(tree, &keys);
+                })
+                .map_err(|e| format!("cannot restore local state: {e}"))?;
             bar.inc(since_flush);
             if let Some(m) = &watch.metrics {
                 m.advance(since_flush);

@@ -460,6 +460,12 @@ impl Slot {
     fn new(entry: Option<AggEntry>, stored: bool) -> Slot {
         Slot { entry, dirty: false, stored, emitted: stored, deleted: false }
     }
+
+    /// Mark the slot changed since the last flush; true the first time (its key then goes on
+    /// the first-change list).
+    fn touch(&mut self) -> bool {
+        !std::mem::replace(&mut self.dirty, true)
+    }
 }
 
 /// A decoded row of a table input.
@@ -947,8 +953,7 @@ impl Task {
                     return Err(err(e));
                 }
             }
-            if !slot.dirty {
-                slot.dirty = true;
+            if slot.touch() {
                 self.dirty.push(sk.clone());
             }
         }
@@ -1043,11 +1048,8 @@ impl Task {
     }
 
     fn mark_dirty(&mut self, sk: Vec<u8>) {
-        if let Some(slot) = self.cache.get_mut(&sk) {
-            if !slot.dirty {
-                slot.dirty = true;
-                self.dirty.push(sk);
-            }
+        if self.cache.get_mut(&sk).is_some_and(Slot::touch) {
+            self.dirty.push(sk);
         }
     }
 
@@ -1128,8 +1130,7 @@ impl Task {
                 self.cache.remove(&sk);
             } else {
                 slot.deleted = true;
-                if !slot.dirty {
-                    slot.dirty = true;
+                if slot.touch() {
                     self.dirty.push(sk);
                 }
             }
@@ -1139,8 +1140,7 @@ impl Task {
         let slot = self.cache.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;
-        if !slot.dirty {
-            slot.dirty = true;
+        if slot.touch() {
             self.dirty.push(sk);
         }
         rest.push((start, end));
