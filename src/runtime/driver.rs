@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use crate::config::{Config, OnError};
 use crate::runtime::chaos::{Chaos, ChaosSpec, FailPoint};
 use crate::hir;
-use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
+use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record, Stored};
 use crate::plan::{Partitions, Topology};
 use crate::runtime::task::{self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
 use crate::runtime::metrics::{Metrics, RestoreMetrics, TaskCounts, TaskMetrics};
@@ -140,7 +140,7 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, db: &sled::Db,
             let committed = log.committed()?;
             let mut progress = false;
             for t in tasks.iter_mut() {
-                if t.step(&committed, startup, opts, commit_every)? > 0 {
+                if t.step_embedded(&committed, startup, opts, commit_every)? > 0 {
                     progress = true;
                 }
                 // A step stops at `commit.records` uncommitted records or at the end of the
@@ -377,54 +377,92 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
     rec
 }
 
-/// One task with its readers, stores and uncommitted work.
-struct TaskRun {
-    task: Task,
-    group: String,
-    main: PartitionReader,
-    /// Peeked but not yet processed: the next record of each table input.
-    tables: Vec<(PartitionReader, Option<crate::log::Stored>)>,
-    main_peek: Option<crate::log::Stored>,
-    trees: Trees,
-    out: Vec<Output>,
-    changes: Vec<Change>,
-    uncommitted: u64,
-    positions: BTreeMap<String, Pos>,
-    skipped: u64,
-    restored: u64,
-    commits: u64,
+/// Where a task's records come from: input 0 is the main input, then the side inputs in
+/// [`TaskSpec::side_topics`] order.
+pub(crate) trait Feed {
+    /// What is next on input `i`, without taking it.
+    fn peek(&mut self, i: usize) -> Result<Next, String>;
+    /// Take the record [`Feed::peek`] saw.
+    fn take(&mut self, i: usize) -> Option<Stored>;
+}
+
+/// The next record of an input, as far as the backend knows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Next {
+    /// A record with this timestamp.
+    Record(i64),
+    /// Nothing more for now: the input is at its end.
+    End,
+    /// Not known yet (a fetch is on its way): the task must wait, so that records are still
+    /// processed in timestamp order across its inputs.
+    Unknown,
+}
+
+/// The embedded log's feed: one reader per input, each read up to an end set before a step.
+pub(crate) struct EmbeddedFeed {
+    readers: Vec<PartitionReader>,
+    peeks: Vec<Option<Stored>>,
+    ends: Vec<Pos>,
+}
+
+impl Feed for EmbeddedFeed {
+    fn peek(&mut self, i: usize) -> Result<Next, String> {
+        if self.peeks[i].is_none() {
+            self.peeks[i] = self.readers[i].read(self.ends[i], 1)?.pop();
+        }
+        Ok(self.peeks[i].as_ref().map_or(Next::End, |s| Next::Record(s.record.timestamp)))
+    }
+    fn take(&mut self, i: usize) -> Option<Stored> {
+        self.peeks[i].take()
+    }
+}
+
+/// One task with its feed, stores and uncommitted work.
+pub(crate) struct TaskRun<F: Feed = EmbeddedFeed> {
+    pub(crate) task: Task,
+    pub(crate) group: String,
+    pub(crate) feed: F,
+    pub(crate) trees: Trees,
+    pub(crate) out: Vec<Output>,
+    pub(crate) changes: Vec<Change>,
+    pub(crate) uncommitted: u64,
+    /// `topic/partition` → the position after the last record processed.
+    pub(crate) positions: BTreeMap<String, Pos>,
+    pub(crate) skipped: u64,
+    pub(crate) restored: u64,
+    pub(crate) commits: u64,
     /// Records read from every input (bad ones included), for metrics.
-    read: u64,
-    metrics: Option<TaskMetrics>,
+    pub(crate) read: u64,
+    pub(crate) metrics: Option<TaskMetrics>,
     /// The `--drain` progress bar, shared by every task (hidden unless shown).
-    bar: ProgressBar,
-    chaos: Option<Chaos>,
+    pub(crate) bar: ProgressBar,
+    pub(crate) chaos: Option<Chaos>,
     /// A fault was injected: the task must be reopened from its committed state.
-    failed: bool,
+    pub(crate) failed: bool,
     /// The counts as of the last commit (what a reopened task starts from).
-    at_commit: (task::Counters, u64, u64),
+    pub(crate) at_commit: (task::Counters, u64, u64),
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
 /// yet written to it. Local state is written every few commits, not at each: a window created
 /// and expired in between costs no sled write at all, and the changelog tail after the
 /// checkpoint covers the rest after a crash.
-struct Trees {
-    trees: Vec<sled::Tree>,
+pub(crate) struct Trees {
+    pub(crate) trees: Vec<sled::Tree>,
     /// Per store: key → (value or deletion, whether the key may be in sled).
-    pending: Vec<Pending>,
+    pub(crate) pending: Vec<Pending>,
     /// Commits since local state was last written.
-    commits: u32,
+    pub(crate) commits: u32,
 }
 
 /// Changes to one store that are not in sled yet, coalesced by key: key → (value or deletion,
 /// whether the key may already be in sled). Used by commits and by restore alike.
 #[derive(Default)]
-struct Pending(FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>);
+pub(crate) struct Pending(FxHashMap<Vec<u8>, (Option<Vec<u8>>, bool)>);
 
 impl Pending {
     /// Record a change. A key created and deleted while pending never reaches sled.
-    fn stage(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, may_exist: bool) {
+    pub(crate) fn stage(&mut self, key: Vec<u8>, value: Option<Vec<u8>>, may_exist: bool) {
         match self.0.get_mut(&key) {
             Some(slot) if value.is_none() && !slot.1 => {
                 self.0.remove(&key);
@@ -441,14 +479,14 @@ impl Pending {
         self.0.get(key).map(|(v, _)| v)
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.len()
     }
 
     /// Write the changes and the checkpoint to the tree in one atomic batch, sorted by key (so
     /// the batch does not depend on hash order), then read the keys back (see [`consolidate`]).
     /// `written` sees each key and whether it was put (true) or deleted.
-    fn write(&mut self, tree: &sled::Tree, checkpoint: &Pos, mut written: impl FnMut(&[u8], bool)) -> Result<(), sled::Error> {
+    pub(crate) fn write(&mut self, tree: &sled::Tree, checkpoint: &Pos, mut written: impl FnMut(&[u8], bool)) -> Result<(), sled::Error> {
         let mut entries: Vec<_> = self.0.drain().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let keys: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
@@ -474,14 +512,14 @@ const LOCAL_WRITE_PENDING: usize = 200_000;
 
 impl Trees {
     /// Record the changes of a commit; written to sled later by [`Trees::write`].
-    fn stage(&mut self, changes: &mut Vec<Change>) {
+    pub(crate) fn stage(&mut self, changes: &mut Vec<Change>) {
         for ch in changes.drain(..) {
             self.pending[ch.store].stage(ch.key, ch.value, ch.existed);
         }
     }
 
     /// Write the pending changes with each store's checkpoint, one atomic batch per store.
-    fn write(&mut self, checkpoints: &[Pos]) -> Result<(), String> {
+    pub(crate) fn write(&mut self, checkpoints: &[Pos]) -> Result<(), String> {
         for ((tree, pending), cp) in self.trees.iter().zip(self.pending.iter_mut()).zip(checkpoints) {
             pending.write(tree, cp, |_, _| {}).map_err(|e| format!("cannot write local state: {e}"))?;
         }
@@ -489,7 +527,7 @@ impl Trees {
         Ok(())
     }
 
-    fn due(&self) -> bool {
+    pub(crate) fn due(&self) -> bool {
         self.commits >= LOCAL_WRITE_COMMITS || self.pending.iter().map(|p| p.len()).sum::<usize>() >= LOCAL_WRITE_PENDING
     }
 }
@@ -508,52 +546,49 @@ impl StoreRead for Trees {
     }
 }
 
-impl TaskRun {
-    fn open(spec: Arc<TaskSpec>, p: u32, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
-        let group = group_name(opts, &spec.name, p);
-        let spec_name = spec.name.clone();
-        let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
-        let pos_of = |topic: &str| -> Pos { meta.get("inputs").and_then(|i| i.get(format!("{topic}/{p}"))).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default() };
-        let stream_time = meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
-        let mut positions = BTreeMap::new();
-        positions.insert(format!("{}/{p}", spec.main.topic), pos_of(&spec.main.topic));
-        let main = log.reader(&spec.main.topic, p, pos_of(&spec.main.topic));
-        let mut tables = Vec::new();
-        for t in spec.side_topics() {
-            positions.insert(format!("{t}/{p}"), pos_of(&t));
-            tables.push((log.reader(&t, p, pos_of(&t)), None));
-        }
-        let join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
-        let mut trees = Vec::new();
-        let mut restored = 0;
-        let started = Instant::now();
+/// Each input's committed position (`topic/partition` → position) from a task's commit record.
+pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) -> BTreeMap<String, Pos> {
+    let mut topics = vec![spec.main.topic.clone()];
+    topics.extend(spec.side_topics());
+    topics
+        .iter()
+        .map(|t| {
+            let k = format!("{t}/{p}");
+            let pos = meta.get("inputs").and_then(|i| i.get(&k)).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
+            (k, pos)
+        })
+        .collect()
+}
+
+/// Open the sled tree of one store's shard.
+pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree, String> {
+    db.open_tree(format!("{store}#{p}")).map_err(|e| format!("cannot open store {store}: {e}"))
+}
+
+pub(crate) fn log_restore(name: &str, p: u32, restored: u64, started: Instant) {
+    if restored > 0 {
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!("restored {restored} records into {name} partition {p} in {secs:.2}s ({:.0} records/s)", restored as f64 / secs.max(1e-9));
+    }
+}
+
+impl<F: Feed> TaskRun<F> {
+    /// A task over `feed` with its restored stores, resuming from its commit record `meta`
+    /// (stream times, join state) at `positions`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(spec: Arc<TaskSpec>, p: u32, group: String, feed: F, trees: Vec<sled::Tree>, meta: &serde_json::Value, positions: BTreeMap<String, Pos>, restored: u64, opts: &RunOptions) -> TaskRun<F> {
         let task_id = format!("{}_{p}", spec.sub);
-        for st in &spec.stores {
-            let tree = db.open_tree(format!("{}#{p}", st.name)).map_err(|e| format!("cannot open store {}: {e}", st.name))?;
-            let watch = RestoreWatch {
-                batch: opts.config.embedded.restore_batch.max(1),
-                label: opts.progress.then(|| format!("restoring {} partition {p}", st.name)),
-                metrics: opts.metrics.as_ref().map(|m| m.restore(&task_id, &st.name)),
-            };
-            restored += restore(&tree, log, &st.changelog, p, c, &watch)?;
-            trees.push(tree);
-        }
         let metrics = opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
-        if restored > 0 {
-            let secs = started.elapsed().as_secs_f64();
-            eprintln!("restored {restored} records into {} partition {p} in {secs:.2}s ({:.0} records/s)", spec.name, restored as f64 / secs.max(1e-9));
-        }
         let trees = Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0 };
-        let mut task = Task::new(spec, p, stream_time);
-        task.join_time = join_time;
+        let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
+        let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
+        task.join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
         task.join_seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
-        Ok(TaskRun {
+        TaskRun {
             task,
             group,
-            main,
-            tables,
-            main_peek: None,
+            feed,
             trees,
             out: Vec::new(),
             changes: Vec::new(),
@@ -565,25 +600,53 @@ impl TaskRun {
             read: 0,
             metrics,
             bar: ProgressBar::hidden(),
-            chaos: opts.chaos.map(|c| Chaos::new(c, &group_name(opts, &spec_name, p))),
+            chaos,
             failed: false,
             at_commit: Default::default(),
+        }
+    }
+
+    /// The commit record of the task: input positions, stream time and join state.
+    pub(crate) fn meta(&self) -> serde_json::Value {
+        serde_json::json!({
+            "inputs": self.positions,
+            "stream_time": self.task.stream_time,
+            "join_time": self.task.join_time,
+            "join_seq": self.task.join_seq,
         })
+    }
+
+}
+
+impl TaskRun {
+    fn open(spec: Arc<TaskSpec>, p: u32, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
+        let group = group_name(opts, &spec.name, p);
+        let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
+        let positions = positions_of(&spec, p, &meta);
+        let mut topics = vec![spec.main.topic.clone()];
+        topics.extend(spec.side_topics());
+        let readers = topics.iter().map(|t| log.reader(t, p, positions[&format!("{t}/{p}")])).collect();
+        let feed = EmbeddedFeed { readers, peeks: topics.iter().map(|_| None).collect(), ends: vec![Pos::default(); topics.len()] };
+        let mut trees = Vec::new();
+        let mut restored = 0;
+        let started = Instant::now();
+        let task_id = format!("{}_{p}", spec.sub);
+        for st in &spec.stores {
+            let tree = open_tree(db, &st.name, p)?;
+            let watch = RestoreWatch::new(opts, &task_id, &st.name, p);
+            restored += restore(&tree, log, &st.changelog, p, c, &watch)?;
+            trees.push(tree);
+        }
+        log_restore(&spec.name, p, restored, started);
+        Ok(TaskRun::new(spec, p, group, feed, trees, &meta, positions, restored, opts))
     }
 
     /// After an injected fault: drop everything uncommitted and reopen the task from the
     /// committed log and its local state, as a restarted process would.
     fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, opts: &RunOptions) -> Result<(), String> {
         let c = log.committed()?;
-        let mut fresh = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
-        fresh.chaos = self.chaos.take();
-        fresh.metrics = self.metrics.take();
-        fresh.bar = self.bar.clone();
-        fresh.restored += self.restored;
-        fresh.commits = self.commits;
-        (fresh.task.counters, fresh.skipped, fresh.read) = self.at_commit.clone();
-        fresh.at_commit = std::mem::take(&mut self.at_commit);
-        *self = fresh;
+        let fresh = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
+        self.replace_with(fresh);
         Ok(())
     }
 
@@ -596,39 +659,6 @@ impl TaskRun {
             topics.push(spec.main.topic.clone());
         }
         topics.iter().map(|t| startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))).sum()
-    }
-
-    /// Bring the shared metrics up to this task's counts.
-    fn publish(&mut self) {
-        let Some(m) = &mut self.metrics else { return };
-        let c = &self.task.counters;
-        m.publish(&TaskCounts {
-            records_in: self.read,
-            records_out: c.records_out,
-            dead_letters: c.dead_letters,
-            skipped: self.skipped,
-            commits: self.commits,
-            late: c.late,
-            cache_hits: c.cache_hits,
-            cache_misses: c.cache_misses,
-            processors: c.ops_in.clone(),
-        });
-    }
-
-    fn summary(&self) -> Summary {
-        let c = &self.task.counters;
-        Summary {
-            records_in: c.records_in,
-            records_out: c.records_out,
-            late: c.late,
-            dead_letters: c.dead_letters,
-            skipped: self.skipped,
-            restored: self.restored,
-            commits: self.commits,
-            cache_hits: c.cache_hits,
-            cache_misses: c.cache_misses,
-            faults: self.chaos.as_ref().map_or(0, |c| c.faults),
-        }
     }
 
     /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`;
@@ -645,77 +675,83 @@ impl TaskRun {
         now
     }
 
-    /// Process up to `max` records; returns how many were processed.
-    fn step(&mut self, c: &Committed, startup: &Committed, opts: &RunOptions, max: u64) -> Result<u64, String> {
+    /// Process up to `max` records, reading each input up to its end for this step.
+    fn step_embedded(&mut self, c: &Committed, startup: &Committed, opts: &RunOptions, max: u64) -> Result<u64, String> {
+        let spec = self.task.spec.clone();
+        let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
+        self.feed.ends[0] = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
+        for (i, t) in spec.side_topics().iter().enumerate() {
+            self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
+        }
+        self.step(opts, max)
+    }
+}
+
+impl<F: Feed> TaskRun<F> {
+    /// Carry what outlives a reopened task (fault injection, metrics, counts as of the last
+    /// commit) over to `fresh`, its replacement, and become it.
+    pub(crate) fn replace_with(&mut self, mut fresh: TaskRun<F>) {
+        fresh.chaos = self.chaos.take();
+        fresh.metrics = self.metrics.take();
+        fresh.bar = self.bar.clone();
+        fresh.restored += self.restored;
+        fresh.commits = self.commits;
+        (fresh.task.counters, fresh.skipped, fresh.read) = self.at_commit.clone();
+        fresh.at_commit = std::mem::take(&mut self.at_commit);
+        *self = fresh;
+    }
+
+    /// Process up to `max` records in timestamp order across the inputs (side inputs first on
+    /// ties); returns how many were processed. Stops early when an input's next record is not
+    /// known yet.
+    pub(crate) fn step(&mut self, opts: &RunOptions, max: u64) -> Result<u64, String> {
         let p = self.task.partition;
         let spec = self.task.spec.clone();
-        let main_topic = &spec.main.topic;
         let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
-        let main_end = self.end(main_topic, main_internal, c, startup, opts.drain);
-        let sides = spec.side_topics();
-        let table_ends: Vec<Pos> = sides.iter().map(|t| self.end(t, false, c, startup, opts.drain)).collect();
+        let mut topics = vec![spec.main.topic.clone()];
+        topics.extend(spec.side_topics());
         let mut n = 0;
         // Records of external inputs, for the progress bar.
         let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
-        while n < budget {
+        'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
                 // Redelivery: everything read since the last commit will be read again.
                 self.failed = true;
                 break;
             }
-            if self.main_peek.is_none() {
-                self.main_peek = self.main.read(main_end, 1)?.pop();
-            }
-            for (i, (r, peek)) in self.tables.iter_mut().enumerate() {
-                if peek.is_none() {
-                    *peek = r.read(table_ends[i], 1)?.pop();
-                }
-            }
-            // By timestamp, the earliest record next; side inputs (tables first, then joined
-            // streams) before the main input on ties.
+            // The earliest record next: a side input before a later side input or the main
+            // input on ties.
             let mut pick: Option<(i64, usize)> = None;
-            for (i, (_, peek)) in self.tables.iter().enumerate() {
-                if let Some(s) = peek {
-                    if pick.is_none_or(|(ts, _)| s.record.timestamp < ts) {
-                        pick = Some((s.record.timestamp, i));
-                    }
+            for i in (1..topics.len()).chain([0]) {
+                match self.feed.peek(i)? {
+                    Next::Record(ts) if pick.is_none_or(|(t, _)| ts < t) => pick = Some((ts, i)),
+                    Next::Record(_) | Next::End => {}
+                    Next::Unknown => break 'records,
                 }
             }
-            let main_first = match (&self.main_peek, pick) {
-                (None, None) => break,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(m), Some((ts, _))) => m.record.timestamp < ts,
-            };
-            if main_first {
-                let Some(s) = self.main_peek.take() else { break };
-                if !main_internal {
-                    external += 1;
-                }
-                self.positions.insert(format!("{main_topic}/{p}"), s.next);
-                let decoded = self.task.decode_main(&s.record);
-                let res = match decoded {
+            let Some((_, i)) = pick else { break };
+            let Some(s) = self.feed.take(i) else { break };
+            let topic = &topics[i];
+            if i > 0 || !main_internal {
+                external += 1;
+            }
+            self.positions.insert(format!("{topic}/{p}"), s.next);
+            let res = if i == 0 {
+                match self.task.decode_main(&s.record) {
                     Ok(mut input) => {
                         input.offset = s.offset;
                         self.process(input)
                     }
                     Err(e) => Err(e),
-                };
-                if let Err(e) = res {
-                    self.bad_record(main_topic, &s, e, opts)?;
                 }
-                self.late_record(main_topic, &s, opts);
-            } else if let Some((_, i)) = pick {
-                let Some(s) = self.tables[i].1.take() else { break };
-                external += 1;
-                let topic = &sides[i];
-                self.positions.insert(format!("{topic}/{p}"), s.next);
-                if let Err(e) = self.task.process_side(i, &s.record, s.offset, &mut self.out, &self.trees) {
-                    self.bad_record(topic, &s, e, opts)?;
-                }
-                self.late_record(topic, &s, opts);
+            } else {
+                self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
+            };
+            if let Err(e) = res {
+                self.bad_record(topic, &s, e, opts)?;
             }
+            self.late_record(topic, &s, opts);
             n += 1;
             self.uncommitted += 1;
         }
@@ -726,6 +762,39 @@ impl TaskRun {
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {
         self.task.process(input, &mut self.out, &self.trees)
+    }
+
+    /// Bring the shared metrics up to this task's counts.
+    pub(crate) fn publish(&mut self) {
+        let Some(m) = &mut self.metrics else { return };
+        let c = &self.task.counters;
+        m.publish(&TaskCounts {
+            records_in: self.read,
+            records_out: c.records_out,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            commits: self.commits,
+            late: c.late,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            processors: c.ops_in.clone(),
+        });
+    }
+
+    pub(crate) fn summary(&self) -> Summary {
+        let c = &self.task.counters;
+        Summary {
+            records_in: c.records_in,
+            records_out: c.records_out,
+            late: c.late,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            restored: self.restored,
+            commits: self.commits,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            faults: self.chaos.as_ref().map_or(0, |c| c.faults),
+        }
     }
 
     /// If the record just processed was late, write it to `<app>-late` (with `late.to_topic`).
@@ -756,6 +825,9 @@ impl TaskRun {
         }
     }
 
+}
+
+impl TaskRun {
     /// Flush and commit (see [`TaskRun::commit_batch`]), then report to the metrics.
     /// `last`: the final commit of the run, after which local state must be written.
     fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), String> {
@@ -805,12 +877,7 @@ impl TaskRun {
             let rec = Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
             appends.entry((stores[ch.store].changelog.clone(), p)).or_default().push(rec);
         }
-        let meta = serde_json::json!({
-            "inputs": self.positions,
-            "stream_time": self.task.stream_time,
-            "join_time": self.task.join_time,
-            "join_seq": self.task.join_seq,
-        });
+        let meta = self.meta();
         let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
         // (No faults in the final commit, so a run always ends.)
         if !last && self.inject(FailPoint::BeforeLogCommit) {
@@ -837,9 +904,9 @@ impl TaskRun {
     }
 }
 
-impl TaskRun {
+impl<F: Feed> TaskRun<F> {
     /// Should the task fail here? Marks it failed (the worker reopens it) if so.
-    fn inject(&mut self, at: FailPoint) -> bool {
+    pub(crate) fn inject(&mut self, at: FailPoint) -> bool {
         if self.chaos.as_mut().is_some_and(|c| c.fail(at)) {
             self.failed = true;
         }
@@ -893,25 +960,119 @@ fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: 
 }
 
 /// Who watches a restore: a progress bar labelled so (when stderr is a terminal) and the metrics.
-struct RestoreWatch {
+pub(crate) struct RestoreWatch {
     /// `embedded.restore_batch`.
     batch: u64,
     label: Option<String>,
     metrics: Option<RestoreMetrics>,
 }
 
+impl RestoreWatch {
+    pub(crate) fn new(opts: &RunOptions, task_id: &str, store: &str, p: u32) -> RestoreWatch {
+        RestoreWatch {
+            batch: opts.config.embedded.restore_batch.max(1),
+            label: opts.progress.then(|| format!("restoring {store} partition {p}")),
+            metrics: opts.metrics.as_ref().map(|m| m.restore(task_id, store)),
+        }
+    }
+}
+
+/// The local checkpoint of a store: the changelog position its local state reflects.
+pub(crate) fn checkpoint(tree: &sled::Tree) -> Option<Pos> {
+    tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// Where a store's restore starts: its checkpoint if it is at or before the changelog's `end`,
+/// else (no checkpoint, or local state ahead of the changelog) nothing: the local state is wiped.
+pub(crate) fn restore_start(tree: &sled::Tree, end: u64) -> Result<Pos, String> {
+    match checkpoint(tree) {
+        Some(cp) if cp.offset <= end => Ok(cp),
+        _ => {
+            tree.clear().map_err(|e| format!("cannot reset local state: {e}"))?;
+            Ok(Pos::default())
+        }
+    }
+}
+
+/// Applies changelog records to a store. Records are coalesced (as commits are, by `Pending`)
+/// and written every `embedded.restore_batch` records with the checkpoint they reach, so an
+/// interrupted restore resumes there: a window put and later deleted by a tombstone never
+/// reaches sled, so a restore writes about the live state, not the whole history.
+pub(crate) struct Restorer<'a> {
+    tree: &'a sled::Tree,
+    watch: &'a RestoreWatch,
+    bar: ProgressBar,
+    pending: Pending,
+    since_flush: u64,
+    /// Records applied.
+    pub(crate) n: u64,
+    /// Which keys may be in sled: none when restoring from scratch (then exactly the keys this
+    /// restore wrote), unknown (all) when replaying a tail.
+    from_empty: bool,
+    written: rustc_hash::FxHashSet<Vec<u8>>,
+}
+
+impl<'a> Restorer<'a> {
+    /// `total`: the records expected (for the progress bar and metrics), if known.
+    pub(crate) fn new(tree: &'a sled::Tree, watch: &'a RestoreWatch, from: Pos, total: u64) -> Restorer<'a> {
+        let bar = match &watch.label {
+            Some(label) => progress_bar(total, RECORDS, label.clone()),
+            None => ProgressBar::hidden(),
+        };
+        if let Some(m) = &watch.metrics {
+            m.start(total);
+        }
+        Restorer { tree, watch, bar, pending: Pending::default(), since_flush: 0, n: 0, from_empty: from == Pos::default(), written: Default::default() }
+    }
+
+    /// Apply one changelog record (a record without a key is counted and ignored).
+    pub(crate) fn apply(&mut self, key: Option<Vec<u8>>, value: Option<Vec<u8>>) {
+        self.n += 1;
+        self.since_flush += 1;
+        let Some(k) = key else { return };
+        let may_exist = !self.from_empty || self.written.contains(&k);
+        self.pending.stage(k, value, may_exist);
+    }
+
+    /// Write what is pending with checkpoint `at` once a batch is full (or always, `force`).
+    pub(crate) fn write(&mut self, at: &Pos, force: bool) -> Result<(), String> {
+        if !force && self.since_flush < self.watch.batch {
+            return Ok(());
+        }
+        let (from_empty, written) = (self.from_empty, &mut self.written);
+        self.pending
+            .write(self.tree, at, |k, put| {
+                if !put {
+                    written.remove(k);
+                } else if from_empty {
+                    written.insert(k.to_vec());
+                }
+            })
+            .map_err(|e| format!("cannot restore local state: {e}"))?;
+        self.bar.inc(self.since_flush);
+        if let Some(m) = &self.watch.metrics {
+            m.advance(self.since_flush);
+        }
+        self.since_flush = 0;
+        Ok(())
+    }
+
+    /// Write the rest with the final checkpoint `at`; returns the records applied.
+    pub(crate) fn finish(mut self, at: &Pos) -> Result<u64, String> {
+        self.write(at, true)?;
+        self.bar.finish_and_clear();
+        if let Some(m) = &self.watch.metrics {
+            m.done();
+        }
+        Ok(self.n)
+    }
+}
+
 /// Bring a store up to its changelog's committed end: from its checkpoint if the local state is
 /// consistent with it, else from the beginning. Returns the records replayed.
 fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed, watch: &RestoreWatch) -> Result<u64, String> {
     let end = c.end(changelog, p);
-    let checkpoint: Option<Pos> = tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok());
-    let from = match checkpoint {
-        Some(cp) if cp.offset <= end.offset => cp,
-        _ => {
-            tree.clear().map_err(|e| format!("cannot reset local state: {e}"))?;
-            Pos::default()
-        }
-    };
+    let from = restore_start(tree, end.offset)?;
     if from == end {
         if let Some(m) = &watch.metrics {
             m.done();
@@ -919,59 +1080,17 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
         return Ok(0);
     }
     // The log keeps every changelog record (no compaction), so offsets count the records to replay.
-    let total = end.offset.saturating_sub(from.offset);
-    let bar = match &watch.label {
-        Some(label) => progress_bar(total, RECORDS, label.clone()),
-        None => ProgressBar::hidden(),
-    };
-    if let Some(m) = &watch.metrics {
-        m.start(total);
-    }
-    // Changelog records are coalesced (as commits are, by `Pending`) and written every
-    // `embedded.restore_batch` records with the checkpoint they reach, so an interrupted restore
-    // resumes there: a window put and later deleted by a tombstone never reaches sled, so a
-    // restore writes about the live state, not the whole history.
+    let mut r = Restorer::new(tree, watch, from, end.offset.saturating_sub(from.offset));
     let mut reader = log.reader(changelog, p, from);
-    let mut n = 0;
-    let mut pending = Pending::default();
-    let mut since_flush = 0u64;
-    // Which keys may be in sled: none when restoring from scratch (then exactly the keys this
-    // restore wrote), unknown (all) when replaying a tail.
-    let from_empty = from == Pos::default();
-    let mut written: rustc_hash::FxHashSet<Vec<u8>> = Default::default();
     loop {
         let recs = reader.read(end, 10_000)?;
-        let last = recs.is_empty();
-        for s in recs.into_iter() {
-            n += 1;
-            since_flush += 1;
-            let Some(k) = s.record.key else { continue };
-            let may_exist = !from_empty || written.contains(&k);
-            pending.stage(k, s.record.value, may_exist);
-        }
-        if last || since_flush >= watch.batch {
-            pending
-                .write(tree, &reader.position(), |k, put| {
-                    if !put {
-                        written.remove(k);
-                    } else if from_empty {
-                        written.insert(k.to_vec());
-                    }
-                })
-                .map_err(|e| format!("cannot restore local state: {e}"))?;
-            bar.inc(since_flush);
-            if let Some(m) = &watch.metrics {
-                m.advance(since_flush);
-            }
-            since_flush = 0;
-        }
-        if last {
+        if recs.is_empty() {
             break;
         }
+        for s in recs {
+            r.apply(s.record.key, s.record.value);
+        }
+        r.write(&reader.position(), false)?;
     }
-    bar.finish_and_clear();
-    if let Some(m) = &watch.metrics {
-        m.done();
-    }
-    Ok(n)
+    r.finish(&reader.position())
 }
