@@ -18,6 +18,8 @@ pub struct Config {
     pub control: Control,
     pub embedded: Embedded,
     pub late: Late,
+    pub instance: Instance,
+    pub metrics: MetricsConfig,
     /// librdkafka properties, passed through unchanged.
     pub kafka: BTreeMap<String, String>,
 }
@@ -109,6 +111,28 @@ impl Default for Embedded {
 pub struct Late {
     /// Also write each late record (with the reason in `streamc.error`) to `<app>-late`.
     pub to_topic: bool,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Instance {
+    /// Kafka backend: this instance's stable name. Gives static group membership
+    /// (`group.instance.id`) and the exactly-once `transactional.id`; without it, a name kept
+    /// in the state directory is used for the `transactional.id`.
+    pub id: Option<String>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Kafka backend: how often each task's counters and consumer lag go to `<app>-metrics`.
+    pub interval_ms: u64,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { interval_ms: 30_000 }
+    }
 }
 
 /// Load the configuration: the file (if any), then each `KEY=VALUE` in order.

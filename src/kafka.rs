@@ -31,7 +31,8 @@ impl Kafka {
         Kafka { props: props.clone() }
     }
 
-    fn config(&self) -> ClientConfig {
+    /// A client configuration with every `kafka.*` property.
+    pub fn config(&self) -> ClientConfig {
         let mut c = ClientConfig::new();
         for (k, v) in &self.props {
             c.set(k, v);
@@ -39,7 +40,7 @@ impl Kafka {
         c
     }
 
-    fn servers(&self) -> &str {
+    pub fn servers(&self) -> &str {
         self.props.get("bootstrap.servers").map(String::as_str).unwrap_or("?")
     }
 

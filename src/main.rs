@@ -275,7 +275,17 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     let text = read(file)?;
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
-    log_of(g, &cfg)?;
+    let on_kafka = cfg.kafka.contains_key("bootstrap.servers");
+    if on_kafka {
+        if !inputs.is_empty() {
+            return Err("--input is for the embedded log; on Kafka, write the input with `streamc produce`".into());
+        }
+        if chaos.is_some() {
+            return Err("--chaos is for the embedded log; on Kafka, kill instances instead".into());
+        }
+    } else {
+        log_of(g, &cfg)?;
+    }
     let topo = plan::lower(&p, &app);
     let mut ins = Vec::new();
     for i in &inputs {
@@ -307,7 +317,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         chaos,
     };
     let started = std::time::Instant::now();
-    let sum = streamc::runtime::driver::run(&p, &topo, &opts)?;
+    let sum = if on_kafka { streamc::runtime::kafka_driver::run(&p, &topo, &opts)? } else { streamc::runtime::driver::run(&p, &topo, &opts)? };
     drop(server);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(

@@ -63,11 +63,15 @@ pub struct Chaos {
     pub faults: u64,
 }
 
+/// FNV-1a.
+pub fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
 impl Chaos {
     pub fn new(spec: ChaosSpec, task: &str) -> Chaos {
-        // FNV-1a of the task's name, mixed with the seed.
-        let h = task.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-        Chaos { spec, rng: Rng(spec.seed ^ h), faults: 0 }
+        // The task's name, mixed with the seed.
+        Chaos { spec, rng: Rng(spec.seed ^ fnv(task.as_bytes())), faults: 0 }
     }
 
     fn chance(&mut self, p: f64) -> bool {

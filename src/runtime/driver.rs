@@ -62,7 +62,7 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn add(&mut self, o: &Summary) {
+    pub(crate) fn add_from(&mut self, o: &Summary) {
         self.records_in += o.records_in;
         self.records_out += o.records_out;
         self.late += o.late;
@@ -126,7 +126,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     bar.finish_and_clear();
     let mut total = Summary::default();
     for r in results {
-        total.add(&r?);
+        total.add_from(&r?);
     }
     db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
     Ok(total)
@@ -175,7 +175,7 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, db: &sled::Db,
     let mut s = Summary::default();
     for t in tasks.iter_mut() {
         t.commit(log, opts, opts.close_windows_at_end, true)?;
-        s.add(&t.summary());
+        s.add_from(&t.summary());
     }
     Ok(s)
 }
@@ -917,7 +917,7 @@ impl<F: Feed> TaskRun<F> {
 /// Open the local state. It is a cache of the changelogs: if sled cannot open it (damage after
 /// an abrupt stop), it is wiped and every store is restored from its changelog. Only a lock held
 /// by another process is an error.
-fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, String> {
+pub(crate) fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, String> {
     let open = || sled::Config::new().path(path).cache_capacity(64 << 20).open();
     match open() {
         Ok(db) => Ok(db),

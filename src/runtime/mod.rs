@@ -6,3 +6,4 @@ pub mod driver;
 pub mod task;
 pub mod metrics;
 pub mod chaos;
+pub mod kafka_driver;

@@ -32,3 +32,22 @@ pub fn require() -> String {
         )
     })
 }
+
+/// A topic's partition count and `cleanup.policy`, from the broker's metadata and the admin
+/// API's DescribeConfigs.
+pub fn describe(bootstrap: &str, topic: &str) -> (i32, String) {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap);
+    let admin: AdminClient<DefaultClientContext> = cfg.create().unwrap();
+    let md = admin.inner().fetch_metadata(Some(topic), std::time::Duration::from_secs(10)).unwrap();
+    let t = md.topics().iter().find(|t| t.name() == topic).unwrap_or_else(|| panic!("no topic {topic}"));
+    assert!(t.error().is_none(), "topic {topic}: {:?}", t.error());
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let res = rt.block_on(admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())).unwrap();
+    let cfg = res.into_iter().next().unwrap().unwrap_or_else(|e| panic!("describe {topic}: {e:?}"));
+    let policy = cfg.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default();
+    (t.partitions().len() as i32, policy)
+}

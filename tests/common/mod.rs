@@ -8,6 +8,8 @@ use streamc::{ast, check, explain, hir, plan, syntax};
 
 pub mod embedded;
 pub mod kafka;
+pub mod data;
+pub mod cli;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.
 pub fn compile(src: &str) -> Result<hir::Program, Diagnostics> {

@@ -1,0 +1,917 @@
+//! The Kafka driver: the same tasks as the embedded driver, over Apache Kafka.
+//!
+//! - **Membership.** One consumer per instance joins the group `application.id` with the
+//!   cooperative-sticky assignor (static membership with `instance.id`), subscribed to every
+//!   sub-topology's main input. It reads nothing itself: its partitions are paused as they are
+//!   assigned, and it only carries membership and the committed offsets.
+//! - **Tasks.** An assigned partition `(topic, p)` opens every task whose main input is `topic`,
+//!   each with its own reader (a consumer assigned to its main and side partitions, one queue
+//!   per partition, end-of-partition events on), restored from its changelogs first: from the
+//!   local checkpoint when local state is consistent with the changelog, else from the start.
+//! - **Commit**, every `commit.interval_ms`: each task's record cache is flushed, outputs and
+//!   changelog records are produced, and once the broker has acknowledged them the main
+//!   partition's offset is committed with every task's commit record (input positions, stream
+//!   times) as the offset's metadata. Under `exactly_once` all of it is one transaction. Local
+//!   state (sled) is written only after a successful commit, with the changelog offsets the
+//!   producer's delivery reports gave, so it never holds uncommitted changes.
+//! - **Revocation** commits, writes local state and closes the revoked partitions' tasks; their
+//!   state stays on disk, so getting a task back restores only the changelog tail.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, DefaultConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rustc_hash::FxHashMap;
+
+use crate::config::Guarantee;
+use crate::hir;
+use crate::kafka::Kafka;
+use crate::log::{partition_for, Pos, Record, Stored};
+use crate::plan::{Partitions, TopicRole, Topology};
+use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, RunOptions, Summary, TaskRun};
+use crate::runtime::task::{self, TaskSpec};
+
+type Result<T> = std::result::Result<T, String>;
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// Records a task processes before the loop turns to the next task.
+const STEP: u64 = 5_000;
+/// Failed commits in a row before the run gives up.
+const MAX_FAILED_COMMITS: u32 = 10;
+
+/// Run the program on Kafka until `--drain` finds the input processed, or forever.
+pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result<Summary> {
+    let kafka = Kafka::new(&opts.config.kafka);
+    let specs: Vec<Arc<TaskSpec>> = task::specs(program, topo)?.into_iter().map(Arc::new).collect();
+    setup_topics(&kafka, program, topo, &specs)?;
+    let db = driver::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
+    let instance = instance_name(opts)?;
+    let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
+    // The start-up end of every partition of every external input: `--drain` stops there.
+    let mut startup = BTreeMap::new();
+    let probe: BaseConsumer = reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+    let external: BTreeSet<String> = specs.iter().flat_map(|s| external_inputs(s)).collect();
+    for t in &external {
+        for p in 0..kafka.partitions(t)?.unwrap_or(0) {
+            let (_, high) = probe.fetch_watermarks(t, p as i32, TIMEOUT).map_err(|e| format!("cannot read the end offsets of `{t}` partition {p}: {e}"))?;
+            startup.insert((t.clone(), p), high.max(0) as u64);
+        }
+    }
+    let main_topics: BTreeSet<String> = specs.iter().map(|s| s.main.topic.clone()).collect();
+    let producer = Producer::create(&kafka, opts, &instance, eos)?;
+    let engine = Engine {
+        opts: opts.clone(),
+        kafka,
+        specs,
+        db,
+        producer,
+        instance: instance.clone(),
+        eos,
+        units: BTreeMap::new(),
+        assigned: Vec::new(),
+        error: None,
+        reopen: false,
+        partitions: BTreeMap::new(),
+        startup,
+        main_external: main_topics.iter().filter(|t| external.contains(*t)).cloned().collect(),
+        closed: Summary::default(),
+        last_commit: Instant::now(),
+        last_metrics: Instant::now(),
+        failed_commits: 0,
+    };
+    let mut cfg = engine.kafka.config();
+    cfg.set("group.id", &opts.app)
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed");
+    if let Some(id) = &opts.config.instance.id {
+        cfg.set("group.instance.id", id);
+    }
+    let consumer: BaseConsumer<GroupCtx> = cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(|e| format!("Kafka consumer: {e}"))?;
+    let topics: Vec<&str> = main_topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
+    eprintln!("instance {instance} of `{}` joining group `{}` on {} ({})", opts.app, opts.app, opts.config.kafka.get("bootstrap.servers").map_or("?", |s| s), if eos { "exactly_once" } else { "at_least_once" });
+    let mut idle = false;
+    let mut windows_closed = false;
+    let result = loop {
+        match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
+            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => break Err("the Kafka consumer hit a fatal error".to_string()),
+            Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
+            // Fetched before its partition was paused: the task's own reader reads it.
+            Some(Ok(_)) | None => {}
+        }
+        let mut e = lock(&consumer.context().engine);
+        let step = (|| -> Result<bool> {
+            if let Some(err) = e.error.take() {
+                return Err(err);
+            }
+            if e.reopen {
+                e.reopen_all();
+            }
+            let opened = e.open_assigned(&consumer)?;
+            let worked = e.step()? || opened;
+            if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms) {
+                e.commit(&consumer, false)?;
+            }
+            Ok(worked)
+        })();
+        match step {
+            Err(err) => break Err(err),
+            Ok(worked) => idle = !worked,
+        }
+        if opts.drain && idle && e.drained(&consumer)? {
+            if opts.close_windows_at_end && !windows_closed {
+                e.commit(&consumer, true)?;
+                windows_closed = true;
+                continue;
+            }
+            e.commit(&consumer, false)?;
+            break e.close_all();
+        }
+    };
+    let summary = result?;
+    // Leaving the group revokes what is left (nothing: every task is closed).
+    consumer.unsubscribe();
+    drop(consumer);
+    Ok(summary)
+}
+
+fn lock(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The external (not internal) inputs of a task: its main input unless it is a repartition
+/// topic, and its side inputs.
+fn external_inputs(spec: &TaskSpec) -> Vec<String> {
+    let mut v = spec.side_topics();
+    if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
+        v.push(spec.main.topic.clone());
+    }
+    v
+}
+
+/// This instance's name: `instance.id`, else one made once and kept in the state directory, so
+/// a restart with the same state directory takes over its predecessor's `transactional.id`.
+fn instance_name(opts: &RunOptions) -> Result<String> {
+    if let Some(id) = &opts.config.instance.id {
+        return Ok(id.clone());
+    }
+    let dir = opts.state_dir.join("apps").join(&opts.app);
+    let path = dir.join("instance");
+    if let Ok(s) = std::fs::read_to_string(&path) {
+        if !s.trim().is_empty() {
+            return Ok(s.trim().to_string());
+        }
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let seed = format!("{}-{}-{:?}", driver::now_ms(), std::process::id(), dir);
+    let name = format!("i{:016x}", crate::runtime::chaos::fnv(seed.as_bytes()));
+    std::fs::write(&path, &name).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(name)
+}
+
+/// Check the sources and create the internal topics with the admin API. A missing source, co-partitioned inputs with different counts, or
+/// an internal topic with the wrong count are errors naming the topic.
+fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>]) -> Result<()> {
+    let mut known: BTreeMap<String, u32> = BTreeMap::new();
+    for s in &program.sources {
+        if let Some(t) = &s.topic {
+            let n = k.partitions(t)?.ok_or_else(|| format!("source topic `{t}` (stream `{}`) does not exist on {}; create it first (streamc produce creates topics)", s.name, k.servers()))?;
+            known.insert(t.clone(), n);
+        }
+    }
+    let mut counts = vec![1u32; topo.subtopologies.len()];
+    let mut internal: BTreeMap<String, (u32, bool)> = BTreeMap::new();
+    for t in &topo.topics {
+        if let (TopicRole::Repartition, Partitions::Like(other)) = (t.role, &t.partitions) {
+            let n = *known.get(other).ok_or_else(|| format!("topic `{other}` does not exist"))?;
+            internal.insert(t.name.clone(), (n, false));
+            known.insert(t.name.clone(), n);
+        }
+    }
+    // Sub-topologies in order: a repartition topic's writer comes before its reader.
+    for spec in specs {
+        let mut inputs = vec![spec.main.topic.clone()];
+        inputs.extend(spec.side_topics());
+        let mut n: Option<(u32, String)> = None;
+        for t in &inputs {
+            let c = *known.get(t).ok_or_else(|| format!("topic `{t}` does not exist"))?;
+            match &n {
+                Some((m, other)) if *m != c => return Err(format!("co-partitioned inputs differ: `{other}` has {m} partitions, `{t}` has {c}")),
+                _ => n = Some((c, t.clone())),
+            }
+        }
+        counts[spec.sub] = n.map_or(1, |(c, _)| c);
+        for t in &topo.topics {
+            if t.role == TopicRole::Repartition && matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub) {
+                internal.insert(t.name.clone(), (counts[spec.sub], false));
+                known.insert(t.name.clone(), counts[spec.sub]);
+            }
+        }
+        for st in &spec.stores {
+            internal.insert(st.changelog.clone(), (counts[spec.sub], true));
+        }
+    }
+    let widest = counts.iter().copied().max().unwrap_or(1);
+    for t in &topo.topics {
+        match t.role {
+            TopicRole::DeadLetter | TopicRole::Late | TopicRole::Metrics => {
+                internal.entry(t.name.clone()).or_insert((1, false));
+            }
+            TopicRole::Sink => {
+                // Like ksqlDB: a missing sink gets as many partitions as the widest sub-topology.
+                k.ensure_topic(&t.name, widest, false)?;
+            }
+            _ => {}
+        }
+    }
+    for (t, (n, compacted)) in &internal {
+        let got = k.ensure_topic(t, *n, *compacted)?;
+        if got != *n {
+            return Err(format!("internal topic `{t}` has {got} partitions, but the application needs {n}; delete it (or reset the application) to have it re-created"));
+        }
+    }
+    Ok(())
+}
+
+/// The consumer group's context: it owns the engine, so that a revocation can commit and close
+/// tasks from inside the rebalance callback, before the partitions go to another instance.
+struct GroupCtx {
+    engine: Mutex<Engine>,
+}
+
+impl ClientContext for GroupCtx {}
+
+impl ConsumerContext for GroupCtx {
+    fn pre_rebalance(&self, c: &BaseConsumer<Self>, r: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = r {
+            let lost = c.assignment_lost();
+            let mut e = lock(&self.engine);
+            let parts = parts_of(tpl);
+            if let Err(err) = e.revoke(c, &parts, lost) {
+                e.error.get_or_insert(err);
+            }
+        }
+    }
+
+    fn post_rebalance(&self, c: &BaseConsumer<Self>, r: &Rebalance<'_>) {
+        match r {
+            Rebalance::Assign(tpl) => {
+                // The tasks' readers fetch; the group consumer only keeps membership.
+                let _ = c.pause(tpl);
+                lock(&self.engine).assigned.extend(parts_of(tpl));
+            }
+            Rebalance::Error(err) => eprintln!("consumer group rebalance: {err}"),
+            Rebalance::Revoke(_) => {}
+        }
+    }
+}
+
+fn parts_of(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
+    tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition() as u32)).collect()
+}
+
+/// The producer of an instance and what its delivery reports said.
+struct Producer {
+    inner: BaseProducer<Deliveries>,
+    eos: bool,
+    config: ClientConfig,
+}
+
+/// Delivery reports: the last offset written to each partition (the changelogs' checkpoints
+/// come from here) and the first failure.
+#[derive(Default)]
+struct Deliveries {
+    last: Mutex<FxHashMap<String, FxHashMap<i32, i64>>>,
+    error: Mutex<Option<String>>,
+}
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
+        match r {
+            Ok(m) => {
+                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+                let per = match last.get_mut(m.topic()) {
+                    Some(per) => per,
+                    None => last.entry(m.topic().to_string()).or_default(),
+                };
+                let o = per.entry(m.partition()).or_insert(-1);
+                *o = (*o).max(m.offset());
+            }
+            Err((e, m)) => {
+                let mut err = self.error.lock().unwrap_or_else(|p| p.into_inner());
+                err.get_or_insert_with(|| format!("cannot deliver to `{}` partition {}: {e}", m.topic(), m.partition()));
+            }
+        }
+    }
+}
+
+impl Producer {
+    fn create(k: &Kafka, opts: &RunOptions, instance: &str, eos: bool) -> Result<Producer> {
+        let mut config = k.config();
+        config.set("enable.idempotence", "true").set("linger.ms", "5").set("queue.buffering.max.messages", "1000000");
+        if eos {
+            config.set("transactional.id", format!("{}-{instance}", opts.app));
+            if !opts.config.kafka.contains_key("transaction.timeout.ms") {
+                config.set("transaction.timeout.ms", "60000");
+            }
+        }
+        let mut p = Producer { inner: config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?, eos, config };
+        p.init()?;
+        Ok(p)
+    }
+
+    fn init(&mut self) -> Result<()> {
+        if self.eos {
+            // Fences any earlier producer with this transactional.id (a killed predecessor).
+            self.inner.init_transactions(TIMEOUT).map_err(|e| format!("cannot initialize transactions: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// After a fatal error (fenced, …): a new producer with the same transactional.id.
+    fn recreate(&mut self) -> Result<()> {
+        self.inner = self.config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?;
+        self.init()
+    }
+
+    fn send(&self, topic: &str, partition: u32, r: &Record) -> Result<()> {
+        let headers = (!r.headers.is_empty()).then(|| {
+            let mut h = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                h = h.insert(Header { key: k, value: Some(v.as_slice()) });
+            }
+            h
+        });
+        loop {
+            let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition as i32).timestamp(r.timestamp);
+            if let Some(h) = &headers {
+                rec = rec.headers(h.clone());
+            }
+            if let Some(k) = &r.key {
+                rec = rec.key(k.as_slice());
+            }
+            if let Some(v) = &r.value {
+                rec = rec.payload(v.as_slice());
+            }
+            match self.inner.send(rec) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    self.inner.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => return Err(format!("cannot produce to `{topic}`: {e}")),
+            }
+        }
+    }
+
+    /// Wait until every record sent is acknowledged; the first delivery failure is an error.
+    fn flush(&self) -> Result<()> {
+        self.inner.flush(TIMEOUT).map_err(|e| format!("cannot deliver the commit's records: {e}"))?;
+        match self.inner.context().error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// The offset after the last record delivered to each partition of `topic` since the last call.
+    fn take_delivered(&self, topic: &str) -> FxHashMap<i32, i64> {
+        self.inner.context().last.lock().unwrap_or_else(|p| p.into_inner()).remove(topic).unwrap_or_default()
+    }
+}
+
+/// A task on Kafka with the changelog offsets its local state will be checkpointed at.
+struct KTask {
+    run: TaskRun<KafkaFeed>,
+    /// Per store: the changelog offset after the last committed change.
+    cps: Vec<u64>,
+}
+
+/// Everything an instance runs; owned by the group consumer's context.
+struct Engine {
+    opts: RunOptions,
+    kafka: Kafka,
+    specs: Vec<Arc<TaskSpec>>,
+    db: sled::Db,
+    producer: Producer,
+    instance: String,
+    eos: bool,
+    /// Assigned main partitions → their tasks.
+    units: BTreeMap<(String, u32), Vec<KTask>>,
+    /// Assigned, not opened yet.
+    assigned: Vec<(String, u32)>,
+    /// An error from inside a rebalance callback, for the main loop.
+    error: Option<String>,
+    /// A commit failed: every task goes back to its committed state.
+    reopen: bool,
+    /// Partition counts of the topics written to.
+    partitions: BTreeMap<String, u32>,
+    startup: BTreeMap<(String, u32), u64>,
+    /// External topics that are some task's main input.
+    main_external: Vec<String>,
+    /// Counts of the tasks closed so far.
+    closed: Summary,
+    last_commit: Instant,
+    last_metrics: Instant,
+    failed_commits: u32,
+}
+
+impl Engine {
+    /// Open the tasks of newly assigned partitions: restore, then resume at the committed
+    /// positions. True if any was opened.
+    fn open_assigned(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<bool> {
+        if self.assigned.is_empty() {
+            return Ok(false);
+        }
+        let parts: Vec<(String, u32)> = std::mem::take(&mut self.assigned).into_iter().filter(|k| !self.units.contains_key(k)).collect();
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &parts {
+            tpl.add_partition(t, *p as i32);
+        }
+        let committed = consumer.committed_offsets(tpl, TIMEOUT).map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+        for (t, p) in parts {
+            let el = committed.find_partition(&t, p as i32);
+            let offset = match el.as_ref().map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o as u64),
+                _ => None,
+            };
+            let meta: serde_json::Value = el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
+            let mut tasks = Vec::new();
+            for spec in self.specs.iter().filter(|s| s.main.topic == t) {
+                tasks.push(self.open_task(spec.clone(), p, offset, meta.get(&spec.name).unwrap_or(&serde_json::Value::Null))?);
+            }
+            self.units.insert((t, p), tasks);
+        }
+        Ok(true)
+    }
+
+    fn open_task(&self, spec: Arc<TaskSpec>, p: u32, committed: Option<u64>, meta: &serde_json::Value) -> Result<KTask> {
+        let mut positions = driver::positions_of(&spec, p, meta);
+        let main_key = format!("{}/{p}", spec.main.topic);
+        if meta.is_null() {
+            if let Some(o) = committed {
+                positions.insert(main_key.clone(), Pos { offset: o, byte: 0 });
+            }
+        }
+        let mut topics = vec![spec.main.topic.clone()];
+        topics.extend(spec.side_topics());
+        let consumer = Arc::new(reader_config(&self.kafka, &self.opts).create::<BaseConsumer>().map_err(|e| format!("Kafka consumer: {e}"))?);
+        let mut queues = Vec::new();
+        let mut tpl = TopicPartitionList::new();
+        let mut next = Vec::new();
+        let mut stop_at = Vec::new();
+        for t in &topics {
+            let pos = positions[&format!("{t}/{p}")].offset;
+            queues.push(consumer.split_partition_queue(t, p as i32).ok_or_else(|| format!("cannot read `{t}` partition {p}"))?);
+            tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64)).map_err(|e| e.to_string())?;
+            next.push(pos);
+            stop_at.push(if self.opts.drain { self.startup.get(&(t.clone(), p)).copied() } else { None });
+        }
+        consumer.assign(&tpl).map_err(|e| format!("cannot read {topics:?} partition {p}: {e}"))?;
+        // Restore the stores before processing.
+        let started = Instant::now();
+        let task_id = format!("{}_{p}", spec.sub);
+        let mut trees = Vec::new();
+        let mut cps = Vec::new();
+        let mut restored = 0;
+        for st in &spec.stores {
+            let tree = driver::open_tree(&self.db, &st.name, p)?;
+            let watch = RestoreWatch::new(&self.opts, &task_id, &st.name, p);
+            let (n, cp) = restore(&self.kafka, &self.opts, &tree, &st.changelog, p, &watch)?;
+            restored += n;
+            cps.push(cp);
+            trees.push(tree);
+        }
+        driver::log_restore(&spec.name, p, restored, started);
+        let n = topics.len();
+        let feed = KafkaFeed { consumer, queues, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at };
+        let group = format!("{}#{}#{p}", self.opts.app, spec.name);
+        let run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, &self.opts);
+        Ok(KTask { run, cps })
+    }
+
+    /// Process what the readers have; true if any record was processed.
+    fn step(&mut self) -> Result<bool> {
+        let mut worked = false;
+        for tasks in self.units.values_mut() {
+            for t in tasks.iter_mut() {
+                if t.run.step(&self.opts, t.run.uncommitted + STEP)? > 0 {
+                    worked = true;
+                }
+            }
+        }
+        Ok(worked)
+    }
+
+    fn partition_count(&mut self, topic: &str) -> Result<u32> {
+        if let Some(n) = self.partitions.get(topic) {
+            return Ok(*n);
+        }
+        let n = self.kafka.partitions(topic)?.ok_or_else(|| format!("output topic `{topic}` does not exist on {}", self.kafka.servers()))?;
+        self.partitions.insert(topic.to_string(), n);
+        Ok(n)
+    }
+
+    /// Commit every task. A failed commit sends every task back to its committed state.
+    fn commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<()> {
+        self.last_commit = Instant::now();
+        match self.try_commit(consumer, close_all) {
+            Ok(()) => {
+                self.failed_commits = 0;
+                Ok(())
+            }
+            Err(e) => {
+                self.failed_commits += 1;
+                if self.failed_commits >= MAX_FAILED_COMMITS {
+                    return Err(format!("{MAX_FAILED_COMMITS} commits failed in a row; the last: {e}"));
+                }
+                eprintln!("commit failed ({e}); the tasks resume from their last commit");
+                if self.eos {
+                    self.abort()?;
+                }
+                self.reopen_all();
+                Ok(())
+            }
+        }
+    }
+
+    fn abort(&mut self) -> Result<()> {
+        match self.producer.inner.abort_transaction(TIMEOUT) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                eprintln!("abort failed ({e}): re-creating the producer");
+                self.producer.recreate()
+            }
+        }
+    }
+
+    fn try_commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<()> {
+        let mut any = false;
+        for tasks in self.units.values_mut() {
+            for t in tasks.iter_mut() {
+                let r = &mut t.run;
+                for e in r.task.flush(&mut r.out, &mut r.changes, close_all, &r.trees) {
+                    r.task.counters.dead_letters += 1;
+                    eprintln!("error emitting a result of {}: {}", r.task.spec.name, e.0);
+                }
+                any |= r.uncommitted > 0 || !r.out.is_empty() || !r.changes.is_empty();
+            }
+        }
+        let metrics_due = self.last_metrics.elapsed() >= Duration::from_millis(self.opts.config.metrics.interval_ms);
+        if !any && !metrics_due {
+            return Ok(());
+        }
+        if self.eos {
+            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+        }
+        // Outputs and changelog records, task by task.
+        let mut outputs = Vec::new();
+        for tasks in self.units.values_mut() {
+            for t in tasks.iter_mut() {
+                let p = t.run.task.partition;
+                for o in t.run.out.drain(..) {
+                    outputs.push(o);
+                }
+                for ch in &t.run.changes {
+                    let rec = Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
+                    self.producer.send(&t.run.task.spec.stores[ch.store].changelog, p, &rec)?;
+                }
+            }
+        }
+        for o in outputs {
+            let n = self.partition_count(&o.topic)?;
+            let part = o.partition.unwrap_or_else(|| o.record.key.as_deref().map(|k| partition_for(k, n)).unwrap_or(0));
+            self.producer.send(&o.topic, part, &o.record)?;
+        }
+        if metrics_due {
+            self.last_metrics = Instant::now();
+            self.write_metrics()?;
+        }
+        self.producer.flush()?;
+        // The offsets, each with its tasks' commit records as metadata.
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, p), tasks) in &self.units {
+            let key = format!("{topic}/{p}");
+            let offset = tasks.iter().map(|t| t.run.positions[&key].offset).min().unwrap_or(0);
+            let meta: serde_json::Map<String, serde_json::Value> = tasks.iter().map(|t| (t.run.task.spec.name.clone(), t.run.meta())).collect();
+            tpl.add_partition_offset(topic, *p as i32, Offset::Offset(offset as i64)).map_err(|e| e.to_string())?;
+            if let Some(mut el) = tpl.find_partition(topic, *p as i32) {
+                el.set_metadata(serde_json::Value::Object(meta).to_string());
+            }
+        }
+        if self.eos {
+            let gm = consumer.group_metadata().ok_or("the consumer has no group metadata")?;
+            self.producer.inner.send_offsets_to_transaction(&tpl, &gm, TIMEOUT).map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
+            self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+        } else if tpl.count() > 0 {
+            consumer.commit(&tpl, CommitMode::Sync).map_err(|e| format!("cannot commit offsets: {e}"))?;
+        }
+        // Committed. Local state follows, checkpointed at the changelog offsets just written.
+        let mut delivered: BTreeMap<String, FxHashMap<i32, i64>> = BTreeMap::new();
+        for tasks in self.units.values_mut() {
+            for t in tasks.iter_mut() {
+                let p = t.run.task.partition;
+                for (i, st) in t.run.task.spec.stores.iter().enumerate() {
+                    let d = delivered.entry(st.changelog.clone()).or_insert_with(|| self.producer.take_delivered(&st.changelog));
+                    if let Some(o) = d.get(&(p as i32)) {
+                        t.cps[i] = t.cps[i].max(*o as u64 + 1);
+                    }
+                }
+                let r = &mut t.run;
+                if r.uncommitted > 0 || !r.changes.is_empty() {
+                    r.commits += 1;
+                }
+                r.uncommitted = 0;
+                r.at_commit = (r.task.counters.clone(), r.skipped, r.read);
+                r.trees.stage(&mut r.changes);
+                r.trees.commits += 1;
+                if r.trees.due() {
+                    write_local(t)?;
+                }
+                t.run.publish();
+            }
+        }
+        Ok(())
+    }
+
+    /// One record per task to `<app>-metrics`: its counters and each input's consumer lag.
+    fn write_metrics(&mut self) -> Result<()> {
+        let topic = format!("{}-metrics", self.opts.app);
+        let now = driver::now_ms();
+        let mut recs = Vec::new();
+        for tasks in self.units.values() {
+            for t in tasks {
+                let r = &t.run;
+                let c = &r.task.counters;
+                let mut lag = serde_json::Map::new();
+                for (i, q) in r.positions.keys().enumerate() {
+                    let (topic, p) = q.rsplit_once('/').unwrap_or((q, "0"));
+                    let p: i32 = p.parse().unwrap_or(0);
+                    if let Ok((_, high)) = r.feed.consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                        let pos = r.feed.next.get(i).copied().unwrap_or(0) as i64;
+                        lag.insert(q.clone(), serde_json::json!((high - pos).max(0)));
+                    }
+                }
+                let value = serde_json::json!({
+                    "application": self.opts.app,
+                    "instance": self.instance,
+                    "task": format!("{}_{}", r.task.spec.sub, r.task.partition),
+                    "timestamp": now,
+                    "records_in": r.read,
+                    "records_out": c.records_out,
+                    "late": c.late,
+                    "dead_letters": c.dead_letters,
+                    "skipped": r.skipped,
+                    "commits": r.commits,
+                    "restored": r.restored,
+                    "consumer_lag": lag,
+                });
+                let key = format!("{}/{}_{}", self.instance, r.task.spec.sub, r.task.partition);
+                recs.push(Record { key: Some(key.into_bytes()), value: Some(value.to_string().into_bytes()), timestamp: now, headers: vec![] });
+            }
+        }
+        for r in &recs {
+            self.producer.send(&topic, 0, r)?;
+        }
+        Ok(())
+    }
+
+    /// Partitions are being taken away: commit, then close their tasks, keeping local state.
+    fn revoke(&mut self, consumer: &BaseConsumer<GroupCtx>, parts: &[(String, u32)], lost: bool) -> Result<()> {
+        self.assigned.retain(|k| !parts.contains(k));
+        if !lost {
+            self.commit(consumer, false)?;
+        }
+        for k in parts {
+            if let Some(tasks) = self.units.remove(k) {
+                for mut t in tasks {
+                    if !lost {
+                        write_local(&mut t)?;
+                    }
+                    self.close_task(t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn close_task(&mut self, mut t: KTask) {
+        let r = &mut t.run;
+        (r.task.counters, r.skipped, r.read) = r.at_commit.clone();
+        self.closed.add_from(&r.summary());
+    }
+
+    /// Back to the last commit: close every task without writing local state (it holds only
+    /// committed changes) and open it again.
+    fn reopen_all(&mut self) {
+        self.reopen = false;
+        let units = std::mem::take(&mut self.units);
+        for (k, tasks) in units {
+            for t in tasks {
+                self.close_task(t);
+            }
+            self.assigned.push(k);
+        }
+    }
+
+    /// `--drain`: every external input committed up to its start-up end, and this instance's
+    /// tasks idle at the end of their inputs.
+    fn drained(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<bool> {
+        if !self.assigned.is_empty() || self.reopen {
+            return Ok(false);
+        }
+        for tasks in self.units.values_mut() {
+            for t in tasks.iter_mut() {
+                if t.run.uncommitted > 0 || !t.run.out.is_empty() {
+                    return Ok(false);
+                }
+                let n = t.run.feed.queues.len();
+                for i in 0..n {
+                    if t.run.feed.peek(i)? != Next::End {
+                        return Ok(false);
+                    }
+                }
+                // Internal inputs: read up to their end as of now.
+                if matches!(t.run.task.spec.main.decode, task::Decode::Internal { .. }) {
+                    let topic = t.run.task.spec.main.topic.clone();
+                    let p = t.run.task.partition as i32;
+                    let (_, high) = t.run.feed.consumer.fetch_watermarks(&topic, p, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
+                    let pos = t.run.feed.consumer.position().ok().and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
+                    let at = match pos {
+                        Some(Offset::Offset(o)) => o,
+                        _ => t.run.feed.next[0] as i64,
+                    };
+                    if at.max(t.run.feed.next[0] as i64) < high {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), _) in self.startup.iter().filter(|((t, _), _)| self.main_external.contains(t)) {
+            tpl.add_partition(t, *p as i32);
+        }
+        if tpl.count() == 0 {
+            return Ok(true);
+        }
+        let committed = consumer.committed_offsets(tpl, TIMEOUT).map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+        for el in committed.elements() {
+            let end = self.startup.get(&(el.topic().to_string(), el.partition() as u32)).copied().unwrap_or(0);
+            let at = match el.offset() {
+                Offset::Offset(o) => o.max(0) as u64,
+                _ => 0,
+            };
+            if at < end {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The end of a run: write every task's local state and return the counts.
+    fn close_all(&mut self) -> Result<Summary> {
+        for (_, tasks) in std::mem::take(&mut self.units) {
+            for mut t in tasks {
+                write_local(&mut t)?;
+                self.close_task(t);
+            }
+        }
+        self.db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+        Ok(self.closed.clone())
+    }
+}
+
+/// Write a task's committed changes to sled with the changelog checkpoints.
+fn write_local(t: &mut KTask) -> Result<()> {
+    let cps: Vec<Pos> = t.cps.iter().map(|o| Pos { offset: *o, byte: 0 }).collect();
+    t.run.trees.write(&cps)
+}
+
+fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
+    let mut c = k.config();
+    c.set("group.id", format!("{}.reader", opts.app))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed");
+    c
+}
+
+/// Bring a store up to its changelog's end (as of now, committed records only): from the
+/// local checkpoint when local state is consistent with the changelog, else from the start.
+/// Returns the records applied and the offset the local state now reflects.
+fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: u32, watch: &RestoreWatch) -> Result<(u64, u64)> {
+    let consumer: BaseConsumer = reader_config(k, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+    let (low, high) = consumer.fetch_watermarks(changelog, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
+    let (low, high) = (low.max(0) as u64, high.max(0) as u64);
+    let from = driver::restore_start(tree, high)?;
+    if from.offset >= high {
+        let r = Restorer::new(tree, watch, from, 0);
+        return Ok((r.finish(&from)?, from.offset));
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(changelog, p as i32, Offset::Offset(from.offset.max(low) as i64)).map_err(|e| e.to_string())?;
+    consumer.assign(&tpl).map_err(|e| format!("cannot read `{changelog}`: {e}"))?;
+    let mut r = Restorer::new(tree, watch, from, high - from.offset.max(low));
+    let mut next = from.offset;
+    let mut quiet = Instant::now();
+    loop {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                quiet = Instant::now();
+                next = m.offset() as u64 + 1;
+                r.apply(m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec));
+                r.write(&Pos { offset: next, byte: 0 }, false)?;
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => return Err(format!("cannot restore from `{changelog}` partition {p}: {e}")),
+            None if quiet.elapsed() > TIMEOUT => return Err(format!("restoring from `{changelog}` partition {p}: nothing arrived for {}s at offset {next} (end {high})", TIMEOUT.as_secs())),
+            None => {}
+        }
+    }
+    // Past transaction markers, the consumer's position may be beyond the last record.
+    if let Ok(pos) = consumer.position() {
+        if let Some(Offset::Offset(o)) = pos.find_partition(changelog, p as i32).map(|e| e.offset()) {
+            next = next.max(o.max(0) as u64);
+        }
+    }
+    let n = r.finish(&Pos { offset: next, byte: 0 })?;
+    Ok((n, next))
+}
+
+/// A task's inputs on Kafka: one queue per partition of its reader, with the records fetched so
+/// far. An input whose queue is empty is at its end only once the reader said so.
+struct KafkaFeed {
+    consumer: Arc<BaseConsumer>,
+    queues: Vec<rdkafka::consumer::base_consumer::PartitionQueue<DefaultConsumerContext>>,
+    bufs: Vec<VecDeque<Stored>>,
+    eof: Vec<bool>,
+    /// The offset after the last record fetched.
+    next: Vec<u64>,
+    /// `--drain`: external inputs end at their start-up end.
+    stop_at: Vec<Option<u64>>,
+}
+
+impl KafkaFeed {
+    fn fill(&mut self, i: usize) -> Result<()> {
+        for _ in 0..1_000 {
+            match self.queues[i].poll(Duration::ZERO) {
+                None => break,
+                Some(Ok(m)) => {
+                    self.eof[i] = false;
+                    let offset = m.offset() as u64;
+                    self.next[i] = offset + 1;
+                    if self.stop_at[i].is_some_and(|s| offset >= s) {
+                        continue;
+                    }
+                    self.bufs[i].push_back(stored(&m));
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    self.eof[i] = true;
+                    break;
+                }
+                Some(Err(e)) => return Err(format!("cannot read input {i}: {e}")),
+            }
+        }
+        // Serve the reader's own events (errors, statistics); its messages all go to queues.
+        let _ = self.consumer.poll(Duration::ZERO);
+        Ok(())
+    }
+}
+
+impl Feed for KafkaFeed {
+    fn peek(&mut self, i: usize) -> std::result::Result<Next, String> {
+        if self.bufs[i].is_empty() {
+            self.fill(i)?;
+        }
+        if let Some(s) = self.bufs[i].front() {
+            return Ok(Next::Record(s.record.timestamp));
+        }
+        if self.eof[i] || self.stop_at[i].is_some_and(|s| self.next[i] >= s) {
+            Ok(Next::End)
+        } else {
+            Ok(Next::Unknown)
+        }
+    }
+
+    fn take(&mut self, i: usize) -> Option<Stored> {
+        self.bufs[i].pop_front()
+    }
+}
+
+fn stored(m: &BorrowedMessage<'_>) -> Stored {
+    let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect()).unwrap_or_default();
+    let record = Record { key: m.key().map(<[u8]>::to_vec), value: m.payload().map(<[u8]>::to_vec), timestamp: m.timestamp().to_millis().unwrap_or(0), headers };
+    let offset = m.offset() as u64;
+    Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }
+}

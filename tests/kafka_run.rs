@@ -1,0 +1,450 @@
+//! `streamc run` on a real Apache Kafka broker (started by ./dev/test): the examples give the
+//! embedded backend's results, internal topics are created as the plan says, instances share
+//! and take over work, exactly-once survives SIGKILLs, and restarts restore only the tail.
+//!
+//! Every test prefixes its topics and application id, so the tests share one broker safely.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::cli::{consume, isolate, results, spawn, streamc};
+use common::data::{clicks, orders_and_payments, write_clicks, write_orders_and_payments};
+use common::embedded::{temp_dir, write_trades};
+use common::kafka::require;
+
+
+/// Settings for quick failure detection, so killed instances do not stall the tests.
+fn fast(app: &str) -> Vec<String> {
+    vec![
+        format!("application.id={app}"),
+        "commit.interval_ms=200".into(),
+        "kafka.session.timeout.ms=6000".into(),
+        "kafka.heartbeat.interval.ms=500".into(),
+        "kafka.transaction.timeout.ms=10000".into(),
+    ]
+}
+
+fn with_sets<'a>(args: &mut Vec<&'a str>, sets: &'a [String]) {
+    for s in sets {
+        args.push("--set");
+        args.push(s);
+    }
+}
+
+/// Run an example on both backends over the same inputs (3 partitions) and compare every
+/// output topic; then check the internal topics the Kafka run created.
+fn same_results_on_both_backends(example: &str, name: &str, inputs: &[(&str, &Path, bool)], outputs: &[&str], internal: &[(&str, i32, bool)]) {
+    let b = require();
+    let dir = temp_dir(&format!("kafka-{name}"));
+    let pfx = format!("{name}{}", std::process::id());
+    let program = isolate(example, &pfx, &dir);
+    let prog = program.to_str().unwrap();
+    let app = format!("{pfx}-app");
+
+    // Embedded: the inputs produced into the state directory's log, then a drained run.
+    let emb = dir.join("embedded");
+    for (topic, file, envelope) in inputs {
+        let t = format!("{pfx}.{topic}");
+        let mut args = vec!["produce", &t, file.to_str().unwrap(), "--program", prog, "--partitions", "3"];
+        if *envelope {
+            args.push("--envelope");
+        }
+        streamc(&emb, &args);
+    }
+    let app_set = format!("application.id={app}");
+    streamc(&emb, &["run", prog, "--drain", "--close-windows-at-end", "--set", &app_set]);
+
+    // Kafka: the same records produced to the broker, then a drained run.
+    let kst = dir.join("kafka");
+    for (topic, file, envelope) in inputs {
+        let t = format!("{pfx}.{topic}");
+        let mut args = vec!["produce", &t, file.to_str().unwrap(), "--program", prog, "--partitions", "3", "--bootstrap-servers", &b];
+        if *envelope {
+            args.push("--envelope");
+        }
+        streamc(&kst, &args);
+    }
+    let sets = fast(&app);
+    let mut args = vec!["run", prog, "--drain", "--close-windows-at-end", "--bootstrap-servers", &b];
+    with_sets(&mut args, &sets);
+    streamc(&kst, &args);
+
+    for o in outputs {
+        let t = format!("{pfx}.{o}");
+        let want = results(&consume(&emb, &t, &[]));
+        let got = results(&consume(&kst, &t, &["--bootstrap-servers", &b]));
+        assert!(!want.is_empty(), "{t}: the embedded run wrote nothing");
+        assert_eq!(got, want, "{t}: Kafka and embedded results differ");
+    }
+    // Internal topics, through the admin API: partition counts and cleanup policies.
+    for (suffix, parts, compacted) in internal {
+        let t = format!("{app}-{suffix}");
+        let (n, policy) = common::kafka::describe(&b, &t);
+        assert_eq!(n, *parts, "{t}: partitions");
+        assert_eq!(policy == "compact", *compacted, "{t}: cleanup.policy {policy}");
+    }
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn stats_example_gives_the_embedded_results() {
+    let dir = temp_dir("kafka-stats-in");
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 20_000, 40, 7, 500);
+    same_results_on_both_backends("examples/stats.stream", "stats", &[("stocks", &f, false)], &["stock-stats"], &[("stock_stats-aggregate-changelog", 3, true), ("dlq", 1, false)]);
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn orders_example_gives_the_embedded_results() {
+    let dir = temp_dir("kafka-orders-in");
+    let (orders, pays) = orders_and_payments(1_500, 11);
+    let (of, pf) = write_orders_and_payments(&dir, &orders, &pays);
+    same_results_on_both_backends(
+        "examples/orders.stream",
+        "orders",
+        &[("orders", &of, false), ("payments", &pf, false)],
+        &["order-status", "big-spenders"],
+        &[
+            ("big_spenders-group-by-customer-repartition", 3, false),
+            ("big_spenders-aggregate-changelog", 3, true),
+            ("paid_orders-join-payments-left-changelog", 3, true),
+            ("paid_orders-join-payments-right-changelog", 3, true),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn alerts_example_gives_the_embedded_results() {
+    let dir = temp_dir("kafka-alerts-in");
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 5_000, 4, 17, 300);
+    let base = streamc::gen::BASE_TS;
+    let mut lines = Vec::new();
+    for step in 0..5i64 {
+        for t in 0..4 {
+            let value = if step == 3 && t == 1 { serde_json::Value::Null } else { serde_json::json!({"max_price": 95.0 + (t as f64) * 10.0 + step as f64}) };
+            lines.push(serde_json::json!({"key": format!("T{t:04}"), "value": value, "timestamp": base + step * 1_000}).to_string());
+        }
+    }
+    let limits = dir.join("limits.jsonl");
+    std::fs::write(&limits, lines.join("\n") + "\n").unwrap();
+    same_results_on_both_backends("examples/alerts.stream", "alerts", &[("limits", &limits, true), ("stocks", &f, false)], &["price-alerts"], &[("alerts-join-limits-changelog", 3, true)]);
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn sessions_example_gives_the_embedded_results() {
+    let dir = temp_dir("kafka-sessions-in");
+    let f = dir.join("clicks.jsonl");
+    write_clicks(&f, &clicks(3_000, 3));
+    same_results_on_both_backends("examples/sessions.stream", "sessions", &[("clicks", &f, false)], &["user-sessions"], &[("user_sessions-aggregate-changelog", 3, true)]);
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_missing_source_or_a_wrong_internal_partition_count_is_a_clear_error() {
+    let b = require();
+    let dir = temp_dir("kafka-errors");
+    let pfx = format!("errors{}", std::process::id());
+    let program = isolate("examples/stats.stream", &pfx, &dir);
+    let prog = program.to_str().unwrap();
+    let app = format!("{pfx}-app");
+    let sets = fast(&app);
+    let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
+    with_sets(&mut args, &sets);
+    let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(dir.join("s")).args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("source topic `{pfx}.stocks`")) && err.contains("does not exist"), "{err}");
+
+    // The source with 3 partitions, the changelog made beforehand with 2.
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 100, 4, 1, 0);
+    let t = format!("{pfx}.stocks");
+    streamc(&dir.join("s"), &["produce", &t, f.to_str().unwrap(), "--program", prog, "--partitions", "3", "--bootstrap-servers", &b]);
+    let changelog = format!("{app}-stock_stats-aggregate-changelog");
+    streamc(&dir.join("s"), &["produce", &changelog, "/dev/null", "--partitions", "2", "--bootstrap-servers", &b]);
+    let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(dir.join("s")).args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("internal topic `{changelog}` has 2 partitions, but the application needs 3")), "{err}");
+}
+
+/// Per (ticker, tumbling 1 s window): count and volume of the trades, folded plainly.
+type Counts = BTreeMap<(String, i64), (i64, i64)>;
+
+/// The trades of a file.
+fn trades_of(path: &Path) -> Vec<(String, i64, i64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["ticker"].as_str().unwrap().to_string(), v["size"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
+        })
+        .collect()
+}
+
+const COUNTS: &str = r#"
+stream trades from "stocks" {
+  key    ticker
+  value  json { ticker: string, price: float, size: int, ts: timestamp }
+  time   ts
+}
+
+query counts {
+  from trades
+  group by ticker
+  window tumbling 1s
+  aggregate { trades = count(), volume = sum(size) }
+  emit final
+  to "counts"
+}
+
+query big {
+  from trades
+  where size > 900
+  select { ticker, size, ts }
+  to "big"
+}
+"#;
+
+/// Closed windows per partition: with ordered input, a window is emitted once the partition's
+/// stream time (its largest timestamp) reaches the window's end.
+fn counts_reference(trades: &[(String, i64, i64)], partitions: u32) -> Counts {
+    let mut max_ts: BTreeMap<u32, i64> = BTreeMap::new();
+    let part = |t: &str| streamc::log::partition_for(t.as_bytes(), partitions);
+    for (t, _, ts) in trades {
+        let m = max_ts.entry(part(t)).or_insert(i64::MIN);
+        *m = (*m).max(*ts);
+    }
+    let mut out = Counts::new();
+    for (t, size, ts) in trades {
+        let start = ts - ts.rem_euclid(1_000);
+        if start + 1_000 <= max_ts[&part(t)] {
+            let e = out.entry((t.clone(), start)).or_default();
+            e.0 += 1;
+            e.1 += size;
+        }
+    }
+    out
+}
+
+/// The `counts` output: every (ticker, window) once, with no duplicates allowed.
+fn counts_of(recs: &[common::cli::Consumed]) -> Counts {
+    let mut out = Counts::new();
+    for r in recs {
+        let k = (r.key.as_str().unwrap().to_string(), r.value["window_start"].as_i64().unwrap());
+        let v = (r.value["trades"].as_i64().unwrap(), r.value["volume"].as_i64().unwrap());
+        assert!(out.insert(k.clone(), v).is_none(), "window {k:?} emitted twice");
+    }
+    out
+}
+
+fn write_counts_program(dir: &Path, pfx: &str) -> std::path::PathBuf {
+    let p = dir.join("counts.stream");
+    std::fs::write(&p, COUNTS.replace("from \"", &format!("from \"{pfx}.")).replace(" to \"", &format!(" to \"{pfx}."))).unwrap();
+    p
+}
+
+/// Wait until `done()` or panic after `secs`.
+fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "timed out after {secs}s waiting for {what}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn scrape(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(addr) else { return String::new() };
+    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text
+}
+
+/// The sum of a metric's samples (lines starting with `name{`).
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with(&format!("{name}{{"))).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().to_string()
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
+    let b = require();
+    let dir = temp_dir("kafka-takeover");
+    let pfx = format!("takeover{}", std::process::id());
+    let prog = write_counts_program(&dir, &pfx);
+    let prog = prog.to_str().unwrap();
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 60_000, 50, 5, 0);
+    let trades = trades_of(&f);
+    let src = format!("{pfx}.stocks");
+    streamc(&dir.join("p"), &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b]);
+
+    let app = format!("{pfx}-app");
+    let (addr_a, addr_b) = (free_addr(), free_addr());
+    let start = |name: &str, addr: &str| {
+        let mut sets = fast(&app);
+        sets.push(format!("instance.id={name}"));
+        let mut args = vec!["run", prog, "--bootstrap-servers", &b, "--metrics-addr", addr];
+        with_sets(&mut args, &sets);
+        spawn(&dir.join(name), &args, &dir.join(format!("{name}.log")))
+    };
+    let mut a = start("a", &addr_a);
+    let mut bb = start("b", &addr_b);
+    // Both own tasks and B has processed records before it is killed.
+    wait_for(60, "both instances to process records", || metric_sum(&scrape(&addr_a), "streamc_records_in_total") > 0.0 && metric_sum(&scrape(&addr_b), "streamc_records_in_total") > 0.0);
+    let before = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
+    bb.kill().unwrap();
+    bb.wait().unwrap();
+
+    let want = counts_reference(&trades, 4);
+    let counts = format!("{pfx}.counts");
+    wait_for(120, "the survivor to complete the output", || {
+        let recs = consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]);
+        // At least once: a window may repeat after the takeover, always with the same value.
+        let mut got = Counts::new();
+        for r in &recs {
+            let k = (r.key.as_str().unwrap().to_string(), r.value["window_start"].as_i64().unwrap());
+            let v = (r.value["trades"].as_i64().unwrap(), r.value["volume"].as_i64().unwrap());
+            if let Some(old) = got.insert(k.clone(), v) {
+                assert_eq!(old, v, "window {k:?} emitted with two values");
+            }
+        }
+        got == want
+    });
+    let restored = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    assert!(restored > before, "the survivor restored no changelog records for the moved tasks (metric {before} → {restored}):\n{log}");
+    let big: usize = trades.iter().filter(|t| t.1 > 900).count();
+    let got_big = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", &b]);
+    let distinct: std::collections::BTreeSet<String> = got_big.iter().map(|r| format!("{} {}", r.key, r.value)).collect();
+    assert_eq!(distinct.len(), big, "every big trade, at least once");
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn exactly_once_output_survives_repeated_sigkills() {
+    let b = require();
+    let dir = temp_dir("kafka-eos");
+    let pfx = format!("eos{}", std::process::id());
+    let prog = write_counts_program(&dir, &pfx);
+    let prog = prog.to_str().unwrap();
+    let f = dir.join("trades.jsonl");
+    let n: u64 = std::env::var("STREAMC_EOS_RECORDS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    write_trades(&f, n, 200, 9, 0);
+    let trades = trades_of(&f);
+    let src = format!("{pfx}.stocks");
+    streamc(&dir.join("p"), &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b]);
+
+    let app = format!("{pfx}-app");
+    let start = |name: &str| {
+        let mut sets = fast(&app);
+        sets.push(format!("instance.id={name}"));
+        sets.push("processing.guarantee=exactly_once".into());
+        let mut args = vec!["run", prog, "--bootstrap-servers", &b];
+        with_sets(&mut args, &sets);
+        spawn(&dir.join(name), &args, &dir.join(format!("{name}.log")))
+    };
+    let mut procs = vec![start("a"), start("b")];
+    let names = ["a", "b"];
+    let counts = format!("{pfx}.counts");
+    let want = counts_reference(&trades, 4);
+    let complete = || consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]).len() >= want.len();
+    let mut kills = 0;
+    let mut x = 12345u64;
+    while kills < 10 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(1_500 + (x >> 33) % 2_000));
+        let i = kills % 2;
+        procs[i].kill().unwrap();
+        procs[i].wait().unwrap();
+        kills += 1;
+        // Restarted at once with the same instance.id: it fences its predecessor's transactions.
+        procs[i] = start(names[i]);
+    }
+    assert!(!complete(), "the run finished before the 10th kill; make it longer");
+    wait_for(600, "the output to be complete", complete);
+    for p in &mut procs {
+        p.kill().unwrap();
+        p.wait().unwrap();
+    }
+    let got = counts_of(&consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]));
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "exactly-once counts differ from the fold");
+    let big: Vec<String> = trades.iter().filter(|t| t.1 > 900).map(|t| format!("{} {}", t.0, t.2)).collect();
+    let got_big: Vec<String> = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", &b]).iter().map(|r| format!("{} {}", r.value["ticker"].as_str().unwrap(), r.value["ts"])).collect();
+    let (mut want_sorted, mut got_sorted) = (big.clone(), got_big.clone());
+    want_sorted.sort();
+    got_sorted.sort();
+    assert_eq!(got_sorted.len(), want_sorted.len(), "big trades: duplicates or losses");
+    assert!(got_sorted == want_sorted, "big trades differ");
+}
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_restart_with_its_state_directory_restores_only_the_tail() {
+    let b = require();
+    let dir = temp_dir("kafka-tail");
+    let pfx = format!("tail{}", std::process::id());
+    let prog = write_counts_program(&dir, &pfx);
+    let prog = prog.to_str().unwrap();
+    let src = format!("{pfx}.stocks");
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 40_000, 2_000, 3, 0);
+    streamc(&dir.join("p"), &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "2", "--bootstrap-servers", &b]);
+    let app = format!("{pfx}-app");
+    let sets = fast(&app);
+    let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
+    with_sets(&mut args, &sets);
+    let state = dir.join("s");
+    let log = streamc(&state, &args);
+    let changelog = format!("{app}-counts-aggregate-changelog");
+    let total: usize = consume(&dir.join("p"), &changelog, &["--bootstrap-servers", &b]).len();
+    assert!(total > 1_000, "the changelog has {total} records:\n{log}");
+
+    // A clean stop wrote local state at the changelog's end: nothing to restore.
+    let log = streamc(&state, &args);
+    assert!(log.contains(" 0 restored"), "{log}");
+
+    // More input, and a stop before local state is written again (SIGKILL): the restart
+    // replays the changelog from the checkpoint, a small tail of it.
+    let f2 = dir.join("more.jsonl");
+    let o = streamc::gen::TradesOptions { count: 20_000, tickers: 2_000, seed: 4, rate: 1000, disorder_ms: 0 };
+    let mut text = Vec::new();
+    streamc::gen::trades(&o, &mut text).unwrap();
+    // Later than the first file's trades.
+    let shifted: Vec<String> = String::from_utf8(text).unwrap().lines().map(|l| {
+        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+        v["ts"] = serde_json::json!(v["ts"].as_i64().unwrap() + 100_000);
+        v.to_string()
+    }).collect();
+    std::fs::write(&f2, shifted.join("\n") + "\n").unwrap();
+    streamc(&dir.join("p"), &["produce", &src, f2.to_str().unwrap(), "--program", prog, "--bootstrap-servers", &b]);
+    let mut args_live = vec!["run", prog, "--bootstrap-servers", &b];
+    with_sets(&mut args_live, &sets);
+    let mut child = spawn(&state, &args_live, &dir.join("live.log"));
+    let grown = || consume(&dir.join("p"), &changelog, &["--bootstrap-servers", &b]).len() > total + 1_000;
+    wait_for(120, "the changelog to grow", grown);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let total2 = consume(&dir.join("p"), &changelog, &["--bootstrap-servers", &b]).len();
+    let log = streamc(&state, &args);
+    let restored: u64 = log.lines().filter_map(|l| l.strip_prefix("restored ")?.split(' ').next()?.parse::<u64>().ok()).sum();
+    assert!(restored < (total2 - total) as u64 + 10, "restored {restored} of {total2} changelog records, more than the {} since the first run's checkpoint:\n{log}", total2 - total);
+}
