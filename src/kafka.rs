@@ -1,7 +1,7 @@
 //! Apache Kafka as a log, through rdkafka: topic set-up with the admin API, producing with the
 //! same murmur2 partitioning as the embedded log, and reading a topic's records up to its end.
-//! Used by `streamc produce` and `streamc consume` when `kafka.bootstrap.servers` is set; the
-//! runtime on Kafka (consumer-group tasks, transactions) is not built yet.
+//! Used by `streamc produce` and `streamc consume` when `kafka.bootstrap.servers` is set, and
+//! by the Kafka driver (`runtime::kafka_driver`) for topic set-up.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -18,6 +18,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::log::{Pos, Record, Stored};
 
 type Result<T> = std::result::Result<T, String>;
+
+/// Records read (partition, record) and the end offset of each partition they were read to.
+pub type Read = (Vec<(u32, Stored)>, Vec<i64>);
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -59,13 +62,18 @@ impl Kafka {
     /// Create a topic with the admin API unless it exists; returns its partition count.
     /// `compacted`: `cleanup.policy=compact` (changelogs).
     pub fn ensure_topic(&self, topic: &str, partitions: u32, compacted: bool) -> Result<u32> {
+        self.ensure_topic_with(topic, partitions, if compacted { &[("cleanup.policy", "compact")] } else { &[] })
+    }
+
+    /// [`Kafka::ensure_topic`] with topic configs for a topic it creates.
+    pub fn ensure_topic_with(&self, topic: &str, partitions: u32, configs: &[(&str, &str)]) -> Result<u32> {
         if let Some(n) = self.partitions(topic)? {
             return Ok(n);
         }
         let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
         let mut t = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
-        if compacted {
-            t = t.set("cleanup.policy", "compact");
+        for (k, v) in configs {
+            t = t.set(k, v);
         }
         let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| format!("cannot start a runtime: {e}"))?;
         let results = rt
@@ -119,6 +127,11 @@ impl Kafka {
     /// Every record of a topic from the start (or from the end offsets as of now), up to the end
     /// offsets as of now, partition by partition in offset order. Reads committed records only.
     pub fn read_to_end(&self, topic: &str, from_beginning: bool) -> Result<Vec<(u32, Stored)>> {
+        self.read_to_ends(topic, from_beginning).map(|(recs, _)| recs)
+    }
+
+    /// [`Kafka::read_to_end`], also returning the end offsets it read to.
+    pub fn read_to_ends(&self, topic: &str, from_beginning: bool) -> Result<Read> {
         let n = self.partitions(topic)?.ok_or_else(|| format!("no topic `{topic}` on {}", self.servers()))?;
         let mut config = self.config();
         config.set("group.id", "streamc-consume").set("enable.auto.commit", "false").set("isolation.level", "read_committed");
@@ -141,9 +154,20 @@ impl Kafka {
         while !done(&out, &ends) {
             match consumer.poll(Duration::from_millis(200)) {
                 None => {
+                    // Under read_committed the last offsets may be transaction markers, which
+                    // are never delivered but do move the consumer's position past them.
+                    let pos = consumer.position().map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+                    let at_end = ends.iter().enumerate().all(|(p, (from, high))| {
+                        let read = out[p].last().map_or(*from, |(_, s)| s.offset as i64 + 1);
+                        let at = match pos.find_partition(topic, p as i32).map(|e| e.offset()) {
+                            Some(Offset::Offset(o)) => o.max(read),
+                            _ => read,
+                        };
+                        at >= *high
+                    });
                     idle += 1;
-                    if idle > 50 {
-                        // Nothing more arrives: the rest are markers of transactions.
+                    if at_end || idle > 150 {
+                        // (After 30 s without a record, an open transaction holds the rest.)
                         break;
                     }
                 }
@@ -151,15 +175,45 @@ impl Kafka {
                 Some(Ok(m)) => {
                     idle = 0;
                     let p = m.partition() as u32;
-                    let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(|v| v.to_vec()).unwrap_or_default())).collect()).unwrap_or_default();
-                    let record = Record { key: m.key().map(|k| k.to_vec()), value: m.payload().map(|v| v.to_vec()), timestamp: m.timestamp().to_millis().unwrap_or(0), headers };
-                    let offset = m.offset() as u64;
                     if m.offset() < ends[p as usize].1 {
-                        out[p as usize].push((p, Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }));
+                        out[p as usize].push((p, stored(&m)));
                     }
                 }
             }
         }
-        Ok(out.into_iter().flatten().collect())
+        Ok((out.into_iter().flatten().collect(), ends.iter().map(|(_, high)| *high).collect()))
     }
+
+    /// After [`Kafka::read_to_end`], keep printing: every committed record of `topic` from
+    /// `next` (per partition, the offset to go on from) as it arrives; `f` returns false to stop.
+    pub fn follow(&self, topic: &str, next: &[i64], mut f: impl FnMut(u32, &Stored) -> bool) -> Result<()> {
+        let mut config = self.config();
+        config.set("group.id", "streamc-consume").set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+        let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        for (p, o) in next.iter().enumerate() {
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(*o)).map_err(|e| e.to_string())?;
+        }
+        consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+        loop {
+            match consumer.poll(Duration::from_millis(500)) {
+                None => {}
+                Some(Err(e)) => return Err(format!("cannot read `{topic}`: {e}")),
+                Some(Ok(m)) => {
+                    let s = stored(&m);
+                    if !f(m.partition() as u32, &s) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A consumed message as a stored record.
+pub fn stored(m: &rdkafka::message::BorrowedMessage<'_>) -> Stored {
+    let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect()).unwrap_or_default();
+    let record = Record { key: m.key().map(<[u8]>::to_vec), value: m.payload().map(<[u8]>::to_vec), timestamp: m.timestamp().to_millis().unwrap_or(0), headers };
+    let offset = m.offset() as u64;
+    Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }
 }

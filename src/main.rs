@@ -440,18 +440,19 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
 fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, follow: bool, headers: bool) -> Result<ExitCode, String> {
     use std::io::Write;
     if cfg.kafka.contains_key("bootstrap.servers") {
-        if follow {
-            return Err("`consume --follow` is not available on Kafka yet".into());
-        }
         let k = streamc::kafka::Kafka::new(&cfg.kafka);
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
-        for (p, s) in k.read_to_end(topic, from_beginning)? {
+        let (recs, ends) = k.read_to_ends(topic, from_beginning)?;
+        for (p, s) in recs {
             if writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_err() {
-                break;
+                return Ok(ExitCode::SUCCESS);
             }
         }
         let _ = out.flush();
+        if follow {
+            k.follow(topic, &ends, |p, s| writeln!(out, "{}", consumed_json(topic, p, s, headers)).is_ok() && out.flush().is_ok())?;
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let log = log_of(g, cfg)?;

@@ -22,16 +22,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, DefaultConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
 use crate::config::Guarantee;
 use crate::hir;
-use crate::kafka::Kafka;
+use crate::kafka::{stored, Kafka};
 use crate::log::{partition_for, Pos, Record, Stored};
 use crate::plan::{Partitions, TopicRole, Topology};
 use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, RunOptions, Summary, TaskRun};
@@ -132,6 +132,8 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
                 windows_closed = true;
                 continue;
             }
+            // The last counts go to `<app>-metrics` too.
+            e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
             e.commit(&consumer, false)?;
             break e.close_all();
         }
@@ -188,6 +190,8 @@ fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc
         }
     }
     let mut counts = vec![1u32; topo.subtopologies.len()];
+    // Topic → (partitions, compacted). Repartition topics keep their records regardless of their
+    // (event-time) timestamps, as Kafka Streams' do; changelogs are compacted, never deleted by time.
     let mut internal: BTreeMap<String, (u32, bool)> = BTreeMap::new();
     for t in &topo.topics {
         if let (TopicRole::Repartition, Partitions::Like(other)) = (t.role, &t.partitions) {
@@ -233,7 +237,15 @@ fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc
         }
     }
     for (t, (n, compacted)) in &internal {
-        let got = k.ensure_topic(t, *n, *compacted)?;
+        let repartition = topo.topics.iter().any(|x| &x.name == t && x.role == TopicRole::Repartition);
+        let configs: &[(&str, &str)] = if *compacted {
+            &[("cleanup.policy", "compact")]
+        } else if repartition {
+            &[("retention.ms", "-1")]
+        } else {
+            &[]
+        };
+        let got = k.ensure_topic_with(t, *n, configs)?;
         if got != *n {
             return Err(format!("internal topic `{t}` has {got} partitions, but the application needs {n}; delete it (or reset the application) to have it re-created"));
         }
@@ -394,6 +406,8 @@ struct KTask {
     run: TaskRun<KafkaFeed>,
     /// Per store: the changelog offset after the last committed change.
     cps: Vec<u64>,
+    /// The same once the commit in progress succeeds.
+    next_cps: Vec<u64>,
 }
 
 /// Everything an instance runs; owned by the group consumer's context.
@@ -432,7 +446,9 @@ impl Engine {
         if self.assigned.is_empty() {
             return Ok(false);
         }
-        let parts: Vec<(String, u32)> = std::mem::take(&mut self.assigned).into_iter().filter(|k| !self.units.contains_key(k)).collect();
+        // Only what is still assigned (a revocation may have come in between).
+        let owned: BTreeSet<(String, u32)> = consumer.assignment().map(|tpl| parts_of(&tpl).into_iter().collect()).unwrap_or_default();
+        let parts: Vec<(String, u32)> = std::mem::take(&mut self.assigned).into_iter().filter(|k| !self.units.contains_key(k) && owned.contains(k)).collect();
         let mut tpl = TopicPartitionList::new();
         for (t, p) in &parts {
             tpl.add_partition(t, *p as i32);
@@ -464,39 +480,80 @@ impl Engine {
         }
         let mut topics = vec![spec.main.topic.clone()];
         topics.extend(spec.side_topics());
-        let consumer = Arc::new(reader_config(&self.kafka, &self.opts).create::<BaseConsumer>().map_err(|e| format!("Kafka consumer: {e}"))?);
-        let mut queues = Vec::new();
-        let mut tpl = TopicPartitionList::new();
+        // One reader per input, so that an end-of-partition event names its input.
+        let mut readers = Vec::new();
         let mut next = Vec::new();
         let mut stop_at = Vec::new();
         for t in &topics {
             let pos = positions[&format!("{t}/{p}")].offset;
-            queues.push(consumer.split_partition_queue(t, p as i32).ok_or_else(|| format!("cannot read `{t}` partition {p}"))?);
+            let reader: BaseConsumer = reader_config(&self.kafka, &self.opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+            let mut tpl = TopicPartitionList::new();
             tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64)).map_err(|e| e.to_string())?;
+            reader.assign(&tpl).map_err(|e| format!("cannot read `{t}` partition {p}: {e}"))?;
+            readers.push(reader);
             next.push(pos);
             stop_at.push(if self.opts.drain { self.startup.get(&(t.clone(), p)).copied() } else { None });
         }
-        consumer.assign(&tpl).map_err(|e| format!("cannot read {topics:?} partition {p}: {e}"))?;
         // Restore the stores before processing.
         let started = Instant::now();
         let task_id = format!("{}_{p}", spec.sub);
         let mut trees = Vec::new();
         let mut cps = Vec::new();
         let mut restored = 0;
-        for st in &spec.stores {
+        // The changelog ends as of the task's last commit: records after them were written by
+        // an owner that died before committing its input offsets (at least once).
+        let committed_ends: Vec<Option<u64>> = (0..spec.stores.len())
+            .map(|i| if meta.is_null() { Some(0) } else { meta.get("changelogs").and_then(|c| c.get(i)).and_then(|v| v.as_u64()) })
+            .collect();
+        let mut stale = Vec::new();
+        for (i, st) in spec.stores.iter().enumerate() {
             let tree = driver::open_tree(&self.db, &st.name, p)?;
             let watch = RestoreWatch::new(&self.opts, &task_id, &st.name, p);
-            let (n, cp) = restore(&self.kafka, &self.opts, &tree, &st.changelog, p, &watch)?;
-            restored += n;
-            cps.push(cp);
+            let r = restore(&self.kafka, &self.opts, &tree, &st.changelog, p, committed_ends[i], &watch)?;
+            restored += r.records;
+            cps.push(r.checkpoint);
+            stale.push(r.stale);
             trees.push(tree);
         }
         driver::log_restore(&spec.name, p, restored, started);
+        self.correct_stale(&spec, p, &trees, stale, &mut cps)?;
         let n = topics.len();
-        let feed = KafkaFeed { consumer, queues, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at };
+        let feed = KafkaFeed { topics, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at };
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
         let run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, &self.opts);
-        Ok(KTask { run, cps })
+        Ok(KTask { run, next_cps: cps.clone(), cps })
+    }
+
+    /// Changelog records after a task's last commit describe input that will be processed again:
+    /// restore skipped them, and here every key they touched is written again with its
+    /// committed value (or deleted), so that any later restore ends at the committed state too.
+    /// Under exactly-once such records were aborted and restore never sees them.
+    fn correct_stale(&self, spec: &TaskSpec, p: u32, trees: &[sled::Tree], stale: Vec<BTreeMap<Vec<u8>, i64>>, cps: &mut [u64]) -> Result<()> {
+        if stale.iter().all(|s| s.is_empty()) {
+            return Ok(());
+        }
+        if self.eos {
+            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+        }
+        let mut n = 0;
+        for (i, keys) in stale.iter().enumerate() {
+            for (k, ts) in keys {
+                let value = trees[i].get(k).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec());
+                self.producer.send(&spec.stores[i].changelog, p, &Record { key: Some(k.clone()), value, timestamp: *ts, headers: vec![] })?;
+                n += 1;
+            }
+        }
+        self.producer.flush()?;
+        if self.eos {
+            self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+        }
+        for (i, st) in spec.stores.iter().enumerate() {
+            if let Some(o) = self.producer.take_delivered(&st.changelog).get(&(p as i32)) {
+                cps[i] = cps[i].max(*o as u64 + 1);
+            }
+        }
+        eprintln!("{} partition {p}: {n} changelog records after the last commit rewritten with their committed values", spec.name);
+        Ok(())
     }
 
     /// Process what the readers have; true if any record was processed.
@@ -597,35 +654,51 @@ impl Engine {
             self.write_metrics()?;
         }
         self.producer.flush()?;
+        // Where each changelog ends once this commit is in.
+        let mut delivered: BTreeMap<String, FxHashMap<i32, i64>> = BTreeMap::new();
+        for tasks in self.units.values_mut() {
+            for t in tasks.iter_mut() {
+                let p = t.run.task.partition as i32;
+                t.next_cps = t.cps.clone();
+                for (i, st) in t.run.task.spec.stores.iter().enumerate() {
+                    let d = delivered.entry(st.changelog.clone()).or_insert_with(|| self.producer.take_delivered(&st.changelog));
+                    if let Some(o) = d.get(&p) {
+                        t.next_cps[i] = t.next_cps[i].max(*o as u64 + 1);
+                    }
+                }
+            }
+        }
         // The offsets, each with its tasks' commit records as metadata.
         let mut tpl = TopicPartitionList::new();
         for ((topic, p), tasks) in &self.units {
             let key = format!("{topic}/{p}");
             let offset = tasks.iter().map(|t| t.run.positions[&key].offset).min().unwrap_or(0);
-            let meta: serde_json::Map<String, serde_json::Value> = tasks.iter().map(|t| (t.run.task.spec.name.clone(), t.run.meta())).collect();
+            let meta: serde_json::Map<String, serde_json::Value> = tasks
+                .iter()
+                .map(|t| {
+                    let mut m = t.run.meta();
+                    m["changelogs"] = serde_json::json!(t.next_cps);
+                    (t.run.task.spec.name.clone(), m)
+                })
+                .collect();
             tpl.add_partition_offset(topic, *p as i32, Offset::Offset(offset as i64)).map_err(|e| e.to_string())?;
             if let Some(mut el) = tpl.find_partition(topic, *p as i32) {
                 el.set_metadata(serde_json::Value::Object(meta).to_string());
             }
         }
         if self.eos {
-            let gm = consumer.group_metadata().ok_or("the consumer has no group metadata")?;
-            self.producer.inner.send_offsets_to_transaction(&tpl, &gm, TIMEOUT).map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
+            if tpl.count() > 0 {
+                let gm = consumer.group_metadata().ok_or("the consumer has no group metadata")?;
+                self.producer.inner.send_offsets_to_transaction(&tpl, &gm, TIMEOUT).map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
+            }
             self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
         } else if tpl.count() > 0 {
             consumer.commit(&tpl, CommitMode::Sync).map_err(|e| format!("cannot commit offsets: {e}"))?;
         }
         // Committed. Local state follows, checkpointed at the changelog offsets just written.
-        let mut delivered: BTreeMap<String, FxHashMap<i32, i64>> = BTreeMap::new();
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                let p = t.run.task.partition;
-                for (i, st) in t.run.task.spec.stores.iter().enumerate() {
-                    let d = delivered.entry(st.changelog.clone()).or_insert_with(|| self.producer.take_delivered(&st.changelog));
-                    if let Some(o) = d.get(&(p as i32)) {
-                        t.cps[i] = t.cps[i].max(*o as u64 + 1);
-                    }
-                }
+                t.cps = t.next_cps.clone();
                 let r = &mut t.run;
                 if r.uncommitted > 0 || !r.changes.is_empty() {
                     r.commits += 1;
@@ -653,12 +726,10 @@ impl Engine {
                 let r = &t.run;
                 let c = &r.task.counters;
                 let mut lag = serde_json::Map::new();
-                for (i, q) in r.positions.keys().enumerate() {
-                    let (topic, p) = q.rsplit_once('/').unwrap_or((q, "0"));
-                    let p: i32 = p.parse().unwrap_or(0);
-                    if let Ok((_, high)) = r.feed.consumer.fetch_watermarks(topic, p, Duration::from_secs(5)) {
-                        let pos = r.feed.next.get(i).copied().unwrap_or(0) as i64;
-                        lag.insert(q.clone(), serde_json::json!((high - pos).max(0)));
+                let p = r.task.partition as i32;
+                for (i, topic) in r.feed.topics.iter().enumerate() {
+                    if let Ok((_, high)) = r.feed.readers[i].fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                        lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed.next[i] as i64).max(0)));
                     }
                 }
                 let value = serde_json::json!({
@@ -690,6 +761,8 @@ impl Engine {
         self.assigned.retain(|k| !parts.contains(k));
         if !lost {
             self.commit(consumer, false)?;
+            // A failed commit sends every task back to be reopened: not these.
+            self.assigned.retain(|k| !parts.contains(k));
         }
         for k in parts {
             if let Some(tasks) = self.units.remove(k) {
@@ -734,7 +807,7 @@ impl Engine {
                 if t.run.uncommitted > 0 || !t.run.out.is_empty() {
                     return Ok(false);
                 }
-                let n = t.run.feed.queues.len();
+                let n = t.run.feed.readers.len();
                 for i in 0..n {
                     if t.run.feed.peek(i)? != Next::End {
                         return Ok(false);
@@ -744,8 +817,8 @@ impl Engine {
                 if matches!(t.run.task.spec.main.decode, task::Decode::Internal { .. }) {
                     let topic = t.run.task.spec.main.topic.clone();
                     let p = t.run.task.partition as i32;
-                    let (_, high) = t.run.feed.consumer.fetch_watermarks(&topic, p, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
-                    let pos = t.run.feed.consumer.position().ok().and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
+                    let (_, high) = t.run.feed.readers[0].fetch_watermarks(&topic, p, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
+                    let pos = t.run.feed.readers[0].position().ok().and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
                     let at = match pos {
                         Some(Offset::Offset(o)) => o,
                         _ => t.run.feed.next[0] as i64,
@@ -807,29 +880,52 @@ fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
     c
 }
 
-/// Bring a store up to its changelog's end (as of now, committed records only): from the
-/// local checkpoint when local state is consistent with the changelog, else from the start.
-/// Returns the records applied and the offset the local state now reflects.
-fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: u32, watch: &RestoreWatch) -> Result<(u64, u64)> {
-    let consumer: BaseConsumer = reader_config(k, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+/// What a restore did.
+struct Restored {
+    /// Changelog records applied.
+    records: u64,
+    /// The changelog offset local state now reflects.
+    checkpoint: u64,
+    /// Keys of records after the committed end (not applied), with their timestamps.
+    stale: BTreeMap<Vec<u8>, i64>,
+}
+
+/// Bring a store up to its changelog's end as of the task's last commit (`committed_end`;
+/// `None`: the changelog's end as of now), reading committed records only: from the local
+/// checkpoint when local state is consistent with the changelog, else from the start. Records
+/// after the committed end are not applied; their keys are returned.
+fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: u32, committed_end: Option<u64>, watch: &RestoreWatch) -> Result<Restored> {
+    let mut config = reader_config(k, opts);
+    // Fetches return at once at the end, so the end is known without waiting.
+    config.set("fetch.wait.max.ms", "10");
+    let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
     let (low, high) = consumer.fetch_watermarks(changelog, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
     let (low, high) = (low.max(0) as u64, high.max(0) as u64);
-    let from = driver::restore_start(tree, high)?;
+    let end = committed_end.map_or(high, |e| e.min(high));
+    let from = driver::restore_start(tree, end)?;
+    let mut stale = BTreeMap::new();
     if from.offset >= high {
         let r = Restorer::new(tree, watch, from, 0);
-        return Ok((r.finish(&from)?, from.offset));
+        return Ok(Restored { records: r.finish(&from)?, checkpoint: from.offset, stale });
     }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(changelog, p as i32, Offset::Offset(from.offset.max(low) as i64)).map_err(|e| e.to_string())?;
     consumer.assign(&tpl).map_err(|e| format!("cannot read `{changelog}`: {e}"))?;
-    let mut r = Restorer::new(tree, watch, from, high - from.offset.max(low));
+    let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(low)));
     let mut next = from.offset;
     let mut quiet = Instant::now();
     loop {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 quiet = Instant::now();
-                next = m.offset() as u64 + 1;
+                let offset = m.offset() as u64;
+                if offset >= end {
+                    if let Some(key) = m.key() {
+                        stale.insert(key.to_vec(), m.timestamp().to_millis().unwrap_or(0));
+                    }
+                    continue;
+                }
+                next = offset + 1;
                 r.apply(m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec));
                 r.write(&Pos { offset: next, byte: 0 }, false)?;
             }
@@ -839,21 +935,27 @@ fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: 
             None => {}
         }
     }
-    // Past transaction markers, the consumer's position may be beyond the last record.
-    if let Ok(pos) = consumer.position() {
-        if let Some(Offset::Offset(o)) = pos.find_partition(changelog, p as i32).map(|e| e.offset()) {
-            next = next.max(o.max(0) as u64);
+    // Past transaction markers, the consumer's position may be beyond the last record; with
+    // stale records, local state reflects the committed end only.
+    if stale.is_empty() {
+        if let Ok(pos) = consumer.position() {
+            if let Some(Offset::Offset(o)) = pos.find_partition(changelog, p as i32).map(|e| e.offset()) {
+                next = next.max(o.max(0) as u64);
+            }
         }
+    } else {
+        next = next.max(end);
     }
-    let n = r.finish(&Pos { offset: next, byte: 0 })?;
-    Ok((n, next))
+    let records = r.finish(&Pos { offset: next, byte: 0 })?;
+    Ok(Restored { records, checkpoint: next, stale })
 }
 
-/// A task's inputs on Kafka: one queue per partition of its reader, with the records fetched so
-/// far. An input whose queue is empty is at its end only once the reader said so.
+/// A task's inputs on Kafka: one reader (a consumer assigned to the one partition) per input,
+/// with the records fetched so far. An input with no record fetched is at its end only once its
+/// reader said so.
 struct KafkaFeed {
-    consumer: Arc<BaseConsumer>,
-    queues: Vec<rdkafka::consumer::base_consumer::PartitionQueue<DefaultConsumerContext>>,
+    topics: Vec<String>,
+    readers: Vec<BaseConsumer>,
     bufs: Vec<VecDeque<Stored>>,
     eof: Vec<bool>,
     /// The offset after the last record fetched.
@@ -865,7 +967,7 @@ struct KafkaFeed {
 impl KafkaFeed {
     fn fill(&mut self, i: usize) -> Result<()> {
         for _ in 0..1_000 {
-            match self.queues[i].poll(Duration::ZERO) {
+            match self.readers[i].poll(Duration::ZERO) {
                 None => break,
                 Some(Ok(m)) => {
                     self.eof[i] = false;
@@ -880,11 +982,9 @@ impl KafkaFeed {
                     self.eof[i] = true;
                     break;
                 }
-                Some(Err(e)) => return Err(format!("cannot read input {i}: {e}")),
+                Some(Err(e)) => return Err(format!("cannot read `{}`: {e}", self.topics[i])),
             }
         }
-        // Serve the reader's own events (errors, statistics); its messages all go to queues.
-        let _ = self.consumer.poll(Duration::ZERO);
         Ok(())
     }
 }
@@ -907,11 +1007,4 @@ impl Feed for KafkaFeed {
     fn take(&mut self, i: usize) -> Option<Stored> {
         self.bufs[i].pop_front()
     }
-}
-
-fn stored(m: &BorrowedMessage<'_>) -> Stored {
-    let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect()).unwrap_or_default();
-    let record = Record { key: m.key().map(<[u8]>::to_vec), value: m.payload().map(<[u8]>::to_vec), timestamp: m.timestamp().to_millis().unwrap_or(0), headers };
-    let offset = m.offset() as u64;
-    Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }
 }

@@ -28,10 +28,27 @@ pub fn streamc(state: &Path, args: &[&str]) -> String {
     err
 }
 
-/// `streamc --state-dir STATE ARGS…` in the background, stderr to `log`.
-pub fn spawn(state: &Path, args: &[&str], log: &Path) -> Child {
-    let f = std::fs::File::create(log).unwrap();
-    Command::new(bin()).arg("--state-dir").arg(state).args(args).stdout(Stdio::null()).stderr(f).spawn().unwrap()
+/// `streamc --state-dir STATE ARGS…` in the background, stderr appended to `log`.
+pub fn spawn(state: &Path, args: &[&str], log: &Path) -> Background {
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
+    Background(Command::new(bin()).arg("--state-dir").arg(state).args(args).stdout(Stdio::null()).stderr(f).spawn().unwrap())
+}
+
+/// A background process, killed (SIGKILL) when dropped, so a failing test leaves none behind.
+pub struct Background(Child);
+
+impl Background {
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// One record as `streamc consume` prints it.

@@ -36,7 +36,10 @@ pub fn write_clicks(path: &Path, clicks: &[(String, String, i64, i64)]) {
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
-pub fn orders_and_payments(n: usize, seed: u64) -> (Vec<(String, String, f64, i64)>, Vec<(String, f64, String, i64)>) {
+/// Orders (id, customer, total, placed) and payments (order id, amount, method, paid).
+pub type OrdersAndPayments = (Vec<(String, String, f64, i64)>, Vec<(String, f64, String, i64)>);
+
+pub fn orders_and_payments(n: usize, seed: u64) -> OrdersAndPayments {
     let mut x = seed;
     let mut next = move |m: u64| {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
