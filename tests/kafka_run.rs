@@ -298,8 +298,14 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     let f = dir.join("trades.jsonl");
     write_trades(&f, 60_000, 50, 5, 0);
     let trades = trades_of(&f);
+    // The first half now; the second once B is gone, so that A must take B's tasks over.
+    let text = std::fs::read_to_string(&f).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
+    std::fs::write(&first, lines[..30_000].join("\n") + "\n").unwrap();
+    std::fs::write(&second, lines[30_000..].join("\n") + "\n").unwrap();
     let src = format!("{pfx}.stocks");
-    streamc(&dir.join("p"), &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b]);
+    streamc(&dir.join("p"), &["produce", &src, first.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b]);
 
     let app = format!("{pfx}-app");
     let (addr_a, addr_b) = (free_addr(), free_addr());
@@ -316,6 +322,7 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     wait_for(60, "both instances to process records", || metric_sum(&scrape(&addr_a), "streamc_records_in_total") > 0.0 && metric_sum(&scrape(&addr_b), "streamc_records_in_total") > 0.0);
     let before = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
     bb.kill();
+    streamc(&dir.join("p"), &["produce", &src, second.to_str().unwrap(), "--program", prog, "--bootstrap-servers", &b]);
 
     let want = counts_reference(&trades, 4);
     let counts = format!("{pfx}.counts");
@@ -484,4 +491,12 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
     let log = streamc(&state, &args);
     let restored: u64 = log.lines().filter_map(|l| l.strip_prefix("restored ")?.split(' ').next()?.parse::<u64>().ok()).sum();
     assert!(restored < (total2 - total) as u64 + 10, "restored {restored} of {total2} changelog records, more than the {} since the first run's checkpoint:\n{log}", total2 - total);
+
+    // SIGTERM: a last commit and local state written, so the next start restores nothing.
+    let mut child = spawn(&state, &args_live, &dir.join("term.log"));
+    wait_for(60, "the tasks to open", || std::fs::read_to_string(dir.join("term.log")).is_ok_and(|l| l.contains("joining group")));
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(child.terminate(), "{}", std::fs::read_to_string(dir.join("term.log")).unwrap());
+    let log = streamc(&state, &args);
+    assert!(log.contains(" 0 restored"), "{log}");
 }

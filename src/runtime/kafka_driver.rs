@@ -18,6 +18,7 @@
 //!   state stays on disk, so getting a task back restores only the changelog tail.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,9 @@ type Result<T> = std::result::Result<T, String>;
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Records a task processes before the loop turns to the next task.
 const STEP: u64 = 5_000;
+/// How long a restore waits at an open transaction before it fails (longer than the default
+/// `transaction.timeout.ms` this driver sets, after which the broker aborts it).
+const RESTORE_WAIT: Duration = Duration::from_secs(120);
 /// Failed commits in a row before the run gives up.
 const MAX_FAILED_COMMITS: u32 = 10;
 
@@ -76,7 +80,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
         units: BTreeMap::new(),
         assigned: Vec::new(),
         error: None,
-        reopen: false,
+        failed: false,
         partitions: BTreeMap::new(),
         startup,
         main_external: main_topics.iter().filter(|t| external.contains(*t)).cloned().collect(),
@@ -98,51 +102,63 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     let topics: Vec<&str> = main_topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
     eprintln!("instance {instance} of `{}` joining group `{}` on {} ({})", opts.app, opts.app, opts.config.kafka.get("bootstrap.servers").map_or("?", |s| s), if eos { "exactly_once" } else { "at_least_once" });
+    // SIGTERM or SIGINT: commit, write local state and leave the group.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("cannot handle signals: {e}"))?;
+    }
     let mut idle = false;
     let mut windows_closed = false;
-    let result = loop {
-        match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
-            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => break Err("the Kafka consumer hit a fatal error".to_string()),
-            Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
-            // Fetched before its partition was paused: the task's own reader reads it.
-            Some(Ok(_)) | None => {}
-        }
-        let mut e = lock(&consumer.context().engine);
-        let step = (|| -> Result<bool> {
+    let result = (|| -> Result<Summary> {
+        loop {
+            match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => return Err("the Kafka consumer hit a fatal error".to_string()),
+                Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
+                // Fetched before its partition was paused: the task's own reader reads it.
+                Some(Ok(_)) | None => {}
+            }
+            let mut e = lock(&consumer.context().engine);
             if let Some(err) = e.error.take() {
                 return Err(err);
             }
-            if e.reopen {
-                e.reopen_all();
-            }
             let opened = e.open_assigned(&consumer)?;
             let worked = e.step()? || opened;
+            if stop.load(Ordering::Relaxed) {
+                eprintln!("stopping: a last commit, then leaving the group");
+                e.commit(&consumer, false)?;
+                return e.close_all();
+            }
             if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms) {
                 e.commit(&consumer, false)?;
             }
-            Ok(worked)
-        })();
-        match step {
-            Err(err) => break Err(err),
-            Ok(worked) => idle = !worked,
-        }
-        if opts.drain && idle && e.drained(&consumer)? {
-            if opts.close_windows_at_end && !windows_closed {
-                e.commit(&consumer, true)?;
-                windows_closed = true;
-                continue;
+            idle = !worked;
+            if opts.drain && idle && e.drained(&consumer)? {
+                if opts.close_windows_at_end && !windows_closed {
+                    windows_closed = e.commit(&consumer, true)?;
+                    continue;
+                }
+                // The last counts go to `<app>-metrics` too.
+                e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
+                if e.commit(&consumer, false)? {
+                    return e.close_all();
+                }
             }
-            // The last counts go to `<app>-metrics` too.
-            e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
-            e.commit(&consumer, false)?;
-            break e.close_all();
         }
-    };
-    let summary = result?;
-    // Leaving the group revokes what is left (nothing: every task is closed).
-    consumer.unsubscribe();
-    drop(consumer);
-    Ok(summary)
+    })();
+    match result {
+        Ok(summary) => {
+            // Leaving the group revokes what is left (nothing: every task is closed).
+            consumer.unsubscribe();
+            drop(consumer);
+            Ok(summary)
+        }
+        Err(err) => {
+            // Closing the consumer revokes its partitions: nothing may be committed then.
+            lock(&consumer.context().engine).failed = true;
+            drop(consumer);
+            Err(err)
+        }
+    }
 }
 
 fn lock(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
@@ -425,8 +441,8 @@ struct Engine {
     assigned: Vec<(String, u32)>,
     /// An error from inside a rebalance callback, for the main loop.
     error: Option<String>,
-    /// A commit failed: every task goes back to its committed state.
-    reopen: bool,
+    /// The run failed: nothing may be committed any more (closing the consumer revokes).
+    failed: bool,
     /// Partition counts of the topics written to.
     partitions: BTreeMap<String, u32>,
     startup: BTreeMap<(String, u32), u64>,
@@ -448,7 +464,7 @@ impl Engine {
         }
         // Only what is still assigned (a revocation may have come in between).
         let owned: BTreeSet<(String, u32)> = consumer.assignment().map(|tpl| parts_of(&tpl).into_iter().collect()).unwrap_or_default();
-        let parts: Vec<(String, u32)> = std::mem::take(&mut self.assigned).into_iter().filter(|k| !self.units.contains_key(k) && owned.contains(k)).collect();
+        let parts: BTreeSet<(String, u32)> = std::mem::take(&mut self.assigned).into_iter().filter(|k| !self.units.contains_key(k) && owned.contains(k)).collect();
         let mut tpl = TopicPartitionList::new();
         for (t, p) in &parts {
             tpl.add_partition(t, *p as i32);
@@ -518,7 +534,7 @@ impl Engine {
         driver::log_restore(&spec.name, p, restored, started);
         self.correct_stale(&spec, p, &trees, stale, &mut cps)?;
         let n = topics.len();
-        let feed = KafkaFeed { topics, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at };
+        let feed = KafkaFeed { topics, partition: p as i32, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at };
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
         let run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, &self.opts);
         Ok(KTask { run, next_cps: cps.clone(), cps })
@@ -578,13 +594,14 @@ impl Engine {
         Ok(n)
     }
 
-    /// Commit every task. A failed commit sends every task back to its committed state.
-    fn commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<()> {
+    /// Commit every task; false if the commit failed and every task went back to its committed
+    /// state (an error after [`MAX_FAILED_COMMITS`] failures in a row).
+    fn commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<bool> {
         self.last_commit = Instant::now();
         match self.try_commit(consumer, close_all) {
             Ok(()) => {
                 self.failed_commits = 0;
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 self.failed_commits += 1;
@@ -594,9 +611,13 @@ impl Engine {
                 eprintln!("commit failed ({e}); the tasks resume from their last commit");
                 if self.eos {
                     self.abort()?;
+                } else {
+                    // Records still on their way land before the tasks reopen, so that the
+                    // restore sees them (after the committed end) and rewrites their keys.
+                    let _ = self.producer.inner.flush(TIMEOUT);
                 }
                 self.reopen_all();
-                Ok(())
+                Ok(false)
             }
         }
     }
@@ -693,7 +714,15 @@ impl Engine {
             }
             self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
         } else if tpl.count() > 0 {
-            consumer.commit(&tpl, CommitMode::Sync).map_err(|e| format!("cannot commit offsets: {e}"))?;
+            let mut tries = 0;
+            while let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+                tries += 1;
+                let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
+                if !retriable || tries >= 5 {
+                    return Err(format!("cannot commit offsets: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
         }
         // Committed. Local state follows, checkpointed at the changelog offsets just written.
         for tasks in self.units.values_mut() {
@@ -757,24 +786,23 @@ impl Engine {
     }
 
     /// Partitions are being taken away: commit, then close their tasks, keeping local state.
+    /// Lost partitions (or a failed run) are closed without a commit.
     fn revoke(&mut self, consumer: &BaseConsumer<GroupCtx>, parts: &[(String, u32)], lost: bool) -> Result<()> {
+        let committed = if lost || self.failed { Ok(false) } else { self.commit(consumer, false) };
+        // (A failed commit queued every task to be reopened: not these.)
         self.assigned.retain(|k| !parts.contains(k));
-        if !lost {
-            self.commit(consumer, false)?;
-            // A failed commit sends every task back to be reopened: not these.
-            self.assigned.retain(|k| !parts.contains(k));
-        }
+        let keep = matches!(committed, Ok(true));
         for k in parts {
             if let Some(tasks) = self.units.remove(k) {
                 for mut t in tasks {
-                    if !lost {
+                    if keep {
                         write_local(&mut t)?;
                     }
                     self.close_task(t);
                 }
             }
         }
-        Ok(())
+        committed.map(|_| ())
     }
 
     fn close_task(&mut self, mut t: KTask) {
@@ -786,7 +814,6 @@ impl Engine {
     /// Back to the last commit: close every task without writing local state (it holds only
     /// committed changes) and open it again.
     fn reopen_all(&mut self) {
-        self.reopen = false;
         let units = std::mem::take(&mut self.units);
         for (k, tasks) in units {
             for t in tasks {
@@ -799,7 +826,7 @@ impl Engine {
     /// `--drain`: every external input committed up to its start-up end, and this instance's
     /// tasks idle at the end of their inputs.
     fn drained(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<bool> {
-        if !self.assigned.is_empty() || self.reopen {
+        if !self.assigned.is_empty() {
             return Ok(false);
         }
         for tasks in self.units.values_mut() {
@@ -812,6 +839,20 @@ impl Engine {
                     if t.run.feed.peek(i)? != Next::End {
                         return Ok(false);
                     }
+                }
+                // At the end, past transaction markers (never delivered): commit that position.
+                let p = t.run.task.partition;
+                let mut moved = false;
+                for (i, topic) in t.run.feed.topics.iter().enumerate() {
+                    let pos = t.run.positions.entry(format!("{topic}/{p}")).or_default();
+                    if t.run.feed.next[i] > pos.offset {
+                        pos.offset = t.run.feed.next[i];
+                        moved = true;
+                    }
+                }
+                if moved {
+                    t.run.uncommitted = t.run.uncommitted.max(1);
+                    return Ok(false);
                 }
                 // Internal inputs: read up to their end as of now.
                 if matches!(t.run.task.spec.main.decode, task::Decode::Internal { .. }) {
@@ -929,10 +970,21 @@ fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: 
                 r.apply(m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec));
                 r.write(&Pos { offset: next, byte: 0 }, false)?;
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {
+                // Under read_committed the end of partition is the last stable offset: an open
+                // transaction (of an instance that died) holds the rest until it is aborted.
+                let at = match consumer.position().ok().and_then(|pos| pos.find_partition(changelog, p as i32).map(|e| e.offset())) {
+                    Some(Offset::Offset(o)) => o.max(0) as u64,
+                    _ => next,
+                };
+                if at.max(next) >= high {
+                    break;
+                }
+                if quiet.elapsed() > RESTORE_WAIT {
+                    return Err(format!("restoring from `{changelog}` partition {p}: stuck at offset {} of {high} for {}s (an open transaction?)", at.max(next), RESTORE_WAIT.as_secs()));
+                }
+            }
             Some(Err(e)) => return Err(format!("cannot restore from `{changelog}` partition {p}: {e}")),
-            None if quiet.elapsed() > TIMEOUT => return Err(format!("restoring from `{changelog}` partition {p}: nothing arrived for {}s at offset {next} (end {high})", TIMEOUT.as_secs())),
-            None => {}
         }
     }
     // Past transaction markers, the consumer's position may be beyond the last record; with
@@ -955,6 +1007,7 @@ fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: 
 /// reader said so.
 struct KafkaFeed {
     topics: Vec<String>,
+    partition: i32,
     readers: Vec<BaseConsumer>,
     bufs: Vec<VecDeque<Stored>>,
     eof: Vec<bool>,
@@ -972,14 +1025,22 @@ impl KafkaFeed {
                 Some(Ok(m)) => {
                     self.eof[i] = false;
                     let offset = m.offset() as u64;
-                    self.next[i] = offset + 1;
                     if self.stop_at[i].is_some_and(|s| offset >= s) {
+                        // After the start-up end (`--drain`): left for the next run.
                         continue;
                     }
+                    self.next[i] = offset + 1;
                     self.bufs[i].push_back(stored(&m));
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) => {
                     self.eof[i] = true;
+                    // The position may be past transaction markers after the last record.
+                    if let Ok(pos) = self.readers[i].position() {
+                        if let Some(Offset::Offset(o)) = pos.find_partition(&self.topics[i], self.partition).map(|e| e.offset()) {
+                            let o = self.stop_at[i].map_or(o.max(0) as u64, |s| s.min(o.max(0) as u64));
+                            self.next[i] = self.next[i].max(o);
+                        }
+                    }
                     break;
                 }
                 Some(Err(e)) => return Err(format!("cannot read `{}`: {e}", self.topics[i])),

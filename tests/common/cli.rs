@@ -38,6 +38,12 @@ pub fn spawn(state: &Path, args: &[&str], log: &Path) -> Background {
 pub struct Background(Child);
 
 impl Background {
+    /// SIGTERM, and wait for the exit; true if it exited successfully.
+    pub fn terminate(&mut self) -> bool {
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        self.0.wait().map(|s| s.success()).unwrap_or(false)
+    }
+
     /// SIGKILL, and wait for it to be gone.
     pub fn kill(&mut self) {
         let _ = self.0.kill();
