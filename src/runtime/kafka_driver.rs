@@ -81,6 +81,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
         assigned: Vec::new(),
         error: None,
         failed: false,
+        joined: false,
         partitions: BTreeMap::new(),
         startup,
         main_external: main_topics.iter().filter(|t| external.contains(*t)).cloned().collect(),
@@ -294,7 +295,9 @@ impl ConsumerContext for GroupCtx {
             Rebalance::Assign(tpl) => {
                 // The tasks' readers fetch; the group consumer only keeps membership.
                 let _ = c.pause(tpl);
-                lock(&self.engine).assigned.extend(parts_of(tpl));
+                let mut e = lock(&self.engine);
+                e.joined = true;
+                e.assigned.extend(parts_of(tpl));
             }
             Rebalance::Error(err) => eprintln!("consumer group rebalance: {err}"),
             Rebalance::Revoke(_) => {}
@@ -443,6 +446,8 @@ struct Engine {
     error: Option<String>,
     /// The run failed: nothing may be committed any more (closing the consumer revokes).
     failed: bool,
+    /// The group has given this instance an assignment (possibly empty) at least once.
+    joined: bool,
     /// Partition counts of the topics written to.
     partitions: BTreeMap<String, u32>,
     startup: BTreeMap<(String, u32), u64>,
@@ -826,7 +831,9 @@ impl Engine {
     /// `--drain`: every external input committed up to its start-up end, and this instance's
     /// tasks idle at the end of their inputs.
     fn drained(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<bool> {
-        if !self.assigned.is_empty() {
+        // Not before the first assignment: its tasks are restored and committed even when
+        // there is nothing left to process.
+        if !self.joined || !self.assigned.is_empty() {
             return Ok(false);
         }
         for tasks in self.units.values_mut() {
