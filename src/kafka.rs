@@ -126,11 +126,7 @@ impl Kafka {
 
     /// Every record of a topic from the start (or from the end offsets as of now), up to the end
     /// offsets as of now, partition by partition in offset order. Reads committed records only.
-    pub fn read_to_end(&self, topic: &str, from_beginning: bool) -> Result<Vec<(u32, Stored)>> {
-        self.read_to_ends(topic, from_beginning).map(|(recs, _)| recs)
-    }
-
-    /// [`Kafka::read_to_end`], also returning the end offsets it read to.
+    /// Also returns the end offset of each partition it read to.
     pub fn read_to_ends(&self, topic: &str, from_beginning: bool) -> Result<Read> {
         let n = self.partitions(topic)?.ok_or_else(|| format!("no topic `{topic}` on {}", self.servers()))?;
         let mut config = self.config();
@@ -184,7 +180,7 @@ impl Kafka {
         Ok((out.into_iter().flatten().collect(), ends.iter().map(|(_, high)| *high).collect()))
     }
 
-    /// After [`Kafka::read_to_end`], keep printing: every committed record of `topic` from
+    /// After [`Kafka::read_to_ends`], keep printing: every committed record of `topic` from
     /// `next` (per partition, the offset to go on from) as it arrives; `f` returns false to stop.
     pub fn follow(&self, topic: &str, next: &[i64], mut f: impl FnMut(u32, &Stored) -> bool) -> Result<()> {
         let mut config = self.config();

@@ -254,9 +254,7 @@ fn counts_of(recs: &[common::cli::Consumed]) -> Counts {
 }
 
 fn write_counts_program(dir: &Path, pfx: &str) -> std::path::PathBuf {
-    let p = dir.join("counts.stream");
-    std::fs::write(&p, COUNTS.replace("from \"", &format!("from \"{pfx}.")).replace(" to \"", &format!(" to \"{pfx}."))).unwrap();
-    p
+    common::cli::write_isolated(COUNTS, pfx, &dir.join("counts.stream"))
 }
 
 /// Wait until `done()` or panic after `secs`.

@@ -975,6 +975,13 @@ impl RestoreWatch {
             metrics: opts.metrics.as_ref().map(|m| m.restore(task_id, store)),
         }
     }
+
+    /// The store is restored (possibly with nothing to replay).
+    pub(crate) fn done(&self) {
+        if let Some(m) = &self.metrics {
+            m.done();
+        }
+    }
 }
 
 /// The local checkpoint of a store: the changelog position its local state reflects.
@@ -1067,9 +1074,7 @@ impl<'a> Restorer<'a> {
     pub(crate) fn finish(mut self, at: &Pos) -> Result<u64, String> {
         self.write(at, true)?;
         self.bar.finish_and_clear();
-        if let Some(m) = &self.watch.metrics {
-            m.done();
-        }
+        self.watch.done();
         Ok(self.n)
     }
 }
@@ -1080,9 +1085,7 @@ fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Co
     let end = c.end(changelog, p);
     let from = restore_start(tree, end.offset)?;
     if from == end {
-        if let Some(m) = &watch.metrics {
-            m.done();
-        }
+        watch.done();
         return Ok(0);
     }
     // The log keeps every changelog record (no compaction), so offsets count the records to replay.

@@ -377,28 +377,32 @@ impl Producer {
     }
 
     fn send(&self, topic: &str, partition: u32, r: &Record) -> Result<()> {
-        let headers = (!r.headers.is_empty()).then(|| {
-            let mut h = OwnedHeaders::new_with_capacity(r.headers.len());
-            for (k, v) in &r.headers {
+        self.send_parts(topic, partition, r.key.as_deref(), r.value.as_deref(), r.timestamp, &r.headers)
+    }
+
+    /// Send one record made of borrowed parts (no copy of a changelog key or value).
+    fn send_parts(&self, topic: &str, partition: u32, key: Option<&[u8]>, value: Option<&[u8]>, timestamp: i64, headers: &[(String, Vec<u8>)]) -> Result<()> {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition as i32).timestamp(timestamp);
+        if !headers.is_empty() {
+            let mut h = OwnedHeaders::new_with_capacity(headers.len());
+            for (k, v) in headers {
                 h = h.insert(Header { key: k, value: Some(v.as_slice()) });
             }
-            h
-        });
+            rec = rec.headers(h);
+        }
+        if let Some(k) = key {
+            rec = rec.key(k);
+        }
+        if let Some(v) = value {
+            rec = rec.payload(v);
+        }
         loop {
-            let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition as i32).timestamp(r.timestamp);
-            if let Some(h) = &headers {
-                rec = rec.headers(h.clone());
-            }
-            if let Some(k) = &r.key {
-                rec = rec.key(k.as_slice());
-            }
-            if let Some(v) = &r.value {
-                rec = rec.payload(v.as_slice());
-            }
             match self.inner.send(rec) {
                 Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                // The queue is full: serve delivery reports, then send the record it gave back.
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     self.inner.poll(Duration::from_millis(10));
+                    rec = back;
                 }
                 Err((e, _)) => return Err(format!("cannot produce to `{topic}`: {e}")),
             }
@@ -560,7 +564,7 @@ impl Engine {
         for (i, keys) in stale.iter().enumerate() {
             for (k, ts) in keys {
                 let value = trees[i].get(k).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec());
-                self.producer.send(&spec.stores[i].changelog, p, &Record { key: Some(k.clone()), value, timestamp: *ts, headers: vec![] })?;
+                self.producer.send_parts(&spec.stores[i].changelog, p, Some(k), value.as_deref(), *ts, &[])?;
                 n += 1;
             }
         }
@@ -661,12 +665,9 @@ impl Engine {
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
                 let p = t.run.task.partition;
-                for o in t.run.out.drain(..) {
-                    outputs.push(o);
-                }
+                outputs.append(&mut t.run.out);
                 for ch in &t.run.changes {
-                    let rec = Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
-                    self.producer.send(&t.run.task.spec.stores[ch.store].changelog, p, &rec)?;
+                    self.producer.send_parts(&t.run.task.spec.stores[ch.store].changelog, p, Some(&ch.key), ch.value.as_deref(), ch.timestamp, &[])?;
                 }
             }
         }
@@ -953,8 +954,8 @@ fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: 
     let from = driver::restore_start(tree, end)?;
     let mut stale = BTreeMap::new();
     if from.offset >= high {
-        let r = Restorer::new(tree, watch, from, 0);
-        return Ok(Restored { records: r.finish(&from)?, checkpoint: from.offset, stale });
+        watch.done();
+        return Ok(Restored { records: 0, checkpoint: from.offset, stale });
     }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(changelog, p as i32, Offset::Offset(from.offset.max(low) as i64)).map_err(|e| e.to_string())?;

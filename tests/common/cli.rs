@@ -14,10 +14,14 @@ pub fn bin() -> &'static str {
 pub fn isolate(example: &str, pfx: &str, dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = std::fs::read_to_string(root.join(example)).unwrap();
+    write_isolated(&src, pfx, &dir.join(Path::new(example).file_name().unwrap()))
+}
+
+/// Program text `src` written to `path` with every topic prefixed with `pfx.`.
+pub fn write_isolated(src: &str, pfx: &str, path: &Path) -> PathBuf {
     let text = src.replace("from \"", &format!("from \"{pfx}.")).replace(" to \"", &format!(" to \"{pfx}."));
-    let path = dir.join(Path::new(example).file_name().unwrap());
-    std::fs::write(&path, text).unwrap();
-    path
+    std::fs::write(path, text).unwrap();
+    path.to_path_buf()
 }
 
 /// `streamc --state-dir STATE ARGS…`; panics with its stderr unless it succeeds.
@@ -83,8 +87,8 @@ pub fn consume(state: &Path, topic: &str, extra: &[&str]) -> Vec<Consumed> {
 }
 
 /// What a topic's records come to: for windowed results (values with `window_start`), the last
-/// value of each (key, window), tombstones removing; for other records, how often each
-/// (key, value, timestamp) occurs. Independent of how the records were batched into commits.
+/// value of each (key, window); for other records, how often each (key, value, timestamp)
+/// occurs. Independent of how the records were batched into commits.
 pub fn results(recs: &[Consumed]) -> BTreeMap<String, i64> {
     let mut windows: BTreeMap<String, String> = BTreeMap::new();
     let mut rows: BTreeMap<String, i64> = BTreeMap::new();
@@ -92,11 +96,6 @@ pub fn results(recs: &[Consumed]) -> BTreeMap<String, i64> {
         match r.value.get("window_start") {
             Some(ws) => {
                 windows.insert(format!("{} {ws}", r.key), r.value.to_string());
-            }
-            None if r.value.is_null() => {
-                // A tombstone of a windowed result: the session it deletes is in no value; the
-                // (key, window) pairs it could delete are those of this key with this end.
-                windows.retain(|k, v| !(k.starts_with(&format!("{} ", r.key)) && v.contains(&format!("\"window_end\":{}", r.timestamp))));
             }
             None => *rows.entry(format!("{} {} @{}", r.key, r.value, r.timestamp)).or_default() += 1,
         }
