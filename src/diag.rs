@@ -63,6 +63,8 @@ pub enum Code {
     NotControlTable = 700,
     TenantMismatch = 701,
     QueryExists = 702,
+    IncompatibleState = 703,
+    CannotRun = 704,
 }
 
 impl Code {

@@ -7,6 +7,7 @@
 pub mod ast;
 pub mod check;
 pub mod config;
+pub mod control;
 pub mod diag;
 pub mod explain;
 pub mod gen;

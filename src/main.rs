@@ -14,6 +14,8 @@ use streamc::diag::{self, RenderOptions};
 use streamc::explain::{self, ExplainFormat};
 use streamc::{check, config, hir, plan, syntax};
 
+mod control_cli;
+
 #[derive(Parser)]
 #[command(name = "streamc", version, about = "A stream processor for a small declarative language")]
 struct Cli {
@@ -109,11 +111,77 @@ enum Command {
         #[arg(long)]
         headers: bool,
     },
+    /// Write a new Ed25519 signing key for control statements; prints the public key to trust.
+    Keygen {
+        keyfile: PathBuf,
+        /// The key's id in `control.trusted_keys` (default: the file's stem).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// Sign a control statement and post it to the application's control topic.
+    Control {
+        /// The program file: names the application.
+        file: PathBuf,
+        statement: String,
+        #[command(flatten)]
+        sign: SignArgs,
+        /// Post even if the statement does not compile against the running program here.
+        #[arg(long)]
+        no_check: bool,
+    },
+    /// Make the running queries those of FILE: prints the state-compatibility report, then
+    /// signs and posts `query`, `replace query` and `drop query` statements.
+    Deploy {
+        file: PathBuf,
+        #[command(flatten)]
+        sign: SignArgs,
+        /// Only print the report and the statements.
+        #[arg(long)]
+        dry_run: bool,
+        /// Incompatible replacements rebuild their state from the start of the input.
+        #[arg(long, conflicts_with = "fresh_state")]
+        reprocess: bool,
+        /// Incompatible replacements start their state empty.
+        #[arg(long)]
+        fresh_state: bool,
+    },
+    /// Show the running program: query versions, control offsets applied, recent rejections.
+    Status { file: PathBuf },
     /// Generate deterministic test data.
     Gen {
         #[command(subcommand)]
         what: GenWhat,
     },
+}
+
+#[derive(Args)]
+struct SignArgs {
+    /// The private key (from `streamc keygen`).
+    #[arg(long, value_name = "KEYFILE")]
+    key: PathBuf,
+    /// Sign for this tenant only.
+    #[arg(long, default_value = "")]
+    tenant: String,
+    /// The statement is refused by instances that read it later than this (by its timestamp).
+    #[arg(long, default_value = "1h", value_parser = parse_duration_ms)]
+    expires_in: i64,
+    /// Wait up to this many seconds for the application's verdict (0: do not wait).
+    #[arg(long, default_value_t = 0)]
+    wait: u64,
+}
+
+fn parse_duration_ms(s: &str) -> Result<i64, String> {
+    let (n, unit) = s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).ok_or("a duration like 30s, 10m or 1h")?;
+    let n: i64 = n.parse().map_err(|_| "a duration like 30s, 10m or 1h")?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err("a duration like 30s, 10m or 1h".into()),
+    };
+    Ok(n * ms)
 }
 
 #[derive(Subcommand)]
@@ -146,7 +214,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn render_options() -> RenderOptions {
+pub(crate) fn render_options() -> RenderOptions {
     let width = std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).unwrap_or(100);
     RenderOptions { color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(), width }
 }
@@ -164,7 +232,7 @@ fn read(path: &Path) -> Result<String, String> {
 }
 
 /// Compile a file, printing its diagnostics; None if it has errors.
-fn compile_file(path: &Path, text: &str) -> Option<hir::Program> {
+pub(crate) fn compile_file(path: &Path, text: &str) -> Option<hir::Program> {
     match streamc::compile(text) {
         Ok(p) => Some(p),
         Err(diags) => {
@@ -224,6 +292,17 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr, chaos };
             run_program(&cli.global, cfg, &file, o)
         }
+        Command::Keygen { keyfile, id } => control_cli::keygen(&keyfile, id.as_deref()),
+        Command::Control { file, statement, sign, no_check } => {
+            let post = control_cli::Post { key: &sign.key, tenant: &sign.tenant, expires_in_ms: sign.expires_in, wait_secs: sign.wait };
+            control_cli::control_cmd(&cli.global.state_dir, &cfg, &file, &statement, !no_check, &post)
+        }
+        Command::Deploy { file, sign, dry_run, reprocess, fresh_state } => {
+            let post = control_cli::Post { key: &sign.key, tenant: &sign.tenant, expires_in_ms: sign.expires_in, wait_secs: sign.wait };
+            let mode = if reprocess { Some("reprocess") } else if fresh_state { Some("fresh state") } else { None };
+            control_cli::deploy(&cli.global.state_dir, &cfg, &file, dry_run, mode, &post)
+        }
+        Command::Status { file } => control_cli::status(&cli.global.state_dir, &cfg, &file),
         Command::Produce { topic, file, envelope, program, partitions } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref(), partitions),
         Command::Consume { topic, from_beginning, follow, headers } => consume(&cli.global, &cfg, &topic, from_beginning, follow, headers),
         Command::Gen { what: GenWhat::Trades { count, tickers, seed, rate, disorder_ms } } => {
@@ -286,6 +365,12 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     } else {
         log_of(g, &cfg)?;
     }
+    // Version 0 of the running program: the file as the application first ran it.
+    let topics = control_cli::Topics::open(&g.state_dir, &cfg)?;
+    if !control_cli::check_program_file(&topics, &app, &cfg, &text, &p)? {
+        return Err(format!("{} changed incompatibly since `{app}` first ran: post the change with `streamc deploy --reprocess` or `--fresh-state`, or use a new application id", file.display()));
+    }
+    drop(topics);
     let topo = plan::lower(&p, &app);
     let mut ins = Vec::new();
     for i in &inputs {
@@ -315,6 +400,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         metrics,
         progress: std::io::stderr().is_terminal(),
         chaos,
+        program_text: text.clone(),
     };
     let started = std::time::Instant::now();
     let sum = if on_kafka { streamc::runtime::kafka_driver::run(&p, &topo, &opts)? } else { streamc::runtime::driver::run(&p, &topo, &opts)? };

@@ -6,11 +6,11 @@
 //! at some checkpoint, the changelog tail after it is replayed, and input resumes where the
 //! committed outputs end: exactly once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
@@ -18,6 +18,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnError};
+use crate::control::{self, ControlRecord, Stage};
+use crate::runtime::hub::Hub;
 use crate::runtime::chaos::{Chaos, ChaosSpec, FailPoint};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record, Stored};
@@ -43,6 +45,8 @@ pub struct RunOptions {
     pub progress: bool,
     /// Fault injection (`--chaos`).
     pub chaos: Option<ChaosSpec>,
+    /// The program file's text (version 0 of the running program).
+    pub program_text: String,
 }
 
 /// What a run did, for the CLI and tests.
@@ -77,22 +81,29 @@ impl Summary {
 }
 
 /// Run the program on the embedded log until its input is drained (`--drain`) or forever.
-pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
+pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
     let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
-    let specs = task::specs(program, topo)?;
-    let counts = setup_topics(&log, program, topo, &specs, &opts.config)?;
     for (topic, path) in &opts.inputs {
         ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
     }
+    // The control log first: tasks start with the program as of its end.
+    let mut hub = Hub::new(program, opts)?;
+    let control = EmbeddedControl::open(&log, &opts.app)?;
+    hub.written = control.written;
+    let control = Mutex::new(control);
+    poll_control(&log, &control, &mut hub)?;
+    hub.verbose = true;
+    let stage = hub.ev.latest().clone();
+    let counts = setup_topics(&log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
     let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
     let db = open_local_state(&db_path, &opts.app)?;
     let committed = log.committed()?;
     // The end of every external input as of start-up: `--drain` stops there.
     let startup = committed.clone();
     let mut tasks = Vec::new();
-    for spec in specs.into_iter().map(Arc::new) {
+    for spec in stage.specs.iter() {
         for p in 0..counts[spec.sub] {
-            tasks.push(TaskRun::open(spec.clone(), p, &log, &db, &committed, opts)?);
+            tasks.push(TaskRun::open_at(spec.clone(), p, &stage, &log, &db, &committed, opts)?);
         }
     }
     // With `--drain`, a bar of the records of the external inputs up to their start-up ends.
@@ -106,19 +117,19 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
         t.bar = bar.clone();
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
+    let live: BTreeSet<(String, u32)> = tasks.iter().map(|t| (t.task.spec.name.clone(), t.task.partition)).collect();
     let mut groups: Vec<Vec<TaskRun>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, t) in tasks.into_iter().enumerate() {
         groups[i % threads].push(t);
     }
-    let barrier = Barrier::new(threads);
-    let any_progress = AtomicBool::new(false);
+    let shared = Shared { log, db, startup, hub: Mutex::new(hub), control, live: Mutex::new(live), barrier: Barrier::new(threads), any: AtomicBool::new(false), bar: bar.clone() };
     let results: Vec<Result<Summary, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .into_iter()
             .enumerate()
             .map(|(i, mut ts)| {
-                let (log, db, barrier, any, startup) = (&log, &db, &barrier, &any_progress, &startup);
-                s.spawn(move || worker(i == 0, &mut ts, log, db, startup, opts, barrier, any))
+                let shared = &shared;
+                s.spawn(move || worker(i == 0, &mut ts, shared, opts))
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
@@ -128,41 +139,149 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     for r in results {
         total.add_from(&r?);
     }
-    db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+    shared.db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
     Ok(total)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, db: &sled::Db, startup: &Committed, opts: &RunOptions, barrier: &Barrier, any: &AtomicBool) -> Result<Summary, String> {
+/// What the worker threads of an embedded run share.
+struct Shared {
+    log: EmbeddedLog,
+    db: sled::Db,
+    startup: Committed,
+    hub: Mutex<Hub>,
+    control: Mutex<EmbeddedControl>,
+    /// Every task of the run, by (sub-topology input node, partition).
+    live: Mutex<BTreeSet<(String, u32)>>,
+    barrier: Barrier,
+    any: AtomicBool,
+    bar: ProgressBar,
+}
+
+/// Where the embedded run is in the control topic, and how far the status topic is written.
+struct EmbeddedControl {
+    reader: PartitionReader,
+    end: Pos,
+    written: u64,
+    topic: String,
+    status: String,
+    group: String,
+}
+
+impl EmbeddedControl {
+    fn open(log: &EmbeddedLog, app: &str) -> Result<EmbeddedControl, String> {
+        let topic = control::control_topic(app);
+        let status = control::status_topic(app);
+        log.ensure_topic(&topic, 1)?;
+        log.ensure_topic(&status, 1)?;
+        let group = format!("{app}#control-status");
+        let written = log.committed()?.groups.get(&group).and_then(|m| m.get("next")).and_then(|v| v.as_u64()).unwrap_or(0);
+        Ok(EmbeddedControl { reader: log.reader(&topic, 0, Pos::default()), end: Pos::default(), written, topic, status, group })
+    }
+}
+
+/// Read the control records appended since the last poll into the hub, and write their
+/// statuses. True if the program or a table changed.
+fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut Hub) -> Result<bool, String> {
+    let mut c = control.lock().map_err(|_| "control lock poisoned")?;
+    let end = log.committed()?.end(&c.topic, 0);
+    if end.offset <= c.end.offset {
+        return Ok(false);
+    }
+    let mut records = Vec::new();
+    loop {
+        let batch = c.reader.read(end, 1024)?;
+        if batch.is_empty() {
+            break;
+        }
+        records.extend(batch.into_iter().map(|s| ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value }));
+    }
+    c.end = end;
+    let changed = hub.feed(&records);
+    let statuses = hub.status_records();
+    if !statuses.is_empty() {
+        let next = hub.ev.next;
+        log.commit(vec![Append { topic: c.status.clone(), partition: 0, records: statuses }], vec![(c.group.clone(), serde_json::json!({ "next": next }))])?;
+        hub.written_up_to();
+        c.written = next;
+    }
+    Ok(changed)
+}
+
+fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions) -> Result<Summary, String> {
     let commit_every = opts.config.commit.records.max(1);
+    let mut retired = Summary::default();
     let result = (|| -> Result<(), String> {
+        let mut counts_for: Option<(u64, Vec<u32>)> = None;
         loop {
-            let committed = log.committed()?;
             let mut progress = false;
-            for t in tasks.iter_mut() {
-                if t.step_embedded(&committed, startup, opts, commit_every)? > 0 {
+            let stage = {
+                let mut hub = sh.hub.lock().map_err(|_| "control lock poisoned")?;
+                if leader && poll_control(&sh.log, &sh.control, &mut hub)? {
+                    progress = true;
+                }
+                hub.ev.latest().clone()
+            };
+            let committed = sh.log.committed()?;
+            let mut gone = Vec::new();
+            for (i, t) in tasks.iter_mut().enumerate() {
+                if t.step_embedded(&committed, &sh.startup, opts, commit_every)? > 0 {
                     progress = true;
                 }
                 // A step stops at `commit.records` uncommitted records or at the end of the
                 // available input: either way, a commit point.
-                if t.uncommitted > 0 && !t.failed {
-                    t.commit(log, opts, false, false)?;
+                if (t.uncommitted > 0 || t.meta_changed) && !t.failed {
+                    t.commit(&sh.log, opts, false, false)?;
                     progress = true;
                 }
                 if t.failed {
-                    t.reopen(log, db, opts)?;
+                    t.reopen(&sh.log, &sh.db, opts)?;
                     progress = true;
+                }
+                // Control statements apply at commit boundaries.
+                if !t.failed && t.uncommitted == 0 && t.control < stage.next {
+                    progress = true;
+                    if !t.apply_stage(&stage, &sh.log, &sh.db, opts)? {
+                        t.commit(&sh.log, opts, false, false)?;
+                        gone.push(i);
+                    }
+                }
+            }
+            for i in gone.into_iter().rev() {
+                let t = tasks.remove(i);
+                retired.add_from(&t.summary());
+                sh.live.lock().map_err(|_| "lock poisoned")?.remove(&(t.task.spec.name.clone(), t.task.partition));
+            }
+            // The leader opens the tasks of new queries (or of new sub-topologies).
+            if leader {
+                let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+                let counts = match &counts_for {
+                    Some((next, c)) if *next == stage.next => c.clone(),
+                    _ => {
+                        let c = setup_topics(&sh.log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
+                        counts_for = Some((stage.next, c.clone()));
+                        c
+                    }
+                };
+                for spec in stage.specs.iter() {
+                    for p in 0..counts[spec.sub] {
+                        if live.insert((spec.name.clone(), p)) {
+                            let mut t = TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
+                            t.bar = sh.bar.clone();
+                            tasks.push(t);
+                            progress = true;
+                        }
+                    }
                 }
             }
             if opts.drain {
-                any.fetch_or(progress, Ordering::SeqCst);
-                barrier.wait();
-                let done = !any.load(Ordering::SeqCst);
-                barrier.wait();
+                sh.any.fetch_or(progress, Ordering::SeqCst);
+                sh.barrier.wait();
+                let done = !sh.any.load(Ordering::SeqCst);
+                sh.barrier.wait();
                 if leader {
-                    any.store(false, Ordering::SeqCst);
+                    sh.any.store(false, Ordering::SeqCst);
                 }
-                barrier.wait();
+                sh.barrier.wait();
                 if done {
                     return Ok(());
                 }
@@ -172,16 +291,16 @@ fn worker(leader: bool, tasks: &mut [TaskRun], log: &EmbeddedLog, db: &sled::Db,
         }
     })();
     result?;
-    let mut s = Summary::default();
+    let mut s = retired;
     for t in tasks.iter_mut() {
-        t.commit(log, opts, opts.close_windows_at_end, true)?;
+        t.commit(&sh.log, opts, opts.close_windows_at_end, true)?;
         s.add_from(&t.summary());
     }
     Ok(s)
 }
 
 /// Create or check every topic the program needs; returns each sub-topology's task count.
-fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, specs: &[TaskSpec], cfg: &Config) -> Result<Vec<u32>, String> {
+fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>], cfg: &Config) -> Result<Vec<u32>, String> {
     let default = cfg.embedded.partitions.max(1);
     for s in &program.sources {
         if let Some(t) = &s.topic {
@@ -384,6 +503,8 @@ pub(crate) trait Feed {
     fn peek(&mut self, i: usize) -> Result<Next, String>;
     /// Take the record [`Feed::peek`] saw.
     fn take(&mut self, i: usize) -> Option<Stored>;
+    /// The record [`Feed::peek`] saw, if it saw one.
+    fn peeked(&self, i: usize) -> Option<&Stored>;
 }
 
 /// The next record of an input, as far as the backend knows.
@@ -415,6 +536,9 @@ impl Feed for EmbeddedFeed {
     fn take(&mut self, i: usize) -> Option<Stored> {
         self.peeks[i].take()
     }
+    fn peeked(&self, i: usize) -> Option<&Stored> {
+        self.peeks[i].as_ref()
+    }
 }
 
 /// One task with its feed, stores and uncommitted work.
@@ -441,6 +565,14 @@ pub(crate) struct TaskRun<F: Feed = EmbeddedFeed> {
     pub(crate) failed: bool,
     /// The counts as of the last commit (what a reopened task starts from).
     pub(crate) at_commit: (task::Counters, u64, u64),
+    /// The control offset applied: every control record before it is reflected in the task.
+    pub(crate) control: u64,
+    /// The commit record must be written even with nothing else to commit (a control
+    /// statement was applied).
+    pub(crate) meta_changed: bool,
+    /// The next record of a repartition topic was written by a newer version of the query:
+    /// the task waits for the control statement that defined it.
+    pub(crate) ahead: Option<u64>,
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
@@ -540,9 +672,19 @@ impl StoreRead for Trees {
         self.trees.get(store)?.get(key).ok().flatten().map(|v| v.to_vec())
     }
     fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        // Only called at start, before anything is pending.
+        // Called when a task starts: after a restore (nothing pending) or after a control
+        // statement replaced its query (committed changes may be pending).
         let Some(t) = self.trees.get(store) else { return Vec::new() };
-        t.iter().filter_map(|r| r.ok()).filter(|(k, _)| &k[..] != CHECKPOINT).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+        let mut all: BTreeMap<Vec<u8>, Vec<u8>> = t.iter().filter_map(|r| r.ok()).filter(|(k, _)| &k[..] != CHECKPOINT).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        if let Some(p) = self.pending.get(store) {
+            for (k, (v, _)) in &p.0 {
+                match v {
+                    Some(v) => all.insert(k.clone(), v.clone()),
+                    None => all.remove(k),
+                };
+            }
+        }
+        all.into_iter().collect()
     }
 }
 
@@ -603,6 +745,9 @@ impl<F: Feed> TaskRun<F> {
             chaos,
             failed: false,
             at_commit: Default::default(),
+            control: meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
+            meta_changed: false,
+            ahead: None,
         }
     }
 
@@ -613,6 +758,8 @@ impl<F: Feed> TaskRun<F> {
             "stream_time": self.task.stream_time,
             "join_time": self.task.join_time,
             "join_seq": self.task.join_seq,
+            "control": self.control,
+            "version": self.task.spec.version,
         })
     }
 
@@ -623,10 +770,7 @@ impl TaskRun {
         let group = group_name(opts, &spec.name, p);
         let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
         let positions = positions_of(&spec, p, &meta);
-        let mut topics = vec![spec.main.topic.clone()];
-        topics.extend(spec.side_topics());
-        let readers = topics.iter().map(|t| log.reader(t, p, positions[&format!("{t}/{p}")])).collect();
-        let feed = EmbeddedFeed { readers, peeks: topics.iter().map(|_| None).collect(), ends: vec![Pos::default(); topics.len()] };
+        let feed = embedded_feed(&spec, p, log, &positions);
         let mut trees = Vec::new();
         let mut restored = 0;
         let started = Instant::now();
@@ -639,6 +783,51 @@ impl TaskRun {
         }
         log_restore(&spec.name, p, restored, started);
         Ok(TaskRun::new(spec, p, group, feed, trees, &meta, positions, restored, opts))
+    }
+
+    /// Open a task of `stage` and bring it up to the stage: a task whose last commit ran an
+    /// older form of its query first applies what the control statements since then say about
+    /// its state.
+    #[allow(clippy::too_many_arguments)]
+    fn open_at(spec: Arc<TaskSpec>, p: u32, stage: &Stage, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
+        let meta_version = c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
+        let mut t = TaskRun::open(spec.clone(), p, log, db, c, opts)?;
+        t.task.globals = stage.tables.clone();
+        if let Some((restart, fresh)) = meta_version.filter(|v| *v != spec.version).and_then(|v| stage.catch_up(&spec.query, v)) {
+            if t.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
+                t.feed = embedded_feed(&t.task.spec, p, log, &t.positions);
+            }
+        }
+        if t.control != stage.next {
+            t.control = stage.next;
+            t.meta_changed = true;
+        }
+        Ok(t)
+    }
+
+    /// Bring a running task (at a commit boundary) up to `stage`. False if its query was
+    /// dropped: the task has queued the deletion of its state and must be committed, then
+    /// forgotten.
+    fn apply_stage(&mut self, stage: &Stage, log: &EmbeddedLog, db: &sled::Db, opts: &RunOptions) -> Result<bool, String> {
+        let p = self.task.partition;
+        let Some(spec) = stage.spec(&self.task.spec.name).cloned() else {
+            self.retire()?;
+            self.control = stage.next;
+            return Ok(false);
+        };
+        let cur = &self.task.spec;
+        if spec.version == cur.version && spec.epoch == cur.epoch {
+            // Only the control-managed tables changed.
+            self.task.globals = stage.tables.clone();
+            self.control = stage.next;
+            self.meta_changed = true;
+            return Ok(true);
+        }
+        let (restart, fresh) = stage.catch_up(&spec.query, cur.version).unwrap_or_default();
+        if self.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
+            self.feed = embedded_feed(&self.task.spec, p, log, &self.positions);
+        }
+        Ok(true)
     }
 
     /// After an injected fault: drop everything uncommitted and reopen the task from the
@@ -688,6 +877,118 @@ impl TaskRun {
 }
 
 impl<F: Feed> TaskRun<F> {
+    /// Apply control statements at a commit boundary (nothing uncommitted): run `spec`, the
+    /// task's sub-topology as of `stage`. Stores with the same name are kept as they are (not
+    /// reopened, not restored); with `restart` every store starts empty and every input is
+    /// read again from the start; stores in `fresh`, and stores the task did not have, start
+    /// empty. Emptying a store deletes its keys locally and queues a tombstone per key for the
+    /// changelog, committed with the new control offset. Stores the task no longer has are
+    /// removed locally. True if the inputs changed: the driver must give the task a new feed
+    /// at its positions.
+    pub(crate) fn upgrade(&mut self, spec: Arc<TaskSpec>, stage: &crate::control::Stage, restart: bool, fresh: &[String], open: &dyn Fn(&str) -> Result<sled::Tree, String>, opts: &RunOptions) -> Result<bool, String> {
+        let old = self.task.spec.clone();
+        let p = self.task.partition;
+        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> = std::mem::take(&mut self.trees.trees).into_iter().zip(std::mem::take(&mut self.trees.pending)).map(Some).collect();
+        let mut trees = Vec::new();
+        let mut pending = Vec::new();
+        let mut emptied = 0u64;
+        for (i, st) in spec.stores.iter().enumerate() {
+            let existing = old.stores.iter().position(|o| o.name == st.name).and_then(|j| old_trees[j].take());
+            let new_store = existing.is_none();
+            let (tree, mut pend) = match existing {
+                Some(x) => x,
+                None => (open(&st.name)?, Pending::default()),
+            };
+            if restart || new_store || fresh.contains(&st.name) {
+                let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
+                for (k, (v, _)) in pend.0.drain() {
+                    if v.is_some() {
+                        keys.insert(k);
+                    }
+                }
+                tree.clear().map_err(|e| format!("cannot clear local state of {}: {e}", st.name))?;
+                for key in keys {
+                    emptied += 1;
+                    self.changes.push(Change { store: i, key, value: None, timestamp: self.task.stream_time.max(0), existed: false });
+                }
+                pend = Pending::default();
+            }
+            trees.push(tree);
+            pending.push(pend);
+        }
+        for (tree, _) in old_trees.into_iter().flatten() {
+            // A store the query no longer has.
+            let _ = tree.clear();
+        }
+        self.trees.trees = trees;
+        self.trees.pending = pending;
+        let topics = |s: &TaskSpec| -> Vec<String> {
+            let mut t = vec![s.main.topic.clone()];
+            t.extend(s.side_topics());
+            t
+        };
+        let inputs_changed = restart || topics(&old) != topics(&spec);
+        if restart {
+            self.positions.clear();
+        }
+        let mut positions = BTreeMap::new();
+        for t in topics(&spec) {
+            let k = format!("{t}/{p}");
+            positions.insert(k.clone(), self.positions.get(&k).copied().unwrap_or_default());
+        }
+        self.positions = positions;
+        let stream_time = if restart { i64::MIN } else { self.task.stream_time };
+        let mut task = Task::new(spec.clone(), p, stream_time);
+        if !restart {
+            task.join_time = self.task.join_time;
+            task.join_seq = self.task.join_seq;
+        }
+        let c = &self.task.counters;
+        task.counters = task::Counters { ops_in: task.counters.ops_in.clone(), ..c.clone() };
+        task.globals = stage.tables.clone();
+        task.restore_index(&self.trees);
+        self.task = task;
+        if let Some(m) = &opts.metrics {
+            self.metrics = Some(m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
+        }
+        self.control = stage.next;
+        self.meta_changed = true;
+        self.ahead = None;
+        if old.version != spec.version || emptied > 0 {
+            self.bar.suspend(|| {
+                eprintln!(
+                    "{} partition {p}: now query version {}{}{}",
+                    spec.name,
+                    spec.version,
+                    if restart { ", reading its input again from the start" } else { "" },
+                    if emptied > 0 { format!(", {emptied} keys deleted") } else { String::new() }
+                )
+            });
+        }
+        Ok(inputs_changed)
+    }
+
+    /// The task's query was dropped: delete every key of its stores (tombstones to be
+    /// committed, local state cleared). The driver commits, then forgets the task.
+    pub(crate) fn retire(&mut self) -> Result<(), String> {
+        for (i, (tree, pend)) in self.trees.trees.iter().zip(self.trees.pending.iter_mut()).enumerate() {
+            let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
+            for (k, (v, _)) in pend.0.drain() {
+                if v.is_some() {
+                    keys.insert(k);
+                }
+            }
+            tree.clear().map_err(|e| format!("cannot clear local state: {e}"))?;
+            for key in keys {
+                self.changes.push(Change { store: i, key, value: None, timestamp: self.task.stream_time.max(0), existed: false });
+            }
+        }
+        self.out.clear();
+        self.meta_changed = true;
+        self.bar.suspend(|| eprintln!("{} partition {}: query {} dropped", self.task.spec.name, self.task.partition, self.task.spec.query));
+        Ok(())
+    }
+
     /// Carry what outlives a reopened task (fault injection, metrics, counts as of the last
     /// commit) over to `fresh`, its replacement, and become it.
     pub(crate) fn replace_with(&mut self, mut fresh: TaskRun<F>) {
@@ -731,6 +1032,27 @@ impl<F: Feed> TaskRun<F> {
                 }
             }
             let Some((_, i)) = pick else { break };
+            if i == 0 && main_internal {
+                // Repartition records carry the version of the query that wrote them.
+                let v = self.feed.peeked(0).and_then(|s| s.record.headers.iter().find(|(k, _)| k == task::H_VERSION)).and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+                if let Some(v) = v {
+                    if v > spec.version {
+                        // Written by a newer form of this query: apply the control log first.
+                        self.ahead = Some(v);
+                        break;
+                    }
+                    if v < spec.epoch {
+                        // Written for a form of the query whose state was started over.
+                        if let Some(s) = self.feed.take(0) {
+                            self.positions.insert(format!("{topic}/{p}", topic = topics[0]), s.next);
+                            self.skipped += 1;
+                            self.uncommitted += 1;
+                            n += 1;
+                        }
+                        continue;
+                    }
+                }
+            }
             let Some(s) = self.feed.take(i) else { break };
             let topic = &topics[i];
             if i > 0 || !main_internal {
@@ -849,7 +1171,7 @@ impl TaskRun {
             self.task.counters.dead_letters += 1;
             self.bar.suspend(|| eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0));
         }
-        if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all {
+        if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all && !self.meta_changed {
             if last && self.trees.pending.iter().any(|p| p.len() > 0) {
                 let c = log.committed()?;
                 let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
@@ -885,6 +1207,7 @@ impl TaskRun {
         }
         let c = log.commit(list, vec![(self.group.clone(), meta)])?;
         self.uncommitted = 0;
+        self.meta_changed = false;
         self.commits += 1;
         self.at_commit = (self.task.counters.clone(), self.skipped, self.read);
         if !last && self.inject(FailPoint::AfterLogCommit) {
@@ -941,6 +1264,14 @@ fn consolidate<K: AsRef<[u8]>>(tree: &sled::Tree, keys: &[K]) {
     for k in keys {
         let _ = tree.get(k.as_ref());
     }
+}
+
+/// Readers of a task's inputs from its positions.
+fn embedded_feed(spec: &TaskSpec, p: u32, log: &EmbeddedLog, positions: &BTreeMap<String, Pos>) -> EmbeddedFeed {
+    let mut topics = vec![spec.main.topic.clone()];
+    topics.extend(spec.side_topics());
+    let readers = topics.iter().map(|t| log.reader(t, p, positions.get(&format!("{t}/{p}")).copied().unwrap_or_default())).collect();
+    EmbeddedFeed { readers, peeks: topics.iter().map(|_| None).collect(), ends: vec![Pos::default(); topics.len()] }
 }
 
 /// The commit group of a task: `<app>#<input node>#<partition>`.

@@ -1076,4 +1076,7 @@ impl Feed for KafkaFeed {
     fn take(&mut self, i: usize) -> Option<Stored> {
         self.bufs[i].pop_front()
     }
+    fn peeked(&self, i: usize) -> Option<&Stored> {
+        self.bufs[i].front()
+    }
 }

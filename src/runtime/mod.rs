@@ -7,3 +7,4 @@ pub mod task;
 pub mod metrics;
 pub mod chaos;
 pub mod kafka_driver;
+pub(crate) mod hub;

@@ -80,7 +80,8 @@ pub enum Op {
     Rekey(hir::Expr),
     Repartition { topic: String, key: Vec<hir::Expr>, key_ty: Type, wire: RecordType },
     /// Look up the task's `table`-th table input (None: a control-managed table).
-    JoinTable { table: Option<usize>, on: hir::Expr, left: bool },
+    /// `table`: a topic-fed table input; `global`: a control-managed table, by name.
+    JoinTable { table: Option<usize>, global: Option<String>, on: hir::Expr, left: bool },
     /// Join with the task's `side`-th stream input.
     JoinStream { side: usize },
     Aggregate,
@@ -132,6 +133,11 @@ pub struct TaskSpec {
     pub stores: Vec<StoreSpec>,
     /// The plan node of each operator: those of `ops`, then those of `post` (for metrics).
     pub nodes: Vec<String>,
+    /// The version of the program that defined its query (`streamc.query.version`).
+    pub version: u64,
+    /// Records its repartition topics hold from before this version were written for an older
+    /// form of the query: they are skipped.
+    pub epoch: u64,
 }
 
 /// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
@@ -150,6 +156,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             agg: None,
             stores: Vec::new(),
             nodes: Vec::new(),
+            version: 0,
+            epoch: 0,
         };
         // The other streams of this sub-topology's stream–stream joins: their source nodes are
         // side inputs, not the main one.
@@ -197,11 +205,11 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
                     ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
                 }
-                NodeKind::JoinTable { global, left, on, .. } => {
+                NodeKind::JoinTable { global, left, on, table: name } => {
                     // A topic-fed table is the task's last table input, declared by its table
                     // source node just before.
                     let table = if *global { None } else { Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?) };
-                    ops.push(Op::JoinTable { table, on: on.clone(), left: *left });
+                    ops.push(Op::JoinTable { table, global: global.then(|| name.clone()), on: on.clone(), left: *left });
                 }
                 NodeKind::JoinStream { stream, within, left, on, value_fields, joined_keys } => {
                     let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
@@ -495,6 +503,8 @@ pub struct Task {
     key_buf: Vec<u8>,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
+    /// The control-managed tables as of the control offset the task applied.
+    pub globals: Arc<crate::control::Tables>,
     /// Table and join store changes since the last flush, in order.
     table_changes: Vec<Change>,
     /// Stream time of the stream–stream joins (one processor per task at most… or more: shared).
@@ -526,6 +536,7 @@ impl Task {
             slide_expiry: BTreeSet::new(),
             slide_windows: FxHashMap::default(),
             table_changes: Vec::new(),
+            globals: Arc::default(),
             join_time: i64::MIN,
             joins: (0..nstreams).map(|_| JoinState::default()).collect(),
             table_rows: FxHashMap::default(),
@@ -803,17 +814,21 @@ impl Task {
                     out.push(Output {
                         topic: topic.clone(),
                         partition: None,
-                        record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers: vec![] },
+                        record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers: vec![(H_VERSION.to_string(), self.spec.version.to_string().into_bytes())] },
                     });
                     self.counters.records_out += 1;
                     return Ok(());
                 }
-                Op::JoinTable { table, on, left } => {
+                Op::JoinTable { table, global, on, left } => {
                     let k = eval(on, &row, &[]).map_err(err)?;
-                    let found = match table {
-                        Some(t) => self.table_row(*t, &k, stores)?.map(|r| (k, r)),
-                        // Control-managed tables are filled by control statements.
-                        None => None,
+                    let found = match (table, global) {
+                        (Some(t), _) => self.table_row(*t, &k, stores)?.map(|r| (k, r)),
+                        // Control-managed tables: as of the control offset the task applied.
+                        (None, Some(name)) => {
+                            let kb = k.key_bytes(&on.ty);
+                            self.globals.get(name).and_then(|t| t.get(&kb)).cloned().map(|r| (k, r))
+                        }
+                        (None, None) => None,
                     };
                     if found.is_none() && !left {
                         return Ok(());
@@ -827,7 +842,7 @@ impl Task {
                     return self.aggregate(row, ts, stores);
                 }
                 Op::Sink { topic, format, key_ty, value_ty } => {
-                    out.push(sink_record(topic, *format, key_ty, value_ty, &row, ts)?);
+                    out.push(sink_record(topic, *format, key_ty, value_ty, &row, ts, self.spec.version)?);
                     self.counters.records_out += 1;
                     return Ok(());
                 }
@@ -1287,7 +1302,7 @@ impl Task {
         let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else { return };
         let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
         let headers = vec![
-            (H_VERSION.to_string(), b"0".to_vec()),
+            (H_VERSION.to_string(), self.spec.version.to_string().into_bytes()),
             (H_WINDOW_START.to_string(), e.start.to_string().into_bytes()),
             (H_WINDOW_END.to_string(), e.end.to_string().into_bytes()),
         ];
@@ -1587,7 +1602,7 @@ pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError>
 }
 
 /// A source's value as queries see it: decoded by its format, the tenant field removed.
-fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Value>, RecordError> {
+pub(crate) fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Value>, RecordError> {
     let mut fields = match src.format {
         Format::Json => decode_record(bytes, &src.wire).map_err(RecordError)?,
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
@@ -1630,7 +1645,7 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
     Ok(Input { row: Row { key, value: wire, joined: vec![] }, ts, offset: 0 })
 }
 
-fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64) -> Result<Output, RecordError> {
+fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64, version: u64) -> Result<Output, RecordError> {
     let key = if row.key.is_null() { None } else { Some(row.key.key_bytes(key_ty)) };
     let value = match format {
         Format::Json => {
@@ -1647,6 +1662,6 @@ fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType
     Ok(Output {
         topic: topic.to_string(),
         partition: None,
-        record: Record { key, value, timestamp: ts, headers: vec![(H_VERSION.to_string(), b"0".to_vec())] },
+        record: Record { key, value, timestamp: ts, headers: vec![(H_VERSION.to_string(), version.to_string().into_bytes())] },
     })
 }

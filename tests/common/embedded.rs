@@ -62,6 +62,7 @@ impl<'a> Run<'a> {
             metrics: None,
             progress: false,
             chaos: self.chaos,
+            program_text: src.clone(),
         };
         driver::run(&program, &topo, &opts)
     }

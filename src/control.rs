@@ -1,0 +1,588 @@
+//! Control statements: the signed envelope they travel in, and the evaluator that turns the
+//! control log into program versions.
+//!
+//! The running program is the program file (version 0) plus the accepted statements of
+//! `<app>-control` in log order. [`Evaluator::apply`] is a pure function of the records it is
+//! given and of the trusted keys: every instance that reads the same log reaches the same
+//! verdicts, program versions and control-managed tables, and writes the same status record for
+//! each statement. The envelope is verified before the text is parsed, so an unsigned or forged
+//! statement never reaches the parser.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+use crate::check::{self, Control};
+use crate::config::TrustedKey;
+use crate::diag::{self, Code, Diagnostic, RenderOptions};
+use crate::hir;
+use crate::plan::{self, Topology};
+use crate::runtime::eval::{eval, Row};
+use crate::runtime::task::{self, TaskSpec};
+use crate::runtime::value::Value;
+use crate::syntax;
+
+pub const H_KEY_ID: &str = "streamc.key_id";
+pub const H_SEQ: &str = "streamc.seq";
+pub const H_EXPIRES: &str = "streamc.expires";
+pub const H_TENANT: &str = "streamc.tenant";
+pub const H_SIG: &str = "streamc.sig";
+
+/// The control topic of an application.
+pub fn control_topic(app: &str) -> String {
+    format!("{app}-control")
+}
+
+/// Where every accepted and rejected statement is recorded, keyed by control offset.
+pub fn status_topic(app: &str) -> String {
+    format!("{app}-control-status")
+}
+
+/// The key of the status record that holds the program file the application runs as version 0.
+pub const PROGRAM_KEY: &str = "program";
+
+/// The bytes a control statement's signature covers: the application id, key id, sequence,
+/// expiry, tenant and text, each length-prefixed so no two envelopes share a message.
+pub fn message(app: &str, key_id: &str, seq: u64, expires: i64, tenant: &str, text: &[u8]) -> Vec<u8> {
+    let mut m = b"streamc control statement v1\n".to_vec();
+    for part in [app.as_bytes(), key_id.as_bytes(), &seq.to_be_bytes(), &expires.to_be_bytes(), tenant.as_bytes(), text] {
+        m.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        m.extend_from_slice(part);
+    }
+    m
+}
+
+/// A private signing key with the id that `control.trusted_keys` knows it by.
+pub struct KeyFile {
+    pub id: String,
+    key: SigningKey,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFileText {
+    id: String,
+    secret: String,
+    public_key: String,
+}
+
+impl KeyFile {
+    pub fn generate(id: &str) -> Result<KeyFile, String> {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).map_err(|e| format!("no randomness for a key: {e}"))?;
+        Ok(KeyFile { id: id.to_string(), key: SigningKey::from_bytes(&secret) })
+    }
+
+    pub fn public_hex(&self) -> String {
+        hex::encode(self.key.verifying_key().to_bytes())
+    }
+
+    /// Write the key to a new file, readable by its owner only.
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        use std::io::Write;
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        let mut f = o.open(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let text = KeyFileText { id: self.id.clone(), secret: hex::encode(self.key.to_bytes()), public_key: self.public_hex() };
+        let yaml = serde_yaml::to_string(&text).map_err(|e| e.to_string())?;
+        f.write_all(format!("# streamc control signing key: keep it secret\n{yaml}").as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+
+    pub fn read(path: &Path) -> Result<KeyFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
+        let k: KeyFileText = serde_yaml::from_str(&text).map_err(|e| format!("{} is not a streamc key file: {e}", path.display()))?;
+        let bytes: [u8; 32] = hex::decode(k.secret.trim()).ok().and_then(|b| b.try_into().ok()).ok_or_else(|| format!("{}: `secret` is not 32 bytes of hex", path.display()))?;
+        Ok(KeyFile { id: k.id, key: SigningKey::from_bytes(&bytes) })
+    }
+
+    /// The headers of a signed statement.
+    pub fn sign(&self, app: &str, seq: u64, expires: i64, tenant: &str, text: &str) -> Vec<(String, Vec<u8>)> {
+        let sig = self.key.sign(&message(app, &self.id, seq, expires, tenant, text.as_bytes()));
+        vec![
+            (H_KEY_ID.into(), self.id.as_bytes().to_vec()),
+            (H_SEQ.into(), seq.to_string().into_bytes()),
+            (H_EXPIRES.into(), expires.to_string().into_bytes()),
+            (H_TENANT.into(), tenant.as_bytes().to_vec()),
+            (H_SIG.into(), hex::encode(sig.to_bytes()).into_bytes()),
+        ]
+    }
+}
+
+/// A key from `control.trusted_keys`, parsed.
+#[derive(Clone, Debug)]
+pub struct Trusted {
+    pub id: String,
+    key: VerifyingKey,
+    tenants: Option<Vec<String>>,
+}
+
+pub fn trusted_keys(keys: &[TrustedKey]) -> Result<Vec<Trusted>, String> {
+    keys.iter()
+        .map(|k| {
+            let bytes: [u8; 32] = hex::decode(k.public_key.trim())
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("control.trusted_keys: the public key of `{}` is not 32 bytes of hex", k.id))?;
+            let key = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("control.trusted_keys: `{}` is not an Ed25519 public key: {e}", k.id))?;
+            Ok(Trusted { id: k.id.clone(), key, tenants: k.tenants.clone() })
+        })
+        .collect()
+}
+
+/// One record of the control topic.
+#[derive(Clone, Debug)]
+pub struct ControlRecord {
+    pub offset: u64,
+    pub timestamp: i64,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// What happens to a replaced query's state.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub query: String,
+    /// `reprocess`, `fresh state`, or none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub mode: Option<String>,
+    /// Same name, same key, value and window: kept as they are.
+    pub kept: Vec<String>,
+    /// Rebuilt from the start of the input (`with reprocess`).
+    pub rebuilt: Vec<String>,
+    /// Started empty from now (`with fresh state`).
+    pub emptied: Vec<String>,
+    /// No longer used: deleted.
+    pub dropped: Vec<String>,
+    /// Stores the old query did not have, or whose type changed, with the reason.
+    pub incompatible: Vec<String>,
+}
+
+impl Report {
+    /// One line per store, as `deploy --dry-run` and the status topic show them.
+    pub fn render(&self) -> String {
+        let mut o = format!("query {}{}:\n", self.query, self.mode.as_ref().map(|m| format!(" (with {m})")).unwrap_or_default());
+        for (what, list) in [("kept", &self.kept), ("rebuilt from the start of the input", &self.rebuilt), ("started empty", &self.emptied), ("dropped", &self.dropped), ("incompatible", &self.incompatible)] {
+            for s in list {
+                o += &format!("  {what}: {s}\n");
+            }
+        }
+        if self.kept.len() + self.rebuilt.len() + self.emptied.len() + self.dropped.len() + self.incompatible.len() == 0 {
+            o += "  no state\n";
+        }
+        o
+    }
+}
+
+/// The status record of one control statement.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    pub offset: u64,
+    pub timestamp: i64,
+    pub accepted: bool,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub key_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub seq: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub tenant: Option<String>,
+    /// `query`, `replace`, `drop`, `update`, `delete` or `purge` (once parsed).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub kind: Option<String>,
+    /// The query or table it names.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub target: Option<String>,
+    /// The program version after this statement.
+    pub version: u64,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub report: Option<Report>,
+    /// Why it was rejected, in one line.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+    /// The diagnostic of a statement that does not compile, rendered without colour.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub diagnostic: Option<String>,
+    /// The statement text (its first 4,000 characters).
+    pub statement: String,
+}
+
+/// A query of the running program: the version that defined it, and since when its state
+/// history holds (the version of its last `with reprocess`, drop or creation).
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueryState {
+    pub version: u64,
+    pub epoch: u64,
+    /// Its source text (the file's, or the statement's).
+    pub text: String,
+}
+
+/// A change to a query's state that a task catching up must apply.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub version: u64,
+    pub query: String,
+    /// Every store of the query starts over, and its input is read again from the start.
+    pub restart: bool,
+    /// These stores start empty.
+    pub fresh: Vec<String>,
+}
+
+/// The rows of the control-managed tables: table → key bytes → visible value.
+pub type Tables = BTreeMap<String, Arc<BTreeMap<Vec<u8>, Arc<Vec<Value>>>>>;
+
+/// The program as of some control offset: what a task runs.
+#[derive(Clone)]
+pub struct Stage {
+    /// The control offset after the last record this stage reflects.
+    pub next: u64,
+    /// Program version: the number of accepted query statements.
+    pub version: u64,
+    pub program: Arc<hir::Program>,
+    pub topo: Arc<Topology>,
+    /// The task specs, with each query's version and epoch.
+    pub specs: Arc<Vec<Arc<TaskSpec>>>,
+    pub queries: Arc<BTreeMap<String, QueryState>>,
+    pub tables: Arc<Tables>,
+    pub events: Arc<Vec<Event>>,
+}
+
+impl Stage {
+    /// What a task of `query` at `from` (a program version) must do to reach this stage:
+    /// (restart from the start of the input, stores to start empty). None if the query is gone.
+    pub fn catch_up(&self, query: &str, from: u64) -> Option<(bool, Vec<String>)> {
+        self.queries.get(query)?;
+        let mut restart = false;
+        let mut fresh = Vec::new();
+        for e in self.events.iter().filter(|e| e.version > from && e.query == query) {
+            restart |= e.restart;
+            fresh.extend(e.fresh.iter().cloned());
+        }
+        Some((restart, fresh))
+    }
+
+    pub fn spec(&self, name: &str) -> Option<&Arc<TaskSpec>> {
+        self.specs.iter().find(|s| s.name == name)
+    }
+}
+
+/// Evaluates the control log, record by record, in order.
+pub struct Evaluator {
+    app: String,
+    trusted: Vec<Trusted>,
+    /// The last sequence number seen from each key with a valid signature.
+    seqs: BTreeMap<String, u64>,
+    /// The control offset after the last record evaluated.
+    pub next: u64,
+    /// Every stage: one for the file, then one per accepted statement.
+    pub stages: Vec<Arc<Stage>>,
+}
+
+impl Evaluator {
+    /// Start from the program file (version 0).
+    pub fn new(app: &str, program: hir::Program, text: &str, trusted: Vec<Trusted>) -> Result<Evaluator, String> {
+        let queries = program
+            .queries
+            .iter()
+            .map(|q| (q.name.clone(), QueryState { version: 0, epoch: 0, text: text.get(q.span.start..q.span.end).unwrap_or_default().to_string() }))
+            .collect();
+        let stage = build_stage(app, 0, 0, Arc::new(program), Arc::new(queries), Arc::new(Tables::new()), Arc::new(Vec::new())).map_err(|e| format!("the program cannot run: {e}"))?;
+        Ok(Evaluator { app: app.to_string(), trusted, seqs: BTreeMap::new(), next: 0, stages: vec![Arc::new(stage)] })
+    }
+
+    pub fn latest(&self) -> &Arc<Stage> {
+        self.stages.last().expect("an evaluator always has the file's stage")
+    }
+
+    /// The stage a task that applied the control log up to `next` runs.
+    pub fn stage_at(&self, next: u64) -> Arc<Stage> {
+        let i = self.stages.partition_point(|s| s.next <= next);
+        self.stages[i.saturating_sub(1)].clone()
+    }
+
+    /// Evaluate the next control record. Records must come in offset order; one already
+    /// evaluated is ignored (None).
+    pub fn apply(&mut self, r: &ControlRecord) -> Option<Status> {
+        if r.offset < self.next {
+            return None;
+        }
+        self.next = r.offset + 1;
+        let text = r.value.as_deref().map(|v| String::from_utf8_lossy(v).chars().take(4000).collect()).unwrap_or_default();
+        let mut st = Status {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            accepted: false,
+            key_id: None,
+            seq: None,
+            tenant: None,
+            kind: None,
+            target: None,
+            version: self.latest().version,
+            report: None,
+            reason: None,
+            diagnostic: None,
+            statement: text,
+        };
+        match self.evaluate(r, &mut st) {
+            Ok(stage) => {
+                st.accepted = true;
+                st.version = stage.version;
+                self.stages.push(Arc::new(stage));
+            }
+            Err(reason) => st.reason = Some(reason),
+        }
+        Some(st)
+    }
+
+    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<Stage, String> {
+        // The envelope, before anything looks at the text.
+        let header = |name: &str| r.headers.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
+        let text_header = |name: &str| -> Result<Option<String>, String> {
+            match header(name) {
+                None => Ok(None),
+                Some(v) => String::from_utf8(v.to_vec()).map(Some).map_err(|_| format!("header {name} is not UTF-8")),
+            }
+        };
+        let sig = match header(H_SIG) {
+            None => return Err("unsigned: no streamc.sig header".into()),
+            Some(s) => s,
+        };
+        let key_id = text_header(H_KEY_ID)?.ok_or("no streamc.key_id header")?;
+        st.key_id = Some(key_id.clone());
+        let seq: u64 = text_header(H_SEQ)?.and_then(|s| s.parse().ok()).ok_or("streamc.seq is missing or not a number")?;
+        st.seq = Some(seq);
+        let expires: i64 = text_header(H_EXPIRES)?.and_then(|s| s.parse().ok()).ok_or("streamc.expires is missing or not a number")?;
+        let tenant = text_header(H_TENANT)?.unwrap_or_default();
+        if !tenant.is_empty() {
+            st.tenant = Some(tenant.clone());
+        }
+        let trusted = self.trusted.iter().find(|t| t.id == key_id).ok_or_else(|| format!("key `{key_id}` is not in control.trusted_keys"))?;
+        let sig: [u8; 64] = std::str::from_utf8(sig).ok().and_then(|s| hex::decode(s).ok()).and_then(|b| b.try_into().ok()).ok_or("streamc.sig is not 64 bytes of hex")?;
+        let value = r.value.as_deref().ok_or("no statement: the record has no value")?;
+        let msg = message(&self.app, &key_id, seq, expires, &tenant, value);
+        trusted
+            .key
+            .verify_strict(&msg, &Signature::from_bytes(&sig))
+            .map_err(|_| format!("the signature does not verify with key `{key_id}` for application `{}` (signed for another application, or text or headers altered)", self.app))?;
+        // Authentic from here on.
+        let last = self.seqs.get(&key_id).copied();
+        if last.is_some_and(|l| seq <= l) {
+            return Err(format!("sequence {seq} of key `{key_id}` is not above {} (a replayed or reordered statement)", last.unwrap_or(0)));
+        }
+        self.seqs.insert(key_id.clone(), seq);
+        if expires < r.timestamp {
+            return Err(format!("expired: streamc.expires {expires} is before the record's timestamp {}", r.timestamp));
+        }
+        if let Some(allowed) = &trusted.tenants {
+            if tenant.is_empty() || !allowed.contains(&tenant) {
+                return Err(format!("key `{key_id}` may only sign for tenants {}", allowed.join(", ")));
+            }
+        }
+        let text = std::str::from_utf8(value).map_err(|_| "the statement is not UTF-8".to_string())?;
+        // The text.
+        let latest = self.latest().clone();
+        let program = &latest.program;
+        let rendered = |diags: &[Diagnostic]| diag::render(diags, &format!("<{} offset {}>", control_topic(&self.app), r.offset), text, RenderOptions::plain());
+        let ast = syntax::parse_statement(text).map_err(|d| {
+            st.diagnostic = Some(rendered(&d));
+            "the statement does not compile".to_string()
+        })?;
+        let stmt_tenant = ast.tenant.as_ref().map(|t| t.node.clone()).unwrap_or_default();
+        if stmt_tenant != tenant {
+            return Err(format!("the text is for tenant `{stmt_tenant}` but was signed for tenant `{tenant}`"));
+        }
+        let (_, control) = check::check_statement(program, &ast, text).map_err(|d| {
+            st.diagnostic = Some(rendered(&d));
+            "the statement does not compile".to_string()
+        })?;
+        if !tenant.is_empty() {
+            return Err("tenant-scoped statements are not applied yet: they need tenant-scoped state (multi-tenancy)".into());
+        }
+        let span_text = |s: crate::ast::Span| text.get(s.start..s.end).unwrap_or_default().to_string();
+        let mut queries = (*latest.queries).clone();
+        let mut events = (*latest.events).clone();
+        let mut prog = (**program).clone();
+        let mut tables = latest.tables.clone();
+        let mut version = latest.version;
+        match control {
+            Control::Update { table, key, value } => {
+                let src = &prog.sources[table];
+                st.kind = Some("update".into());
+                st.target = Some(src.name.clone());
+                let row = Row::default();
+                let k = eval(&key, &row, &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
+                let v = eval(&value, &row, &[]).map_err(|e| format!("the value cannot be evaluated: {e}"))?;
+                let mut json = Vec::new();
+                v.write_json(&value.ty, &mut json);
+                let fields = task::decode_visible(src, &json).map_err(|e| format!("the value does not fit `{}`: {}", src.name, e.0))?;
+                let kb = k.key_bytes(&src.key_type());
+                let mut t = tables.get(&src.name).map(|t| (**t).clone()).unwrap_or_default();
+                t.insert(kb, Arc::new(fields));
+                Arc::make_mut(&mut tables).insert(src.name.clone(), Arc::new(t));
+            }
+            Control::Delete { table, key } => {
+                let src = &prog.sources[table];
+                st.kind = Some("delete".into());
+                st.target = Some(src.name.clone());
+                let k = eval(&key, &Row::default(), &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
+                let kb = k.key_bytes(&src.key_type());
+                let mut t = tables.get(&src.name).map(|t| (**t).clone()).unwrap_or_default();
+                t.remove(&kb);
+                Arc::make_mut(&mut tables).insert(src.name.clone(), Arc::new(t));
+            }
+            Control::Purge => return Err("`purge` needs tenant-scoped state (multi-tenancy)".into()),
+            Control::NewQuery(q) => {
+                st.kind = Some("query".into());
+                st.target = Some(q.name.clone());
+                version += 1;
+                let body = match &ast.body {
+                    crate::ast::StatementBody::NewQuery(a) => span_text(a.span),
+                    _ => text.to_string(),
+                };
+                queries.insert(q.name.clone(), QueryState { version, epoch: version, text: body });
+                // A new query reads its input from the start, as if it had been in the file.
+                events.push(Event { version, query: q.name.clone(), restart: true, fresh: Vec::new() });
+                prog.queries.push(q);
+            }
+            Control::Replace { query: q, mode } => {
+                st.kind = Some("replace".into());
+                st.target = Some(q.name.clone());
+                let old_topo = &latest.topo;
+                let mut next_prog = prog.clone();
+                if let Some(slot) = next_prog.queries.iter_mut().find(|x| x.name == q.name) {
+                    *slot = q.clone();
+                }
+                let new_topo = plan::lower(&next_prog, &self.app);
+                let mut report = compare(old_topo, &new_topo, &q.name);
+                report.mode = mode.map(|m| match m {
+                    crate::ast::ReplaceMode::Reprocess => "reprocess".to_string(),
+                    crate::ast::ReplaceMode::FreshState => "fresh state".to_string(),
+                });
+                let needs = !report.incompatible.is_empty();
+                version += 1;
+                let mut ev = Event { version, query: q.name.clone(), restart: false, fresh: Vec::new() };
+                let mut epoch = queries.get(&q.name).map_or(version, |s| s.epoch);
+                match mode {
+                    None if needs => {
+                        let (qspan, name) = match &ast.body {
+                            crate::ast::StatementBody::Replace { query, .. } => (query.name.span, query.name.node.clone()),
+                            _ => (ast.span, q.name.clone()),
+                        };
+                        let d = Diagnostic::new(Code::IncompatibleState, qspan, format!("replacing `{name}` changes state that cannot be kept: {}", report.incompatible.join("; ")))
+                            .label("incompatible state")
+                            .help("add `with reprocess` to rebuild it from the start of the input, or `with fresh state` to start it empty from now");
+                        st.diagnostic = Some(rendered(&[d]));
+                        st.report = Some(report);
+                        return Err("incompatible state change without `with reprocess` or `with fresh state`".into());
+                    }
+                    None => {}
+                    Some(crate::ast::ReplaceMode::Reprocess) => {
+                        // The whole query starts over: its stores would otherwise count the
+                        // input read again twice.
+                        ev.restart = true;
+                        epoch = version;
+                        report.rebuilt = std::mem::take(&mut report.kept);
+                        report.rebuilt.extend(report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()));
+                    }
+                    Some(crate::ast::ReplaceMode::FreshState) => {
+                        report.emptied = report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()).collect();
+                        ev.fresh = report.emptied.clone();
+                        // Records in flight in its repartition topics were written for the old
+                        // query: the new one does not read them.
+                        epoch = version;
+                    }
+                }
+                let body = match &ast.body {
+                    crate::ast::StatementBody::Replace { query, .. } => span_text(query.span),
+                    _ => text.to_string(),
+                };
+                queries.insert(q.name.clone(), QueryState { version, epoch, text: body });
+                events.push(ev);
+                st.report = Some(report);
+                prog = next_prog;
+            }
+            Control::Drop(name) => {
+                st.kind = Some("drop".into());
+                st.target = Some(name.clone());
+                version += 1;
+                queries.remove(&name);
+                prog.queries.retain(|q| q.name != name);
+            }
+        }
+        let stage = build_stage(&self.app, self.next, version, Arc::new(prog), Arc::new(queries), tables, Arc::new(events)).map_err(|e| {
+            st.diagnostic = Some(rendered(&[Diagnostic::new(Code::CannotRun, ast.span, format!("the runtime cannot run this: {e}")).label("here")]));
+            format!("the runtime cannot run it: {e}")
+        })?;
+        Ok(stage)
+    }
+}
+
+fn build_stage(app: &str, next: u64, version: u64, program: Arc<hir::Program>, queries: Arc<BTreeMap<String, QueryState>>, tables: Arc<Tables>, events: Arc<Vec<Event>>) -> Result<Stage, String> {
+    let topo = plan::lower(&program, app);
+    let specs = task::specs(&program, &topo)?
+        .into_iter()
+        .map(|mut s| {
+            if let Some(q) = queries.get(&s.query) {
+                s.version = q.version;
+                s.epoch = q.epoch;
+            }
+            Arc::new(s)
+        })
+        .collect();
+    Ok(Stage { next, version, program, topo: Arc::new(topo), specs: Arc::new(specs), queries, tables, events })
+}
+
+/// Compare the stores of `query` in two topologies.
+pub fn compare(old: &Topology, new: &Topology, query: &str) -> Report {
+    let of = |t: &Topology| -> BTreeMap<String, plan::Store> {
+        t.stores
+            .iter()
+            .filter(|s| s.subtopology.is_some_and(|i| t.subtopologies.get(i).is_some_and(|sub| sub.query == query)))
+            .map(|s| (s.name.clone(), s.clone()))
+            .collect()
+    };
+    let (a, b) = (of(old), of(new));
+    let mut r = Report { query: query.to_string(), ..Report::default() };
+    for (name, s) in &b {
+        match a.get(name) {
+            None => r.incompatible.push(format!("{name}: a new store, with no history")),
+            Some(o) => match store_difference(o, s) {
+                None => r.kept.push(name.clone()),
+                Some(why) => r.incompatible.push(format!("{name}: {why}")),
+            },
+        }
+    }
+    r.dropped = a.keys().filter(|n| !b.contains_key(*n)).cloned().collect();
+    r
+}
+
+/// Why a store's contents cannot be read by its replacement, if they cannot.
+fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
+    use plan::StoreKind::*;
+    match (&old.kind, &new.kind) {
+        (Window { window: a }, Window { window: b }) if a.kind != b.kind => return Some(format!("the window changed from {} to {}", fmt_window(a), fmt_window(b))),
+        (Window { .. }, Window { .. }) => {}
+        (JoinWindow { within: a }, JoinWindow { within: b }) if a != b => return Some("the join's `within` changed".into()),
+        (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => return Some("the kind of state changed".into()),
+        _ => {}
+    }
+    if old.key != new.key {
+        return Some(format!("its key changed from {} to {}", old.key, new.key));
+    }
+    if old.value != new.value {
+        return Some(format!("its state changed from {} to {}", old.value, new.value));
+    }
+    None
+}
+
+fn fmt_window(w: &hir::Window) -> String {
+    format!("{:?}", w.kind).to_lowercase()
+}
+
+/// Read the control records of a log, in order, into an evaluator; returns their statuses.
+pub fn evaluate_all(ev: &mut Evaluator, records: &[ControlRecord]) -> Vec<Status> {
+    records.iter().filter_map(|r| ev.apply(r)).collect()
+}

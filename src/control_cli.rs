@@ -1,0 +1,391 @@
+//! `streamc keygen`, `control`, `deploy` and `status`: the commands that sign and post control
+//! statements and show what the application made of them. They work on either backend, while
+//! `run` is running.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use streamc::control::{self, ControlRecord, Evaluator, KeyFile, Status, PROGRAM_KEY};
+use streamc::log::{Append, EmbeddedLog, Record, Stored};
+use streamc::{config, diag, hir, syntax};
+
+/// The topics of one application, on the embedded log or on Kafka.
+pub enum Topics {
+    Embedded(EmbeddedLog),
+    Kafka(streamc::kafka::Kafka),
+}
+
+impl Topics {
+    pub fn open(state_dir: &Path, cfg: &config::Config) -> Result<Topics, String> {
+        if cfg.kafka.contains_key("bootstrap.servers") {
+            Ok(Topics::Kafka(streamc::kafka::Kafka::new(&cfg.kafka)))
+        } else {
+            Ok(Topics::Embedded(EmbeddedLog::open(state_dir, cfg.embedded.fsync)?))
+        }
+    }
+
+    /// Every committed record of partition 0 of a one-partition topic (none if it does not exist).
+    pub fn read(&self, topic: &str) -> Result<Vec<Stored>, String> {
+        match self {
+            Topics::Embedded(log) => {
+                if log.topic(topic)?.is_none() {
+                    return Ok(Vec::new());
+                }
+                let end = log.committed()?.end(topic, 0);
+                let mut r = log.reader(topic, 0, streamc::log::Pos::default());
+                let mut out = Vec::new();
+                loop {
+                    let b = r.read(end, 10_000)?;
+                    if b.is_empty() {
+                        return Ok(out);
+                    }
+                    out.extend(b);
+                }
+            }
+            Topics::Kafka(k) => {
+                if k.partitions(topic)?.is_none() {
+                    return Ok(Vec::new());
+                }
+                Ok(k.read_to_ends(topic, true)?.0.into_iter().filter(|(p, _)| *p == 0).map(|(_, s)| s).collect())
+            }
+        }
+    }
+
+    /// Append to partition 0 of a one-partition topic, creating it (infinite retention on Kafka).
+    pub fn append(&self, topic: &str, records: Vec<Record>) -> Result<(), String> {
+        match self {
+            Topics::Embedded(log) => {
+                log.ensure_topic(topic, 1)?;
+                log.commit(vec![Append { topic: topic.to_string(), partition: 0, records }], vec![]).map(|_| ())
+            }
+            Topics::Kafka(k) => {
+                k.ensure_topic_with(topic, 1, &[("retention.ms", "-1")])?;
+                k.produce(topic, &records.into_iter().map(|r| (0, r)).collect::<Vec<_>>())
+            }
+        }
+    }
+}
+
+pub fn control_records(t: &Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
+    Ok(t.read(&control::control_topic(app))?.into_iter().map(|s| ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value }).collect())
+}
+
+/// The program text the application runs as version 0 (recorded by `run` in the status topic).
+pub fn stored_program(t: &Topics, app: &str) -> Result<Option<String>, String> {
+    let recs = t.read(&control::status_topic(app))?;
+    Ok(recs
+        .iter()
+        .rev()
+        .find(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
+        .and_then(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
+        .and_then(|v| v.get("text")?.as_str().map(str::to_string)))
+}
+
+/// The running program: version 0 plus the control log, evaluated as every instance does.
+pub fn running(t: &Topics, app: &str, cfg: &config::Config, file: &Path) -> Result<(Evaluator, Vec<Status>), String> {
+    let text = match stored_program(t, app)? {
+        Some(t) => t,
+        None => std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?,
+    };
+    let program = streamc::compile(&text).map_err(|d| format!("the application's program does not compile: {}", d.first().map(|d| d.message.clone()).unwrap_or_default()))?;
+    let mut ev = Evaluator::new(app, program, &text, control::trusted_keys(&cfg.control.trusted_keys)?)?;
+    let statuses = control::evaluate_all(&mut ev, &control_records(t, app)?);
+    Ok((ev, statuses))
+}
+
+pub fn keygen(path: &Path, id: Option<&str>) -> Result<ExitCode, String> {
+    let id = id.map(str::to_string).unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or("key").to_string());
+    let k = KeyFile::generate(&id)?;
+    k.write(path)?;
+    eprintln!("wrote the private key `{id}` to {} (keep it secret); trust its public key with:", path.display());
+    println!("control:\n  trusted_keys:\n    - id: {id}\n      public_key: {}", k.public_hex());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The options of `control` and `deploy` that say how to sign and post.
+pub struct Post<'a> {
+    pub key: &'a Path,
+    pub tenant: &'a str,
+    pub expires_in_ms: i64,
+    pub wait_secs: u64,
+}
+
+/// Sign and post statements; with `wait_secs`, wait for their statuses. Exit code 1 if one was
+/// rejected.
+fn post(t: &Topics, app: &str, statements: &[String], o: &Post) -> Result<ExitCode, String> {
+    let key = KeyFile::read(o.key)?;
+    let existing = control_records(t, app)?;
+    let last = existing
+        .iter()
+        .filter(|r| header(r, control::H_KEY_ID).as_deref() == Some(key.id.as_str()))
+        .filter_map(|r| header(r, control::H_SEQ)?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    let now = streamc::runtime::driver::now_ms();
+    let mut seqs = Vec::new();
+    let mut records = Vec::new();
+    for (i, s) in statements.iter().enumerate() {
+        let seq = last.max(now.max(0) as u64 * 1000) + 1 + i as u64;
+        seqs.push(seq);
+        records.push(Record { key: None, value: Some(s.clone().into_bytes()), timestamp: now, headers: key.sign(app, seq, now + o.expires_in_ms, o.tenant, s) });
+    }
+    let topic = control::control_topic(app);
+    t.append(&topic, records)?;
+    // Where they landed: found by key id and sequence.
+    let after = control_records(t, app)?;
+    let mut offsets = Vec::new();
+    for seq in &seqs {
+        let off = after.iter().find(|r| header(r, control::H_KEY_ID).as_deref() == Some(key.id.as_str()) && header(r, control::H_SEQ) == Some(seq.to_string())).map(|r| r.offset);
+        offsets.push(off);
+        eprintln!("posted to {topic} at offset {} (key {}, seq {seq})", off.map_or("?".into(), |o| o.to_string()), key.id);
+    }
+    if o.wait_secs == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(o.wait_secs);
+    let mut code = ExitCode::SUCCESS;
+    for off in offsets.into_iter().flatten() {
+        loop {
+            if let Some(st) = statuses(t, app)?.into_iter().rev().find(|s| s.offset == off) {
+                print_status(&st);
+                if !st.accepted {
+                    code = ExitCode::from(1);
+                }
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("no status for control offset {off} after {}s: is `streamc run` of `{app}` running?", o.wait_secs));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    Ok(code)
+}
+
+fn header(r: &ControlRecord, name: &str) -> Option<String> {
+    r.headers.iter().rev().find(|(k, _)| k == name).and_then(|(_, v)| String::from_utf8(v.clone()).ok())
+}
+
+/// The status records written so far, in offset order.
+pub fn statuses(t: &Topics, app: &str) -> Result<Vec<Status>, String> {
+    let mut by_offset = std::collections::BTreeMap::new();
+    for s in t.read(&control::status_topic(app))? {
+        if s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()) {
+            continue;
+        }
+        if let Some(st) = s.record.value.as_deref().and_then(|v| serde_json::from_slice::<Status>(v).ok()) {
+            by_offset.insert(st.offset, st);
+        }
+    }
+    Ok(by_offset.into_values().collect())
+}
+
+fn print_status(st: &Status) {
+    println!("{}", describe(st));
+    if let Some(r) = &st.report {
+        print!("{}", r.render());
+    }
+    if let Some(d) = &st.diagnostic {
+        print!("{d}");
+    }
+}
+
+fn describe(st: &Status) -> String {
+    let what = match (&st.kind, &st.target) {
+        (Some(k), Some(t)) => format!("{k} {t}"),
+        (Some(k), None) => k.clone(),
+        _ => "statement".into(),
+    };
+    if st.accepted {
+        format!("offset {}: accepted {what} (program version {})", st.offset, st.version)
+    } else {
+        format!("offset {}: rejected {what}: {}", st.offset, st.reason.as_deref().unwrap_or("?"))
+    }
+}
+
+/// `streamc control FILE --key K 'statement'`: check the statement against the running program,
+/// then sign and post it.
+pub fn control_cmd(state_dir: &Path, cfg: &config::Config, file: &Path, statement: &str, check: bool, o: &Post) -> Result<ExitCode, String> {
+    let app = config::application_id(cfg, file)?;
+    let t = Topics::open(state_dir, cfg)?;
+    if check {
+        let (ev, _) = running(&t, &app, cfg, file)?;
+        let program = &ev.latest().program;
+        if let Err(d) = syntax::parse_statement(statement).and_then(|ast| streamc::check::check_statement(program, &ast, statement)) {
+            eprint!("{}", diag::render(&d, "<statement>", statement, crate::render_options()));
+            eprintln!("error: the statement does not compile against the running program of `{app}`; nothing was posted");
+            return Ok(ExitCode::from(1));
+        }
+    }
+    post(&t, &app, &[statement.to_string()], o)
+}
+
+/// `streamc deploy FILE --key K [--dry-run]`: make the running queries those of FILE.
+pub fn deploy(state_dir: &Path, cfg: &config::Config, file: &Path, dry_run: bool, mode: Option<&str>, o: &Post) -> Result<ExitCode, String> {
+    let app = config::application_id(cfg, file)?;
+    let t = Topics::open(state_dir, cfg)?;
+    if stored_program(&t, &app)?.is_none() {
+        return Err(format!("application `{app}` has not run yet: start it with `streamc run {}`", file.display()));
+    }
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let Some(new) = crate::compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
+    let (ev, _) = running(&t, &app, cfg, file)?;
+    let stage = ev.latest().clone();
+    let mut statements = Vec::new();
+    let suffix = mode.map(|m| format!(" with {m}")).unwrap_or_default();
+    let new_topo = streamc::plan::lower(&new, &app);
+    for q in &new.queries {
+        let body = text.get(q.span.start..q.span.end).unwrap_or_default().to_string();
+        match stage.queries.get(&q.name) {
+            None => {
+                println!("query {}: new, reads its input from the start", q.name);
+                statements.push(body);
+            }
+            Some(running) if running.text.trim() == body.trim() => println!("query {}: unchanged", q.name),
+            Some(_) => {
+                let r = control::compare(&stage.topo, &new_topo, &q.name);
+                let incompatible = !r.incompatible.is_empty();
+                print!("{}", r.render());
+                if incompatible && mode.is_none() {
+                    println!("  => needs `--reprocess` or `--fresh-state`");
+                }
+                statements.push(format!("replace {body}{}", if incompatible || mode == Some("reprocess") { suffix.clone() } else { String::new() }));
+            }
+        }
+    }
+    for name in stage.queries.keys() {
+        if new.query(name).is_none() {
+            println!("query {name}: dropped");
+            statements.push(format!("drop query {name}"));
+        }
+    }
+    if statements.is_empty() {
+        println!("nothing to deploy: the running queries are those of {}", file.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    if dry_run {
+        for s in &statements {
+            println!("---\n{s}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    post(&t, &app, &statements, o)
+}
+
+/// `streamc status FILE`: query versions, control offsets applied, recent rejections.
+pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<ExitCode, String> {
+    let app = config::application_id(cfg, file)?;
+    let t = Topics::open(state_dir, cfg)?;
+    let (ev, evaluated) = running(&t, &app, cfg, file)?;
+    let stage = ev.latest();
+    println!("application {app}: program version {}, {} control statement{} ({} accepted)", stage.version, evaluated.len(), if evaluated.len() == 1 { "" } else { "s" }, evaluated.iter().filter(|s| s.accepted).count());
+    println!("queries:");
+    for (name, q) in stage.queries.iter() {
+        let at = evaluated.iter().rev().find(|s| s.accepted && s.target.as_deref() == Some(name) && s.version == q.version && q.version > 0).map(|s| format!(", from control offset {}", s.offset)).unwrap_or_else(|| if q.version == 0 { ", from the program file".into() } else { String::new() });
+        println!("  {name}: version {}{at}", q.version);
+    }
+    let tables: Vec<_> = stage.tables.iter().map(|(n, t)| format!("{n} ({} rows)", t.len())).collect();
+    if !tables.is_empty() {
+        println!("control-managed tables: {}", tables.join(", "));
+    }
+    println!("tasks (control offset applied, query version):");
+    for (task, control, version) in applied(&t, &app, stage, cfg)? {
+        println!("  {task}: {}, version {}", control.map_or("-".into(), |c| c.to_string()), version.map_or("-".into(), |v| v.to_string()));
+    }
+    let written = statuses(&t, &app)?;
+    let rejected: Vec<&Status> = written.iter().filter(|s| !s.accepted).collect();
+    println!("rejected statements: {}", rejected.len());
+    for st in rejected.iter().rev().take(5).rev() {
+        println!("  {}", describe(st));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Per task: the control offset and query version of its last commit.
+fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) -> Result<Vec<(String, Option<u64>, Option<u64>)>, String> {
+    let mut out = Vec::new();
+    let field = |m: &serde_json::Value, f: &str| m.get(f).and_then(|v| v.as_u64());
+    match t {
+        Topics::Embedded(log) => {
+            let c = log.committed()?;
+            for (g, m) in &c.groups {
+                let Some(rest) = g.strip_prefix(&format!("{app}#")) else { continue };
+                if rest == "control-status" || m.get("inputs").is_none() {
+                    continue;
+                }
+                out.push((rest.to_string(), field(m, "control"), field(m, "version")));
+            }
+        }
+        Topics::Kafka(k) => {
+            use rdkafka::consumer::{BaseConsumer, Consumer};
+            let mut c = k.config();
+            c.set("group.id", app).set("enable.auto.commit", "false");
+            let consumer: BaseConsumer = c.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            let mains: std::collections::BTreeSet<&str> = stage.specs.iter().map(|s| s.main.topic.as_str()).collect();
+            for topic in mains {
+                for p in 0..k.partitions(topic)?.unwrap_or(0) {
+                    tpl.add_partition(topic, p as i32);
+                }
+            }
+            let committed = consumer.committed_offsets(tpl, std::time::Duration::from_secs(10)).map_err(|e| format!("cannot read the offsets of group `{app}`: {e}"))?;
+            for el in committed.elements() {
+                let Ok(meta) = serde_json::from_str::<serde_json::Value>(el.metadata()) else { continue };
+                let Some(obj) = meta.as_object() else { continue };
+                for (name, m) in obj {
+                    if m.get("inputs").is_some() {
+                        out.push((format!("{name}#{}", el.partition()), field(m, "control"), field(m, "version")));
+                    }
+                }
+            }
+            let _ = cfg;
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// `run`: record the program file as version 0 the first time; if it changed since, compare
+/// the two programs (with the control log applied to each) like a `replace` of every query.
+/// Ok(false): an incompatible change (the report was printed).
+pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &str, program: &hir::Program) -> Result<bool, String> {
+    let status = control::status_topic(app);
+    let record = |text: &str| Record { key: Some(PROGRAM_KEY.as_bytes().to_vec()), value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()), timestamp: streamc::runtime::driver::now_ms(), headers: vec![] };
+    let Some(old_text) = stored_program(t, app)? else {
+        t.append(&status, vec![record(text)])?;
+        return Ok(true);
+    };
+    if old_text == text {
+        return Ok(true);
+    }
+    let trusted = control::trusted_keys(&cfg.control.trusted_keys)?;
+    let records = control_records(t, app)?;
+    let Ok(old_program) = streamc::compile(&old_text) else {
+        eprintln!("the program the application ran before no longer compiles: treating {app}'s program as new");
+        t.append(&status, vec![record(text)])?;
+        return Ok(true);
+    };
+    let mut old = Evaluator::new(app, old_program, &old_text, trusted.clone())?;
+    control::evaluate_all(&mut old, &records);
+    let mut new = Evaluator::new(app, program.clone(), text, trusted)?;
+    control::evaluate_all(&mut new, &records);
+    let (a, b) = (old.latest(), new.latest());
+    eprintln!("the program file changed since `{app}` first ran; state compatibility:");
+    let mut ok = true;
+    for name in b.queries.keys() {
+        if a.queries.contains_key(name) {
+            let r = control::compare(&a.topo, &b.topo, name);
+            ok &= r.incompatible.is_empty();
+            eprint!("{}", r.render());
+        } else {
+            eprintln!("query {name}: new, reads its input from the start");
+        }
+    }
+    for name in a.queries.keys().filter(|n| !b.queries.contains_key(*n)) {
+        eprintln!("query {name}: no longer in the file, its tasks stop");
+    }
+    if ok {
+        t.append(&status, vec![record(text)])?;
+    }
+    Ok(ok)
+}
