@@ -234,7 +234,7 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
                     progress = true;
                 }
                 if t.failed {
-                    t.reopen(&sh.log, &sh.db, opts)?;
+                    t.reopen(&sh.log, &sh.db, &stage, opts)?;
                     progress = true;
                 }
                 // Control statements apply at commit boundaries.
@@ -832,9 +832,12 @@ impl TaskRun {
 
     /// After an injected fault: drop everything uncommitted and reopen the task from the
     /// committed log and its local state, as a restarted process would.
-    fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, opts: &RunOptions) -> Result<(), String> {
+    /// A task that had applied a control statement since its last commit goes back to the
+    /// form of its query as of that commit, and applies the statement again.
+    fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), String> {
         let c = log.committed()?;
-        let fresh = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
+        let spec = stage.spec(&self.task.spec.name).cloned().unwrap_or_else(|| self.task.spec.clone());
+        let fresh = TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?;
         self.replace_with(fresh);
         Ok(())
     }

@@ -37,6 +37,8 @@ use crate::log::{partition_for, Pos, Record, Stored};
 use crate::plan::{Partitions, TopicRole, Topology};
 use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, RunOptions, Summary, TaskRun};
 use crate::runtime::task::{self, TaskSpec};
+use crate::control::{self, ControlRecord, Stage};
+use crate::runtime::hub::Hub;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -50,10 +52,25 @@ const RESTORE_WAIT: Duration = Duration::from_secs(120);
 const MAX_FAILED_COMMITS: u32 = 10;
 
 /// Run the program on Kafka until `--drain` finds the input processed, or forever.
-pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result<Summary> {
+pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary> {
     let kafka = Kafka::new(&opts.config.kafka);
-    let specs: Vec<Arc<TaskSpec>> = task::specs(program, topo)?.into_iter().map(Arc::new).collect();
-    setup_topics(&kafka, program, topo, &specs)?;
+    // The control log first, read in full: tasks start with the program as of its end.
+    let mut hub = Hub::new(program, opts)?;
+    let control_topic = control::control_topic(&opts.app);
+    let status_topic = control::status_topic(&opts.app);
+    for t in [&control_topic, &status_topic] {
+        kafka.ensure_topic_with(t, 1, &[("retention.ms", "-1")])?;
+    }
+    hub.written = kafka.read_to_ends(&status_topic, true)?.0.iter().filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok()).map(|o| o + 1).max().unwrap_or(0);
+    let control_reader: BaseConsumer = reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&control_topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
+    control_reader.assign(&tpl).map_err(|e| format!("cannot read `{control_topic}`: {e}"))?;
+    poll_control(&kafka, &control_reader, &mut hub, &status_topic, true)?;
+    hub.verbose = true;
+    let stage = hub.ev.latest().clone();
+    let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
+    setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
     let db = driver::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
@@ -72,7 +89,11 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
     let engine = Engine {
         opts: opts.clone(),
         kafka,
-        specs,
+        stage,
+        hub,
+        control_reader,
+        status_topic,
+        subscribed: main_topics.clone(),
         db,
         producer,
         instance: instance.clone(),
@@ -89,6 +110,7 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
         last_commit: Instant::now(),
         last_metrics: Instant::now(),
         failed_commits: 0,
+        rebalances: 0,
     };
     let mut cfg = engine.kafka.config();
     cfg.set("group.id", &opts.app)
@@ -129,8 +151,12 @@ pub fn run(program: &hir::Program, topo: &Topology, opts: &RunOptions) -> Result
                 e.commit(&consumer, false)?;
                 return e.close_all();
             }
-            if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms) {
-                e.commit(&consumer, false)?;
+            if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms) && e.commit(&consumer, false)? {
+                // Control statements apply at commit boundaries.
+                let e = &mut *e;
+                if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.status_topic, false)? || e.hub.ev.latest().next != e.stage.next {
+                    e.apply_stage(&consumer)?;
+                }
             }
             idle = !worked;
             if opts.drain && idle && e.drained(&consumer)? {
@@ -297,6 +323,8 @@ impl ConsumerContext for GroupCtx {
                 let _ = c.pause(tpl);
                 let mut e = lock(&self.engine);
                 e.joined = true;
+                e.rebalances += 1;
+                eprintln!("rebalance {}: assigned {} partition{}", e.rebalances, tpl.count(), if tpl.count() == 1 { "" } else { "s" });
                 e.assigned.extend(parts_of(tpl));
             }
             Rebalance::Error(err) => eprintln!("consumer group rebalance: {err}"),
@@ -437,7 +465,13 @@ struct KTask {
 struct Engine {
     opts: RunOptions,
     kafka: Kafka,
-    specs: Vec<Arc<TaskSpec>>,
+    /// The program as of the control offset this instance applied.
+    stage: Arc<Stage>,
+    hub: Hub,
+    control_reader: BaseConsumer,
+    status_topic: String,
+    /// The main inputs the group consumer is subscribed to.
+    subscribed: BTreeSet<String>,
     db: sled::Db,
     producer: Producer,
     instance: String,
@@ -462,6 +496,8 @@ struct Engine {
     last_commit: Instant,
     last_metrics: Instant,
     failed_commits: u32,
+    /// Assignments received (each rebalance that gave this instance partitions, or none).
+    rebalances: u64,
 }
 
 impl Engine {
@@ -487,7 +523,7 @@ impl Engine {
             };
             let meta: serde_json::Value = el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
             let mut tasks = Vec::new();
-            for spec in self.specs.iter().filter(|s| s.main.topic == t) {
+            for spec in self.stage.specs.iter().filter(|s| s.main.topic == t) {
                 tasks.push(self.open_task(spec.clone(), p, offset, meta.get(&spec.name).unwrap_or(&serde_json::Value::Null))?);
             }
             self.units.insert((t, p), tasks);
@@ -503,22 +539,7 @@ impl Engine {
                 positions.insert(main_key.clone(), Pos { offset: o, byte: 0 });
             }
         }
-        let mut topics = vec![spec.main.topic.clone()];
-        topics.extend(spec.side_topics());
-        // One reader per input, so that an end-of-partition event names its input.
-        let mut readers = Vec::new();
-        let mut next = Vec::new();
-        let mut stop_at = Vec::new();
-        for t in &topics {
-            let pos = positions[&format!("{t}/{p}")].offset;
-            let reader: BaseConsumer = reader_config(&self.kafka, &self.opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
-            let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64)).map_err(|e| e.to_string())?;
-            reader.assign(&tpl).map_err(|e| format!("cannot read `{t}` partition {p}: {e}"))?;
-            readers.push(reader);
-            next.push(pos);
-            stop_at.push(if self.opts.drain { self.startup.get(&(t.clone(), p)).copied() } else { None });
-        }
+        let feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &positions)?;
         // Restore the stores before processing.
         let started = Instant::now();
         let task_id = format!("{}_{p}", spec.sub);
@@ -542,10 +563,20 @@ impl Engine {
         }
         driver::log_restore(&spec.name, p, restored, started);
         self.correct_stale(&spec, p, &trees, stale, &mut cps)?;
-        let n = topics.len();
-        let feed = KafkaFeed { topics, partition: p as i32, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at };
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
-        let run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, &self.opts);
+        let mut run = TaskRun::new(spec.clone(), p, group, feed, trees, meta, positions, restored, &self.opts);
+        // Bring the task up to the stage: its last commit may have run an older form of its query.
+        run.task.globals = self.stage.tables.clone();
+        let meta_version = meta.get("version").and_then(|v| v.as_u64());
+        if let Some((restart, fresh)) = meta_version.filter(|v| *v != spec.version).and_then(|v| self.stage.catch_up(&spec.query, v)) {
+            if run.upgrade(spec.clone(), &self.stage, restart, &fresh, &|name| driver::open_tree(&self.db, name, p), &self.opts)? {
+                run.feed = feed_for(&self.kafka, &self.opts, &self.startup, &run.task.spec, p, &run.positions)?;
+            }
+        }
+        if run.control != self.stage.next {
+            run.control = self.stage.next;
+            run.meta_changed = true;
+        }
         Ok(KTask { run, next_cps: cps.clone(), cps })
     }
 
@@ -650,7 +681,7 @@ impl Engine {
                     r.task.counters.dead_letters += 1;
                     eprintln!("error emitting a result of {}: {}", r.task.spec.name, e.0);
                 }
-                any |= r.uncommitted > 0 || !r.out.is_empty() || !r.changes.is_empty();
+                any |= r.uncommitted > 0 || !r.out.is_empty() || !r.changes.is_empty() || r.meta_changed;
             }
         }
         let metrics_due = self.last_metrics.elapsed() >= Duration::from_millis(self.opts.config.metrics.interval_ms);
@@ -739,6 +770,7 @@ impl Engine {
                     r.commits += 1;
                 }
                 r.uncommitted = 0;
+                r.meta_changed = false;
                 r.at_commit = (r.task.counters.clone(), r.skipped, r.read);
                 r.trees.stage(&mut r.changes);
                 r.trees.commits += 1;
@@ -809,6 +841,78 @@ impl Engine {
             }
         }
         committed.map(|_| ())
+    }
+
+    /// Bring every task up to the control log as this instance has read it (just after a
+    /// commit: nothing is uncommitted). Tasks of dropped queries delete their state and close;
+    /// new queries' tasks open on the partitions this instance owns; a new set of main inputs
+    /// changes the subscription (the one case that rebalances).
+    fn apply_stage(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<()> {
+        let stage = self.hub.ev.latest().clone();
+        if stage.next == self.stage.next {
+            return Ok(());
+        }
+        self.stage = stage.clone();
+        setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
+        let mut retired = false;
+        for ((_, p), tasks) in self.units.iter_mut() {
+            let p = *p;
+            for t in tasks.iter_mut() {
+                let r = &mut t.run;
+                let Some(spec) = stage.spec(&r.task.spec.name).cloned() else {
+                    r.retire()?;
+                    r.control = stage.next;
+                    retired = true;
+                    continue;
+                };
+                if spec.version == r.task.spec.version && spec.epoch == r.task.spec.epoch {
+                    r.task.globals = stage.tables.clone();
+                    r.control = stage.next;
+                    r.meta_changed = true;
+                    continue;
+                }
+                let (restart, fresh) = stage.catch_up(&spec.query, r.task.spec.version).unwrap_or_default();
+                let old: Vec<String> = r.task.spec.stores.iter().map(|s| s.name.clone()).collect();
+                let db = &self.db;
+                if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| driver::open_tree(db, name, p), &self.opts)? {
+                    r.feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &r.positions)?;
+                }
+                let cps: Vec<u64> = spec.stores.iter().map(|s| old.iter().position(|o| *o == s.name).map_or(0, |i| t.cps[i])).collect();
+                t.cps = cps.clone();
+                t.next_cps = cps;
+            }
+        }
+        // New queries (or sub-topologies) on the partitions this instance owns.
+        let owned: Vec<(String, u32)> = self.units.keys().cloned().collect();
+        for (topic, p) in owned {
+            let have: BTreeSet<String> = self.units[&(topic.clone(), p)].iter().map(|t| t.run.task.spec.name.clone()).collect();
+            for spec in stage.specs.iter().filter(|s| s.main.topic == topic && !have.contains(&s.name)) {
+                let t = self.open_task(spec.clone(), p, None, &serde_json::Value::Null)?;
+                if let Some(tasks) = self.units.get_mut(&(topic.clone(), p)) {
+                    tasks.push(t);
+                }
+            }
+        }
+        if retired {
+            self.commit(consumer, false)?;
+            for tasks in self.units.values_mut() {
+                let (keep, gone): (Vec<KTask>, Vec<KTask>) = std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.run.task.spec.name).is_some());
+                *tasks = keep;
+                for t in gone {
+                    let r = &t.run;
+                    self.closed.add_from(&r.summary());
+                }
+            }
+        }
+        let mains: BTreeSet<String> = stage.specs.iter().map(|s| s.main.topic.clone()).collect();
+        if mains != self.subscribed {
+            let topics: Vec<&str> = mains.iter().map(String::as_str).collect();
+            eprintln!("the program's main inputs changed: subscribing to {topics:?} (a rebalance)");
+            consumer.subscribe(&topics).map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
+            self.main_external = mains.iter().filter(|t| self.startup.keys().any(|(x, _)| x == *t)).cloned().collect();
+            self.subscribed = mains;
+        }
+        Ok(())
     }
 
     fn close_task(&mut self, mut t: KTask) {
@@ -916,6 +1020,55 @@ impl Engine {
 fn write_local(t: &mut KTask) -> Result<()> {
     let cps: Vec<Pos> = t.cps.iter().map(|o| Pos { offset: *o, byte: 0 }).collect();
     t.run.trees.write(&cps)
+}
+
+/// The readers of a task's inputs from its positions: one consumer per input, so that an
+/// end-of-partition event names its input.
+fn feed_for(kafka: &Kafka, opts: &RunOptions, startup: &BTreeMap<(String, u32), u64>, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {
+    let mut topics = vec![spec.main.topic.clone()];
+    topics.extend(spec.side_topics());
+    let mut readers = Vec::new();
+    let mut next = Vec::new();
+    let mut stop_at = Vec::new();
+    for t in &topics {
+        let pos = positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset);
+        let reader: BaseConsumer = reader_config(kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64)).map_err(|e| e.to_string())?;
+        reader.assign(&tpl).map_err(|e| format!("cannot read `{t}` partition {p}: {e}"))?;
+        readers.push(reader);
+        next.push(pos);
+        stop_at.push(if opts.drain { startup.get(&(t.clone(), p)).copied() } else { None });
+    }
+    let n = topics.len();
+    Ok(KafkaFeed { topics, partition: p as i32, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at })
+}
+
+/// Read the control records that arrived into the hub (with `to_end`, until the end of the
+/// topic) and write their statuses. True if the program or a table changed.
+fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, status_topic: &str, to_end: bool) -> Result<bool> {
+    let mut records = Vec::new();
+    let started = Instant::now();
+    loop {
+        match reader.poll(if to_end { Duration::from_millis(100) } else { Duration::ZERO }) {
+            Some(Ok(m)) => {
+                let s = stored(&m);
+                records.push(ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value });
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(e)) => return Err(format!("cannot read the control topic: {e}")),
+            None if !to_end => break,
+            None if started.elapsed() > TIMEOUT => return Err("the control topic could not be read to its end".into()),
+            None => {}
+        }
+    }
+    let changed = hub.feed(&records);
+    let statuses = hub.status_records();
+    if !statuses.is_empty() {
+        kafka.produce(status_topic, &statuses.into_iter().map(|r| (0, r)).collect::<Vec<_>>())?;
+        hub.written_up_to();
+    }
+    Ok(changed)
 }
 
 fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {

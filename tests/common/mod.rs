@@ -10,6 +10,7 @@ pub mod embedded;
 pub mod kafka;
 pub mod data;
 pub mod cli;
+pub mod control;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.
 pub fn compile(src: &str) -> Result<hir::Program, Diagnostics> {

@@ -1,0 +1,76 @@
+//! Control statements on a real broker (started by ./dev/test): the embedded scenario (hot
+//! reload, compatible and incompatible replacements, `with reprocess`, a control-managed table)
+//! on Kafka; a filter hot-reloaded inside one running instance with no rebalance; and a
+//! thousand forged statements rejected.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::cli::spawn;
+use common::control::{check_big, forged_rejected, scenario, trades, Env};
+use common::embedded::{temp_dir, write_trades};
+use common::kafka::require;
+
+/// Topics and application ids are unique to the test process, so re-runs on one broker never
+/// meet earlier runs' records.
+fn kafka_env(dir: &Path, app: &str) -> Env {
+    let b = require();
+    let app = format!("{app}-{}", std::process::id());
+    Env::new(dir, &app, vec!["--bootstrap-servers".into(), b, "--set".into(), "commit.interval_ms=200".into()])
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn control_scenario_on_kafka() {
+    let dir = temp_dir("kctl-scenario");
+    let env = kafka_env(&dir, "kctl1");
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    write_trades(&a, 400, 3, 1, 200);
+    write_trades(&b, 400, 3, 2, 200);
+    scenario(&env, &a, &b, &[]);
+}
+
+fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < Duration::from_secs(90), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn filter_hot_reloaded_in_a_running_instance_without_rebalance() {
+    let dir = temp_dir("kctl-live");
+    let env = kafka_env(&dir, "kctl2");
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    write_trades(&a, 400, 3, 1, 200);
+    write_trades(&b, 400, 3, 2, 200);
+    env.produce_trades(&a);
+    let log = dir.join("run.log");
+    let program = env.program.to_str().unwrap().to_string();
+    let mut run = spawn(&env.state, &env.args(&["run", &program]), &log);
+    let first = trades(&a).iter().filter(|t| t.2 > 500).count();
+    wait_for("the first input's outputs", || env.consume_versions("big").len() >= first);
+    let s = format!("replace query big {{ from trades where size > 800 select {{ ticker, size }} to \"{}\" }}", env.topic("big"));
+    let (out, ok) = env.control(&s, &["--wait", "60"]);
+    assert!(ok && out.contains("accepted replace big"), "{out}");
+    env.produce_trades(&b);
+    let total = first + trades(&b).iter().filter(|t| t.2 > 800).count();
+    wait_for("the second input's outputs", || env.consume_versions("big").len() >= total);
+    assert!(run.terminate(), "the instance stops cleanly");
+    check_big(&env, &a, &b);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(text.matches("rebalance ").count(), 1, "one assignment, none for the reload:\n{text}");
+    assert!(text.contains("big-from partition 0: now query version 1"), "{text}");
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn a_thousand_forged_statements_are_rejected_on_kafka() {
+    let dir = temp_dir("kctl-forged");
+    let env = kafka_env(&dir, "kctl3");
+    forged_rejected(&env, 1000, &[]);
+}
