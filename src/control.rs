@@ -277,8 +277,8 @@ pub struct Evaluator {
     seqs: BTreeMap<String, u64>,
     /// The control offset after the last record evaluated.
     pub next: u64,
-    /// Every stage: one for the file, then one per accepted statement.
-    pub stages: Vec<Arc<Stage>>,
+    /// The program as of `next`. Older stages are not kept: tasks always move to the latest.
+    current: Arc<Stage>,
 }
 
 impl Evaluator {
@@ -290,17 +290,23 @@ impl Evaluator {
             .map(|q| (q.name.clone(), QueryState { version: 0, epoch: 0, text: text.get(q.span.start..q.span.end).unwrap_or_default().to_string() }))
             .collect();
         let stage = build_stage(app, 0, 0, Arc::new(program), Arc::new(queries), Arc::new(Tables::new()), Arc::new(Vec::new())).map_err(|e| format!("the program cannot run: {e}"))?;
-        Ok(Evaluator { app: app.to_string(), trusted, seqs: BTreeMap::new(), next: 0, stages: vec![Arc::new(stage)] })
+        Ok(Evaluator { app: app.to_string(), trusted, seqs: BTreeMap::new(), next: 0, current: Arc::new(stage) })
     }
 
     pub fn latest(&self) -> &Arc<Stage> {
-        self.stages.last().expect("an evaluator always has the file's stage")
+        &self.current
     }
 
-    /// The stage a task that applied the control log up to `next` runs.
-    pub fn stage_at(&self, next: u64) -> Arc<Stage> {
-        let i = self.stages.partition_point(|s| s.next <= next);
-        self.stages[i.saturating_sub(1)].clone()
+    /// Set or delete a row of a control-managed table. A table shared with running tasks is
+    /// copied once; further changes before they take the new stage are made in place.
+    fn set_row(&mut self, table: &str, key: Vec<u8>, row: Option<Arc<Vec<Value>>>) {
+        let stage = Arc::make_mut(&mut self.current);
+        let t = Arc::make_mut(Arc::make_mut(&mut stage.tables).entry(table.to_string()).or_default());
+        match row {
+            Some(r) => t.insert(key, r),
+            None => t.remove(&key),
+        };
+        stage.next = self.next;
     }
 
     /// Evaluate the next control record. Records must come in offset order; one already
@@ -327,17 +333,16 @@ impl Evaluator {
             statement: text,
         };
         match self.evaluate(r, &mut st) {
-            Ok(stage) => {
+            Ok(()) => {
                 st.accepted = true;
-                st.version = stage.version;
-                self.stages.push(Arc::new(stage));
+                st.version = self.current.version;
             }
             Err(reason) => st.reason = Some(reason),
         }
         Some(st)
     }
 
-    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<Stage, String> {
+    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<(), String> {
         // The envelope, before anything looks at the text.
         let header = |name: &str| r.headers.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
         let text_header = |name: &str| -> Result<Option<String>, String> {
@@ -402,38 +407,43 @@ impl Evaluator {
             return Err("tenant-scoped statements are not applied yet: they need tenant-scoped state (multi-tenancy)".into());
         }
         let span_text = |s: crate::ast::Span| text.get(s.start..s.end).unwrap_or_default().to_string();
-        let mut queries = (*latest.queries).clone();
-        let mut events = (*latest.events).clone();
-        let mut prog = (**program).clone();
-        let mut tables = latest.tables.clone();
-        let mut version = latest.version;
-        match control {
+        // State updates: a row of a control-managed table; the program stays as it is.
+        match &control {
             Control::Update { table, key, value } => {
-                let src = &prog.sources[table];
+                let src = &program.sources[*table];
                 st.kind = Some("update".into());
                 st.target = Some(src.name.clone());
                 let row = Row::default();
-                let k = eval(&key, &row, &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
-                let v = eval(&value, &row, &[]).map_err(|e| format!("the value cannot be evaluated: {e}"))?;
+                let k = eval(key, &row, &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
+                let v = eval(value, &row, &[]).map_err(|e| format!("the value cannot be evaluated: {e}"))?;
                 let mut json = Vec::new();
                 v.write_json(&value.ty, &mut json);
                 let fields = task::decode_visible(src, &json).map_err(|e| format!("the value does not fit `{}`: {}", src.name, e.0))?;
-                let kb = k.key_bytes(&src.key_type());
-                let mut t = tables.get(&src.name).map(|t| (**t).clone()).unwrap_or_default();
-                t.insert(kb, Arc::new(fields));
-                Arc::make_mut(&mut tables).insert(src.name.clone(), Arc::new(t));
+                let (name, kb) = (src.name.clone(), k.key_bytes(&src.key_type()));
+                drop(latest);
+                self.set_row(&name, kb, Some(Arc::new(fields)));
+                return Ok(());
             }
             Control::Delete { table, key } => {
-                let src = &prog.sources[table];
+                let src = &program.sources[*table];
                 st.kind = Some("delete".into());
                 st.target = Some(src.name.clone());
-                let k = eval(&key, &Row::default(), &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
-                let kb = k.key_bytes(&src.key_type());
-                let mut t = tables.get(&src.name).map(|t| (**t).clone()).unwrap_or_default();
-                t.remove(&kb);
-                Arc::make_mut(&mut tables).insert(src.name.clone(), Arc::new(t));
+                let k = eval(key, &Row::default(), &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
+                let (name, kb) = (src.name.clone(), k.key_bytes(&src.key_type()));
+                drop(latest);
+                self.set_row(&name, kb, None);
+                return Ok(());
             }
             Control::Purge => return Err("`purge` needs tenant-scoped state (multi-tenancy)".into()),
+            _ => {}
+        }
+        let mut queries = (*latest.queries).clone();
+        let mut events = (*latest.events).clone();
+        let mut prog = (**program).clone();
+        let tables = latest.tables.clone();
+        let mut version = latest.version;
+        match control {
+            Control::Update { .. } | Control::Delete { .. } | Control::Purge => {}
             Control::NewQuery(q) => {
                 st.kind = Some("query".into());
                 st.target = Some(q.name.clone());
@@ -516,7 +526,9 @@ impl Evaluator {
             st.diagnostic = Some(rendered(&[Diagnostic::new(Code::CannotRun, ast.span, format!("the runtime cannot run this: {e}")).label("here")]));
             format!("the runtime cannot run it: {e}")
         })?;
-        Ok(stage)
+        drop(latest);
+        self.current = Arc::new(stage);
+        Ok(())
     }
 }
 

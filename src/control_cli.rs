@@ -389,3 +389,31 @@ pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &st
     }
     Ok(ok)
 }
+
+/// `run --reset`: delete the application's changelog and repartition topics, its committed
+/// positions and its local state; record FILE as the program (version 0). Ingested `--input`
+/// positions, the control log and the statuses written stay.
+pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str) -> Result<(), String> {
+    let internal = |name: &str| name.starts_with(&format!("{app}-")) && (name.ends_with("-changelog") || name.ends_with("-repartition"));
+    let deleted = match t {
+        Topics::Embedded(log) => {
+            let topics: Vec<String> = log.topics()?.into_iter().filter(|n| internal(n)).collect();
+            let keep = [format!("{app}#control-status"), format!("{app}#input#")];
+            log.delete(&topics, |g| g.starts_with(&format!("{app}#")) && !keep.iter().any(|k| g.starts_with(k.as_str())))?;
+            topics
+        }
+        Topics::Kafka(k) => {
+            let topics: Vec<String> = k.topic_names()?.into_iter().filter(|n| internal(n)).collect();
+            k.delete(&topics, app)?;
+            topics
+        }
+    };
+    let local = state_dir.join("apps").join(app).join("state");
+    if local.exists() {
+        std::fs::remove_dir_all(&local).map_err(|e| format!("cannot delete local state {}: {e}", local.display()))?;
+    }
+    let record = Record { key: Some(PROGRAM_KEY.as_bytes().to_vec()), value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()), timestamp: streamc::runtime::driver::now_ms(), headers: vec![] };
+    t.append(&control::status_topic(app), vec![record])?;
+    eprintln!("reset `{app}`: deleted {} internal topic{}, its committed positions and local state; the input is processed from the start", deleted.len(), if deleted.len() == 1 { "" } else { "s" });
+    Ok(())
+}

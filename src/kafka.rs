@@ -95,6 +95,44 @@ impl Kafka {
         Err(format!("topic `{topic}` was created but does not show in the metadata of {}", self.servers()))
     }
 
+    /// Every topic's name.
+    pub fn topic_names(&self) -> Result<Vec<String>> {
+        let consumer: BaseConsumer = self.config().create().map_err(|e| format!("Kafka client: {e}"))?;
+        let md = consumer.fetch_metadata(None, TIMEOUT).map_err(|e| format!("cannot read metadata from {}: {e}", self.servers()))?;
+        Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
+    }
+
+    /// Delete topics and a consumer group (`run --reset`); waits until the topics are gone.
+    pub fn delete(&self, topics: &[String], group: &str) -> Result<()> {
+        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
+        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        if !names.is_empty() {
+            for r in rt.block_on(admin.delete_topics(&names, &opts)).map_err(|e| format!("cannot delete topics on {}: {e}", self.servers()))? {
+                match r {
+                    Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+                    Err((name, code)) => return Err(format!("cannot delete topic `{name}`: {code:?}")),
+                }
+            }
+        }
+        for r in rt.block_on(admin.delete_groups(&[group], &opts)).map_err(|e| format!("cannot delete group `{group}` on {}: {e}", self.servers()))? {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
+                Err((_, RDKafkaErrorCode::NonEmptyGroup)) => return Err(format!("group `{group}` still has members: stop every instance of the application before `--reset`")),
+                Err((g, code)) => return Err(format!("cannot delete group `{g}`: {code:?}")),
+            }
+        }
+        for _ in 0..300 {
+            let left = self.topic_names()?;
+            if !topics.iter().any(|t| left.contains(t)) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err(format!("the deleted topics still show in the metadata of {}", self.servers()))
+    }
+
     /// Write records to their partitions and wait until the broker has them all.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
         let producer: BaseProducer = self.config().create().map_err(|e| format!("Kafka producer: {e}"))?;

@@ -218,11 +218,18 @@ impl EmbeddedLog {
         Ok(c)
     }
 
-    /// Remove consumer-group metadata (used by `--reset`).
-    pub fn delete_groups(&self, prefix: &str) -> Result<()> {
+    /// Delete topics and consumer-group metadata (`run --reset`): the groups `delete` says yes to.
+    pub fn delete(&self, topics: &[String], delete: impl Fn(&str) -> bool) -> Result<()> {
         let _lock = self.lock()?;
         let mut c = self.committed()?;
-        c.groups.retain(|g, _| !g.starts_with(prefix));
+        c.groups.retain(|g, _| !delete(g));
+        for t in topics {
+            c.ends.retain(|k, _| k.rsplit_once('/').is_none_or(|(topic, _)| topic != t));
+            let d = self.topic_dir(t);
+            if d.exists() {
+                fs::remove_dir_all(&d).map_err(io(format!("cannot delete {}", d.display())))?;
+            }
+        }
         let tmp = self.dir.join("COMMITTED.tmp");
         fs::write(&tmp, serde_json::to_vec(&c).unwrap_or_default()).map_err(io("cannot write COMMITTED"))?;
         fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))

@@ -84,6 +84,11 @@ enum Command {
         /// redelivery, P per commit step of a task failure. Results must not change.
         #[arg(long, value_name = "SPEC", value_parser = |s: &str| s.parse::<streamc::runtime::chaos::ChaosSpec>())]
         chaos: Option<streamc::runtime::chaos::ChaosSpec>,
+        /// Start the application over: delete its changelog and repartition topics, its
+        /// committed positions and its local state, then process the input from the start. The
+        /// control log is kept (its statements apply again). Stop every instance first.
+        #[arg(long)]
+        reset: bool,
     },
     /// Append records to a topic: one JSON value per line (or an envelope with --envelope).
     Produce {
@@ -288,8 +293,8 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr, chaos } => {
-            let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr, chaos };
+        Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr, chaos, reset } => {
+            let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr, chaos, reset };
             run_program(&cli.global, cfg, &file, o)
         }
         Command::Keygen { keyfile, id } => control_cli::keygen(&keyfile, id.as_deref()),
@@ -347,10 +352,11 @@ struct RunFlags {
     threads: usize,
     metrics_addr: Option<String>,
     chaos: Option<streamc::runtime::chaos::ChaosSpec>,
+    reset: bool,
 }
 
 fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) -> Result<ExitCode, String> {
-    let RunFlags { inputs, drain, close, threads, metrics_addr, chaos } = flags;
+    let RunFlags { inputs, drain, close, threads, metrics_addr, chaos, reset } = flags;
     let text = read(file)?;
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
@@ -367,8 +373,13 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     }
     // Version 0 of the running program: the file as the application first ran it.
     let topics = control_cli::Topics::open(&g.state_dir, &cfg)?;
-    if !control_cli::check_program_file(&topics, &app, &cfg, &text, &p)? {
-        return Err(format!("{} changed incompatibly since `{app}` first ran: post the change with `streamc deploy --reprocess` or `--fresh-state`, or use a new application id", file.display()));
+    if reset {
+        control_cli::reset(&topics, &app, &g.state_dir, &text)?;
+    } else if !control_cli::check_program_file(&topics, &app, &cfg, &text, &p)? {
+        return Err(format!(
+            "{} changed incompatibly since `{app}` first ran: start it over with `streamc run --reset`, or change the running application with `streamc deploy --reprocess` or `--fresh-state`",
+            file.display()
+        ));
     }
     drop(topics);
     let topo = plan::lower(&p, &app);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::control::{forged_rejected, scenario, Env};
+use common::control::{changed_file_then_reset, check_big, forged_rejected, scenario, trades, Env};
 use common::embedded::{temp_dir, write_trades};
 
 #[test]
@@ -30,4 +30,63 @@ fn a_thousand_forged_statements_are_all_rejected() {
     let dir = temp_dir("control-forged");
     let env = Env::new(&dir, "forge", vec![]);
     forged_rejected(&env, 1200, &[]);
+}
+
+/// `deploy` makes the running queries those of a new file: a changed filter, a new query
+/// (reading its input from the start) and a dropped one; `status` shows the result.
+#[test]
+fn deploy_and_status() {
+    let dir = temp_dir("control-deploy");
+    let env = Env::new(&dir, "dep", vec![]);
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    write_trades(&a, 300, 3, 1, 200);
+    write_trades(&b, 300, 3, 2, 200);
+    env.produce_trades(&a);
+    let program = env.program.to_str().unwrap().to_string();
+    env.run(&["run", &program, "--drain"]);
+    // The next version of the file, under the same name (the name is the application).
+    let v2 = dir.join("v2");
+    std::fs::create_dir_all(&v2).unwrap();
+    let text = std::fs::read_to_string(&env.program).unwrap();
+    let watched = text.find("query watched").unwrap();
+    let new_text = text[..watched].replace("where size > 500", "where size > 800")
+        + &format!("query small {{\n  from trades\n  where size < 50\n  select {{ ticker, size }}\n  to \"{}\"\n}}\n", env.topic("small"));
+    let file2 = v2.join(env.program.file_name().unwrap());
+    std::fs::write(&file2, new_text).unwrap();
+    let key = env.key.to_str().unwrap().to_string();
+    let f2 = file2.to_str().unwrap().to_string();
+    let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["deploy", &f2, "--key", &key, "--dry-run"])).output().unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{report}");
+    for line in ["query big:\n  no state", "query totals: unchanged", "query small: new", "query watched: dropped", "replace query big", "drop query watched"] {
+        assert!(report.contains(line), "missing {line:?} in:\n{report}");
+    }
+    assert!(common::control::Env::statuses(&env).is_empty(), "--dry-run posts nothing");
+    env.run(&["deploy", &f2, "--key", &key]);
+    env.produce_trades(&b);
+    env.run(&["run", &program, "--drain"]);
+    let st = env.statuses();
+    assert_eq!(st.len(), 3);
+    assert!(st.values().all(|s| s["accepted"] == true), "{st:?}");
+    check_big(&env, &a, &b);
+    let mut small: Vec<i64> = env.consume_versions("small").iter().map(|(_, v, _)| v["size"].as_i64().unwrap()).collect();
+    let mut want: Vec<i64> = trades(&a).into_iter().chain(trades(&b)).filter(|t| t.2 < 50).map(|t| t.2).collect();
+    small.sort();
+    want.sort();
+    assert_eq!(small, want, "a new query reads its input from the start");
+    let status = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["status", &program])).output().unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).into_owned();
+    for line in ["program version 3", "big: version 1, from control offset 0", "small: version 2", "totals: version 0, from the program file", "rejected statements: 0"] {
+        assert!(status.contains(line), "missing {line:?} in:\n{status}");
+    }
+    assert!(!status.contains("watched:"), "{status}");
+}
+
+/// A program file changed since the application first ran: a compatible change runs (with the
+/// report), an incompatible one is refused until `--reset`, which reprocesses the input.
+#[test]
+fn changed_program_file_and_reset() {
+    let dir = temp_dir("control-reset");
+    let env = Env::new(&dir, "rst", vec![]);
+    changed_file_then_reset(&env);
 }

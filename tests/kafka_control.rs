@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cli::spawn;
-use common::control::{check_big, forged_rejected, scenario, trades, Env};
+use common::control::{changed_file_then_reset, check_big, forged_rejected, scenario, trades, Env};
 use common::embedded::{temp_dir, write_trades};
 use common::kafka::require;
 
@@ -73,4 +73,12 @@ fn a_thousand_forged_statements_are_rejected_on_kafka() {
     let dir = temp_dir("kctl-forged");
     let env = kafka_env(&dir, "kctl3");
     forged_rejected(&env, 1000, &[]);
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn changed_program_file_and_reset_on_kafka() {
+    let dir = temp_dir("kctl-reset");
+    let env = kafka_env(&dir, "kctl4");
+    changed_file_then_reset(&env);
 }

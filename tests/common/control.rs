@@ -382,3 +382,43 @@ pub fn forged_rejected(env: &Env, n: usize, run_flags: &[&str]) {
     assert_eq!(watched, expected);
 }
 
+
+/// A program file changed since the application first ran: a compatible change runs (with the
+/// report), an incompatible one is refused until `--reset`, which reprocesses the input.
+pub fn changed_file_then_reset(env: &Env) {
+    let dir = env.dir.clone();
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    write_trades(&a, 300, 3, 1, 200);
+    write_trades(&b, 300, 3, 2, 200);
+    env.produce_trades(&a);
+    let program = env.program.to_str().unwrap().to_string();
+    env.run(&["run", &program, "--drain"]);
+    let text = std::fs::read_to_string(&env.program).unwrap();
+    std::fs::write(&env.program, text.replace("where size > 500", "where size > 800")).unwrap();
+    env.produce_trades(&b);
+    let err = env.run(&["run", &program, "--drain"]);
+    assert!(err.contains("the program file changed") && err.contains("query big:\n  no state") && err.contains("kept: totals-aggregate"), "{err}");
+    let big: Vec<i64> = env.consume_versions("big").iter().map(|(_, v, _)| v["size"].as_i64().unwrap()).collect();
+    let want = trades(&a).iter().filter(|t| t.2 > 500).count() + trades(&b).iter().filter(|t| t.2 > 800).count();
+    assert_eq!(big.len(), want);
+    // Incompatible: refused, nothing processed.
+    std::fs::write(&env.program, text.replace("aggregate { n = count(), vol = sum(size) }", "aggregate { n = count() }")).unwrap();
+    let out = std::process::Command::new(bin()).arg("--state-dir").arg(&env.state).args(env.args(&["run", &program, "--drain"])).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--reset") && err.contains("incompatible: totals-aggregate"), "{err}");
+    // --reset: every query starts over from the start of the input.
+    assert!(env.consume_versions("totals").iter().all(|(_, v, _)| v.get("vol").is_some()));
+    let err = env.run(&["run", &program, "--drain", "--reset"]);
+    assert!(err.contains(&format!("reset `{}`", env.app)), "{err}");
+    let totals = env.consume_versions("totals");
+    let mut last = std::collections::BTreeMap::new();
+    // The records of the new form (without `vol`), in offset order per partition.
+    for (k, v, _) in totals.iter().filter(|(_, v, _)| v.get("vol").is_none()) {
+        last.insert(k.as_str().unwrap().to_string(), v["n"].as_i64().unwrap());
+    }
+    let mut want = std::collections::BTreeMap::new();
+    for t in trades(&a).into_iter().chain(trades(&b)) {
+        *want.entry(t.0).or_insert(0) += 1;
+    }
+    assert_eq!(last, want);
+}
