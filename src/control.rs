@@ -41,6 +41,17 @@ pub fn status_topic(app: &str) -> String {
     format!("{app}-control-status")
 }
 
+/// Kafka configs of the control and status topics: kept forever; the control topic's
+/// timestamps set by the broker on append, so a writer cannot choose the timestamp an expiry
+/// is compared with.
+pub fn topic_configs(topic: &str) -> Vec<(&'static str, &'static str)> {
+    let mut c = vec![("retention.ms", "-1")];
+    if topic.ends_with("-control") {
+        c.push(("message.timestamp.type", "LogAppendTime"));
+    }
+    c
+}
+
 /// The key of the status record that holds the program file the application runs as version 0.
 pub const PROGRAM_KEY: &str = "program";
 
@@ -98,6 +109,22 @@ impl KeyFile {
         let k: KeyFileText = serde_yaml::from_str(&text).map_err(|e| format!("{} is not a streamc key file: {e}", path.display()))?;
         let bytes: [u8; 32] = hex::decode(k.secret.trim()).ok().and_then(|b| b.try_into().ok()).ok_or_else(|| format!("{}: `secret` is not 32 bytes of hex", path.display()))?;
         Ok(KeyFile { id: k.id, key: SigningKey::from_bytes(&bytes) })
+    }
+
+    /// The sequence of a control record this key signed for `app` (None if its signature does
+    /// not verify with this key).
+    pub fn signed_seq(&self, app: &str, headers: &[(String, Vec<u8>)], value: Option<&[u8]>) -> Option<u64> {
+        let h = |n: &str| headers.iter().rev().find(|(k, _)| k == n).and_then(|(_, v)| std::str::from_utf8(v).ok());
+        if h(H_KEY_ID)? != self.id {
+            return None;
+        }
+        let seq: u64 = h(H_SEQ)?.parse().ok()?;
+        let expires: i64 = h(H_EXPIRES)?.parse().ok()?;
+        let tenant = h(H_TENANT).unwrap_or("");
+        let sig: [u8; 64] = hex::decode(h(H_SIG)?).ok()?.try_into().ok()?;
+        let msg = message(app, &self.id, seq, expires, tenant, value?);
+        self.key.verifying_key().verify_strict(&msg, &Signature::from_bytes(&sig)).ok()?;
+        Some(seq)
     }
 
     /// The headers of a signed statement.
@@ -229,6 +256,27 @@ pub struct Event {
     pub restart: bool,
     /// These stores start empty.
     pub fresh: Vec<String>,
+    /// Stores that no longer exist (the query dropped, or its replacement has no such clause):
+    /// (the sub-topology that had it, store, changelog). Tasks that committed before this
+    /// version delete their keys.
+    pub gone: Vec<(String, String, String)>,
+}
+
+impl Stage {
+    /// The stores a task named `task` that committed at query version `from` must delete,
+    /// because a statement since then removed them: (store, changelog).
+    pub fn gone_since(&self, task: &str, from: u64) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for e in self.events.iter().filter(|e| e.version > from) {
+            for (owner, store, changelog) in &e.gone {
+                let still = self.specs.iter().any(|s| s.stores.iter().any(|st| &st.name == store));
+                if owner == task && !still && !out.iter().any(|(s, _)| s == store) {
+                    out.push((store.clone(), changelog.clone()));
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The rows of the control-managed tables: table → key bytes → visible value.
@@ -239,7 +287,8 @@ pub type Tables = BTreeMap<String, Arc<BTreeMap<Vec<u8>, Arc<Vec<Value>>>>>;
 pub struct Stage {
     /// The control offset after the last record this stage reflects.
     pub next: u64,
-    /// Program version: the number of accepted query statements.
+    /// Program version: the control offset after the last accepted query statement (0: the
+    /// file). Offsets, not counts, so a changed program file renumbers nothing.
     pub version: u64,
     pub program: Arc<hir::Program>,
     pub topo: Arc<Topology>,
@@ -297,6 +346,10 @@ impl Evaluator {
         &self.current
     }
 
+    pub fn app(&self) -> &str {
+        &self.app
+    }
+
     /// Set or delete a row of a control-managed table. A table shared with running tasks is
     /// copied once; further changes before they take the new stage are made in place.
     fn set_row(&mut self, table: &str, key: Vec<u8>, row: Option<Arc<Vec<Value>>>) {
@@ -338,6 +391,12 @@ impl Evaluator {
                 st.version = self.current.version;
             }
             Err(reason) => st.reason = Some(reason),
+        }
+        // Bounded, like the statement: a status record stays small whatever the text.
+        if let Some(d) = st.diagnostic.as_mut().filter(|d| d.len() > 16_000) {
+            let cut = (0..=16_000).rev().find(|i| d.is_char_boundary(*i)).unwrap_or(0);
+            d.truncate(cut);
+            d.push_str("\n… (truncated)\n");
         }
         Some(st)
     }
@@ -447,14 +506,14 @@ impl Evaluator {
             Control::NewQuery(q) => {
                 st.kind = Some("query".into());
                 st.target = Some(q.name.clone());
-                version += 1;
+                version = self.next;
                 let body = match &ast.body {
                     crate::ast::StatementBody::NewQuery(a) => span_text(a.span),
                     _ => text.to_string(),
                 };
                 queries.insert(q.name.clone(), QueryState { version, epoch: version, text: body });
                 // A new query reads its input from the start, as if it had been in the file.
-                events.push(Event { version, query: q.name.clone(), restart: true, fresh: Vec::new() });
+                events.push(Event { version, query: q.name.clone(), restart: true, fresh: Vec::new(), gone: Vec::new() });
                 prog.queries.push(q);
             }
             Control::Replace { query: q, mode } => {
@@ -472,8 +531,8 @@ impl Evaluator {
                     crate::ast::ReplaceMode::FreshState => "fresh state".to_string(),
                 });
                 let needs = !report.incompatible.is_empty();
-                version += 1;
-                let mut ev = Event { version, query: q.name.clone(), restart: false, fresh: Vec::new() };
+                version = self.next;
+                let mut ev = Event { version, query: q.name.clone(), restart: false, fresh: Vec::new(), gone: stores_of(&latest.specs, &q.name) };
                 let mut epoch = queries.get(&q.name).map_or(version, |s| s.epoch);
                 match mode {
                     None if needs => {
@@ -500,9 +559,6 @@ impl Evaluator {
                     Some(crate::ast::ReplaceMode::FreshState) => {
                         report.emptied = report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()).collect();
                         ev.fresh = report.emptied.clone();
-                        // Records in flight in its repartition topics were written for the old
-                        // query: the new one does not read them.
-                        epoch = version;
                     }
                 }
                 let body = match &ast.body {
@@ -517,7 +573,8 @@ impl Evaluator {
             Control::Drop(name) => {
                 st.kind = Some("drop".into());
                 st.target = Some(name.clone());
-                version += 1;
+                version = self.next;
+                events.push(Event { version, query: name.clone(), restart: true, fresh: Vec::new(), gone: stores_of(&latest.specs, &name) });
                 queries.remove(&name);
                 prog.queries.retain(|q| q.name != name);
             }
@@ -526,10 +583,59 @@ impl Evaluator {
             st.diagnostic = Some(rendered(&[Diagnostic::new(Code::CannotRun, ast.span, format!("the runtime cannot run this: {e}")).label("here")]));
             format!("the runtime cannot run it: {e}")
         })?;
+        if st.kind.as_deref() == Some("replace") {
+            if let Some(why) = st.target.as_deref().and_then(|q| moved(&latest.specs, &stage.specs, q)) {
+                let span = match &ast.body {
+                    crate::ast::StatementBody::Replace { query, .. } => query.name.span,
+                    _ => ast.span,
+                };
+                let d = Diagnostic::new(Code::IncompatibleState, span, format!("this replacement {why}"))
+                    .label("tasks would change")
+                    .help("a task is its sub-topology's input partition: add the new form as a new query (`query NEW { … }`) and drop this one");
+                st.diagnostic = Some(rendered(&[d]));
+                return Err(format!("the replacement {why}"));
+            }
+        }
         drop(latest);
         self.current = Arc::new(stage);
         Ok(())
     }
+}
+
+/// Every store of a query's tasks: (task, store, changelog). `Stage::gone_since` keeps those
+/// the new program no longer has.
+fn stores_of(specs: &[Arc<TaskSpec>], query: &str) -> Vec<(String, String, String)> {
+    specs.iter().filter(|s| s.query == query).flat_map(|s| s.stores.iter().map(move |st| (s.name.clone(), st.name.clone(), st.changelog.clone()))).collect()
+}
+
+/// Whether replacing `query` moves work between tasks: a sub-topology that keeps its name but
+/// reads another topic, or a store that would be kept by another sub-topology (its
+/// partitioning changes). Tasks are identified by their sub-topology's input, so neither can be
+/// done in place.
+fn moved(old: &[Arc<TaskSpec>], new: &[Arc<TaskSpec>], query: &str) -> Option<String> {
+    let of = |specs: &[Arc<TaskSpec>]| -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+        let mut inputs = BTreeMap::new();
+        let mut owners = BTreeMap::new();
+        for s in specs.iter().filter(|s| s.query == query) {
+            inputs.insert(s.name.clone(), s.main.topic.clone());
+            for st in &s.stores {
+                owners.insert(st.name.clone(), s.name.clone());
+            }
+        }
+        (inputs, owners)
+    };
+    let ((ia, oa), (ib, ob)) = (of(old), of(new));
+    for (name, topic) in &ib {
+        if let Some(before) = ia.get(name).filter(|t| *t != topic) {
+            return Some(format!("makes `{name}` read `{topic}` instead of `{before}`"));
+        }
+    }
+    for (store, owner) in &ob {
+        if let Some(before) = oa.get(store).filter(|o| *o != owner) {
+            return Some(format!("moves the state of `{store}` from `{before}` to `{owner}` (its partitioning changes)"));
+        }
+    }
+    None
 }
 
 fn build_stage(app: &str, next: u64, version: u64, program: Arc<hir::Program>, queries: Arc<BTreeMap<String, QueryState>>, tables: Arc<Tables>, events: Arc<Vec<Event>>) -> Result<Stage, String> {

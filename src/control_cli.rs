@@ -59,7 +59,7 @@ impl Topics {
                 log.commit(vec![Append { topic: topic.to_string(), partition: 0, records }], vec![]).map(|_| ())
             }
             Topics::Kafka(k) => {
-                k.ensure_topic_with(topic, 1, &[("retention.ms", "-1")])?;
+                k.ensure_topic_with(topic, 1, &control::topic_configs(topic))?;
                 k.produce(topic, &records.into_iter().map(|r| (0, r)).collect::<Vec<_>>())
             }
         }
@@ -72,13 +72,18 @@ pub fn control_records(t: &Topics, app: &str) -> Result<Vec<ControlRecord>, Stri
 
 /// The program text the application runs as version 0 (recorded by `run` in the status topic).
 pub fn stored_program(t: &Topics, app: &str) -> Result<Option<String>, String> {
+    Ok(stored_programs(t, app)?.pop())
+}
+
+/// Every program file the application has run, oldest first.
+fn stored_programs(t: &Topics, app: &str) -> Result<Vec<String>, String> {
     let recs = t.read(&control::status_topic(app))?;
     Ok(recs
         .iter()
-        .rev()
-        .find(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
-        .and_then(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
-        .and_then(|v| v.get("text")?.as_str().map(str::to_string)))
+        .filter(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
+        .filter_map(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
+        .filter_map(|v| v.get("text")?.as_str().map(str::to_string))
+        .collect())
 }
 
 /// The running program: version 0 plus the control log, evaluated as every instance does.
@@ -112,22 +117,22 @@ pub struct Post<'a> {
 
 /// Sign and post statements; with `wait_secs`, wait for their statuses. Exit code 1 if one was
 /// rejected.
-fn post(t: &Topics, app: &str, statements: &[String], o: &Post) -> Result<ExitCode, String> {
+fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Config) -> Result<ExitCode, String> {
     let key = KeyFile::read(o.key)?;
+    if !cfg.control.trusted_keys.iter().any(|k| k.id == key.id) {
+        eprintln!("warning: key `{}` is not in this command's control.trusted_keys: the check here does not know the statements it signed; the application verifies with its own configuration", key.id);
+    }
     let existing = control_records(t, app)?;
-    let last = existing
-        .iter()
-        .filter(|r| header(r, control::H_KEY_ID).as_deref() == Some(key.id.as_str()))
-        .filter_map(|r| header(r, control::H_SEQ)?.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0);
+    // The last sequence this key signed: only records its signature verifies count, so a
+    // forged record cannot push the sequence out of reach.
+    let last = existing.iter().filter_map(|r| key.signed_seq(app, &r.headers, r.value.as_deref())).max().unwrap_or(0);
     let now = streamc::runtime::driver::now_ms();
     let mut seqs = Vec::new();
     let mut records = Vec::new();
     for (i, s) in statements.iter().enumerate() {
-        let seq = last.max(now.max(0) as u64 * 1000) + 1 + i as u64;
+        let seq = last.max(now.max(0) as u64 * 1000).checked_add(1 + i as u64).ok_or("the key's sequence numbers are exhausted")?;
         seqs.push(seq);
-        records.push(Record { key: None, value: Some(s.clone().into_bytes()), timestamp: now, headers: key.sign(app, seq, now + o.expires_in_ms, o.tenant, s) });
+        records.push(Record { key: None, value: Some(s.clone().into_bytes()), timestamp: now, headers: key.sign(app, seq, now.saturating_add(o.expires_in_ms), o.tenant, s) });
     }
     let topic = control::control_topic(app);
     t.append(&topic, records)?;
@@ -217,7 +222,7 @@ pub fn control_cmd(state_dir: &Path, cfg: &config::Config, file: &Path, statemen
             return Ok(ExitCode::from(1));
         }
     }
-    post(&t, &app, &[statement.to_string()], o)
+    post(&t, &app, &[statement.to_string()], o, cfg)
 }
 
 /// `streamc deploy FILE --key K [--dry-run]`: make the running queries those of FILE.
@@ -269,7 +274,7 @@ pub fn deploy(state_dir: &Path, cfg: &config::Config, file: &Path, dry_run: bool
         }
         return Ok(ExitCode::SUCCESS);
     }
-    post(&t, &app, &statements, o)
+    post(&t, &app, &statements, o, cfg)
 }
 
 /// `streamc status FILE`: query versions, control offsets applied, recent rejections.
@@ -393,8 +398,32 @@ pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &st
 /// `run --reset`: delete the application's changelog and repartition topics, its committed
 /// positions and its local state; record FILE as the program (version 0). Ingested `--input`
 /// positions, the control log and the statuses written stay.
-pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str) -> Result<(), String> {
-    let internal = |name: &str| name.starts_with(&format!("{app}-")) && (name.ends_with("-changelog") || name.ends_with("-repartition"));
+pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::Config) -> Result<(), String> {
+    // The application's internal topics: those of every program it ran (each file, with the
+    // control log applied statement by statement), never a name pattern that another
+    // application's topics could match.
+    let mut names = std::collections::BTreeSet::new();
+    let trusted = control::trusted_keys(&cfg.control.trusted_keys)?;
+    let records = control_records(t, app)?;
+    let mut texts = stored_programs(t, app)?;
+    texts.push(text.to_string());
+    for tx in &texts {
+        let Ok(program) = streamc::compile(tx) else { continue };
+        let Ok(mut ev) = Evaluator::new(app, program, tx, trusted.clone()) else { continue };
+        let mut add = |stage: &control::Stage| {
+            for topic in &stage.topo.topics {
+                if matches!(topic.role, streamc::plan::TopicRole::Changelog | streamc::plan::TopicRole::Repartition) {
+                    names.insert(topic.name.clone());
+                }
+            }
+        };
+        add(ev.latest());
+        for r in &records {
+            ev.apply(r);
+            add(ev.latest());
+        }
+    }
+    let internal = |name: &str| names.contains(name);
     let deleted = match t {
         Topics::Embedded(log) => {
             let topics: Vec<String> = log.topics()?.into_iter().filter(|n| internal(n)).collect();

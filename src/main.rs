@@ -186,7 +186,7 @@ fn parse_duration_ms(s: &str) -> Result<i64, String> {
         "d" => 86_400_000,
         _ => return Err("a duration like 30s, 10m or 1h".into()),
     };
-    Ok(n * ms)
+    n.checked_mul(ms).ok_or_else(|| "the duration is too long".to_string())
 }
 
 #[derive(Subcommand)]
@@ -374,7 +374,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     // Version 0 of the running program: the file as the application first ran it.
     let topics = control_cli::Topics::open(&g.state_dir, &cfg)?;
     if reset {
-        control_cli::reset(&topics, &app, &g.state_dir, &text)?;
+        control_cli::reset(&topics, &app, &g.state_dir, &text, &cfg)?;
     } else if !control_cli::check_program_file(&topics, &app, &cfg, &text, &p)? {
         return Err(format!(
             "{} changed incompatibly since `{app}` first ran: start it over with `streamc run --reset`, or change the running application with `streamc deploy --reprocess` or `--fresh-state`",

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::control::{changed_file_then_reset, check_big, forged_rejected, scenario, trades, Env};
+use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, Env};
 use common::embedded::{temp_dir, write_trades};
 
 #[test]
@@ -89,4 +89,18 @@ fn changed_program_file_and_reset() {
     let dir = temp_dir("control-reset");
     let env = Env::new(&dir, "rst", vec![]);
     changed_file_then_reset(&env);
+}
+
+#[test]
+fn fresh_state_store_moves_and_drop_with_two_threads() {
+    let dir = temp_dir("control-fresh");
+    let env = Env::new(&dir, "fresh", vec![]);
+    fresh_state_moves_and_drop(&env, &["--threads", "2"]);
+}
+
+#[test]
+fn a_query_added_while_stopped_reads_from_the_start() {
+    let dir = temp_dir("control-new");
+    let env = Env::new(&dir, "newq", vec![]);
+    new_query_while_stopped(&env);
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cli::spawn;
-use common::control::{changed_file_then_reset, check_big, forged_rejected, scenario, trades, Env};
+use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, Env};
 use common::embedded::{temp_dir, write_trades};
 use common::kafka::require;
 
@@ -81,4 +81,20 @@ fn changed_program_file_and_reset_on_kafka() {
     let dir = temp_dir("kctl-reset");
     let env = kafka_env(&dir, "kctl4");
     changed_file_then_reset(&env);
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn fresh_state_store_moves_and_drop_on_kafka() {
+    let dir = temp_dir("kctl-fresh");
+    let env = kafka_env(&dir, "kctl5");
+    fresh_state_moves_and_drop(&env, &[]);
+}
+
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn a_query_added_while_stopped_reads_from_the_start_on_kafka() {
+    let dir = temp_dir("kctl-new");
+    let env = kafka_env(&dir, "kctl6");
+    new_query_while_stopped(&env);
 }

@@ -97,6 +97,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let counts = setup_topics(&log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
     let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
     let db = open_local_state(&db_path, &opts.app)?;
+    sweep_removed(&log, &db, &stage, &opts.app)?;
     let committed = log.committed()?;
     // The end of every external input as of start-up: `--drain` stops there.
     let startup = committed.clone();
@@ -214,16 +215,17 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
         let mut counts_for: Option<(u64, Vec<u32>)> = None;
         loop {
             let mut progress = false;
-            let stage = {
+            let (stage, seen) = {
                 let mut hub = sh.hub.lock().map_err(|_| "control lock poisoned")?;
                 if leader && poll_control(&sh.log, &sh.control, &mut hub)? {
                     progress = true;
                 }
-                hub.ev.latest().clone()
+                (hub.ev.latest().clone(), hub.ev.next)
             };
             let committed = sh.log.committed()?;
             let mut gone = Vec::new();
             for (i, t) in tasks.iter_mut().enumerate() {
+                t.control_seen = (seen, stage.next);
                 if t.step_embedded(&committed, &sh.startup, opts, commit_every)? > 0 {
                     progress = true;
                 }
@@ -242,7 +244,11 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
                     progress = true;
                     if !t.apply_stage(&stage, &sh.log, &sh.db, opts)? {
                         t.commit(&sh.log, opts, false, false)?;
-                        gone.push(i);
+                        // Forgotten once its state's deletion is committed (a failed commit
+                        // reopens it as committed, and it is retired again).
+                        if !t.failed {
+                            gone.push(i);
+                        }
                     }
                 }
             }
@@ -573,6 +579,10 @@ pub(crate) struct TaskRun<F: Feed = EmbeddedFeed> {
     /// The next record of a repartition topic was written by a newer version of the query:
     /// the task waits for the control statement that defined it.
     pub(crate) ahead: Option<u64>,
+    /// The control records the process has read (`Evaluator::next`) and the latest stage's
+    /// offset, set by the driver before each step: a repartition record from a newer version
+    /// makes the task wait only while that version is still to be read or applied.
+    pub(crate) control_seen: (u64, u64),
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
@@ -748,6 +758,7 @@ impl<F: Feed> TaskRun<F> {
             control: meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
             meta_changed: false,
             ahead: None,
+            control_seen: (0, 0),
         }
     }
 
@@ -824,8 +835,12 @@ impl TaskRun {
             return Ok(true);
         }
         let (restart, fresh) = stage.catch_up(&spec.query, cur.version).unwrap_or_default();
+        let gone = stage.gone_since(&self.task.spec.name, cur.version);
         if self.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
             self.feed = embedded_feed(&self.task.spec, p, log, &self.positions);
+        }
+        for (store, changelog) in gone {
+            sweep(log, db, &store, &changelog, p)?;
         }
         Ok(true)
     }
@@ -836,8 +851,15 @@ impl TaskRun {
     /// form of its query as of that commit, and applies the statement again.
     fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), String> {
         let c = log.committed()?;
-        let spec = stage.spec(&self.task.spec.name).cloned().unwrap_or_else(|| self.task.spec.clone());
-        let fresh = TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?;
+        let fresh = match stage.spec(&self.task.spec.name).cloned() {
+            Some(spec) => TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?,
+            // Its query is being dropped: as committed, so that the worker retires it again.
+            None => {
+                let mut t = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
+                t.control = 0;
+                t
+            }
+        };
         self.replace_with(fresh);
         Ok(())
     }
@@ -1039,7 +1061,10 @@ impl<F: Feed> TaskRun<F> {
                 // Repartition records carry the version of the query that wrote them.
                 let v = self.feed.peeked(0).and_then(|s| s.record.headers.iter().find(|(k, _)| k == task::H_VERSION)).and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
                 if let Some(v) = v {
-                    if v > spec.version {
+                    // Versions are control offsets: a version the process has read and the task
+                    // has applied is not ahead (a changed program file can leave such records).
+                    let (seen, latest) = self.control_seen;
+                    if v > spec.version && (v > seen || self.control < latest) {
                         // Written by a newer form of this query: apply the control log first.
                         self.ahead = Some(v);
                         break;
@@ -1267,6 +1292,69 @@ fn consolidate<K: AsRef<[u8]>>(tree: &sled::Tree, keys: &[K]) {
     for k in keys {
         let _ = tree.get(k.as_ref());
     }
+}
+
+/// Delete a store partition that a control statement removed: a tombstone for every key its
+/// changelog still holds, and the local tree cleared. Idempotent.
+fn sweep(log: &EmbeddedLog, db: &sled::Db, store: &str, changelog: &str, p: u32) -> Result<usize, String> {
+    let tree = open_tree(db, store, p)?;
+    tree.clear().map_err(|e| format!("cannot clear local state of {store}: {e}"))?;
+    if log.topic(changelog)?.is_none_or(|m| p >= m.partitions) {
+        return Ok(0);
+    }
+    let end = log.committed()?.end(changelog, p);
+    let mut r = log.reader(changelog, p, Pos::default());
+    let mut live: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    loop {
+        let batch = r.read(end, 10_000)?;
+        if batch.is_empty() {
+            break;
+        }
+        for s in batch {
+            if let Some(k) = s.record.key {
+                match s.record.value {
+                    Some(_) => live.insert(k, s.record.timestamp),
+                    None => live.remove(&k),
+                };
+            }
+        }
+    }
+    let n = live.len();
+    if n > 0 {
+        let records = live.into_iter().map(|(k, ts)| Record { key: Some(k), value: None, timestamp: ts, headers: vec![] }).collect();
+        log.commit(vec![Append { topic: changelog.to_string(), partition: p, records }], vec![])?;
+        eprintln!("{store} partition {p}: removed by a control statement, {n} keys deleted");
+    }
+    Ok(n)
+}
+
+/// At start-up: the stores control statements removed since tasks last committed (queries
+/// dropped, clauses replaced away while the application was stopped) are deleted; a dropped
+/// query's tasks are marked as having applied the control log.
+fn sweep_removed(log: &EmbeddedLog, db: &sled::Db, stage: &Stage, app: &str) -> Result<(), String> {
+    let c = log.committed()?;
+    let mut done = Vec::new();
+    for (g, meta) in &c.groups {
+        let Some(rest) = g.strip_prefix(&format!("{app}#")) else { continue };
+        let Some((name, p)) = rest.rsplit_once('#') else { continue };
+        let (Ok(p), Some(version)) = (p.parse::<u32>(), meta.get("version").and_then(|v| v.as_u64())) else { continue };
+        if meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0) >= stage.next {
+            continue;
+        }
+        for (store, changelog) in stage.gone_since(name, version) {
+            sweep(log, db, &store, &changelog, p)?;
+        }
+        if stage.spec(name).is_none() {
+            let mut m = meta.clone();
+            m["control"] = serde_json::json!(stage.next);
+            m["version"] = serde_json::json!(stage.version);
+            done.push((g.clone(), m));
+        }
+    }
+    if !done.is_empty() {
+        log.commit(vec![], done)?;
+    }
+    Ok(())
 }
 
 /// Readers of a task's inputs from its positions.

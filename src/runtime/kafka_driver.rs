@@ -59,7 +59,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let control_topic = control::control_topic(&opts.app);
     let status_topic = control::status_topic(&opts.app);
     for t in [&control_topic, &status_topic] {
-        kafka.ensure_topic_with(t, 1, &[("retention.ms", "-1")])?;
+        kafka.ensure_topic_with(t, 1, &control::topic_configs(t))?;
     }
     hub.written = kafka.read_to_ends(&status_topic, true)?.0.iter().filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok()).map(|o| o + 1).max().unwrap_or(0);
     let control_reader: BaseConsumer = reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
@@ -157,6 +157,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
                 if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.status_topic, false)? || e.hub.ev.latest().next != e.stage.next {
                     e.apply_stage(&consumer)?;
                 }
+
             }
             idle = !worked;
             if opts.drain && idle && e.drained(&consumer)? {
@@ -515,6 +516,21 @@ impl Engine {
             tpl.add_partition(t, *p as i32);
         }
         let committed = consumer.committed_offsets(tpl, TIMEOUT).map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+        // A task committed by an instance that had read more of the control log: catch up
+        // first, so the task never runs an older form of its query than it committed with.
+        let newest = committed
+            .elements()
+            .iter()
+            .filter_map(|e| serde_json::from_str::<serde_json::Value>(e.metadata()).ok())
+            .filter_map(|m| m.as_object().map(|o| o.values().filter_map(|t| t.get("control").and_then(|c| c.as_u64())).max().unwrap_or(0)))
+            .max()
+            .unwrap_or(0);
+        if newest > self.hub.ev.next {
+            poll_control(&self.kafka, &self.control_reader, &mut self.hub, &self.status_topic, true)?;
+            if self.hub.ev.latest().next != self.stage.next && self.commit(consumer, false)? {
+                self.apply_stage(consumer)?;
+            }
+        }
         for (t, p) in parts {
             let el = committed.find_partition(&t, p as i32);
             let offset = match el.as_ref().map(|e| e.offset()) {
@@ -522,9 +538,25 @@ impl Engine {
                 _ => None,
             };
             let meta: serde_json::Value = el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
+            // An offset committed without commit records (set by another tool) is where every
+            // task starts; otherwise a task without its commit record is new (a query added
+            // since) and reads from the start, like a new query that starts while running.
+            let external = meta.as_object().is_none_or(|m| m.is_empty());
+            // Stores removed by statements since these tasks committed (a dropped query, a
+            // clause replaced away) are deleted first.
+            if let Some(m) = meta.as_object() {
+                for (name, tm) in m {
+                    let (Some(version), control) = (tm.get("version").and_then(|v| v.as_u64()), tm.get("control").and_then(|v| v.as_u64()).unwrap_or(0)) else { continue };
+                    if control < self.stage.next {
+                        for (store, changelog) in self.stage.gone_since(name, version) {
+                            self.sweep(&store, &changelog, p)?;
+                        }
+                    }
+                }
+            }
             let mut tasks = Vec::new();
             for spec in self.stage.specs.iter().filter(|s| s.main.topic == t) {
-                tasks.push(self.open_task(spec.clone(), p, offset, meta.get(&spec.name).unwrap_or(&serde_json::Value::Null))?);
+                tasks.push(self.open_task(spec.clone(), p, offset.filter(|_| external), meta.get(&spec.name).unwrap_or(&serde_json::Value::Null))?);
             }
             self.units.insert((t, p), tasks);
         }
@@ -580,6 +612,44 @@ impl Engine {
         Ok(KTask { run, next_cps: cps.clone(), cps })
     }
 
+    /// Delete a store partition that a control statement removed: a tombstone for every key its
+    /// changelog still holds (in a transaction of its own under exactly-once), and the local
+    /// tree cleared. Idempotent.
+    fn sweep(&self, store: &str, changelog: &str, p: u32) -> Result<()> {
+        driver::open_tree(&self.db, store, p)?.clear().map_err(|e| format!("cannot clear local state of {store}: {e}"))?;
+        if self.kafka.partitions(changelog)?.is_none_or(|n| p >= n) {
+            return Ok(());
+        }
+        let mut live: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        for (part, s) in self.kafka.read_to_ends(changelog, true)?.0 {
+            if part != p {
+                continue;
+            }
+            if let Some(k) = s.record.key {
+                match s.record.value {
+                    Some(_) => live.insert(k, s.record.timestamp),
+                    None => live.remove(&k),
+                };
+            }
+        }
+        if live.is_empty() {
+            return Ok(());
+        }
+        if self.eos {
+            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+        }
+        for (k, ts) in &live {
+            self.producer.send_parts(changelog, p, Some(k), None, *ts, &[])?;
+        }
+        self.producer.flush()?;
+        if self.eos {
+            self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+        }
+        let _ = self.producer.take_delivered(changelog);
+        eprintln!("{store} partition {p}: removed by a control statement, {} keys deleted", live.len());
+        Ok(())
+    }
+
     /// Changelog records after a task's last commit describe input that will be processed again:
     /// restore skipped them, and here every key they touched is written again with its
     /// committed value (or deleted), so that any later restore ends at the committed state too.
@@ -615,8 +685,10 @@ impl Engine {
     /// Process what the readers have; true if any record was processed.
     fn step(&mut self) -> Result<bool> {
         let mut worked = false;
+        let seen = (self.hub.ev.next, self.hub.ev.latest().next);
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
+                t.run.control_seen = seen;
                 if t.run.step(&self.opts, t.run.uncommitted + STEP)? > 0 {
                     worked = true;
                 }
@@ -730,7 +802,7 @@ impl Engine {
         let mut tpl = TopicPartitionList::new();
         for ((topic, p), tasks) in &self.units {
             let key = format!("{topic}/{p}");
-            let offset = tasks.iter().map(|t| t.run.positions[&key].offset).min().unwrap_or(0);
+            let offset = tasks.iter().filter_map(|t| t.run.positions.get(&key)).map(|p| p.offset).min().unwrap_or(0);
             let meta: serde_json::Map<String, serde_json::Value> = tasks
                 .iter()
                 .map(|t| {
@@ -855,6 +927,7 @@ impl Engine {
         self.stage = stage.clone();
         setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
         let mut retired = false;
+        let mut sweeps = Vec::new();
         for ((_, p), tasks) in self.units.iter_mut() {
             let p = *p;
             for t in tasks.iter_mut() {
@@ -872,6 +945,7 @@ impl Engine {
                     continue;
                 }
                 let (restart, fresh) = stage.catch_up(&spec.query, r.task.spec.version).unwrap_or_default();
+                sweeps.extend(stage.gone_since(&r.task.spec.name, r.task.spec.version).into_iter().map(|(s, c)| (s, c, p)));
                 let old: Vec<String> = r.task.spec.stores.iter().map(|s| s.name.clone()).collect();
                 let db = &self.db;
                 if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| driver::open_tree(db, name, p), &self.opts)? {
@@ -881,6 +955,9 @@ impl Engine {
                 t.cps = cps.clone();
                 t.next_cps = cps;
             }
+        }
+        for (store, changelog, p) in sweeps {
+            self.sweep(&store, &changelog, p)?;
         }
         // New queries (or sub-topologies) on the partitions this instance owns.
         let owned: Vec<(String, u32)> = self.units.keys().cloned().collect();
@@ -1049,16 +1126,27 @@ fn feed_for(kafka: &Kafka, opts: &RunOptions, startup: &BTreeMap<(String, u32), 
 fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, status_topic: &str, to_end: bool) -> Result<bool> {
     let mut records = Vec::new();
     let started = Instant::now();
+    let topic = control::control_topic(&hub.app());
+    // With `to_end`: up to the end offset as of now (past any transaction marker).
+    let end = if to_end { reader.fetch_watermarks(&topic, 0, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?.1.max(0) as u64 } else { 0 };
+    let position = |r: &BaseConsumer| r.position().ok().and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset())).and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None }).unwrap_or(0);
     loop {
+        if to_end {
+            let got = records.last().map_or(hub.ev.next, |r: &ControlRecord| r.offset + 1);
+            if got >= end || position(reader) >= end {
+                break;
+            }
+        }
         match reader.poll(if to_end { Duration::from_millis(100) } else { Duration::ZERO }) {
             Some(Ok(m)) => {
                 let s = stored(&m);
                 records.push(ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value });
             }
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(KafkaError::PartitionEOF(_))) if !to_end => break,
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => return Err(format!("cannot read the control topic: {e}")),
             None if !to_end => break,
-            None if started.elapsed() > TIMEOUT => return Err("the control topic could not be read to its end".into()),
+            None if started.elapsed() > TIMEOUT => return Err(format!("`{topic}` could not be read to its end offset {end}")),
             None => {}
         }
     }

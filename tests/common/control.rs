@@ -140,6 +140,25 @@ impl Env {
         String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["headers"]["streamc.seq"].as_str()?.parse().ok()).max().unwrap()
     }
 
+    /// How many status records (not counting the `program` ones) the status topic holds.
+    pub fn status_records(&self) -> usize {
+        let t = control::status_topic(&self.app);
+        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", &t, "--from-beginning"])).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.contains("\"key\":\"program\"")).count()
+    }
+
+    /// The last value of every key of a topic (None: deleted).
+    pub fn last_by_key(&self, topic: &str) -> BTreeMap<String, Option<serde_json::Value>> {
+        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", topic, "--from-beginning"])).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let mut m = BTreeMap::new();
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            m.insert(v["key"].to_string(), Some(v["value"].clone()).filter(|x| !x.is_null()));
+        }
+        m
+    }
+
     pub fn signing_key(&self) -> KeyFile {
         KeyFile::read(&self.key).unwrap()
     }
@@ -343,7 +362,9 @@ pub fn scenario(env: &Env, a: &Path, b: &Path, run_flags: &[&str]) {
     let before = ["big", "totals", "totals_n", "watched"].map(|t| env.consume_versions(t).len());
     run();
     assert_eq!(["big", "totals", "totals_n", "watched"].map(|t| env.consume_versions(t).len()), before);
-    assert_eq!(env.statuses().len(), 5, "one status per statement");
+    assert_eq!(env.statuses().len(), 5);
+    let per_instance = env.status_records();
+    assert!(per_instance >= 5 && per_instance % 5 == 0, "each instance writes each status once: {per_instance}");
 }
 
 /// Post `n` forged statements after one accepted update; run; every forged one is rejected
@@ -365,6 +386,7 @@ pub fn forged_rejected(env: &Env, n: usize, run_flags: &[&str]) {
     env.run(&args);
     let st = env.statuses();
     assert_eq!(st.len(), n + 1, "a status for every statement");
+    assert_eq!(env.status_records(), n + 1, "and only one");
     assert_eq!(st[&0]["accepted"], true);
     let mut kinds: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, (_, kind)) in recs.iter().enumerate() {
@@ -421,4 +443,81 @@ pub fn changed_file_then_reset(env: &Env) {
         *want.entry(t.0).or_insert(0) += 1;
     }
     assert_eq!(last, want);
+}
+
+/// `with fresh state` empties the replaced aggregate; a replacement that would move a store to
+/// another sub-topology is rejected even with a mode; `drop query` deletes the dropped query's
+/// state (every key of its changelog ends in a tombstone). Runs with `run_flags` (e.g. threads).
+pub fn fresh_state_moves_and_drop(env: &Env, run_flags: &[&str]) {
+    let (a, b) = (env.dir.join("a.jsonl"), env.dir.join("b.jsonl"));
+    write_trades(&a, 300, 4, 5, 200);
+    write_trades(&b, 300, 4, 6, 200);
+    let program = env.program.to_str().unwrap().to_string();
+    let run = || {
+        let mut args = vec!["run", program.as_str(), "--drain"];
+        args.extend_from_slice(run_flags);
+        env.run(&args)
+    };
+    env.produce_trades(&a);
+    run();
+    let totals = env.topic("totals");
+    let fresh = format!("replace query totals {{ from trades group by ticker aggregate {{ n = count() }} to \"{totals}\" }} with fresh state");
+    let moved = format!("replace query totals {{ from trades group by lower(ticker) as t aggregate {{ n = count() }} to \"{totals}\" }} with fresh state");
+    let (out, ok) = env.control(&fresh, &[]);
+    assert!(ok, "{out}");
+    let (out, ok) = env.control(&moved, &["--no-check"]);
+    assert!(ok, "{out}");
+    env.produce_trades(&b);
+    run();
+    let st = env.statuses();
+    assert_eq!(st[&0]["accepted"], true, "{}", st[&0]);
+    assert_eq!(st[&0]["report"]["emptied"], serde_json::json!(["totals-aggregate"]));
+    assert_eq!(st[&1]["accepted"], false);
+    assert!(st[&1]["reason"].as_str().unwrap().contains("moves the state of `totals-aggregate`"), "{}", st[&1]);
+    // Counts of the second input only.
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for t in trades(&b) {
+        *want.entry(t.0).or_default() += 1;
+    }
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for (k, v, ver) in env.consume_versions("totals") {
+        if ver == Some(1) {
+            last.insert(k.as_str().unwrap().to_string(), v["n"].as_i64().unwrap());
+        }
+    }
+    assert_eq!(last, want, "with fresh state: counted from the switch on");
+    // Drop: the aggregate's state is deleted, key by key.
+    let changelog = format!("{}-totals-aggregate-changelog", env.app);
+    assert!(env.last_by_key(&changelog).values().any(Option::is_some));
+    let (out, ok) = env.control("drop query totals", &[]);
+    assert!(ok, "{out}");
+    let before = env.consume_versions("totals").len();
+    run();
+    let left = env.last_by_key(&changelog);
+    assert!(!left.is_empty() && left.values().all(Option::is_none), "every key deleted: {left:?}");
+    assert_eq!(env.consume_versions("totals").len(), before, "a dropped query writes nothing");
+    assert_eq!(env.statuses()[&2]["accepted"], true);
+}
+
+/// A query added while the application is stopped reads its input from the start.
+pub fn new_query_while_stopped(env: &Env) {
+    let (a, b) = (env.dir.join("a.jsonl"), env.dir.join("b.jsonl"));
+    write_trades(&a, 300, 3, 7, 200);
+    write_trades(&b, 300, 3, 8, 200);
+    let program = env.program.to_str().unwrap().to_string();
+    env.produce_trades(&a);
+    env.run(&["run", &program, "--drain"]);
+    let q = format!("query small {{ from trades where size < 100 select {{ ticker, size }} to \"{}\" }}", env.topic("small"));
+    let (out, ok) = env.control(&q, &[]);
+    assert!(ok, "{out}");
+    env.produce_trades(&b);
+    env.run(&["run", &program, "--drain"]);
+    let mut got: Vec<i64> = env.consume_versions("small").iter().map(|(_, v, ver)| {
+        assert_eq!(*ver, Some(1));
+        v["size"].as_i64().unwrap()
+    }).collect();
+    let mut want: Vec<i64> = trades(&a).into_iter().chain(trades(&b)).filter(|t| t.2 < 100).map(|t| t.2).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
 }
