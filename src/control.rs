@@ -237,6 +237,22 @@ pub struct Status {
     pub statement: String,
 }
 
+impl Status {
+    /// One line: offset, verdict, what it changed or why it was rejected.
+    pub fn describe(&self) -> String {
+        let what = match (&self.kind, &self.target) {
+            (Some(k), Some(t)) => format!("{k} {t}"),
+            (Some(k), None) => k.clone(),
+            _ => "statement".into(),
+        };
+        if self.accepted {
+            format!("offset {}: accepted {what} (program version {})", self.offset, self.version)
+        } else {
+            format!("offset {}: rejected {what}: {}", self.offset, self.reason.as_deref().unwrap_or("?"))
+        }
+    }
+}
+
 /// A query of the running program: the version that defined it, and since when its state
 /// history holds (the version of its last `with reprocess`, drop or creation).
 #[derive(Clone, Debug, PartialEq)]

@@ -186,25 +186,12 @@ pub fn statuses(t: &Topics, app: &str) -> Result<Vec<Status>, String> {
 }
 
 fn print_status(st: &Status) {
-    println!("{}", describe(st));
+    println!("{}", st.describe());
     if let Some(r) = &st.report {
         print!("{}", r.render());
     }
     if let Some(d) = &st.diagnostic {
         print!("{d}");
-    }
-}
-
-fn describe(st: &Status) -> String {
-    let what = match (&st.kind, &st.target) {
-        (Some(k), Some(t)) => format!("{k} {t}"),
-        (Some(k), None) => k.clone(),
-        _ => "statement".into(),
-    };
-    if st.accepted {
-        format!("offset {}: accepted {what} (program version {})", st.offset, st.version)
-    } else {
-        format!("offset {}: rejected {what}: {}", st.offset, st.reason.as_deref().unwrap_or("?"))
     }
 }
 
@@ -301,7 +288,7 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     let rejected: Vec<&Status> = written.iter().filter(|s| !s.accepted).collect();
     println!("rejected statements: {}", rejected.len());
     for st in rejected.iter().rev().take(5).rev() {
-        println!("  {}", describe(st));
+        println!("  {}", st.describe());
     }
     Ok(ExitCode::SUCCESS)
 }

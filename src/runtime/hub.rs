@@ -32,7 +32,7 @@ impl Hub {
         for r in records {
             let Some(st) = self.ev.apply(r) else { continue };
             if self.verbose || st.offset >= self.written {
-                eprintln!("{}", describe(&st));
+                eprintln!("control {}", st.describe());
             }
             if st.offset >= self.written {
                 self.unwritten.push(st);
@@ -58,19 +58,5 @@ impl Hub {
     pub fn written_up_to(&mut self) {
         self.unwritten.clear();
         self.written = self.written.max(self.ev.next);
-    }
-}
-
-/// One line for the log.
-pub(crate) fn describe(st: &Status) -> String {
-    let what = match (&st.kind, &st.target) {
-        (Some(k), Some(t)) => format!("{k} {t}"),
-        (Some(k), None) => k.clone(),
-        _ => "statement".into(),
-    };
-    if st.accepted {
-        format!("control offset {}: accepted {what} (program version {})", st.offset, st.version)
-    } else {
-        format!("control offset {}: rejected {what}: {}", st.offset, st.reason.as_deref().unwrap_or("?"))
     }
 }

@@ -222,25 +222,17 @@ pub fn forged(app: &str, trusted: &KeyFile, replay_seq: u64, first_seq: u64, n: 
                 let t = "for tenant \"acme\" update watch[\"T0000\"] = { note = \"x\", threshold = 1.0 }";
                 (rec(trusted.sign(app, seq, exp, "globex", t), t), "tenant mismatch")
             }
-            7 => {
+            7..=10 => {
+                // Trusted, but not compiling: a syntax error, an unknown query, an incompatible
+                // replacement, text nested deeper than the parser allows.
                 seq += 1;
-                let t = "update watch[\"T0000\"] = { note = ";
-                (rec(trusted.sign(app, seq, exp, "", t), t), "syntax error")
-            }
-            8 => {
-                seq += 1;
-                let t = "drop query nothing_here";
-                (rec(trusted.sign(app, seq, exp, "", t), t), "unknown query")
-            }
-            9 => {
-                seq += 1;
-                let t = "replace query totals { from trades group by ticker aggregate { n = count() } to \"x\" }";
-                (rec(trusted.sign(app, seq, exp, "", t), t), "incompatible replace")
-            }
-            10 => {
-                seq += 1;
-                let t = deep(200 + rng.below(20_000) as usize);
-                (rec(trusted.sign(app, seq, exp, "", &t), &t), "deeply nested")
+                let (t, kind) = match kind {
+                    7 => ("update watch[\"T0000\"] = { note = ".to_string(), "syntax error"),
+                    8 => ("drop query nothing_here".to_string(), "unknown query"),
+                    9 => ("replace query totals { from trades group by ticker aggregate { n = count() } to \"x\" }".to_string(), "incompatible replace"),
+                    _ => (deep(200 + rng.below(20_000) as usize), "deeply nested"),
+                };
+                (rec(trusted.sign(app, seq, exp, "", &t), &t), kind)
             }
             _ => {
                 // A valid record, then one byte of its text or of one header changed.
