@@ -628,7 +628,7 @@ fn stores_of(specs: &[Arc<TaskSpec>], query: &str) -> Vec<(String, String, Strin
 /// reads another topic, or a store that would be kept by another sub-topology (its
 /// partitioning changes). Tasks are identified by their sub-topology's input, so neither can be
 /// done in place.
-fn moved(old: &[Arc<TaskSpec>], new: &[Arc<TaskSpec>], query: &str) -> Option<String> {
+pub fn moved(old: &[Arc<TaskSpec>], new: &[Arc<TaskSpec>], query: &str) -> Option<String> {
     let of = |specs: &[Arc<TaskSpec>]| -> (BTreeMap<String, String>, BTreeMap<String, String>) {
         let mut inputs = BTreeMap::new();
         let mut owners = BTreeMap::new();

@@ -369,6 +369,10 @@ pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &st
             let r = control::compare(&a.topo, &b.topo, name);
             ok &= r.incompatible.is_empty();
             eprint!("{}", r.render());
+            if let Some(why) = control::moved(&a.specs, &b.specs, name) {
+                eprintln!("  incompatible: the new form {why}");
+                ok = false;
+            }
         } else {
             eprintln!("query {name}: new, reads its input from the start");
         }

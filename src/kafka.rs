@@ -166,6 +166,16 @@ impl Kafka {
     /// offsets as of now, partition by partition in offset order. Reads committed records only.
     /// Also returns the end offset of each partition it read to.
     pub fn read_to_ends(&self, topic: &str, from_beginning: bool) -> Result<Read> {
+        self.read_parts(topic, from_beginning, None, true)
+    }
+
+    /// Every committed record of one partition up to its end offset as of now; an error if the
+    /// end cannot be reached (an open transaction holding it for 30 s).
+    pub fn read_partition(&self, topic: &str, partition: u32) -> Result<Vec<Stored>> {
+        Ok(self.read_parts(topic, true, Some(partition), false)?.0.into_iter().map(|(_, s)| s).collect())
+    }
+
+    fn read_parts(&self, topic: &str, from_beginning: bool, only: Option<u32>, partial_ok: bool) -> Result<Read> {
         let n = self.partitions(topic)?.ok_or_else(|| format!("no topic `{topic}` on {}", self.servers()))?;
         let mut config = self.config();
         config.set("group.id", "streamc-consume").set("enable.auto.commit", "false").set("isolation.level", "read_committed");
@@ -173,9 +183,15 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         let mut ends = Vec::new();
         for p in 0..n {
-            let (low, high) = consumer.fetch_watermarks(topic, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+            let (low, high) = if only.is_none_or(|o| o == p) {
+                consumer.fetch_watermarks(topic, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?
+            } else {
+                (0, 0)
+            };
             let from = if from_beginning { low } else { high };
-            tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
+            if only.is_none_or(|o| o == p) {
+                tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
+            }
             ends.push((from, high));
         }
         consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
@@ -200,8 +216,14 @@ impl Kafka {
                         at >= *high
                     });
                     idle += 1;
-                    if at_end || idle > 150 {
+                    if at_end {
+                        break;
+                    }
+                    if idle > 150 {
                         // (After 30 s without a record, an open transaction holds the rest.)
+                        if !partial_ok {
+                            return Err(format!("cannot read `{topic}` to its end: an open transaction holds it"));
+                        }
                         break;
                     }
                 }

@@ -6,7 +6,7 @@
 //! at some checkpoint, the changelog tail after it is replayed, and input resumes where the
 //! committed outputs end: exactly once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -118,7 +118,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         t.bar = bar.clone();
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
-    let live: BTreeSet<(String, u32)> = tasks.iter().map(|t| (t.task.spec.name.clone(), t.task.partition)).collect();
+    let live: BTreeMap<(String, u32), u64> = tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
     let mut groups: Vec<Vec<TaskRun>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, t) in tasks.into_iter().enumerate() {
         groups[i % threads].push(t);
@@ -151,8 +151,9 @@ struct Shared {
     startup: Committed,
     hub: Mutex<Hub>,
     control: Mutex<EmbeddedControl>,
-    /// Every task of the run, by (sub-topology input node, partition).
-    live: Mutex<BTreeSet<(String, u32)>>,
+    /// Every task of the run, by (sub-topology input node, partition), with the control offset
+    /// it applied.
+    live: Mutex<BTreeMap<(String, u32), u64>>,
     barrier: Barrier,
     any: AtomicBool,
     bar: ProgressBar,
@@ -252,14 +253,22 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
                     }
                 }
             }
-            for i in gone.into_iter().rev() {
-                let t = tasks.remove(i);
-                retired.add_from(&t.summary());
-                sh.live.lock().map_err(|_| "lock poisoned")?.remove(&(t.task.spec.name.clone(), t.task.partition));
-            }
-            // The leader opens the tasks of new queries (or of new sub-topologies).
-            if leader {
+            {
                 let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+                for i in gone.into_iter().rev() {
+                    let t = tasks.remove(i);
+                    retired.add_from(&t.summary());
+                    live.remove(&(t.task.spec.name.clone(), t.task.partition));
+                }
+                for t in tasks.iter() {
+                    live.insert((t.task.spec.name.clone(), t.task.partition), t.control);
+                }
+            }
+            // The leader opens the tasks of new queries (or of new sub-topologies), once every
+            // task has applied the stage: none still runs a form that uses their stores.
+            let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+            if leader && live.values().all(|c| *c >= stage.next) {
+                // (`live` is held while they open, and released before the barrier below.)
                 let counts = match &counts_for {
                     Some((next, c)) if *next == stage.next => c.clone(),
                     _ => {
@@ -270,15 +279,17 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
                 };
                 for spec in stage.specs.iter() {
                     for p in 0..counts[spec.sub] {
-                        if live.insert((spec.name.clone(), p)) {
+                        if !live.contains_key(&(spec.name.clone(), p)) {
                             let mut t = TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
                             t.bar = sh.bar.clone();
+                            live.insert((spec.name.clone(), p), t.control);
                             tasks.push(t);
                             progress = true;
                         }
                     }
                 }
             }
+            drop(live);
             if opts.drain {
                 sh.any.fetch_or(progress, Ordering::SeqCst);
                 sh.barrier.wait();
@@ -804,7 +815,11 @@ impl TaskRun {
         let meta_version = c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
         let mut t = TaskRun::open(spec.clone(), p, log, db, c, opts)?;
         t.task.globals = stage.tables.clone();
-        if let Some((restart, fresh)) = meta_version.filter(|v| *v != spec.version).and_then(|v| stage.catch_up(&spec.query, v)) {
+        // A task with no commit record of a query defined or reprocessed by a statement starts
+        // empty, whatever a store of the same name held before (a dropped query's name reused).
+        let fresh_task = meta_version.is_none() && stage.queries.get(&spec.query).is_some_and(|q| q.epoch > 0);
+        let catch_up = if fresh_task { Some((true, Vec::new())) } else { meta_version.filter(|v| *v != spec.version).and_then(|v| stage.catch_up(&spec.query, v)) };
+        if let Some((restart, fresh)) = catch_up {
             if t.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
                 t.feed = embedded_feed(&t.task.spec, p, log, &t.positions);
             }
