@@ -98,3 +98,56 @@ fn a_query_added_while_stopped_reads_from_the_start_on_kafka() {
     let env = kafka_env(&dir, "kctl6");
     new_query_while_stopped(&env);
 }
+
+/// Two instances share the input; a statement is applied by both (each at its own commit
+/// boundary, recorded in the group's offsets as `status` shows), with no rebalance.
+#[test]
+#[ignore = "needs a Kafka broker: run ./dev/test"]
+fn two_instances_apply_the_same_statement_without_rebalance() {
+    let dir = temp_dir("kctl-two");
+    let env = kafka_env(&dir, "kctl7");
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    write_trades(&a, 400, 3, 1, 200);
+    write_trades(&b, 400, 3, 2, 200);
+    env.produce_trades(&a);
+    let program = env.program.to_str().unwrap().to_string();
+    let (log1, log2) = (dir.join("one.log"), dir.join("two.log"));
+    let mut one = spawn(&dir.join("state-one"), &env.args(&["run", &program, "--set", "instance.id=one"]), &log1);
+    let mut two = spawn(&dir.join("state-two"), &env.args(&["run", &program, "--set", "instance.id=two"]), &log2);
+    let first = trades(&a).iter().filter(|t| t.2 > 500).count();
+    wait_for("the first input's outputs", || env.consume_versions("big").len() >= first);
+    let rebalances = || std::fs::read_to_string(&log1).unwrap_or_default().matches("rebalance ").count() + std::fs::read_to_string(&log2).unwrap_or_default().matches("rebalance ").count();
+    // The group has settled: both joined, and no assignment for 3 s.
+    let mut seen = (0, Instant::now());
+    wait_for("the group to settle", || {
+        let (l1, l2) = (std::fs::read_to_string(&log1).unwrap_or_default(), std::fs::read_to_string(&log2).unwrap_or_default());
+        let n = rebalances();
+        if n != seen.0 {
+            seen = (n, Instant::now());
+        }
+        l1.contains("rebalance ") && l2.contains("rebalance ") && seen.1.elapsed() > Duration::from_secs(3)
+    });
+    let before = rebalances();
+    let s = format!("replace query big {{ from trades where size > 800 select {{ ticker, size }} to \"{}\" }}", env.topic("big"));
+    let (out, ok) = env.control(&s, &["--wait", "60"]);
+    assert!(ok, "{out}");
+    // Every task of the group has committed with the statement applied.
+    let status = || {
+        let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["status", &program])).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    wait_for("both instances to apply the statement", || {
+        let s = status();
+        s.contains("big-from#0: 1, version 1") && s.contains("big-from#1: 1, version 1")
+    });
+    env.produce_trades(&b);
+    let total = first + trades(&b).iter().filter(|t| t.2 > 800).count();
+    wait_for("the second input's outputs", || env.consume_versions("big").len() >= total);
+    assert!(one.terminate() && two.terminate(), "both stop cleanly");
+    check_big(&env, &a, &b);
+    assert_eq!(rebalances(), before, "the statement caused no rebalance");
+    for log in [&log1, &log2] {
+        let text = std::fs::read_to_string(log).unwrap();
+        assert!(text.contains("now query version 1"), "{text}");
+    }
+}
