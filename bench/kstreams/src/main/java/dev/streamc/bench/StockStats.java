@@ -1,0 +1,164 @@
+package dev.streamc.bench;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.stream.Collectors;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.ListOffsetsResult;
+import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.Deserializer;
+import org.apache.kafka.common.serialization.Serde;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.serialization.Serializer;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.KeyValue;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.state.WindowStore;
+import org.apache.kafka.common.utils.Bytes;
+
+/**
+ * examples/stats.stream in Kafka Streams: per-ticker count, sum, avg, min and max over hopping
+ * 5 s windows advancing every 1 s with 1 s grace, updates emitted through the default record
+ * cache, one processing thread, commits every second.
+ *
+ * <p>Usage: StockStats BOOTSTRAP APPLICATION_ID INPUT OUTPUT GUARANTEE STATE_DIR. Runs until the
+ * group's committed offsets reach the input's end offsets as of start-up, then closes (a last
+ * commit) and prints "ELAPSED seconds".
+ */
+public final class StockStats {
+  static final ObjectMapper JSON = new ObjectMapper();
+
+  /** A trade as the input topic holds it. */
+  public static final class Trade {
+    public String ticker;
+    public double price;
+    public long size;
+    public long ts;
+  }
+
+  /** The aggregate of one (ticker, window). */
+  public static final class Stats {
+    public long trades;
+    public long volume;
+    public double sum;
+    public double low = Double.POSITIVE_INFINITY;
+    public double high = Double.NEGATIVE_INFINITY;
+    public long maxTs = Long.MIN_VALUE;
+
+    Stats add(Trade t) {
+      trades++;
+      volume += t.size;
+      sum += t.price;
+      low = Math.min(low, t.price);
+      high = Math.max(high, t.price);
+      maxTs = Math.max(maxTs, t.ts);
+      return this;
+    }
+  }
+
+  /** Jackson serde, as Kafka Streams users commonly write one. */
+  static <T> Serde<T> json(Class<T> type) {
+    Serializer<T> ser = (topic, v) -> {
+      try {
+        return v == null ? null : JSON.writeValueAsBytes(v);
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    };
+    Deserializer<T> de = (topic, b) -> {
+      try {
+        return b == null ? null : JSON.readValue(b, type);
+      } catch (Exception e) {
+        throw new RuntimeException(e);
+      }
+    };
+    return Serdes.serdeFrom(ser, de);
+  }
+
+  /** Event time from the trade's `ts` field (the value is already deserialized). */
+  public static final class TradeTime implements TimestampExtractor {
+    @Override
+    public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+      return record.value() instanceof Trade t ? t.ts : record.timestamp();
+    }
+  }
+
+  public static void main(String[] args) throws Exception {
+    String bootstrap = args[0], app = args[1], input = args[2], output = args[3], guarantee = args[4], stateDir = args[5];
+    Properties p = new Properties();
+    p.put(StreamsConfig.APPLICATION_ID_CONFIG, app);
+    p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+    p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 1000);
+    p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, guarantee.equals("exactly_once") ? StreamsConfig.EXACTLY_ONCE_V2 : StreamsConfig.AT_LEAST_ONCE);
+    p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
+    p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+
+    StreamsBuilder b = new StreamsBuilder();
+    b.stream(input, Consumed.with(Serdes.String(), json(Trade.class)).withTimestampExtractor(new TradeTime()))
+        .filter((k, t) -> t.price > 0)
+        .groupByKey()
+        .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(5), Duration.ofSeconds(1)).advanceBy(Duration.ofSeconds(1)))
+        .aggregate(Stats::new, (k, t, s) -> s.add(t),
+            Materialized.<String, Stats, WindowStore<Bytes, byte[]>>as("stats-store").withKeySerde(Serdes.String()).withValueSerde(json(Stats.class)))
+        .toStream()
+        .map((w, s) -> {
+          ObjectNode o = JSON.createObjectNode();
+          o.put("window_start", w.window().start());
+          o.put("window_end", w.window().end());
+          o.put("ticker", w.key());
+          o.put("trades", s.trades);
+          o.put("volume", s.volume);
+          o.put("avg_price", s.sum / s.trades);
+          o.put("low", s.low);
+          o.put("high", s.high);
+          return KeyValue.pair(w.key(), o.toString());
+        })
+        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+
+    // The input's end offsets as of start-up: done once the group has committed them all.
+    Properties ap = new Properties();
+    ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    try (Admin admin = Admin.create(ap)) {
+      List<TopicPartition> parts = admin.describeTopics(List.of(input)).allTopicNames().get().get(input).partitions().stream()
+          .map(i -> new TopicPartition(input, i.partition())).collect(Collectors.toList());
+      Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+      parts.forEach(tp -> latest.put(tp, OffsetSpec.latest()));
+      Map<TopicPartition, ListOffsetsResult.ListOffsetsResultInfo> ends = admin.listOffsets(latest).all().get();
+
+      long started = System.nanoTime();
+      KafkaStreams streams = new KafkaStreams(b.build(), p);
+      streams.start();
+      while (true) {
+        Thread.sleep(200);
+        Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(app).partitionsToOffsetAndMetadata().get();
+        boolean done = parts.stream().allMatch(tp -> committed.get(tp) != null && committed.get(tp).offset() >= ends.get(tp).offset());
+        if (done) {
+          break;
+        }
+        if (streams.state() == KafkaStreams.State.ERROR || streams.state() == KafkaStreams.State.NOT_RUNNING) {
+          System.err.println("Kafka Streams stopped: " + streams.state());
+          System.exit(1);
+        }
+      }
+      streams.close(Duration.ofSeconds(60));
+      double secs = (System.nanoTime() - started) / 1e9;
+      System.out.printf("ELAPSED %.3f%n", secs);
+    }
+  }
+}
