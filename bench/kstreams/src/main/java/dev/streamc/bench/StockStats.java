@@ -98,7 +98,24 @@ public final class StockStats {
     }
   }
 
+  /** `--end-offsets BOOTSTRAP TOPIC`: the records ever written to a topic (its end offsets). */
+  static void endOffsets(String bootstrap, String topic) throws Exception {
+    Properties ap = new Properties();
+    ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+    try (Admin admin = Admin.create(ap)) {
+      Map<TopicPartition, OffsetSpec> latest = new HashMap<>();
+      admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions()
+          .forEach(i -> latest.put(new TopicPartition(topic, i.partition()), OffsetSpec.latest()));
+      long total = admin.listOffsets(latest).all().get().values().stream().mapToLong(ListOffsetsResult.ListOffsetsResultInfo::offset).sum();
+      System.out.println("END " + total);
+    }
+  }
+
   public static void main(String[] args) throws Exception {
+    if (args[0].equals("--end-offsets")) {
+      endOffsets(args[1], args[2]);
+      return;
+    }
     String bootstrap = args[0], app = args[1], input = args[2], output = args[3], guarantee = args[4], stateDir = args[5];
     Properties p = new Properties();
     p.put(StreamsConfig.APPLICATION_ID_CONFIG, app);
