@@ -14,19 +14,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use streamc::log::Record;
-use streamc::runtime::task::{self, StoreRead, Task, TaskSpec};
-
-/// No state yet: every window starts in the record cache.
-struct Empty;
-
-impl StoreRead for Empty {
-    fn get(&self, _: usize, _: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-    fn entries(&self, _: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        Vec::new()
-    }
-}
+use streamc::runtime::task::{self, NoStores as Empty, Task, TaskSpec};
 
 const TRADES: &str = r#"stream trades from "stocks" {
   key    ticker

@@ -362,10 +362,6 @@ impl Evaluator {
         &self.current
     }
 
-    pub fn app(&self) -> &str {
-        &self.app
-    }
-
     /// Set or delete a row of a control-managed table. A table shared with running tasks is
     /// copied once; further changes before they take the new stage are made in place.
     fn set_row(&mut self, table: &str, key: Vec<u8>, row: Option<Arc<Vec<Value>>>) {

@@ -75,6 +75,11 @@ pub fn stored_program(t: &Topics, app: &str) -> Result<Option<String>, String> {
     Ok(stored_programs(t, app)?.pop())
 }
 
+/// The status record that makes `text` the application's program file (version 0).
+fn program_record(text: &str) -> Record {
+    Record { key: Some(PROGRAM_KEY.as_bytes().to_vec()), value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()), timestamp: streamc::runtime::driver::now_ms(), headers: vec![] }
+}
+
 /// Every program file the application has run, oldest first.
 fn stored_programs(t: &Topics, app: &str) -> Result<Vec<String>, String> {
     let recs = t.read(&control::status_topic(app))?;
@@ -342,9 +347,8 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
 /// Ok(false): an incompatible change (the report was printed).
 pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &str, program: &hir::Program) -> Result<bool, String> {
     let status = control::status_topic(app);
-    let record = |text: &str| Record { key: Some(PROGRAM_KEY.as_bytes().to_vec()), value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()), timestamp: streamc::runtime::driver::now_ms(), headers: vec![] };
     let Some(old_text) = stored_program(t, app)? else {
-        t.append(&status, vec![record(text)])?;
+        t.append(&status, vec![program_record(text)])?;
         return Ok(true);
     };
     if old_text == text {
@@ -354,7 +358,7 @@ pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &st
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {
         eprintln!("the program the application ran before no longer compiles: treating {app}'s program as new");
-        t.append(&status, vec![record(text)])?;
+        t.append(&status, vec![program_record(text)])?;
         return Ok(true);
     };
     let mut old = Evaluator::new(app, old_program, &old_text, trusted.clone())?;
@@ -381,7 +385,7 @@ pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &st
         eprintln!("query {name}: no longer in the file, its tasks stop");
     }
     if ok {
-        t.append(&status, vec![record(text)])?;
+        t.append(&status, vec![program_record(text)])?;
     }
     Ok(ok)
 }
@@ -432,8 +436,7 @@ pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::
     if local.exists() {
         std::fs::remove_dir_all(&local).map_err(|e| format!("cannot delete local state {}: {e}", local.display()))?;
     }
-    let record = Record { key: Some(PROGRAM_KEY.as_bytes().to_vec()), value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()), timestamp: streamc::runtime::driver::now_ms(), headers: vec![] };
-    t.append(&control::status_topic(app), vec![record])?;
+    t.append(&control::status_topic(app), vec![program_record(text)])?;
     eprintln!("reset `{app}`: deleted {} internal topic{}, its committed positions and local state; the input is processed from the start", deleted.len(), if deleted.len() == 1 { "" } else { "s" });
     Ok(())
 }

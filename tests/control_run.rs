@@ -5,15 +5,13 @@
 
 mod common;
 
-use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, Env};
-use common::embedded::{temp_dir, write_trades};
+use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, two_inputs, Env};
+use common::embedded::temp_dir;
 
 #[test]
 fn hot_reload_update_state_and_replay() {
     let dir = temp_dir("control-embedded");
-    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
-    write_trades(&a, 400, 3, 1, 200);
-    write_trades(&b, 400, 3, 2, 200);
+    let (a, b) = two_inputs(&dir, 400, 3, (1, 2));
     let mut outputs = Vec::new();
     for (i, flags) in [vec![], vec!["--chaos", "seed=7,redeliver=0.005,fail=0.05"]].into_iter().enumerate() {
         let d = dir.join(format!("r{i}"));
@@ -38,9 +36,7 @@ fn a_thousand_forged_statements_are_all_rejected() {
 fn deploy_and_status() {
     let dir = temp_dir("control-deploy");
     let env = Env::new(&dir, "dep", vec![]);
-    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
-    write_trades(&a, 300, 3, 1, 200);
-    write_trades(&b, 300, 3, 2, 200);
+    let (a, b) = two_inputs(&dir, 300, 3, (1, 2));
     env.produce_trades(&a);
     let program = env.program.to_str().unwrap().to_string();
     env.run(&["run", &program, "--drain"]);

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cli::spawn;
-use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, Env};
-use common::embedded::{temp_dir, write_trades};
+use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, two_inputs, Env};
+use common::embedded::temp_dir;
 use common::kafka::require;
 
 /// Topics and application ids are unique to the test process, so re-runs on one broker never
@@ -26,9 +26,7 @@ fn kafka_env(dir: &Path, app: &str) -> Env {
 fn control_scenario_on_kafka() {
     let dir = temp_dir("kctl-scenario");
     let env = kafka_env(&dir, "kctl1");
-    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
-    write_trades(&a, 400, 3, 1, 200);
-    write_trades(&b, 400, 3, 2, 200);
+    let (a, b) = two_inputs(&dir, 400, 3, (1, 2));
     scenario(&env, &a, &b, &[]);
 }
 
@@ -45,9 +43,7 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 fn filter_hot_reloaded_in_a_running_instance_without_rebalance() {
     let dir = temp_dir("kctl-live");
     let env = kafka_env(&dir, "kctl2");
-    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
-    write_trades(&a, 400, 3, 1, 200);
-    write_trades(&b, 400, 3, 2, 200);
+    let (a, b) = two_inputs(&dir, 400, 3, (1, 2));
     env.produce_trades(&a);
     let log = dir.join("run.log");
     let program = env.program.to_str().unwrap().to_string();
@@ -106,9 +102,7 @@ fn a_query_added_while_stopped_reads_from_the_start_on_kafka() {
 fn two_instances_apply_the_same_statement_without_rebalance() {
     let dir = temp_dir("kctl-two");
     let env = kafka_env(&dir, "kctl7");
-    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
-    write_trades(&a, 400, 3, 1, 200);
-    write_trades(&b, 400, 3, 2, 200);
+    let (a, b) = two_inputs(&dir, 400, 3, (1, 2));
     env.produce_trades(&a);
     let program = env.program.to_str().unwrap().to_string();
     let (log1, log2) = (dir.join("one.log"), dir.join("two.log"));

@@ -587,9 +587,6 @@ pub(crate) struct TaskRun<F: Feed = EmbeddedFeed> {
     /// The commit record must be written even with nothing else to commit (a control
     /// statement was applied).
     pub(crate) meta_changed: bool,
-    /// The next record of a repartition topic was written by a newer version of the query:
-    /// the task waits for the control statement that defined it.
-    pub(crate) ahead: Option<u64>,
     /// The control records the process has read (`Evaluator::next`) and the latest stage's
     /// offset, set by the driver before each step: a repartition record from a newer version
     /// makes the task wait only while that version is still to be read or applied.
@@ -768,7 +765,6 @@ impl<F: Feed> TaskRun<F> {
             at_commit: Default::default(),
             control: meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
             meta_changed: false,
-            ahead: None,
             control_seen: (0, 0),
         }
     }
@@ -940,18 +936,7 @@ impl<F: Feed> TaskRun<F> {
                 None => (open(&st.name)?, Pending::default()),
             };
             if restart || new_store || fresh.contains(&st.name) {
-                let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
-                for (k, (v, _)) in pend.0.drain() {
-                    if v.is_some() {
-                        keys.insert(k);
-                    }
-                }
-                tree.clear().map_err(|e| format!("cannot clear local state of {}: {e}", st.name))?;
-                for key in keys {
-                    emptied += 1;
-                    self.changes.push(Change { store: i, key, value: None, timestamp: self.task.stream_time.max(0), existed: false });
-                }
-                pend = Pending::default();
+                emptied += empty_store(i, &tree, &mut pend, self.task.stream_time, &mut self.changes)?;
             }
             trees.push(tree);
             pending.push(pend);
@@ -993,7 +978,6 @@ impl<F: Feed> TaskRun<F> {
         }
         self.control = stage.next;
         self.meta_changed = true;
-        self.ahead = None;
         if old.version != spec.version || emptied > 0 {
             self.bar.suspend(|| {
                 eprintln!(
@@ -1012,16 +996,7 @@ impl<F: Feed> TaskRun<F> {
     /// committed, local state cleared). The driver commits, then forgets the task.
     pub(crate) fn retire(&mut self) -> Result<(), String> {
         for (i, (tree, pend)) in self.trees.trees.iter().zip(self.trees.pending.iter_mut()).enumerate() {
-            let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
-            for (k, (v, _)) in pend.0.drain() {
-                if v.is_some() {
-                    keys.insert(k);
-                }
-            }
-            tree.clear().map_err(|e| format!("cannot clear local state: {e}"))?;
-            for key in keys {
-                self.changes.push(Change { store: i, key, value: None, timestamp: self.task.stream_time.max(0), existed: false });
-            }
+            empty_store(i, tree, pend, self.task.stream_time, &mut self.changes)?;
         }
         self.out.clear();
         self.meta_changed = true;
@@ -1081,7 +1056,6 @@ impl<F: Feed> TaskRun<F> {
                     let (seen, latest) = self.control_seen;
                     if v > spec.version && (v > seen || self.control < latest) {
                         // Written by a newer form of this query: apply the control log first.
-                        self.ahead = Some(v);
                         break;
                     }
                     if v < spec.epoch {
@@ -1319,21 +1293,15 @@ fn sweep(log: &EmbeddedLog, db: &sled::Db, store: &str, changelog: &str, p: u32)
     }
     let end = log.committed()?.end(changelog, p);
     let mut r = log.reader(changelog, p, Pos::default());
-    let mut live: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    let mut records = Vec::new();
     loop {
         let batch = r.read(end, 10_000)?;
         if batch.is_empty() {
             break;
         }
-        for s in batch {
-            if let Some(k) = s.record.key {
-                match s.record.value {
-                    Some(_) => live.insert(k, s.record.timestamp),
-                    None => live.remove(&k),
-                };
-            }
-        }
+        records.extend(batch);
     }
+    let live = live_keys(records);
     let n = live.len();
     if n > 0 {
         let records = live.into_iter().map(|(k, ts)| Record { key: Some(k), value: None, timestamp: ts, headers: vec![] }).collect();
@@ -1341,6 +1309,36 @@ fn sweep(log: &EmbeddedLog, db: &sled::Db, store: &str, changelog: &str, p: u32)
         eprintln!("{store} partition {p}: removed by a control statement, {n} keys deleted");
     }
     Ok(n)
+}
+
+/// Empty store `i` of a task: its local tree cleared, its pending changes dropped, and a
+/// tombstone queued for every key it held, to be committed to the changelog. Returns how many.
+fn empty_store(i: usize, tree: &sled::Tree, pending: &mut Pending, stream_time: i64, changes: &mut Vec<Change>) -> Result<u64, String> {
+    let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
+    for (k, (v, _)) in pending.0.drain() {
+        if v.is_some() {
+            keys.insert(k);
+        }
+    }
+    tree.clear().map_err(|e| format!("cannot clear local state: {e}"))?;
+    let n = keys.len() as u64;
+    changes.extend(keys.into_iter().map(|key| Change { store: i, key, value: None, timestamp: stream_time.max(0), existed: false }));
+    Ok(n)
+}
+
+/// The keys a changelog still holds a value for (the last record of each key is not a
+/// tombstone), with that record's timestamp.
+pub(crate) fn live_keys(records: impl IntoIterator<Item = Stored>) -> BTreeMap<Vec<u8>, i64> {
+    let mut live = BTreeMap::new();
+    for s in records {
+        if let Some(k) = s.record.key {
+            match s.record.value {
+                Some(_) => live.insert(k, s.record.timestamp),
+                None => live.remove(&k),
+            };
+        }
+    }
+    live
 }
 
 /// At start-up: the stores control statements removed since tasks last committed (queries

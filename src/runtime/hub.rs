@@ -22,10 +22,6 @@ impl Hub {
         Ok(Hub { ev, written: 0, unwritten: Vec::new(), verbose: false })
     }
 
-    pub fn app(&self) -> String {
-        self.ev.app().to_string()
-    }
-
     /// Evaluate control records (in offset order); true if the program or a table changed.
     pub fn feed(&mut self, records: &[ControlRecord]) -> bool {
         let before = self.ev.latest().next;

@@ -66,7 +66,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&control_topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
     control_reader.assign(&tpl).map_err(|e| format!("cannot read `{control_topic}`: {e}"))?;
-    poll_control(&kafka, &control_reader, &mut hub, &status_topic, true)?;
+    poll_control(&kafka, &control_reader, &mut hub, &opts.app, true)?;
     hub.verbose = true;
     let stage = hub.ev.latest().clone();
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
@@ -92,7 +92,6 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         stage,
         hub,
         control_reader,
-        status_topic,
         subscribed: main_topics.clone(),
         db,
         producer,
@@ -155,7 +154,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
             if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms) && e.commit(&consumer, false)? {
                 // Control statements apply at commit boundaries.
                 let e = &mut *e;
-                if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.status_topic, false)? || e.hub.ev.latest().next != e.stage.next {
+                if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)? || e.hub.ev.latest().next != e.stage.next {
                     e.apply_stage(&consumer)?;
                 }
 
@@ -471,7 +470,6 @@ struct Engine {
     stage: Arc<Stage>,
     hub: Hub,
     control_reader: BaseConsumer,
-    status_topic: String,
     /// The main inputs the group consumer is subscribed to.
     subscribed: BTreeSet<String>,
     db: sled::Db,
@@ -531,7 +529,7 @@ impl Engine {
             .unwrap_or(0);
         if newest > self.stage.next {
             if newest > self.hub.ev.next {
-                poll_control(&self.kafka, &self.control_reader, &mut self.hub, &self.status_topic, true)?;
+                poll_control(&self.kafka, &self.control_reader, &mut self.hub, &self.opts.app, true)?;
             }
             if self.hub.ev.latest().next != self.stage.next {
                 if !self.commit(consumer, false)? {
@@ -648,15 +646,7 @@ impl Engine {
         if self.kafka.partitions(changelog)?.is_none_or(|n| p >= n) {
             return Ok(());
         }
-        let mut live: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-        for s in self.kafka.read_partition(changelog, p)? {
-            if let Some(k) = s.record.key {
-                match s.record.value {
-                    Some(_) => live.insert(k, s.record.timestamp),
-                    None => live.remove(&k),
-                };
-            }
-        }
+        let live = driver::live_keys(self.kafka.read_partition(changelog, p)?);
         if live.is_empty() {
             return Ok(());
         }
@@ -1149,12 +1139,21 @@ fn feed_for(kafka: &Kafka, opts: &RunOptions, startup: &BTreeMap<(String, u32), 
     Ok(KafkaFeed { topics, partition: p as i32, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at })
 }
 
+/// Whether a consumer error ends the run. librdkafka reports transport problems (a dropped
+/// connection, every broker briefly unreachable) as errors too, and recovers from them itself.
+fn is_fatal(e: &KafkaError) -> bool {
+    !matches!(
+        e,
+        KafkaError::MessageConsumption(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::Resolve | RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::OperationTimedOut)
+    )
+}
+
 /// Read the control records that arrived into the hub (with `to_end`, until the end of the
 /// topic) and write their statuses. True if the program or a table changed.
-fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, status_topic: &str, to_end: bool) -> Result<bool> {
+fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, to_end: bool) -> Result<bool> {
     let mut records = Vec::new();
     let started = Instant::now();
-    let topic = control::control_topic(&hub.app());
+    let topic = control::control_topic(app);
     // With `to_end`: up to the end offset as of now (past any transaction marker).
     let end = if to_end { reader.fetch_watermarks(&topic, 0, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?.1.max(0) as u64 } else { 0 };
     let position = |r: &BaseConsumer| r.position().ok().and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset())).and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None }).unwrap_or(0);
@@ -1171,7 +1170,14 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, status_topi
                 records.push(ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value });
             }
             Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) => return Err(format!("cannot read the control topic: {e}")),
+            Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read the control topic: {e}")),
+            Some(Err(e)) => {
+                // Transient (a broker connection dropped): librdkafka reconnects by itself.
+                eprintln!("reading `{topic}`: {e}");
+                if !to_end {
+                    break;
+                }
+            }
             None if !to_end => break,
             None if started.elapsed() > TIMEOUT => {
                 // An open transaction holds the rest: what is readable is evaluated.
@@ -1184,7 +1190,7 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, status_topi
     let changed = hub.feed(&records);
     let statuses = hub.status_records();
     if !statuses.is_empty() {
-        kafka.produce(status_topic, &statuses.into_iter().map(|r| (0, r)).collect::<Vec<_>>())?;
+        kafka.produce(&control::status_topic(app), &statuses.into_iter().map(|r| (0, r)).collect::<Vec<_>>())?;
         hub.written_up_to();
     }
     Ok(changed)
@@ -1323,7 +1329,12 @@ impl KafkaFeed {
                     }
                     break;
                 }
-                Some(Err(e)) => return Err(format!("cannot read `{}`: {e}", self.topics[i])),
+                Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read `{}`: {e}", self.topics[i])),
+                Some(Err(e)) => {
+                    // Transient (a broker connection dropped): read on at the next step.
+                    eprintln!("reading `{}`: {e}", self.topics[i]);
+                    break;
+                }
             }
         }
         Ok(())

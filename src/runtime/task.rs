@@ -1311,7 +1311,8 @@ impl Task {
     }
 }
 
-struct NoStores;
+/// No stores at all (a task with no state, or state not read yet).
+pub struct NoStores;
 
 impl StoreRead for NoStores {
     fn get(&self, _: usize, _: &[u8]) -> Option<Vec<u8>> {

@@ -164,6 +164,15 @@ impl Env {
     }
 }
 
+/// Two inputs of `n` trades over `tickers` tickers in `dir`: `a.jsonl` and `b.jsonl`, from
+/// the generator's seeds `seeds`.
+pub fn two_inputs(dir: &Path, n: u64, tickers: u64, seeds: (u64, u64)) -> (PathBuf, PathBuf) {
+    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
+    write_trades(&a, n, tickers, seeds.0, 200);
+    write_trades(&b, n, tickers, seeds.1, 200);
+    (a, b)
+}
+
 /// The trades of a JSON-lines file: (ticker, price, size).
 pub fn trades(path: &Path) -> Vec<(String, f64, i64)> {
     std::fs::read_to_string(path)
@@ -302,10 +311,15 @@ fn last_values(env: &Env, topic: &str, fields: &[&str]) -> BTreeMap<String, Vec<
 /// `with reprocess`. Checks every output against folds over the inputs.
 pub fn scenario(env: &Env, a: &Path, b: &Path, run_flags: &[&str]) {
     let program = env.program.to_str().unwrap().to_string();
+    // Faults injected over all runs (with `--chaos`), from each run's summary.
+    let faults = std::cell::Cell::new(0u64);
     let run = || {
         let mut args = vec!["run", program.as_str(), "--drain"];
         args.extend_from_slice(run_flags);
-        env.run(&args)
+        let err = env.run(&args);
+        let n = err.split("chaos: ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        faults.set(faults.get() + n);
+        err
     };
     env.produce_trades(a);
     run();
@@ -357,6 +371,9 @@ pub fn scenario(env: &Env, a: &Path, b: &Path, run_flags: &[&str]) {
     assert_eq!(env.statuses().len(), 5);
     let per_instance = env.status_records();
     assert!(per_instance >= 5 && per_instance % 5 == 0, "each instance writes each status once: {per_instance}");
+    if run_flags.contains(&"--chaos") {
+        assert!(faults.get() > 0, "the replay under --chaos injected no fault");
+    }
 }
 
 /// Post `n` forged statements after one accepted update; run; every forged one is rejected
@@ -400,10 +417,7 @@ pub fn forged_rejected(env: &Env, n: usize, run_flags: &[&str]) {
 /// A program file changed since the application first ran: a compatible change runs (with the
 /// report), an incompatible one is refused until `--reset`, which reprocesses the input.
 pub fn changed_file_then_reset(env: &Env) {
-    let dir = env.dir.clone();
-    let (a, b) = (dir.join("a.jsonl"), dir.join("b.jsonl"));
-    write_trades(&a, 300, 3, 1, 200);
-    write_trades(&b, 300, 3, 2, 200);
+    let (a, b) = two_inputs(&env.dir, 300, 3, (1, 2));
     env.produce_trades(&a);
     let program = env.program.to_str().unwrap().to_string();
     env.run(&["run", &program, "--drain"]);
@@ -441,9 +455,7 @@ pub fn changed_file_then_reset(env: &Env) {
 /// another sub-topology is rejected even with a mode; `drop query` deletes the dropped query's
 /// state (every key of its changelog ends in a tombstone). Runs with `run_flags` (e.g. threads).
 pub fn fresh_state_moves_and_drop(env: &Env, run_flags: &[&str]) {
-    let (a, b) = (env.dir.join("a.jsonl"), env.dir.join("b.jsonl"));
-    write_trades(&a, 300, 4, 5, 200);
-    write_trades(&b, 300, 4, 6, 200);
+    let (a, b) = two_inputs(&env.dir, 300, 4, (5, 6));
     let program = env.program.to_str().unwrap().to_string();
     let run = || {
         let mut args = vec!["run", program.as_str(), "--drain"];
@@ -493,9 +505,7 @@ pub fn fresh_state_moves_and_drop(env: &Env, run_flags: &[&str]) {
 
 /// A query added while the application is stopped reads its input from the start.
 pub fn new_query_while_stopped(env: &Env) {
-    let (a, b) = (env.dir.join("a.jsonl"), env.dir.join("b.jsonl"));
-    write_trades(&a, 300, 3, 7, 200);
-    write_trades(&b, 300, 3, 8, 200);
+    let (a, b) = two_inputs(&env.dir, 300, 3, (7, 8));
     let program = env.program.to_str().unwrap().to_string();
     env.produce_trades(&a);
     env.run(&["run", &program, "--drain"]);
