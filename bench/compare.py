@@ -10,10 +10,22 @@ from the start with a fresh group and one processing thread, commits every secon
 each once as a warm-up (discarded) and once measured, under /usr/bin/time. Prints one table:
 wall seconds and events/s (process start to exit, output complete), CPU seconds, events per
 CPU-second, peak RSS, output and changelog records, and the ratios; then compares every final
-(ticker, window) of the two outputs (integers exactly, floats within 1e-9 relative).
+(ticker, window) of the two outputs (integers exactly, floats within 1e-9 relative). The same
+trades also run on streamc's embedded default (no broker), in a column of their own.
 
-Usage: bench/compare.py [--trades N] [--tickers K] [--partitions P]
-                        [--guarantee at_least_once|exactly_once|both] [--xmx 512m]"""
+Restore (--restore-keys K, 0 skips it): bench/keys.stream (per ticker: count and summed size,
+a key-value store) over K records with K distinct tickers, in both, then each restarted with
+its local state directory deleted, so that it restores the K-key changelog before it can go
+on: a warm-up restore (discarded), then a measured one. Both final per-ticker outputs are
+compared, and the restored record counts reported. The embedded default restores from its
+own log's changelog the same way.
+
+--xmx-search 128m,192m,... first runs Kafka Streams alone (at_least_once) at each heap size
+and prints its events/s, to find the smallest -Xmx at full speed; then --xmx is used as given.
+
+Usage: bench/compare.py [--trades N] [--tickers K] [--partitions P] [--restore-keys K]
+                        [--guarantee at_least_once|exactly_once|both] [--xmx 512m]
+                        [--xmx-search 128m,256m,512m]"""
 import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,6 +35,8 @@ ap.add_argument("--tickers", type=int, default=1000)
 ap.add_argument("--partitions", type=int, default=1)
 ap.add_argument("--guarantee", default="at_least_once", choices=["at_least_once", "exactly_once", "both"])
 ap.add_argument("--xmx", default="512m", help="Kafka Streams' JVM heap (-Xmx)")
+ap.add_argument("--xmx-search", default="", help="heap sizes to try first, comma-separated")
+ap.add_argument("--restore-keys", type=int, default=1_000_000)
 a = ap.parse_args()
 
 subprocess.run(["cargo", "build", "--release", "-q"], cwd=root, check=True)
@@ -30,7 +44,11 @@ exe = os.path.join(root, "target", "release", "streamc")
 ks_dir = os.path.join(root, "bench", "kstreams")
 subprocess.run(["mvn", "-q", "-B", "package"], cwd=ks_dir, check=True, stdout=subprocess.DEVNULL)
 ks_cp = os.path.join(ks_dir, "target", "classes") + ":" + os.path.join(ks_dir, "target", "lib", "*")
-jvm_flags = [f"-Xmx{a.xmx}", f"-Xms{a.xmx}", "-XX:+UseG1GC"]
+def jvm(xmx):
+    return [f"-Xmx{xmx}", f"-Xms{xmx}", "-XX:+UseG1GC"]
+
+
+jvm_flags = jvm(a.xmx)
 work = tempfile.mkdtemp(prefix="streamc-compare-")
 env = subprocess.run([os.path.join(root, "dev/kafka/broker"), "start"], check=True, capture_output=True, text=True).stdout
 vars = dict(re.findall(r"export (\w+)=(\S+)", env))
@@ -72,6 +90,28 @@ def same(x, y):
     return abs(float(x) - float(y)) <= 1e-9 * max(abs(float(x)), abs(float(y)), 1e-300)
 
 
+def ks(xmx, app, inp, out, g, state, *mode):
+    return timed(["java"] + jvm(xmx) + ["-cp", ks_cp, "dev.streamc.bench.StockStats", bootstrap, app, inp, out, g, state] + list(mode))
+
+
+def topic(name):
+    """Create an output topic with the input's partition count (Kafka Streams does not)."""
+    subprocess.run([exe, "--state-dir", os.path.join(work, "p"), "produce", name, "/dev/null", "--partitions", str(a.partitions), "--bootstrap-servers", bootstrap], check=True, stderr=subprocess.DEVNULL)
+
+
+def count(topic):
+    # Records written (end offsets): Kafka Streams' window changelogs carry a retention
+    # that deletes these event-time-2023 records, so consuming them would undercount.
+    r = subprocess.run(["java", "-cp", ks_cp, "dev.streamc.bench.StockStats", "--end-offsets", bootstrap, topic], capture_output=True, text=True)
+    m = re.search(r"END (\d+)", r.stdout)
+    return int(m.group(1)) if m else "?"
+
+
+def restored(stderr):
+    return sum(int(x) for x in re.findall(r"(\d+) restored", stderr))
+
+
+rows, embedded, search, restore = [], None, [], None
 try:
     data = os.path.join(work, "trades.jsonl")
     with open(data, "w") as f:
@@ -81,11 +121,28 @@ try:
     program = os.path.join(work, "cmp.stream")
     with open(program, "w") as f:
         f.write(stats.replace('from "stocks"', 'from "cmp.stocks"').replace('to "stock-stats"', 'to "cmp.stock-stats"'))
-    subprocess.run([exe, "--state-dir", os.path.join(work, "p"), "produce", "cmp.stocks", data, "--program", program, "--partitions", str(a.partitions), "--bootstrap-servers", bootstrap], check=True, stderr=subprocess.DEVNULL)
+    if a.trades:
+        subprocess.run([exe, "--state-dir", os.path.join(work, "p"), "produce", "cmp.stocks", data, "--program", program, "--partitions", str(a.partitions), "--bootstrap-servers", bootstrap], check=True, stderr=subprocess.DEVNULL)
 
-    rows = []
+    # The smallest heap at full speed: Kafka Streams alone at each size.
+    for i, xmx in enumerate(x for x in a.xmx_search.split(",") if x):
+        out_k = f"cmp.xmx{i}.kstreams"
+        topic(out_k)
+        k = ks(xmx, f"cmp-xmx{i}-ks", "cmp.stocks", out_k, "at_least_once", os.path.join(work, f"xmx{i}"))
+        search.append((xmx, a.trades / k[0], a.trades / k[1], k[2]))
+
+    # streamc on its embedded default: the same trades in the local log, no broker.
+    if a.trades:
+        emb = os.path.join(work, "embedded")
+        subprocess.run([exe, "--state-dir", emb, "produce", "cmp.stocks", data, "--program", program, "--partitions", str(a.partitions)], check=True, stderr=subprocess.DEVNULL)
+        for run in ["warmup", "measured"]:
+            shutil.rmtree(os.path.join(emb, "apps"), ignore_errors=True)
+            e = timed([exe, "--state-dir", emb, "run", program, "--drain", "--set", f"application.id=cmp-{run}", "--set", "commit.interval_ms=1000"])
+        m = re.search(r": (\d+) out", e[4])
+        embedded = (e, int(m.group(1)) if m else "?")
+
     guarantees = ["at_least_once", "exactly_once"] if a.guarantee == "both" else [a.guarantee]
-    for g in guarantees:
+    for g in guarantees if a.trades else []:
         res = {}
         for run in ["warmup", "measured"]:
             app = f"cmp-{g}-{run}"
@@ -98,38 +155,88 @@ try:
                        "--set", f"application.id={app}", "--set", f"processing.guarantee={g}", "--set", "commit.interval_ms=1000"])
             # Kafka Streams
             out_k = f"cmp.{app}.kstreams"
-            subprocess.run([exe, "--state-dir", os.path.join(work, "p"), "produce", out_k, "/dev/null", "--partitions", str(a.partitions), "--bootstrap-servers", bootstrap], check=True, stderr=subprocess.DEVNULL)
-            k = timed(["java"] + jvm_flags + ["-cp", ks_cp, "dev.streamc.bench.StockStats", bootstrap, f"{app}-ks", "cmp.stocks", out_k, g, os.path.join(work, app + "-ks")])
+            topic(out_k)
+            k = ks(a.xmx, f"{app}-ks", "cmp.stocks", out_k, g, os.path.join(work, app + "-ks"))
             res[run] = (s, k, out_s, out_k, app)
         (s, k, out_s, out_k, app) = res["measured"]
         so, ko = consume(out_s) or [], consume(out_k) or []
-        def count(topic):
-            # Records written (end offsets): Kafka Streams' window changelogs carry a retention
-            # that deletes these event-time-2023 records, so consuming them would undercount.
-            r = subprocess.run(["java", "-cp", ks_cp, "dev.streamc.bench.StockStats", "--end-offsets", bootstrap, topic], capture_output=True, text=True)
-            m = re.search(r"END (\d+)", r.stdout)
-            return int(m.group(1)) if m else "?"
-
         sc = count(f"{app}-stock_stats-aggregate-changelog")
         kc = count(f"{app}-ks-stats-store-changelog")
         fs, fk = finals(so), finals(ko)
         diffs = [key for key in set(fs) | set(fk) if key not in fs or key not in fk or not all(same(fs[key][f], fk[key][f]) for f in ["trades", "volume", "avg_price", "low", "high", "window_end"])]
         rows.append((g, s, k, len(so), len(ko), sc, kc, len(fs), diffs))
+    os.remove(data)
+
+    # Restore of K keys after the local state directory is deleted.
+    if a.restore_keys:
+        K = a.restore_keys
+        data = os.path.join(work, "keys.jsonl")
+        with open(data, "w") as f:
+            for i in range(K):
+                f.write(json.dumps({"ticker": f"K{i:08d}", "price": 1.0, "size": i % 1000, "ts": 1_700_000_000_000 + i}) + "\n")
+        with open(os.path.join(root, "bench", "keys.stream")) as f:
+            keys = f.read().replace('from "stocks"', 'from "cmp.keys"').replace('to "per-key"', 'to "cmp.keys.streamc"')
+        kprog = os.path.join(work, "keys.stream")
+        with open(kprog, "w") as f:
+            f.write(keys)
+        subprocess.run([exe, "--state-dir", os.path.join(work, "p"), "produce", "cmp.keys", data, "--program", kprog, "--partitions", str(a.partitions), "--bootstrap-servers", bootstrap], check=True, stderr=subprocess.DEVNULL)
+        sargs = ["run", kprog, "--drain", "--bootstrap-servers", bootstrap, "--set", "application.id=cmp-keys", "--set", "commit.interval_ms=1000"]
+        first_s = timed([exe, "--state-dir", os.path.join(work, "keys-first")] + sargs)
+        topic("cmp.keys.kstreams")
+        first_k = ks(a.xmx, "cmp-keys-ks", "cmp.keys", "cmp.keys.kstreams", "at_least_once", os.path.join(work, "keys-first-ks"), "keys")
+        for run in ["warmup", "measured"]:
+            # A fresh (empty) state directory each time: the whole changelog is restored.
+            s = timed([exe, "--state-dir", os.path.join(work, f"keys-{run}")] + sargs)
+            k = ks(a.xmx, "cmp-keys-ks", "cmp.keys", "cmp.keys.kstreams", "at_least_once", os.path.join(work, f"keys-{run}-ks"), "keys", "restore")
+        km = re.search(r"RESTORED (\d+) ([\d.]+)", k[3])
+        # The embedded default: the changelog in its own log, the local state deleted.
+        emb = os.path.join(work, "keys-embedded")
+        subprocess.run([exe, "--state-dir", emb, "produce", "cmp.keys", data, "--program", kprog, "--partitions", str(a.partitions)], check=True, stderr=subprocess.DEVNULL)
+        eargs = ["run", kprog, "--drain", "--set", "application.id=cmp-keys", "--set", "commit.interval_ms=1000"]
+        timed([exe, "--state-dir", emb] + eargs)
+        for run in ["warmup", "measured"]:
+            shutil.rmtree(os.path.join(emb, "apps"))
+            e = timed([exe, "--state-dir", emb] + eargs)
+        os.remove(data)
+        per = lambda recs, key: {r["key"]: (r["value"]["trades"], r["value"]["volume"]) for r in recs if isinstance(r.get("value"), dict)}
+        ps, pk = per(consume("cmp.keys.streamc") or [], "ticker"), per(consume("cmp.keys.kstreams") or [], "ticker")
+        kdiff = sum(1 for x in set(ps) | set(pk) if ps.get(x) != pk.get(x))
+        restore = (K, first_s, first_k, s, k, restored(s[4]), int(km.group(1)) if km else "?", float(km.group(2)) if km else 0, e, restored(e[4]), len(ps), kdiff)
 finally:
     subprocess.run([os.path.join(root, "dev/kafka/broker"), "stop", broker_dir], check=False)
     shutil.rmtree(work, ignore_errors=True)
 
 n = a.trades
+if search:
+    print(f"\nKafka Streams alone, at_least_once, {n:,} trades, by heap size (-Xms = -Xmx, G1):")
+    for xmx, evs, evcpu, rss in search:
+        print(f"  -Xmx{xmx:>6}: {evs:>10,.0f} events/s {evcpu:>10,.0f} events/CPU-s  peak RSS {rss:,.0f} MB")
 print(f"\n{n:,} trades, {a.tickers} tickers, {a.partitions} partition(s); Kafka Streams 4.4.0 on java {' '.join(jvm_flags)}; one processing thread each, commits every 1 s")
-print(f"{'':34}{'streamc':>14}{'Kafka Streams':>16}{'ratio':>10}")
+print(f"{'':34}{'streamc':>14}{'Kafka Streams':>16}{'ratio':>10}{'streamc embedded':>20}")
 for g, s, k, so, ko, sc, kc, nfin, diffs in rows:
     print(f"-- {g}")
-    line = lambda name, x, y, fmt, better_high=True: print(f"{name:34}{fmt(x):>14}{fmt(y):>16}{(x / y if better_high else y / x) if x and y else 0:>9.1f}x")
-    line("wall seconds (process)", s[0], k[0], lambda v: f"{v:.2f}", False)
-    line("events/s", n / s[0], n / k[0], lambda v: f"{v:,.0f}")
-    line("CPU seconds", s[1], k[1], lambda v: f"{v:.2f}", False)
-    line("events per CPU-second", n / s[1], n / k[1], lambda v: f"{v:,.0f}")
-    line("peak RSS MB", s[2], k[2], lambda v: f"{v:.0f}", False)
-    print(f"{'output records':34}{so:>14,}{ko:>16,}")
+    emb = embedded if g == "at_least_once" and embedded else None
+
+    def line(name, x, y, fmt, better_high=True, z=None):
+        r = (x / y if better_high else y / x) if x and y else 0
+        print(f"{name:34}{fmt(x):>14}{fmt(y):>16}{r:>9.1f}x" + (f"{fmt(z):>20}" if z is not None else ""))
+
+    line("wall seconds (process)", s[0], k[0], lambda v: f"{v:.2f}", False, emb and emb[0][0])
+    line("events/s", n / s[0], n / k[0], lambda v: f"{v:,.0f}", True, emb and n / emb[0][0])
+    line("CPU seconds", s[1], k[1], lambda v: f"{v:.2f}", False, emb and emb[0][1])
+    line("events per CPU-second", n / s[1], n / k[1], lambda v: f"{v:,.0f}", True, emb and n / emb[0][1])
+    line("peak RSS MB", s[2], k[2], lambda v: f"{v:.0f}", False, emb and emb[0][2])
+    print(f"{'output records':34}{so:>14,}{ko:>16,}" + (f"{emb[1]:>30,}" if emb and isinstance(emb[1], int) else ""))
     print(f"{'changelog records (written)':34}{sc:>14,}{kc:>16,}" if isinstance(sc, int) and isinstance(kc, int) else f"{'changelog records (written)':34}{sc!s:>14}{kc!s:>16}")
     print(f"final (ticker, window) results: {nfin:,}; " + ("identical (integers exactly, floats within 1e-9)" if not diffs else f"{len(diffs)} DIFFER, e.g. {sorted(diffs)[:3]}"))
+if restore:
+    K, fs, fk, s, k, sn, kn, ksecs, e, en, nkeys, kdiff = restore
+    print(f"-- restore of {K:,} keys (bench/keys.stream), local state directory deleted")
+    print(f"{'first run: wall seconds':34}{fs[0]:>14.2f}{fk[0]:>16.2f}{fk[0] / fs[0]:>9.1f}x")
+    print(f"{'changelog records restored':34}{sn:>14,}{kn!s:>16}")
+    print(f"{'restart: wall seconds (process)':34}{s[0]:>14.2f}{k[0]:>16.2f}{k[0] / s[0]:>9.1f}x{e[0]:>20.2f}")
+    print(f"{'restored records/s (process)':34}{sn / s[0]:>14,.0f}{(kn / k[0] if isinstance(kn, int) else 0):>16,.0f}{(sn / s[0]) / (kn / k[0]) if isinstance(kn, int) and kn else 0:>9.1f}x{en / e[0]:>20,.0f}")
+    print(f"{'Kafka Streams: restore ended at':34}{'':>14}{ksecs:>15.2f}s")
+    print(f"{'restart: CPU seconds':34}{s[1]:>14.2f}{k[1]:>16.2f}{k[1] / s[1]:>9.1f}x{e[1]:>20.2f}")
+    print(f"{'restart: peak RSS MB':34}{s[2]:>14.0f}{k[2]:>16.0f}{k[2] / s[2]:>9.1f}x{e[2]:>20.0f}")
+    print(f"final per-ticker results: {nkeys:,}; " + ("identical" if not kdiff else f"{kdiff} DIFFER"))

@@ -19,6 +19,7 @@ import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.Serde;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.Serializer;
+import org.apache.kafka.streams.CloseOptions;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -27,7 +28,11 @@ import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.kstream.TimeWindows;
+import org.apache.kafka.streams.kstream.KTable;
+import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.state.KeyValueStore;
+import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.common.utils.Bytes;
 
@@ -36,9 +41,14 @@ import org.apache.kafka.common.utils.Bytes;
  * 5 s windows advancing every 1 s with 1 s grace, updates emitted through the default record
  * cache, one processing thread, commits every second.
  *
- * <p>Usage: StockStats BOOTSTRAP APPLICATION_ID INPUT OUTPUT GUARANTEE STATE_DIR. Runs until the
- * group's committed offsets reach the input's end offsets as of start-up, then closes (a last
- * commit) and prints "ELAPSED seconds".
+ * <p>Usage: StockStats BOOTSTRAP APPLICATION_ID INPUT OUTPUT GUARANTEE STATE_DIR [stats|keys [restore]].
+ * Runs until the group's committed offsets reach the input's end offsets as of start-up, then
+ * closes (a last commit) and prints "ELAPSED seconds" and "RESTORED records seconds" (records
+ * restored from changelogs, and the time from start until restoration ended).
+ *
+ * <p>{@code keys} is bench/keys.stream instead: per ticker (no window) the count and the summed
+ * size, in a key-value store, for the restore benchmark; with {@code restore} the run also waits
+ * until every changelog partition has been restored.
  */
 public final class StockStats {
   static final ObjectMapper JSON = new ObjectMapper();
@@ -98,6 +108,12 @@ public final class StockStats {
     }
   }
 
+  /** The aggregate of one ticker in bench/keys.stream. */
+  public static final class PerKey {
+    public long trades;
+    public long volume;
+  }
+
   /** `--end-offsets BOOTSTRAP TOPIC`: the records ever written to a topic (its end offsets). */
   static void endOffsets(String bootstrap, String topic) throws Exception {
     Properties ap = new Properties();
@@ -126,8 +142,22 @@ public final class StockStats {
     p.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
     p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
 
+    String mode = args.length > 6 ? args[6] : "stats";
+    boolean restore = args.length > 7 && args[7].equals("restore");
     StreamsBuilder b = new StreamsBuilder();
-    b.stream(input, Consumed.with(Serdes.String(), json(Trade.class)).withTimestampExtractor(new TradeTime()))
+    if (mode.equals("keys")) {
+      KTable<String, PerKey> t = b.stream(input, Consumed.with(Serdes.String(), json(Trade.class)).withTimestampExtractor(new TradeTime()))
+          .groupByKey()
+          .aggregate(PerKey::new, (k, tr, s) -> {
+                s.trades++;
+                s.volume += tr.size;
+                return s;
+              },
+              Materialized.<String, PerKey, KeyValueStore<Bytes, byte[]>>as("per-key-store").withKeySerde(Serdes.String()).withValueSerde(json(PerKey.class)));
+      t.toStream()
+          .mapValues((k, s) -> "{\"ticker\":" + JSON.valueToTree(k) + ",\"trades\":" + s.trades + ",\"volume\":" + s.volume + "}")
+          .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    } else b.stream(input, Consumed.with(Serdes.String(), json(Trade.class)).withTimestampExtractor(new TradeTime()))
         .filter((k, t) -> t.price > 0)
         .groupByKey()
         .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(5), Duration.ofSeconds(1)).advanceBy(Duration.ofSeconds(1)))
@@ -160,11 +190,32 @@ public final class StockStats {
 
       long started = System.nanoTime();
       KafkaStreams streams = new KafkaStreams(b.build(), p);
+      AtomicLong restored = new AtomicLong();
+      AtomicLong restoreEnded = new AtomicLong(started);
+      AtomicLong restoresEnded = new AtomicLong();
+      streams.setGlobalStateRestoreListener(new StateRestoreListener() {
+        @Override
+        public void onRestoreStart(TopicPartition tp, String store, long start, long end) {}
+
+        @Override
+        public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long n) {
+          restored.addAndGet(n);
+        }
+
+        @Override
+        public void onRestoreEnd(TopicPartition tp, String store, long total) {
+          restoreEnded.set(System.nanoTime());
+          restoresEnded.incrementAndGet();
+        }
+      });
       streams.start();
       while (true) {
         Thread.sleep(200);
         Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(app).partitionsToOffsetAndMetadata().get();
         boolean done = parts.stream().allMatch(tp -> committed.get(tp) != null && committed.get(tp).offset() >= ends.get(tp).offset());
+        // `restore`: also wait until every changelog partition has been restored (the input
+        // was committed to its end before, so the offsets alone say nothing).
+        done = done && (!restore || restoresEnded.get() >= parts.size());
         if (done) {
           break;
         }
@@ -173,9 +224,12 @@ public final class StockStats {
           System.exit(1);
         }
       }
-      streams.close(Duration.ofSeconds(60));
+      // Leave the group (Kafka Streams' default is to stay until the session times out), so
+      // that the next run of the same application is assigned its tasks at once.
+      streams.close(CloseOptions.groupMembershipOperation(CloseOptions.GroupMembershipOperation.LEAVE_GROUP).withTimeout(Duration.ofSeconds(60)));
       double secs = (System.nanoTime() - started) / 1e9;
       System.out.printf("ELAPSED %.3f%n", secs);
+      System.out.printf("RESTORED %d %.3f%n", restored.get(), (restoreEnded.get() - started) / 1e9);
     }
   }
 }
