@@ -376,10 +376,21 @@ impl ProducerContext for Deliveries {
     }
 }
 
+/// The producer's defaults, each overridden by a `kafka.<property>` setting: a short linger
+/// (100 ms, Kafka Streams' default, cost as much CPU here and added latency), and room for a
+/// commit interval's records.
+const PRODUCER_DEFAULTS: &[(&str, &str)] = &[("linger.ms", "5"), ("queue.buffering.max.messages", "1000000")];
+
 impl Producer {
     fn create(k: &Kafka, opts: &RunOptions, instance: &str, eos: bool) -> Result<Producer> {
         let mut config = k.config();
-        config.set("enable.idempotence", "true").set("linger.ms", "5").set("queue.buffering.max.messages", "1000000");
+        config.set("enable.idempotence", "true");
+        // Defaults that a `kafka.<property>` setting overrides.
+        for (key, value) in PRODUCER_DEFAULTS {
+            if !opts.config.kafka.contains_key(*key) {
+                config.set(*key, *value);
+            }
+        }
         if eos {
             config.set("transactional.id", format!("{}-{instance}", opts.app));
             if !opts.config.kafka.contains_key("transaction.timeout.ms") {

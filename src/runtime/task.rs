@@ -1329,7 +1329,7 @@ fn write_record(fields: &[Value], rt: &RecordType, out: &mut Vec<u8>) {
         if i > 0 {
             out.push(b',');
         }
-        let _ = serde_json::to_writer(&mut *out, n);
+        crate::runtime::value::write_str(n, out);
         out.push(b':');
         v.write_json(t, out);
     }

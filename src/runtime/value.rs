@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 
 use crate::types::{RecordType, Type};
 
@@ -172,9 +173,42 @@ impl fmt::Display for Value {
     }
 }
 
-fn write_str(s: &str, out: &mut Vec<u8>) {
-    // serde_json's escaping, written straight into the buffer.
-    let _ = serde_json::to_writer(&mut *out, s);
+pub(crate) fn write_str(s: &str, out: &mut Vec<u8>) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        // Nothing to escape (the common case: field names, tickers): copied as is.
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        // serde_json's escaping, written straight into the buffer.
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
+}
+
+/// An object key, borrowed from the input when it has no escapes (no allocation per field).
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 /// Decode a JSON document into a record of type `rt`.
@@ -259,7 +293,7 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let rt = self.0;
         let mut out: Vec<Option<Value>> = vec![None; rt.fields.len()];
-        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
             match rt.index_of(&k) {
                 Some(i) => out[i] = Some(map.next_value_seed(TypeSeed(&rt.fields[i].1))?),
                 None => {
