@@ -293,7 +293,7 @@ impl<'a> Checker<'a> {
             }
         }
         let global = kind == SourceKind::Table && d.topic.is_none();
-        let (format, wire) = match value.map(|v| &v.node) {
+        let (format, mut wire) = match value.map(|v| &v.node) {
             Some(DeclItem::ValueJson { fields, .. }) => (Format::Json, self.record_type(fields)),
             Some(DeclItem::ValueString { name }) => {
                 let n = name.as_ref().map(|n| n.node.clone()).unwrap_or_else(|| "value".into());
@@ -323,6 +323,12 @@ impl<'a> Checker<'a> {
                 }
                 if let Some(i) = visible.index_of(&f.node) {
                     visible.fields.remove(i);
+                }
+                // Decoded as nullable, so that a record without one is refused for that reason
+                // ("the record has no tenant"), not as a malformed record.
+                if let Some(i) = wire.index_of(&f.node) {
+                    let t = wire.fields[i].1.clone();
+                    wire.fields[i].1 = t.nullable();
                 }
                 Some(hir::TenantSpec::Field(f.node.clone()))
             }

@@ -295,8 +295,19 @@ impl Stage {
     }
 }
 
-/// The rows of the control-managed tables: table → key bytes → visible value.
+/// The rows of the control-managed tables: table → [`table_key`] → visible value.
 pub type Tables = BTreeMap<String, Arc<BTreeMap<Vec<u8>, Arc<Vec<Value>>>>>;
+
+/// The key of a control-managed table's row: the key's bytes after a 0 byte, or for a row of
+/// one tenant (`for tenant "t" update …`) after a 1 byte and the tenant (length-prefixed). A
+/// tenant-scoped query looks up only its record's tenant's rows; other queries only rows of
+/// no tenant.
+pub fn table_key(tenant: Option<&[u8]>, kb: &[u8]) -> Vec<u8> {
+    match tenant {
+        None => [&[0u8][..], kb].concat(),
+        Some(t) => [&[1u8][..], &crate::runtime::tenant::scope(t, kb)].concat(),
+    }
+}
 
 /// The program as of some control offset: what a task runs.
 #[derive(Clone)]
@@ -313,6 +324,9 @@ pub struct Stage {
     pub queries: Arc<BTreeMap<String, QueryState>>,
     pub tables: Arc<Tables>,
     pub events: Arc<Vec<Event>>,
+    /// `for tenant "t" purge` statements: (control offset, tenant). A task that applied control
+    /// records only up to (not including) the offset deletes the tenant's keys.
+    pub purges: Arc<Vec<(u64, String)>>,
 }
 
 impl Stage {
@@ -364,6 +378,20 @@ impl Evaluator {
 
     /// Set or delete a row of a control-managed table. A table shared with running tasks is
     /// copied once; further changes before they take the new stage are made in place.
+    /// `for tenant "t" purge` at `offset`: the tenant's rows leave every control-managed table
+    /// now, and tasks delete its keys when they apply the offset.
+    fn purge(&mut self, offset: u64, tenant: &str) {
+        let stage = Arc::make_mut(&mut self.current);
+        let prefix = table_key(Some(tenant.as_bytes()), &[]);
+        for t in Arc::make_mut(&mut stage.tables).values_mut() {
+            if t.keys().any(|k| k.starts_with(&prefix)) {
+                Arc::make_mut(t).retain(|k, _| !k.starts_with(&prefix));
+            }
+        }
+        Arc::make_mut(&mut stage.purges).push((offset, tenant.to_string()));
+        stage.next = self.next;
+    }
+
     fn set_row(&mut self, table: &str, key: Vec<u8>, row: Option<Arc<Vec<Value>>>) {
         let stage = Arc::make_mut(&mut self.current);
         let t = Arc::make_mut(Arc::make_mut(&mut stage.tables).entry(table.to_string()).or_default());
@@ -474,9 +502,8 @@ impl Evaluator {
             st.diagnostic = Some(rendered(&d));
             "the statement does not compile".to_string()
         })?;
-        if !tenant.is_empty() {
-            return Err("tenant-scoped statements are not applied yet: they need tenant-scoped state (multi-tenancy)".into());
-        }
+        // The checker refused `for tenant` on anything but `update`, `delete` and `purge`.
+        let scoped = (!tenant.is_empty()).then_some(tenant.as_bytes());
         let span_text = |s: crate::ast::Span| text.get(s.start..s.end).unwrap_or_default().to_string();
         // State updates: a row of a control-managed table; the program stays as it is.
         match &control {
@@ -490,7 +517,7 @@ impl Evaluator {
                 let mut json = Vec::new();
                 v.write_json(&value.ty, &mut json);
                 let fields = task::decode_visible(src, &json).map_err(|e| format!("the value does not fit `{}`: {}", src.name, e.0))?;
-                let (name, kb) = (src.name.clone(), k.key_bytes(&src.key_type()));
+                let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
                 drop(latest);
                 self.set_row(&name, kb, Some(Arc::new(fields)));
                 return Ok(());
@@ -500,12 +527,21 @@ impl Evaluator {
                 st.kind = Some("delete".into());
                 st.target = Some(src.name.clone());
                 let k = eval(key, &Row::default(), &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
-                let (name, kb) = (src.name.clone(), k.key_bytes(&src.key_type()));
+                let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
                 drop(latest);
                 self.set_row(&name, kb, None);
                 return Ok(());
             }
-            Control::Purge => return Err("`purge` needs tenant-scoped state (multi-tenancy)".into()),
+            Control::Purge => {
+                st.kind = Some("purge".into());
+                st.target = Some(tenant.clone());
+                if tenant.is_empty() {
+                    return Err("`purge` deletes one tenant's state: write `for tenant \"t\" purge`".into());
+                }
+                drop(latest);
+                self.purge(r.offset, &tenant);
+                return Ok(());
+            }
             _ => {}
         }
         let mut queries = (*latest.queries).clone();
@@ -591,7 +627,7 @@ impl Evaluator {
                 prog.queries.retain(|q| q.name != name);
             }
         }
-        let stage = build_stage(&self.app, self.next, version, Arc::new(prog), Arc::new(queries), tables, Arc::new(events)).map_err(|e| {
+        let mut stage = build_stage(&self.app, self.next, version, Arc::new(prog), Arc::new(queries), tables, Arc::new(events)).map_err(|e| {
             st.diagnostic = Some(rendered(&[Diagnostic::new(Code::CannotRun, ast.span, format!("the runtime cannot run this: {e}")).label("here")]));
             format!("the runtime cannot run it: {e}")
         })?;
@@ -608,6 +644,7 @@ impl Evaluator {
                 return Err(format!("the replacement {why}"));
             }
         }
+        stage.purges = latest.purges.clone();
         drop(latest);
         self.current = Arc::new(stage);
         Ok(())
@@ -662,7 +699,7 @@ fn build_stage(app: &str, next: u64, version: u64, program: Arc<hir::Program>, q
             Arc::new(s)
         })
         .collect();
-    Ok(Stage { next, version, program, topo: Arc::new(topo), specs: Arc::new(specs), queries, tables, events })
+    Ok(Stage { next, version, program, topo: Arc::new(topo), specs: Arc::new(specs), queries, tables, events, purges: Arc::default() })
 }
 
 /// Compare the stores of `query` in two topologies.
@@ -701,6 +738,9 @@ fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
     }
     if old.key != new.key {
         return Some(format!("its key changed from {} to {}", old.key, new.key));
+    }
+    if old.tenant_scoped != new.tenant_scoped {
+        return Some(if new.tenant_scoped { "it becomes tenant-scoped".into() } else { "it is no longer tenant-scoped".into() });
     }
     if old.value != new.value {
         return Some(format!("its state changed from {} to {}", old.value, new.value));

@@ -113,6 +113,7 @@ pub fn keygen(path: &Path, id: Option<&str>) -> Result<ExitCode, String> {
 }
 
 /// The options of `control` and `deploy` that say how to sign and post.
+#[derive(Clone, Copy)]
 pub struct Post<'a> {
     pub key: &'a Path,
     pub tenant: &'a str,
@@ -214,7 +215,13 @@ pub fn control_cmd(state_dir: &Path, cfg: &config::Config, file: &Path, statemen
             return Ok(ExitCode::from(1));
         }
     }
-    post(&t, &app, &[statement.to_string()], o, cfg)
+    // `for tenant "t" …` is signed for that tenant unless --tenant says otherwise (then the
+    // application rejects the mismatch, as it must).
+    let from_text = syntax::parse_statement(statement).ok().and_then(|s| s.tenant.map(|t| t.node));
+    match (o.tenant.is_empty(), from_text) {
+        (true, Some(tenant)) => post(&t, &app, &[statement.to_string()], &Post { tenant: &tenant, ..*o }, cfg),
+        _ => post(&t, &app, &[statement.to_string()], o, cfg),
+    }
 }
 
 /// `streamc deploy FILE --key K [--dry-run]`: make the running queries those of FILE.

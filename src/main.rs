@@ -95,7 +95,8 @@ enum Command {
         topic: String,
         /// A file of lines, or `-` (the default) for standard input.
         file: Option<PathBuf>,
-        /// Each line is {"key": …, "value": … | null, "timestamp": ms, "headers": {…}}.
+        /// Each line is {"key": …, "value": … | null, "timestamp": ms, "headers": {…}}; a header
+        /// value that is not UTF-8 is written {"hex": "…"}.
         #[arg(long)]
         envelope: bool,
         /// Take keys and timestamps from this program's declaration of the topic.
@@ -528,7 +529,14 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
         Some(_) => return Err("timestamp must be epoch ms or RFC 3339".into()),
     };
     let headers = match v.get("headers") {
-        Some(serde_json::Value::Object(m)) => m.iter().map(|(k, v)| (k.clone(), bytes(v).unwrap_or_default())).collect(),
+        Some(serde_json::Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v.get("hex") {
+                // Bytes that are not UTF-8 (a tenant id, say): `{"hex": "ff00"}`.
+                Some(serde_json::Value::String(h)) => hex::decode(h).map(|b| (k.clone(), b)).map_err(|e| format!("header `{k}`: bad hex: {e}")),
+                _ => Ok((k.clone(), bytes(v).unwrap_or_default())),
+            })
+            .collect::<Result<Vec<_>, String>>()?,
         _ => Vec::new(),
     };
     Ok(streamc::log::Record { key, value, timestamp, headers })
@@ -601,7 +609,18 @@ fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -
         "key": decode(&s.record.key), "value": decode(&s.record.value),
     });
     if headers {
-        let h: serde_json::Map<String, serde_json::Value> = s.record.headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into_owned()))).collect();
+        let h: serde_json::Map<String, serde_json::Value> = s
+            .record
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                let v = match std::str::from_utf8(v) {
+                    Ok(t) => serde_json::Value::String(t.to_string()),
+                    Err(_) => serde_json::json!({ "hex": hex::encode(v) }),
+                };
+                (k.clone(), v)
+            })
+            .collect();
         o["headers"] = serde_json::Value::Object(h);
     }
     o

@@ -68,7 +68,8 @@ pub enum NodeKind {
     /// is matched against the other side's key; this side's rows are stored as records of the
     /// incoming edge's value, laid out like a repartition topic's (`value_fields`, `joined_keys`).
     JoinStream { stream: String, within: Duration, left: bool, on: hir::Expr, value_fields: usize, joined_keys: Vec<bool> },
-    Sink { topic: String, format: Format },
+    /// `tenant`: the query is tenant-scoped (keys `[tenant, key]`, a `tenant` field).
+    Sink { topic: String, format: Format, tenant: bool },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -397,7 +398,7 @@ impl Lowering<'_> {
         }
         let sink_topic = q.sink.topic.clone();
         self.topic(sink_topic.clone(), TopicRole::Sink, Partitions::External, false);
-        let n = self.node(q, sub, format!("{}-to", q.name), NodeKind::Sink { topic: sink_topic, format: q.sink.format }, q.sink.line, q.sink.text.clone());
+        let n = self.node(q, sub, format!("{}-to", q.name), NodeKind::Sink { topic: sink_topic, format: q.sink.format, tenant: shape.tenant_scoped }, q.sink.line, q.sink.text.clone());
         self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
     }
 }
@@ -464,7 +465,11 @@ impl NodeKind {
             NodeKind::JoinTable { table, global: true, .. } => format!("looks up the control-managed table `{table}` (global: every task sees all of it)"),
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
             NodeKind::JoinStream { stream, within, .. } => format!("matches `{stream}` records at most {within} apart"),
-            NodeKind::Sink { topic, format } => format!("writes to topic {topic} as {}", if *format == Format::Json { "json" } else { "string" }),
+            NodeKind::Sink { topic, format, tenant } => format!(
+                "writes to topic {topic} as {}{}",
+                if *format == Format::Json { "json" } else { "string" },
+                if *tenant { "; per tenant: keyed [tenant, key], with a `tenant` field and the streamc.tenant header" } else { "" }
+            ),
         }
     }
 }

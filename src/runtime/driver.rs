@@ -603,6 +603,9 @@ pub(crate) struct Trees {
     pub(crate) pending: Vec<Pending>,
     /// Commits since local state was last written.
     pub(crate) commits: u32,
+    /// Keys per tenant over every store, in a tenant-scoped task (None otherwise): counted once
+    /// when the task opens, then kept up to date as changes are staged.
+    pub(crate) tenant_keys: Option<BTreeMap<Vec<u8>, i64>>,
 }
 
 /// Changes to one store that are not in sled yet, coalesced by key: key → (value or deletion,
@@ -662,10 +665,83 @@ const LOCAL_WRITE_PENDING: usize = 20_000;
 
 impl Trees {
     /// Record the changes of a commit; written to sled later by [`Trees::write`].
-    pub(crate) fn stage(&mut self, changes: &mut Vec<Change>) {
+    pub(crate) fn stage(&mut self, changes: &mut Vec<Change>, task: &Task) {
         for ch in changes.drain(..) {
+            if self.tenant_keys.is_some() {
+                if let Some(t) = task.key_tenant(ch.store, &ch.key) {
+                    let before = self.get(ch.store, &ch.key).is_some();
+                    let delta = ch.value.is_some() as i64 - before as i64;
+                    if delta != 0 {
+                        if let Some(m) = self.tenant_keys.as_mut() {
+                            *m.entry(t.to_vec()).or_default() += delta;
+                        }
+                    }
+                }
+            }
             self.pending[ch.store].stage(ch.key, ch.value, ch.existed);
         }
+    }
+
+    /// Count every tenant's keys (a tenant-scoped task), or stop counting.
+    pub(crate) fn count_tenants(&mut self, task: &Task) {
+        if !task.spec.tenant {
+            self.tenant_keys = None;
+            return;
+        }
+        let mut m: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        for (i, (tree, pending)) in self.trees.iter().zip(&self.pending).enumerate() {
+            // Keys only: those in sled that no pending change deletes, then those pending puts
+            // create.
+            for k in tree.iter().keys().filter_map(|k| k.ok()) {
+                if &k[..] == CHECKPOINT || pending.0.get(&k[..]).is_some_and(|(v, _)| v.is_none()) {
+                    continue;
+                }
+                if let Some(t) = task.key_tenant(i, &k) {
+                    *m.entry(t.to_vec()).or_default() += 1;
+                }
+            }
+            for (k, (v, _)) in &pending.0 {
+                if v.is_some() && !tree.contains_key(k).unwrap_or(false) {
+                    if let Some(t) = task.key_tenant(i, k) {
+                        *m.entry(t.to_vec()).or_default() += 1;
+                    }
+                }
+            }
+        }
+        self.tenant_keys = Some(m);
+    }
+
+    /// Delete every key of the given tenants from every store, and queue a tombstone each in
+    /// `changes` for the changelogs. Returns how many. The deletions are pending, like a
+    /// commit's changes: they reach sled only after the log commit that carries the tombstones
+    /// (a commit that fails reopens the task from committed state, and the purge runs again).
+    pub(crate) fn purge(&mut self, tenants: &[&[u8]], task: &Task, stream_time: i64, changes: &mut Vec<Change>) -> Result<u64, String> {
+        let mut n = 0;
+        for (i, (tree, pending)) in self.trees.iter().zip(self.pending.iter_mut()).enumerate() {
+            let ours = |k: &[u8]| task.key_tenant(i, k).is_some_and(|t| tenants.contains(&t));
+            let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT && ours(k)).map(|k| k.to_vec()).collect();
+            // Pending changes win over the tree: a key deleted there is gone, one put is live.
+            for (k, (v, _)) in pending.0.iter() {
+                if ours(k) {
+                    if v.is_some() {
+                        keys.insert(k.clone());
+                    } else {
+                        keys.remove(k);
+                    }
+                }
+            }
+            for k in &keys {
+                pending.stage(k.clone(), None, true);
+            }
+            n += keys.len() as u64;
+            changes.extend(keys.into_iter().map(|key| Change { store: i, key, value: None, timestamp: stream_time.max(0), existed: true }));
+        }
+        if let Some(m) = self.tenant_keys.as_mut() {
+            for t in tenants {
+                m.remove(*t);
+            }
+        }
+        Ok(n)
     }
 
     /// Write the pending changes with each store's checkpoint, one atomic batch per store.
@@ -720,6 +796,17 @@ pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) ->
         .collect()
 }
 
+/// A tenant-scoped task's state must have been written with tenant-scoped keys: state committed
+/// by a streamc that did not scope them (its commit record does not say `tenant_scoped`) cannot
+/// be read as such.
+pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> Result<(), String> {
+    let committed = meta.get("inputs").and_then(|i| i.as_object()).is_some_and(|o| !o.is_empty());
+    if spec.tenant && !spec.stores.is_empty() && committed && meta.get("tenant_scoped").and_then(|v| v.as_bool()) != Some(true) {
+        return Err(format!("{}: its state was written without tenant scoping (by an older streamc): start the application over with `streamc run --reset`", spec.name));
+    }
+    Ok(())
+}
+
 /// Open the sled tree of one store's shard.
 pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree, String> {
     db.open_tree(format!("{store}#{p}")).map_err(|e| format!("cannot open store {store}: {e}"))
@@ -739,12 +826,13 @@ impl<F: Feed> TaskRun<F> {
     pub(crate) fn new(spec: Arc<TaskSpec>, p: u32, group: String, feed: F, trees: Vec<sled::Tree>, meta: &serde_json::Value, positions: BTreeMap<String, Pos>, restored: u64, opts: &RunOptions) -> TaskRun<F> {
         let task_id = format!("{}_{p}", spec.sub);
         let metrics = opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
-        let trees = Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0 };
+        let mut trees = Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
         let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
         task.join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
         task.join_seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
+        trees.count_tenants(&task);
         TaskRun {
             task,
             group,
@@ -771,14 +859,19 @@ impl<F: Feed> TaskRun<F> {
 
     /// The commit record of the task: input positions, stream time and join state.
     pub(crate) fn meta(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut m = serde_json::json!({
             "inputs": self.positions,
             "stream_time": self.task.stream_time,
             "join_time": self.task.join_time,
             "join_seq": self.task.join_seq,
             "control": self.control,
             "version": self.task.spec.version,
-        })
+        });
+        if self.task.spec.tenant {
+            // Only when true: on Kafka the commit records share the offset metadata's 4 KB.
+            m["tenant_scoped"] = true.into();
+        }
+        m
     }
 
 }
@@ -787,6 +880,7 @@ impl TaskRun {
     fn open(spec: Arc<TaskSpec>, p: u32, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
         let group = group_name(opts, &spec.name, p);
         let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
+        check_tenant_layout(&spec, &meta)?;
         let positions = positions_of(&spec, p, &meta);
         let feed = embedded_feed(&spec, p, log, &positions);
         let mut trees = Vec::new();
@@ -811,6 +905,7 @@ impl TaskRun {
         let meta_version = c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
         let mut t = TaskRun::open(spec.clone(), p, log, db, c, opts)?;
         t.task.globals = stage.tables.clone();
+        t.purge_since(stage)?;
         // A task with no commit record of a query defined or reprocessed by a statement starts
         // empty, whatever a store of the same name held before (a dropped query's name reused).
         let fresh_task = meta_version.is_none() && stage.queries.get(&spec.query).is_some_and(|q| q.epoch > 0);
@@ -837,9 +932,10 @@ impl TaskRun {
             self.control = stage.next;
             return Ok(false);
         };
+        self.purge_since(stage)?;
         let cur = &self.task.spec;
         if spec.version == cur.version && spec.epoch == cur.epoch {
-            // Only the control-managed tables changed.
+            // Only the control-managed tables changed (or a tenant was purged).
             self.task.globals = stage.tables.clone();
             self.control = stage.next;
             self.meta_changed = true;
@@ -972,9 +1068,15 @@ impl<F: Feed> TaskRun<F> {
         task.counters = task::Counters { ops_in: task.counters.ops_in.clone(), ..c.clone() };
         task.globals = stage.tables.clone();
         task.restore_index(&self.trees);
+        self.trees.count_tenants(&task);
         self.task = task;
         if let Some(m) = &opts.metrics {
-            self.metrics = Some(m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
+            let mut fresh = m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str()));
+            // The counts carry over to the new task: so do the totals already published.
+            if let Some(old) = &self.metrics {
+                fresh.keep_totals(old);
+            }
+            self.metrics = Some(fresh);
         }
         self.control = stage.next;
         self.meta_changed = true;
@@ -990,6 +1092,34 @@ impl<F: Feed> TaskRun<F> {
             });
         }
         Ok(inputs_changed)
+    }
+
+    /// Apply the `for tenant "t" purge` statements the task has not applied yet (at control
+    /// offsets from `self.control` on): every key of those tenants leaves every store, with a
+    /// tombstone each for the changelogs, committed with the new control offset; other tenants'
+    /// keys are not touched. The task's in-memory state is rebuilt from the stores. Call at a
+    /// commit boundary, before `self.control` moves on.
+    pub(crate) fn purge_since(&mut self, stage: &crate::control::Stage) -> Result<u64, String> {
+        if !self.task.spec.tenant {
+            return Ok(0);
+        }
+        let tenants: Vec<&[u8]> = stage.purges.iter().filter(|(offset, _)| *offset >= self.control).map(|(_, t)| t.as_bytes()).collect();
+        if tenants.is_empty() {
+            return Ok(0);
+        }
+        let n = self.trees.purge(&tenants, &self.task, self.task.stream_time, &mut self.changes)?;
+        let old = &self.task;
+        let mut task = Task::new(old.spec.clone(), old.partition, old.stream_time);
+        task.join_time = old.join_time;
+        task.join_seq = old.join_seq;
+        task.counters = old.counters.clone();
+        task.globals = stage.tables.clone();
+        task.restore_index(&self.trees);
+        self.task = task;
+        self.meta_changed = true;
+        let names: Vec<String> = tenants.iter().map(|t| crate::runtime::tenant::display(t)).collect();
+        self.bar.suspend(|| eprintln!("{} partition {}: purged tenant {}: {n} keys deleted", self.task.spec.name, self.task.partition, names.join(", ")));
+        Ok(n)
     }
 
     /// The task's query was dropped: delete every key of its stores (tombstones to be
@@ -1076,6 +1206,7 @@ impl<F: Feed> TaskRun<F> {
                 external += 1;
             }
             self.positions.insert(format!("{topic}/{p}"), s.next);
+            self.task.counters.counted = false;
             let res = if i == 0 {
                 match self.task.decode_main(&s.record) {
                     Ok(mut input) => {
@@ -1117,6 +1248,8 @@ impl<F: Feed> TaskRun<F> {
             cache_hits: c.cache_hits,
             cache_misses: c.cache_misses,
             processors: c.ops_in.clone(),
+            tenants: c.tenants.clone(),
+            tenant_keys: self.trees.tenant_keys.clone().unwrap_or_default(),
         });
     }
 
@@ -1156,7 +1289,8 @@ impl<F: Feed> TaskRun<F> {
                 Ok(())
             }
             OnError::DeadLetter => {
-                self.task.counters.dead_letters += 1;
+                let tenant = self.task.record_tenant(topic, &s.record);
+                self.task.dead_letter(tenant.as_deref());
                 let rec = with_source_headers(&s.record, e.0, topic, p, s.offset);
                 self.out.push(Output { topic: format!("{}-dlq", opts.app), partition: Some(0), record: rec });
                 Ok(())
@@ -1231,7 +1365,7 @@ impl TaskRun {
             return Ok(true);
         }
         // Local state and its checkpoint: one atomic batch per store, every few commits.
-        self.trees.stage(&mut self.changes);
+        self.trees.stage(&mut self.changes, &self.task);
         self.trees.commits += 1;
         if self.trees.due() || last {
             let cps: Vec<Pos> = stores.iter().map(|st| c.end(&st.changelog, p)).collect();

@@ -16,7 +16,13 @@ pub struct Row {
     pub value: Vec<Value>,
     /// The joined sides, in join order: their key and value (None: no match in a left join).
     pub joined: Vec<Option<(Value, Arc<Vec<Value>>)>>,
+    /// The record's tenant, over a tenant-scoped stream (raw bytes: a header may carry any).
+    /// Expressions never see it; the task scopes every state key with it.
+    pub tenant: Option<Tenant>,
 }
+
+/// A tenant id, as the record carried it.
+pub type Tenant = Arc<[u8]>;
 
 pub type EvalResult = Result<Value, String>;
 

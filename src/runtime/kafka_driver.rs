@@ -583,6 +583,7 @@ impl Engine {
     }
 
     fn open_task(&self, spec: Arc<TaskSpec>, p: u32, committed: Option<u64>, meta: &serde_json::Value) -> Result<KTask> {
+        driver::check_tenant_layout(&spec, meta)?;
         let mut positions = driver::positions_of(&spec, p, meta);
         let main_key = format!("{}/{p}", spec.main.topic);
         if meta.is_null() {
@@ -629,6 +630,7 @@ impl Engine {
         let mut run = TaskRun::new(spec.clone(), p, group, feed, trees, meta, positions, restored, &self.opts);
         // Bring the task up to the stage: its last commit may have run an older form of its query.
         run.task.globals = self.stage.tables.clone();
+        run.purge_since(&self.stage)?;
         let meta_version = meta.get("version").and_then(|v| v.as_u64());
         if let Some((restart, fresh)) = meta_version.filter(|v| *v != spec.version).and_then(|v| self.stage.catch_up(&spec.query, v)) {
             if run.upgrade(spec.clone(), &self.stage, restart, &fresh, &|name| driver::open_tree(&self.db, name, p), &self.opts)? {
@@ -873,7 +875,7 @@ impl Engine {
                 r.uncommitted = 0;
                 r.meta_changed = false;
                 r.at_commit = (r.task.counters.clone(), r.skipped, r.read);
-                r.trees.stage(&mut r.changes);
+                r.trees.stage(&mut r.changes, &r.task);
                 r.trees.commits += 1;
                 if r.trees.due() {
                     write_local(t)?;
@@ -967,6 +969,7 @@ impl Engine {
                     retired = true;
                     continue;
                 };
+                r.purge_since(&stage)?;
                 if spec.version == r.task.spec.version && spec.epoch == r.task.spec.epoch {
                     r.task.globals = stage.tables.clone();
                     r.control = stage.next;

@@ -7,6 +7,7 @@
 //!
 //! [`Counters`]: crate::runtime::task::Counters
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, AtomicU64};
@@ -40,6 +41,14 @@ struct StoreLabels {
     store: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    application: String,
+    task: String,
+    /// The tenant id: its text when UTF-8, else `0x` and its bytes in hex.
+    tenant: String,
+}
+
 type Ratio = Gauge<f64, AtomicU64>;
 type Latency = Family<TaskLabels, Histogram, fn() -> Histogram>;
 
@@ -65,6 +74,9 @@ pub struct Metrics {
     cache_hit_ratio: Family<ProcessorLabels, Ratio>,
     restored: Family<StoreLabels, Counter>,
     restore_remaining: Family<StoreLabels, Gauge<i64, AtomicI64>>,
+    tenant_records_in: Family<TenantLabels, Counter>,
+    tenant_dead_letters: Family<TenantLabels, Counter>,
+    tenant_state_keys: Family<TenantLabels, Gauge<i64, AtomicI64>>,
 }
 
 impl fmt::Debug for Metrics {
@@ -103,7 +115,16 @@ impl Metrics {
         registry.register("streamc_restored_records", "Changelog records replayed into a store at start-up", restored.clone());
         let restore_remaining = Family::<StoreLabels, Gauge<i64, AtomicI64>>::default();
         registry.register("streamc_restore_remaining_records", "Changelog records still to replay into a store (0 once restored)", restore_remaining.clone());
+        let tenant_records_in = Family::<TenantLabels, Counter>::default();
+        registry.register("streamc_tenant_records_in", "Records of one tenant a task read (tenant-scoped queries)", tenant_records_in.clone());
+        let tenant_dead_letters = Family::<TenantLabels, Counter>::default();
+        registry.register("streamc_tenant_dead_letter_records", "Records of one tenant sent to the dead-letter topic (those whose tenant could be read)", tenant_dead_letters.clone());
+        let tenant_state_keys = Family::<TenantLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register("streamc_tenant_state_keys", "Keys one tenant holds in a task's stores", tenant_state_keys.clone());
         Metrics {
+            tenant_records_in,
+            tenant_dead_letters,
+            tenant_state_keys,
             app: app.to_string(),
             registry,
             records_in,
@@ -153,6 +174,13 @@ impl Metrics {
                 }
             }),
             reported: TaskCounts::default(),
+            tenants: TenantFamilies {
+                app: self.app.clone(),
+                task: task.to_string(),
+                records_in: self.tenant_records_in.clone(),
+                dead_letters: self.tenant_dead_letters.clone(),
+                state_keys: self.tenant_state_keys.clone(),
+            },
         }
     }
 
@@ -176,6 +204,23 @@ pub struct TaskCounts {
     pub cache_misses: u64,
     /// Records that reached each operator, indexed like the `processors` given to [`Metrics::task`].
     pub processors: Vec<u64>,
+    /// Per tenant: records in and dead letters (totals), and keys in the task's stores (now).
+    pub tenants: BTreeMap<Vec<u8>, crate::runtime::task::TenantCounts>,
+    pub tenant_keys: BTreeMap<Vec<u8>, i64>,
+}
+
+struct TenantFamilies {
+    app: String,
+    task: String,
+    records_in: Family<TenantLabels, Counter>,
+    dead_letters: Family<TenantLabels, Counter>,
+    state_keys: Family<TenantLabels, Gauge<i64, AtomicI64>>,
+}
+
+impl TenantFamilies {
+    fn labels(&self, t: &[u8]) -> TenantLabels {
+        TenantLabels { application: self.app.clone(), task: self.task.clone(), tenant: crate::runtime::tenant::display(t) }
+    }
 }
 
 struct AggregateMetrics {
@@ -196,6 +241,7 @@ pub struct TaskMetrics {
     processors: Vec<Counter>,
     aggregate: Option<AggregateMetrics>,
     reported: TaskCounts,
+    tenants: TenantFamilies,
 }
 
 /// Add to `c` what `now` has gained since `*reported`.
@@ -207,6 +253,12 @@ fn add(c: &Counter, reported: &mut u64, now: u64) {
 }
 
 impl TaskMetrics {
+    /// Take over the totals `old` published (the task's counts carry over to a new form of its
+    /// query), but not its per-processor counts: the processors are the new form's.
+    pub fn keep_totals(&mut self, old: &TaskMetrics) {
+        self.reported = TaskCounts { processors: Vec::new(), ..old.reported.clone() };
+    }
+
     /// Bring the shared metrics up to the task's totals.
     pub fn publish(&mut self, now: &TaskCounts) {
         let r = &mut self.reported;
@@ -219,6 +271,26 @@ impl TaskMetrics {
         for ((c, rep), n) in self.processors.iter().zip(r.processors.iter_mut()).zip(&now.processors) {
             add(c, rep, *n);
         }
+        for (t, c) in &now.tenants {
+            let rep = r.tenants.entry(t.clone()).or_default();
+            if c.records_in > rep.records_in || c.dead_letters > rep.dead_letters {
+                let l = self.tenants.labels(t);
+                add(&self.tenants.records_in.get_or_create(&l), &mut rep.records_in, c.records_in);
+                add(&self.tenants.dead_letters.get_or_create(&l), &mut rep.dead_letters, c.dead_letters);
+            }
+        }
+        // A tenant whose keys are all gone (purged, expired) reads 0.
+        for t in r.tenant_keys.keys() {
+            if !now.tenant_keys.contains_key(t) {
+                self.tenants.state_keys.get_or_create(&self.tenants.labels(t)).set(0);
+            }
+        }
+        for (t, n) in &now.tenant_keys {
+            if r.tenant_keys.get(t) != Some(n) {
+                self.tenants.state_keys.get_or_create(&self.tenants.labels(t)).set(*n);
+            }
+        }
+        r.tenant_keys = now.tenant_keys.clone();
         if let Some(a) = &self.aggregate {
             add(&a.late, &mut r.late, now.late);
             add(&a.cache_hits, &mut r.cache_hits, now.cache_hits);

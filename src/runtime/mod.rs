@@ -4,6 +4,7 @@ pub mod eval;
 pub mod value;
 pub mod driver;
 pub mod task;
+pub mod tenant;
 pub mod metrics;
 pub mod chaos;
 pub mod kafka_driver;

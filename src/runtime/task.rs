@@ -14,7 +14,8 @@ use crate::ast::{EmitMode, Format, WindowKind};
 use crate::hir::{self, AggFunc, KeySpec};
 use crate::log::Record;
 use crate::plan::{NodeKind, Topology};
-use crate::runtime::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row};
+use crate::runtime::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row, Tenant};
+use crate::runtime::tenant::{self, H_TENANT};
 use crate::runtime::value::{decode_record, decode_value, Value};
 use crate::types::{RecordType, Type};
 
@@ -135,6 +136,9 @@ pub struct TaskSpec {
     pub nodes: Vec<String>,
     /// The version of the program that defined its query (`streamc.query.version`).
     pub version: u64,
+    /// Its query reads a tenant-scoped stream: every record has a tenant, every state key of
+    /// the task is scoped to it, and outputs carry it.
+    pub tenant: bool,
     /// Records its repartition topics hold from before this version were written for an older
     /// form of the query: they are skipped.
     pub epoch: u64,
@@ -158,6 +162,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             nodes: Vec::new(),
             version: 0,
             epoch: 0,
+            tenant: program.queries.iter().find(|q| q.name == sub.query).is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
         };
         // The other streams of this sub-topology's stream–stream joins: their source nodes are
         // side inputs, not the main one.
@@ -261,7 +266,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         },
                     });
                 }
-                NodeKind::Sink { topic, format } => {
+                NodeKind::Sink { topic, format, .. } => {
                     let e = incoming.ok_or("sink without input")?;
                     let Type::Record(value_ty) = e.value else { return Err("sink value is not a record".into()) };
                     ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty });
@@ -323,6 +328,28 @@ pub struct Counters {
     pub cache_misses: u64,
     /// Records that reached each operator, indexed like `TaskSpec::nodes` (`ops`, then `post`).
     pub ops_in: Vec<u64>,
+    /// Per tenant (tenant-scoped tasks): records in, and records sent to the dead-letter topic.
+    pub tenants: BTreeMap<Vec<u8>, TenantCounts>,
+    /// The record being processed was counted in its tenant's `records_in` (the driver clears
+    /// this before each record; a record refused before that is counted when it is refused).
+    pub counted: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TenantCounts {
+    pub records_in: u64,
+    pub dead_letters: u64,
+}
+
+impl Counters {
+    /// The counts of tenant `t`; the record being processed is now counted in.
+    fn tenant(&mut self, t: &[u8]) -> &mut TenantCounts {
+        self.counted = true;
+        if !self.tenants.contains_key(t) {
+            self.tenants.insert(t.to_vec(), TenantCounts::default());
+        }
+        self.tenants.get_mut(t).expect("just inserted")
+    }
 }
 
 /// An error evaluating one record: it goes to the dead-letter topic (or fails the task).
@@ -423,13 +450,25 @@ struct StoredLeft<'a> {
     r: &'a serde_json::value::RawValue,
 }
 
-fn decode_left(b: &[u8], kb: &[u8], si: &StreamInput) -> Result<LeftEntry, String> {
+fn decode_left(b: &[u8], kb: &[u8], si: &StreamInput, scoped: bool) -> Result<LeftEntry, String> {
     let raw: StoredLeft = serde_json::from_slice(b).map_err(|e| format!("damaged join entry: {e}"))?;
     let fields = decode_record(raw.r.get().as_bytes(), &si.wire)?;
     let (value, joined) = split_wire(fields, si.nvalue, &si.joined_keys);
-    // The main side is keyed by the join key (co-partitioned, or repartitioned by it).
+    // The main side is keyed by the join key (co-partitioned, or repartitioned by it), scoped
+    // to its tenant.
+    let (tenant, kb) = unscope(kb, scoped)?;
     let key = decode_key(Some(kb), &si.on.ty).map_err(|e| e.0)?;
-    Ok(LeftEntry { row: Row { key, value, joined }, matched: raw.m })
+    Ok(LeftEntry { row: Row { key, value, joined, tenant }, matched: raw.m })
+}
+
+/// The tenant and the key of a key's bytes as a tenant-scoped task stores them (`scoped`), or
+/// the bytes as they are.
+fn unscope(kb: &[u8], scoped: bool) -> Result<(Option<Tenant>, &[u8]), String> {
+    if !scoped {
+        return Ok((None, kb));
+    }
+    let (t, k) = tenant::split(kb).ok_or("a damaged tenant-scoped key")?;
+    Ok((Some(Arc::from(t)), k))
 }
 
 /// A row read back from its wire layout: `nvalue` value fields, then each joined side as a
@@ -552,14 +591,15 @@ impl Task {
             *js = JoinState::default();
             for (k, v) in stores.entries(si.left_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
-                if let Ok(e) = decode_left(&v, kb, si) {
+                if let Ok(e) = decode_left(&v, kb, si, spec.tenant) {
                     js.expiry.insert((t, 0, kb.to_vec(), off));
                     js.left.entry(kb.to_vec()).or_default().insert((t, off), e);
                 }
             }
             for (k, v) in stores.entries(si.right_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
-                let (Ok(key), Ok(row)) = (decode_key(Some(kb), &si.on.ty), decode_visible(&si.source, &v)) else { continue };
+                let Ok((_, inner)) = unscope(kb, spec.tenant) else { continue };
+                let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, &v)) else { continue };
                 js.expiry.insert((t, 1, kb.to_vec(), off));
                 js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
             }
@@ -595,6 +635,73 @@ impl Task {
         }
     }
 
+    /// A key's bytes as the task's stores hold them: scoped to the record's tenant in a
+    /// tenant-scoped task.
+    fn scoped(&self, tenant: Option<&Tenant>, kb: Vec<u8>) -> Result<Vec<u8>, RecordError> {
+        match (self.spec.tenant, tenant) {
+            (false, _) => Ok(kb),
+            (true, Some(t)) => Ok(tenant::scope(t, &kb)),
+            (true, None) => Err(RecordError("the record has no tenant".into())),
+        }
+    }
+
+    /// The tenant of an aggregate's store key (None in a task that is not tenant-scoped).
+    fn agg_tenant(&self, sk: &[u8]) -> Option<Tenant> {
+        if !self.spec.tenant {
+            return None;
+        }
+        tenant::split(key_part(sk)).map(|(t, _)| Arc::from(t))
+    }
+
+    /// The tenant a key of store `store` belongs to, if the task is tenant-scoped (for purges
+    /// and per-tenant metrics): every layout starts from the scoped key bytes.
+    pub fn key_tenant<'a>(&self, store: usize, key: &'a [u8]) -> Option<&'a [u8]> {
+        if !self.spec.tenant {
+            return None;
+        }
+        let kb = if self.spec.tables.iter().any(|t| t.store == store) {
+            // Table stores are keyed by the scoped key bytes themselves.
+            key
+        } else {
+            // Aggregates (windows, sliding-window records) and join stores: length-prefixed.
+            key_part(key.strip_prefix(SLIDE_RECORDS).unwrap_or(key))
+        };
+        tenant::split(kb).map(|(t, _)| t)
+    }
+
+    /// The tenant of a record of one of the task's inputs, if it has a readable one: for
+    /// counting a bad record against its tenant.
+    pub fn record_tenant(&self, topic: &str, rec: &Record) -> Option<Tenant> {
+        if !self.spec.tenant {
+            return None;
+        }
+        let src = match &self.spec.main.decode {
+            Decode::Internal { .. } if topic == self.spec.main.topic => return tenant::of_internal(rec).ok(),
+            Decode::Source(src) if topic == self.spec.main.topic => src.clone(),
+            _ => self.spec.tables.iter().map(|t| &t.source).chain(self.spec.streams.iter().map(|s| &s.source)).find(|s| s.topic.as_deref() == Some(topic))?.clone(),
+        };
+        let all = rec.value.as_deref().and_then(|v| decode_tenanted(&src, v).ok()).and_then(|(_, all)| all);
+        if let (None, Some(hir::TenantSpec::Field(f)), Some(v)) = (&all, &src.tenant, &rec.value) {
+            // A value that does not decode may still name its tenant.
+            let v = serde_json::from_slice::<serde_json::Value>(v).ok()?;
+            return tenant::checked(v.get(f)?.as_str()?.as_bytes()).ok();
+        }
+        tenant::of_record(&src, all.as_deref(), rec).ok()
+    }
+
+    /// Count a record sent to the dead-letter topic against its tenant.
+    pub fn dead_letter(&mut self, tenant: Option<&[u8]>) {
+        self.counters.dead_letters += 1;
+        if let Some(t) = tenant {
+            let counted = self.counters.counted;
+            let c = self.counters.tenant(t);
+            c.dead_letters += 1;
+            if !counted {
+                c.records_in += 1;
+            }
+        }
+    }
+
     /// Decode a record of the main input.
     pub fn decode_main(&self, rec: &Record) -> Result<Input, RecordError> {
         match &self.spec.main.decode {
@@ -604,7 +711,8 @@ impl Task {
                 let bytes = rec.value.as_deref().ok_or_else(|| RecordError("a repartition record has no value".into()))?;
                 let fields = decode_record(bytes, wire).map_err(RecordError)?;
                 let (fields, joined) = split_wire(fields, *nvalue, joined_keys);
-                Ok(Input { row: Row { key, value: fields, joined }, ts: rec.timestamp, offset: 0 })
+                let tenant = if self.spec.tenant { Some(tenant::of_internal(rec).map_err(RecordError)?) } else { None };
+                Ok(Input { row: Row { key, value: fields, joined, tenant }, ts: rec.timestamp, offset: 0 })
             }
         }
     }
@@ -612,6 +720,9 @@ impl Task {
     /// Process one record of the main input.
     pub fn process(&mut self, input: Input, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         self.counters.records_in += 1;
+        if let Some(t) = &input.row.tenant {
+            self.counters.tenant(t).records_in += 1;
+        }
         let spec = self.spec.clone();
         self.run_ops(&spec.ops, 0, input.row, input.ts, out, stores)
     }
@@ -632,6 +743,9 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let input = decode_source(&si.source, rec)?;
+        if let Some(t) = &input.row.tenant {
+            self.counters.tenant(t).records_in += 1;
+        }
         let ts = input.ts;
         self.join_time = self.join_time.max(ts);
         if ts.saturating_add(si.within) <= self.join_time {
@@ -641,7 +755,7 @@ impl Task {
         if input.row.key.is_null() {
             return Err(RecordError("the join key is null".into()));
         }
-        let kb = input.row.key.key_bytes(&si.on.ty);
+        let kb = self.scoped(input.row.tenant.as_ref(), input.row.key.key_bytes(&si.on.ty))?;
         let value = Arc::new(input.row.value);
         let sk = join_store_key(&kb, ts, offset);
         self.table_changes.push(Change { store: si.right_store, key: sk, value: rec.value.clone(), timestamp: ts, existed: false });
@@ -687,7 +801,7 @@ impl Task {
             }
             return self.expire_joins(side, out, stores);
         }
-        let kb = k.key_bytes(&si.on.ty);
+        let kb = self.scoped(row.tenant.as_ref(), k.key_bytes(&si.on.ty))?;
         // Main-side rows are numbered in processing order (a row can come from either input, or
         // from an earlier join: no input offset identifies it); the counter is committed.
         let offset = self.join_seq;
@@ -768,9 +882,20 @@ impl Task {
         let store = ti.store;
         let key = rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
         // Decoded now, so a bad row goes to the dead-letter topic and a join never meets one.
-        let row = match &rec.value {
-            None => None,
-            Some(v) => Some(Arc::new(decode_visible(&ti.source, v)?)),
+        let (row, wire) = match &rec.value {
+            None => (None, None),
+            Some(v) => {
+                let (row, wire) = decode_tenanted(&ti.source, v)?;
+                (Some(Arc::new(row)), wire)
+            }
+        };
+        let key = match ti.source.tenant {
+            None => key,
+            Some(_) => {
+                let t = tenant::of_record(&ti.source, wire.as_deref(), rec).map_err(RecordError)?;
+                self.counters.tenant(&t).records_in += 1;
+                tenant::scope(&t, &key)
+            }
         };
         self.table_rows.insert((table, key.clone()), row);
         self.table_changes.push(Change { store, key, value: rec.value.clone(), timestamp: rec.timestamp, existed: true });
@@ -811,21 +936,21 @@ impl Task {
                     let k = group_key(key, &row)?;
                     let mut value = Vec::with_capacity(128);
                     write_record(&wire_row(&row, wire), wire, &mut value);
-                    out.push(Output {
-                        topic: topic.clone(),
-                        partition: None,
-                        record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers: vec![(H_VERSION.to_string(), self.spec.version.to_string().into_bytes())] },
-                    });
+                    let mut headers = vec![(H_VERSION.to_string(), self.spec.version.to_string().into_bytes())];
+                    if let Some(t) = &row.tenant {
+                        headers.push((H_TENANT.to_string(), t.to_vec()));
+                    }
+                    out.push(Output { topic: topic.clone(), partition: None, record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers } });
                     self.counters.records_out += 1;
                     return Ok(());
                 }
                 Op::JoinTable { table, global, on, left } => {
                     let k = eval(on, &row, &[]).map_err(err)?;
                     let found = match (table, global) {
-                        (Some(t), _) => self.table_row(*t, &k, stores)?.map(|r| (k, r)),
+                        (Some(t), _) => self.table_row(*t, &k, row.tenant.as_ref(), stores)?.map(|r| (k, r)),
                         // Control-managed tables: as of the control offset the task applied.
                         (None, Some(name)) => {
-                            let kb = k.key_bytes(&on.ty);
+                            let kb = crate::control::table_key(row.tenant.as_deref(), &k.key_bytes(&on.ty));
                             self.globals.get(name).and_then(|t| t.get(&kb)).cloned().map(|r| (k, r))
                         }
                         (None, None) => None,
@@ -852,9 +977,9 @@ impl Task {
     }
 
     /// The current row of a table input for a key: from the decoded rows, else from the store.
-    fn table_row(&mut self, table: usize, key: &Value, stores: &dyn StoreRead) -> Result<Option<Arc<Vec<Value>>>, RecordError> {
+    fn table_row(&mut self, table: usize, key: &Value, tenant: Option<&Tenant>, stores: &dyn StoreRead) -> Result<Option<Arc<Vec<Value>>>, RecordError> {
+        let kb = self.scoped(tenant, key.key_bytes(&self.spec.tables[table].source.key_type()))?;
         let ti = &self.spec.tables[table];
-        let kb = key.key_bytes(&ti.source.key_type());
         if let Some(r) = self.table_rows.get(&(table, kb.clone())) {
             return Ok(r.clone());
         }
@@ -890,8 +1015,8 @@ impl Task {
             }
             args.push(v);
         }
+        let kb = self.scoped(row.tenant.as_ref(), key.key_bytes(&agg.key_ty))?;
         self.stream_time = self.stream_time.max(ts);
-        let kb = key.key_bytes(&agg.key_ty);
         let windows: Vec<(i64, i64)> = match &agg.window {
             None => vec![(0, 0)],
             Some(w) => {
@@ -1210,12 +1335,13 @@ impl Task {
                 }
                 if emitted && agg.emit == EmitMode::Changes {
                     if let Some(old) = &old {
-                        self.tombstone(old, out);
+                        self.tombstone(old, self.agg_tenant(&sk), out);
                     }
                 }
                 continue;
             }
-            let Some(entry) = slot.entry.clone() else { continue };
+            // Taken out of its slot while it is written and emitted (no copy), then put back.
+            let Some(entry) = slot.entry.take() else { continue };
             // A window that closes in this flush and was never stored needs neither a store
             // write nor a tombstone: the state after the commit does not hold it.
             if slot.stored || entry.end.saturating_add(agg.gap) > close {
@@ -1224,9 +1350,13 @@ impl Task {
             }
             if agg.emit == EmitMode::Changes {
                 slot.emitted = true;
-                if let Err(e) = self.emit(agg, &entry, out) {
-                    errors.push(e);
-                }
+            }
+            let emitted = if agg.emit == EmitMode::Changes { self.emit(agg, &entry, self.agg_tenant(&sk), out) } else { Ok(()) };
+            if let Some(slot) = self.cache.get_mut(&sk) {
+                slot.entry = Some(entry);
+            }
+            if let Err(e) = emitted {
+                errors.push(e);
             }
         }
         if agg.window.is_some() {
@@ -1260,7 +1390,7 @@ impl Task {
                 };
                 if agg.emit == EmitMode::Final {
                     if let Some(e) = &entry {
-                        if let Err(err) = self.emit(agg, e, out) {
+                        if let Err(err) = self.emit(agg, e, self.agg_tenant(&sk), out) {
                             errors.push(err);
                         }
                     }
@@ -1278,7 +1408,7 @@ impl Task {
         errors
     }
 
-    fn emit(&mut self, agg: &AggSpec, e: &AggEntry, out: &mut Vec<Output>) -> Result<(), RecordError> {
+    fn emit(&mut self, agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>, out: &mut Vec<Output>) -> Result<(), RecordError> {
         let mut value = Vec::with_capacity(2 + e.group.len() + e.states.len());
         if agg.window.is_some() {
             value.push(Value::Ts(e.start));
@@ -1291,22 +1421,26 @@ impl Task {
         let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
         let spec = self.spec.clone();
         let stores = NoStores;
-        self.run_ops(&spec.post, spec.ops.len(), Row { key, value, joined: vec![] }, e.max_ts, out, &stores)
+        self.run_ops(&spec.post, spec.ops.len(), Row { key, value, joined: vec![], tenant }, e.max_ts, out, &stores)
     }
 }
 
 impl Task {
     /// Delete a merged-away session downstream: a tombstone for its key, the session's bounds in
     /// headers, written by the query's sink (filters and projections do not apply to deletions).
-    fn tombstone(&mut self, e: &AggEntry, out: &mut Vec<Output>) {
+    fn tombstone(&mut self, e: &AggEntry, tenant: Option<Tenant>, out: &mut Vec<Output>) {
         let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else { return };
         let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
-        let headers = vec![
+        let mut headers = vec![
             (H_VERSION.to_string(), self.spec.version.to_string().into_bytes()),
             (H_WINDOW_START.to_string(), e.start.to_string().into_bytes()),
             (H_WINDOW_END.to_string(), e.end.to_string().into_bytes()),
         ];
-        out.push(Output { topic: topic.clone(), partition: None, record: Record { key: Some(key.key_bytes(key_ty)), value: None, timestamp: e.max_ts, headers } });
+        if let Some(t) = &tenant {
+            headers.push((H_TENANT.to_string(), t.to_vec()));
+        }
+        let key = output_key(&key, key_ty, tenant.as_deref());
+        out.push(Output { topic: topic.clone(), partition: None, record: Record { key, value: None, timestamp: e.max_ts, headers } });
         self.counters.records_out += 1;
     }
 }
@@ -1604,21 +1738,33 @@ pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError>
 
 /// A source's value as queries see it: decoded by its format, the tenant field removed.
 pub(crate) fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Value>, RecordError> {
-    let mut fields = match src.format {
+    Ok(decode_tenanted(src, bytes)?.0)
+}
+
+/// A source's value as queries see it and, when the tenant is one of its fields, every field
+/// as decoded (for the tenant's value).
+fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, Option<Vec<Value>>), RecordError> {
+    let fields = match src.format {
         Format::Json => decode_record(bytes, &src.wire).map_err(RecordError)?,
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
     };
     if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
         if let Some(i) = src.wire.index_of(f) {
-            fields.remove(i);
+            let mut visible = fields.clone();
+            visible.remove(i);
+            return Ok((visible, Some(fields)));
         }
     }
-    Ok(fields)
+    Ok((fields, None))
 }
 
 fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
     let bytes = rec.value.as_deref().ok_or_else(|| RecordError("the record has no value".into()))?;
-    let wire = decode_visible(src, bytes)?;
+    let (wire, all) = decode_tenanted(src, bytes)?;
+    let tenant = match &src.tenant {
+        None => None,
+        Some(_) => Some(tenant::of_record(src, all.as_deref(), rec).map_err(RecordError)?),
+    };
     let key = match &src.key {
         KeySpec::Field(i) => {
             let k = wire[*i].clone();
@@ -1643,15 +1789,47 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
         },
         None => rec.timestamp,
     };
-    Ok(Input { row: Row { key, value: wire, joined: vec![] }, ts, offset: 0 })
+    Ok(Input { row: Row { key, value: wire, joined: vec![], tenant }, ts, offset: 0 })
+}
+
+/// An output record's key: the key's text (CONVENTIONS.md), or for a tenant's record the JSON
+/// array `[tenant, key]`, so that different tenants' results never share a key.
+fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u8>> {
+    match tenant {
+        None if key.is_null() => None,
+        None => Some(key.key_bytes(key_ty)),
+        Some(t) => {
+            let mut b = Vec::with_capacity(t.len() + 32);
+            b.push(b'[');
+            tenant::write_json(t, &mut b);
+            b.push(b',');
+            key.write_json(key_ty, &mut b);
+            b.push(b']');
+            Some(b)
+        }
+    }
 }
 
 fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64, version: u64) -> Result<Output, RecordError> {
-    let key = if row.key.is_null() { None } else { Some(row.key.key_bytes(key_ty)) };
+    let key = output_key(&row.key, key_ty, row.tenant.as_deref());
+    let mut headers = vec![(H_VERSION.to_string(), version.to_string().into_bytes())];
+    if let Some(t) = &row.tenant {
+        headers.push((H_TENANT.to_string(), t.to_vec()));
+    }
     let value = match format {
         Format::Json => {
             let mut b = Vec::with_capacity(128);
             write_record(&wire_row(row, value_ty), value_ty, &mut b);
+            if let Some(t) = &row.tenant {
+                // The tenant, as the last field `tenant` (the checker keeps the name free).
+                b.pop();
+                if b.len() > 1 {
+                    b.push(b',');
+                }
+                b.extend_from_slice(b"\"tenant\":");
+                tenant::write_json(t, &mut b);
+                b.push(b'}');
+            }
             Some(b)
         }
         Format::String => match row.value.first() {
@@ -1663,6 +1841,6 @@ fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType
     Ok(Output {
         topic: topic.to_string(),
         partition: None,
-        record: Record { key, value, timestamp: ts, headers: vec![(H_VERSION.to_string(), version.to_string().into_bytes())] },
+        record: Record { key, value, timestamp: ts, headers },
     })
 }

@@ -58,8 +58,13 @@ pub struct Env {
 
 impl Env {
     pub fn new(dir: &Path, app: &str, extra: Vec<String>) -> Env {
+        Env::with_program(dir, app, extra, PROGRAM)
+    }
+
+    /// The same, for another program.
+    pub fn with_program(dir: &Path, app: &str, extra: Vec<String>, text: &str) -> Env {
         let pfx = app.to_string();
-        let program = write_isolated(PROGRAM, &pfx, &dir.join(format!("{app}.stream")));
+        let program = write_isolated(text, &pfx, &dir.join(format!("{app}.stream")));
         let key = dir.join("ops.key");
         let state = dir.join("state");
         let out = Command::new(bin()).args(["keygen", key.to_str().unwrap(), "--id", "ops"]).output().unwrap();
@@ -522,4 +527,17 @@ pub fn new_query_while_stopped(env: &Env) {
     got.sort();
     want.sort();
     assert_eq!(got, want);
+}
+
+/// A topic's records (key, value) with one header's value (text), from the backend `env` runs on.
+pub fn consume_headers(env: &Env, topic: &str, header: &str) -> Vec<(serde_json::Value, serde_json::Value, Option<String>)> {
+    let out = Command::new(bin()).arg("--state-dir").arg(&env.state).args(env.args(&["consume", topic, "--from-beginning", "--headers"])).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["key"].clone(), v["value"].clone(), v["headers"][header].as_str().map(str::to_string))
+        })
+        .collect()
 }

@@ -11,6 +11,7 @@ pub mod kafka;
 pub mod data;
 pub mod cli;
 pub mod control;
+pub mod tenants;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.
 pub fn compile(src: &str) -> Result<hir::Program, Diagnostics> {
