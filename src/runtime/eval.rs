@@ -143,49 +143,55 @@ fn binary(op: BinOp, l: &Expr, r: &Expr, row: &Row, locals: &[Value]) -> EvalRes
     }
     let a = eval(l, row, locals)?;
     let b = eval(r, row, locals)?;
+    apply_binary(op, &a, &b)
+}
+
+/// A binary operator other than `and` / `or` applied to two values.
+fn apply_binary(op: BinOp, a: &Value, b: &Value) -> EvalResult {
+    use Value::*;
     let sym = op.symbol();
     Ok(match op {
-        BinOp::Eq => Bool(a.equals(&b)),
-        BinOp::Ne => Bool(!a.equals(&b)),
+        BinOp::Eq => Bool(a.equals(b)),
+        BinOp::Ne => Bool(!a.equals(b)),
         _ if a.is_null() || b.is_null() => Null,
-        BinOp::Lt => Bool(a.cmp_total(&b).is_lt()),
-        BinOp::Le => Bool(a.cmp_total(&b).is_le()),
-        BinOp::Gt => Bool(a.cmp_total(&b).is_gt()),
-        BinOp::Ge => Bool(a.cmp_total(&b).is_ge()),
+        BinOp::Lt => Bool(a.cmp_total(b).is_lt()),
+        BinOp::Le => Bool(a.cmp_total(b).is_le()),
+        BinOp::Gt => Bool(a.cmp_total(b).is_gt()),
+        BinOp::Ge => Bool(a.cmp_total(b).is_ge()),
         BinOp::In | BinOp::NotIn => {
-            let found = match &b {
-                List(items) => items.iter().any(|x| x.equals(&a)),
+            let found = match b {
+                List(items) => items.iter().any(|x| x.equals(a)),
                 _ => false,
             };
             Bool(found == (op == BinOp::In))
         }
-        BinOp::Add => match (&a, &b) {
+        BinOp::Add => match (a, b) {
             (Int(x), Int(y)) => Int(x.checked_add(*y).ok_or("integer overflow in `+`")?),
             (Str(x), Str(y)) => Value::str(&format!("{x}{y}")),
             (Ts(t), Dur(d)) | (Dur(d), Ts(t)) => Ts(t.checked_add(*d).ok_or("timestamp overflow in `+`")?),
             (Dur(x), Dur(y)) => Dur(x.checked_add(*y).ok_or("duration overflow in `+`")?),
-            _ => finite(num(&a).ok_or("bad operands")? + num(&b).ok_or("bad operands")?, "the result of `+`")?,
+            _ => finite(num(a).ok_or("bad operands")? + num(b).ok_or("bad operands")?, "the result of `+`")?,
         },
-        BinOp::Sub => match (&a, &b) {
+        BinOp::Sub => match (a, b) {
             (Int(x), Int(y)) => Int(x.checked_sub(*y).ok_or("integer overflow in `-`")?),
             (Ts(t), Dur(d)) => Ts(t.checked_sub(*d).ok_or("timestamp overflow in `-`")?),
             (Ts(x), Ts(y)) => Dur(x.checked_sub(*y).ok_or("duration overflow in `-`")?),
             (Dur(x), Dur(y)) => Dur(x.checked_sub(*y).ok_or("duration overflow in `-`")?),
-            _ => finite(num(&a).ok_or("bad operands")? - num(&b).ok_or("bad operands")?, "the result of `-`")?,
+            _ => finite(num(a).ok_or("bad operands")? - num(b).ok_or("bad operands")?, "the result of `-`")?,
         },
-        BinOp::Mul => match (&a, &b) {
+        BinOp::Mul => match (a, b) {
             (Int(x), Int(y)) => Int(x.checked_mul(*y).ok_or("integer overflow in `*`")?),
             (Dur(d), Int(n)) | (Int(n), Dur(d)) => Dur(d.checked_mul(*n).ok_or("duration overflow in `*`")?),
-            _ => finite(num(&a).ok_or("bad operands")? * num(&b).ok_or("bad operands")?, "the result of `*`")?,
+            _ => finite(num(a).ok_or("bad operands")? * num(b).ok_or("bad operands")?, "the result of `*`")?,
         },
         BinOp::Div | BinOp::Rem => {
             let div = op == BinOp::Div;
-            match (&a, &b) {
+            match (a, b) {
                 (Int(_), Int(0)) | (Dur(_), Int(0)) => return Err(format!("division by zero in `{sym}`")),
                 (Int(x), Int(y)) => Int(if div { x.checked_div(*y) } else { x.checked_rem(*y) }.ok_or_else(|| format!("integer overflow in `{sym}`"))?),
                 (Dur(x), Int(y)) => Dur(if div { x.checked_div(*y) } else { x.checked_rem(*y) }.ok_or_else(|| format!("duration overflow in `{sym}`"))?),
                 _ => {
-                    let (x, y) = (num(&a).ok_or("bad operands")?, num(&b).ok_or("bad operands")?);
+                    let (x, y) = (num(a).ok_or("bad operands")?, num(b).ok_or("bad operands")?);
                     if y == 0.0 {
                         return Err(format!("division by zero in `{sym}`"));
                     }
@@ -316,6 +322,9 @@ pub fn uda_init(def: &AggregateDef) -> Result<Vec<Value>, String> {
 
 /// Update a user-defined aggregate's state with one call's argument values.
 pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Result<(), String> {
+    if let Some(r) = update_in_place(def, state, args) {
+        return r;
+    }
     let np = def.params.len();
     let ns = def.state.len();
     // The locals live in a buffer reused across calls (this runs for every record and window).
@@ -337,6 +346,49 @@ pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Re
         cell.replace(locals);
         r
     })
+}
+
+/// The common update `s = s OP v` (each statement: a state slot, `+`, `-` or `*`, and a
+/// parameter, a state slot or a literal — `avg`'s `n = n + 1; sum = sum + x`) run in place on
+/// the state, with `binary`'s arithmetic: no locals assembled, no tree walked. None if the
+/// update has another form (then the statements are interpreted).
+fn update_in_place(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Option<Result<(), String>> {
+    let (np, ns) = (args.len(), state.len());
+    if np != def.params.len() || ns != def.state.len() {
+        return None;
+    }
+    let simple = def.update.iter().all(|Stmt::Set(slot, e)| match &e.kind {
+        ExprKind::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul, l, r) => {
+            matches!(l.kind, ExprKind::Local(a) if a == *slot && (np..np + ns).contains(slot))
+                && match &r.kind {
+                    ExprKind::Local(b) => *b < np + ns,
+                    ExprKind::Lit(_) => true,
+                    _ => false,
+                }
+        }
+        _ => false,
+    });
+    if !simple {
+        return None;
+    }
+    for Stmt::Set(slot, e) in &def.update {
+        let ExprKind::Binary(op, _, r) = &e.kind else { return None };
+        let v = {
+            let rhs = match &r.kind {
+                ExprKind::Local(b) if *b < np => &args[*b],
+                ExprKind::Local(b) => &state[*b - np],
+                ExprKind::Lit(l) => &lit(l),
+                _ => return None,
+            };
+            apply_binary(*op, &state[*slot - np], rhs)
+        };
+        match v {
+            Ok(v) => state[*slot - np] = v,
+            // As when interpreted: the slots keep what the statements before assigned.
+            Err(e) => return Some(Err(e)),
+        }
+    }
+    Some(Ok(()))
 }
 
 pub fn uda_result(def: &AggregateDef, state: &[Value]) -> EvalResult {
