@@ -24,7 +24,7 @@ own log's changelog the same way.
 and prints its events/s, to find the smallest -Xmx at full speed; then --xmx is used as given.
 
 Usage: bench/compare.py [--trades N] [--tickers K] [--partitions P] [--restore-keys K]
-                        [--guarantee at_least_once|exactly_once|both] [--xmx 512m]
+                        [--guarantee at_least_once|exactly_once|both] [--xmx 192m]
                         [--xmx-search 128m,256m,512m]"""
 import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
 
@@ -34,7 +34,7 @@ ap.add_argument("--trades", type=int, default=1_000_000)
 ap.add_argument("--tickers", type=int, default=1000)
 ap.add_argument("--partitions", type=int, default=1)
 ap.add_argument("--guarantee", default="at_least_once", choices=["at_least_once", "exactly_once", "both"])
-ap.add_argument("--xmx", default="512m", help="Kafka Streams' JVM heap (-Xmx)")
+ap.add_argument("--xmx", default="192m", help="Kafka Streams' JVM heap (-Xmx); 192m: the smallest at full speed here (--xmx-search)")
 ap.add_argument("--xmx-search", default="", help="heap sizes to try first, comma-separated")
 ap.add_argument("--restore-keys", type=int, default=1_000_000)
 a = ap.parse_args()
