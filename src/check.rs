@@ -516,7 +516,9 @@ impl<'a> Checker<'a> {
                     .related(a.result_type.span, "declared here"),
             );
         }
+        let in_place = hir::in_place(&update, params.len(), state.len());
         self.aggregates.push(Arc::new(hir::AggregateDef {
+            in_place,
             name: a.name.node.clone(),
             params,
             state,

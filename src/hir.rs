@@ -237,6 +237,48 @@ pub struct AggregateDef {
     pub result: Expr,
     pub result_type: Type,
     pub stdlib: bool,
+    /// `update`, when every statement is `s = s OP v` (see [`InPlace`]): run in place on the
+    /// state, with no locals and no tree walk. Found once, when the aggregate is checked.
+    pub in_place: Option<Vec<InPlace>>,
+}
+
+/// One update statement `s = s OP v`: state field `state` (an index into the state) combined,
+/// by `+`, `-` or `*`, with a parameter, a state field or a literal — `avg`'s `n = n + 1;
+/// sum = sum + x`.
+#[derive(Clone, Debug)]
+pub struct InPlace {
+    pub state: usize,
+    pub op: BinOp,
+    pub operand: Operand,
+}
+
+#[derive(Clone, Debug)]
+pub enum Operand {
+    Param(usize),
+    State(usize),
+    Lit(Literal),
+}
+
+/// The update statements of an aggregate with `params` parameters and `state` state fields as
+/// [`InPlace`] steps, if every one has that form.
+pub fn in_place(update: &[Stmt], params: usize, state: usize) -> Option<Vec<InPlace>> {
+    update
+        .iter()
+        .map(|Stmt::Set(slot, e)| {
+            let ExprKind::Binary(op @ (BinOp::Add | BinOp::Sub | BinOp::Mul), l, r) = &e.kind else { return None };
+            let s = slot.checked_sub(params).filter(|s| *s < state)?;
+            if !matches!(l.kind, ExprKind::Local(a) if a == *slot) {
+                return None;
+            }
+            let operand = match &r.kind {
+                ExprKind::Local(b) if *b < params => Operand::Param(*b),
+                ExprKind::Local(b) if *b < params + state => Operand::State(*b - params),
+                ExprKind::Lit(l) => Operand::Lit(l.clone()),
+                _ => return None,
+            };
+            Some(InPlace { state: s, op: *op, operand })
+        })
+        .collect()
 }
 
 /// A user-defined function; its body reads the parameters as local slots.

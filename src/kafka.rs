@@ -183,15 +183,14 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         let mut ends = Vec::new();
         for p in 0..n {
-            let (low, high) = if only.is_none_or(|o| o == p) {
-                consumer.fetch_watermarks(topic, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?
-            } else {
-                (0, 0)
-            };
-            let from = if from_beginning { low } else { high };
-            if only.is_none_or(|o| o == p) {
-                tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
+            if only.is_some_and(|o| o != p) {
+                // Not read: nothing to wait for.
+                ends.push((0, 0));
+                continue;
             }
+            let (low, high) = consumer.fetch_watermarks(topic, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+            let from = if from_beginning { low } else { high };
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
             ends.push((from, high));
         }
         consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;

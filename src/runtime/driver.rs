@@ -690,23 +690,11 @@ impl Trees {
         }
         let mut m: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         for (i, (tree, pending)) in self.trees.iter().zip(&self.pending).enumerate() {
-            // Keys only: those in sled that no pending change deletes, then those pending puts
-            // create.
-            for k in tree.iter().keys().filter_map(|k| k.ok()) {
-                if &k[..] == CHECKPOINT || pending.0.get(&k[..]).is_some_and(|(v, _)| v.is_none()) {
-                    continue;
-                }
-                if let Some(t) = task.key_tenant(i, &k) {
+            live_store_keys(tree, pending, |k| {
+                if let Some(t) = task.key_tenant(i, k) {
                     *m.entry(t.to_vec()).or_default() += 1;
                 }
-            }
-            for (k, (v, _)) in &pending.0 {
-                if v.is_some() && !tree.contains_key(k).unwrap_or(false) {
-                    if let Some(t) = task.key_tenant(i, k) {
-                        *m.entry(t.to_vec()).or_default() += 1;
-                    }
-                }
-            }
+            });
         }
         self.tenant_keys = Some(m);
     }
@@ -718,28 +706,17 @@ impl Trees {
     pub(crate) fn purge(&mut self, tenants: &[&[u8]], task: &Task, stream_time: i64, changes: &mut Vec<Change>) -> Result<u64, String> {
         let mut n = 0;
         for (i, (tree, pending)) in self.trees.iter().zip(self.pending.iter_mut()).enumerate() {
-            let ours = |k: &[u8]| task.key_tenant(i, k).is_some_and(|t| tenants.contains(&t));
-            let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT && ours(k)).map(|k| k.to_vec()).collect();
-            // Pending changes win over the tree: a key deleted there is gone, one put is live.
-            for (k, (v, _)) in pending.0.iter() {
-                if ours(k) {
-                    if v.is_some() {
-                        keys.insert(k.clone());
-                    } else {
-                        keys.remove(k);
-                    }
+            let mut keys = Vec::new();
+            live_store_keys(tree, pending, |k| {
+                if task.key_tenant(i, k).is_some_and(|t| tenants.contains(&t)) {
+                    keys.push(k.to_vec());
                 }
-            }
+            });
             for k in &keys {
                 pending.stage(k.clone(), None, true);
             }
             n += keys.len() as u64;
             changes.extend(keys.into_iter().map(|key| Change { store: i, key, value: None, timestamp: stream_time.max(0), existed: true }));
-        }
-        if let Some(m) = self.tenant_keys.as_mut() {
-            for t in tenants {
-                m.remove(*t);
-            }
         }
         Ok(n)
     }
@@ -1058,18 +1035,7 @@ impl<F: Feed> TaskRun<F> {
             positions.insert(k.clone(), self.positions.get(&k).copied().unwrap_or_default());
         }
         self.positions = positions;
-        let stream_time = if restart { i64::MIN } else { self.task.stream_time };
-        let mut task = Task::new(spec.clone(), p, stream_time);
-        if !restart {
-            task.join_time = self.task.join_time;
-            task.join_seq = self.task.join_seq;
-        }
-        let c = &self.task.counters;
-        task.counters = task::Counters { ops_in: task.counters.ops_in.clone(), ..c.clone() };
-        task.globals = stage.tables.clone();
-        task.restore_index(&self.trees);
-        self.trees.count_tenants(&task);
-        self.task = task;
+        self.rebuild_task(spec.clone(), stage, restart);
         if let Some(m) = &opts.metrics {
             let mut fresh = m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str()));
             // The counts carry over to the new task: so do the totals already published.
@@ -1094,6 +1060,24 @@ impl<F: Feed> TaskRun<F> {
         Ok(inputs_changed)
     }
 
+    /// Replace the task by one running `spec` over the stores as they are now (pending changes
+    /// included), its in-memory state rebuilt from them. Counts carry over (per-operator counts
+    /// only for the same spec); stream and join times too, unless `restart`.
+    fn rebuild_task(&mut self, spec: Arc<TaskSpec>, stage: &crate::control::Stage, restart: bool) {
+        let old = &self.task;
+        let mut task = Task::new(spec.clone(), old.partition, if restart { i64::MIN } else { old.stream_time });
+        if !restart {
+            task.join_time = old.join_time;
+            task.join_seq = old.join_seq;
+        }
+        let ops_in = if Arc::ptr_eq(&spec, &old.spec) { old.counters.ops_in.clone() } else { task.counters.ops_in.clone() };
+        task.counters = task::Counters { ops_in, ..old.counters.clone() };
+        task.globals = stage.tables.clone();
+        task.restore_index(&self.trees);
+        self.trees.count_tenants(&task);
+        self.task = task;
+    }
+
     /// Apply the `for tenant "t" purge` statements the task has not applied yet (at control
     /// offsets from `self.control` on): every key of those tenants leaves every store, with a
     /// tombstone each for the changelogs, committed with the new control offset; other tenants'
@@ -1108,14 +1092,7 @@ impl<F: Feed> TaskRun<F> {
             return Ok(0);
         }
         let n = self.trees.purge(&tenants, &self.task, self.task.stream_time, &mut self.changes)?;
-        let old = &self.task;
-        let mut task = Task::new(old.spec.clone(), old.partition, old.stream_time);
-        task.join_time = old.join_time;
-        task.join_seq = old.join_seq;
-        task.counters = old.counters.clone();
-        task.globals = stage.tables.clone();
-        task.restore_index(&self.trees);
-        self.task = task;
+        self.rebuild_task(self.task.spec.clone(), stage, false);
         self.meta_changed = true;
         let names: Vec<String> = tenants.iter().map(|t| crate::runtime::tenant::display(t)).collect();
         self.bar.suspend(|| eprintln!("{} partition {}: purged tenant {}: {n} keys deleted", self.task.spec.name, self.task.partition, names.join(", ")));
@@ -1448,16 +1425,34 @@ fn sweep(log: &EmbeddedLog, db: &sled::Db, store: &str, changelog: &str, p: u32)
 /// Empty store `i` of a task: its local tree cleared, its pending changes dropped, and a
 /// tombstone queued for every key it held, to be committed to the changelog. Returns how many.
 fn empty_store(i: usize, tree: &sled::Tree, pending: &mut Pending, stream_time: i64, changes: &mut Vec<Change>) -> Result<u64, String> {
-    let mut keys: std::collections::BTreeSet<Vec<u8>> = tree.iter().keys().filter_map(|k| k.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
-    for (k, (v, _)) in pending.0.drain() {
-        if v.is_some() {
-            keys.insert(k);
-        }
-    }
+    let mut keys = Vec::new();
+    live_store_keys(tree, pending, |k| keys.push(k.to_vec()));
+    *pending = Pending::default();
     tree.clear().map_err(|e| format!("cannot clear local state: {e}"))?;
     let n = keys.len() as u64;
     changes.extend(keys.into_iter().map(|key| Change { store: i, key, value: None, timestamp: stream_time.max(0), existed: false }));
     Ok(n)
+}
+
+/// Every key a store holds, in key order: those in sled that no pending change deletes, and those
+/// pending changes put (its checkpoint is not a key).
+fn live_store_keys(tree: &sled::Tree, pending: &Pending, mut f: impl FnMut(&[u8])) {
+    let mut pending_puts: Vec<&Vec<u8>> = pending.0.iter().filter(|(_, (v, _))| v.is_some()).map(|(k, _)| k).collect();
+    pending_puts.sort_unstable();
+    let mut puts = pending_puts.into_iter().peekable();
+    for k in tree.iter().keys().filter_map(|k| k.ok()) {
+        // Pending puts before this key, then the key itself unless pending changes decide it.
+        while let Some(p) = puts.next_if(|p| p.as_slice() < &k[..]) {
+            f(p);
+        }
+        if &k[..] == CHECKPOINT || pending.0.contains_key(&k[..]) {
+            continue;
+        }
+        f(&k);
+    }
+    for p in puts {
+        f(p);
+    }
 }
 
 /// The keys a changelog still holds a value for (the last record of each key is not a

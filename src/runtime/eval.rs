@@ -322,8 +322,8 @@ pub fn uda_init(def: &AggregateDef) -> Result<Vec<Value>, String> {
 
 /// Update a user-defined aggregate's state with one call's argument values.
 pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Result<(), String> {
-    if let Some(r) = update_in_place(def, state, args) {
-        return r;
+    if let Some(steps) = &def.in_place {
+        return update_in_place(steps, state, args);
     }
     let np = def.params.len();
     let ns = def.state.len();
@@ -348,47 +348,23 @@ pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Re
     })
 }
 
-/// The common update `s = s OP v` (each statement: a state slot, `+`, `-` or `*`, and a
-/// parameter, a state slot or a literal — `avg`'s `n = n + 1; sum = sum + x`) run in place on
-/// the state, with `binary`'s arithmetic: no locals assembled, no tree walked. None if the
-/// update has another form (then the statements are interpreted).
-fn update_in_place(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Option<Result<(), String>> {
-    let (np, ns) = (args.len(), state.len());
-    if np != def.params.len() || ns != def.state.len() {
-        return None;
-    }
-    let simple = def.update.iter().all(|Stmt::Set(slot, e)| match &e.kind {
-        ExprKind::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul, l, r) => {
-            matches!(l.kind, ExprKind::Local(a) if a == *slot && (np..np + ns).contains(slot))
-                && match &r.kind {
-                    ExprKind::Local(b) => *b < np + ns,
-                    ExprKind::Lit(_) => true,
-                    _ => false,
-                }
-        }
-        _ => false,
-    });
-    if !simple {
-        return None;
-    }
-    for Stmt::Set(slot, e) in &def.update {
-        let ExprKind::Binary(op, _, r) = &e.kind else { return None };
-        let v = {
-            let rhs = match &r.kind {
-                ExprKind::Local(b) if *b < np => &args[*b],
-                ExprKind::Local(b) => &state[*b - np],
-                ExprKind::Lit(l) => &lit(l),
-                _ => return None,
-            };
-            apply_binary(*op, &state[*slot - np], rhs)
+/// Run an update found to be [`InPlace`](crate::hir::InPlace) steps directly on the state,
+/// with `binary`'s arithmetic. On an error the state keeps what the steps before assigned, as
+/// when interpreted.
+fn update_in_place(steps: &[crate::hir::InPlace], state: &mut [Value], args: &[Value]) -> Result<(), String> {
+    use crate::hir::Operand;
+    for step in steps {
+        // Slots out of range read as null, as the interpreter's locals do.
+        let at = |v: &[Value], i: usize| v.get(i).cloned().unwrap_or(Value::Null);
+        let operand = match &step.operand {
+            Operand::Param(i) => at(args, *i),
+            Operand::State(i) => at(state, *i),
+            Operand::Lit(l) => lit(l),
         };
-        match v {
-            Ok(v) => state[*slot - np] = v,
-            // As when interpreted: the slots keep what the statements before assigned.
-            Err(e) => return Some(Err(e)),
-        }
+        let Some(current) = state.get_mut(step.state) else { continue };
+        *current = apply_binary(step.op, current, &operand)?;
     }
-    Some(Ok(()))
+    Ok(())
 }
 
 pub fn uda_result(def: &AggregateDef, state: &[Value]) -> EvalResult {

@@ -680,13 +680,12 @@ impl Task {
             Decode::Source(src) if topic == self.spec.main.topic => src.clone(),
             _ => self.spec.tables.iter().map(|t| &t.source).chain(self.spec.streams.iter().map(|s| &s.source)).find(|s| s.topic.as_deref() == Some(topic))?.clone(),
         };
-        let all = rec.value.as_deref().and_then(|v| decode_tenanted(&src, v).ok()).and_then(|(_, all)| all);
-        if let (None, Some(hir::TenantSpec::Field(f)), Some(v)) = (&all, &src.tenant, &rec.value) {
-            // A value that does not decode may still name its tenant.
+        if let (Some(hir::TenantSpec::Field(f)), Some(v)) = (&src.tenant, &rec.value) {
+            // Read from the JSON as it is: a value that does not decode may still name its tenant.
             let v = serde_json::from_slice::<serde_json::Value>(v).ok()?;
             return tenant::checked(v.get(f)?.as_str()?.as_bytes()).ok();
         }
-        tenant::of_record(&src, all.as_deref(), rec).ok()
+        tenant::of_record(&src, None, rec).ok()
     }
 
     /// Count a record sent to the dead-letter topic against its tenant.
@@ -882,17 +881,17 @@ impl Task {
         let store = ti.store;
         let key = rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
         // Decoded now, so a bad row goes to the dead-letter topic and a join never meets one.
-        let (row, wire) = match &rec.value {
+        let (row, field) = match &rec.value {
             None => (None, None),
             Some(v) => {
-                let (row, wire) = decode_tenanted(&ti.source, v)?;
-                (Some(Arc::new(row)), wire)
+                let (row, field) = decode_tenanted(&ti.source, v)?;
+                (Some(Arc::new(row)), field)
             }
         };
         let key = match ti.source.tenant {
             None => key,
             Some(_) => {
-                let t = tenant::of_record(&ti.source, wire.as_deref(), rec).map_err(RecordError)?;
+                let t = tenant::of_record(&ti.source, field.as_ref(), rec).map_err(RecordError)?;
                 self.counters.tenant(&t).records_in += 1;
                 tenant::scope(&t, &key)
             }
@@ -936,10 +935,7 @@ impl Task {
                     let k = group_key(key, &row)?;
                     let mut value = Vec::with_capacity(128);
                     write_record(&wire_row(&row, wire), wire, &mut value);
-                    let mut headers = vec![(H_VERSION.to_string(), self.spec.version.to_string().into_bytes())];
-                    if let Some(t) = &row.tenant {
-                        headers.push((H_TENANT.to_string(), t.to_vec()));
-                    }
+                    let headers = out_headers(self.spec.version, row.tenant.as_deref());
                     out.push(Output { topic: topic.clone(), partition: None, record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers } });
                     self.counters.records_out += 1;
                     return Ok(());
@@ -1348,10 +1344,9 @@ impl Task {
                 let existed = std::mem::replace(&mut slot.stored, true);
                 changes.push(Change { store: agg.store, key: sk.clone(), value: Some(encode_entry(&entry, agg)), timestamp: entry.max_ts, existed });
             }
-            if agg.emit == EmitMode::Changes {
-                slot.emitted = true;
-            }
-            let emitted = if agg.emit == EmitMode::Changes { self.emit(agg, &entry, self.agg_tenant(&sk), out) } else { Ok(()) };
+            let changes = agg.emit == EmitMode::Changes;
+            slot.emitted |= changes;
+            let emitted = if changes { self.emit(agg, &entry, self.agg_tenant(&sk), out) } else { Ok(()) };
             if let Some(slot) = self.cache.get_mut(&sk) {
                 slot.entry = Some(entry);
             }
@@ -1431,14 +1426,9 @@ impl Task {
     fn tombstone(&mut self, e: &AggEntry, tenant: Option<Tenant>, out: &mut Vec<Output>) {
         let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else { return };
         let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
-        let mut headers = vec![
-            (H_VERSION.to_string(), self.spec.version.to_string().into_bytes()),
-            (H_WINDOW_START.to_string(), e.start.to_string().into_bytes()),
-            (H_WINDOW_END.to_string(), e.end.to_string().into_bytes()),
-        ];
-        if let Some(t) = &tenant {
-            headers.push((H_TENANT.to_string(), t.to_vec()));
-        }
+        let mut headers = out_headers(self.spec.version, tenant.as_deref());
+        headers.push((H_WINDOW_START.to_string(), e.start.to_string().into_bytes()));
+        headers.push((H_WINDOW_END.to_string(), e.end.to_string().into_bytes()));
         let key = output_key(&key, key_ty, tenant.as_deref());
         out.push(Output { topic: topic.clone(), partition: None, record: Record { key, value: None, timestamp: e.max_ts, headers } });
         self.counters.records_out += 1;
@@ -1741,18 +1731,17 @@ pub(crate) fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Valu
     Ok(decode_tenanted(src, bytes)?.0)
 }
 
-/// A source's value as queries see it and, when the tenant is one of its fields, every field
-/// as decoded (for the tenant's value).
-fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, Option<Vec<Value>>), RecordError> {
-    let fields = match src.format {
+/// A source's value as queries see it and, when the tenant is one of its fields, that field's
+/// value (taken out of the record).
+fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, Option<Value>), RecordError> {
+    let mut fields = match src.format {
         Format::Json => decode_record(bytes, &src.wire).map_err(RecordError)?,
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
     };
     if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
         if let Some(i) = src.wire.index_of(f) {
-            let mut visible = fields.clone();
-            visible.remove(i);
-            return Ok((visible, Some(fields)));
+            let tenant = fields.remove(i);
+            return Ok((fields, Some(tenant)));
         }
     }
     Ok((fields, None))
@@ -1760,10 +1749,10 @@ fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, Optio
 
 fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
     let bytes = rec.value.as_deref().ok_or_else(|| RecordError("the record has no value".into()))?;
-    let (wire, all) = decode_tenanted(src, bytes)?;
+    let (wire, field) = decode_tenanted(src, bytes)?;
     let tenant = match &src.tenant {
         None => None,
-        Some(_) => Some(tenant::of_record(src, all.as_deref(), rec).map_err(RecordError)?),
+        Some(_) => Some(tenant::of_record(src, field.as_ref(), rec).map_err(RecordError)?),
     };
     let key = match &src.key {
         KeySpec::Field(i) => {
@@ -1792,6 +1781,17 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
     Ok(Input { row: Row { key, value: wire, joined: vec![], tenant }, ts, offset: 0 })
 }
 
+/// The headers of a record a task writes: the version of the query that wrote it, and the
+/// record's tenant (raw bytes) in a tenant-scoped query.
+fn out_headers(version: u64, tenant: Option<&[u8]>) -> Vec<(String, Vec<u8>)> {
+    let mut h = Vec::with_capacity(2);
+    h.push((H_VERSION.to_string(), version.to_string().into_bytes()));
+    if let Some(t) = tenant {
+        h.push((H_TENANT.to_string(), t.to_vec()));
+    }
+    h
+}
+
 /// An output record's key: the key's text (CONVENTIONS.md), or for a tenant's record the JSON
 /// array `[tenant, key]`, so that different tenants' results never share a key.
 fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u8>> {
@@ -1812,10 +1812,7 @@ fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u
 
 fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64, version: u64) -> Result<Output, RecordError> {
     let key = output_key(&row.key, key_ty, row.tenant.as_deref());
-    let mut headers = vec![(H_VERSION.to_string(), version.to_string().into_bytes())];
-    if let Some(t) = &row.tenant {
-        headers.push((H_TENANT.to_string(), t.to_vec()));
-    }
+    let headers = out_headers(version, row.tenant.as_deref());
     let value = match format {
         Format::Json => {
             let mut b = Vec::with_capacity(128);

@@ -42,24 +42,21 @@ pub fn prefix(tenant: &[u8]) -> Vec<u8> {
     scope(tenant, &[])
 }
 
-/// The tenant of a record of `src` (a tenant-scoped stream or table), given the value fields as
-/// decoded from the wire (tenant field included). A record without one is bad input.
-pub fn of_record(src: &Source, wire: Option<&[Value]>, rec: &Record) -> Result<Tenant, String> {
+/// The tenant of a record of `src` (a tenant-scoped stream or table), given the value of its
+/// tenant field as decoded (None: the record has no value). A record without one is bad input.
+pub fn of_record(src: &Source, field: Option<&Value>, rec: &Record) -> Result<Tenant, String> {
     match &src.tenant {
         None => Err("the source declares no tenant".into()),
-        Some(TenantSpec::Field(f)) => {
-            let i = src.wire.index_of(f).ok_or_else(|| format!("no tenant field `{f}`"))?;
-            match wire.and_then(|w| w.get(i)) {
-                Some(Value::Str(s)) => checked(s.as_bytes()),
-                Some(Value::Null) => Err(format!("the record has no tenant: its tenant field `{f}` is missing or null")),
-                Some(v) => Err(format!("the tenant field `{f}` is not a string: {v}")),
-                // A deletion (no value) of a table names its tenant in the header instead.
-                None => match header(rec, H_TENANT) {
-                    Some(t) => checked(t),
-                    None => Err(format!("the record has no tenant: no value (so no field `{f}`) and no `{H_TENANT}` header")),
-                },
-            }
-        }
+        Some(TenantSpec::Field(f)) => match field {
+            Some(Value::Str(s)) => checked(s.as_bytes()),
+            Some(Value::Null) => Err(format!("the record has no tenant: its tenant field `{f}` is missing or null")),
+            Some(v) => Err(format!("the tenant field `{f}` is not a string: {v}")),
+            // A deletion (no value) of a table names its tenant in the header instead.
+            None => match header(rec, H_TENANT) {
+                Some(t) => checked(t),
+                None => Err(format!("the record has no tenant: no value (so no field `{f}`) and no `{H_TENANT}` header")),
+            },
+        },
         Some(TenantSpec::Header(h)) => match header(rec, h) {
             Some(t) => checked(t),
             None => Err(format!("the record has no tenant: no `{h}` header")),
