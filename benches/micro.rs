@@ -37,10 +37,17 @@ fn program_500_lines() -> String {
 
 fn trades(n: u64) -> Vec<Record> {
     let mut buf = Vec::new();
-    streamc::gen::trades(&streamc::gen::TradesOptions { count: n, tickers: 100, seed: 1, rate: 1000, disorder_ms: 200 }, &mut buf).unwrap();
+    streamc::gen::trades(
+        &streamc::gen::TradesOptions { count: n, tickers: 100, seed: 1, rate: 1000, disorder_ms: 200 },
+        &mut buf,
+    )
+    .unwrap();
     let program = streamc::compile(TRADES).unwrap();
     let source = program.sources[0].clone();
-    buf.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| streamc::runtime::driver::value_record(Some(&source), l, 0)).collect()
+    buf.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| streamc::runtime::driver::value_record(Some(&source), l, 0))
+        .collect()
 }
 
 fn spec_of(src: &str) -> Arc<TaskSpec> {
@@ -99,7 +106,11 @@ fn end_to_end(c: &mut Criterion) {
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("trades.jsonl");
     let mut f = std::fs::File::create(&input).unwrap();
-    streamc::gen::trades(&streamc::gen::TradesOptions { count: 20_000, tickers: 100, seed: 1, rate: 1000, disorder_ms: 200 }, &mut f).unwrap();
+    streamc::gen::trades(
+        &streamc::gen::TradesOptions { count: 20_000, tickers: 100, seed: 1, rate: 1000, disorder_ms: 200 },
+        &mut f,
+    )
+    .unwrap();
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/stats.stream");
     let text = std::fs::read_to_string(path).unwrap();
     let program = streamc::compile(&text).unwrap();

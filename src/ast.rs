@@ -73,11 +73,19 @@ pub struct SourceDecl {
 #[derive(Clone, Debug)]
 pub enum DeclItem {
     /// `key FIELD` (the key is that value field) or `key NAME: TYPE` (a key outside the value).
-    Key { name: Ident, ty: Option<Node<TypeExpr>> },
+    Key {
+        name: Ident,
+        ty: Option<Node<TypeExpr>>,
+    },
     /// `value json { ... }`, `value { ... }` (no format: a control-managed table).
-    ValueJson { explicit_format: bool, fields: Vec<FieldDecl> },
+    ValueJson {
+        explicit_format: bool,
+        fields: Vec<FieldDecl>,
+    },
     /// `value string [as NAME]`: the whole value is one string field (default name `value`).
-    ValueString { name: Option<Ident> },
+    ValueString {
+        name: Option<Ident>,
+    },
     Time(Ident),
     TenantField(Ident),
     TenantHeader(Node<String>),
@@ -267,11 +275,28 @@ pub enum Expr {
     Lit(Literal),
     /// `a`, `a.b.c`, `limits.max_price`: resolved by the checker.
     Path(Vec<Ident>),
-    Call { func: Ident, args: Vec<Node<Expr>> },
-    Unary { op: UnOp, expr: Box<Node<Expr>> },
-    Binary { op: BinOp, lhs: Box<Node<Expr>>, rhs: Box<Node<Expr>> },
-    IsNull { expr: Box<Node<Expr>>, negated: bool },
-    If { cond: Box<Node<Expr>>, then: Box<Node<Expr>>, otherwise: Box<Node<Expr>> },
+    Call {
+        func: Ident,
+        args: Vec<Node<Expr>>,
+    },
+    Unary {
+        op: UnOp,
+        expr: Box<Node<Expr>>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Node<Expr>>,
+        rhs: Box<Node<Expr>>,
+    },
+    IsNull {
+        expr: Box<Node<Expr>>,
+        negated: bool,
+    },
+    If {
+        cond: Box<Node<Expr>>,
+        then: Box<Node<Expr>>,
+        otherwise: Box<Node<Expr>>,
+    },
     List(Vec<Node<Expr>>),
     Record(Vec<(Ident, Node<Expr>)>),
 }
@@ -375,9 +400,15 @@ pub fn outline(p: &Program) -> String {
                         DeclItem::Key { name, ty: None } => format!("key {}", name.node),
                         DeclItem::Key { name, ty: Some(t) } => format!("key {}: {}", name.node, t.node),
                         DeclItem::ValueJson { explicit_format, fields } => {
-                            format!("value{} {}", if *explicit_format { " json" } else { "" }, TypeExpr::Record(fields.clone()))
+                            format!(
+                                "value{} {}",
+                                if *explicit_format { " json" } else { "" },
+                                TypeExpr::Record(fields.clone())
+                            )
                         }
-                        DeclItem::ValueString { name } => format!("value string as {}", name.as_ref().map(|n| n.node.as_str()).unwrap_or("value")),
+                        DeclItem::ValueString { name } => {
+                            format!("value string as {}", name.as_ref().map(|n| n.node.as_str()).unwrap_or("value"))
+                        }
                         DeclItem::Time(t) => format!("time {}", t.node),
                         DeclItem::TenantField(t) => format!("tenant {}", t.node),
                         DeclItem::TenantHeader(h) => format!("tenant header {:?}", h.node),
@@ -396,7 +427,13 @@ pub fn outline(p: &Program) -> String {
                 o += &format!("  result {}\n", a.result.node);
             }
             Item::Function(f) => {
-                o += &format!("function {}({}) -> {} = {}\n", f.name.node, params(&f.params), f.result_type.node, f.body.node);
+                o += &format!(
+                    "function {}({}) -> {} = {}\n",
+                    f.name.node,
+                    params(&f.params),
+                    f.result_type.node,
+                    f.body.node
+                );
             }
         }
     }
@@ -408,7 +445,9 @@ pub fn outline_statement(s: &Statement) -> String {
     let mut o = String::new();
     let prefix = s.tenant.as_ref().map(|t| format!("for tenant {:?} ", t.node)).unwrap_or_default();
     match &s.body {
-        StatementBody::Update { table, key, value } => o += &format!("{prefix}update {}[{}] = {}\n", table.node, key.node, value.node),
+        StatementBody::Update { table, key, value } => {
+            o += &format!("{prefix}update {}[{}] = {}\n", table.node, key.node, value.node)
+        }
         StatementBody::Delete { table, key } => o += &format!("{prefix}delete {}[{}]\n", table.node, key.node),
         StatementBody::Purge => o += &format!("{prefix}purge\n"),
         StatementBody::NewQuery(q) => outline_query(&mut o, q, &prefix),
@@ -455,7 +494,11 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
             Clause::Aggregate(items) => items
                 .iter()
                 .map(|a| {
-                    let args = if a.star { "*".to_string() } else { a.args.iter().map(|e| e.node.to_string()).collect::<Vec<_>>().join(", ") };
+                    let args = if a.star {
+                        "*".to_string()
+                    } else {
+                        a.args.iter().map(|e| e.node.to_string()).collect::<Vec<_>>().join(", ")
+                    };
                     format!("{} = {}({args})", a.name.node, a.func.node)
                 })
                 .collect::<Vec<_>>()
@@ -465,7 +508,11 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 let w = within.as_ref().map(|w| format!(" within {}", w.node)).unwrap_or_default();
                 format!("{}{w} on {}", other.node, on.node)
             }
-            Clause::To { topic, format } => format!("{:?}{}", topic.node, format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default()),
+            Clause::To { topic, format } => format!(
+                "{:?}{}",
+                topic.node,
+                format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default()
+            ),
         };
         *o += &format!("  {} {body} @{}..{}\n", c.node.keyword(), c.span.start, c.span.end);
     }
@@ -550,8 +597,12 @@ impl fmt::Display for Expr {
             Expr::Unary { op: UnOp::Not, expr } => write!(f, "(not {})", expr.node),
             Expr::Unary { op: UnOp::Neg, expr } => write!(f, "(-{})", expr.node),
             Expr::Binary { op, lhs, rhs } => write!(f, "({} {} {})", lhs.node, op.symbol(), rhs.node),
-            Expr::IsNull { expr, negated } => write!(f, "({} is {}null)", expr.node, if *negated { "not " } else { "" }),
-            Expr::If { cond, then, otherwise } => write!(f, "(if {} then {} else {})", cond.node, then.node, otherwise.node),
+            Expr::IsNull { expr, negated } => {
+                write!(f, "({} is {}null)", expr.node, if *negated { "not " } else { "" })
+            }
+            Expr::If { cond, then, otherwise } => {
+                write!(f, "(if {} then {} else {})", cond.node, then.node, otherwise.node)
+            }
             Expr::List(items) => {
                 f.write_str("[")?;
                 for (i, a) in items.iter().enumerate() {

@@ -44,7 +44,11 @@ pub enum Control {
 }
 
 /// Check a control statement against the running program.
-pub fn check_statement(program: &hir::Program, stmt: &ast::Statement, text: &str) -> Result<(Option<String>, Control), Diagnostics> {
+pub fn check_statement(
+    program: &hir::Program,
+    stmt: &ast::Statement,
+    text: &str,
+) -> Result<(Option<String>, Control), Diagnostics> {
     let mut c = Checker::new(text, program, false);
     c.sources = program.sources.clone();
     let tenant = stmt.tenant.as_ref().map(|t| t.node.clone());
@@ -127,7 +131,12 @@ impl<'a> Checker<'a> {
         if !self.diags.is_empty() {
             return Err(self.diags);
         }
-        Ok(hir::Program { sources: self.sources, queries: self.queries, aggregates: self.aggregates, functions: self.functions })
+        Ok(hir::Program {
+            sources: self.sources,
+            queries: self.queries,
+            aggregates: self.aggregates,
+            functions: self.functions,
+        })
     }
 
     fn err(&mut self, d: Diagnostic) {
@@ -174,9 +183,11 @@ impl<'a> Checker<'a> {
         }
         for item in &p.items {
             match item {
-                ast::Item::Stream(d) | ast::Item::Table(d) if self.stdlib_mode => {
-                    self.err(Diagnostic::new(Code::Syntax, d.span, "the standard library declares only aggregates and functions"))
-                }
+                ast::Item::Stream(d) | ast::Item::Table(d) if self.stdlib_mode => self.err(Diagnostic::new(
+                    Code::Syntax,
+                    d.span,
+                    "the standard library declares only aggregates and functions",
+                )),
                 ast::Item::Stream(d) => self.source_decl(d, SourceKind::Stream),
                 ast::Item::Table(d) => self.source_decl(d, SourceKind::Table),
                 _ => {}
@@ -185,25 +196,37 @@ impl<'a> Checker<'a> {
         for item in &p.items {
             if let ast::Item::Query(q) = item {
                 if self.stdlib_mode {
-                    self.err(Diagnostic::new(Code::Syntax, q.span, "the standard library declares only aggregates and functions"));
+                    self.err(Diagnostic::new(
+                        Code::Syntax,
+                        q.span,
+                        "the standard library declares only aggregates and functions",
+                    ));
                     continue;
                 }
                 if let Some(prev) = self.query_spans.get(&q.name.node) {
                     let prev = *prev;
                     self.err(
-                        Diagnostic::new(Code::Duplicate, q.name.span, format!("query `{}` is defined twice", q.name.node))
-                            .label("second definition")
-                            .related(prev, "first defined here")
-                            .help("query names name their state stores and topics; give each query its own"),
+                        Diagnostic::new(
+                            Code::Duplicate,
+                            q.name.span,
+                            format!("query `{}` is defined twice", q.name.node),
+                        )
+                        .label("second definition")
+                        .related(prev, "first defined here")
+                        .help("query names name their state stores and topics; give each query its own"),
                     );
                     continue;
                 }
                 self.query_spans.insert(q.name.node.clone(), q.name.span);
                 if !valid_topic(&q.name.node) {
                     self.err(
-                        Diagnostic::new(Code::BadTopic, q.name.span, format!("query name `{}` cannot be part of a topic name", q.name.node))
-                            .label("names the query's stores and internal topics")
-                            .help("use ASCII letters, digits, `_`, `.` and `-`"),
+                        Diagnostic::new(
+                            Code::BadTopic,
+                            q.name.span,
+                            format!("query name `{}` cannot be part of a topic name", q.name.node),
+                        )
+                        .label("names the query's stores and internal topics")
+                        .help("use ASCII letters, digits, `_`, `.` and `-`"),
                     );
                     continue;
                 }
@@ -278,9 +301,13 @@ impl<'a> Checker<'a> {
             if let Some(prev) = first.get(slot) {
                 let prev = *prev;
                 self.err(
-                    Diagnostic::new(Code::DuplicateDecl, item.span, format!("`{slot}` is declared twice in {what} `{}`", d.name.node))
-                        .label("second declaration")
-                        .related(prev, "first declared here"),
+                    Diagnostic::new(
+                        Code::DuplicateDecl,
+                        item.span,
+                        format!("`{slot}` is declared twice in {what} `{}`", d.name.node),
+                    )
+                    .label("second declaration")
+                    .related(prev, "first declared here"),
                 );
                 continue;
             }
@@ -301,9 +328,13 @@ impl<'a> Checker<'a> {
             }
             _ => {
                 self.err(
-                    Diagnostic::new(Code::MissingValue, d.name.span, format!("{what} `{}` declares no value", d.name.node))
-                        .label("no `value` in this declaration")
-                        .help("declare the value's schema, e.g. `value json { ticker: string, price: float }`"),
+                    Diagnostic::new(
+                        Code::MissingValue,
+                        d.name.span,
+                        format!("{what} `{}` declares no value", d.name.node),
+                    )
+                    .label("no `value` in this declaration")
+                    .help("declare the value's schema, e.g. `value json { ticker: string, price: float }`"),
                 );
                 return;
             }
@@ -358,7 +389,10 @@ impl<'a> Checker<'a> {
                     KeySpec::Field(i)
                 }
                 None => {
-                    self.err(self.unknown_field(name, &visible, &format!("{what} `{}`", d.name.node)).with_code(Code::BadKey));
+                    self.err(
+                        self.unknown_field(name, &visible, &format!("{what} `{}`", d.name.node))
+                            .with_code(Code::BadKey),
+                    );
                     KeySpec::Raw
                 }
             },
@@ -398,12 +432,16 @@ impl<'a> Checker<'a> {
                     self.err(
                         Diagnostic::new(Code::BadTime, f.span, format!("event time field `{}` is a {t}", f.node))
                             .label("must be a non-null timestamp")
-                            .help("declare it as `timestamp`: JSON epoch milliseconds or RFC 3339 strings are accepted"),
+                            .help(
+                                "declare it as `timestamp`: JSON epoch milliseconds or RFC 3339 strings are accepted",
+                            ),
                     );
                     None
                 }
                 None => {
-                    self.err(self.unknown_field(f, &visible, &format!("{what} `{}`", d.name.node)).with_code(Code::BadTime));
+                    self.err(
+                        self.unknown_field(f, &visible, &format!("{what} `{}`", d.name.node)).with_code(Code::BadTime),
+                    );
                     None
                 }
             },
@@ -441,13 +479,18 @@ impl<'a> Checker<'a> {
     fn define(&mut self, name: &ast::Ident, what: &str) -> bool {
         if Builtin::lookup(&name.node).is_some() || NATIVE_AGGREGATES.contains(&name.node.as_str()) {
             self.err(
-                Diagnostic::new(Code::Duplicate, name.span, format!("`{}` is a built-in and cannot be redefined", name.node))
-                    .label(format!("this {what}"))
-                    .help("choose another name"),
+                Diagnostic::new(
+                    Code::Duplicate,
+                    name.span,
+                    format!("`{}` is a built-in and cannot be redefined", name.node),
+                )
+                .label(format!("this {what}"))
+                .help("choose another name"),
             );
             return false;
         }
-        let taken = self.aggregates.iter().any(|a| a.name == name.node) || self.functions.iter().any(|f| f.name == name.node);
+        let taken =
+            self.aggregates.iter().any(|a| a.name == name.node) || self.functions.iter().any(|f| f.name == name.node);
         if taken {
             let mut d = Diagnostic::new(Code::Duplicate, name.span, format!("`{}` is defined twice", name.node))
                 .label(format!("this {what}"));
@@ -466,7 +509,14 @@ impl<'a> Checker<'a> {
         let mut out: Vec<(String, Type)> = Vec::new();
         for p in params {
             if out.iter().any(|(n, _)| *n == p.name.node) {
-                self.err(Diagnostic::new(Code::Duplicate, p.name.span, format!("parameter `{}` is declared twice", p.name.node)).label("duplicate"));
+                self.err(
+                    Diagnostic::new(
+                        Code::Duplicate,
+                        p.name.span,
+                        format!("parameter `{}` is declared twice", p.name.node),
+                    )
+                    .label("duplicate"),
+                );
             }
             let t = self.type_expr(&p.ty);
             out.push((p.name.node.clone(), t));
@@ -486,13 +536,24 @@ impl<'a> Checker<'a> {
             let he = self.expr(e, &NO_LOCALS);
             if he.ty == Type::Null {
                 self.err(
-                    Diagnostic::new(Code::TypeMismatch, e.span, format!("the initial value of `{}` has no type", name.node))
-                        .label("`null` alone")
-                        .help("start from a typed value, e.g. `0`, `0.0` or `\"\"`, and track emptiness with a count"),
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        e.span,
+                        format!("the initial value of `{}` has no type", name.node),
+                    )
+                    .label("`null` alone")
+                    .help("start from a typed value, e.g. `0`, `0.0` or `\"\"`, and track emptiness with a count"),
                 );
             }
             if state.iter().any(|(n, _)| *n == name.node) {
-                self.err(Diagnostic::new(Code::Duplicate, name.span, format!("state field `{}` is declared twice", name.node)).label("duplicate"));
+                self.err(
+                    Diagnostic::new(
+                        Code::Duplicate,
+                        name.span,
+                        format!("state field `{}` is declared twice", name.node),
+                    )
+                    .label("duplicate"),
+                );
             }
             state.push((name.node.clone(), he.ty.clone()));
             init.push(he);
@@ -511,9 +572,13 @@ impl<'a> Checker<'a> {
         let result = self.expr(&a.result, &Scope::Locals { names: &state, other: None });
         if !result.ty.assignable_to(&result_type) {
             self.err(
-                Diagnostic::new(Code::BadResult, a.result.span, format!("the result is a {}, but `{}` declares {}", result.ty, a.name.node, result_type))
-                    .label(format!("this is a {}", result.ty))
-                    .related(a.result_type.span, "declared here"),
+                Diagnostic::new(
+                    Code::BadResult,
+                    a.result.span,
+                    format!("the result is a {}, but `{}` declares {}", result.ty, a.name.node, result_type),
+                )
+                .label(format!("this is a {}", result.ty))
+                .related(a.result_type.span, "declared here"),
             );
         }
         let in_place = hir::in_place(&update, params.len(), state.len());
@@ -561,9 +626,13 @@ impl<'a> Checker<'a> {
                     let want = &state[i].1;
                     if !he.ty.assignable_to(want) {
                         self.err(
-                            Diagnostic::new(Code::TypeMismatch, e.span, format!("`{}` is a {want}, but this is a {}", target.node, he.ty))
-                                .label(format!("a {}", he.ty))
-                                .help("the state's types come from the values in `init`"),
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                e.span,
+                                format!("`{}` is a {want}, but this is a {}", target.node, he.ty),
+                            )
+                            .label(format!("a {}", he.ty))
+                            .help("the state's types come from the values in `init`"),
                         );
                     }
                     out.push(hir::Stmt::Set(state_base + i, he));
@@ -576,12 +645,17 @@ impl<'a> Checker<'a> {
                     );
                 }
                 None => {
-                    let help = did_you_mean(&target.node, state.iter().map(|(n, _)| n.as_str()))
-                        .unwrap_or_else(|| "only the fields declared in `init` can be assigned; use `let` for a temporary".into());
+                    let help = did_you_mean(&target.node, state.iter().map(|(n, _)| n.as_str())).unwrap_or_else(|| {
+                        "only the fields declared in `init` can be assigned; use `let` for a temporary".into()
+                    });
                     self.err(
-                        Diagnostic::new(Code::UnknownState, target.span, format!("`{}` is not a state field", target.node))
-                            .label("assigned here")
-                            .help(help),
+                        Diagnostic::new(
+                            Code::UnknownState,
+                            target.span,
+                            format!("`{}` is not a state field", target.node),
+                        )
+                        .label("assigned here")
+                        .help(help),
                     );
                 }
             }
@@ -598,12 +672,22 @@ impl<'a> Checker<'a> {
         let body = self.expr(&f.body, &Scope::Locals { names: &params, other: None });
         if !body.ty.assignable_to(&result_type) {
             self.err(
-                Diagnostic::new(Code::BadResult, f.body.span, format!("the body is a {}, but `{}` declares {}", body.ty, f.name.node, result_type))
-                    .label(format!("this is a {}", body.ty))
-                    .related(f.result_type.span, "declared here"),
+                Diagnostic::new(
+                    Code::BadResult,
+                    f.body.span,
+                    format!("the body is a {}, but `{}` declares {}", body.ty, f.name.node, result_type),
+                )
+                .label(format!("this is a {}", body.ty))
+                .related(f.result_type.span, "declared here"),
             );
         }
-        self.functions.push(Arc::new(hir::FunctionDef { name: f.name.node.clone(), params, body, result_type, stdlib: self.stdlib_mode }));
+        self.functions.push(Arc::new(hir::FunctionDef {
+            name: f.name.node.clone(),
+            params,
+            body,
+            result_type,
+            stdlib: self.stdlib_mode,
+        }));
     }
 
     // ------------------------------------------------------------------ queries
@@ -617,7 +701,10 @@ impl<'a> Checker<'a> {
             if names.is_empty() {
                 "declare it first: `stream NAME from \"topic\" { … }`".to_string()
             } else {
-                format!("declared streams and tables: {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", "))
+                format!(
+                    "declared streams and tables: {}",
+                    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                )
             }
         });
         let mut d = Diagnostic::new(Code::UnknownSource, name.span, format!("unknown stream or table `{}`", name.node))
@@ -638,9 +725,13 @@ impl<'a> Checker<'a> {
             Some(other) => {
                 let first = first.map(|c| c.span).unwrap_or(q.name.span);
                 self.err(
-                    Diagnostic::new(Code::MissingFrom, first, format!("query `{}` must start with `from`", q.name.node))
-                        .label(format!("`{}` before any `from`", other.keyword()))
-                        .help("the first clause names the input: `from trades`"),
+                    Diagnostic::new(
+                        Code::MissingFrom,
+                        first,
+                        format!("query `{}` must start with `from`", q.name.node),
+                    )
+                    .label(format!("`{}` before any `from`", other.keyword()))
+                    .help("the first clause names the input: `from trades`"),
                 );
                 return None;
             }
@@ -657,9 +748,13 @@ impl<'a> Checker<'a> {
         let src = self.sources[input].clone();
         if src.is_global() {
             self.err(
-                Diagnostic::new(Code::NotAStreamOrTable, from.span, format!("`{}` is a control-managed table", from.node))
-                    .label("has no topic to read")
-                    .help(format!("join it instead: `join {} on …`", from.node)),
+                Diagnostic::new(
+                    Code::NotAStreamOrTable,
+                    from.span,
+                    format!("`{}` is a control-managed table", from.node),
+                )
+                .label("has no topic to read")
+                .help(format!("join it instead: `join {} on …`", from.node)),
             );
             return None;
         }
@@ -705,7 +800,11 @@ impl<'a> Checker<'a> {
             }
             let in_group = group.is_some();
             let order_err = |this: &mut Self, msg: &str, help: &str| {
-                this.err(Diagnostic::new(Code::ClauseOrder, c.span, msg.to_string()).label("out of order").help(help.to_string()));
+                this.err(
+                    Diagnostic::new(Code::ClauseOrder, c.span, msg.to_string())
+                        .label("out of order")
+                        .help(help.to_string()),
+                );
             };
             let mut push = |this: &mut Self, kind: StepKind, base: &str, out: Shape| {
                 let mut slug = base.to_string();
@@ -714,7 +813,14 @@ impl<'a> Checker<'a> {
                     slug = format!("{base}-{n}");
                     n += 1;
                 }
-                steps.push(hir::Step { kind, slug, span: c.span, line: this.line(c.span), text: this.text(c.span), out });
+                steps.push(hir::Step {
+                    kind,
+                    slug,
+                    span: c.span,
+                    line: this.line(c.span),
+                    text: this.text(c.span),
+                    out,
+                });
             };
             match &c.node {
                 Clause::From(_) => {
@@ -727,7 +833,11 @@ impl<'a> Checker<'a> {
                 }
                 Clause::Where(e) => {
                     if in_group {
-                        order_err(self, "`where` between `group by` and `aggregate`", "filter before `group by`, or after `aggregate` to filter the table");
+                        order_err(
+                            self,
+                            "`where` between `group by` and `aggregate`",
+                            "filter before `group by`, or after `aggregate` to filter the table",
+                        );
                         ok = false;
                         continue;
                     }
@@ -737,7 +847,11 @@ impl<'a> Checker<'a> {
                 }
                 Clause::Select(items) => {
                     if in_group {
-                        order_err(self, "`select` between `group by` and `aggregate`", "map before `group by`, or after `aggregate`");
+                        order_err(
+                            self,
+                            "`select` between `group by` and `aggregate`",
+                            "map before `group by`, or after `aggregate`",
+                        );
                         ok = false;
                         continue;
                     }
@@ -747,7 +861,11 @@ impl<'a> Checker<'a> {
                 }
                 Clause::KeyBy(e) => {
                     if in_group || shape.table {
-                        order_err(self, "`key by` after `group by` or on a table", "re-key the stream before grouping it");
+                        order_err(
+                            self,
+                            "`key by` after `group by` or on a table",
+                            "re-key the stream before grouping it",
+                        );
                         ok = false;
                         continue;
                     }
@@ -761,7 +879,11 @@ impl<'a> Checker<'a> {
                 }
                 Clause::GroupBy(items) => {
                     if aggregated.is_some() {
-                        order_err(self, "`group by` after `aggregate`", "a query aggregates once; group before `aggregate`");
+                        order_err(
+                            self,
+                            "`group by` after `aggregate`",
+                            "a query aggregates once; group before `aggregate`",
+                        );
                         ok = false;
                         continue;
                     }
@@ -776,7 +898,11 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     if in_group {
-                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `group by`").label("already grouped").help("list every grouping in one `group by a, b`"));
+                        self.err(
+                            Diagnostic::new(Code::DuplicateClause, c.span, "a second `group by`")
+                                .label("already grouped")
+                                .help("list every grouping in one `group by a, b`"),
+                        );
                         ok = false;
                         continue;
                     }
@@ -797,7 +923,10 @@ impl<'a> Checker<'a> {
                             }
                         };
                         if out.iter().any(|(n, _): &(String, hir::Expr)| *n == name) && !name.is_empty() {
-                            self.err(Diagnostic::new(Code::Duplicate, g.expr.span, format!("`{name}` is grouped twice")).label("duplicate"));
+                            self.err(
+                                Diagnostic::new(Code::Duplicate, g.expr.span, format!("`{name}` is grouped twice"))
+                                    .label("duplicate"),
+                            );
                         }
                         out.push((name, he));
                     }
@@ -814,7 +943,11 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     if aggregated.is_some() {
-                        order_err(self, "`window` after `aggregate`", "write the window between `group by` and `aggregate`");
+                        order_err(
+                            self,
+                            "`window` after `aggregate`",
+                            "write the window between `group by` and `aggregate`",
+                        );
                         ok = false;
                         continue;
                     }
@@ -828,7 +961,10 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     if window.is_some() {
-                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `window`").label("already windowed"));
+                        self.err(
+                            Diagnostic::new(Code::DuplicateClause, c.span, "a second `window`")
+                                .label("already windowed"),
+                        );
                         ok = false;
                         continue;
                     }
@@ -838,7 +974,11 @@ impl<'a> Checker<'a> {
                 }
                 Clause::Aggregate(items) => {
                     if aggregated.is_some() {
-                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `aggregate`").label("already aggregated").help("a query aggregates once; list every aggregate in one block"));
+                        self.err(
+                            Diagnostic::new(Code::DuplicateClause, c.span, "a second `aggregate`")
+                                .label("already aggregated")
+                                .help("a query aggregates once; list every aggregate in one block"),
+                        );
                         ok = false;
                         continue;
                     }
@@ -868,9 +1008,14 @@ impl<'a> Checker<'a> {
                     for a in &aggs {
                         value.fields.push((a.name.clone(), a.ty.clone()));
                     }
-                    let key = if gitems.len() == 1 { gitems[0].1.ty.clone() } else { Type::Tuple(gitems.iter().map(|(_, e)| e.ty.clone()).collect()) };
+                    let key = if gitems.len() == 1 {
+                        gitems[0].1.ty.clone()
+                    } else {
+                        Type::Tuple(gitems.iter().map(|(_, e)| e.ty.clone()).collect())
+                    };
                     let key_field = (gitems.len() == 1).then(|| value.index_of(&gitems[0].0)).flatten();
-                    let group_slug = format!("group-by-{}", gitems.iter().map(|(n, _)| slugify(n)).collect::<Vec<_>>().join("-"));
+                    let group_slug =
+                        format!("group-by-{}", gitems.iter().map(|(n, _)| slugify(n)).collect::<Vec<_>>().join("-"));
                     shape = Shape {
                         key,
                         value,
@@ -899,12 +1044,20 @@ impl<'a> Checker<'a> {
                 }
                 Clause::Emit(mode) => {
                     if emitted {
-                        self.err(Diagnostic::new(Code::DuplicateClause, c.span, "a second `emit`").label("already set").help("choose one: `emit changes` or `emit final`"));
+                        self.err(
+                            Diagnostic::new(Code::DuplicateClause, c.span, "a second `emit`")
+                                .label("already set")
+                                .help("choose one: `emit changes` or `emit final`"),
+                        );
                         ok = false;
                         continue;
                     }
                     let Some(i) = aggregated.filter(|i| *i + 1 == steps.len()) else {
-                        order_err(self, "`emit` must follow `aggregate`", "`emit changes` or `emit final` says how an aggregate's results are sent");
+                        order_err(
+                            self,
+                            "`emit` must follow `aggregate`",
+                            "`emit changes` or `emit final` says how an aggregate's results are sent",
+                        );
                         ok = false;
                         continue;
                     };
@@ -930,9 +1083,13 @@ impl<'a> Checker<'a> {
                     }
                     if shape.table {
                         self.err(
-                            Diagnostic::new(Code::ClauseOrder, c.span, format!("joining the table `{from_name}` is not supported"))
-                                .label("table–table joins are not supported")
-                                .help("read the topic as a `stream` and join that"),
+                            Diagnostic::new(
+                                Code::ClauseOrder,
+                                c.span,
+                                format!("joining the table `{from_name}` is not supported"),
+                            )
+                            .label("table–table joins are not supported")
+                            .help("read the topic as a `stream` and join that"),
                         );
                         ok = false;
                         continue;
@@ -963,29 +1120,48 @@ impl<'a> Checker<'a> {
                     let he = self.expr(on, &Scope::Row { shape: &shape, from: &from_name });
                     match (o.kind, within) {
                         (SourceKind::Stream, None) => self.err(
-                            Diagnostic::new(Code::JoinKind, other.span, format!("joining stream `{}` needs `within`", o.name))
-                                .label("a stream–stream join")
-                                .help(format!("say how far apart matching records may be: `join {} within 5m on …`", o.name)),
+                            Diagnostic::new(
+                                Code::JoinKind,
+                                other.span,
+                                format!("joining stream `{}` needs `within`", o.name),
+                            )
+                            .label("a stream–stream join")
+                            .help(format!(
+                                "say how far apart matching records may be: `join {} within 5m on …`",
+                                o.name
+                            )),
                         ),
                         (SourceKind::Table, Some(w)) => self.err(
-                            Diagnostic::new(Code::JoinKind, w.span, format!("`{}` is a table: `within` is only for stream–stream joins", o.name))
-                                .label("not allowed here")
-                                .help("a stream–table join looks up the table's current value; remove `within`"),
+                            Diagnostic::new(
+                                Code::JoinKind,
+                                w.span,
+                                format!("`{}` is a table: `within` is only for stream–stream joins", o.name),
+                            )
+                            .label("not allowed here")
+                            .help("a stream–table join looks up the table's current value; remove `within`"),
                         ),
                         _ => {}
                     }
                     let okey = o.key_type();
                     if !he.ty.is_error() && (he.ty.base() != okey.base() || !he.ty.base().is_scalar()) {
                         self.err(
-                            Diagnostic::new(Code::JoinKey, on.span, format!("`on` gives a {}, but `{}` is keyed by {}", he.ty, o.name, okey))
-                                .label(format!("a {}", he.ty))
-                                .help(format!("`on` is the expression matched against `{}`'s key", o.name)),
+                            Diagnostic::new(
+                                Code::JoinKey,
+                                on.span,
+                                format!("`on` gives a {}, but `{}` is keyed by {}", he.ty, o.name, okey),
+                            )
+                            .label(format!("a {}", he.ty))
+                            .help(format!("`on` is the expression matched against `{}`'s key", o.name)),
                         );
                     }
                     if !o.is_global() && (o.tenant.is_some() != shape.tenant_scoped) {
                         self.err(
                             Diagnostic::new(Code::BadTenant, other.span, "joining tenant-scoped and unscoped data")
-                                .label(format!("`{}` is {}tenant-scoped", o.name, if o.tenant.is_some() { "" } else { "not " }))
+                                .label(format!(
+                                    "`{}` is {}tenant-scoped",
+                                    o.name,
+                                    if o.tenant.is_some() { "" } else { "not " }
+                                ))
                                 .help("both sides of a join must declare a tenant, or neither"),
                         );
                     }
@@ -1024,9 +1200,13 @@ impl<'a> Checker<'a> {
                     }
                     if !valid_topic(&topic.node) {
                         self.err(
-                            Diagnostic::new(Code::BadTopic, topic.span, format!("`{}` is not a valid topic name", topic.node))
-                                .label("invalid topic name")
-                                .help("topic names are 1 to 249 characters of ASCII letters, digits, `.`, `_` and `-`"),
+                            Diagnostic::new(
+                                Code::BadTopic,
+                                topic.span,
+                                format!("`{}` is not a valid topic name", topic.node),
+                            )
+                            .label("invalid topic name")
+                            .help("topic names are 1 to 249 characters of ASCII letters, digits, `.`, `_` and `-`"),
                         );
                     }
                     let reads: Vec<&str> = std::iter::once(src.topic.as_deref())
@@ -1039,28 +1219,46 @@ impl<'a> Checker<'a> {
                         .collect();
                     if reads.contains(&topic.node.as_str()) {
                         self.err(
-                            Diagnostic::new(Code::BadTopic, topic.span, format!("query `{}` writes to `{}`, which it reads", q.name.node, topic.node))
-                                .label("a feedback loop")
-                                .help("write the results to another topic"),
+                            Diagnostic::new(
+                                Code::BadTopic,
+                                topic.span,
+                                format!("query `{}` writes to `{}`, which it reads", q.name.node, topic.node),
+                            )
+                            .label("a feedback loop")
+                            .help("write the results to another topic"),
                         );
                     }
                     if shape.tenant_scoped && shape.value.get("tenant").is_some() {
                         self.err(
-                            Diagnostic::new(Code::ReservedName, c.span, "the output of a tenant-scoped query has a field `tenant`")
-                                .label("streamc adds the record's tenant as `tenant`")
-                                .help("rename the field"),
+                            Diagnostic::new(
+                                Code::ReservedName,
+                                c.span,
+                                "the output of a tenant-scoped query has a field `tenant`",
+                            )
+                            .label("streamc adds the record's tenant as `tenant`")
+                            .help("rename the field"),
                         );
                     }
                     let fmt = format.as_ref().map(|f| f.node).unwrap_or(Format::Json);
                     if fmt == Format::String && shape.value.fields.len() != 1 {
                         let n = shape.value.fields.len();
                         self.err(
-                            Diagnostic::new(Code::TypeMismatch, c.span, format!("the string format writes one field; this value has {n}"))
-                                .label("string sink")
-                                .help("`select` the one field to write, or write `json`"),
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                c.span,
+                                format!("the string format writes one field; this value has {n}"),
+                            )
+                            .label("string sink")
+                            .help("`select` the one field to write, or write `json`"),
                         );
                     }
-                    sink = Some(hir::Sink { topic: topic.node.clone(), format: fmt, span: c.span, line: self.line(c.span), text: self.text(c.span) });
+                    sink = Some(hir::Sink {
+                        topic: topic.node.clone(),
+                        format: fmt,
+                        span: c.span,
+                        line: self.line(c.span),
+                        text: self.text(c.span),
+                    });
                 }
             }
         }
@@ -1082,23 +1280,43 @@ impl<'a> Checker<'a> {
             return None;
         }
         let from_line = first.map(|c| self.line(c.span)).unwrap_or(0);
-        Some(hir::Query { name: q.name.node.clone(), span: q.span, line: self.line(q.span), from_line, input, steps, sink })
+        Some(hir::Query {
+            name: q.name.node.clone(),
+            span: q.span,
+            line: self.line(q.span),
+            from_line,
+            input,
+            steps,
+            sink,
+        })
     }
 
     fn check_window(&mut self, kind: &WindowKind, span: Span) {
         let bad = |this: &mut Self, msg: &str, help: &str| {
-            this.err(Diagnostic::new(Code::BadDuration, span, msg.to_string()).label("in this window").help(help.to_string()));
+            this.err(
+                Diagnostic::new(Code::BadDuration, span, msg.to_string())
+                    .label("in this window")
+                    .help(help.to_string()),
+            );
         };
         match kind {
-            WindowKind::Tumbling { size } | WindowKind::Sliding { size } if size.0 <= 0 => bad(self, "a window size must be positive", "write a size like `5s`"),
+            WindowKind::Tumbling { size } | WindowKind::Sliding { size } if size.0 <= 0 => {
+                bad(self, "a window size must be positive", "write a size like `5s`")
+            }
             WindowKind::Hopping { size, advance } => {
                 if size.0 <= 0 || advance.0 <= 0 {
                     bad(self, "window size and advance must be positive", "write `hopping 5s advance 1s`");
                 } else if advance.0 > size.0 {
-                    bad(self, &format!("the advance ({advance}) is larger than the window ({size})"), "records between windows would be dropped; make the advance at most the size");
+                    bad(
+                        self,
+                        &format!("the advance ({advance}) is larger than the window ({size})"),
+                        "records between windows would be dropped; make the advance at most the size",
+                    );
                 }
             }
-            WindowKind::Session { gap } if gap.0 <= 0 => bad(self, "a session gap must be positive", "write `session gap 30s`"),
+            WindowKind::Session { gap } if gap.0 <= 0 => {
+                bad(self, "a session gap must be positive", "write `session gap 30s`")
+            }
             _ => {}
         }
     }
@@ -1129,16 +1347,24 @@ impl<'a> Checker<'a> {
                 );
             } else if let Some(prev) = names.get(name) {
                 let prev = *prev;
-                self.err(Diagnostic::new(Code::Duplicate, a.name.span, format!("`{name}` is defined twice")).label("duplicate output field").related(prev, "first defined here"));
+                self.err(
+                    Diagnostic::new(Code::Duplicate, a.name.span, format!("`{name}` is defined twice"))
+                        .label("duplicate output field")
+                        .related(prev, "first defined here"),
+                );
             }
             names.insert(name.clone(), a.name.span);
             let args: Vec<hir::Expr> = a.args.iter().map(|e| self.expr(e, &Scope::Row { shape, from })).collect();
             let Some(call) = self.agg_call(a, args) else { continue };
             if matches!(window.map(|w| w.kind), Some(WindowKind::Session { .. })) && !call.func.mergeable() {
                 self.err(
-                    Diagnostic::new(Code::NoMerge, a.func.span, format!("`{}` has no `merge`, so it cannot aggregate session windows", call.func.name()))
-                        .label("sessions merge when a record bridges two")
-                        .help("use a tumbling or hopping window, or give the aggregate a `merge` block"),
+                    Diagnostic::new(
+                        Code::NoMerge,
+                        a.func.span,
+                        format!("`{}` has no `merge`, so it cannot aggregate session windows", call.func.name()),
+                    )
+                    .label("sessions merge when a record bridges two")
+                    .help("use a tumbling or hopping window, or give the aggregate a `merge` block"),
                 );
             }
             out.push(call);
@@ -1185,9 +1411,13 @@ impl<'a> Checker<'a> {
                 } else {
                     if !t.is_ordered() {
                         self.err(
-                            Diagnostic::new(Code::NotOrdered, a.args[0].span, format!("`{fname}` of a {t}, which has no order"))
-                                .label("not an ordered type")
-                                .help("`min` and `max` take numbers, strings, timestamps, durations or bools"),
+                            Diagnostic::new(
+                                Code::NotOrdered,
+                                a.args[0].span,
+                                format!("`{fname}` of a {t}, which has no order"),
+                            )
+                            .label("not an ordered type")
+                            .help("`min` and `max` take numbers, strings, timestamps, durations or bools"),
                         );
                         return None;
                     }
@@ -1205,7 +1435,8 @@ impl<'a> Checker<'a> {
             let help = if Builtin::lookup(fname).is_some() || self.functions.iter().any(|f| f.name == fname) {
                 format!("`{fname}` is a function, not an aggregate; apply it to a field inside one: `sum({fname}(x))`")
             } else {
-                did_you_mean(fname, cands.iter().copied()).unwrap_or_else(|| format!("aggregates: {}", cands.join(", ")))
+                did_you_mean(fname, cands.iter().copied())
+                    .unwrap_or_else(|| format!("aggregates: {}", cands.join(", ")))
             };
             self.err(
                 Diagnostic::new(Code::UnknownAggregate, a.func.span, format!("unknown aggregate `{fname}`"))
@@ -1221,17 +1452,36 @@ impl<'a> Checker<'a> {
         for ((e, he), (pn, pt)) in a.args.iter().zip(&args).zip(&def.params) {
             if !he.ty.assignable_to(pt) {
                 self.err(
-                    Diagnostic::new(Code::TypeMismatch, e.span, format!("`{fname}` takes a {pt} as `{pn}`, not a {}", he.ty))
-                        .label(format!("a {}", he.ty))
-                        .help_opt(he.ty.is_nullable().then(|| format!("the value may be null: give a default with `coalesce({}, …)`", self.src.get(e.span.start..e.span.end).unwrap_or("x")))),
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        e.span,
+                        format!("`{fname}` takes a {pt} as `{pn}`, not a {}", he.ty),
+                    )
+                    .label(format!("a {}", he.ty))
+                    .help_opt(he.ty.is_nullable().then(|| {
+                        format!(
+                            "the value may be null: give a default with `coalesce({}, …)`",
+                            self.src.get(e.span.start..e.span.end).unwrap_or("x")
+                        )
+                    })),
                 );
                 return None;
             }
         }
-        Some(hir::AggCall { name: a.name.node.clone(), func: AggFunc::User(def.clone()), args, ty: def.result_type.clone() })
+        Some(hir::AggCall {
+            name: a.name.node.clone(),
+            func: AggFunc::User(def.clone()),
+            args,
+            ty: def.result_type.clone(),
+        })
     }
 
-    fn select(&mut self, items: &[Node<ast::SelectItem>], shape: &Shape, from: &str) -> (Vec<(String, hir::Expr)>, Shape) {
+    fn select(
+        &mut self,
+        items: &[Node<ast::SelectItem>],
+        shape: &Shape,
+        from: &str,
+    ) -> (Vec<(String, hir::Expr)>, Shape) {
         let mut fields: Vec<(String, hir::Expr)> = Vec::new();
         let mut explicit: BTreeMap<String, Span> = BTreeMap::new();
         for it in items {
@@ -1239,7 +1489,8 @@ impl<'a> Checker<'a> {
                 ast::SelectItem::Star => {
                     for (i, (n, t)) in shape.value.fields.iter().enumerate() {
                         if !fields.iter().any(|(f, _)| f == n) {
-                            let e = hir::Expr { kind: ExprKind::Field(Root::Value, vec![i]), ty: t.clone(), span: it.span };
+                            let e =
+                                hir::Expr { kind: ExprKind::Field(Root::Value, vec![i]), ty: t.clone(), span: it.span };
                             fields.push((n.clone(), e));
                         }
                     }
@@ -1263,9 +1514,13 @@ impl<'a> Checker<'a> {
             }
             if shape.joined.iter().any(|j| j.name == name) || (!from.is_empty() && name == from) {
                 self.err(
-                    Diagnostic::new(Code::ShadowsStream, span, format!("output field `{name}` would shadow the stream `{name}`"))
-                        .label("same name as a stream in scope")
-                        .help("output field names never shadow stream names; choose another name"),
+                    Diagnostic::new(
+                        Code::ShadowsStream,
+                        span,
+                        format!("output field `{name}` would shadow the stream `{name}`"),
+                    )
+                    .label("same name as a stream in scope")
+                    .help("output field names never shadow stream names; choose another name"),
                 );
                 continue;
             }
@@ -1277,7 +1532,9 @@ impl<'a> Checker<'a> {
             }
         }
         let value = RecordType { fields: fields.iter().map(|(n, e)| (n.clone(), e.ty.clone())).collect() };
-        let key_field = shape.key_field.and_then(|k| fields.iter().position(|(_, e)| matches!(&e.kind, ExprKind::Field(Root::Value, p) if p == &[k])));
+        let key_field = shape.key_field.and_then(|k| {
+            fields.iter().position(|(_, e)| matches!(&e.kind, ExprKind::Field(Root::Value, p) if p == &[k]))
+        });
         let out = Shape { value, key_field, joined: Vec::new(), ..shape.clone() };
         (fields, out)
     }
@@ -1317,7 +1574,10 @@ impl<'a> Checker<'a> {
             );
             return None;
         }
-        let query_stmt = matches!(s.body, ast::StatementBody::NewQuery(_) | ast::StatementBody::Replace { .. } | ast::StatementBody::Drop(_));
+        let query_stmt = matches!(
+            s.body,
+            ast::StatementBody::NewQuery(_) | ast::StatementBody::Replace { .. } | ast::StatementBody::Drop(_)
+        );
         if let (Some(t), true) = (&s.tenant, query_stmt) {
             self.err(
                 Diagnostic::new(Code::TenantMismatch, t.span, "queries are shared by every tenant")
@@ -1333,9 +1593,13 @@ impl<'a> Checker<'a> {
                 let want = Type::Record(self.sources[ti].value.clone());
                 if !hv.ty.assignable_to(&want) {
                     self.err(
-                        Diagnostic::new(Code::TypeMismatch, value.span, format!("`{}` holds {want}, not {}", table.node, hv.ty))
-                            .label("does not match the table's value")
-                            .help("give every non-nullable field, with its declared type"),
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            value.span,
+                            format!("`{}` holds {want}, not {}", table.node, hv.ty),
+                        )
+                        .label("does not match the table's value")
+                        .help("give every non-nullable field, with its declared type"),
                     );
                     return None;
                 }
@@ -1359,9 +1623,13 @@ impl<'a> Checker<'a> {
             ast::StatementBody::NewQuery(q) => {
                 if program.query(&q.name.node).is_some() {
                     self.err(
-                        Diagnostic::new(Code::QueryExists, q.name.span, format!("query `{}` already runs", q.name.node))
-                            .label("existing name")
-                            .help(format!("write `replace query {} {{ … }}` to change it", q.name.node)),
+                        Diagnostic::new(
+                            Code::QueryExists,
+                            q.name.span,
+                            format!("query `{}` already runs", q.name.node),
+                        )
+                        .label("existing name")
+                        .help(format!("write `replace query {} {{ … }}` to change it", q.name.node)),
                     );
                     return None;
                 }
@@ -1386,27 +1654,46 @@ impl<'a> Checker<'a> {
     }
 
     fn unknown_query(&self, name: &ast::Ident, program: &hir::Program) -> Diagnostic {
-        let help = did_you_mean(&name.node, program.queries.iter().map(|q| q.name.as_str()))
-            .unwrap_or_else(|| format!("running queries: {}", program.queries.iter().map(|q| format!("`{}`", q.name)).collect::<Vec<_>>().join(", ")));
-        Diagnostic::new(Code::UnknownQuery, name.span, format!("no query `{}` is running", name.node)).label("unknown query").help(help)
+        let help = did_you_mean(&name.node, program.queries.iter().map(|q| q.name.as_str())).unwrap_or_else(|| {
+            format!(
+                "running queries: {}",
+                program.queries.iter().map(|q| format!("`{}`", q.name)).collect::<Vec<_>>().join(", ")
+            )
+        });
+        Diagnostic::new(Code::UnknownQuery, name.span, format!("no query `{}` is running", name.node))
+            .label("unknown query")
+            .help(help)
     }
 
     fn control_key(&mut self, table: &ast::Ident, key: &Node<ast::Expr>) -> Option<(usize, hir::Expr)> {
         let ti = match self.sources.iter().position(|s| s.name == table.node && s.kind == SourceKind::Table) {
             Some(i) => i,
             None => {
-                let tables: Vec<&str> = self.sources.iter().filter(|s| s.is_global()).map(|s| s.name.as_str()).collect();
-                let help = did_you_mean(&table.node, tables.iter().copied())
-                    .unwrap_or_else(|| format!("control-managed tables: {}", if tables.is_empty() { "none".into() } else { tables.join(", ") }));
-                self.err(Diagnostic::new(Code::UnknownTable, table.span, format!("unknown table `{}`", table.node)).label("not a table").help(help));
+                let tables: Vec<&str> =
+                    self.sources.iter().filter(|s| s.is_global()).map(|s| s.name.as_str()).collect();
+                let help = did_you_mean(&table.node, tables.iter().copied()).unwrap_or_else(|| {
+                    format!(
+                        "control-managed tables: {}",
+                        if tables.is_empty() { "none".into() } else { tables.join(", ") }
+                    )
+                });
+                self.err(
+                    Diagnostic::new(Code::UnknownTable, table.span, format!("unknown table `{}`", table.node))
+                        .label("not a table")
+                        .help(help),
+                );
                 return None;
             }
         };
         if let Some(topic) = &self.sources[ti].topic {
             self.err(
-                Diagnostic::new(Code::NotControlTable, table.span, format!("`{}` is fed from topic `{topic}`", table.node))
-                    .label("not a control-managed table")
-                    .help("change it by producing to its topic; control statements change tables declared without a topic"),
+                Diagnostic::new(
+                    Code::NotControlTable,
+                    table.span,
+                    format!("`{}` is fed from topic `{topic}`", table.node),
+                )
+                .label("not a control-managed table")
+                .help("change it by producing to its topic; control statements change tables declared without a topic"),
             );
             return None;
         }
@@ -1414,8 +1701,12 @@ impl<'a> Checker<'a> {
         let kt = self.sources[ti].key_type();
         if !hk.ty.assignable_to(&kt) || hk.ty.is_nullable() {
             self.err(
-                Diagnostic::new(Code::TypeMismatch, key.span, format!("`{}` is keyed by {kt}, not {}", table.node, hk.ty))
-                    .label(format!("a {}", hk.ty)),
+                Diagnostic::new(
+                    Code::TypeMismatch,
+                    key.span,
+                    format!("`{}` is keyed by {kt}, not {}", table.node, hk.ty),
+                )
+                .label(format!("a {}", hk.ty)),
             );
             return None;
         }
@@ -1444,10 +1735,15 @@ impl<'a> Checker<'a> {
                 let inner = self.expr(expr, scope);
                 let t = inner.ty.clone();
                 let ty = match op {
-                    UnOp::Not if matches!(t.base(), Type::Bool | Type::Error | Type::Null) => Type::Bool.nullable_if(t.is_nullable()),
-                    UnOp::Neg if matches!(t.base(), Type::Int | Type::Float | Type::Duration | Type::Error) => t.clone(),
+                    UnOp::Not if matches!(t.base(), Type::Bool | Type::Error | Type::Null) => {
+                        Type::Bool.nullable_if(t.is_nullable())
+                    }
+                    UnOp::Neg if matches!(t.base(), Type::Int | Type::Float | Type::Duration | Type::Error) => {
+                        t.clone()
+                    }
                     _ => {
-                        let (sym, want) = if *op == UnOp::Not { ("not", "a bool") } else { ("-", "a number or duration") };
+                        let (sym, want) =
+                            if *op == UnOp::Not { ("not", "a bool") } else { ("-", "a number or duration") };
                         self.err(
                             Diagnostic::new(Code::BadOperands, span, format!("`{sym}` of a {t}"))
                                 .label(format!("`{sym}` needs {want}")),
@@ -1464,9 +1760,13 @@ impl<'a> Checker<'a> {
                     Some(t) => t,
                     None => {
                         self.err(
-                            Diagnostic::new(Code::BadOperands, span, format!("`{}` cannot combine {} and {}", op.symbol(), l.ty, r.ty))
-                                .label(format!("{} {} {}", l.ty, op.symbol(), r.ty))
-                                .help_opt(binary_help(*op, &l.ty, &r.ty)),
+                            Diagnostic::new(
+                                Code::BadOperands,
+                                span,
+                                format!("`{}` cannot combine {} and {}", op.symbol(), l.ty, r.ty),
+                            )
+                            .label(format!("{} {} {}", l.ty, op.symbol(), r.ty))
+                            .help_opt(binary_help(*op, &l.ty, &r.ty)),
                         );
                         Type::Error
                     }
@@ -1486,10 +1786,14 @@ impl<'a> Checker<'a> {
                     Some(t) => t,
                     None => {
                         self.err(
-                            Diagnostic::new(Code::TypeMismatch, otherwise.span, format!("`if` branches differ: {} and {}", a.ty, b.ty))
-                                .label(format!("a {}", b.ty))
-                                .related(then.span, format!("a {}", a.ty))
-                                .help("both branches must have one type"),
+                            Diagnostic::new(
+                                Code::TypeMismatch,
+                                otherwise.span,
+                                format!("`if` branches differ: {} and {}", a.ty, b.ty),
+                            )
+                            .label(format!("a {}", b.ty))
+                            .related(then.span, format!("a {}", a.ty))
+                            .help("both branches must have one type"),
                         );
                         Type::Error
                     }
@@ -1508,9 +1812,13 @@ impl<'a> Checker<'a> {
                         Some(t) => elem = t,
                         None => {
                             self.err(
-                                Diagnostic::new(Code::TypeMismatch, h.span, format!("list items differ: {elem} and {}", h.ty))
-                                    .label(format!("a {}", h.ty))
-                                    .help("every item of a list has one type"),
+                                Diagnostic::new(
+                                    Code::TypeMismatch,
+                                    h.span,
+                                    format!("list items differ: {elem} and {}", h.ty),
+                                )
+                                .label(format!("a {}", h.ty))
+                                .help("every item of a list has one type"),
                             );
                             elem = Type::Error;
                             break;
@@ -1524,12 +1832,16 @@ impl<'a> Checker<'a> {
                 for (n, fe) in fields {
                     let h = self.expr(fe, scope);
                     if out.iter().any(|(o, _)| *o == n.node) {
-                        self.err(Diagnostic::new(Code::Duplicate, n.span, format!("field `{}` is given twice", n.node)).label("duplicate"));
+                        self.err(
+                            Diagnostic::new(Code::Duplicate, n.span, format!("field `{}` is given twice", n.node))
+                                .label("duplicate"),
+                        );
                         continue;
                     }
                     out.push((n.node.clone(), h));
                 }
-                let ty = Type::Record(RecordType { fields: out.iter().map(|(n, e)| (n.clone(), e.ty.clone())).collect() });
+                let ty =
+                    Type::Record(RecordType { fields: out.iter().map(|(n, e)| (n.clone(), e.ty.clone())).collect() });
                 mk(ExprKind::Record(out), ty)
             }
             ast::Expr::Call { func, args } => {
@@ -1545,7 +1857,11 @@ impl<'a> Checker<'a> {
             let ty = match builtin_type(b, &args) {
                 Ok(t) => t,
                 Err(msg) => {
-                    self.err(Diagnostic::new(Code::ArgCount, span, format!("`{name}`: {msg}")).label("in this call").help(builtin_sig(b)));
+                    self.err(
+                        Diagnostic::new(Code::ArgCount, span, format!("`{name}`: {msg}"))
+                            .label("in this call")
+                            .help(builtin_sig(b)),
+                    );
                     Type::Error
                 }
             };
@@ -1555,14 +1871,25 @@ impl<'a> Checker<'a> {
             let mut ok = args.len() == f.params.len();
             if !ok {
                 self.err(
-                    Diagnostic::new(Code::ArgCount, span, format!("`{name}` takes {}, not {}", plural(f.params.len(), "argument"), args.len()))
-                        .label("wrong number of arguments"),
+                    Diagnostic::new(
+                        Code::ArgCount,
+                        span,
+                        format!("`{name}` takes {}, not {}", plural(f.params.len(), "argument"), args.len()),
+                    )
+                    .label("wrong number of arguments"),
                 );
             }
             for (a, (pn, pt)) in args.iter().zip(&f.params) {
                 if !a.ty.assignable_to(pt) {
                     ok = false;
-                    self.err(Diagnostic::new(Code::TypeMismatch, a.span, format!("`{name}` takes a {pt} as `{pn}`, not a {}", a.ty)).label(format!("a {}", a.ty)));
+                    self.err(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            a.span,
+                            format!("`{name}` takes a {pt} as `{pn}`, not a {}", a.ty),
+                        )
+                        .label(format!("a {}", a.ty)),
+                    );
                 }
             }
             let ty = if ok { f.result_type.clone() } else { Type::Error };
@@ -1578,7 +1905,9 @@ impl<'a> Checker<'a> {
             did_you_mean(name, cands.iter().copied()).unwrap_or_else(|| format!("functions: {}", cands.join(", ")))
         };
         let code = if self.all_defs.contains(name) { Code::Recursion } else { Code::UnknownFunction };
-        self.err(Diagnostic::new(code, func.span, format!("unknown function `{name}`")).label("not a function").help(help));
+        self.err(
+            Diagnostic::new(code, func.span, format!("unknown function `{name}`")).label("not a function").help(help),
+        );
         err_expr(span)
     }
 
@@ -1614,7 +1943,10 @@ impl<'a> Checker<'a> {
                         let (kind, ty) = if let Some((i, t)) = jd.value.get(&second.node) {
                             (ExprKind::Field(Root::Joined(j), vec![i]), t.clone())
                         } else if jd.key.as_ref().is_some_and(|(k, _)| *k == second.node) {
-                            (ExprKind::Field(Root::JoinedKey(j), vec![]), jd.key.as_ref().map(|(_, t)| t.clone()).unwrap_or(Type::Error))
+                            (
+                                ExprKind::Field(Root::JoinedKey(j), vec![]),
+                                jd.key.as_ref().map(|(_, t)| t.clone()).unwrap_or(Type::Error),
+                            )
                         } else {
                             let mut rec = jd.value.clone();
                             if let Some((k, t)) = &jd.key {
@@ -1646,9 +1978,17 @@ impl<'a> Checker<'a> {
                 if let Some(j) = shape.joined.iter().find(|j| j.name == first.node) {
                     d = d.help(format!("`{}` is a joined stream: name one of its fields, `{}.field`", j.name, j.name));
                 } else if !shape.joined.is_empty() && did_you_mean(&first.node, rec.names()).is_none() {
-                    let owners: Vec<&str> = shape.joined.iter().filter(|j| j.value.get(&first.node).is_some()).map(|j| j.name.as_str()).collect();
+                    let owners: Vec<&str> = shape
+                        .joined
+                        .iter()
+                        .filter(|j| j.value.get(&first.node).is_some())
+                        .map(|j| j.name.as_str())
+                        .collect();
                     if let Some(o) = owners.first() {
-                        d = d.help(format!("`{}` is a field of the joined `{o}`: write `{o}.{}`", first.node, first.node));
+                        d = d.help(format!(
+                            "`{}` is a field of the joined `{o}`: write `{o}.{}`",
+                            first.node, first.node
+                        ));
                     }
                 }
                 self.err(d);
@@ -1664,9 +2004,17 @@ impl<'a> Checker<'a> {
             let Type::Record(rec) = e.ty.base().clone() else {
                 if !e.ty.is_error() {
                     self.err(
-                        Diagnostic::new(Code::UnknownField, seg.span, format!("`{}` is a {}, which has no fields", self.src.get(span.start..seg.span.start).unwrap_or("").trim_end_matches('.').trim(), e.ty))
-                            .label("no such field")
-                            .help("only records have fields"),
+                        Diagnostic::new(
+                            Code::UnknownField,
+                            seg.span,
+                            format!(
+                                "`{}` is a {}, which has no fields",
+                                self.src.get(span.start..seg.span.start).unwrap_or("").trim_end_matches('.').trim(),
+                                e.ty
+                            ),
+                        )
+                        .label("no such field")
+                        .help("only records have fields"),
                     );
                 }
                 return err_expr(span);
@@ -1708,7 +2056,11 @@ fn group_without_aggregate(span: Span) -> Diagnostic {
 
 /// Kafka's rule for topic names.
 pub fn valid_topic(t: &str) -> bool {
-    !t.is_empty() && t.len() <= 249 && t != "." && t != ".." && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// The value field an expression reads directly, if it is a plain top-level field.
@@ -1744,7 +2096,16 @@ pub fn binary_type(op: BinOp, l: &Type, r: &Type) -> Option<Type> {
     use Type as T;
     if l.is_error() || r.is_error() {
         return Some(match op {
-            BinOp::Or | BinOp::And | BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge | BinOp::In | BinOp::NotIn => T::Bool,
+            BinOp::Or
+            | BinOp::And
+            | BinOp::Eq
+            | BinOp::Ne
+            | BinOp::Lt
+            | BinOp::Le
+            | BinOp::Gt
+            | BinOp::Ge
+            | BinOp::In
+            | BinOp::NotIn => T::Bool,
             _ => T::Error,
         });
     }
@@ -1811,7 +2172,9 @@ pub fn binary_type(op: BinOp, l: &Type, r: &Type) -> Option<Type> {
 fn binary_help(op: BinOp, l: &Type, r: &Type) -> Option<String> {
     let (lb, rb) = (l.base(), r.base());
     Some(match op {
-        BinOp::Add if (*lb == Type::String) != (*rb == Type::String) => "convert with `to_string(x)`, or join strings with `concat`".into(),
+        BinOp::Add if (*lb == Type::String) != (*rb == Type::String) => {
+            "convert with `to_string(x)`, or join strings with `concat`".into()
+        }
         BinOp::In | BinOp::NotIn => "`in` takes a list on the right: `x in [\"a\", \"b\"]`".into(),
         BinOp::And | BinOp::Or => "`and` and `or` take bools; compare first: `x > 0 and y > 0`".into(),
         _ if lb.is_numeric() && *rb == Type::String || *lb == Type::String && rb.is_numeric() => {

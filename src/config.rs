@@ -237,7 +237,7 @@ fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), String> {
     }
 }
 
-/// `[A-Za-z0-9._-]+`, as CONVENTIONS.md says.
+/// `[A-Za-z0-9._-]+`, as docs/conventions.md says.
 pub fn validate_app_id(id: &str) -> Result<(), String> {
     if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
         Ok(())

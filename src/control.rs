@@ -59,7 +59,8 @@ pub const PROGRAM_KEY: &str = "program";
 /// expiry, tenant and text, each length-prefixed so no two envelopes share a message.
 pub fn message(app: &str, key_id: &str, seq: u64, expires: i64, tenant: &str, text: &[u8]) -> Vec<u8> {
     let mut m = b"streamc control statement v1\n".to_vec();
-    for part in [app.as_bytes(), key_id.as_bytes(), &seq.to_be_bytes(), &expires.to_be_bytes(), tenant.as_bytes(), text] {
+    for part in [app.as_bytes(), key_id.as_bytes(), &seq.to_be_bytes(), &expires.to_be_bytes(), tenant.as_bytes(), text]
+    {
         m.extend_from_slice(&(part.len() as u64).to_be_bytes());
         m.extend_from_slice(part);
     }
@@ -99,15 +100,25 @@ impl KeyFile {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
         let mut f = o.open(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        let text = KeyFileText { id: self.id.clone(), secret: hex::encode(self.key.to_bytes()), public_key: self.public_hex() };
+        let text = KeyFileText {
+            id: self.id.clone(),
+            secret: hex::encode(self.key.to_bytes()),
+            public_key: self.public_hex(),
+        };
         let yaml = serde_yaml::to_string(&text).map_err(|e| e.to_string())?;
-        f.write_all(format!("# streamc control signing key: keep it secret\n{yaml}").as_bytes()).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        f.write_all(format!("# streamc control signing key: keep it secret\n{yaml}").as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
 
     pub fn read(path: &Path) -> Result<KeyFile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
-        let k: KeyFileText = serde_yaml::from_str(&text).map_err(|e| format!("{} is not a streamc key file: {e}", path.display()))?;
-        let bytes: [u8; 32] = hex::decode(k.secret.trim()).ok().and_then(|b| b.try_into().ok()).ok_or_else(|| format!("{}: `secret` is not 32 bytes of hex", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
+        let k: KeyFileText =
+            serde_yaml::from_str(&text).map_err(|e| format!("{} is not a streamc key file: {e}", path.display()))?;
+        let bytes: [u8; 32] = hex::decode(k.secret.trim())
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| format!("{}: `secret` is not 32 bytes of hex", path.display()))?;
         Ok(KeyFile { id: k.id, key: SigningKey::from_bytes(&bytes) })
     }
 
@@ -155,7 +166,8 @@ pub fn trusted_keys(keys: &[TrustedKey]) -> Result<Vec<Trusted>, String> {
                 .ok()
                 .and_then(|b| b.try_into().ok())
                 .ok_or_else(|| format!("control.trusted_keys: the public key of `{}` is not 32 bytes of hex", k.id))?;
-            let key = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("control.trusted_keys: `{}` is not an Ed25519 public key: {e}", k.id))?;
+            let key = VerifyingKey::from_bytes(&bytes)
+                .map_err(|e| format!("control.trusted_keys: `{}` is not an Ed25519 public key: {e}", k.id))?;
             Ok(Trusted { id: k.id.clone(), key, tenants: k.tenants.clone() })
         })
         .collect()
@@ -192,13 +204,24 @@ pub struct Report {
 impl Report {
     /// One line per store, as `deploy --dry-run` and the status topic show them.
     pub fn render(&self) -> String {
-        let mut o = format!("query {}{}:\n", self.query, self.mode.as_ref().map(|m| format!(" (with {m})")).unwrap_or_default());
-        for (what, list) in [("kept", &self.kept), ("rebuilt from the start of the input", &self.rebuilt), ("started empty", &self.emptied), ("dropped", &self.dropped), ("incompatible", &self.incompatible)] {
+        let mut o = format!(
+            "query {}{}:\n",
+            self.query,
+            self.mode.as_ref().map(|m| format!(" (with {m})")).unwrap_or_default()
+        );
+        for (what, list) in [
+            ("kept", &self.kept),
+            ("rebuilt from the start of the input", &self.rebuilt),
+            ("started empty", &self.emptied),
+            ("dropped", &self.dropped),
+            ("incompatible", &self.incompatible),
+        ] {
             for s in list {
                 o += &format!("  {what}: {s}\n");
             }
         }
-        if self.kept.len() + self.rebuilt.len() + self.emptied.len() + self.dropped.len() + self.incompatible.len() == 0 {
+        if self.kept.len() + self.rebuilt.len() + self.emptied.len() + self.dropped.len() + self.incompatible.len() == 0
+        {
             o += "  no state\n";
         }
         o
@@ -366,9 +389,20 @@ impl Evaluator {
         let queries = program
             .queries
             .iter()
-            .map(|q| (q.name.clone(), QueryState { version: 0, epoch: 0, text: text.get(q.span.start..q.span.end).unwrap_or_default().to_string() }))
+            .map(|q| {
+                (
+                    q.name.clone(),
+                    QueryState {
+                        version: 0,
+                        epoch: 0,
+                        text: text.get(q.span.start..q.span.end).unwrap_or_default().to_string(),
+                    },
+                )
+            })
             .collect();
-        let stage = build_stage(app, 0, 0, Arc::new(program), Arc::new(queries), Arc::new(Tables::new()), Arc::new(Vec::new())).map_err(|e| format!("the program cannot run: {e}"))?;
+        let stage =
+            build_stage(app, 0, 0, Arc::new(program), Arc::new(queries), Arc::new(Tables::new()), Arc::new(Vec::new()))
+                .map_err(|e| format!("the program cannot run: {e}"))?;
         Ok(Evaluator { app: app.to_string(), trusted, seqs: BTreeMap::new(), next: 0, current: Arc::new(stage) })
     }
 
@@ -409,7 +443,8 @@ impl Evaluator {
             return None;
         }
         self.next = r.offset + 1;
-        let text = r.value.as_deref().map(|v| String::from_utf8_lossy(v).chars().take(4000).collect()).unwrap_or_default();
+        let text =
+            r.value.as_deref().map(|v| String::from_utf8_lossy(v).chars().take(4000).collect()).unwrap_or_default();
         let mut st = Status {
             offset: r.offset,
             timestamp: r.timestamp,
@@ -456,15 +491,25 @@ impl Evaluator {
         };
         let key_id = text_header(H_KEY_ID)?.ok_or("no streamc.key_id header")?;
         st.key_id = Some(key_id.clone());
-        let seq: u64 = text_header(H_SEQ)?.and_then(|s| s.parse().ok()).ok_or("streamc.seq is missing or not a number")?;
+        let seq: u64 =
+            text_header(H_SEQ)?.and_then(|s| s.parse().ok()).ok_or("streamc.seq is missing or not a number")?;
         st.seq = Some(seq);
-        let expires: i64 = text_header(H_EXPIRES)?.and_then(|s| s.parse().ok()).ok_or("streamc.expires is missing or not a number")?;
+        let expires: i64 =
+            text_header(H_EXPIRES)?.and_then(|s| s.parse().ok()).ok_or("streamc.expires is missing or not a number")?;
         let tenant = text_header(H_TENANT)?.unwrap_or_default();
         if !tenant.is_empty() {
             st.tenant = Some(tenant.clone());
         }
-        let trusted = self.trusted.iter().find(|t| t.id == key_id).ok_or_else(|| format!("key `{key_id}` is not in control.trusted_keys"))?;
-        let sig: [u8; 64] = std::str::from_utf8(sig).ok().and_then(|s| hex::decode(s).ok()).and_then(|b| b.try_into().ok()).ok_or("streamc.sig is not 64 bytes of hex")?;
+        let trusted = self
+            .trusted
+            .iter()
+            .find(|t| t.id == key_id)
+            .ok_or_else(|| format!("key `{key_id}` is not in control.trusted_keys"))?;
+        let sig: [u8; 64] = std::str::from_utf8(sig)
+            .ok()
+            .and_then(|s| hex::decode(s).ok())
+            .and_then(|b| b.try_into().ok())
+            .ok_or("streamc.sig is not 64 bytes of hex")?;
         let value = r.value.as_deref().ok_or("no statement: the record has no value")?;
         let msg = message(&self.app, &key_id, seq, expires, &tenant, value);
         trusted
@@ -474,7 +519,10 @@ impl Evaluator {
         // Authentic from here on.
         let last = self.seqs.get(&key_id).copied();
         if last.is_some_and(|l| seq <= l) {
-            return Err(format!("sequence {seq} of key `{key_id}` is not above {} (a replayed or reordered statement)", last.unwrap_or(0)));
+            return Err(format!(
+                "sequence {seq} of key `{key_id}` is not above {} (a replayed or reordered statement)",
+                last.unwrap_or(0)
+            ));
         }
         self.seqs.insert(key_id.clone(), seq);
         if expires < r.timestamp {
@@ -489,7 +537,14 @@ impl Evaluator {
         // The text.
         let latest = self.latest().clone();
         let program = &latest.program;
-        let rendered = |diags: &[Diagnostic]| diag::render(diags, &format!("<{} offset {}>", control_topic(&self.app), r.offset), text, RenderOptions::plain());
+        let rendered = |diags: &[Diagnostic]| {
+            diag::render(
+                diags,
+                &format!("<{} offset {}>", control_topic(&self.app), r.offset),
+                text,
+                RenderOptions::plain(),
+            )
+        };
         let ast = syntax::parse_statement(text).map_err(|d| {
             st.diagnostic = Some(rendered(&d));
             "the statement does not compile".to_string()
@@ -516,7 +571,8 @@ impl Evaluator {
                 let v = eval(value, &row, &[]).map_err(|e| format!("the value cannot be evaluated: {e}"))?;
                 let mut json = Vec::new();
                 v.write_json(&value.ty, &mut json);
-                let fields = task::decode_visible(src, &json).map_err(|e| format!("the value does not fit `{}`: {}", src.name, e.0))?;
+                let fields = task::decode_visible(src, &json)
+                    .map_err(|e| format!("the value does not fit `{}`: {}", src.name, e.0))?;
                 let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
                 drop(latest);
                 self.set_row(&name, kb, Some(Arc::new(fields)));
@@ -561,7 +617,13 @@ impl Evaluator {
                 };
                 queries.insert(q.name.clone(), QueryState { version, epoch: version, text: body });
                 // A new query reads its input from the start, as if it had been in the file.
-                events.push(Event { version, query: q.name.clone(), restart: true, fresh: Vec::new(), gone: Vec::new() });
+                events.push(Event {
+                    version,
+                    query: q.name.clone(),
+                    restart: true,
+                    fresh: Vec::new(),
+                    gone: Vec::new(),
+                });
                 prog.queries.push(q);
             }
             Control::Replace { query: q, mode } => {
@@ -580,12 +642,20 @@ impl Evaluator {
                 });
                 let needs = !report.incompatible.is_empty();
                 version = self.next;
-                let mut ev = Event { version, query: q.name.clone(), restart: false, fresh: Vec::new(), gone: stores_of(&latest.specs, &q.name) };
+                let mut ev = Event {
+                    version,
+                    query: q.name.clone(),
+                    restart: false,
+                    fresh: Vec::new(),
+                    gone: stores_of(&latest.specs, &q.name),
+                };
                 let mut epoch = queries.get(&q.name).map_or(version, |s| s.epoch);
                 match mode {
                     None if needs => {
                         let (qspan, name) = match &ast.body {
-                            crate::ast::StatementBody::Replace { query, .. } => (query.name.span, query.name.node.clone()),
+                            crate::ast::StatementBody::Replace { query, .. } => {
+                                (query.name.span, query.name.node.clone())
+                            }
                             _ => (ast.span, q.name.clone()),
                         };
                         let d = Diagnostic::new(Code::IncompatibleState, qspan, format!("replacing `{name}` changes state that cannot be kept: {}", report.incompatible.join("; ")))
@@ -602,10 +672,16 @@ impl Evaluator {
                         ev.restart = true;
                         epoch = version;
                         report.rebuilt = std::mem::take(&mut report.kept);
-                        report.rebuilt.extend(report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()));
+                        report.rebuilt.extend(
+                            report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()),
+                        );
                     }
                     Some(crate::ast::ReplaceMode::FreshState) => {
-                        report.emptied = report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()).collect();
+                        report.emptied = report
+                            .incompatible
+                            .drain(..)
+                            .map(|s| s.split(':').next().unwrap_or_default().to_string())
+                            .collect();
                         ev.fresh = report.emptied.clone();
                     }
                 }
@@ -622,15 +698,28 @@ impl Evaluator {
                 st.kind = Some("drop".into());
                 st.target = Some(name.clone());
                 version = self.next;
-                events.push(Event { version, query: name.clone(), restart: true, fresh: Vec::new(), gone: stores_of(&latest.specs, &name) });
+                events.push(Event {
+                    version,
+                    query: name.clone(),
+                    restart: true,
+                    fresh: Vec::new(),
+                    gone: stores_of(&latest.specs, &name),
+                });
                 queries.remove(&name);
                 prog.queries.retain(|q| q.name != name);
             }
         }
-        let mut stage = build_stage(&self.app, self.next, version, Arc::new(prog), Arc::new(queries), tables, Arc::new(events)).map_err(|e| {
-            st.diagnostic = Some(rendered(&[Diagnostic::new(Code::CannotRun, ast.span, format!("the runtime cannot run this: {e}")).label("here")]));
-            format!("the runtime cannot run it: {e}")
-        })?;
+        let mut stage =
+            build_stage(&self.app, self.next, version, Arc::new(prog), Arc::new(queries), tables, Arc::new(events))
+                .map_err(|e| {
+                    st.diagnostic = Some(rendered(&[Diagnostic::new(
+                        Code::CannotRun,
+                        ast.span,
+                        format!("the runtime cannot run this: {e}"),
+                    )
+                    .label("here")]));
+                    format!("the runtime cannot run it: {e}")
+                })?;
         if st.kind.as_deref() == Some("replace") {
             if let Some(why) = st.target.as_deref().and_then(|q| moved(&latest.specs, &stage.specs, q)) {
                 let span = match &ast.body {
@@ -654,7 +743,11 @@ impl Evaluator {
 /// Every store of a query's tasks: (task, store, changelog). `Stage::gone_since` keeps those
 /// the new program no longer has.
 fn stores_of(specs: &[Arc<TaskSpec>], query: &str) -> Vec<(String, String, String)> {
-    specs.iter().filter(|s| s.query == query).flat_map(|s| s.stores.iter().map(move |st| (s.name.clone(), st.name.clone(), st.changelog.clone()))).collect()
+    specs
+        .iter()
+        .filter(|s| s.query == query)
+        .flat_map(|s| s.stores.iter().map(move |st| (s.name.clone(), st.name.clone(), st.changelog.clone())))
+        .collect()
 }
 
 /// Whether replacing `query` moves work between tasks: a sub-topology that keeps its name but
@@ -681,13 +774,23 @@ pub fn moved(old: &[Arc<TaskSpec>], new: &[Arc<TaskSpec>], query: &str) -> Optio
     }
     for (store, owner) in &ob {
         if let Some(before) = oa.get(store).filter(|o| *o != owner) {
-            return Some(format!("moves the state of `{store}` from `{before}` to `{owner}` (its partitioning changes)"));
+            return Some(format!(
+                "moves the state of `{store}` from `{before}` to `{owner}` (its partitioning changes)"
+            ));
         }
     }
     None
 }
 
-fn build_stage(app: &str, next: u64, version: u64, program: Arc<hir::Program>, queries: Arc<BTreeMap<String, QueryState>>, tables: Arc<Tables>, events: Arc<Vec<Event>>) -> Result<Stage, String> {
+fn build_stage(
+    app: &str,
+    next: u64,
+    version: u64,
+    program: Arc<hir::Program>,
+    queries: Arc<BTreeMap<String, QueryState>>,
+    tables: Arc<Tables>,
+    events: Arc<Vec<Event>>,
+) -> Result<Stage, String> {
     let topo = plan::lower(&program, app);
     let specs = task::specs(&program, &topo)?
         .into_iter()
@@ -699,7 +802,17 @@ fn build_stage(app: &str, next: u64, version: u64, program: Arc<hir::Program>, q
             Arc::new(s)
         })
         .collect();
-    Ok(Stage { next, version, program, topo: Arc::new(topo), specs: Arc::new(specs), queries, tables, events, purges: Arc::default() })
+    Ok(Stage {
+        next,
+        version,
+        program,
+        topo: Arc::new(topo),
+        specs: Arc::new(specs),
+        queries,
+        tables,
+        events,
+        purges: Arc::default(),
+    })
 }
 
 /// Compare the stores of `query` in two topologies.
@@ -730,17 +843,27 @@ pub fn compare(old: &Topology, new: &Topology, query: &str) -> Report {
 fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
     use plan::StoreKind::*;
     match (&old.kind, &new.kind) {
-        (Window { window: a }, Window { window: b }) if a.kind != b.kind => return Some(format!("the window changed from {} to {}", fmt_window(a), fmt_window(b))),
+        (Window { window: a }, Window { window: b }) if a.kind != b.kind => {
+            return Some(format!("the window changed from {} to {}", fmt_window(a), fmt_window(b)))
+        }
         (Window { .. }, Window { .. }) => {}
-        (JoinWindow { within: a }, JoinWindow { within: b }) if a != b => return Some("the join's `within` changed".into()),
-        (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => return Some("the kind of state changed".into()),
+        (JoinWindow { within: a }, JoinWindow { within: b }) if a != b => {
+            return Some("the join's `within` changed".into())
+        }
+        (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => {
+            return Some("the kind of state changed".into())
+        }
         _ => {}
     }
     if old.key != new.key {
         return Some(format!("its key changed from {} to {}", old.key, new.key));
     }
     if old.tenant_scoped != new.tenant_scoped {
-        return Some(if new.tenant_scoped { "it becomes tenant-scoped".into() } else { "it is no longer tenant-scoped".into() });
+        return Some(if new.tenant_scoped {
+            "it becomes tenant-scoped".into()
+        } else {
+            "it is no longer tenant-scoped".into()
+        });
     }
     if old.value != new.value {
         return Some(format!("its state changed from {} to {}", old.value, new.value));

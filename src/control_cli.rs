@@ -67,7 +67,15 @@ impl Topics {
 }
 
 pub fn control_records(t: &Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
-    Ok(t.read(&control::control_topic(app))?.into_iter().map(|s| ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value }).collect())
+    Ok(t.read(&control::control_topic(app))?
+        .into_iter()
+        .map(|s| ControlRecord {
+            offset: s.offset,
+            timestamp: s.record.timestamp,
+            headers: s.record.headers,
+            value: s.record.value,
+        })
+        .collect())
 }
 
 /// The program text the application runs as version 0 (recorded by `run` in the status topic).
@@ -77,7 +85,12 @@ pub fn stored_program(t: &Topics, app: &str) -> Result<Option<String>, String> {
 
 /// The status record that makes `text` the application's program file (version 0).
 fn program_record(text: &str) -> Record {
-    Record { key: Some(PROGRAM_KEY.as_bytes().to_vec()), value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()), timestamp: streamc::runtime::driver::now_ms(), headers: vec![] }
+    Record {
+        key: Some(PROGRAM_KEY.as_bytes().to_vec()),
+        value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()),
+        timestamp: streamc::runtime::driver::now_ms(),
+        headers: vec![],
+    }
 }
 
 /// Every program file the application has run, oldest first.
@@ -97,14 +110,21 @@ pub fn running(t: &Topics, app: &str, cfg: &config::Config, file: &Path) -> Resu
         Some(t) => t,
         None => std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?,
     };
-    let program = streamc::compile(&text).map_err(|d| format!("the application's program does not compile: {}", d.first().map(|d| d.message.clone()).unwrap_or_default()))?;
+    let program = streamc::compile(&text).map_err(|d| {
+        format!(
+            "the application's program does not compile: {}",
+            d.first().map(|d| d.message.clone()).unwrap_or_default()
+        )
+    })?;
     let mut ev = Evaluator::new(app, program, &text, control::trusted_keys(&cfg.control.trusted_keys)?)?;
     let statuses = control::evaluate_all(&mut ev, &control_records(t, app)?);
     Ok((ev, statuses))
 }
 
 pub fn keygen(path: &Path, id: Option<&str>) -> Result<ExitCode, String> {
-    let id = id.map(str::to_string).unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or("key").to_string());
+    let id = id
+        .map(str::to_string)
+        .unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or("key").to_string());
     let k = KeyFile::generate(&id)?;
     k.write(path)?;
     eprintln!("wrote the private key `{id}` to {} (keep it secret); trust its public key with:", path.display());
@@ -136,9 +156,17 @@ fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Co
     let mut seqs = Vec::new();
     let mut records = Vec::new();
     for (i, s) in statements.iter().enumerate() {
-        let seq = last.max(now.max(0) as u64 * 1000).checked_add(1 + i as u64).ok_or("the key's sequence numbers are exhausted")?;
+        let seq = last
+            .max(now.max(0) as u64 * 1000)
+            .checked_add(1 + i as u64)
+            .ok_or("the key's sequence numbers are exhausted")?;
         seqs.push(seq);
-        records.push(Record { key: None, value: Some(s.clone().into_bytes()), timestamp: now, headers: key.sign(app, seq, now.saturating_add(o.expires_in_ms), o.tenant, s) });
+        records.push(Record {
+            key: None,
+            value: Some(s.clone().into_bytes()),
+            timestamp: now,
+            headers: key.sign(app, seq, now.saturating_add(o.expires_in_ms), o.tenant, s),
+        });
     }
     let topic = control::control_topic(app);
     t.append(&topic, records)?;
@@ -146,9 +174,19 @@ fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Co
     let after = control_records(t, app)?;
     let mut offsets = Vec::new();
     for seq in &seqs {
-        let off = after.iter().find(|r| header(r, control::H_KEY_ID).as_deref() == Some(key.id.as_str()) && header(r, control::H_SEQ) == Some(seq.to_string())).map(|r| r.offset);
+        let off = after
+            .iter()
+            .find(|r| {
+                header(r, control::H_KEY_ID).as_deref() == Some(key.id.as_str())
+                    && header(r, control::H_SEQ) == Some(seq.to_string())
+            })
+            .map(|r| r.offset);
         offsets.push(off);
-        eprintln!("posted to {topic} at offset {} (key {}, seq {seq})", off.map_or("?".into(), |o| o.to_string()), key.id);
+        eprintln!(
+            "posted to {topic} at offset {} (key {}, seq {seq})",
+            off.map_or("?".into(), |o| o.to_string()),
+            key.id
+        );
     }
     if o.wait_secs == 0 {
         return Ok(ExitCode::SUCCESS);
@@ -165,7 +203,10 @@ fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Co
                 break;
             }
             if std::time::Instant::now() > deadline {
-                return Err(format!("no status for control offset {off} after {}s: is `streamc run` of `{app}` running?", o.wait_secs));
+                return Err(format!(
+                    "no status for control offset {off} after {}s: is `streamc run` of `{app}` running?",
+                    o.wait_secs
+                ));
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -203,15 +244,26 @@ fn print_status(st: &Status) {
 
 /// `streamc control FILE --key K 'statement'`: check the statement against the running program,
 /// then sign and post it.
-pub fn control_cmd(state_dir: &Path, cfg: &config::Config, file: &Path, statement: &str, check: bool, o: &Post) -> Result<ExitCode, String> {
+pub fn control_cmd(
+    state_dir: &Path,
+    cfg: &config::Config,
+    file: &Path,
+    statement: &str,
+    check: bool,
+    o: &Post,
+) -> Result<ExitCode, String> {
     let app = config::application_id(cfg, file)?;
     let t = Topics::open(state_dir, cfg)?;
     if check {
         let (ev, _) = running(&t, &app, cfg, file)?;
         let program = &ev.latest().program;
-        if let Err(d) = syntax::parse_statement(statement).and_then(|ast| streamc::check::check_statement(program, &ast, statement)) {
+        if let Err(d) =
+            syntax::parse_statement(statement).and_then(|ast| streamc::check::check_statement(program, &ast, statement))
+        {
             eprint!("{}", diag::render(&d, "<statement>", statement, crate::render_options()));
-            eprintln!("error: the statement does not compile against the running program of `{app}`; nothing was posted");
+            eprintln!(
+                "error: the statement does not compile against the running program of `{app}`; nothing was posted"
+            );
             return Ok(ExitCode::from(1));
         }
     }
@@ -225,7 +277,14 @@ pub fn control_cmd(state_dir: &Path, cfg: &config::Config, file: &Path, statemen
 }
 
 /// `streamc deploy FILE --key K [--dry-run]`: make the running queries those of FILE.
-pub fn deploy(state_dir: &Path, cfg: &config::Config, file: &Path, dry_run: bool, mode: Option<&str>, o: &Post) -> Result<ExitCode, String> {
+pub fn deploy(
+    state_dir: &Path,
+    cfg: &config::Config,
+    file: &Path,
+    dry_run: bool,
+    mode: Option<&str>,
+    o: &Post,
+) -> Result<ExitCode, String> {
     let app = config::application_id(cfg, file)?;
     let t = Topics::open(state_dir, cfg)?;
     if stored_program(&t, &app)?.is_none() {
@@ -253,7 +312,10 @@ pub fn deploy(state_dir: &Path, cfg: &config::Config, file: &Path, dry_run: bool
                 if incompatible && mode.is_none() {
                     println!("  => needs `--reprocess` or `--fresh-state`");
                 }
-                statements.push(format!("replace {body}{}", if incompatible || mode == Some("reprocess") { suffix.clone() } else { String::new() }));
+                statements.push(format!(
+                    "replace {body}{}",
+                    if incompatible || mode == Some("reprocess") { suffix.clone() } else { String::new() }
+                ));
             }
         }
     }
@@ -282,10 +344,21 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     let t = Topics::open(state_dir, cfg)?;
     let (ev, evaluated) = running(&t, &app, cfg, file)?;
     let stage = ev.latest();
-    println!("application {app}: program version {}, {} control statement{} ({} accepted)", stage.version, evaluated.len(), if evaluated.len() == 1 { "" } else { "s" }, evaluated.iter().filter(|s| s.accepted).count());
+    println!(
+        "application {app}: program version {}, {} control statement{} ({} accepted)",
+        stage.version,
+        evaluated.len(),
+        if evaluated.len() == 1 { "" } else { "s" },
+        evaluated.iter().filter(|s| s.accepted).count()
+    );
     println!("queries:");
     for (name, q) in stage.queries.iter() {
-        let at = evaluated.iter().rev().find(|s| s.accepted && s.target.as_deref() == Some(name) && s.version == q.version && q.version > 0).map(|s| format!(", from control offset {}", s.offset)).unwrap_or_else(|| if q.version == 0 { ", from the program file".into() } else { String::new() });
+        let at = evaluated
+            .iter()
+            .rev()
+            .find(|s| s.accepted && s.target.as_deref() == Some(name) && s.version == q.version && q.version > 0)
+            .map(|s| format!(", from control offset {}", s.offset))
+            .unwrap_or_else(|| if q.version == 0 { ", from the program file".into() } else { String::new() });
         println!("  {name}: version {}{at}", q.version);
     }
     let tables: Vec<_> = stage.tables.iter().map(|(n, t)| format!("{n} ({} rows)", t.len())).collect();
@@ -294,7 +367,11 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     }
     println!("tasks (control offset applied, query version):");
     for (task, control, version) in applied(&t, &app, stage, cfg)? {
-        println!("  {task}: {}, version {}", control.map_or("-".into(), |c| c.to_string()), version.map_or("-".into(), |v| v.to_string()));
+        println!(
+            "  {task}: {}, version {}",
+            control.map_or("-".into(), |c| c.to_string()),
+            version.map_or("-".into(), |v| v.to_string())
+        );
     }
     let written = statuses(&t, &app)?;
     let rejected: Vec<&Status> = written.iter().filter(|s| !s.accepted).collect();
@@ -306,7 +383,12 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
 }
 
 /// Per task: the control offset and query version of its last commit.
-fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) -> Result<Vec<(String, Option<u64>, Option<u64>)>, String> {
+fn applied(
+    t: &Topics,
+    app: &str,
+    stage: &control::Stage,
+    cfg: &config::Config,
+) -> Result<Vec<(String, Option<u64>, Option<u64>)>, String> {
     let mut out = Vec::new();
     let field = |m: &serde_json::Value, f: &str| m.get(f).and_then(|v| v.as_u64());
     match t {
@@ -332,7 +414,9 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
                     tpl.add_partition(topic, p as i32);
                 }
             }
-            let committed = consumer.committed_offsets(tpl, std::time::Duration::from_secs(10)).map_err(|e| format!("cannot read the offsets of group `{app}`: {e}"))?;
+            let committed = consumer
+                .committed_offsets(tpl, std::time::Duration::from_secs(10))
+                .map_err(|e| format!("cannot read the offsets of group `{app}`: {e}"))?;
             for el in committed.elements() {
                 let Ok(meta) = serde_json::from_str::<serde_json::Value>(el.metadata()) else { continue };
                 let Some(obj) = meta.as_object() else { continue };
@@ -352,7 +436,13 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
 /// `run`: record the program file as version 0 the first time; if it changed since, compare
 /// the two programs (with the control log applied to each) like a `replace` of every query.
 /// Ok(false): an incompatible change (the report was printed).
-pub fn check_program_file(t: &Topics, app: &str, cfg: &config::Config, text: &str, program: &hir::Program) -> Result<bool, String> {
+pub fn check_program_file(
+    t: &Topics,
+    app: &str,
+    cfg: &config::Config,
+    text: &str,
+    program: &hir::Program,
+) -> Result<bool, String> {
     let status = control::status_topic(app);
     let Some(old_text) = stored_program(t, app)? else {
         t.append(&status, vec![program_record(text)])?;
@@ -430,7 +520,9 @@ pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::
         Topics::Embedded(log) => {
             let topics: Vec<String> = log.topics()?.into_iter().filter(|n| internal(n)).collect();
             let keep = [format!("{app}#control-status"), format!("{app}#input#")];
-            log.delete(&topics, |g| g.starts_with(&format!("{app}#")) && !keep.iter().any(|k| g.starts_with(k.as_str())))?;
+            log.delete(&topics, |g| {
+                g.starts_with(&format!("{app}#")) && !keep.iter().any(|k| g.starts_with(k.as_str()))
+            })?;
             topics
         }
         Topics::Kafka(k) => {

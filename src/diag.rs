@@ -93,7 +93,14 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn new(code: Code, span: Span, message: impl Into<String>) -> Self {
-        Diagnostic { code, message: articles(message.into()), span, label: String::new(), help: None, related: Vec::new() }
+        Diagnostic {
+            code,
+            message: articles(message.into()),
+            span,
+            label: String::new(),
+            help: None,
+            related: Vec::new(),
+        }
     }
     pub fn label(mut self, label: impl Into<String>) -> Self {
         self.label = articles(label.into());
@@ -184,11 +191,7 @@ impl miette::Diagnostic for Report<'_> {
             (!self.diag.label.is_empty()).then(|| self.diag.label.clone()),
             self.diag.span,
         );
-        let related = self
-            .diag
-            .related
-            .iter()
-            .map(|(s, l)| miette::LabeledSpan::new_with_span(Some(l.clone()), *s));
+        let related = self.diag.related.iter().map(|(s, l)| miette::LabeledSpan::new_with_span(Some(l.clone()), *s));
         Some(Box::new(std::iter::once(primary).chain(related)))
     }
 }

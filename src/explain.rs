@@ -44,7 +44,9 @@ impl<'a> View<'a> {
         self.t.stores.iter().filter(|s| match (s.subtopology, self.query) {
             (Some(sub), _) => self.subs.contains(&sub),
             (None, None) => true,
-            (None, Some(_)) => self.t.graph.node_weights().any(|n| self.subs.contains(&n.subtopology) && n.stores.contains(&s.name)),
+            (None, Some(_)) => {
+                self.t.graph.node_weights().any(|n| self.subs.contains(&n.subtopology) && n.stores.contains(&s.name))
+            }
         })
     }
     fn topics(&self) -> impl Iterator<Item = &'a crate::plan::Topic> + '_ {
@@ -94,7 +96,9 @@ fn store_kind(k: &StoreKind) -> String {
             crate::plan::window_desc(&window.kind),
             window.grace
         ),
-        StoreKind::JoinWindow { within } => format!("join window store (records kept {within} either side, by stream time)"),
+        StoreKind::JoinWindow { within } => {
+            format!("join window store (records kept {within} either side, by stream time)")
+        }
         StoreKind::Global => "global key-value (every task sees all; rebuilt from the control topic)".into(),
     }
 }
@@ -114,7 +118,13 @@ fn text(v: &View) -> String {
     );
     for s in &v.subs {
         let sub = &t.subtopologies[*s];
-        let _ = writeln!(o, "\nSub-topology {} (query `{}`): one task per partition of {}", sub.id, sub.query, sub.sources.join(" + "));
+        let _ = writeln!(
+            o,
+            "\nSub-topology {} (query `{}`): one task per partition of {}",
+            sub.id,
+            sub.query,
+            sub.sources.join(" + ")
+        );
         for n in &sub.nodes {
             let node = &t.graph[*n];
             let _ = writeln!(o, "  {} [{}]  line {}: {}", node.name, node.kind.kind_name(), node.line, node.clause);
@@ -130,7 +140,11 @@ fn text(v: &View) -> String {
                         let _ = writeln!(o, "      --> {}  (key {}, value {})", target.name, w.key, w.value);
                     }
                     EdgeMode::Repartition { topic } => {
-                        let _ = writeln!(o, "      ==> {} via {} (sub-topology {}; key {}, value {})", target.name, topic, target.subtopology, w.key, w.value);
+                        let _ = writeln!(
+                            o,
+                            "      ==> {} via {} (sub-topology {}; key {}, value {})",
+                            target.name, topic, target.subtopology, w.key, w.value
+                        );
                     }
                 }
             }
@@ -144,8 +158,15 @@ fn text(v: &View) -> String {
             let _ = writeln!(o, "  {}: {}{}", s.name, store_kind(&s.kind), scope);
             match (&s.changelog, s.subtopology) {
                 (Some(c), Some(sub)) => {
-                    let expiry = if matches!(s.kind, StoreKind::Window { .. } | StoreKind::JoinWindow { .. }) { "; expired entries are deleted with tombstones" } else { "" };
-                    let _ = writeln!(o, "      changelog {c} (compacted{expiry}), one partition per task of sub-topology {sub}");
+                    let expiry = if matches!(s.kind, StoreKind::Window { .. } | StoreKind::JoinWindow { .. }) {
+                        "; expired entries are deleted with tombstones"
+                    } else {
+                        ""
+                    };
+                    let _ = writeln!(
+                        o,
+                        "      changelog {c} (compacted{expiry}), one partition per task of sub-topology {sub}"
+                    );
                 }
                 _ => {
                     let _ = writeln!(o, "      no changelog");
@@ -159,7 +180,15 @@ fn text(v: &View) -> String {
     for tp in v.topics() {
         let created = if tp.partitions != Partitions::External { ", created by streamc" } else { "" };
         let compact = if tp.compacted { ", compacted" } else { "" };
-        let _ = writeln!(o, "  {:width$}  {} ({}{}{})", tp.name, tp.role.as_str(), partitions_desc(t, &tp.partitions), compact, created);
+        let _ = writeln!(
+            o,
+            "  {:width$}  {} ({}{}{})",
+            tp.name,
+            tp.role.as_str(),
+            partitions_desc(t, &tp.partitions),
+            compact,
+            created
+        );
     }
     o
 }
@@ -174,10 +203,23 @@ fn dot(v: &View) -> String {
     let _ = writeln!(o, "digraph \"{}\" {{\n  rankdir=TB;\n  node [shape=box, fontname=\"monospace\"];", esc(&t.app));
     for s in &v.subs {
         let sub = &t.subtopologies[*s];
-        let _ = writeln!(o, "  subgraph \"cluster_{}\" {{\n    label=\"sub-topology {} (query {})\";", sub.id, sub.id, esc(&sub.query));
+        let _ = writeln!(
+            o,
+            "  subgraph \"cluster_{}\" {{\n    label=\"sub-topology {} (query {})\";",
+            sub.id,
+            sub.id,
+            esc(&sub.query)
+        );
         for n in &sub.nodes {
             let node = &t.graph[*n];
-            let _ = writeln!(o, "    \"{}\" [label=\"{}\\n{}\\nline {}\"];", esc(&node.name), esc(&node.name), node.kind.kind_name(), node.line);
+            let _ = writeln!(
+                o,
+                "    \"{}\" [label=\"{}\\n{}\\nline {}\"];",
+                esc(&node.name),
+                esc(&node.name),
+                node.kind.kind_name(),
+                node.line
+            );
             for st in &node.stores {
                 let _ = writeln!(o, "    \"store:{}\" [shape=cylinder, label=\"{}\"];\n    \"{}\" -> \"store:{}\" [style=dotted, dir=both];", esc(st), esc(st), esc(&node.name), esc(st));
             }
@@ -190,7 +232,9 @@ fn dot(v: &View) -> String {
                 let (a, b, w) = (&t.graph[e.source()], &t.graph[e.target()], e.weight());
                 let style = match &w.mode {
                     EdgeMode::Forward => format!("label=\"key {}\"", esc(&w.key.to_string())),
-                    EdgeMode::Repartition { topic } => format!("label=\"{}\\nkey {}\", style=dashed", esc(topic), esc(&w.key.to_string())),
+                    EdgeMode::Repartition { topic } => {
+                        format!("label=\"{}\\nkey {}\", style=dashed", esc(topic), esc(&w.key.to_string()))
+                    }
                 };
                 let _ = writeln!(o, "  \"{}\" -> \"{}\" [{}];", esc(&a.name), esc(&b.name), style);
             }
@@ -211,7 +255,8 @@ fn mermaid(v: &View) -> String {
         let _ = writeln!(o, "  subgraph s{}[\"sub-topology {} (query {})\"]", sub.id, sub.id, m(&sub.query));
         for n in &sub.nodes {
             let node = &t.graph[*n];
-            let _ = writeln!(o, "    {}[\"{}<br/>{} · line {}\"]", id(*n), m(&node.name), node.kind.kind_name(), node.line);
+            let _ =
+                writeln!(o, "    {}[\"{}<br/>{} · line {}\"]", id(*n), m(&node.name), node.kind.kind_name(), node.line);
             for st in &node.stores {
                 let sid = store_id(st);
                 let _ = writeln!(o, "    {sid}[(\"{}\")]\n    {} -.- {sid}", m(st), id(*n));
@@ -225,10 +270,23 @@ fn mermaid(v: &View) -> String {
                 let w = e.weight();
                 match &w.mode {
                     EdgeMode::Forward => {
-                        let _ = writeln!(o, "  {} -->|\"key {}\"| {}", id(e.source()), m(&w.key.to_string()), id(e.target()));
+                        let _ = writeln!(
+                            o,
+                            "  {} -->|\"key {}\"| {}",
+                            id(e.source()),
+                            m(&w.key.to_string()),
+                            id(e.target())
+                        );
                     }
                     EdgeMode::Repartition { topic } => {
-                        let _ = writeln!(o, "  {} ==>|\"{}<br/>key {}\"| {}", id(e.source()), m(topic), m(&w.key.to_string()), id(e.target()));
+                        let _ = writeln!(
+                            o,
+                            "  {} ==>|\"{}<br/>key {}\"| {}",
+                            id(e.source()),
+                            m(topic),
+                            m(&w.key.to_string()),
+                            id(e.target())
+                        );
                     }
                 }
             }

@@ -51,7 +51,12 @@ pub fn trades(o: &TradesOptions, out: &mut dyn Write) -> std::io::Result<()> {
         let ts = BASE_TS + (i * step / 1000) as i64 - lag;
         line.clear();
         use std::fmt::Write as _;
-        let _ = write!(line, "{{\"ticker\":\"T{t:04}\",\"price\":{}.{:02},\"size\":{size},\"ts\":{ts}}}", price / 100, price % 100);
+        let _ = write!(
+            line,
+            "{{\"ticker\":\"T{t:04}\",\"price\":{}.{:02},\"size\":{size},\"ts\":{ts}}}",
+            price / 100,
+            price % 100
+        );
         line.push('\n');
         out.write_all(line.as_bytes())?;
     }

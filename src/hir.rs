@@ -153,8 +153,19 @@ pub enum StepKind {
     /// Group and aggregate, optionally windowed. `repartition` when the group key is not the
     /// key the records are partitioned by.
     Aggregate(Box<AggregateStep>),
-    JoinTable { table: usize, on: Expr, left: bool, repartition: bool },
-    JoinStream { stream: usize, within: Duration, on: Expr, left: bool, repartition: bool },
+    JoinTable {
+        table: usize,
+        on: Expr,
+        left: bool,
+        repartition: bool,
+    },
+    JoinStream {
+        stream: usize,
+        within: Duration,
+        on: Expr,
+        left: bool,
+        repartition: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -404,14 +415,16 @@ impl Program {
     pub fn summary(&self) -> String {
         let mut o = String::new();
         for s in &self.sources {
-            let topic = s.topic.as_deref().map(|t| format!(" from {t:?}")).unwrap_or_else(|| " (control-managed)".into());
+            let topic =
+                s.topic.as_deref().map(|t| format!(" from {t:?}")).unwrap_or_else(|| " (control-managed)".into());
             let key = match &s.key {
                 KeySpec::Field(i) => format!("field {}", s.value.fields[*i].0),
                 KeySpec::Named(n, t) => format!("{n}: {t}"),
                 KeySpec::Raw => "the record key".into(),
             };
             let time = s.time.map(|i| s.value.fields[i].0.clone()).unwrap_or_else(|| "record timestamp".into());
-            o += &format!("{:?} {}{topic}: key {key}; time {time}; {:?} {}", s.kind, s.name, s.format, s.value).to_lowercase();
+            o += &format!("{:?} {}{topic}: key {key}; time {time}; {:?} {}", s.kind, s.name, s.format, s.value)
+                .to_lowercase();
             if let Some(t) = &s.tenant {
                 o += &format!("; tenant {t:?}");
             }
@@ -429,11 +442,20 @@ impl Program {
                         a.group.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
                         if a.repartition { " (repartition)" } else { "" },
                         a.window.map(|w| format!(" window {:?} grace {}", w.kind, w.grace)).unwrap_or_default(),
-                        a.aggs.iter().map(|c| format!("{} = {}: {}", c.name, c.func.name(), c.ty)).collect::<Vec<_>>().join(", "),
+                        a.aggs
+                            .iter()
+                            .map(|c| format!("{} = {}: {}", c.name, c.func.name(), c.ty))
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         a.emit
                     ),
                     StepKind::JoinTable { table, left, repartition, .. } => {
-                        format!("{}join table {}{}", if *left { "left " } else { "" }, self.sources[*table].name, if *repartition { " (repartition)" } else { "" })
+                        format!(
+                            "{}join table {}{}",
+                            if *left { "left " } else { "" },
+                            self.sources[*table].name,
+                            if *repartition { " (repartition)" } else { "" }
+                        )
                     }
                     StepKind::JoinStream { stream, within, left, repartition, .. } => format!(
                         "{}join stream {} within {within}{}",
@@ -442,21 +464,40 @@ impl Program {
                         if *repartition { " (repartition)" } else { "" }
                     ),
                 };
-                let joined: String = st.out.joined.iter().map(|j| format!(" + {}{}", j.name, if j.optional { "?" } else { "" })).collect();
-                o += &format!("  {} [{}] -> key {}, value {}{joined}{}\n", st.slug, what, st.out.key, st.out.value, if st.out.table { " (table)" } else { "" });
+                let joined: String = st
+                    .out
+                    .joined
+                    .iter()
+                    .map(|j| format!(" + {}{}", j.name, if j.optional { "?" } else { "" }))
+                    .collect();
+                o += &format!(
+                    "  {} [{}] -> key {}, value {}{joined}{}\n",
+                    st.slug,
+                    what,
+                    st.out.key,
+                    st.out.value,
+                    if st.out.table { " (table)" } else { "" }
+                );
             }
             o += &format!("  to {:?} {:?}\n", q.sink.topic, q.sink.format);
         }
         for a in self.aggregates.iter().filter(|a| !a.stdlib) {
-            o += &format!("aggregate {}({}) -> {}; state {}; merge: {}\n",
+            o += &format!(
+                "aggregate {}({}) -> {}; state {}; merge: {}\n",
                 a.name,
                 a.params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", "),
                 a.result_type,
                 RecordType { fields: a.state.clone() },
-                a.merge.is_some());
+                a.merge.is_some()
+            );
         }
         for f in self.functions.iter().filter(|f| !f.stdlib) {
-            o += &format!("function {}({}) -> {}\n", f.name, f.params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", "), f.result_type);
+            o += &format!(
+                "function {}({}) -> {}\n",
+                f.name,
+                f.params.iter().map(|(n, t)| format!("{n}: {t}")).collect::<Vec<_>>().join(", "),
+                f.result_type
+            );
         }
         o
     }

@@ -50,7 +50,9 @@ impl Kafka {
     /// The partition count of a topic, or None if it does not exist.
     pub fn partitions(&self, topic: &str) -> Result<Option<u32>> {
         let consumer: BaseConsumer = self.config().create().map_err(|e| format!("Kafka client: {e}"))?;
-        let md = consumer.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| format!("cannot read metadata of `{topic}` from {}: {e}", self.servers()))?;
+        let md = consumer
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(|e| format!("cannot read metadata of `{topic}` from {}: {e}", self.servers()))?;
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
         match t.error() {
             None => Ok(Some(t.partitions().len() as u32)),
@@ -70,12 +72,15 @@ impl Kafka {
         if let Some(n) = self.partitions(topic)? {
             return Ok(n);
         }
-        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
+        let admin: AdminClient<DefaultClientContext> =
+            self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
         let mut t = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
         for (k, v) in configs {
             t = t.set(k, v);
         }
-        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| format!("cannot start a runtime: {e}"))?;
         let results = rt
             .block_on(admin.create_topics(&[t], &AdminOptions::new().operation_timeout(Some(TIMEOUT))))
             .map_err(|e| format!("cannot create topic `{topic}` on {}: {e}", self.servers()))?;
@@ -98,28 +103,43 @@ impl Kafka {
     /// Every topic's name.
     pub fn topic_names(&self) -> Result<Vec<String>> {
         let consumer: BaseConsumer = self.config().create().map_err(|e| format!("Kafka client: {e}"))?;
-        let md = consumer.fetch_metadata(None, TIMEOUT).map_err(|e| format!("cannot read metadata from {}: {e}", self.servers()))?;
+        let md = consumer
+            .fetch_metadata(None, TIMEOUT)
+            .map_err(|e| format!("cannot read metadata from {}: {e}", self.servers()))?;
         Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
     }
 
     /// Delete topics and a consumer group (`run --reset`); waits until the topics are gone.
     pub fn delete(&self, topics: &[String], group: &str) -> Result<()> {
-        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
-        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let admin: AdminClient<DefaultClientContext> =
+            self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|e| format!("cannot start a runtime: {e}"))?;
         let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         if !names.is_empty() {
-            for r in rt.block_on(admin.delete_topics(&names, &opts)).map_err(|e| format!("cannot delete topics on {}: {e}", self.servers()))? {
+            for r in rt
+                .block_on(admin.delete_topics(&names, &opts))
+                .map_err(|e| format!("cannot delete topics on {}: {e}", self.servers()))?
+            {
                 match r {
                     Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
                     Err((name, code)) => return Err(format!("cannot delete topic `{name}`: {code:?}")),
                 }
             }
         }
-        for r in rt.block_on(admin.delete_groups(&[group], &opts)).map_err(|e| format!("cannot delete group `{group}` on {}: {e}", self.servers()))? {
+        for r in rt
+            .block_on(admin.delete_groups(&[group], &opts))
+            .map_err(|e| format!("cannot delete group `{group}` on {}: {e}", self.servers()))?
+        {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
-                Err((_, RDKafkaErrorCode::NonEmptyGroup)) => return Err(format!("group `{group}` still has members: stop every instance of the application before `--reset`")),
+                Err((_, RDKafkaErrorCode::NonEmptyGroup)) => {
+                    return Err(format!(
+                        "group `{group}` still has members: stop every instance of the application before `--reset`"
+                    ))
+                }
                 Err((g, code)) => return Err(format!("cannot delete group `{g}`: {code:?}")),
             }
         }
@@ -142,7 +162,8 @@ impl Kafka {
                 headers = headers.insert(Header { key: k, value: Some(v.as_slice()) });
             }
             loop {
-                let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(*p as i32).timestamp(r.timestamp).headers(headers.clone());
+                let mut rec: BaseRecord<'_, [u8], [u8]> =
+                    BaseRecord::to(topic).partition(*p as i32).timestamp(r.timestamp).headers(headers.clone());
                 if let Some(k) = &r.key {
                     rec = rec.key(k.as_slice());
                 }
@@ -178,7 +199,10 @@ impl Kafka {
     fn read_parts(&self, topic: &str, from_beginning: bool, only: Option<u32>, partial_ok: bool) -> Result<Read> {
         let n = self.partitions(topic)?.ok_or_else(|| format!("no topic `{topic}` on {}", self.servers()))?;
         let mut config = self.config();
-        config.set("group.id", "streamc-consume").set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+        config
+            .set("group.id", "streamc-consume")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed");
         let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
         let mut tpl = TopicPartitionList::new();
         let mut ends = Vec::new();
@@ -188,7 +212,9 @@ impl Kafka {
                 ends.push((0, 0));
                 continue;
             }
-            let (low, high) = consumer.fetch_watermarks(topic, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+            let (low, high) = consumer
+                .fetch_watermarks(topic, p as i32, TIMEOUT)
+                .map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
             let from = if from_beginning { low } else { high };
             tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
             ends.push((from, high));
@@ -243,7 +269,10 @@ impl Kafka {
     /// `next` (per partition, the offset to go on from) as it arrives; `f` returns false to stop.
     pub fn follow(&self, topic: &str, next: &[i64], mut f: impl FnMut(u32, &Stored) -> bool) -> Result<()> {
         let mut config = self.config();
-        config.set("group.id", "streamc-consume").set("enable.auto.commit", "false").set("isolation.level", "read_committed");
+        config
+            .set("group.id", "streamc-consume")
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed");
         let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
         let mut tpl = TopicPartitionList::new();
         for (p, o) in next.iter().enumerate() {
@@ -267,8 +296,16 @@ impl Kafka {
 
 /// A consumed message as a stored record.
 pub fn stored(m: &rdkafka::message::BorrowedMessage<'_>) -> Stored {
-    let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect()).unwrap_or_default();
-    let record = Record { key: m.key().map(<[u8]>::to_vec), value: m.payload().map(<[u8]>::to_vec), timestamp: m.timestamp().to_millis().unwrap_or(0), headers };
+    let headers = m
+        .headers()
+        .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec).unwrap_or_default())).collect())
+        .unwrap_or_default();
+    let record = Record {
+        key: m.key().map(<[u8]>::to_vec),
+        value: m.payload().map(<[u8]>::to_vec),
+        timestamp: m.timestamp().to_millis().unwrap_or(0),
+        headers,
+    };
     let offset = m.offset() as u64;
     Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }
 }

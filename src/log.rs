@@ -159,7 +159,12 @@ impl EmbeddedLog {
     }
 
     fn lock(&self) -> Result<File> {
-        let f = OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join("LOCK")).map_err(io("cannot open the log lock"))?;
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join("LOCK"))
+            .map_err(io("cannot open the log lock"))?;
         f.lock().map_err(io("cannot lock the log"))?;
         Ok(f)
     }
@@ -189,7 +194,13 @@ impl EmbeddedLog {
             let key = part_key(&a.topic, a.partition);
             let mut end = c.ends.get(&key).copied().unwrap_or_default();
             let path = self.data_path(&a.topic, a.partition);
-            let mut f = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+            let mut f = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .map_err(io(format!("cannot open {}", path.display())))?;
             // Cut off whatever an interrupted writer left past the committed end.
             f.set_len(end.byte).map_err(io(format!("cannot truncate {}", path.display())))?;
             f.seek(SeekFrom::Start(end.byte)).map_err(io("seek"))?;
@@ -388,7 +399,10 @@ pub fn murmur2(data: &[u8]) -> i32 {
     let chunks = data.len() / 4;
     for i in 0..chunks {
         let i4 = i * 4;
-        let mut k = (data[i4] as i32 & 0xff) | ((data[i4 + 1] as i32 & 0xff) << 8) | ((data[i4 + 2] as i32 & 0xff) << 16) | ((data[i4 + 3] as i32 & 0xff) << 24);
+        let mut k = (data[i4] as i32 & 0xff)
+            | ((data[i4 + 1] as i32 & 0xff) << 8)
+            | ((data[i4 + 2] as i32 & 0xff) << 16)
+            | ((data[i4 + 3] as i32 & 0xff) << 24);
         k = k.wrapping_mul(m);
         k ^= ((k as u32) >> r) as i32;
         k = k.wrapping_mul(m);
@@ -435,7 +449,8 @@ mod tests {
 
     #[test]
     fn frames_round_trip() {
-        let r = Record { key: Some(b"k".to_vec()), value: None, timestamp: -5, headers: vec![("h".into(), vec![1, 2])] };
+        let r =
+            Record { key: Some(b"k".to_vec()), value: None, timestamp: -5, headers: vec![("h".into(), vec![1, 2])] };
         let mut b = Vec::new();
         encode(&r, &mut b);
         let (back, len) = decode(&b).unwrap();
@@ -452,7 +467,10 @@ mod tests {
         log.create_topic("t", 2, false).unwrap();
         let rec = |i: i64| Record { key: None, value: Some(i.to_string().into_bytes()), timestamp: i, headers: vec![] };
         let c = log
-            .commit(vec![Append { topic: "t".into(), partition: 1, records: vec![rec(1), rec(2)] }], vec![("g".into(), serde_json::json!({"x": 1}))])
+            .commit(
+                vec![Append { topic: "t".into(), partition: 1, records: vec![rec(1), rec(2)] }],
+                vec![("g".into(), serde_json::json!({"x": 1}))],
+            )
             .unwrap();
         assert_eq!(c.end("t", 1).offset, 2);
         // A writer killed mid-commit leaves bytes past the committed end.

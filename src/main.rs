@@ -177,7 +177,8 @@ struct SignArgs {
 }
 
 fn parse_duration_ms(s: &str) -> Result<i64, String> {
-    let (n, unit) = s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).ok_or("a duration like 30s, 10m or 1h")?;
+    let (n, unit) =
+        s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).ok_or("a duration like 30s, 10m or 1h")?;
     let n: i64 = n.parse().map_err(|_| "a duration like 30s, 10m or 1h")?;
     let ms = match unit {
         "ms" => 1,
@@ -273,7 +274,16 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     continue;
                 };
                 let streams = p.sources.iter().filter(|s| s.kind == hir::SourceKind::Stream).count();
-                println!("{}: ok ({} stream{}, {} table{}, {} quer{})", f.display(), streams, s(streams), p.sources.len() - streams, s(p.sources.len() - streams), p.queries.len(), if p.queries.len() == 1 { "y" } else { "ies" });
+                println!(
+                    "{}: ok ({} stream{}, {} table{}, {} quer{})",
+                    f.display(),
+                    streams,
+                    s(streams),
+                    p.sources.len() - streams,
+                    s(p.sources.len() - streams),
+                    p.queries.len(),
+                    if p.queries.len() == 1 { "y" } else { "ies" }
+                );
                 if let Some(stmt) = &statement {
                     match syntax::parse_statement(stmt).and_then(|ast| check::check_statement(&p, &ast, stmt)) {
                         Ok(_) => println!("statement: ok"),
@@ -300,17 +310,37 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Keygen { keyfile, id } => control_cli::keygen(&keyfile, id.as_deref()),
         Command::Control { file, statement, sign, no_check } => {
-            let post = control_cli::Post { key: &sign.key, tenant: &sign.tenant, expires_in_ms: sign.expires_in, wait_secs: sign.wait };
+            let post = control_cli::Post {
+                key: &sign.key,
+                tenant: &sign.tenant,
+                expires_in_ms: sign.expires_in,
+                wait_secs: sign.wait,
+            };
             control_cli::control_cmd(&cli.global.state_dir, &cfg, &file, &statement, !no_check, &post)
         }
         Command::Deploy { file, sign, dry_run, reprocess, fresh_state } => {
-            let post = control_cli::Post { key: &sign.key, tenant: &sign.tenant, expires_in_ms: sign.expires_in, wait_secs: sign.wait };
-            let mode = if reprocess { Some("reprocess") } else if fresh_state { Some("fresh state") } else { None };
+            let post = control_cli::Post {
+                key: &sign.key,
+                tenant: &sign.tenant,
+                expires_in_ms: sign.expires_in,
+                wait_secs: sign.wait,
+            };
+            let mode = if reprocess {
+                Some("reprocess")
+            } else if fresh_state {
+                Some("fresh state")
+            } else {
+                None
+            };
             control_cli::deploy(&cli.global.state_dir, &cfg, &file, dry_run, mode, &post)
         }
         Command::Status { file } => control_cli::status(&cli.global.state_dir, &cfg, &file),
-        Command::Produce { topic, file, envelope, program, partitions } => produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref(), partitions),
-        Command::Consume { topic, from_beginning, follow, headers } => consume(&cli.global, &cfg, &topic, from_beginning, follow, headers),
+        Command::Produce { topic, file, envelope, program, partitions } => {
+            produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref(), partitions)
+        }
+        Command::Consume { topic, from_beginning, follow, headers } => {
+            consume(&cli.global, &cfg, &topic, from_beginning, follow, headers)
+        }
         Command::Gen { what: GenWhat::Trades { count, tickers, seed, rate, disorder_ms } } => {
             let o = streamc::gen::TradesOptions { count, tickers, seed, rate, disorder_ms };
             let stdout = std::io::stdout();
@@ -415,7 +445,11 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         program_text: text.clone(),
     };
     let started = std::time::Instant::now();
-    let sum = if on_kafka { streamc::runtime::kafka_driver::run(&p, &topo, &opts)? } else { streamc::runtime::driver::run(&p, &topo, &opts)? };
+    let sum = if on_kafka {
+        streamc::runtime::kafka_driver::run(&p, &topo, &opts)?
+    } else {
+        streamc::runtime::driver::run(&p, &topo, &opts)?
+    };
     drop(server);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
@@ -436,7 +470,15 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     Ok(ExitCode::SUCCESS)
 }
 
-fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, envelope: bool, program: Option<&Path>, partitions: Option<u32>) -> Result<ExitCode, String> {
+fn produce(
+    g: &Global,
+    cfg: &config::Config,
+    topic: &str,
+    file: Option<&Path>,
+    envelope: bool,
+    program: Option<&Path>,
+    partitions: Option<u32>,
+) -> Result<ExitCode, String> {
     use std::io::BufRead;
     use streamc::log::{partition_for, Append, Record};
     let create = partitions.unwrap_or(cfg.embedded.partitions).max(1);
@@ -460,7 +502,9 @@ fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, e
         None => None,
     };
     let reader: Box<dyn BufRead> = match file {
-        Some(f) if f != Path::new("-") => Box::new(std::io::BufReader::new(std::fs::File::open(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?)),
+        Some(f) if f != Path::new("-") => Box::new(std::io::BufReader::new(
+            std::fs::File::open(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?,
+        )),
         _ => Box::new(std::io::BufReader::new(std::io::stdin())),
     };
     let mut batch: Vec<Vec<Record>> = vec![Vec::new(); nparts as usize];
@@ -468,11 +512,19 @@ fn produce(g: &Global, cfg: &config::Config, topic: &str, file: Option<&Path>, e
     let flush = |batch: &mut Vec<Vec<Record>>| -> Result<(), String> {
         match (&kafka, &log) {
             (Some(k), _) => {
-                let recs: Vec<(u32, Record)> = batch.iter_mut().enumerate().flat_map(|(p, r)| std::mem::take(r).into_iter().map(move |x| (p as u32, x))).collect();
+                let recs: Vec<(u32, Record)> = batch
+                    .iter_mut()
+                    .enumerate()
+                    .flat_map(|(p, r)| std::mem::take(r).into_iter().map(move |x| (p as u32, x)))
+                    .collect();
                 k.produce(topic, &recs)
             }
             (_, Some(l)) => {
-                let appends = batch.iter_mut().enumerate().map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) }).collect();
+                let appends = batch
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) })
+                    .collect();
                 l.commit(appends, vec![]).map(|_| ())
             }
             _ => Ok(()),
@@ -525,7 +577,9 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
     let timestamp = match v.get("timestamp") {
         None | Some(serde_json::Value::Null) => now,
         Some(serde_json::Value::Number(n)) => n.as_i64().ok_or("timestamp must be an integer")?,
-        Some(serde_json::Value::String(s)) => streamc::runtime::value::parse_rfc3339(s).ok_or("timestamp must be epoch ms or RFC 3339")?,
+        Some(serde_json::Value::String(s)) => {
+            streamc::runtime::value::parse_rfc3339(s).ok_or("timestamp must be epoch ms or RFC 3339")?
+        }
         Some(_) => return Err("timestamp must be epoch ms or RFC 3339".into()),
     };
     let headers = match v.get("headers") {
@@ -533,7 +587,9 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
             .iter()
             .map(|(k, v)| match v.get("hex") {
                 // Bytes that are not UTF-8 (a tenant id, say): `{"hex": "ff00"}`.
-                Some(serde_json::Value::String(h)) => hex::decode(h).map(|b| (k.clone(), b)).map_err(|e| format!("header `{k}`: bad hex: {e}")),
+                Some(serde_json::Value::String(h)) => {
+                    hex::decode(h).map(|b| (k.clone(), b)).map_err(|e| format!("header `{k}`: bad hex: {e}"))
+                }
                 _ => Ok((k.clone(), bytes(v).unwrap_or_default())),
             })
             .collect::<Result<Vec<_>, String>>()?,
@@ -542,7 +598,14 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
     Ok(streamc::log::Record { key, value, timestamp, headers })
 }
 
-fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, follow: bool, headers: bool) -> Result<ExitCode, String> {
+fn consume(
+    g: &Global,
+    cfg: &config::Config,
+    topic: &str,
+    from_beginning: bool,
+    follow: bool,
+    headers: bool,
+) -> Result<ExitCode, String> {
     use std::io::Write;
     if cfg.kafka.contains_key("bootstrap.servers") {
         let k = streamc::kafka::Kafka::new(&cfg.kafka);
@@ -556,7 +619,9 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, 
         }
         let _ = out.flush();
         if follow {
-            k.follow(topic, &ends, |p, s| writeln!(out, "{}", consumed_json(topic, p, s, headers)).is_ok() && out.flush().is_ok())?;
+            k.follow(topic, &ends, |p, s| {
+                writeln!(out, "{}", consumed_json(topic, p, s, headers)).is_ok() && out.flush().is_ok()
+            })?;
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -596,12 +661,13 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, from_beginning: bool, 
     }
 }
 
-/// One consumed record as CONVENTIONS.md prints it.
+/// One consumed record as docs/conventions.md prints it.
 fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -> serde_json::Value {
     let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
         match b {
             None => serde_json::Value::Null,
-            Some(b) => serde_json::from_slice(b).unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
+            Some(b) => serde_json::from_slice(b)
+                .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
         }
     };
     let mut o = serde_json::json!({

@@ -1,7 +1,7 @@
 //! [`hir::Program`] → [`Topology`]: the processor DAG, with its sub-topologies, state stores
 //! and topics. This is what `streamc explain` prints and what the runtime executes.
 //!
-//! Names follow CONVENTIONS.md and are derived from the query and the clause, never from
+//! Names follow docs/conventions.md and are derived from the query and the clause, never from
 //! counters, so an unrelated edit renames no state: a processor is `<query>-<clause-slug>`, a
 //! store `<query>-<clause-slug>`, its changelog `<app>-<store>-changelog`, a repartition topic
 //! `<app>-<query>-<clause-slug>-repartition`.
@@ -49,27 +49,65 @@ pub struct Node {
 
 #[derive(Clone, Debug)]
 pub enum NodeKind {
-    Source { topic: String, from: String, table: bool },
-    Filter { pred: hir::Expr, table: bool },
-    Map { fields: Vec<(String, hir::Expr)>, table: bool },
-    Rekey { key: hir::Expr },
+    Source {
+        topic: String,
+        from: String,
+        table: bool,
+    },
+    Filter {
+        pred: hir::Expr,
+        table: bool,
+    },
+    Map {
+        fields: Vec<(String, hir::Expr)>,
+        table: bool,
+    },
+    Rekey {
+        key: hir::Expr,
+    },
     /// Writes records to a repartition topic, keyed by `key` (None: the current key).
     /// Writes records to a repartition topic keyed by `key` (several expressions: a composite
     /// key, written as a JSON array).
-    RepartitionSink { topic: String, key: Vec<hir::Expr> },
+    RepartitionSink {
+        topic: String,
+        key: Vec<hir::Expr>,
+    },
     /// Reads a repartition topic. Its records' values hold `value_fields` fields, then one
     /// record per joined side, which carries the side's named key last when `joined_keys` says.
-    RepartitionSource { topic: String, value_fields: usize, joined_keys: Vec<bool> },
+    RepartitionSource {
+        topic: String,
+        value_fields: usize,
+        joined_keys: Vec<bool>,
+    },
     Aggregate(Box<hir::AggregateStep>),
     /// Materializes a topic-fed table for a join.
-    TableSource { topic: String, table: String },
-    JoinTable { table: String, on: hir::Expr, left: bool, global: bool },
+    TableSource {
+        topic: String,
+        table: String,
+    },
+    JoinTable {
+        table: String,
+        on: hir::Expr,
+        left: bool,
+        global: bool,
+    },
     /// Joins the other stream's records within `within` of each other. `on` (over this side)
     /// is matched against the other side's key; this side's rows are stored as records of the
     /// incoming edge's value, laid out like a repartition topic's (`value_fields`, `joined_keys`).
-    JoinStream { stream: String, within: Duration, left: bool, on: hir::Expr, value_fields: usize, joined_keys: Vec<bool> },
+    JoinStream {
+        stream: String,
+        within: Duration,
+        left: bool,
+        on: hir::Expr,
+        value_fields: usize,
+        joined_keys: Vec<bool>,
+    },
     /// `tenant`: the query is tenant-scoped (keys `[tenant, key]`, a `tenant` field).
-    Sink { topic: String, format: Format, tenant: bool },
+    Sink {
+        topic: String,
+        format: Format,
+        tenant: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -102,9 +140,13 @@ pub struct Store {
 pub enum StoreKind {
     KeyValue,
     /// Windows of an aggregate; entries expire at window end + grace (stream time).
-    Window { window: hir::Window },
+    Window {
+        window: hir::Window,
+    },
     /// One side of a stream–stream join: records kept `within` of each other, plus grace.
-    JoinWindow { within: Duration },
+    JoinWindow {
+        within: Duration,
+    },
     /// A control-managed table that every task sees whole.
     Global,
 }
@@ -162,7 +204,8 @@ pub enum Partitions {
 
 /// Build the DAG of every query of the program.
 pub fn lower(program: &hir::Program, app: &str) -> Topology {
-    let mut l = Lowering { program, app, graph: DiGraph::new(), subs: Vec::new(), stores: Vec::new(), topics: Vec::new() };
+    let mut l =
+        Lowering { program, app, graph: DiGraph::new(), subs: Vec::new(), stores: Vec::new(), topics: Vec::new() };
     for q in &program.queries {
         l.query(q);
     }
@@ -253,8 +296,24 @@ impl Lowering<'_> {
         id
     }
 
-    fn node(&mut self, q: &hir::Query, sub: usize, name: String, kind: NodeKind, line: usize, clause: String) -> NodeIndex {
-        self.graph.add_node(Node { name, kind, query: q.name.clone(), subtopology: sub, line, clause, stores: Vec::new() })
+    fn node(
+        &mut self,
+        q: &hir::Query,
+        sub: usize,
+        name: String,
+        kind: NodeKind,
+        line: usize,
+        clause: String,
+    ) -> NodeIndex {
+        self.graph.add_node(Node {
+            name,
+            kind,
+            query: q.name.clone(),
+            subtopology: sub,
+            line,
+            clause,
+            stores: Vec::new(),
+        })
     }
 
     fn store(&mut self, n: NodeIndex, name: String, kind: StoreKind, key: Type, value: Type, tenant_scoped: bool) {
@@ -263,21 +322,62 @@ impl Lowering<'_> {
         self.topic(changelog.clone(), TopicRole::Changelog, Partitions::OfSubtopology(sub), true);
         self.graph[n].stores.push(name.clone());
         let node = self.graph[n].name.clone();
-        self.stores.push(Store { name, kind, changelog: Some(changelog), node, subtopology: Some(sub), key, value, tenant_scoped });
+        self.stores.push(Store {
+            name,
+            kind,
+            changelog: Some(changelog),
+            node,
+            subtopology: Some(sub),
+            key,
+            value,
+            tenant_scoped,
+        });
     }
 
     /// Cut the pipeline at a repartition topic: a sink in the current sub-topology, a source in
     /// a new one. Returns the new source node and its sub-topology.
     #[allow(clippy::too_many_arguments)]
-    fn repartition(&mut self, q: &hir::Query, prev: NodeIndex, sub: usize, cut: Cut, before: &Shape, out: &Shape, line: usize, clause: &str) -> (NodeIndex, usize) {
+    fn repartition(
+        &mut self,
+        q: &hir::Query,
+        prev: NodeIndex,
+        sub: usize,
+        cut: Cut,
+        before: &Shape,
+        out: &Shape,
+        line: usize,
+        clause: &str,
+    ) -> (NodeIndex, usize) {
         let Cut { slug, key, partitions } = cut;
         let topic = format!("{}-{}-{}-repartition", self.app, q.name, slug);
         self.topic(topic.clone(), TopicRole::Repartition, partitions.unwrap_or(Partitions::OfSubtopology(sub)), false);
-        let sink = self.node(q, sub, format!("{}-{}-repartition-sink", q.name, slug), NodeKind::RepartitionSink { topic: topic.clone(), key }, line, clause.to_string());
+        let sink = self.node(
+            q,
+            sub,
+            format!("{}-{}-repartition-sink", q.name, slug),
+            NodeKind::RepartitionSink { topic: topic.clone(), key },
+            line,
+            clause.to_string(),
+        );
         self.graph.add_edge(prev, sink, edge(before, EdgeMode::Forward));
         let new_sub = self.new_sub(&q.name);
         self.subs[new_sub].sources.push(topic.clone());
-        let src = self.node(q, new_sub, format!("{}-{}-repartition-source", q.name, slug), NodeKind::RepartitionSource { topic: topic.clone(), value_fields: out.value.fields.len(), joined_keys: out.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect() }, line, clause.to_string());
+        let src = self.node(
+            q,
+            new_sub,
+            format!("{}-{}-repartition-source", q.name, slug),
+            NodeKind::RepartitionSource {
+                topic: topic.clone(),
+                value_fields: out.value.fields.len(),
+                joined_keys: out
+                    .joined
+                    .iter()
+                    .map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none()))
+                    .collect(),
+            },
+            line,
+            clause.to_string(),
+        );
         self.graph.add_edge(sink, src, edge(out, EdgeMode::Repartition { topic }));
         (src, new_sub)
     }
@@ -313,8 +413,12 @@ impl Lowering<'_> {
             let name = format!("{}-{}", q.name, step.slug);
             let (kind, line, clause) = (step.kind.clone(), step.line, step.text.clone());
             let n = match kind {
-                StepKind::Filter(pred) => self.node(q, sub, name, NodeKind::Filter { pred, table: shape.table }, line, clause),
-                StepKind::Map(fields) => self.node(q, sub, name, NodeKind::Map { fields, table: shape.table }, line, clause),
+                StepKind::Filter(pred) => {
+                    self.node(q, sub, name, NodeKind::Filter { pred, table: shape.table }, line, clause)
+                }
+                StepKind::Map(fields) => {
+                    self.node(q, sub, name, NodeKind::Map { fields, table: shape.table }, line, clause)
+                }
                 StepKind::Rekey(key) => self.node(q, sub, name, NodeKind::Rekey { key }, line, clause),
                 StepKind::Aggregate(a) => {
                     if a.repartition {
@@ -331,7 +435,9 @@ impl Lowering<'_> {
                         Some(w) => StoreKind::Window { window: w },
                         None => StoreKind::KeyValue,
                     };
-                    let state = Type::Record(RecordType { fields: a.aggs.iter().map(|c| (c.name.clone(), state_type(&c.func, &c.ty))).collect() });
+                    let state = Type::Record(RecordType {
+                        fields: a.aggs.iter().map(|c| (c.name.clone(), state_type(&c.func, &c.ty))).collect(),
+                    });
                     let n = self.node(q, sub, name.clone(), NodeKind::Aggregate(a), line, clause);
                     self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
                     self.store(n, name, kind, step.out.key.clone(), state, shape.tenant_scoped);
@@ -345,23 +451,49 @@ impl Lowering<'_> {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
                         // Co-partitioned with the table: as many partitions as its topic.
-                        let c = Cut { slug: &step.slug, key: vec![on.clone()], partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())) };
+                        let c = Cut {
+                            slug: &step.slug,
+                            key: vec![on.clone()],
+                            partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())),
+                        };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
                         shape = cut;
                     }
                     let global = t.is_global();
-                    let n = self.node(q, sub, name.clone(), NodeKind::JoinTable { table: t.name.clone(), on, left, global }, line, clause.clone());
+                    let n = self.node(
+                        q,
+                        sub,
+                        name.clone(),
+                        NodeKind::JoinTable { table: t.name.clone(), on, left, global },
+                        line,
+                        clause.clone(),
+                    );
                     if global {
                         self.graph[n].stores.push(format!("{}-table", t.name));
                     } else {
                         let ttopic = t.topic.clone().unwrap_or_default();
                         self.topic(ttopic.clone(), TopicRole::Source, Partitions::External, false);
                         self.subs[sub].sources.push(ttopic.clone());
-                        let ts = self.node(q, sub, format!("{name}-source"), NodeKind::TableSource { topic: ttopic, table: t.name.clone() }, t.line, format!("table {}", t.name));
-                        let tshape = Edge { key: t.key_type(), value: Type::Record(t.value.clone()), mode: EdgeMode::Forward };
-                        self.store(ts, name.clone(), StoreKind::KeyValue, t.key_type(), Type::Record(t.value.clone()), t.tenant.is_some());
+                        let ts = self.node(
+                            q,
+                            sub,
+                            format!("{name}-source"),
+                            NodeKind::TableSource { topic: ttopic, table: t.name.clone() },
+                            t.line,
+                            format!("table {}", t.name),
+                        );
+                        let tshape =
+                            Edge { key: t.key_type(), value: Type::Record(t.value.clone()), mode: EdgeMode::Forward };
+                        self.store(
+                            ts,
+                            name.clone(),
+                            StoreKind::KeyValue,
+                            t.key_type(),
+                            Type::Record(t.value.clone()),
+                            t.tenant.is_some(),
+                        );
                         self.graph[n].stores.push(name.clone());
                         self.graph.add_edge(ts, n, tshape);
                     }
@@ -372,23 +504,63 @@ impl Lowering<'_> {
                     if repartition {
                         let mut cut = shape.clone();
                         cut.key = on.ty.clone();
-                        let c = Cut { slug: &step.slug, key: vec![on.clone()], partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())) };
+                        let c = Cut {
+                            slug: &step.slug,
+                            key: vec![on.clone()],
+                            partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())),
+                        };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
                         sub = s;
                         shape = cut;
                     }
-                    let joined_keys = shape.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect();
-                    let kind = NodeKind::JoinStream { stream: o.name.clone(), within, left, on: on.clone(), value_fields: shape.value.fields.len(), joined_keys };
+                    let joined_keys = shape
+                        .joined
+                        .iter()
+                        .map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none()))
+                        .collect();
+                    let kind = NodeKind::JoinStream {
+                        stream: o.name.clone(),
+                        within,
+                        left,
+                        on: on.clone(),
+                        value_fields: shape.value.fields.len(),
+                        joined_keys,
+                    };
                     let n = self.node(q, sub, name.clone(), kind, line, clause.clone());
                     let otopic = o.topic.clone().unwrap_or_default();
                     self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
                     self.subs[sub].sources.push(otopic.clone());
-                    let os = self.node(q, sub, format!("{name}-source"), NodeKind::Source { topic: otopic, from: o.name.clone(), table: false }, o.line, format!("stream {}", o.name));
-                    self.graph.add_edge(os, n, Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward });
+                    let os = self.node(
+                        q,
+                        sub,
+                        format!("{name}-source"),
+                        NodeKind::Source { topic: otopic, from: o.name.clone(), table: false },
+                        o.line,
+                        format!("stream {}", o.name),
+                    );
+                    self.graph.add_edge(
+                        os,
+                        n,
+                        Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward },
+                    );
                     let scoped = shape.tenant_scoped;
-                    self.store(n, format!("{name}-left"), StoreKind::JoinWindow { within }, shape.key.clone(), Type::Record(shape.value.clone()), scoped);
-                    self.store(n, format!("{name}-right"), StoreKind::JoinWindow { within }, o.key_type(), Type::Record(o.value.clone()), scoped);
+                    self.store(
+                        n,
+                        format!("{name}-left"),
+                        StoreKind::JoinWindow { within },
+                        shape.key.clone(),
+                        Type::Record(shape.value.clone()),
+                        scoped,
+                    );
+                    self.store(
+                        n,
+                        format!("{name}-right"),
+                        StoreKind::JoinWindow { within },
+                        o.key_type(),
+                        Type::Record(o.value.clone()),
+                        scoped,
+                    );
                     n
                 }
             };
@@ -398,7 +570,14 @@ impl Lowering<'_> {
         }
         let sink_topic = q.sink.topic.clone();
         self.topic(sink_topic.clone(), TopicRole::Sink, Partitions::External, false);
-        let n = self.node(q, sub, format!("{}-to", q.name), NodeKind::Sink { topic: sink_topic, format: q.sink.format, tenant: shape.tenant_scoped }, q.sink.line, q.sink.text.clone());
+        let n = self.node(
+            q,
+            sub,
+            format!("{}-to", q.name),
+            NodeKind::Sink { topic: sink_topic, format: q.sink.format, tenant: shape.tenant_scoped },
+            q.sink.line,
+            q.sink.text.clone(),
+        );
         self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
     }
 }
@@ -440,11 +619,17 @@ impl NodeKind {
     pub fn describe(&self) -> String {
         match self {
             NodeKind::Source { topic, from, .. } => format!("reads `{from}` from topic {topic}"),
-            NodeKind::Filter { table: true, .. } => "keeps rows that match; a row that stops matching is deleted (tombstone)".into(),
+            NodeKind::Filter { table: true, .. } => {
+                "keeps rows that match; a row that stops matching is deleted (tombstone)".into()
+            }
             NodeKind::Filter { .. } => "keeps records that match".into(),
-            NodeKind::Map { fields, .. } => format!("value {{{}}}", fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")),
+            NodeKind::Map { fields, .. } => {
+                format!("value {{{}}}", fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))
+            }
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
-            NodeKind::RepartitionSink { topic, key } if key.len() > 1 => format!("writes to {topic}, keyed by the composite group key"),
+            NodeKind::RepartitionSink { topic, key } if key.len() > 1 => {
+                format!("writes to {topic}, keyed by the composite group key")
+            }
             NodeKind::RepartitionSink { topic, .. } => format!("writes to {topic}, keyed by the new key"),
             NodeKind::RepartitionSource { topic, .. } => format!("reads {topic}"),
             NodeKind::Aggregate(a) => {
@@ -458,17 +643,24 @@ impl NodeKind {
                     EmitMode::Final => "emit final",
                 };
                 let group: Vec<&str> = a.group.iter().map(|(n, _)| n.as_str()).collect();
-                let how = if a.repartition { "repartitioned by it" } else { "already partitioned by it: no repartition" };
+                let how =
+                    if a.repartition { "repartitioned by it" } else { "already partitioned by it: no repartition" };
                 format!("group by {} ({how}); {w}{}; {emit}", group.join(", "), aggs.join(", "))
             }
             NodeKind::TableSource { topic, table } => format!("materializes table `{table}` from topic {topic}"),
-            NodeKind::JoinTable { table, global: true, .. } => format!("looks up the control-managed table `{table}` (global: every task sees all of it)"),
+            NodeKind::JoinTable { table, global: true, .. } => {
+                format!("looks up the control-managed table `{table}` (global: every task sees all of it)")
+            }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
             NodeKind::JoinStream { stream, within, .. } => format!("matches `{stream}` records at most {within} apart"),
             NodeKind::Sink { topic, format, tenant } => format!(
                 "writes to topic {topic} as {}{}",
                 if *format == Format::Json { "json" } else { "string" },
-                if *tenant { "; per tenant: keyed [tenant, key], with a `tenant` field and the streamc.tenant header" } else { "" }
+                if *tenant {
+                    "; per tenant: keyed [tenant, key], with a `tenant` field and the streamc.tenant header"
+                } else {
+                    ""
+                }
             ),
         }
     }

@@ -59,7 +59,8 @@ pub fn parse_statement(text: &str) -> Result<Statement, Diagnostics> {
     let pairs = StreamParser::parse(Rule::statement, text).map_err(|e| {
         let mut d = syntax_error(&e, text);
         if d.label == "not expected here" {
-            d.label = "expected a statement: `update`, `delete`, `query`, `replace`, `drop` or `for tenant \"t\" …`".into();
+            d.label =
+                "expected a statement: `update`, `delete`, `query`, `replace`, `drop` or `for tenant \"t\" …`".into();
         }
         vec![d]
     })?;
@@ -121,7 +122,9 @@ fn syntax_error(e: &pest::error::Error<Rule>, text: &str) -> Diagnostic {
         if message.contains("limit reached") {
             return Diagnostic::new(Code::TooDeep, Span::new(start, end), "the program is nested too deeply to parse")
                 .label("nesting reaches the parser's limit here")
-                .help(format!("expressions may nest at most {MAX_DEPTH} levels; name intermediate results with `select`"));
+                .help(format!(
+                    "expressions may nest at most {MAX_DEPTH} levels; name intermediate results with `select`"
+                ));
         }
         return Diagnostic::new(Code::Syntax, Span::new(start, end), message.clone());
     }
@@ -254,7 +257,6 @@ struct Builder {
 }
 
 type R<T> = Result<T, ()>;
-
 
 /// The length of `s` without trailing whitespace and trailing `#` comments.
 fn trimmed_len(s: &str) -> usize {
@@ -839,7 +841,10 @@ impl Builder {
             Rule::float => match p.as_str().parse::<f64>() {
                 Ok(v) if v.is_finite() => lit(Literal::Float(v)),
                 _ => {
-                    self.err(Diagnostic::new(Code::BadLiteral, sp, "float literal out of range").label("not a finite number"));
+                    self.err(
+                        Diagnostic::new(Code::BadLiteral, sp, "float literal out of range")
+                            .label("not a finite number"),
+                    );
                     Err(())
                 }
             },

@@ -90,11 +90,17 @@ impl Type {
     }
     /// Ordered types can be compared with `<` and aggregated with `min`/`max`.
     pub fn is_ordered(&self) -> bool {
-        matches!(self.base(), Type::Int | Type::Float | Type::String | Type::Timestamp | Type::Duration | Type::Bool | Type::Error)
+        matches!(
+            self.base(),
+            Type::Int | Type::Float | Type::String | Type::Timestamp | Type::Duration | Type::Bool | Type::Error
+        )
     }
     /// Scalars can be keys and can be compared for equality.
     pub fn is_scalar(&self) -> bool {
-        matches!(self.base(), Type::Int | Type::Float | Type::String | Type::Timestamp | Type::Duration | Type::Bool | Type::Error)
+        matches!(
+            self.base(),
+            Type::Int | Type::Float | Type::String | Type::Timestamp | Type::Duration | Type::Bool | Type::Error
+        )
     }
 
     /// Whether a value of type `self` may be stored where `to` is expected.

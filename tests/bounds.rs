@@ -103,7 +103,9 @@ fn large_valid_programs_compile() {
     let mut src = HEAD.to_string();
     let mut i = 0;
     while src.len() < streamc::syntax::MAX_SOURCE_BYTES - 200 {
-        src += &format!("query q{i} {{ from s where a > {i} and b select {{ a, t = concat(t, \"{i}\") }} to \"out{i}\" }}\n");
+        src += &format!(
+            "query q{i} {{ from s where a > {i} and b select {{ a, t = concat(t, \"{i}\") }} to \"out{i}\" }}\n"
+        );
         i += 1;
     }
     assert!(i > 5_000);

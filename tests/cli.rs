@@ -128,10 +128,16 @@ fn usage_errors_are_clear() {
 
 #[test]
 fn check_a_control_statement_against_a_program() {
-    let o = streamc(&["check", "examples/alerts.stream", "--statement", "update watch[\"AAPL\"] = { note = \"x\", threshold = 1.0 }"]);
+    let o = streamc(&[
+        "check",
+        "examples/alerts.stream",
+        "--statement",
+        "update watch[\"AAPL\"] = { note = \"x\", threshold = 1.0 }",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("statement: ok"));
-    let o = streamc(&["check", "examples/alerts.stream", "--statement", "update limits[\"AAPL\"] = { max_price = 1.0 }"]);
+    let o =
+        streamc(&["check", "examples/alerts.stream", "--statement", "update limits[\"AAPL\"] = { max_price = 1.0 }"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("E0700"), "{}", stderr(&o));
 }

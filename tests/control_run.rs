@@ -5,7 +5,10 @@
 
 mod common;
 
-use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, two_inputs, Env};
+use common::control::{
+    changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario,
+    trades, two_inputs, Env,
+};
 use common::embedded::temp_dir;
 
 #[test]
@@ -46,15 +49,30 @@ fn deploy_and_status() {
     let text = std::fs::read_to_string(&env.program).unwrap();
     let watched = text.find("query watched").unwrap();
     let new_text = text[..watched].replace("where size > 500", "where size > 800")
-        + &format!("query small {{\n  from trades\n  where size < 50\n  select {{ ticker, size }}\n  to \"{}\"\n}}\n", env.topic("small"));
+        + &format!(
+            "query small {{\n  from trades\n  where size < 50\n  select {{ ticker, size }}\n  to \"{}\"\n}}\n",
+            env.topic("small")
+        );
     let file2 = v2.join(env.program.file_name().unwrap());
     std::fs::write(&file2, new_text).unwrap();
     let key = env.key.to_str().unwrap().to_string();
     let f2 = file2.to_str().unwrap().to_string();
-    let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["deploy", &f2, "--key", &key, "--dry-run"])).output().unwrap();
+    let out = std::process::Command::new(common::cli::bin())
+        .arg("--state-dir")
+        .arg(&env.state)
+        .args(env.args(&["deploy", &f2, "--key", &key, "--dry-run"]))
+        .output()
+        .unwrap();
     let report = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "{report}");
-    for line in ["query big:\n  no state", "query totals: unchanged", "query small: new", "query watched: dropped", "replace query big", "drop query watched"] {
+    for line in [
+        "query big:\n  no state",
+        "query totals: unchanged",
+        "query small: new",
+        "query watched: dropped",
+        "replace query big",
+        "drop query watched",
+    ] {
         assert!(report.contains(line), "missing {line:?} in:\n{report}");
     }
     assert!(common::control::Env::statuses(&env).is_empty(), "--dry-run posts nothing");
@@ -65,14 +83,26 @@ fn deploy_and_status() {
     assert_eq!(st.len(), 3);
     assert!(st.values().all(|s| s["accepted"] == true), "{st:?}");
     check_big(&env, &a, &b);
-    let mut small: Vec<i64> = env.consume_versions("small").iter().map(|(_, v, _)| v["size"].as_i64().unwrap()).collect();
+    let mut small: Vec<i64> =
+        env.consume_versions("small").iter().map(|(_, v, _)| v["size"].as_i64().unwrap()).collect();
     let mut want: Vec<i64> = trades(&a).into_iter().chain(trades(&b)).filter(|t| t.2 < 50).map(|t| t.2).collect();
     small.sort();
     want.sort();
     assert_eq!(small, want, "a new query reads its input from the start");
-    let status = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["status", &program])).output().unwrap();
+    let status = std::process::Command::new(common::cli::bin())
+        .arg("--state-dir")
+        .arg(&env.state)
+        .args(env.args(&["status", &program]))
+        .output()
+        .unwrap();
     let status = String::from_utf8_lossy(&status.stdout).into_owned();
-    for line in ["program version 3", "big: version 1, from control offset 0", "small: version 2", "totals: version 0, from the program file", "rejected statements: 0"] {
+    for line in [
+        "program version 3",
+        "big: version 1, from control offset 0",
+        "small: version 2",
+        "totals: version 0, from the program file",
+        "rejected statements: 0",
+    ] {
         assert!(status.contains(line), "missing {line:?} in:\n{status}");
     }
     assert!(!status.contains("watched:"), "{status}");

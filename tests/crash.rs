@@ -17,14 +17,23 @@ use common::embedded::{read_topic, temp_dir, topic_bytes, write_trades};
 
 fn streamc(state: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_streamc"));
-    c.current_dir(env!("CARGO_MANIFEST_DIR")).arg("--state-dir").arg(state).args(args).stdout(Stdio::null()).stderr(Stdio::null());
+    c.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     c
 }
 
 fn committed_input(state: &Path) -> u64 {
     let log = streamc::log::EmbeddedLog::open(state, false).unwrap();
     let c = log.committed().unwrap();
-    c.groups.iter().filter(|(g, _)| g.starts_with("stats#stock_stats-from#")).map(|(_, v)| v["inputs"]["stocks/0"]["offset"].as_u64().unwrap_or(0)).sum()
+    c.groups
+        .iter()
+        .filter(|(g, _)| g.starts_with("stats#stock_stats-from#"))
+        .map(|(_, v)| v["inputs"]["stocks/0"]["offset"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 #[test]
@@ -41,7 +50,10 @@ fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing() {
         f
     };
     let produce = |state: &Path, f: &Path| {
-        assert!(streamc(state, &["produce", "stocks", f.to_str().unwrap(), "--program", "examples/stats.stream"]).status().unwrap().success());
+        assert!(streamc(state, &["produce", "stocks", f.to_str().unwrap(), "--program", "examples/stats.stream"])
+            .status()
+            .unwrap()
+            .success());
     };
     let run_args = ["run", "examples/stats.stream", "--drain", "--set", "commit.records=1000"];
     let (reference, crashed) = (dir.join("reference"), dir.join("crashed"));
@@ -101,7 +113,10 @@ fn live_input_is_processed_while_it_arrives() {
     let lines: Vec<&str> = all.lines().collect();
     let chunk = |i: usize| -> String { lines[i * 10_000..(i + 1) * 10_000].join("\n") + "\n" };
     let produce = |text: String| {
-        let mut c = streamc(&state, &["produce", "stocks", "-", "--program", "examples/stats.stream"]).stdin(Stdio::piped()).spawn().unwrap();
+        let mut c = streamc(&state, &["produce", "stocks", "-", "--program", "examples/stats.stream"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
         use std::io::Write;
         c.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
         assert!(c.wait().unwrap().success());

@@ -23,7 +23,12 @@ fn trades(path: &Path) -> Vec<Trade> {
         .lines()
         .filter_map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            Some(Trade { ticker: v["ticker"].as_str()?.to_string(), price: v["price"].as_f64()?, size: v["size"].as_i64()?, ts: v["ts"].as_i64()? })
+            Some(Trade {
+                ticker: v["ticker"].as_str()?.to_string(),
+                price: v["price"].as_f64()?,
+                size: v["size"].as_i64()?,
+                ts: v["ts"].as_i64()?,
+            })
         })
         .collect()
 }
@@ -81,7 +86,9 @@ fn stats_reference_with_late_records(trades: &[Trade], partitions: u32) -> (BTre
     }
     let windows = acc
         .into_iter()
-        .map(|(k, (n, vol, sum, lo, hi))| (k, Stats { trades: n, volume: vol, avg_price: sum / n as f64, low: lo, high: hi }))
+        .map(|(k, (n, vol, sum, lo, hi))| {
+            (k, Stats { trades: n, volume: vol, avg_price: sum / n as f64, low: lo, high: hi })
+        })
         .collect();
     (windows, late, late_records)
 }
@@ -136,8 +143,17 @@ fn results_do_not_depend_on_partitions_threads_or_restarts() {
     assert_eq!(final_windows(&one), want);
 
     let four = dir.join("four");
-    Run::new("examples/stats.stream", &four).input("stocks", &input).set("embedded.partitions=4").threads(2).go().unwrap();
-    assert_eq!(read_topic(&four, "stock-stats").iter().map(|r| r.partition).max(), Some(3), "four output partitions used");
+    Run::new("examples/stats.stream", &four)
+        .input("stocks", &input)
+        .set("embedded.partitions=4")
+        .threads(2)
+        .go()
+        .unwrap();
+    assert_eq!(
+        read_topic(&four, "stock-stats").iter().map(|r| r.partition).max(),
+        Some(3),
+        "four output partitions used"
+    );
     assert_eq!(final_windows(&four), want);
 
     // Half the input, stop without closing windows; then the rest: the run resumes its
@@ -166,7 +182,12 @@ fn local_state_is_restored_from_the_changelog() {
     std::fs::write(&partial, lines[..7_000].join("\n") + "\n").unwrap();
     let state = dir.join("state");
     // Frequent commits: a long changelog.
-    Run::new("examples/stats.stream", &state).input("stocks", &partial).set("commit.records=50").close(false).go().unwrap();
+    Run::new("examples/stats.stream", &state)
+        .input("stocks", &partial)
+        .set("commit.records=50")
+        .close(false)
+        .go()
+        .unwrap();
     let entries = |state: &Path| -> Vec<(Vec<u8>, Vec<u8>)> {
         let db = sled::open(state.join("apps").join("stats").join("state")).unwrap();
         let tree = db.open_tree("stock_stats-aggregate#0").unwrap();
@@ -178,9 +199,17 @@ fn local_state_is_restored_from_the_changelog() {
     // Lose the local state entirely: the changelog is the source of truth. A small restore
     // batch replays it coalesced, in many steps; the store comes back entry for entry.
     std::fs::remove_dir_all(state.join("apps").join("stats").join("state")).unwrap();
-    let sum = Run::new("examples/stats.stream", &state).input("stocks", &partial).set("embedded.restore_batch=97").close(false).go().unwrap();
+    let sum = Run::new("examples/stats.stream", &state)
+        .input("stocks", &partial)
+        .set("embedded.restore_batch=97")
+        .close(false)
+        .go()
+        .unwrap();
     // Nothing to process and nothing to fix up: no window the changelog deleted came back.
-    assert!(sum.restored > 2_000 && sum.records_in == 0 && sum.commits == 0, "the store was rebuilt from its changelog: {sum:?}");
+    assert!(
+        sum.restored > 2_000 && sum.records_in == 0 && sum.commits == 0,
+        "the store was rebuilt from its changelog: {sum:?}"
+    );
     assert!(entries(&state) == before, "the restored store differs");
     std::fs::remove_dir_all(state.join("apps").join("stats").join("state")).unwrap();
     std::fs::write(&partial, all).unwrap();
@@ -232,7 +261,10 @@ fn late_records_are_dropped_and_counted_like_the_reference() {
     // Each record late for some window is also in `stats-late`, with the reason and its origin.
     let written = read_topic(&state, "stats-late");
     assert_eq!(written.len() as u64, late_records);
-    assert!(written.iter().all(|r| r.headers["streamc.error"].starts_with("late: window [") && r.headers["streamc.source.topic"] == "stocks"));
+    assert!(written
+        .iter()
+        .all(|r| r.headers["streamc.error"].starts_with("late: window [")
+            && r.headers["streamc.source.topic"] == "stocks"));
 }
 
 #[test]
@@ -255,7 +287,9 @@ fn bad_records_go_to_the_dead_letter_topic_with_the_reason() {
     assert_eq!(dlq.len(), 3);
     let offsets: Vec<&str> = dlq.iter().map(|r| r.headers["streamc.source.offset"].as_str()).collect();
     assert_eq!(offsets, ["1", "2", "3"]);
-    assert!(dlq.iter().all(|r| r.headers["streamc.source.topic"] == "stocks" && r.headers["streamc.source.partition"] == "0"));
+    assert!(dlq
+        .iter()
+        .all(|r| r.headers["streamc.source.topic"] == "stocks" && r.headers["streamc.source.partition"] == "0"));
     assert!(dlq[1].headers["streamc.error"].contains("expected float"), "{:?}", dlq[1].headers);
     assert!(dlq[2].headers["streamc.error"].contains("missing field `price`"), "{:?}", dlq[2].headers);
     // The good records were aggregated: window [0, 5000) has both.
@@ -281,12 +315,19 @@ fn alerts_example_joins_trades_with_the_limits_table_in_timestamp_order() {
     for step in 0..5i64 {
         for t in 0..4 {
             let ts = base + step * 1_000;
-            let value = if step == 3 && t == 1 { serde_json::Value::Null } else { serde_json::json!({"max_price": 95.0 + (t as f64) * 10.0 + step as f64}) };
+            let value = if step == 3 && t == 1 {
+                serde_json::Value::Null
+            } else {
+                serde_json::json!({"max_price": 95.0 + (t as f64) * 10.0 + step as f64})
+            };
             limits.push((format!("T{t:04}"), value, ts));
         }
     }
     let state = dir.join("state");
-    let envelope: Vec<String> = limits.iter().map(|(k, v, ts)| serde_json::json!({"key": k, "value": v, "timestamp": ts}).to_string()).collect();
+    let envelope: Vec<String> = limits
+        .iter()
+        .map(|(k, v, ts)| serde_json::json!({"key": k, "value": v, "timestamp": ts}).to_string())
+        .collect();
     let limits_file = dir.join("limits.jsonl");
     std::fs::write(&limits_file, envelope.join("\n") + "\n").unwrap();
     let st = std::process::Command::new(env!("CARGO_BIN_EXE_streamc"))
@@ -324,7 +365,14 @@ fn alerts_example_joins_trades_with_the_limits_table_in_timestamp_order() {
     }
     let got: Vec<(String, f64, f64, i64)> = read_topic(&state, "price-alerts")
         .iter()
-        .map(|r| (r.value["ticker"].as_str().unwrap().to_string(), r.value["price"].as_f64().unwrap(), r.value["limit"].as_f64().unwrap(), r.value["at"].as_i64().unwrap()))
+        .map(|r| {
+            (
+                r.value["ticker"].as_str().unwrap().to_string(),
+                r.value["price"].as_f64().unwrap(),
+                r.value["limit"].as_f64().unwrap(),
+                r.value["at"].as_i64().unwrap(),
+            )
+        })
         .collect();
     assert!(want.len() > 100, "the data must produce alerts: {}", want.len());
     assert_eq!(got, want);
@@ -395,7 +443,8 @@ fn sessions_example_emits_each_final_session_once() {
     let want = sessions_reference(&data);
     assert!(want.len() > 50, "the data must make many sessions: {}", want.len());
     let state = dir.join("state");
-    let sum = Run::new("examples/sessions.stream", &state).input("clicks", &input).set("commit.records=97").go().unwrap();
+    let sum =
+        Run::new("examples/sessions.stream", &state).input("clicks", &input).set("commit.records=97").go().unwrap();
     assert_eq!(sum.late, 0);
     let out = read_topic(&state, "user-sessions");
     let mut got = BTreeMap::new();
@@ -474,7 +523,8 @@ fn check_big_spenders(state: &Path, orders: &[(String, String, f64, i64)]) {
         let sum: f64 = totals.iter().sum();
         if sum > 1000.0 {
             let mean = sum / n;
-            let spread = (totals.len() > 1).then(|| (totals.iter().map(|t| (t - mean) * (t - mean)).sum::<f64>() / (n - 1.0)).sqrt());
+            let spread = (totals.len() > 1)
+                .then(|| (totals.iter().map(|t| (t - mean) * (t - mean)).sum::<f64>() / (n - 1.0)).sqrt());
             want.insert(k.clone(), (totals.len() as i64, sum, mean, spread));
         }
     }
@@ -482,7 +532,15 @@ fn check_big_spenders(state: &Path, orders: &[(String, String, f64, i64)]) {
     for r in read_topic(state, "big-spenders") {
         let v = &r.value;
         let k = (v["customer"].as_str().unwrap().to_string(), v["window_start"].as_i64().unwrap());
-        got.insert(k, (v["orders"].as_i64().unwrap(), v["spent"].as_f64().unwrap(), v["typical"].as_f64().unwrap(), v["spread"].as_f64()));
+        got.insert(
+            k,
+            (
+                v["orders"].as_i64().unwrap(),
+                v["spent"].as_f64().unwrap(),
+                v["typical"].as_f64().unwrap(),
+                v["spread"].as_f64(),
+            ),
+        );
     }
     assert!(want.len() >= 5, "the data must make big spenders: {}", want.len());
     assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
@@ -491,7 +549,10 @@ fn check_big_spenders(state: &Path, orders: &[(String, String, f64, i64)]) {
         assert_eq!(g.0, w.0, "{k:?}");
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
         assert!(close(g.1, w.1) && close(g.2, w.2), "{k:?}: {g:?} vs {w:?}");
-        assert!(matches!((g.3, w.3), (Some(a), Some(b)) if close(a, b)) || (g.3.is_none() && w.3.is_none()), "{k:?}: {g:?} vs {w:?}");
+        assert!(
+            matches!((g.3, w.3), (Some(a), Some(b)) if close(a, b)) || (g.3.is_none() && w.3.is_none()),
+            "{k:?}: {g:?} vs {w:?}"
+        );
     }
 }
 
@@ -505,7 +566,13 @@ fn order_status(state: &Path) -> Vec<OrderStatus> {
         .iter()
         .map(|r| {
             let v = &r.value;
-            (v["order_id"].as_str().unwrap().to_string(), v["paid"].as_bool().unwrap(), v["method"].as_str().unwrap().to_string(), v["shortfall"].as_f64(), r.timestamp)
+            (
+                v["order_id"].as_str().unwrap().to_string(),
+                v["paid"].as_bool().unwrap(),
+                v["method"].as_str().unwrap().to_string(),
+                v["shortfall"].as_f64(),
+                r.timestamp,
+            )
         })
         .collect();
     got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
@@ -559,17 +626,31 @@ fn orders_example_left_joins_payments_within_ten_minutes() {
     let (of1, pf1) = (dir.join("orders-part.jsonl"), dir.join("payments-part.jsonl"));
     let head = |path: &Path, field: &str| {
         let text = std::fs::read_to_string(path).unwrap();
-        let kept: Vec<&str> = text.lines().filter(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[field].as_i64().unwrap() < cut).collect();
+        let kept: Vec<&str> = text
+            .lines()
+            .filter(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[field].as_i64().unwrap() < cut)
+            .collect();
         kept.join("\n") + "\n"
     };
     std::fs::write(&of1, head(&of, "placed")).unwrap();
     std::fs::write(&pf1, head(&pf, "paid")).unwrap();
     let state = dir.join("restarted");
-    Run::new("examples/orders.stream", &state).input("orders", &of1).input("payments", &pf1).set("commit.records=50").close(false).go().unwrap();
+    Run::new("examples/orders.stream", &state)
+        .input("orders", &of1)
+        .input("payments", &pf1)
+        .set("commit.records=50")
+        .close(false)
+        .go()
+        .unwrap();
     std::fs::remove_dir_all(state.join("apps/orders/state")).unwrap();
     std::fs::write(&of1, std::fs::read(&of).unwrap()).unwrap();
     std::fs::write(&pf1, std::fs::read(&pf).unwrap()).unwrap();
-    let sum = Run::new("examples/orders.stream", &state).input("orders", &of1).input("payments", &pf1).set("commit.records=50").go().unwrap();
+    let sum = Run::new("examples/orders.stream", &state)
+        .input("orders", &of1)
+        .input("payments", &pf1)
+        .set("commit.records=50")
+        .go()
+        .unwrap();
     assert!(sum.restored > 0, "{sum:?}");
     let got = order_status(&state);
     assert_eq!(got, want, "after a restart");
@@ -582,13 +663,20 @@ fn chaos_redeliveries_and_failures_do_not_change_the_results() {
     write_trades(&input, 20_000, 7, 13, 800);
     let (plain, chaos) = (dir.join("plain"), dir.join("chaos"));
     fn stats_run<'a>(state: &'a Path, input: &Path) -> Run<'a> {
-        Run::new("examples/stats.stream", state).input("stocks", input).set("commit.records=300").set("embedded.partitions=3")
+        Run::new("examples/stats.stream", state)
+            .input("stocks", input)
+            .set("commit.records=300")
+            .set("embedded.partitions=3")
     }
     let run = |state| stats_run(state, &input);
     let base = run(&plain).go().unwrap();
     let sum = run(&chaos).chaos("seed=11,redeliver=0.001,fail=0.05").go().unwrap();
     assert!(sum.faults >= 20, "the layers must fire: {sum:?}");
-    assert_eq!((sum.records_in, sum.records_out, sum.commits), (base.records_in, base.records_out, base.commits), "counts are those of committed work");
+    assert_eq!(
+        (sum.records_in, sum.records_out, sum.commits),
+        (base.records_in, base.records_out, base.commits),
+        "counts are those of committed work"
+    );
     for topic in ["stock-stats", "stats-stock_stats-aggregate-changelog"] {
         assert!(topic_bytes(&plain, topic) == topic_bytes(&chaos, topic), "{topic} differs under chaos");
     }
@@ -636,7 +724,8 @@ fn sliding_windows_hold_every_distinct_set_of_records_within_the_size() {
     let program = dir.join("sliding.stream");
     std::fs::write(&program, SLIDING).unwrap();
     let state = dir.join("state");
-    let sum = Run::new(program.to_str().unwrap(), &state).input("stocks", &input).set("commit.records=111").go().unwrap();
+    let sum =
+        Run::new(program.to_str().unwrap(), &state).input("stocks", &input).set("commit.records=111").go().unwrap();
     assert_eq!(sum.late, 0);
 
     // Reference, offline: per ticker, a window [t − 3 s, t] ends at every record, and a window
@@ -674,7 +763,13 @@ fn sliding_windows_hold_every_distinct_set_of_records_within_the_size() {
     for r in read_topic(&state, "moving") {
         let v = &r.value;
         let k = (r.key.clone().unwrap(), v["window_start"].as_i64().unwrap());
-        let row = (v["window_end"].as_i64().unwrap(), v["n"].as_i64().unwrap(), v["volume"].as_i64().unwrap(), v["hi"].as_f64().unwrap(), v["mean"].as_f64().unwrap());
+        let row = (
+            v["window_end"].as_i64().unwrap(),
+            v["n"].as_i64().unwrap(),
+            v["volume"].as_i64().unwrap(),
+            v["hi"].as_f64().unwrap(),
+            v["mean"].as_f64().unwrap(),
+        );
         assert!(got.insert(k.clone(), row).is_none(), "window {k:?} emitted twice");
     }
     assert!(want.len() > 3_000, "{}", want.len());
@@ -688,7 +783,12 @@ fn sliding_windows_hold_every_distinct_set_of_records_within_the_size() {
     // Under faults (each reopen rebuilds the windows and recent records from local state and
     // the changelog), the output is the same, byte for byte.
     let chaos = dir.join("chaos");
-    let sum = Run::new(program.to_str().unwrap(), &chaos).input("stocks", &input).set("commit.records=111").chaos("seed=2,redeliver=0.002,fail=0.05").go().unwrap();
+    let sum = Run::new(program.to_str().unwrap(), &chaos)
+        .input("stocks", &input)
+        .set("commit.records=111")
+        .chaos("seed=2,redeliver=0.002,fail=0.05")
+        .go()
+        .unwrap();
     assert!(sum.faults >= 10, "{sum:?}");
     assert!(topic_bytes(&state, "moving") == topic_bytes(&chaos, "moving"));
 }
@@ -703,9 +803,14 @@ fn session_results_do_not_depend_on_commit_points_even_with_late_records() {
     let mut outs = Vec::new();
     for commit in ["1", "7", "100000"] {
         let state = dir.join(format!("state{commit}"));
-        let sum = Run::new("examples/sessions.stream", &state).input("clicks", &input).set(&format!("commit.records={commit}")).go().unwrap();
+        let sum = Run::new("examples/sessions.stream", &state)
+            .input("clicks", &input)
+            .set(&format!("commit.records={commit}"))
+            .go()
+            .unwrap();
         assert!(sum.late > 0, "{sum:?}");
-        let mut got: Vec<(Option<String>, String)> = read_topic(&state, "user-sessions").into_iter().map(|r| (r.key, r.value.to_string())).collect();
+        let mut got: Vec<(Option<String>, String)> =
+            read_topic(&state, "user-sessions").into_iter().map(|r| (r.key, r.value.to_string())).collect();
         got.sort();
         outs.push((sum.late, got));
     }
@@ -745,7 +850,13 @@ fn a_join_feeding_an_aggregate_reads_its_state_after_faults() {
     Run::new(p, &plain).input("orders", &of).input("payments", &pf).set("commit.records=10").go().unwrap();
     // Reopened tasks start with an empty cache: updates driven by payments must read the count
     // from the store.
-    let sum = Run::new(p, &chaos).input("orders", &of).input("payments", &pf).set("commit.records=10").chaos("seed=3,redeliver=0.01,fail=0.1").go().unwrap();
+    let sum = Run::new(p, &chaos)
+        .input("orders", &of)
+        .input("payments", &pf)
+        .set("commit.records=10")
+        .chaos("seed=3,redeliver=0.01,fail=0.1")
+        .go()
+        .unwrap();
     assert!(sum.faults >= 10, "{sum:?}");
     assert!(topic_bytes(&plain, "paid-count") == topic_bytes(&chaos, "paid-count"));
     // And the last count per order is the number of payments within 10 minutes of it.

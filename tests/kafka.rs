@@ -53,7 +53,9 @@ fn broker_answers_api_versions() {
         apis.push((key, min, max));
     }
     assert!(r.0.is_empty(), "{} trailing bytes in the response", r.0.len());
-    for (key, name) in [(0, "Produce"), (1, "Fetch"), (3, "Metadata"), (19, "CreateTopics"), (API_VERSIONS, "ApiVersions")] {
+    for (key, name) in
+        [(0, "Produce"), (1, "Fetch"), (3, "Metadata"), (19, "CreateTopics"), (API_VERSIONS, "ApiVersions")]
+    {
         assert!(apis.iter().any(|&(k, _, _)| k == key), "the broker does not offer {name} (api key {key})");
     }
     let (_, min, max) = *apis.iter().find(|&&(k, _, _)| k == API_VERSIONS).unwrap();
@@ -106,7 +108,10 @@ fn produce_and_consume_match_the_embedded_log() {
     let embedded = streamc(&["--state-dir", state, "consume", &topic, "--from-beginning", "--headers"]);
     let kafka = streamc(&["consume", &topic, "--from-beginning", "--headers", "--bootstrap-servers", &addr]);
     assert_eq!(embedded.lines().count(), 3_000);
-    let partitions: std::collections::BTreeSet<u64> = kafka.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["partition"].as_u64().unwrap()).collect();
+    let partitions: std::collections::BTreeSet<u64> = kafka
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["partition"].as_u64().unwrap())
+        .collect();
     assert_eq!(partitions.len(), 3, "keys spread over the 3 partitions");
     assert!(embedded == kafka, "the broker's records differ from the embedded log's");
 

@@ -9,7 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cli::spawn;
-use common::control::{changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario, trades, two_inputs, Env};
+use common::control::{
+    changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario,
+    trades, two_inputs, Env,
+};
 use common::embedded::temp_dir;
 use common::kafka::require;
 
@@ -50,7 +53,10 @@ fn filter_hot_reloaded_in_a_running_instance_without_rebalance() {
     let mut run = spawn(&env.state, &env.args(&["run", &program]), &log);
     let first = trades(&a).iter().filter(|t| t.2 > 500).count();
     wait_for("the first input's outputs", || env.consume_versions("big").len() >= first);
-    let s = format!("replace query big {{ from trades where size > 800 select {{ ticker, size }} to \"{}\" }}", env.topic("big"));
+    let s = format!(
+        "replace query big {{ from trades where size > 800 select {{ ticker, size }} to \"{}\" }}",
+        env.topic("big")
+    );
     let (out, ok) = env.control(&s, &["--wait", "60"]);
     assert!(ok && out.contains("accepted replace big"), "{out}");
     env.produce_trades(&b);
@@ -110,11 +116,15 @@ fn two_instances_apply_the_same_statement_without_rebalance() {
     let mut two = spawn(&dir.join("state-two"), &env.args(&["run", &program, "--set", "instance.id=two"]), &log2);
     let first = trades(&a).iter().filter(|t| t.2 > 500).count();
     wait_for("the first input's outputs", || env.consume_versions("big").len() >= first);
-    let rebalances = || std::fs::read_to_string(&log1).unwrap_or_default().matches("rebalance ").count() + std::fs::read_to_string(&log2).unwrap_or_default().matches("rebalance ").count();
+    let rebalances = || {
+        std::fs::read_to_string(&log1).unwrap_or_default().matches("rebalance ").count()
+            + std::fs::read_to_string(&log2).unwrap_or_default().matches("rebalance ").count()
+    };
     // The group has settled: both joined, and no assignment for 3 s.
     let mut seen = (0, Instant::now());
     wait_for("the group to settle", || {
-        let (l1, l2) = (std::fs::read_to_string(&log1).unwrap_or_default(), std::fs::read_to_string(&log2).unwrap_or_default());
+        let (l1, l2) =
+            (std::fs::read_to_string(&log1).unwrap_or_default(), std::fs::read_to_string(&log2).unwrap_or_default());
         let n = rebalances();
         if n != seen.0 {
             seen = (n, Instant::now());
@@ -122,12 +132,20 @@ fn two_instances_apply_the_same_statement_without_rebalance() {
         l1.contains("rebalance ") && l2.contains("rebalance ") && seen.1.elapsed() > Duration::from_secs(3)
     });
     let before = rebalances();
-    let s = format!("replace query big {{ from trades where size > 800 select {{ ticker, size }} to \"{}\" }}", env.topic("big"));
+    let s = format!(
+        "replace query big {{ from trades where size > 800 select {{ ticker, size }} to \"{}\" }}",
+        env.topic("big")
+    );
     let (out, ok) = env.control(&s, &["--wait", "60"]);
     assert!(ok, "{out}");
     // Every task of the group has committed with the statement applied.
     let status = || {
-        let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["status", &program])).output().unwrap();
+        let out = std::process::Command::new(common::cli::bin())
+            .arg("--state-dir")
+            .arg(&env.state)
+            .args(env.args(&["status", &program]))
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     wait_for("both instances to apply the statement", || {

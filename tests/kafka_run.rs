@@ -15,7 +15,6 @@ use common::data::{clicks, orders_and_payments, write_clicks, write_orders_and_p
 use common::embedded::{temp_dir, write_trades};
 use common::kafka::require;
 
-
 /// Settings for quick failure detection, so killed instances do not stall the tests.
 fn fast(app: &str) -> Vec<String> {
     vec![
@@ -36,7 +35,14 @@ fn with_sets<'a>(args: &mut Vec<&'a str>, sets: &'a [String]) {
 
 /// Run an example on both backends over the same inputs (3 partitions) and compare every
 /// output topic; then check the internal topics the Kafka run created.
-fn same_results_on_both_backends(example: &str, name: &str, guarantee: &str, inputs: &[(&str, &Path, bool)], outputs: &[&str], internal: &[(&str, i32, bool)]) {
+fn same_results_on_both_backends(
+    example: &str,
+    name: &str,
+    guarantee: &str,
+    inputs: &[(&str, &Path, bool)],
+    outputs: &[&str],
+    internal: &[(&str, i32, bool)],
+) {
     let b = require();
     let dir = temp_dir(&format!("kafka-{name}"));
     let pfx = format!("{name}{}", std::process::id());
@@ -61,7 +67,17 @@ fn same_results_on_both_backends(example: &str, name: &str, guarantee: &str, inp
     let kst = dir.join("kafka");
     for (topic, file, envelope) in inputs {
         let t = format!("{pfx}.{topic}");
-        let mut args = vec!["produce", &t, file.to_str().unwrap(), "--program", prog, "--partitions", "3", "--bootstrap-servers", &b];
+        let mut args = vec![
+            "produce",
+            &t,
+            file.to_str().unwrap(),
+            "--program",
+            prog,
+            "--partitions",
+            "3",
+            "--bootstrap-servers",
+            &b,
+        ];
         if *envelope {
             args.push("--envelope");
         }
@@ -75,7 +91,11 @@ fn same_results_on_both_backends(example: &str, name: &str, guarantee: &str, inp
     streamc(&kst, &args);
     // The tasks' counts and consumer lag went to `<app>-metrics`.
     let metrics = consume(&kst, &format!("{app}-metrics"), &["--bootstrap-servers", &b]);
-    assert!(metrics.iter().any(|m| m.value["records_in"].as_u64() > Some(0) && m.value["consumer_lag"].as_object().is_some_and(|l| !l.is_empty())), "{metrics:?}");
+    assert!(
+        metrics.iter().any(|m| m.value["records_in"].as_u64() > Some(0)
+            && m.value["consumer_lag"].as_object().is_some_and(|l| !l.is_empty())),
+        "{metrics:?}"
+    );
 
     for o in outputs {
         let t = format!("{pfx}.{o}");
@@ -99,7 +119,14 @@ fn stats_example_gives_the_embedded_results() {
     let dir = temp_dir("kafka-stats-in");
     let f = dir.join("trades.jsonl");
     write_trades(&f, 20_000, 40, 7, 500);
-    same_results_on_both_backends("examples/stats.stream", "stats", "at_least_once", &[("stocks", &f, false)], &["stock-stats"], &[("stock_stats-aggregate-changelog", 3, true), ("dlq", 1, false)]);
+    same_results_on_both_backends(
+        "examples/stats.stream",
+        "stats",
+        "at_least_once",
+        &[("stocks", &f, false)],
+        &["stock-stats"],
+        &[("stock_stats-aggregate-changelog", 3, true), ("dlq", 1, false)],
+    );
 }
 
 #[test]
@@ -134,13 +161,27 @@ fn alerts_example_gives_the_embedded_results() {
     let mut lines = Vec::new();
     for step in 0..5i64 {
         for t in 0..4 {
-            let value = if step == 3 && t == 1 { serde_json::Value::Null } else { serde_json::json!({"max_price": 95.0 + (t as f64) * 10.0 + step as f64}) };
-            lines.push(serde_json::json!({"key": format!("T{t:04}"), "value": value, "timestamp": base + step * 1_000}).to_string());
+            let value = if step == 3 && t == 1 {
+                serde_json::Value::Null
+            } else {
+                serde_json::json!({"max_price": 95.0 + (t as f64) * 10.0 + step as f64})
+            };
+            lines.push(
+                serde_json::json!({"key": format!("T{t:04}"), "value": value, "timestamp": base + step * 1_000})
+                    .to_string(),
+            );
         }
     }
     let limits = dir.join("limits.jsonl");
     std::fs::write(&limits, lines.join("\n") + "\n").unwrap();
-    same_results_on_both_backends("examples/alerts.stream", "alerts", "at_least_once", &[("limits", &limits, true), ("stocks", &f, false)], &["price-alerts"], &[("alerts-join-limits-changelog", 3, true)]);
+    same_results_on_both_backends(
+        "examples/alerts.stream",
+        "alerts",
+        "at_least_once",
+        &[("limits", &limits, true), ("stocks", &f, false)],
+        &["price-alerts"],
+        &[("alerts-join-limits-changelog", 3, true)],
+    );
 }
 
 #[test]
@@ -149,7 +190,14 @@ fn sessions_example_gives_the_embedded_results() {
     let dir = temp_dir("kafka-sessions-in");
     let f = dir.join("clicks.jsonl");
     write_clicks(&f, &clicks(3_000, 3));
-    same_results_on_both_backends("examples/sessions.stream", "sessions", "exactly_once", &[("clicks", &f, false)], &["user-sessions"], &[("user_sessions-aggregate-changelog", 3, true)]);
+    same_results_on_both_backends(
+        "examples/sessions.stream",
+        "sessions",
+        "exactly_once",
+        &[("clicks", &f, false)],
+        &["user-sessions"],
+        &[("user_sessions-aggregate-changelog", 3, true)],
+    );
 }
 
 #[test]
@@ -164,7 +212,12 @@ fn a_missing_source_or_a_wrong_internal_partition_count_is_a_clear_error() {
     let sets = fast(&app);
     let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
     with_sets(&mut args, &sets);
-    let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(dir.join("s")).args(&args).output().unwrap();
+    let out = std::process::Command::new(common::cli::bin())
+        .arg("--state-dir")
+        .arg(dir.join("s"))
+        .args(&args)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains(&format!("source topic `{pfx}.stocks`")) && err.contains("does not exist"), "{err}");
@@ -173,13 +226,24 @@ fn a_missing_source_or_a_wrong_internal_partition_count_is_a_clear_error() {
     let f = dir.join("trades.jsonl");
     write_trades(&f, 100, 4, 1, 0);
     let t = format!("{pfx}.stocks");
-    streamc(&dir.join("s"), &["produce", &t, f.to_str().unwrap(), "--program", prog, "--partitions", "3", "--bootstrap-servers", &b]);
+    streamc(
+        &dir.join("s"),
+        &["produce", &t, f.to_str().unwrap(), "--program", prog, "--partitions", "3", "--bootstrap-servers", &b],
+    );
     let changelog = format!("{app}-stock_stats-aggregate-changelog");
     streamc(&dir.join("s"), &["produce", &changelog, "/dev/null", "--partitions", "2", "--bootstrap-servers", &b]);
-    let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(dir.join("s")).args(&args).output().unwrap();
+    let out = std::process::Command::new(common::cli::bin())
+        .arg("--state-dir")
+        .arg(dir.join("s"))
+        .args(&args)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains(&format!("internal topic `{changelog}` has 2 partitions, but the application needs 3")), "{err}");
+    assert!(
+        err.contains(&format!("internal topic `{changelog}` has 2 partitions, but the application needs 3")),
+        "{err}"
+    );
 }
 
 /// Per (ticker, tumbling 1 s window): count and volume of the trades, folded plainly.
@@ -277,7 +341,10 @@ fn scrape(addr: &str) -> String {
 
 /// The sum of a metric's samples (lines starting with `name{`).
 fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines().filter(|l| l.starts_with(&format!("{name}{{"))).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn free_addr() -> String {
@@ -303,7 +370,10 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     std::fs::write(&first, lines[..30_000].join("\n") + "\n").unwrap();
     std::fs::write(&second, lines[30_000..].join("\n") + "\n").unwrap();
     let src = format!("{pfx}.stocks");
-    streamc(&dir.join("p"), &["produce", &src, first.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b]);
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, first.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b],
+    );
 
     let app = format!("{pfx}-app");
     let (addr_a, addr_b) = (free_addr(), free_addr());
@@ -317,7 +387,10 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     let mut a = start("a", &addr_a);
     let mut bb = start("b", &addr_b);
     // Both own tasks and B has processed records before it is killed.
-    wait_for(60, "both instances to process records", || metric_sum(&scrape(&addr_a), "streamc_records_in_total") > 0.0 && metric_sum(&scrape(&addr_b), "streamc_records_in_total") > 0.0);
+    wait_for(60, "both instances to process records", || {
+        metric_sum(&scrape(&addr_a), "streamc_records_in_total") > 0.0
+            && metric_sum(&scrape(&addr_b), "streamc_records_in_total") > 0.0
+    });
     let before = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
     bb.kill();
     streamc(&dir.join("p"), &["produce", &src, second.to_str().unwrap(), "--program", prog, "--bootstrap-servers", &b]);
@@ -340,10 +413,14 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     let restored = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
     a.kill();
     let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
-    assert!(restored > before, "the survivor restored no changelog records for the moved tasks (metric {before} → {restored}):\n{log}");
+    assert!(
+        restored > before,
+        "the survivor restored no changelog records for the moved tasks (metric {before} → {restored}):\n{log}"
+    );
     let big: usize = trades.iter().filter(|t| t.1 > 900).count();
     let got_big = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", &b]);
-    let distinct: std::collections::BTreeSet<String> = got_big.iter().map(|r| format!("{} {}", r.key, r.value)).collect();
+    let distinct: std::collections::BTreeSet<String> =
+        got_big.iter().map(|r| format!("{} {}", r.key, r.value)).collect();
     assert_eq!(distinct.len(), big, "every big trade, at least once");
 }
 
@@ -379,7 +456,10 @@ fn sigkills(guarantee: &str, default_n: u64) {
     write_trades(&f, n, 200, 9, 0);
     let trades = trades_of(&f);
     let src = format!("{pfx}.stocks");
-    streamc(&dir.join("p"), &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b]);
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b],
+    );
 
     let app = format!("{pfx}-app");
     let start = |name: &str| {
@@ -396,7 +476,10 @@ fn sigkills(guarantee: &str, default_n: u64) {
     let want = counts_reference(&trades, 4);
     let complete = || {
         let recs = consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]);
-        let keys: std::collections::BTreeSet<(String, i64)> = recs.iter().map(|r| (r.key.as_str().unwrap().to_string(), r.value["window_start"].as_i64().unwrap())).collect();
+        let keys: std::collections::BTreeSet<(String, i64)> = recs
+            .iter()
+            .map(|r| (r.key.as_str().unwrap().to_string(), r.value["window_start"].as_i64().unwrap()))
+            .collect();
         keys.len() >= want.len()
     };
     let mut kills = 0;
@@ -423,12 +506,16 @@ fn sigkills(guarantee: &str, default_n: u64) {
         }
     }
     let mut seen = std::collections::BTreeSet::new();
-    let unique: Vec<_> = recs.iter().filter(|r| eos || seen.insert(format!("{} {}", r.key, r.value))).cloned().collect();
+    let unique: Vec<_> =
+        recs.iter().filter(|r| eos || seen.insert(format!("{} {}", r.key, r.value))).cloned().collect();
     let got = counts_of(&unique);
     assert_eq!(got.len(), want.len());
     assert!(got == want, "{guarantee} counts differ from the fold");
     let big: Vec<String> = trades.iter().filter(|t| t.1 > 900).map(|t| format!("{} {}", t.0, t.2)).collect();
-    let got_big: Vec<String> = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", &b]).iter().map(|r| format!("{} {}", r.value["ticker"].as_str().unwrap(), r.value["ts"])).collect();
+    let got_big: Vec<String> = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", &b])
+        .iter()
+        .map(|r| format!("{} {}", r.value["ticker"].as_str().unwrap(), r.value["ts"]))
+        .collect();
     let (mut want_sorted, mut got_sorted) = (big.clone(), got_big.clone());
     if !eos {
         got_sorted = got_sorted.into_iter().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
@@ -450,7 +537,10 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
     let src = format!("{pfx}.stocks");
     let f = dir.join("trades.jsonl");
     write_trades(&f, 40_000, 2_000, 3, 0);
-    streamc(&dir.join("p"), &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "2", "--bootstrap-servers", &b]);
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "2", "--bootstrap-servers", &b],
+    );
     let app = format!("{pfx}-app");
     let sets = fast(&app);
     let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
@@ -472,11 +562,15 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
     let mut text = Vec::new();
     streamc::gen::trades(&o, &mut text).unwrap();
     // Later than the first file's trades.
-    let shifted: Vec<String> = String::from_utf8(text).unwrap().lines().map(|l| {
-        let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-        v["ts"] = serde_json::json!(v["ts"].as_i64().unwrap() + 100_000);
-        v.to_string()
-    }).collect();
+    let shifted: Vec<String> = String::from_utf8(text)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["ts"] = serde_json::json!(v["ts"].as_i64().unwrap() + 100_000);
+            v.to_string()
+        })
+        .collect();
     std::fs::write(&f2, shifted.join("\n") + "\n").unwrap();
     streamc(&dir.join("p"), &["produce", &src, f2.to_str().unwrap(), "--program", prog, "--bootstrap-servers", &b]);
     let mut args_live = vec!["run", prog, "--bootstrap-servers", &b];
@@ -487,12 +581,19 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
     child.kill();
     let total2 = consume(&dir.join("p"), &changelog, &["--bootstrap-servers", &b]).len();
     let log = streamc(&state, &args);
-    let restored: u64 = log.lines().filter_map(|l| l.strip_prefix("restored ")?.split(' ').next()?.parse::<u64>().ok()).sum();
-    assert!(restored < (total2 - total) as u64 + 10, "restored {restored} of {total2} changelog records, more than the {} since the first run's checkpoint:\n{log}", total2 - total);
+    let restored: u64 =
+        log.lines().filter_map(|l| l.strip_prefix("restored ")?.split(' ').next()?.parse::<u64>().ok()).sum();
+    assert!(
+        restored < (total2 - total) as u64 + 10,
+        "restored {restored} of {total2} changelog records, more than the {} since the first run's checkpoint:\n{log}",
+        total2 - total
+    );
 
     // SIGTERM: a last commit and local state written, so the next start restores nothing.
     let mut child = spawn(&state, &args_live, &dir.join("term.log"));
-    wait_for(60, "the tasks to open", || std::fs::read_to_string(dir.join("term.log")).is_ok_and(|l| l.contains("joining group")));
+    wait_for(60, "the tasks to open", || {
+        std::fs::read_to_string(dir.join("term.log")).is_ok_and(|l| l.contains("joining group"))
+    });
     std::thread::sleep(Duration::from_secs(5));
     assert!(child.terminate(), "{}", std::fs::read_to_string(dir.join("term.log")).unwrap());
     let log = streamc(&state, &args);

@@ -13,7 +13,12 @@ use common::tenants::{property, PROGRAM};
 fn no_tenant_sees_another_tenants_state_on_kafka() {
     let dir = temp_dir("ktenants-property");
     let app = format!("ktprop-{}", std::process::id());
-    let env = Env::with_program(&dir, &app, vec!["--bootstrap-servers".into(), require(), "--set".into(), "commit.interval_ms=200".into()], PROGRAM);
+    let env = Env::with_program(
+        &dir,
+        &app,
+        vec!["--bootstrap-servers".into(), require(), "--set".into(), "commit.interval_ms=200".into()],
+        PROGRAM,
+    );
     property(&env, 100_000, &[]);
 }
 
@@ -23,5 +28,12 @@ fn each_tenant_gets_the_results_it_would_get_alone_on_kafka() {
     let dir = temp_dir("ktenants-alone");
     let b = require();
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tenants.stream")).unwrap();
-    common::tenants::example_alone(&dir, |d, app| Env::with_program(d, &format!("{app}-{}", std::process::id()), vec!["--bootstrap-servers".into(), b.clone(), "--set".into(), "commit.interval_ms=200".into()], &text));
+    common::tenants::example_alone(&dir, |d, app| {
+        Env::with_program(
+            d,
+            &format!("{app}-{}", std::process::id()),
+            vec!["--bootstrap-servers".into(), b.clone(), "--set".into(), "commit.interval_ms=200".into()],
+            &text,
+        )
+    });
 }

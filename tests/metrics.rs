@@ -54,7 +54,8 @@ struct Sample {
 fn parse_sample(line: &str) -> Option<Sample> {
     let valid_name = |n: &str| {
         let mut cs = n.chars();
-        cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':') && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && cs.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
     };
     let (series, value) = line.rsplit_once(' ')?;
     let value = match value {
@@ -111,7 +112,11 @@ fn a_live_run_serves_metrics_that_match_its_input() {
     let input = dir.join("trades.jsonl");
     write_trades(&input, 3_000, 10, 11, 500);
     // Three lines that cannot be decoded: each goes to the dead-letter topic.
-    let malformed = ["not json at all", "{\"ticker\": \"T0001\"}", "{\"ticker\": \"T0002\", \"price\": \"high\", \"size\": 1, \"ts\": 1700000000000}"];
+    let malformed = [
+        "not json at all",
+        "{\"ticker\": \"T0001\"}",
+        "{\"ticker\": \"T0002\", \"price\": \"high\", \"size\": 1, \"ts\": 1700000000000}",
+    ];
     {
         let mut f = std::fs::OpenOptions::new().append(true).open(&input).unwrap();
         for l in malformed {
@@ -120,19 +125,23 @@ fn a_live_run_serves_metrics_that_match_its_input() {
     }
     let produced = 3_000 + malformed.len();
     let two = ["--set", "embedded.partitions=2"];
-    let o = streamc(&state, &["produce", "stocks", input.to_str().unwrap(), "--program", "examples/stats.stream"]).args(two).output().unwrap();
+    let o = streamc(&state, &["produce", "stocks", input.to_str().unwrap(), "--program", "examples/stats.stream"])
+        .args(two)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains(&format!("produced {produced} records")));
 
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let log = dir.join("run.stderr");
-    let child = streamc(&state, &["run", "examples/stats.stream", "--metrics-addr", &addr, "--set", "commit.records=500"])
-        .args(two)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let child =
+        streamc(&state, &["run", "examples/stats.stream", "--metrics-addr", &addr, "--set", "commit.records=500"])
+            .args(two)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
     let _run = Running(child);
 
     // Scrape until every produced record has been read (and so committed).
@@ -168,7 +177,8 @@ fn a_live_run_serves_metrics_that_match_its_input() {
     assert!(all.iter().all(|s| label(s, "application") == Some("stats")), "{body}");
 
     // Two partitions, two tasks, both counted.
-    let mut tasks: Vec<&str> = all.iter().filter(|s| s.name == "streamc_records_in_total").filter_map(|s| label(s, "task")).collect();
+    let mut tasks: Vec<&str> =
+        all.iter().filter(|s| s.name == "streamc_records_in_total").filter_map(|s| label(s, "task")).collect();
     tasks.sort();
     assert_eq!(tasks, ["0_0", "0_1"], "{body}");
 
@@ -177,7 +187,9 @@ fn a_live_run_serves_metrics_that_match_its_input() {
     assert!(total(&all, "streamc_commit_latency_seconds_count") > 0.0, "{body}");
     assert!(total(&all, "streamc_records_out_total") > 0.0, "{body}");
     // Every well-formed record reaches the `where` processor; its aggregate sees the cache.
-    let where_ = all.iter().filter(|s| s.name == "streamc_processor_records_total" && label(s, "processor") == Some("stock_stats-where"));
+    let where_ = all
+        .iter()
+        .filter(|s| s.name == "streamc_processor_records_total" && label(s, "processor") == Some("stock_stats-where"));
     assert_eq!(where_.map(|s| s.value).sum::<f64>(), 3_000.0, "{body}");
     let lookups = total(&all, "streamc_cache_hits_total") + total(&all, "streamc_cache_misses_total");
     assert!(lookups >= 3_000.0, "{body}");
@@ -195,11 +207,22 @@ fn a_drained_run_with_metrics_exits_and_prints_its_summary() {
     write_trades(&input, 1_000, 5, 3, 0);
     let input_arg = format!("stocks={}", input.display());
     let port = free_port().to_string();
-    let child = streamc(&state, &["run", "examples/stats.stream", "--input", &input_arg, "--drain", "--metrics-addr", &format!("127.0.0.1:{port}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = streamc(
+        &state,
+        &[
+            "run",
+            "examples/stats.stream",
+            "--input",
+            &input_arg,
+            "--drain",
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut run = Running(child);
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
@@ -221,7 +244,9 @@ fn a_drained_run_with_metrics_exits_and_prints_its_summary() {
 #[test]
 fn a_bad_metrics_address_is_a_clear_error() {
     let dir = temp_dir("metrics-bad");
-    let o = streamc(&dir.join("state"), &["run", "examples/stats.stream", "--drain", "--metrics-addr", "no-port-here"]).output().unwrap();
+    let o = streamc(&dir.join("state"), &["run", "examples/stats.stream", "--drain", "--metrics-addr", "no-port-here"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("error: --metrics-addr no-port-here: cannot listen"), "{err}");
@@ -239,57 +264,101 @@ fn tenants_have_their_own_metrics() {
     let mut text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/events.jsonl")).unwrap();
     let per_tenant = |t: &str| text.lines().filter(|l| l.contains(&format!("\"tenant\": \"{t}\""))).count();
     let (acme, globex) = (per_tenant("acme"), per_tenant("globex"));
-    text.push_str("{\"tenant\": \"acme\", \"user\": \"alice\", \"amount\": \"lots\", \"at\": \"2026-01-01T13:50:00Z\"}\n");
+    text.push_str(
+        "{\"tenant\": \"acme\", \"user\": \"alice\", \"amount\": \"lots\", \"at\": \"2026-01-01T13:50:00Z\"}\n",
+    );
     text.push_str("{\"user\": \"mallory\", \"amount\": 1.0, \"at\": \"2026-01-01T13:51:00Z\"}\n");
     std::fs::write(&input, &text).unwrap();
     let input_arg = format!("events={}", input.display());
     let port = free_port();
     let log = dir.join("run.stderr");
     // Not drained: the last hour's windows stay open, so their keys are in the stores.
-    let child = streamc(&state, &["run", "examples/tenants.stream", "--input", &input_arg, "--metrics-addr", &format!("127.0.0.1:{port}"), "--set", "commit.records=10", "--set", "embedded.partitions=1"])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let child = streamc(
+        &state,
+        &[
+            "run",
+            "examples/tenants.stream",
+            "--input",
+            &input_arg,
+            "--metrics-addr",
+            &format!("127.0.0.1:{port}"),
+            "--set",
+            "commit.records=10",
+            "--set",
+            "embedded.partitions=1",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .unwrap();
     let _run = Running(child);
-    let of = |all: &[Sample], name: &str, tenant: &str| -> f64 { all.iter().filter(|s| s.name == name && label(s, "tenant") == Some(tenant)).map(|s| s.value).sum() };
+    let of = |all: &[Sample], name: &str, tenant: &str| -> f64 {
+        all.iter().filter(|s| s.name == name && label(s, "tenant") == Some(tenant)).map(|s| s.value).sum()
+    };
     let deadline = Instant::now() + Duration::from_secs(90);
     let all = loop {
         if let Some((_, body)) = scrape(port) {
             let all = samples(&body);
             // Every record through both sub-topologies (the bad acme record only through the
             // first): the aggregate has committed them all.
-            if of(&all, "streamc_tenant_records_in_total", "acme") >= (2 * acme + 1) as f64 && of(&all, "streamc_tenant_records_in_total", "globex") >= (2 * globex) as f64 && total(&all, "streamc_dead_letter_records_total") >= 2.0 {
+            if of(&all, "streamc_tenant_records_in_total", "acme") >= (2 * acme + 1) as f64
+                && of(&all, "streamc_tenant_records_in_total", "globex") >= (2 * globex) as f64
+                && total(&all, "streamc_dead_letter_records_total") >= 2.0
+            {
                 break all;
             }
         }
-        assert!(Instant::now() < deadline, "tenant metrics never showed every record:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        assert!(
+            Instant::now() < deadline,
+            "tenant metrics never showed every record:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     // The first sub-topology (source, repartition) reads every record; the aggregate reads
     // the repartitioned ones again: each tenant's count is its records, once per sub-topology.
-    let in_task = |t: &str, task: &str| all.iter().filter(|s| s.name == "streamc_tenant_records_in_total" && label(s, "tenant") == Some(t) && label(s, "task").is_some_and(|x| x.starts_with(task))).map(|s| s.value).sum::<f64>();
+    let in_task = |t: &str, task: &str| {
+        all.iter()
+            .filter(|s| {
+                s.name == "streamc_tenant_records_in_total"
+                    && label(s, "tenant") == Some(t)
+                    && label(s, "task").is_some_and(|x| x.starts_with(task))
+            })
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
     assert_eq!(in_task("acme", "0_"), (acme + 1) as f64);
     assert_eq!(in_task("globex", "0_"), globex as f64);
     assert_eq!(in_task("acme", "1_"), acme as f64);
     assert_eq!(in_task("globex", "1_"), globex as f64);
     assert_eq!(of(&all, "streamc_tenant_dead_letter_records_total", "acme"), 1.0);
     assert_eq!(of(&all, "streamc_tenant_dead_letter_records_total", "globex"), 0.0);
-    assert_eq!(total(&all, "streamc_dead_letter_records_total"), 2.0, "the record with no tenant is a dead letter of no tenant");
+    assert_eq!(
+        total(&all, "streamc_dead_letter_records_total"),
+        2.0,
+        "the record with no tenant is a dead letter of no tenant"
+    );
     // The windows still open (one partition: stream time is the latest event time) are those
     // of the latest event's hour: each tenant holds one key per user it has in that hour.
-    let events: Vec<(String, String, i64)> = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/events.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["tenant"].as_str().unwrap().to_string(), v["user"].as_str().unwrap().to_string(), streamc::runtime::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap())
-        })
-        .collect();
+    let events: Vec<(String, String, i64)> =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/data/events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["tenant"].as_str().unwrap().to_string(),
+                    v["user"].as_str().unwrap().to_string(),
+                    streamc::runtime::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap(),
+                )
+            })
+            .collect();
     let latest = events.iter().map(|e| e.2).max().unwrap();
     let hour = latest - latest.rem_euclid(3_600_000);
     for t in ["acme", "globex"] {
-        let users: std::collections::BTreeSet<&str> = events.iter().filter(|e| e.0 == t && e.2 >= hour).map(|e| e.1.as_str()).collect();
+        let users: std::collections::BTreeSet<&str> =
+            events.iter().filter(|e| e.0 == t && e.2 >= hour).map(|e| e.1.as_str()).collect();
         assert_eq!(of(&all, "streamc_tenant_state_keys", t), users.len() as f64, "{t}");
     }
     assert!(of(&all, "streamc_tenant_state_keys", "acme") + of(&all, "streamc_tenant_state_keys", "globex") > 0.0);

@@ -22,7 +22,14 @@ fn no_tenant_sees_another_tenants_state() {
 #[test]
 fn each_tenant_gets_the_results_it_would_get_alone() {
     let dir = temp_dir("tenants-alone");
-    common::tenants::example_alone(&dir, |d, app| Env::with_program(d, app, vec![], &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tenants.stream")).unwrap()));
+    common::tenants::example_alone(&dir, |d, app| {
+        Env::with_program(
+            d,
+            app,
+            vec![],
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tenants.stream")).unwrap(),
+        )
+    });
 }
 
 const CONTROLLED: &str = r#"
@@ -53,7 +60,10 @@ fn control_statements_for_a_tenant_touch_only_that_tenant() {
     let env = Env::with_program(&dir, "tctl", vec![], CONTROLLED);
     // A second key, trusted for tenant globex only.
     let gkey = dir.join("globex.key");
-    let out = std::process::Command::new(common::cli::bin()).args(["keygen", gkey.to_str().unwrap(), "--id", "globex-ops"]).output().unwrap();
+    let out = std::process::Command::new(common::cli::bin())
+        .args(["keygen", gkey.to_str().unwrap(), "--id", "globex-ops"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     let entry = stdout.lines().skip_while(|l| !l.contains("- id:")).collect::<Vec<_>>().join("\n");
@@ -63,17 +73,32 @@ fn control_statements_for_a_tenant_touch_only_that_tenant() {
     let program = env.program.to_str().unwrap().to_string();
     let orders = |name: &str, lines: &[(&str, &str, i64)]| {
         let f = dir.join(name);
-        let text: String = lines.iter().map(|(t, s, q)| format!("{{\"tenant\": \"{t}\", \"sku\": \"{s}\", \"qty\": {q}}}\n")).collect();
+        let text: String = lines
+            .iter()
+            .map(|(t, s, q)| format!("{{\"tenant\": \"{t}\", \"sku\": \"{s}\", \"qty\": {q}}}\n"))
+            .collect();
         std::fs::write(&f, text).unwrap();
         env.run(&["produce", &env.topic("orders"), f.to_str().unwrap(), "--program", &program]);
         env.run(&["run", &program, "--drain"]);
     };
-    let over = || -> Vec<(String, String, i64)> { env.consume_versions("over").into_iter().map(|(k, v, _)| (k[0].as_str().unwrap().to_string(), v["sku"].as_str().unwrap().to_string(), v["max"].as_i64().unwrap())).collect() };
+    let over = || -> Vec<(String, String, i64)> {
+        env.consume_versions("over")
+            .into_iter()
+            .map(|(k, v, _)| {
+                (k[0].as_str().unwrap().to_string(), v["sku"].as_str().unwrap().to_string(), v["max"].as_i64().unwrap())
+            })
+            .collect()
+    };
     let post = |stmt: &str, key: Option<&std::path::Path>| -> (String, bool) {
         match key {
             None => env.control(stmt, &[]),
             Some(k) => {
-                let out = std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&env.state).args(env.args(&["control", &program, stmt, "--key", k.to_str().unwrap()])).output().unwrap();
+                let out = std::process::Command::new(common::cli::bin())
+                    .arg("--state-dir")
+                    .arg(&env.state)
+                    .args(env.args(&["control", &program, stmt, "--key", k.to_str().unwrap()]))
+                    .output()
+                    .unwrap();
                 (String::from_utf8_lossy(&out.stderr).into_owned(), out.status.success())
             }
         }
@@ -82,13 +107,23 @@ fn control_statements_for_a_tenant_touch_only_that_tenant() {
     assert!(post("for tenant \"acme\" update limits[\"x\"] = { max = 5 }", None).1);
     assert!(post("update limits[\"x\"] = { max = 1 }", None).1);
     orders("o1.jsonl", &[("acme", "x", 10), ("globex", "x", 10), ("acme", "y", 10)]);
-    assert_eq!(over(), vec![("acme".into(), "x".into(), 5)], "acme sees its own row; globex neither acme's nor the row of no tenant");
+    assert_eq!(
+        over(),
+        vec![("acme".into(), "x".into(), 5)],
+        "acme sees its own row; globex neither acme's nor the row of no tenant"
+    );
     // globex-ops may sign for globex only.
     assert!(post("for tenant \"globex\" update limits[\"x\"] = { max = 7 }", Some(&gkey)).1);
-    assert!(post("for tenant \"acme\" update limits[\"x\"] = { max = 0 }", Some(&gkey)).1, "posted: the application rejects it");
+    assert!(
+        post("for tenant \"acme\" update limits[\"x\"] = { max = 0 }", Some(&gkey)).1,
+        "posted: the application rejects it"
+    );
     assert!(post("for tenant \"acme\" delete limits[\"y\"]", None).1);
     orders("o2.jsonl", &[("acme", "x", 10), ("globex", "x", 10)]);
-    assert_eq!(over(), vec![("acme".into(), "x".into(), 5), ("acme".into(), "x".into(), 5), ("globex".into(), "x".into(), 7)]);
+    assert_eq!(
+        over(),
+        vec![("acme".into(), "x".into(), 5), ("acme".into(), "x".into(), 5), ("globex".into(), "x".into(), 7)]
+    );
     assert!(post("for tenant \"acme\" delete limits[\"x\"]", None).1);
     orders("o3.jsonl", &[("acme", "x", 10), ("globex", "x", 10)]);
     assert_eq!(over().len(), 4, "acme's row is gone, globex's is not");

@@ -44,7 +44,9 @@ impl FromStr for ChaosSpec {
                 }
             };
             match k {
-                "seed" => spec.seed = v.parse().map_err(|_| format!("--chaos seed={v}: expected an unsigned integer"))?,
+                "seed" => {
+                    spec.seed = v.parse().map_err(|_| format!("--chaos seed={v}: expected an unsigned integer"))?
+                }
                 "redeliver" => spec.redeliver = prob(v)?,
                 "fail" => spec.fail = prob(v)?,
                 _ => return Err(format!("--chaos: unknown key `{k}` (expected seed, redeliver, fail)")),
@@ -100,7 +102,10 @@ mod tests {
 
     #[test]
     fn parses_and_rejects() {
-        assert_eq!("seed=7,redeliver=0.01,fail=0.2".parse::<ChaosSpec>().unwrap(), ChaosSpec { seed: 7, redeliver: 0.01, fail: 0.2 });
+        assert_eq!(
+            "seed=7,redeliver=0.01,fail=0.2".parse::<ChaosSpec>().unwrap(),
+            ChaosSpec { seed: 7, redeliver: 0.01, fail: 0.2 }
+        );
         assert!("seed=7,fail=2".parse::<ChaosSpec>().unwrap_err().contains("between 0 and 1"));
         assert!("seed=x".parse::<ChaosSpec>().unwrap_err().contains("unsigned"));
         assert!("boom=1".parse::<ChaosSpec>().unwrap_err().contains("unknown key"));

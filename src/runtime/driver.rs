@@ -13,19 +13,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
 
-use rustc_hash::FxHashMap;
 use indicatif::{ProgressBar, ProgressStyle};
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::config::{Config, OnError};
 use crate::control::{self, ControlRecord, Stage};
-use crate::runtime::hub::Hub;
-use crate::runtime::chaos::{Chaos, ChaosSpec, FailPoint};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record, Stored};
 use crate::plan::{Partitions, Topology};
-use crate::runtime::task::{self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::runtime::chaos::{Chaos, ChaosSpec, FailPoint};
+use crate::runtime::hub::Hub;
 use crate::runtime::metrics::{Metrics, RestoreMetrics, TaskCounts, TaskMetrics};
+use crate::runtime::task::{
+    self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
+};
 use crate::runtime::value::Value;
 
 const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
@@ -118,12 +120,23 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         t.bar = bar.clone();
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
-    let live: BTreeMap<(String, u32), u64> = tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
+    let live: BTreeMap<(String, u32), u64> =
+        tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
     let mut groups: Vec<Vec<TaskRun>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, t) in tasks.into_iter().enumerate() {
         groups[i % threads].push(t);
     }
-    let shared = Shared { log, db, startup, hub: Mutex::new(hub), control, live: Mutex::new(live), barrier: Barrier::new(threads), any: AtomicBool::new(false), bar: bar.clone() };
+    let shared = Shared {
+        log,
+        db,
+        startup,
+        hub: Mutex::new(hub),
+        control,
+        live: Mutex::new(live),
+        barrier: Barrier::new(threads),
+        any: AtomicBool::new(false),
+        bar: bar.clone(),
+    };
     let results: Vec<Result<Summary, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .into_iter()
@@ -176,8 +189,16 @@ impl EmbeddedControl {
         log.ensure_topic(&topic, 1)?;
         log.ensure_topic(&status, 1)?;
         let group = format!("{app}#control-status");
-        let written = log.committed()?.groups.get(&group).and_then(|m| m.get("next")).and_then(|v| v.as_u64()).unwrap_or(0);
-        Ok(EmbeddedControl { reader: log.reader(&topic, 0, Pos::default()), end: Pos::default(), written, topic, status, group })
+        let written =
+            log.committed()?.groups.get(&group).and_then(|m| m.get("next")).and_then(|v| v.as_u64()).unwrap_or(0);
+        Ok(EmbeddedControl {
+            reader: log.reader(&topic, 0, Pos::default()),
+            end: Pos::default(),
+            written,
+            topic,
+            status,
+            group,
+        })
     }
 }
 
@@ -195,14 +216,22 @@ fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut H
         if batch.is_empty() {
             break;
         }
-        records.extend(batch.into_iter().map(|s| ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value }));
+        records.extend(batch.into_iter().map(|s| ControlRecord {
+            offset: s.offset,
+            timestamp: s.record.timestamp,
+            headers: s.record.headers,
+            value: s.record.value,
+        }));
     }
     c.end = end;
     let changed = hub.feed(&records);
     let statuses = hub.status_records();
     if !statuses.is_empty() {
         let next = hub.ev.next;
-        log.commit(vec![Append { topic: c.status.clone(), partition: 0, records: statuses }], vec![(c.group.clone(), serde_json::json!({ "next": next }))])?;
+        log.commit(
+            vec![Append { topic: c.status.clone(), partition: 0, records: statuses }],
+            vec![(c.group.clone(), serde_json::json!({ "next": next }))],
+        )?;
         hub.written_up_to();
         c.written = next;
     }
@@ -280,7 +309,8 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
                 for spec in stage.specs.iter() {
                     for p in 0..counts[spec.sub] {
                         if !live.contains_key(&(spec.name.clone(), p)) {
-                            let mut t = TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
+                            let mut t =
+                                TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
                             t.bar = sh.bar.clone();
                             live.insert((spec.name.clone(), p), t.control);
                             tasks.push(t);
@@ -317,7 +347,13 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
 }
 
 /// Create or check every topic the program needs; returns each sub-topology's task count.
-fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>], cfg: &Config) -> Result<Vec<u32>, String> {
+fn setup_topics(
+    log: &EmbeddedLog,
+    program: &hir::Program,
+    topo: &Topology,
+    specs: &[Arc<TaskSpec>],
+    cfg: &Config,
+) -> Result<Vec<u32>, String> {
     let default = cfg.embedded.partitions.max(1);
     for s in &program.sources {
         if let Some(t) = &s.topic {
@@ -376,7 +412,15 @@ fn setup_topics(log: &EmbeddedLog, program: &hir::Program, topo: &Topology, spec
 /// Append the lines of `path` not yet ingested to `topic`, recording (offset, SHA-256 of the
 /// consumed prefix) with each batch, so a re-run appends only new lines and a changed prefix is
 /// an error.
-fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, path: &Path, cfg: &Config, progress: bool) -> Result<(), String> {
+fn ingest(
+    log: &EmbeddedLog,
+    program: &hir::Program,
+    app: &str,
+    topic: &str,
+    path: &Path,
+    cfg: &Config,
+    progress: bool,
+) -> Result<(), String> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
     let group = format!("{app}#input#{topic}#{}", path.display());
@@ -396,7 +440,8 @@ fn ingest(log: &EmbeddedLog, program: &hir::Program, app: &str, topic: &str, pat
     let mut hasher = Sha256::new();
     if consumed > 0 {
         let mut prefix = (&mut reader).take(consumed);
-        let n = std::io::copy(&mut prefix, &mut HashWriter(&mut hasher)).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let n = std::io::copy(&mut prefix, &mut HashWriter(&mut hasher))
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         if n != consumed || hex(&hasher.clone().finalize()) != prev_hash {
             return Err(format!(
                 "{}: the first {consumed} bytes changed since they were consumed; restore the file or run with a fresh state directory",
@@ -461,8 +506,19 @@ fn progress_bar(len: u64, template: &str, msg: String) -> ProgressBar {
     ProgressBar::new(len).with_style(style).with_message(msg)
 }
 
-fn commit_ingest(log: &EmbeddedLog, topic: &str, batch: &mut [Vec<Record>], group: &str, consumed: u64, hasher: &Sha256) -> Result<(), String> {
-    let appends = batch.iter_mut().enumerate().map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) }).collect();
+fn commit_ingest(
+    log: &EmbeddedLog,
+    topic: &str,
+    batch: &mut [Vec<Record>],
+    group: &str,
+    consumed: u64,
+    hasher: &Sha256,
+) -> Result<(), String> {
+    let appends = batch
+        .iter_mut()
+        .enumerate()
+        .map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) })
+        .collect();
     let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
     log.commit(appends, vec![(group.to_string(), meta)]).map(|_| ())
 }
@@ -639,7 +695,12 @@ impl Pending {
     /// Write the changes and the checkpoint to the tree in one atomic batch, sorted by key (so
     /// the batch does not depend on hash order), then read the keys back (see [`consolidate`]).
     /// `written` sees each key and whether it was put (true) or deleted.
-    pub(crate) fn write(&mut self, tree: &sled::Tree, checkpoint: &Pos, mut written: impl FnMut(&[u8], bool)) -> Result<(), sled::Error> {
+    pub(crate) fn write(
+        &mut self,
+        tree: &sled::Tree,
+        checkpoint: &Pos,
+        mut written: impl FnMut(&[u8], bool),
+    ) -> Result<(), sled::Error> {
         let mut entries: Vec<_> = self.0.drain().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let keys: Vec<Vec<u8>> = entries.iter().map(|e| e.0.clone()).collect();
@@ -703,7 +764,13 @@ impl Trees {
     /// `changes` for the changelogs. Returns how many. The deletions are pending, like a
     /// commit's changes: they reach sled only after the log commit that carries the tombstones
     /// (a commit that fails reopens the task from committed state, and the purge runs again).
-    pub(crate) fn purge(&mut self, tenants: &[&[u8]], task: &Task, stream_time: i64, changes: &mut Vec<Change>) -> Result<u64, String> {
+    pub(crate) fn purge(
+        &mut self,
+        tenants: &[&[u8]],
+        task: &Task,
+        stream_time: i64,
+        changes: &mut Vec<Change>,
+    ) -> Result<u64, String> {
         let mut n = 0;
         for (i, (tree, pending)) in self.trees.iter().zip(self.pending.iter_mut()).enumerate() {
             let mut keys = Vec::new();
@@ -716,7 +783,13 @@ impl Trees {
                 pending.stage(k.clone(), None, true);
             }
             n += keys.len() as u64;
-            changes.extend(keys.into_iter().map(|key| Change { store: i, key, value: None, timestamp: stream_time.max(0), existed: true }));
+            changes.extend(keys.into_iter().map(|key| Change {
+                store: i,
+                key,
+                value: None,
+                timestamp: stream_time.max(0),
+                existed: true,
+            }));
         }
         Ok(n)
     }
@@ -731,7 +804,8 @@ impl Trees {
     }
 
     pub(crate) fn due(&self) -> bool {
-        self.commits >= LOCAL_WRITE_COMMITS || self.pending.iter().map(|p| p.len()).sum::<usize>() >= LOCAL_WRITE_PENDING
+        self.commits >= LOCAL_WRITE_COMMITS
+            || self.pending.iter().map(|p| p.len()).sum::<usize>() >= LOCAL_WRITE_PENDING
     }
 }
 
@@ -746,7 +820,12 @@ impl StoreRead for Trees {
         // Called when a task starts: after a restore (nothing pending) or after a control
         // statement replaced its query (committed changes may be pending).
         let Some(t) = self.trees.get(store) else { return Vec::new() };
-        let mut all: BTreeMap<Vec<u8>, Vec<u8>> = t.iter().filter_map(|r| r.ok()).filter(|(k, _)| &k[..] != CHECKPOINT).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        let mut all: BTreeMap<Vec<u8>, Vec<u8>> = t
+            .iter()
+            .filter_map(|r| r.ok())
+            .filter(|(k, _)| &k[..] != CHECKPOINT)
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
         if let Some(p) = self.pending.get(store) {
             for (k, (v, _)) in &p.0 {
                 match v {
@@ -767,7 +846,11 @@ pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) ->
         .iter()
         .map(|t| {
             let k = format!("{t}/{p}");
-            let pos = meta.get("inputs").and_then(|i| i.get(&k)).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
+            let pos = meta
+                .get("inputs")
+                .and_then(|i| i.get(&k))
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
             (k, pos)
         })
         .collect()
@@ -778,7 +861,11 @@ pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) ->
 /// be read as such.
 pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> Result<(), String> {
     let committed = meta.get("inputs").and_then(|i| i.as_object()).is_some_and(|o| !o.is_empty());
-    if spec.tenant && !spec.stores.is_empty() && committed && meta.get("tenant_scoped").and_then(|v| v.as_bool()) != Some(true) {
+    if spec.tenant
+        && !spec.stores.is_empty()
+        && committed
+        && meta.get("tenant_scoped").and_then(|v| v.as_bool()) != Some(true)
+    {
         return Err(format!("{}: its state was written without tenant scoping (by an older streamc): start the application over with `streamc run --reset`", spec.name));
     }
     Ok(())
@@ -792,7 +879,10 @@ pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree
 pub(crate) fn log_restore(name: &str, p: u32, restored: u64, started: Instant) {
     if restored > 0 {
         let secs = started.elapsed().as_secs_f64();
-        eprintln!("restored {restored} records into {name} partition {p} in {secs:.2}s ({:.0} records/s)", restored as f64 / secs.max(1e-9));
+        eprintln!(
+            "restored {restored} records into {name} partition {p} in {secs:.2}s ({:.0} records/s)",
+            restored as f64 / secs.max(1e-9)
+        );
     }
 }
 
@@ -800,10 +890,22 @@ impl<F: Feed> TaskRun<F> {
     /// A task over `feed` with its restored stores, resuming from its commit record `meta`
     /// (stream times, join state) at `positions`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(spec: Arc<TaskSpec>, p: u32, group: String, feed: F, trees: Vec<sled::Tree>, meta: &serde_json::Value, positions: BTreeMap<String, Pos>, restored: u64, opts: &RunOptions) -> TaskRun<F> {
+    pub(crate) fn new(
+        spec: Arc<TaskSpec>,
+        p: u32,
+        group: String,
+        feed: F,
+        trees: Vec<sled::Tree>,
+        meta: &serde_json::Value,
+        positions: BTreeMap<String, Pos>,
+        restored: u64,
+        opts: &RunOptions,
+    ) -> TaskRun<F> {
         let task_id = format!("{}_{p}", spec.sub);
-        let metrics = opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
-        let mut trees = Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
+        let metrics =
+            opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
+        let mut trees =
+            Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
         let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
         task.join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
@@ -850,11 +952,17 @@ impl<F: Feed> TaskRun<F> {
         }
         m
     }
-
 }
 
 impl TaskRun {
-    fn open(spec: Arc<TaskSpec>, p: u32, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
+    fn open(
+        spec: Arc<TaskSpec>,
+        p: u32,
+        log: &EmbeddedLog,
+        db: &sled::Db,
+        c: &Committed,
+        opts: &RunOptions,
+    ) -> Result<TaskRun, String> {
         let group = group_name(opts, &spec.name, p);
         let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
         check_tenant_layout(&spec, &meta)?;
@@ -878,15 +986,28 @@ impl TaskRun {
     /// older form of its query first applies what the control statements since then say about
     /// its state.
     #[allow(clippy::too_many_arguments)]
-    fn open_at(spec: Arc<TaskSpec>, p: u32, stage: &Stage, log: &EmbeddedLog, db: &sled::Db, c: &Committed, opts: &RunOptions) -> Result<TaskRun, String> {
-        let meta_version = c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
+    fn open_at(
+        spec: Arc<TaskSpec>,
+        p: u32,
+        stage: &Stage,
+        log: &EmbeddedLog,
+        db: &sled::Db,
+        c: &Committed,
+        opts: &RunOptions,
+    ) -> Result<TaskRun, String> {
+        let meta_version =
+            c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
         let mut t = TaskRun::open(spec.clone(), p, log, db, c, opts)?;
         t.task.globals = stage.tables.clone();
         t.purge_since(stage)?;
         // A task with no commit record of a query defined or reprocessed by a statement starts
         // empty, whatever a store of the same name held before (a dropped query's name reused).
         let fresh_task = meta_version.is_none() && stage.queries.get(&spec.query).is_some_and(|q| q.epoch > 0);
-        let catch_up = if fresh_task { Some((true, Vec::new())) } else { meta_version.filter(|v| *v != spec.version).and_then(|v| stage.catch_up(&spec.query, v)) };
+        let catch_up = if fresh_task {
+            Some((true, Vec::new()))
+        } else {
+            meta_version.filter(|v| *v != spec.version).and_then(|v| stage.catch_up(&spec.query, v))
+        };
         if let Some((restart, fresh)) = catch_up {
             if t.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
                 t.feed = embedded_feed(&t.task.spec, p, log, &t.positions);
@@ -902,7 +1023,13 @@ impl TaskRun {
     /// Bring a running task (at a commit boundary) up to `stage`. False if its query was
     /// dropped: the task has queued the deletion of its state and must be committed, then
     /// forgotten.
-    fn apply_stage(&mut self, stage: &Stage, log: &EmbeddedLog, db: &sled::Db, opts: &RunOptions) -> Result<bool, String> {
+    fn apply_stage(
+        &mut self,
+        stage: &Stage,
+        log: &EmbeddedLog,
+        db: &sled::Db,
+        opts: &RunOptions,
+    ) -> Result<bool, String> {
         let p = self.task.partition;
         let Some(spec) = stage.spec(&self.task.spec.name).cloned() else {
             self.retire()?;
@@ -956,7 +1083,12 @@ impl TaskRun {
         if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
             topics.push(spec.main.topic.clone());
         }
-        topics.iter().map(|t| startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))).sum()
+        topics
+            .iter()
+            .map(|t| {
+                startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))
+            })
+            .sum()
     }
 
     /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`;
@@ -974,7 +1106,13 @@ impl TaskRun {
     }
 
     /// Process up to `max` records, reading each input up to its end for this step.
-    fn step_embedded(&mut self, c: &Committed, startup: &Committed, opts: &RunOptions, max: u64) -> Result<u64, String> {
+    fn step_embedded(
+        &mut self,
+        c: &Committed,
+        startup: &Committed,
+        opts: &RunOptions,
+        max: u64,
+    ) -> Result<u64, String> {
         let spec = self.task.spec.clone();
         let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
         self.feed.ends[0] = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
@@ -994,10 +1132,22 @@ impl<F: Feed> TaskRun<F> {
     /// changelog, committed with the new control offset. Stores the task no longer has are
     /// removed locally. True if the inputs changed: the driver must give the task a new feed
     /// at its positions.
-    pub(crate) fn upgrade(&mut self, spec: Arc<TaskSpec>, stage: &crate::control::Stage, restart: bool, fresh: &[String], open: &dyn Fn(&str) -> Result<sled::Tree, String>, opts: &RunOptions) -> Result<bool, String> {
+    pub(crate) fn upgrade(
+        &mut self,
+        spec: Arc<TaskSpec>,
+        stage: &crate::control::Stage,
+        restart: bool,
+        fresh: &[String],
+        open: &dyn Fn(&str) -> Result<sled::Tree, String>,
+        opts: &RunOptions,
+    ) -> Result<bool, String> {
         let old = self.task.spec.clone();
         let p = self.task.partition;
-        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> = std::mem::take(&mut self.trees.trees).into_iter().zip(std::mem::take(&mut self.trees.pending)).map(Some).collect();
+        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> = std::mem::take(&mut self.trees.trees)
+            .into_iter()
+            .zip(std::mem::take(&mut self.trees.pending))
+            .map(Some)
+            .collect();
         let mut trees = Vec::new();
         let mut pending = Vec::new();
         let mut emptied = 0u64;
@@ -1037,7 +1187,8 @@ impl<F: Feed> TaskRun<F> {
         self.positions = positions;
         self.rebuild_task(spec.clone(), stage, restart);
         if let Some(m) = &opts.metrics {
-            let mut fresh = m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str()));
+            let mut fresh =
+                m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str()));
             // The counts carry over to the new task: so do the totals already published.
             if let Some(old) = &self.metrics {
                 fresh.keep_totals(old);
@@ -1070,7 +1221,8 @@ impl<F: Feed> TaskRun<F> {
             task.join_time = old.join_time;
             task.join_seq = old.join_seq;
         }
-        let ops_in = if Arc::ptr_eq(&spec, &old.spec) { old.counters.ops_in.clone() } else { task.counters.ops_in.clone() };
+        let ops_in =
+            if Arc::ptr_eq(&spec, &old.spec) { old.counters.ops_in.clone() } else { task.counters.ops_in.clone() };
         task.counters = task::Counters { ops_in, ..old.counters.clone() };
         task.globals = stage.tables.clone();
         task.restore_index(&self.trees);
@@ -1087,7 +1239,8 @@ impl<F: Feed> TaskRun<F> {
         if !self.task.spec.tenant {
             return Ok(0);
         }
-        let tenants: Vec<&[u8]> = stage.purges.iter().filter(|(offset, _)| *offset >= self.control).map(|(_, t)| t.as_bytes()).collect();
+        let tenants: Vec<&[u8]> =
+            stage.purges.iter().filter(|(offset, _)| *offset >= self.control).map(|(_, t)| t.as_bytes()).collect();
         if tenants.is_empty() {
             return Ok(0);
         }
@@ -1095,7 +1248,14 @@ impl<F: Feed> TaskRun<F> {
         self.rebuild_task(self.task.spec.clone(), stage, false);
         self.meta_changed = true;
         let names: Vec<String> = tenants.iter().map(|t| crate::runtime::tenant::display(t)).collect();
-        self.bar.suspend(|| eprintln!("{} partition {}: purged tenant {}: {n} keys deleted", self.task.spec.name, self.task.partition, names.join(", ")));
+        self.bar.suspend(|| {
+            eprintln!(
+                "{} partition {}: purged tenant {}: {n} keys deleted",
+                self.task.spec.name,
+                self.task.partition,
+                names.join(", ")
+            )
+        });
         Ok(n)
     }
 
@@ -1107,7 +1267,12 @@ impl<F: Feed> TaskRun<F> {
         }
         self.out.clear();
         self.meta_changed = true;
-        self.bar.suspend(|| eprintln!("{} partition {}: query {} dropped", self.task.spec.name, self.task.partition, self.task.spec.query));
+        self.bar.suspend(|| {
+            eprintln!(
+                "{} partition {}: query {} dropped",
+                self.task.spec.name, self.task.partition, self.task.spec.query
+            )
+        });
         Ok(())
     }
 
@@ -1156,7 +1321,11 @@ impl<F: Feed> TaskRun<F> {
             let Some((_, i)) = pick else { break };
             if i == 0 && main_internal {
                 // Repartition records carry the version of the query that wrote them.
-                let v = self.feed.peeked(0).and_then(|s| s.record.headers.iter().find(|(k, _)| k == task::H_VERSION)).and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+                let v = self
+                    .feed
+                    .peeked(0)
+                    .and_then(|s| s.record.headers.iter().find(|(k, _)| k == task::H_VERSION))
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
                 if let Some(v) = v {
                     // Versions are control offsets: a version the process has read and the task
                     // has applied is not ahead (a changed program file can leave such records).
@@ -1256,7 +1425,13 @@ impl<F: Feed> TaskRun<F> {
         }
     }
 
-    fn bad_record(&mut self, topic: &str, s: &crate::log::Stored, e: RecordError, opts: &RunOptions) -> Result<(), String> {
+    fn bad_record(
+        &mut self,
+        topic: &str,
+        s: &crate::log::Stored,
+        e: RecordError,
+        opts: &RunOptions,
+    ) -> Result<(), String> {
         let p = self.task.partition;
         match opts.config.on_error {
             OnError::Fail => Err(format!("{topic} partition {p} offset {}: {}", s.offset, e.0)),
@@ -1274,7 +1449,6 @@ impl<F: Feed> TaskRun<F> {
             }
         }
     }
-
 }
 
 impl TaskRun {
@@ -1292,7 +1466,13 @@ impl TaskRun {
 
     /// Flush and commit: outputs, changelog records and positions in one log commit, then the
     /// local state with its checkpoint (every few commits). False if there was nothing to commit.
-    fn commit_batch(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<bool, String> {
+    fn commit_batch(
+        &mut self,
+        log: &EmbeddedLog,
+        opts: &RunOptions,
+        close_all: bool,
+        last: bool,
+    ) -> Result<bool, String> {
         let errors = self.task.flush(&mut self.out, &mut self.changes, close_all, &self.trees);
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.
@@ -1302,7 +1482,8 @@ impl TaskRun {
         if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all && !self.meta_changed {
             if last && self.trees.pending.iter().any(|p| p.len() > 0) {
                 let c = log.committed()?;
-                let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
+                let cps: Vec<Pos> =
+                    self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
                 self.trees.write(&cps)?;
             }
             return Ok(false);
@@ -1319,16 +1500,19 @@ impl TaskRun {
                     n
                 }
             };
-            let part = o.partition.unwrap_or_else(|| o.record.key.as_deref().map(|k| partition_for(k, parts)).unwrap_or(0));
+            let part =
+                o.partition.unwrap_or_else(|| o.record.key.as_deref().map(|k| partition_for(k, parts)).unwrap_or(0));
             appends.entry((o.topic, part)).or_default().push(o.record);
         }
         let stores = self.task.spec.stores.clone();
         for ch in &self.changes {
-            let rec = Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
+            let rec =
+                Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
             appends.entry((stores[ch.store].changelog.clone(), p)).or_default().push(rec);
         }
         let meta = self.meta();
-        let list = appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
+        let list =
+            appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
         // (No faults in the final commit, so a run always ends.)
         if !last && self.inject(FailPoint::BeforeLogCommit) {
             return Ok(false);
@@ -1372,12 +1556,17 @@ pub(crate) fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, Strin
     let open = || sled::Config::new().path(path).cache_capacity(64 << 20).open();
     match open() {
         Ok(db) => Ok(db),
-        Err(e) if e.to_string().contains("lock") => {
-            Err(format!("cannot open local state {}: {e} (is another `streamc run` of `{app}` using this state directory?)", path.display()))
-        }
+        Err(e) if e.to_string().contains("lock") => Err(format!(
+            "cannot open local state {}: {e} (is another `streamc run` of `{app}` using this state directory?)",
+            path.display()
+        )),
         Err(e) => {
-            eprintln!("local state {} cannot be opened ({e}): wiping it; the stores are restored from their changelogs", path.display());
-            std::fs::remove_dir_all(path).map_err(|e| format!("cannot remove damaged local state {}: {e}", path.display()))?;
+            eprintln!(
+                "local state {} cannot be opened ({e}): wiping it; the stores are restored from their changelogs",
+                path.display()
+            );
+            std::fs::remove_dir_all(path)
+                .map_err(|e| format!("cannot remove damaged local state {}: {e}", path.display()))?;
             open().map_err(|e| format!("cannot open local state {}: {e}", path.display()))
         }
     }
@@ -1415,7 +1604,10 @@ fn sweep(log: &EmbeddedLog, db: &sled::Db, store: &str, changelog: &str, p: u32)
     let live = live_keys(records);
     let n = live.len();
     if n > 0 {
-        let records = live.into_iter().map(|(k, ts)| Record { key: Some(k), value: None, timestamp: ts, headers: vec![] }).collect();
+        let records = live
+            .into_iter()
+            .map(|(k, ts)| Record { key: Some(k), value: None, timestamp: ts, headers: vec![] })
+            .collect();
         log.commit(vec![Append { topic: changelog.to_string(), partition: p, records }], vec![])?;
         eprintln!("{store} partition {p}: removed by a control statement, {n} keys deleted");
     }
@@ -1424,13 +1616,25 @@ fn sweep(log: &EmbeddedLog, db: &sled::Db, store: &str, changelog: &str, p: u32)
 
 /// Empty store `i` of a task: its local tree cleared, its pending changes dropped, and a
 /// tombstone queued for every key it held, to be committed to the changelog. Returns how many.
-fn empty_store(i: usize, tree: &sled::Tree, pending: &mut Pending, stream_time: i64, changes: &mut Vec<Change>) -> Result<u64, String> {
+fn empty_store(
+    i: usize,
+    tree: &sled::Tree,
+    pending: &mut Pending,
+    stream_time: i64,
+    changes: &mut Vec<Change>,
+) -> Result<u64, String> {
     let mut keys = Vec::new();
     live_store_keys(tree, pending, |k| keys.push(k.to_vec()));
     *pending = Pending::default();
     tree.clear().map_err(|e| format!("cannot clear local state: {e}"))?;
     let n = keys.len() as u64;
-    changes.extend(keys.into_iter().map(|key| Change { store: i, key, value: None, timestamp: stream_time.max(0), existed: false }));
+    changes.extend(keys.into_iter().map(|key| Change {
+        store: i,
+        key,
+        value: None,
+        timestamp: stream_time.max(0),
+        existed: false,
+    }));
     Ok(n)
 }
 
@@ -1503,7 +1707,10 @@ fn sweep_removed(log: &EmbeddedLog, db: &sled::Db, stage: &Stage, app: &str) -> 
 fn embedded_feed(spec: &TaskSpec, p: u32, log: &EmbeddedLog, positions: &BTreeMap<String, Pos>) -> EmbeddedFeed {
     let mut topics = vec![spec.main.topic.clone()];
     topics.extend(spec.side_topics());
-    let readers = topics.iter().map(|t| log.reader(t, p, positions.get(&format!("{t}/{p}")).copied().unwrap_or_default())).collect();
+    let readers = topics
+        .iter()
+        .map(|t| log.reader(t, p, positions.get(&format!("{t}/{p}")).copied().unwrap_or_default()))
+        .collect();
     EmbeddedFeed { readers, peeks: topics.iter().map(|_| None).collect(), ends: vec![Pos::default(); topics.len()] }
 }
 
@@ -1596,7 +1803,16 @@ impl<'a> Restorer<'a> {
         if let Some(m) = &watch.metrics {
             m.start(total);
         }
-        Restorer { tree, watch, bar, pending: Pending::default(), since_flush: 0, n: 0, from_empty: from == Pos::default(), written: Default::default() }
+        Restorer {
+            tree,
+            watch,
+            bar,
+            pending: Pending::default(),
+            since_flush: 0,
+            n: 0,
+            from_empty: from == Pos::default(),
+            written: Default::default(),
+        }
     }
 
     /// Apply one changelog record (a record without a key is counted and ignored).
@@ -1645,7 +1861,14 @@ impl<'a> Restorer<'a> {
 
 /// Bring a store up to its changelog's committed end: from its checkpoint if the local state is
 /// consistent with it, else from the beginning. Returns the records replayed.
-fn restore(tree: &sled::Tree, log: &EmbeddedLog, changelog: &str, p: u32, c: &Committed, watch: &RestoreWatch) -> Result<u64, String> {
+fn restore(
+    tree: &sled::Tree,
+    log: &EmbeddedLog,
+    changelog: &str,
+    p: u32,
+    c: &Committed,
+    watch: &RestoreWatch,
+) -> Result<u64, String> {
     let end = c.end(changelog, p);
     let from = restore_start(tree, end.offset)?;
     if from == end {

@@ -26,7 +26,6 @@ pub type Tenant = Arc<[u8]>;
 
 pub type EvalResult = Result<Value, String>;
 
-
 /// Evaluate over a row (locals unused) or over locals (aggregate and function bodies).
 pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
     Ok(match &e.kind {
@@ -74,8 +73,12 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
             Value::Bool(true) => eval(a, row, locals)?,
             _ => eval(b, row, locals)?,
         },
-        ExprKind::List(items) => Value::List(Arc::new(items.iter().map(|i| eval(i, row, locals)).collect::<Result<_, _>>()?)),
-        ExprKind::Record(fields) => Value::Record(Arc::new(fields.iter().map(|(_, i)| eval(i, row, locals)).collect::<Result<_, _>>()?)),
+        ExprKind::List(items) => {
+            Value::List(Arc::new(items.iter().map(|i| eval(i, row, locals)).collect::<Result<_, _>>()?))
+        }
+        ExprKind::Record(fields) => {
+            Value::Record(Arc::new(fields.iter().map(|(_, i)| eval(i, row, locals)).collect::<Result<_, _>>()?))
+        }
         ExprKind::Builtin(b, args) => builtin(*b, args, row, locals)?,
         ExprKind::Function(f, args) => {
             let vals: Vec<Value> = args.iter().map(|a| eval(a, row, locals)).collect::<Result<_, _>>()?;
@@ -188,8 +191,10 @@ fn apply_binary(op: BinOp, a: &Value, b: &Value) -> EvalResult {
             let div = op == BinOp::Div;
             match (a, b) {
                 (Int(_), Int(0)) | (Dur(_), Int(0)) => return Err(format!("division by zero in `{sym}`")),
-                (Int(x), Int(y)) => Int(if div { x.checked_div(*y) } else { x.checked_rem(*y) }.ok_or_else(|| format!("integer overflow in `{sym}`"))?),
-                (Dur(x), Int(y)) => Dur(if div { x.checked_div(*y) } else { x.checked_rem(*y) }.ok_or_else(|| format!("duration overflow in `{sym}`"))?),
+                (Int(x), Int(y)) => Int(if div { x.checked_div(*y) } else { x.checked_rem(*y) }
+                    .ok_or_else(|| format!("integer overflow in `{sym}`"))?),
+                (Dur(x), Int(y)) => Dur(if div { x.checked_div(*y) } else { x.checked_rem(*y) }
+                    .ok_or_else(|| format!("duration overflow in `{sym}`"))?),
                 _ => {
                     let (x, y) = (num(a).ok_or("bad operands")?, num(b).ok_or("bad operands")?);
                     if y == 0.0 {
@@ -269,7 +274,9 @@ fn builtin(b: Builtin, args: &[Expr], row: &Row, locals: &[Value]) -> EvalResult
         }
         Builtin::Pow => finite(num(&vals[0]).unwrap_or(0.0).powf(num(&vals[1]).unwrap_or(0.0)), "pow")?,
         Builtin::Coalesce => vals.into_iter().find(|v| !v.is_null()).unwrap_or(Null),
-        Builtin::Greatest => vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_gt() { b } else { a }).unwrap_or(Null),
+        Builtin::Greatest => {
+            vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_gt() { b } else { a }).unwrap_or(Null)
+        }
         Builtin::Least => vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_lt() { b } else { a }).unwrap_or(Null),
         Builtin::ToString => match &vals[0] {
             Null => Null,
@@ -373,7 +380,9 @@ pub fn uda_result(def: &AggregateDef, state: &[Value]) -> EvalResult {
 
 /// Merge a second state of a user-defined aggregate into the first (its `merge` block).
 pub fn uda_merge(def: &AggregateDef, state: &mut Vec<Value>, other: Vec<Value>) -> Result<(), String> {
-    let Some(stmts) = &def.merge else { return Err(format!("aggregate `{}` cannot merge (it has no `merge`)", def.name)) };
+    let Some(stmts) = &def.merge else {
+        return Err(format!("aggregate `{}` cannot merge (it has no `merge`)", def.name));
+    };
     let ns = def.state.len();
     let mut locals = Vec::with_capacity(def.merge_slots.max(2 * ns));
     locals.append(state);

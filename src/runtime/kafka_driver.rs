@@ -31,14 +31,14 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
 use crate::config::Guarantee;
+use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::kafka::{stored, Kafka};
 use crate::log::{partition_for, Pos, Record, Stored};
 use crate::plan::{Partitions, TopicRole, Topology};
 use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, RunOptions, Summary, TaskRun};
-use crate::runtime::task::{self, TaskSpec};
-use crate::control::{self, ControlRecord, Stage};
 use crate::runtime::hub::Hub;
+use crate::runtime::task::{self, TaskSpec};
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -61,8 +61,16 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     for t in [&control_topic, &status_topic] {
         kafka.ensure_topic_with(t, 1, &control::topic_configs(t))?;
     }
-    hub.written = kafka.read_to_ends(&status_topic, true)?.0.iter().filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok()).map(|o| o + 1).max().unwrap_or(0);
-    let control_reader: BaseConsumer = reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+    hub.written = kafka
+        .read_to_ends(&status_topic, true)?
+        .0
+        .iter()
+        .filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok())
+        .map(|o| o + 1)
+        .max()
+        .unwrap_or(0);
+    let control_reader: BaseConsumer =
+        reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&control_topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
     control_reader.assign(&tpl).map_err(|e| format!("cannot read `{control_topic}`: {e}"))?;
@@ -80,7 +88,9 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let external: BTreeSet<String> = specs.iter().flat_map(|s| external_inputs(s)).collect();
     for t in &external {
         for p in 0..kafka.partitions(t)?.unwrap_or(0) {
-            let (_, high) = probe.fetch_watermarks(t, p as i32, TIMEOUT).map_err(|e| format!("cannot read the end offsets of `{t}` partition {p}: {e}"))?;
+            let (_, high) = probe
+                .fetch_watermarks(t, p as i32, TIMEOUT)
+                .map_err(|e| format!("cannot read the end offsets of `{t}` partition {p}: {e}"))?;
             startup.insert((t.clone(), p), high.max(0) as u64);
         }
     }
@@ -121,10 +131,17 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     if let Some(id) = &opts.config.instance.id {
         cfg.set("group.instance.id", id);
     }
-    let consumer: BaseConsumer<GroupCtx> = cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(|e| format!("Kafka consumer: {e}"))?;
+    let consumer: BaseConsumer<GroupCtx> =
+        cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(|e| format!("Kafka consumer: {e}"))?;
     let topics: Vec<&str> = main_topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
-    eprintln!("instance {instance} of `{}` joining group `{}` on {} ({})", opts.app, opts.app, opts.config.kafka.get("bootstrap.servers").map_or("?", |s| s), if eos { "exactly_once" } else { "at_least_once" });
+    eprintln!(
+        "instance {instance} of `{}` joining group `{}` on {} ({})",
+        opts.app,
+        opts.app,
+        opts.config.kafka.get("bootstrap.servers").map_or("?", |s| s),
+        if eos { "exactly_once" } else { "at_least_once" }
+    );
     // SIGTERM or SIGINT: commit, write local state and leave the group.
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -135,7 +152,9 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let result = (|| -> Result<Summary> {
         loop {
             match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => return Err("the Kafka consumer hit a fatal error".to_string()),
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => {
+                    return Err("the Kafka consumer hit a fatal error".to_string())
+                }
                 Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
                 // Fetched before its partition was paused: the task's own reader reads it.
                 Some(Ok(_)) | None => {}
@@ -151,13 +170,16 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
                 e.commit(&consumer, false)?;
                 return e.close_all();
             }
-            if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms) && e.commit(&consumer, false)? {
+            if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
+                && e.commit(&consumer, false)?
+            {
                 // Control statements apply at commit boundaries.
                 let e = &mut *e;
-                if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)? || e.hub.ev.latest().next != e.stage.next {
+                if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)?
+                    || e.hub.ev.latest().next != e.stage.next
+                {
                     e.apply_stage(&consumer)?;
                 }
-
             }
             idle = !worked;
             if opts.drain && idle && e.drained(&consumer)? {
@@ -252,13 +274,17 @@ fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc
         for t in &inputs {
             let c = *known.get(t).ok_or_else(|| format!("topic `{t}` does not exist"))?;
             match &n {
-                Some((m, other)) if *m != c => return Err(format!("co-partitioned inputs differ: `{other}` has {m} partitions, `{t}` has {c}")),
+                Some((m, other)) if *m != c => {
+                    return Err(format!("co-partitioned inputs differ: `{other}` has {m} partitions, `{t}` has {c}"))
+                }
                 _ => n = Some((c, t.clone())),
             }
         }
         counts[spec.sub] = n.map_or(1, |(c, _)| c);
         for t in &topo.topics {
-            if t.role == TopicRole::Repartition && matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub) {
+            if t.role == TopicRole::Repartition
+                && matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub)
+            {
                 internal.insert(t.name.clone(), (counts[spec.sub], false));
                 known.insert(t.name.clone(), counts[spec.sub]);
             }
@@ -325,7 +351,12 @@ impl ConsumerContext for GroupCtx {
                 let mut e = lock(&self.engine);
                 e.joined = true;
                 e.rebalances += 1;
-                eprintln!("rebalance {}: assigned {} partition{}", e.rebalances, tpl.count(), if tpl.count() == 1 { "" } else { "s" });
+                eprintln!(
+                    "rebalance {}: assigned {} partition{}",
+                    e.rebalances,
+                    tpl.count(),
+                    if tpl.count() == 1 { "" } else { "s" }
+                );
                 e.assigned.extend(parts_of(tpl));
             }
             Rebalance::Error(err) => eprintln!("consumer group rebalance: {err}"),
@@ -370,7 +401,9 @@ impl ProducerContext for Deliveries {
             }
             Err((e, m)) => {
                 let mut err = self.error.lock().unwrap_or_else(|p| p.into_inner());
-                err.get_or_insert_with(|| format!("cannot deliver to `{}` partition {}: {e}", m.topic(), m.partition()));
+                err.get_or_insert_with(|| {
+                    format!("cannot deliver to `{}` partition {}: {e}", m.topic(), m.partition())
+                });
             }
         }
     }
@@ -397,7 +430,11 @@ impl Producer {
                 config.set("transaction.timeout.ms", "60000");
             }
         }
-        let mut p = Producer { inner: config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?, eos, config };
+        let mut p = Producer {
+            inner: config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?,
+            eos,
+            config,
+        };
         p.init()?;
         Ok(p)
     }
@@ -412,7 +449,8 @@ impl Producer {
 
     /// After a fatal error (fenced, …): a new producer with the same transactional.id.
     fn recreate(&mut self) -> Result<()> {
-        self.inner = self.config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?;
+        self.inner =
+            self.config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?;
         self.init()
     }
 
@@ -421,8 +459,17 @@ impl Producer {
     }
 
     /// Send one record made of borrowed parts (no copy of a changelog key or value).
-    fn send_parts(&self, topic: &str, partition: u32, key: Option<&[u8]>, value: Option<&[u8]>, timestamp: i64, headers: &[(String, Vec<u8>)]) -> Result<()> {
-        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition as i32).timestamp(timestamp);
+    fn send_parts(
+        &self,
+        topic: &str,
+        partition: u32,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp: i64,
+        headers: &[(String, Vec<u8>)],
+    ) -> Result<()> {
+        let mut rec: BaseRecord<'_, [u8], [u8]> =
+            BaseRecord::to(topic).partition(partition as i32).timestamp(timestamp);
         if !headers.is_empty() {
             let mut h = OwnedHeaders::new_with_capacity(headers.len());
             for (k, v) in headers {
@@ -522,20 +569,29 @@ impl Engine {
             return Ok(false);
         }
         // Only what is still assigned (a revocation may have come in between).
-        let owned: BTreeSet<(String, u32)> = consumer.assignment().map(|tpl| parts_of(&tpl).into_iter().collect()).unwrap_or_default();
-        let parts: BTreeSet<(String, u32)> = std::mem::take(&mut self.assigned).into_iter().filter(|k| !self.units.contains_key(k) && owned.contains(k)).collect();
+        let owned: BTreeSet<(String, u32)> =
+            consumer.assignment().map(|tpl| parts_of(&tpl).into_iter().collect()).unwrap_or_default();
+        let parts: BTreeSet<(String, u32)> = std::mem::take(&mut self.assigned)
+            .into_iter()
+            .filter(|k| !self.units.contains_key(k) && owned.contains(k))
+            .collect();
         let mut tpl = TopicPartitionList::new();
         for (t, p) in &parts {
             tpl.add_partition(t, *p as i32);
         }
-        let committed = consumer.committed_offsets(tpl, TIMEOUT).map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+        let committed = consumer
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
         // A task committed by an instance that had read more of the control log: catch up
         // first, so the task never runs an older form of its query than it committed with.
         let newest = committed
             .elements()
             .iter()
             .filter_map(|e| serde_json::from_str::<serde_json::Value>(e.metadata()).ok())
-            .filter_map(|m| m.as_object().map(|o| o.values().filter_map(|t| t.get("control").and_then(|c| c.as_u64())).max().unwrap_or(0)))
+            .filter_map(|m| {
+                m.as_object()
+                    .map(|o| o.values().filter_map(|t| t.get("control").and_then(|c| c.as_u64())).max().unwrap_or(0))
+            })
             .max()
             .unwrap_or(0);
         if newest > self.stage.next {
@@ -557,7 +613,8 @@ impl Engine {
                 Some(Offset::Offset(o)) => Some(o as u64),
                 _ => None,
             };
-            let meta: serde_json::Value = el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
+            let meta: serde_json::Value =
+                el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
             // An offset committed without commit records (set by another tool) is where every
             // task starts; otherwise a task without its commit record is new (a query added
             // since) and reads from the start, like a new query that starts while running.
@@ -566,7 +623,12 @@ impl Engine {
             // clause replaced away) are deleted first.
             if let Some(m) = meta.as_object() {
                 for (name, tm) in m {
-                    let (Some(version), control) = (tm.get("version").and_then(|v| v.as_u64()), tm.get("control").and_then(|v| v.as_u64()).unwrap_or(0)) else { continue };
+                    let (Some(version), control) = (
+                        tm.get("version").and_then(|v| v.as_u64()),
+                        tm.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
+                    ) else {
+                        continue;
+                    };
                     if control < self.stage.next {
                         // After the next commit, which records that the statement is applied.
                         self.sweeps.extend(self.stage.gone_since(name, version).into_iter().map(|(s, c)| (s, c, p)));
@@ -575,14 +637,25 @@ impl Engine {
             }
             let mut tasks = Vec::new();
             for spec in self.stage.specs.iter().filter(|s| s.main.topic == t) {
-                tasks.push(self.open_task(spec.clone(), p, offset.filter(|_| external), meta.get(&spec.name).unwrap_or(&serde_json::Value::Null))?);
+                tasks.push(self.open_task(
+                    spec.clone(),
+                    p,
+                    offset.filter(|_| external),
+                    meta.get(&spec.name).unwrap_or(&serde_json::Value::Null),
+                )?);
             }
             self.units.insert((t, p), tasks);
         }
         Ok(true)
     }
 
-    fn open_task(&self, spec: Arc<TaskSpec>, p: u32, committed: Option<u64>, meta: &serde_json::Value) -> Result<KTask> {
+    fn open_task(
+        &self,
+        spec: Arc<TaskSpec>,
+        p: u32,
+        committed: Option<u64>,
+        meta: &serde_json::Value,
+    ) -> Result<KTask> {
         driver::check_tenant_layout(&spec, meta)?;
         let mut positions = driver::positions_of(&spec, p, meta);
         let main_key = format!("{}/{p}", spec.main.topic);
@@ -632,8 +705,17 @@ impl Engine {
         run.task.globals = self.stage.tables.clone();
         run.purge_since(&self.stage)?;
         let meta_version = meta.get("version").and_then(|v| v.as_u64());
-        if let Some((restart, fresh)) = meta_version.filter(|v| *v != spec.version).and_then(|v| self.stage.catch_up(&spec.query, v)) {
-            if run.upgrade(spec.clone(), &self.stage, restart, &fresh, &|name| driver::open_tree(&self.db, name, p), &self.opts)? {
+        if let Some((restart, fresh)) =
+            meta_version.filter(|v| *v != spec.version).and_then(|v| self.stage.catch_up(&spec.query, v))
+        {
+            if run.upgrade(
+                spec.clone(),
+                &self.stage,
+                restart,
+                &fresh,
+                &|name| driver::open_tree(&self.db, name, p),
+                &self.opts,
+            )? {
                 run.feed = feed_for(&self.kafka, &self.opts, &self.startup, &run.task.spec, p, &run.positions)?;
             }
         }
@@ -655,7 +737,9 @@ impl Engine {
     /// changelog still holds (in a transaction of its own under exactly-once), and the local
     /// tree cleared. Idempotent.
     fn sweep(&self, store: &str, changelog: &str, p: u32) -> Result<()> {
-        driver::open_tree(&self.db, store, p)?.clear().map_err(|e| format!("cannot clear local state of {store}: {e}"))?;
+        driver::open_tree(&self.db, store, p)?
+            .clear()
+            .map_err(|e| format!("cannot clear local state of {store}: {e}"))?;
         if self.kafka.partitions(changelog)?.is_none_or(|n| p >= n) {
             return Ok(());
         }
@@ -671,7 +755,10 @@ impl Engine {
         }
         self.producer.flush()?;
         if self.eos {
-            self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+            self.producer
+                .inner
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
         }
         let _ = self.producer.take_delivered(changelog);
         eprintln!("{store} partition {p}: removed by a control statement, {} keys deleted", live.len());
@@ -682,7 +769,14 @@ impl Engine {
     /// restore skipped them, and here every key they touched is written again with its
     /// committed value (or deleted), so that any later restore ends at the committed state too.
     /// Under exactly-once such records were aborted and restore never sees them.
-    fn correct_stale(&self, spec: &TaskSpec, p: u32, trees: &[sled::Tree], stale: Vec<BTreeMap<Vec<u8>, i64>>, cps: &mut [u64]) -> Result<()> {
+    fn correct_stale(
+        &self,
+        spec: &TaskSpec,
+        p: u32,
+        trees: &[sled::Tree],
+        stale: Vec<BTreeMap<Vec<u8>, i64>>,
+        cps: &mut [u64],
+    ) -> Result<()> {
         if stale.iter().all(|s| s.is_empty()) {
             return Ok(());
         }
@@ -699,14 +793,20 @@ impl Engine {
         }
         self.producer.flush()?;
         if self.eos {
-            self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+            self.producer
+                .inner
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
         }
         for (i, st) in spec.stores.iter().enumerate() {
             if let Some(o) = self.producer.take_delivered(&st.changelog).get(&(p as i32)) {
                 cps[i] = cps[i].max(*o as u64 + 1);
             }
         }
-        eprintln!("{} partition {p}: {n} changelog records after the last commit rewritten with their committed values", spec.name);
+        eprintln!(
+            "{} partition {p}: {n} changelog records after the last commit rewritten with their committed values",
+            spec.name
+        );
         Ok(())
     }
 
@@ -729,7 +829,10 @@ impl Engine {
         if let Some(n) = self.partitions.get(topic) {
             return Ok(*n);
         }
-        let n = self.kafka.partitions(topic)?.ok_or_else(|| format!("output topic `{topic}` does not exist on {}", self.kafka.servers()))?;
+        let n = self
+            .kafka
+            .partitions(topic)?
+            .ok_or_else(|| format!("output topic `{topic}` does not exist on {}", self.kafka.servers()))?;
         self.partitions.insert(topic.to_string(), n);
         Ok(n)
     }
@@ -800,7 +903,14 @@ impl Engine {
                 let p = t.run.task.partition;
                 outputs.append(&mut t.run.out);
                 for ch in &t.run.changes {
-                    self.producer.send_parts(&t.run.task.spec.stores[ch.store].changelog, p, Some(&ch.key), ch.value.as_deref(), ch.timestamp, &[])?;
+                    self.producer.send_parts(
+                        &t.run.task.spec.stores[ch.store].changelog,
+                        p,
+                        Some(&ch.key),
+                        ch.value.as_deref(),
+                        ch.timestamp,
+                        &[],
+                    )?;
                 }
             }
         }
@@ -821,7 +931,9 @@ impl Engine {
                 let p = t.run.task.partition as i32;
                 t.next_cps = t.cps.clone();
                 for (i, st) in t.run.task.spec.stores.iter().enumerate() {
-                    let d = delivered.entry(st.changelog.clone()).or_insert_with(|| self.producer.take_delivered(&st.changelog));
+                    let d = delivered
+                        .entry(st.changelog.clone())
+                        .or_insert_with(|| self.producer.take_delivered(&st.changelog));
                     if let Some(o) = d.get(&p) {
                         t.next_cps[i] = t.next_cps[i].max(*o as u64 + 1);
                     }
@@ -837,7 +949,15 @@ impl Engine {
                 .iter()
                 .map(|t| {
                     let mut m = t.run.meta();
-                    let ends: serde_json::Map<String, serde_json::Value> = t.run.task.spec.stores.iter().zip(&t.next_cps).map(|(st, o)| (st.name.clone(), serde_json::json!(o))).collect();
+                    let ends: serde_json::Map<String, serde_json::Value> = t
+                        .run
+                        .task
+                        .spec
+                        .stores
+                        .iter()
+                        .zip(&t.next_cps)
+                        .map(|(st, o)| (st.name.clone(), serde_json::json!(o)))
+                        .collect();
                     m["changelogs"] = serde_json::Value::Object(ends);
                     (t.run.task.spec.name.clone(), m)
                 })
@@ -850,9 +970,15 @@ impl Engine {
         if self.eos {
             if tpl.count() > 0 {
                 let gm = consumer.group_metadata().ok_or("the consumer has no group metadata")?;
-                self.producer.inner.send_offsets_to_transaction(&tpl, &gm, TIMEOUT).map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
+                self.producer
+                    .inner
+                    .send_offsets_to_transaction(&tpl, &gm, TIMEOUT)
+                    .map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
             }
-            self.producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+            self.producer
+                .inner
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
         } else if tpl.count() > 0 {
             let mut tries = 0;
             while let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
@@ -917,7 +1043,12 @@ impl Engine {
                     "consumer_lag": lag,
                 });
                 let key = format!("{}/{}_{}", self.instance, r.task.spec.sub, r.task.partition);
-                recs.push(Record { key: Some(key.into_bytes()), value: Some(value.to_string().into_bytes()), timestamp: now, headers: vec![] });
+                recs.push(Record {
+                    key: Some(key.into_bytes()),
+                    value: Some(value.to_string().into_bytes()),
+                    timestamp: now,
+                    headers: vec![],
+                });
             }
         }
         for r in &recs {
@@ -977,13 +1108,17 @@ impl Engine {
                     continue;
                 }
                 let (restart, fresh) = stage.catch_up(&spec.query, r.task.spec.version).unwrap_or_default();
-                sweeps.extend(stage.gone_since(&r.task.spec.name, r.task.spec.version).into_iter().map(|(s, c)| (s, c, p)));
+                sweeps.extend(
+                    stage.gone_since(&r.task.spec.name, r.task.spec.version).into_iter().map(|(s, c)| (s, c, p)),
+                );
                 let old: Vec<String> = r.task.spec.stores.iter().map(|s| s.name.clone()).collect();
                 let db = &self.db;
-                if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| driver::open_tree(db, name, p), &self.opts)? {
+                if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| driver::open_tree(db, name, p), &self.opts)?
+                {
                     r.feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &r.positions)?;
                 }
-                let cps: Vec<u64> = spec.stores.iter().map(|s| old.iter().position(|o| *o == s.name).map_or(0, |i| t.cps[i])).collect();
+                let cps: Vec<u64> =
+                    spec.stores.iter().map(|s| old.iter().position(|o| *o == s.name).map_or(0, |i| t.cps[i])).collect();
                 t.cps = cps.clone();
                 t.next_cps = cps;
             }
@@ -994,7 +1129,8 @@ impl Engine {
         // New queries (or sub-topologies) on the partitions this instance owns.
         let owned: Vec<(String, u32)> = self.units.keys().cloned().collect();
         for (topic, p) in owned {
-            let have: BTreeSet<String> = self.units[&(topic.clone(), p)].iter().map(|t| t.run.task.spec.name.clone()).collect();
+            let have: BTreeSet<String> =
+                self.units[&(topic.clone(), p)].iter().map(|t| t.run.task.spec.name.clone()).collect();
             for spec in stage.specs.iter().filter(|s| s.main.topic == topic && !have.contains(&s.name)) {
                 let t = self.open_task(spec.clone(), p, None, &serde_json::Value::Null)?;
                 if let Some(tasks) = self.units.get_mut(&(topic.clone(), p)) {
@@ -1005,7 +1141,8 @@ impl Engine {
         if retired {
             self.commit(consumer, false)?;
             for tasks in self.units.values_mut() {
-                let (keep, gone): (Vec<KTask>, Vec<KTask>) = std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.run.task.spec.name).is_some());
+                let (keep, gone): (Vec<KTask>, Vec<KTask>) =
+                    std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.run.task.spec.name).is_some());
                 *tasks = keep;
                 for t in gone {
                     let r = &t.run;
@@ -1079,8 +1216,13 @@ impl Engine {
                 if matches!(t.run.task.spec.main.decode, task::Decode::Internal { .. }) {
                     let topic = t.run.task.spec.main.topic.clone();
                     let p = t.run.task.partition as i32;
-                    let (_, high) = t.run.feed.readers[0].fetch_watermarks(&topic, p, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
-                    let pos = t.run.feed.readers[0].position().ok().and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
+                    let (_, high) = t.run.feed.readers[0]
+                        .fetch_watermarks(&topic, p, TIMEOUT)
+                        .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
+                    let pos = t.run.feed.readers[0]
+                        .position()
+                        .ok()
+                        .and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
                     let at = match pos {
                         Some(Offset::Offset(o)) => o,
                         _ => t.run.feed.next[0] as i64,
@@ -1098,7 +1240,9 @@ impl Engine {
         if tpl.count() == 0 {
             return Ok(true);
         }
-        let committed = consumer.committed_offsets(tpl, TIMEOUT).map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+        let committed = consumer
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
         for el in committed.elements() {
             let end = self.startup.get(&(el.topic().to_string(), el.partition() as u32)).copied().unwrap_or(0);
             let at = match el.offset() {
@@ -1133,7 +1277,14 @@ fn write_local(t: &mut KTask) -> Result<()> {
 
 /// The readers of a task's inputs from its positions: one consumer per input, so that an
 /// end-of-partition event names its input.
-fn feed_for(kafka: &Kafka, opts: &RunOptions, startup: &BTreeMap<(String, u32), u64>, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {
+fn feed_for(
+    kafka: &Kafka,
+    opts: &RunOptions,
+    startup: &BTreeMap<(String, u32), u64>,
+    spec: &TaskSpec,
+    p: u32,
+    positions: &BTreeMap<String, Pos>,
+) -> Result<KafkaFeed> {
     let mut topics = vec![spec.main.topic.clone()];
     topics.extend(spec.side_topics());
     let mut readers = Vec::new();
@@ -1150,7 +1301,15 @@ fn feed_for(kafka: &Kafka, opts: &RunOptions, startup: &BTreeMap<(String, u32), 
         stop_at.push(if opts.drain { startup.get(&(t.clone(), p)).copied() } else { None });
     }
     let n = topics.len();
-    Ok(KafkaFeed { topics, partition: p as i32, readers, bufs: (0..n).map(|_| VecDeque::new()).collect(), eof: vec![false; n], next, stop_at })
+    Ok(KafkaFeed {
+        topics,
+        partition: p as i32,
+        readers,
+        bufs: (0..n).map(|_| VecDeque::new()).collect(),
+        eof: vec![false; n],
+        next,
+        stop_at,
+    })
 }
 
 /// Whether a consumer error ends the run. librdkafka reports transport problems (a dropped
@@ -1158,7 +1317,13 @@ fn feed_for(kafka: &Kafka, opts: &RunOptions, startup: &BTreeMap<(String, u32), 
 fn is_fatal(e: &KafkaError) -> bool {
     !matches!(
         e,
-        KafkaError::MessageConsumption(RDKafkaErrorCode::AllBrokersDown | RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::Resolve | RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::OperationTimedOut)
+        KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::OperationTimedOut
+        )
     )
 }
 
@@ -1169,8 +1334,22 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, 
     let started = Instant::now();
     let topic = control::control_topic(app);
     // With `to_end`: up to the end offset as of now (past any transaction marker).
-    let end = if to_end { reader.fetch_watermarks(&topic, 0, TIMEOUT).map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?.1.max(0) as u64 } else { 0 };
-    let position = |r: &BaseConsumer| r.position().ok().and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset())).and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None }).unwrap_or(0);
+    let end = if to_end {
+        reader
+            .fetch_watermarks(&topic, 0, TIMEOUT)
+            .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?
+            .1
+            .max(0) as u64
+    } else {
+        0
+    };
+    let position = |r: &BaseConsumer| {
+        r.position()
+            .ok()
+            .and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset()))
+            .and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None })
+            .unwrap_or(0)
+    };
     loop {
         if to_end {
             let got = records.last().map_or(hub.ev.next, |r: &ControlRecord| r.offset + 1);
@@ -1181,7 +1360,12 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, 
         match reader.poll(if to_end { Duration::from_millis(100) } else { Duration::ZERO }) {
             Some(Ok(m)) => {
                 let s = stored(&m);
-                records.push(ControlRecord { offset: s.offset, timestamp: s.record.timestamp, headers: s.record.headers, value: s.record.value });
+                records.push(ControlRecord {
+                    offset: s.offset,
+                    timestamp: s.record.timestamp,
+                    headers: s.record.headers,
+                    value: s.record.value,
+                });
             }
             Some(Err(KafkaError::PartitionEOF(_))) => break,
             Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read the control topic: {e}")),
@@ -1235,12 +1419,22 @@ struct Restored {
 /// `None`: the changelog's end as of now), reading committed records only: from the local
 /// checkpoint when local state is consistent with the changelog, else from the start. Records
 /// after the committed end are not applied; their keys are returned.
-fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: u32, committed_end: Option<u64>, watch: &RestoreWatch) -> Result<Restored> {
+fn restore(
+    k: &Kafka,
+    opts: &RunOptions,
+    tree: &sled::Tree,
+    changelog: &str,
+    p: u32,
+    committed_end: Option<u64>,
+    watch: &RestoreWatch,
+) -> Result<Restored> {
     let mut config = reader_config(k, opts);
     // Fetches return at once at the end, so the end is known without waiting.
     config.set("fetch.wait.max.ms", "10");
     let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
-    let (low, high) = consumer.fetch_watermarks(changelog, p as i32, TIMEOUT).map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
+    let (low, high) = consumer
+        .fetch_watermarks(changelog, p as i32, TIMEOUT)
+        .map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
     let (low, high) = (low.max(0) as u64, high.max(0) as u64);
     let end = committed_end.map_or(high, |e| e.min(high));
     let from = driver::restore_start(tree, end)?;
@@ -1250,7 +1444,8 @@ fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: 
         return Ok(Restored { records: 0, checkpoint: from.offset, stale });
     }
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(changelog, p as i32, Offset::Offset(from.offset.max(low) as i64)).map_err(|e| e.to_string())?;
+    tpl.add_partition_offset(changelog, p as i32, Offset::Offset(from.offset.max(low) as i64))
+        .map_err(|e| e.to_string())?;
     consumer.assign(&tpl).map_err(|e| format!("cannot read `{changelog}`: {e}"))?;
     let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(low)));
     let mut next = from.offset;
@@ -1273,7 +1468,11 @@ fn restore(k: &Kafka, opts: &RunOptions, tree: &sled::Tree, changelog: &str, p: 
             Some(Err(KafkaError::PartitionEOF(_))) | None => {
                 // Under read_committed the end of partition is the last stable offset: an open
                 // transaction (of an instance that died) holds the rest until it is aborted.
-                let at = match consumer.position().ok().and_then(|pos| pos.find_partition(changelog, p as i32).map(|e| e.offset())) {
+                let at = match consumer
+                    .position()
+                    .ok()
+                    .and_then(|pos| pos.find_partition(changelog, p as i32).map(|e| e.offset()))
+                {
                     Some(Offset::Offset(o)) => o.max(0) as u64,
                     _ => next,
                 };
@@ -1336,7 +1535,9 @@ impl KafkaFeed {
                     self.eof[i] = true;
                     // The position may be past transaction markers after the last record.
                     if let Ok(pos) = self.readers[i].position() {
-                        if let Some(Offset::Offset(o)) = pos.find_partition(&self.topics[i], self.partition).map(|e| e.offset()) {
+                        if let Some(Offset::Offset(o)) =
+                            pos.find_partition(&self.topics[i], self.partition).map(|e| e.offset())
+                        {
                             let o = self.stop_at[i].map_or(o.max(0) as u64, |s| s.min(o.max(0) as u64));
                             self.next[i] = self.next[i].max(o);
                         }

@@ -93,34 +93,73 @@ impl Metrics {
             registry.register(name, help, f.clone());
             f
         };
-        let records_in = counter("streamc_records_in", "Records a task read from its input partitions (main and table inputs), bad ones included");
+        let records_in = counter(
+            "streamc_records_in",
+            "Records a task read from its input partitions (main and table inputs), bad ones included",
+        );
         let records_out = counter("streamc_records_out", "Records a task wrote to sink and repartition topics");
-        let dead_letters = counter("streamc_dead_letter_records", "Records sent to the dead-letter topic, or results that failed to emit");
+        let dead_letters = counter(
+            "streamc_dead_letter_records",
+            "Records sent to the dead-letter topic, or results that failed to emit",
+        );
         let skipped = counter("streamc_skipped_records", "Bad records skipped (on_error: skip)");
         let commits = counter("streamc_commits", "Commits of a task");
         let commit_latency: Latency = Family::new_with_constructor(commit_latency_histogram);
-        registry.register("streamc_commit_latency_seconds", "Time a commit takes: flush, log commit and local state", commit_latency.clone());
+        registry.register(
+            "streamc_commit_latency_seconds",
+            "Time a commit takes: flush, log commit and local state",
+            commit_latency.clone(),
+        );
         let mut per_processor = |name: &str, help: &str| {
             let f = Family::<ProcessorLabels, Counter>::default();
             registry.register(name, help, f.clone());
             f
         };
         let processor_records = per_processor("streamc_processor_records", "Records that reached a processor");
-        let late = per_processor("streamc_late_records_dropped", "Records dropped by a window aggregate because their window had closed");
-        let cache_hits = per_processor("streamc_cache_hits", "Record-cache lookups of an aggregate that found the entry");
-        let cache_misses = per_processor("streamc_cache_misses", "Record-cache lookups of an aggregate that went to the store");
+        let late = per_processor(
+            "streamc_late_records_dropped",
+            "Records dropped by a window aggregate because their window had closed",
+        );
+        let cache_hits =
+            per_processor("streamc_cache_hits", "Record-cache lookups of an aggregate that found the entry");
+        let cache_misses =
+            per_processor("streamc_cache_misses", "Record-cache lookups of an aggregate that went to the store");
         let cache_hit_ratio = Family::<ProcessorLabels, Ratio>::default();
-        registry.register("streamc_cache_hit_ratio", "Record-cache hits / lookups of an aggregate since start-up", cache_hit_ratio.clone());
+        registry.register(
+            "streamc_cache_hit_ratio",
+            "Record-cache hits / lookups of an aggregate since start-up",
+            cache_hit_ratio.clone(),
+        );
         let restored = Family::<StoreLabels, Counter>::default();
-        registry.register("streamc_restored_records", "Changelog records replayed into a store at start-up", restored.clone());
+        registry.register(
+            "streamc_restored_records",
+            "Changelog records replayed into a store at start-up",
+            restored.clone(),
+        );
         let restore_remaining = Family::<StoreLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register("streamc_restore_remaining_records", "Changelog records still to replay into a store (0 once restored)", restore_remaining.clone());
+        registry.register(
+            "streamc_restore_remaining_records",
+            "Changelog records still to replay into a store (0 once restored)",
+            restore_remaining.clone(),
+        );
         let tenant_records_in = Family::<TenantLabels, Counter>::default();
-        registry.register("streamc_tenant_records_in", "Records of one tenant a task read (tenant-scoped queries)", tenant_records_in.clone());
+        registry.register(
+            "streamc_tenant_records_in",
+            "Records of one tenant a task read (tenant-scoped queries)",
+            tenant_records_in.clone(),
+        );
         let tenant_dead_letters = Family::<TenantLabels, Counter>::default();
-        registry.register("streamc_tenant_dead_letter_records", "Records of one tenant sent to the dead-letter topic (those whose tenant could be read)", tenant_dead_letters.clone());
+        registry.register(
+            "streamc_tenant_dead_letter_records",
+            "Records of one tenant sent to the dead-letter topic (those whose tenant could be read)",
+            tenant_dead_letters.clone(),
+        );
         let tenant_state_keys = Family::<TenantLabels, Gauge<i64, AtomicI64>>::default();
-        registry.register("streamc_tenant_state_keys", "Keys one tenant holds in a task's stores", tenant_state_keys.clone());
+        registry.register(
+            "streamc_tenant_state_keys",
+            "Keys one tenant holds in a task's stores",
+            tenant_state_keys.clone(),
+        );
         Metrics {
             tenant_records_in,
             tenant_dead_letters,
@@ -155,7 +194,11 @@ impl Metrics {
     /// of each of its operators, `aggregate` its aggregate's node if it has one.
     pub fn task(&self, task: &str, processors: &[String], aggregate: Option<&str>) -> TaskMetrics {
         let t = TaskLabels { application: self.app.clone(), task: task.to_string() };
-        let p = |name: &str| ProcessorLabels { application: self.app.clone(), task: task.to_string(), processor: name.to_string() };
+        let p = |name: &str| ProcessorLabels {
+            application: self.app.clone(),
+            task: task.to_string(),
+            processor: name.to_string(),
+        };
         TaskMetrics {
             records_in: self.records_in.get_or_create_owned(&t),
             records_out: self.records_out.get_or_create_owned(&t),
@@ -187,7 +230,10 @@ impl Metrics {
     /// The restore handles of one store of a task.
     pub fn restore(&self, task: &str, store: &str) -> RestoreMetrics {
         let l = StoreLabels { application: self.app.clone(), task: task.to_string(), store: store.to_string() };
-        RestoreMetrics { restored: self.restored.get_or_create_owned(&l), remaining: self.restore_remaining.get_or_create_owned(&l) }
+        RestoreMetrics {
+            restored: self.restored.get_or_create_owned(&l),
+            remaining: self.restore_remaining.get_or_create_owned(&l),
+        }
     }
 }
 
@@ -219,7 +265,11 @@ struct TenantFamilies {
 
 impl TenantFamilies {
     fn labels(&self, t: &[u8]) -> TenantLabels {
-        TenantLabels { application: self.app.clone(), task: self.task.clone(), tenant: crate::runtime::tenant::display(t) }
+        TenantLabels {
+            application: self.app.clone(),
+            task: self.task.clone(),
+            tenant: crate::runtime::tenant::display(t),
+        }
     }
 }
 
@@ -379,7 +429,9 @@ fn respond(method: &tiny_http::Method, url: &str, metrics: &Metrics) -> tiny_htt
     let path = url.split('?').next().unwrap_or("");
     let (code, ctype, body) = match (method, path) {
         (tiny_http::Method::Get, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
-        (tiny_http::Method::Get, _) => (404, "text/plain; charset=utf-8", "not found: metrics are at /metrics\n".to_string()),
+        (tiny_http::Method::Get, _) => {
+            (404, "text/plain; charset=utf-8", "not found: metrics are at /metrics\n".to_string())
+        }
         _ => (405, "text/plain; charset=utf-8", "only GET is supported\n".to_string()),
     };
     let mut r = tiny_http::Response::from_string(body).with_status_code(code);
@@ -401,7 +453,17 @@ mod tests {
     fn counters_get_the_difference_at_each_publish_and_encode_as_prometheus_text() {
         let m = Metrics::new("stats");
         let mut t = m.task("0_1", &["q-where".into(), "q-aggregate".into()], Some("q-aggregate"));
-        let mut c = TaskCounts { records_in: 10, records_out: 4, dead_letters: 1, commits: 1, cache_hits: 3, cache_misses: 1, late: 2, processors: vec![9, 7], ..Default::default() };
+        let mut c = TaskCounts {
+            records_in: 10,
+            records_out: 4,
+            dead_letters: 1,
+            commits: 1,
+            cache_hits: 3,
+            cache_misses: 1,
+            late: 2,
+            processors: vec![9, 7],
+            ..Default::default()
+        };
         t.publish(&c);
         c.records_in = 25;
         c.commits = 2;
@@ -416,12 +478,34 @@ mod tests {
         assert_eq!(sample(&text, "streamc_records_in_total{application=\"stats\",task=\"0_1\"}"), Some(25.0), "{text}");
         assert_eq!(sample(&text, "streamc_commits_total{"), Some(2.0), "{text}");
         assert_eq!(sample(&text, "streamc_dead_letter_records_total{"), Some(1.0), "{text}");
-        assert_eq!(sample(&text, "streamc_processor_records_total{application=\"stats\",task=\"0_1\",processor=\"q-aggregate\"}"), Some(7.0), "{text}");
-        assert_eq!(sample(&text, "streamc_late_records_dropped_total{application=\"stats\",task=\"0_1\",processor=\"q-aggregate\"}"), Some(2.0), "{text}");
+        assert_eq!(
+            sample(
+                &text,
+                "streamc_processor_records_total{application=\"stats\",task=\"0_1\",processor=\"q-aggregate\"}"
+            ),
+            Some(7.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(
+                &text,
+                "streamc_late_records_dropped_total{application=\"stats\",task=\"0_1\",processor=\"q-aggregate\"}"
+            ),
+            Some(2.0),
+            "{text}"
+        );
         assert_eq!(sample(&text, "streamc_cache_hit_ratio{"), Some(0.75), "{text}");
         assert_eq!(sample(&text, "streamc_commit_latency_seconds_count{"), Some(1.0), "{text}");
-        assert_eq!(sample(&text, "streamc_commit_latency_seconds_bucket{application=\"stats\",task=\"0_1\",le=\"+Inf\"}"), Some(1.0), "{text}");
-        assert_eq!(sample(&text, "streamc_restored_records_total{application=\"stats\",task=\"0_1\",store=\"q-aggregate\"}"), Some(40.0), "{text}");
+        assert_eq!(
+            sample(&text, "streamc_commit_latency_seconds_bucket{application=\"stats\",task=\"0_1\",le=\"+Inf\"}"),
+            Some(1.0),
+            "{text}"
+        );
+        assert_eq!(
+            sample(&text, "streamc_restored_records_total{application=\"stats\",task=\"0_1\",store=\"q-aggregate\"}"),
+            Some(40.0),
+            "{text}"
+        );
         assert_eq!(sample(&text, "streamc_restore_remaining_records{"), Some(60.0), "{text}");
         // The 0.0.4 text format: no OpenMetrics end marker, and every sample is `name{labels} value`.
         assert!(!text.contains("# EOF"), "{text}");

@@ -19,7 +19,7 @@ use crate::runtime::tenant::{self, H_TENANT};
 use crate::runtime::value::{decode_record, decode_value, Value};
 use crate::types::{RecordType, Type};
 
-/// Header names of CONVENTIONS.md.
+/// Header names of docs/conventions.md.
 pub const H_ERROR: &str = "streamc.error";
 pub const H_TOPIC: &str = "streamc.source.topic";
 pub const H_PARTITION: &str = "streamc.source.partition";
@@ -79,14 +79,31 @@ pub enum Op {
     Filter(hir::Expr),
     Map(Vec<hir::Expr>),
     Rekey(hir::Expr),
-    Repartition { topic: String, key: Vec<hir::Expr>, key_ty: Type, wire: RecordType },
+    Repartition {
+        topic: String,
+        key: Vec<hir::Expr>,
+        key_ty: Type,
+        wire: RecordType,
+    },
     /// Look up the task's `table`-th table input (None: a control-managed table).
     /// `table`: a topic-fed table input; `global`: a control-managed table, by name.
-    JoinTable { table: Option<usize>, global: Option<String>, on: hir::Expr, left: bool },
+    JoinTable {
+        table: Option<usize>,
+        global: Option<String>,
+        on: hir::Expr,
+        left: bool,
+    },
     /// Join with the task's `side`-th stream input.
-    JoinStream { side: usize },
+    JoinStream {
+        side: usize,
+    },
     Aggregate,
-    Sink { topic: String, format: Format, key_ty: Type, value_ty: RecordType },
+    Sink {
+        topic: String,
+        format: Format,
+        key_ty: Type,
+        value_ty: RecordType,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -152,7 +169,15 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             sub: sub.id,
             query: sub.query.clone(),
             name: String::new(),
-            main: InputSpec { topic: String::new(), decode: Decode::Internal { key: Type::Error, wire: RecordType::default(), nvalue: 0, joined_keys: vec![] } },
+            main: InputSpec {
+                topic: String::new(),
+                decode: Decode::Internal {
+                    key: Type::Error,
+                    wire: RecordType::default(),
+                    nvalue: 0,
+                    joined_keys: vec![],
+                },
+            },
             tables: Vec::new(),
             streams: Vec::new(),
             ops: Vec::new(),
@@ -162,7 +187,11 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             nodes: Vec::new(),
             version: 0,
             epoch: 0,
-            tenant: program.queries.iter().find(|q| q.name == sub.query).is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
+            tenant: program
+                .queries
+                .iter()
+                .find(|q| q.name == sub.query)
+                .is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
         };
         // The other streams of this sub-topology's stream–stream joins: their source nodes are
         // side inputs, not the main one.
@@ -176,7 +205,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             .collect();
         for &n in &sub.nodes {
             let node = &topo.graph[n];
-            let incoming = topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
+            let incoming =
+                topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
             let nops = spec.ops.len() + spec.post.len();
             let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
             match &node.kind {
@@ -193,7 +223,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     let e = incoming.ok_or("repartition source without input")?;
                     let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
                     spec.name = node.name.clone();
-                    let decode = Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
+                    let decode =
+                        Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
                     spec.main = InputSpec { topic: topic.clone(), decode };
                 }
                 NodeKind::TableSource { topic, table } => {
@@ -206,15 +237,29 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
                 NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
                 NodeKind::RepartitionSink { topic, key } => {
-                    let e = topo.graph.edges_directed(n, petgraph::Direction::Outgoing).next().map(|e| e.weight().clone()).ok_or("repartition sink without output")?;
+                    let e = topo
+                        .graph
+                        .edges_directed(n, petgraph::Direction::Outgoing)
+                        .next()
+                        .map(|e| e.weight().clone())
+                        .ok_or("repartition sink without output")?;
                     let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
                     ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
                 }
                 NodeKind::JoinTable { global, left, on, table: name } => {
                     // A topic-fed table is the task's last table input, declared by its table
                     // source node just before.
-                    let table = if *global { None } else { Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?) };
-                    ops.push(Op::JoinTable { table, global: global.then(|| name.clone()), on: on.clone(), left: *left });
+                    let table = if *global {
+                        None
+                    } else {
+                        Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?)
+                    };
+                    ops.push(Op::JoinTable {
+                        table,
+                        global: global.then(|| name.clone()),
+                        on: on.clone(),
+                        left: *left,
+                    });
                 }
                 NodeKind::JoinStream { stream, within, left, on, value_fields, joined_keys } => {
                     let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
@@ -248,7 +293,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 NodeKind::Aggregate(a) => {
                     let store = spec.stores.len();
                     spec.stores.push(store_spec(topo, &node.name));
-                    let key_ty = topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
+                    let key_ty =
+                        topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
                     ops.push(Op::Aggregate);
                     spec.agg = Some(AggSpec {
                         node: node.name.clone(),
@@ -599,7 +645,9 @@ impl Task {
             for (k, v) in stores.entries(si.right_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
                 let Ok((_, inner)) = unscope(kb, spec.tenant) else { continue };
-                let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, &v)) else { continue };
+                let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, &v)) else {
+                    continue;
+                };
                 js.expiry.insert((t, 1, kb.to_vec(), off));
                 js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
             }
@@ -678,7 +726,14 @@ impl Task {
         let src = match &self.spec.main.decode {
             Decode::Internal { .. } if topic == self.spec.main.topic => return tenant::of_internal(rec).ok(),
             Decode::Source(src) if topic == self.spec.main.topic => src.clone(),
-            _ => self.spec.tables.iter().map(|t| &t.source).chain(self.spec.streams.iter().map(|s| &s.source)).find(|s| s.topic.as_deref() == Some(topic))?.clone(),
+            _ => self
+                .spec
+                .tables
+                .iter()
+                .map(|t| &t.source)
+                .chain(self.spec.streams.iter().map(|s| &s.source))
+                .find(|s| s.topic.as_deref() == Some(topic))?
+                .clone(),
         };
         if let (Some(hir::TenantSpec::Field(f)), Some(v)) = (&src.tenant, &rec.value) {
             // Read from the JSON as it is: a value that does not decode may still name its tenant.
@@ -707,7 +762,8 @@ impl Task {
             Decode::Source(src) => decode_source(src, rec),
             Decode::Internal { key, wire, nvalue, joined_keys } => {
                 let key = decode_key(rec.key.as_deref(), key)?;
-                let bytes = rec.value.as_deref().ok_or_else(|| RecordError("a repartition record has no value".into()))?;
+                let bytes =
+                    rec.value.as_deref().ok_or_else(|| RecordError("a repartition record has no value".into()))?;
                 let fields = decode_record(bytes, wire).map_err(RecordError)?;
                 let (fields, joined) = split_wire(fields, *nvalue, joined_keys);
                 let tenant = if self.spec.tenant { Some(tenant::of_internal(rec).map_err(RecordError)?) } else { None };
@@ -727,7 +783,14 @@ impl Task {
     }
 
     /// Process one record of a side input: `side` counts tables, then joined streams.
-    pub fn process_side(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    pub fn process_side(
+        &mut self,
+        side: usize,
+        rec: &Record,
+        offset: u64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         let tables = self.spec.tables.len();
         if side < tables {
             return self.process_table(side, rec);
@@ -738,7 +801,14 @@ impl Task {
 
     /// A record of a joined stream: stored for later records of the main side, and joined with
     /// the main side's stored records within `within` of it.
-    fn join_right(&mut self, side: usize, rec: &Record, offset: u64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    fn join_right(
+        &mut self,
+        side: usize,
+        rec: &Record,
+        offset: u64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let input = decode_source(&si.source, rec)?;
@@ -757,19 +827,33 @@ impl Task {
         let kb = self.scoped(input.row.tenant.as_ref(), input.row.key.key_bytes(&si.on.ty))?;
         let value = Arc::new(input.row.value);
         let sk = join_store_key(&kb, ts, offset);
-        self.table_changes.push(Change { store: si.right_store, key: sk, value: rec.value.clone(), timestamp: ts, existed: false });
+        self.table_changes.push(Change {
+            store: si.right_store,
+            key: sk,
+            value: rec.value.clone(),
+            timestamp: ts,
+            existed: false,
+        });
         let js = &mut self.joins[side];
         js.expiry.insert((ts, 1, kb.clone(), offset));
         js.right.entry(kb.clone()).or_default().insert((ts, offset), (input.row.key.clone(), value.clone()));
         // Main-side records within `within`, in (time, offset) order.
         let mut matched = Vec::new();
         if let Some(m) = js.left.get_mut(&kb) {
-            for ((lt, loff), e) in m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX)) {
+            for ((lt, loff), e) in
+                m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
+            {
                 matched.push((*lt, e.row.clone()));
                 if !e.matched {
                     e.matched = true;
                     let v = encode_left(&e.row, true, si);
-                    self.table_changes.push(Change { store: si.left_store, key: join_store_key(&kb, *lt, *loff), value: Some(v), timestamp: *lt, existed: true });
+                    self.table_changes.push(Change {
+                        store: si.left_store,
+                        key: join_store_key(&kb, *lt, *loff),
+                        value: Some(v),
+                        timestamp: *lt,
+                        existed: true,
+                    });
                 }
             }
         }
@@ -781,7 +865,14 @@ impl Task {
     }
 
     /// The main side of a stream–stream join (the operator at `ops[at]`).
-    fn join_left(&mut self, side: usize, row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    fn join_left(
+        &mut self,
+        side: usize,
+        row: Row,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let rest = &spec.ops[si.op + 1..];
@@ -807,14 +898,23 @@ impl Task {
         self.join_seq += 1;
         let js = &mut self.joins[side];
         let matches: Vec<(i64, Value, Arc<Vec<Value>>)> = match js.right.get(&kb) {
-            Some(m) => m.range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX)).map(|((t, _), (k, v))| (*t, k.clone(), v.clone())).collect(),
+            Some(m) => m
+                .range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
+                .map(|((t, _), (k, v))| (*t, k.clone(), v.clone()))
+                .collect(),
             None => Vec::new(),
         };
         let entry = LeftEntry { row: row.clone(), matched: !matches.is_empty() };
         let v = encode_left(&entry.row, entry.matched, si);
         js.expiry.insert((ts, 0, kb.clone(), offset));
         js.left.entry(kb.clone()).or_default().insert((ts, offset), entry);
-        self.table_changes.push(Change { store: si.left_store, key: join_store_key(&kb, ts, offset), value: Some(v), timestamp: ts, existed: false });
+        self.table_changes.push(Change {
+            store: si.left_store,
+            key: join_store_key(&kb, ts, offset),
+            value: Some(v),
+            timestamp: ts,
+            existed: false,
+        });
         for (rt, rk, rv) in matches {
             let mut r = row.clone();
             r.joined.push(Some((rk, rv)));
@@ -847,7 +947,13 @@ impl Task {
             }
             let Some((t, which, kb, off)) = js.expiry.pop_first() else { break };
             let store = if which == 0 { si.left_store } else { si.right_store };
-            self.table_changes.push(Change { store, key: join_store_key(&kb, t, off), value: None, timestamp: t, existed: true });
+            self.table_changes.push(Change {
+                store,
+                key: join_store_key(&kb, t, off),
+                value: None,
+                timestamp: t,
+                existed: true,
+            });
             if which == 1 {
                 if let Some(m) = js.right.get_mut(&kb) {
                     m.remove(&(t, off));
@@ -879,7 +985,8 @@ impl Task {
     pub fn process_table(&mut self, table: usize, rec: &Record) -> Result<(), RecordError> {
         let ti = &self.spec.tables[table];
         let store = ti.store;
-        let key = rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
+        let key =
+            rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
         // Decoded now, so a bad row goes to the dead-letter topic and a join never meets one.
         let (row, field) = match &rec.value {
             None => (None, None),
@@ -897,12 +1004,25 @@ impl Task {
             }
         };
         self.table_rows.insert((table, key.clone()), row);
-        self.table_changes.push(Change { store, key, value: rec.value.clone(), timestamp: rec.timestamp, existed: true });
+        self.table_changes.push(Change {
+            store,
+            key,
+            value: rec.value.clone(),
+            timestamp: rec.timestamp,
+            existed: true,
+        });
         Ok(())
     }
 
     /// Run the operators from `spec.ops[start..]` on a row.
-    fn run_ops_at(&mut self, start: usize, row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    fn run_ops_at(
+        &mut self,
+        start: usize,
+        row: Row,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         self.run_ops(&spec.ops[start..], start, row, ts, out, stores)
     }
@@ -910,7 +1030,15 @@ impl Task {
     /// Run a chain of operators; `base` is the index of its first one in the task's operator
     /// counts (`ops`, then `post`).
     #[allow(clippy::too_many_arguments)]
-    fn run_ops(&mut self, ops: &[Op], base: usize, mut row: Row, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    fn run_ops(
+        &mut self,
+        ops: &[Op],
+        base: usize,
+        mut row: Row,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
         for (i, op) in ops.iter().enumerate() {
             if let Some(n) = self.counters.ops_in.get_mut(base + i) {
@@ -936,7 +1064,11 @@ impl Task {
                     let mut value = Vec::with_capacity(128);
                     write_record(&wire_row(&row, wire), wire, &mut value);
                     let headers = out_headers(self.spec.version, row.tenant.as_deref());
-                    out.push(Output { topic: topic.clone(), partition: None, record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers } });
+                    out.push(Output {
+                        topic: topic.clone(),
+                        partition: None,
+                        record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers },
+                    });
                     self.counters.records_out += 1;
                     return Ok(());
                 }
@@ -973,7 +1105,13 @@ impl Task {
     }
 
     /// The current row of a table input for a key: from the decoded rows, else from the store.
-    fn table_row(&mut self, table: usize, key: &Value, tenant: Option<&Tenant>, stores: &dyn StoreRead) -> Result<Option<Arc<Vec<Value>>>, RecordError> {
+    fn table_row(
+        &mut self,
+        table: usize,
+        key: &Value,
+        tenant: Option<&Tenant>,
+        stores: &dyn StoreRead,
+    ) -> Result<Option<Arc<Vec<Value>>>, RecordError> {
         let kb = self.scoped(tenant, key.key_bytes(&self.spec.tables[table].source.key_type()))?;
         let ti = &self.spec.tables[table];
         if let Some(r) = self.table_rows.get(&(table, kb.clone())) {
@@ -1079,7 +1217,13 @@ impl Task {
                     if agg.window.is_some() {
                         self.windows.insert((end, sk.clone()));
                     }
-                    slot.entry.insert(AggEntry { group: group.clone(), start, end, max_ts: i64::MIN, states: init_states(agg).map_err(err)? })
+                    slot.entry.insert(AggEntry {
+                        group: group.clone(),
+                        start,
+                        end,
+                        max_ts: i64::MIN,
+                        states: init_states(agg).map_err(err)?,
+                    })
                 }
             };
             entry.max_ts = entry.max_ts.max(ts);
@@ -1104,23 +1248,45 @@ impl Task {
     /// its left window `[t − size, t]`, its right window `[t + 1, t + 1 + size]` when a later
     /// record falls in it, and the right windows of earlier records that it now populates.
     #[allow(clippy::too_many_arguments)]
-    fn slide(&mut self, agg: &AggSpec, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: Vec<Vec<Value>>, size: i64, grace: i64) -> Result<(), RecordError> {
+    fn slide(
+        &mut self,
+        agg: &AggSpec,
+        group: Vec<Value>,
+        kb: Vec<u8>,
+        ts: i64,
+        args: Vec<Vec<Value>>,
+        size: i64,
+        grace: i64,
+    ) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
         let close = self.stream_time.saturating_sub(grace);
         // A window [s, s + size] is closed once s + size + 1 <= close.
         let open = |s: i64| s.saturating_add(size).saturating_add(1) > close;
         if !open(ts) {
             self.counters.late += 1;
-            self.late_reason = Some(format!("late: every sliding window holding time {ts} closed at stream time {} (grace {})", self.stream_time, crate::ast::Duration(grace)));
+            self.late_reason = Some(format!(
+                "late: every sliding window holding time {ts} closed at stream time {} (grace {})",
+                self.stream_time,
+                crate::ast::Duration(grace)
+            ));
             return Ok(());
         }
         // 1. Open windows that contain the record.
-        let existing: Vec<i64> = self.slide_windows.get(&kb).map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect()).unwrap_or_default();
+        let existing: Vec<i64> = self
+            .slide_windows
+            .get(&kb)
+            .map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect())
+            .unwrap_or_default();
         for s in &existing {
             if !open(*s) {
                 self.counters.late += 1;
                 if self.late_reason.is_none() {
-                    self.late_reason = Some(format!("late: sliding window [{s}, {}] closed at stream time {} (grace {})", s.saturating_add(size), self.stream_time, crate::ast::Duration(grace)));
+                    self.late_reason = Some(format!(
+                        "late: sliding window [{s}, {}] closed at stream time {} (grace {})",
+                        s.saturating_add(size),
+                        self.stream_time,
+                        crate::ast::Duration(grace)
+                    ));
                 }
                 continue;
             }
@@ -1177,7 +1343,10 @@ impl Task {
             let sk = store_key(&kb, Some(s));
             self.windows.insert((end.saturating_add(1), sk.clone()));
             self.slide_windows.entry(kb.clone()).or_default().insert(s);
-            self.cache.insert(sk.clone(), Slot::new(Some(AggEntry { group: group.clone(), start: s, end, max_ts, states }), false));
+            self.cache.insert(
+                sk.clone(),
+                Slot::new(Some(AggEntry { group: group.clone(), start: s, end, max_ts, states }), false),
+            );
             self.mark_dirty(sk);
         }
         Ok(())
@@ -1194,7 +1363,8 @@ impl Task {
     fn expire_slide_records(&mut self, agg: &AggSpec) {
         let Some(w) = agg.window else { return };
         let WindowKind::Sliding { size } = w.kind else { return };
-        let horizon = self.stream_time.saturating_sub(w.grace.0).saturating_sub(size.0.saturating_mul(2)).saturating_sub(1);
+        let horizon =
+            self.stream_time.saturating_sub(w.grace.0).saturating_sub(size.0.saturating_mul(2)).saturating_sub(1);
         while let Some((t, _)) = self.slide_expiry.first() {
             if *t >= horizon {
                 break;
@@ -1215,25 +1385,47 @@ impl Task {
     /// Add a record to its key's sessions: a new session, or the merge of every open session
     /// within `gap` of it (merged-away sessions are deleted at the next flush).
     #[allow(clippy::too_many_arguments)]
-    fn session(&mut self, agg: &AggSpec, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: &[Vec<Value>], gap: i64, grace: i64) -> Result<(), RecordError> {
+    fn session(
+        &mut self,
+        agg: &AggSpec,
+        group: Vec<Value>,
+        kb: Vec<u8>,
+        ts: i64,
+        args: &[Vec<Value>],
+        gap: i64,
+        grace: i64,
+    ) -> Result<(), RecordError> {
         let err = |e: String| RecordError(e);
         let close = self.stream_time.saturating_sub(grace);
         let open: &[(i64, i64)] = self.sessions.get(&kb).map(|v| v.as_slice()).unwrap_or(&[]);
         // Sessions within `gap` of the record, closed ones excepted (they may not have been
         // flushed yet: results must not depend on where commits fall).
-        let near: Vec<(i64, i64)> = open.iter().copied().filter(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && e.saturating_add(gap) > close).collect();
+        let near: Vec<(i64, i64)> = open
+            .iter()
+            .copied()
+            .filter(|(s, e)| {
+                *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && e.saturating_add(gap) > close
+            })
+            .collect();
         let start = near.iter().map(|x| x.0).fold(ts, i64::min);
         let end = near.iter().map(|x| x.1).fold(ts, i64::max);
         if end.saturating_add(gap) <= close {
             self.counters.late += 1;
-            self.late_reason = Some(format!("late: its session [{start}, {end}] closed at stream time {} (gap {}, grace {})", self.stream_time, crate::ast::Duration(gap), crate::ast::Duration(grace)));
+            self.late_reason = Some(format!(
+                "late: its session [{start}, {end}] closed at stream time {} (gap {}, grace {})",
+                self.stream_time,
+                crate::ast::Duration(gap),
+                crate::ast::Duration(grace)
+            ));
             return Ok(());
         }
         // The merged entry, computed before anything changes, so that an error (overflow, a
         // failing user aggregate) leaves the key's sessions as they were.
         let mut merged: Option<AggEntry> = None;
         for (s, _) in &near {
-            let Some(Some(old)) = self.cache.get(&store_key(&kb, Some(*s))).map(|slot| slot.entry.clone()) else { continue };
+            let Some(Some(old)) = self.cache.get(&store_key(&kb, Some(*s))).map(|slot| slot.entry.clone()) else {
+                continue;
+            };
             merged = Some(match merged {
                 None => old,
                 Some(mut m) => {
@@ -1288,7 +1480,13 @@ impl Task {
     /// Flush the record cache: the store changes (for the changelog and the local store) and the
     /// downstream records, in first-change order; then close the windows stream time has passed.
     /// `close_all` closes every window (end of a finite input with `--close-windows-at-end`).
-    pub fn flush(&mut self, out: &mut Vec<Output>, changes: &mut Vec<Change>, close_all: bool, stores: &dyn StoreRead) -> Vec<RecordError> {
+    pub fn flush(
+        &mut self,
+        out: &mut Vec<Output>,
+        changes: &mut Vec<Change>,
+        close_all: bool,
+        stores: &dyn StoreRead,
+    ) -> Vec<RecordError> {
         let mut errors = Vec::new();
         if let Some(agg) = self.spec.agg.clone() {
             if close_all && agg.sliding() {
@@ -1327,7 +1525,13 @@ impl Task {
                 let old = self.cache.remove(&sk).and_then(|s| s.entry);
                 let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
                 if stored {
-                    changes.push(Change { store: agg.store, key: sk.clone(), value: None, timestamp: ts, existed: true });
+                    changes.push(Change {
+                        store: agg.store,
+                        key: sk.clone(),
+                        value: None,
+                        timestamp: ts,
+                        existed: true,
+                    });
                 }
                 if emitted && agg.emit == EmitMode::Changes {
                     if let Some(old) = &old {
@@ -1342,7 +1546,13 @@ impl Task {
             // write nor a tombstone: the state after the commit does not hold it.
             if slot.stored || entry.end.saturating_add(agg.gap) > close {
                 let existed = std::mem::replace(&mut slot.stored, true);
-                changes.push(Change { store: agg.store, key: sk.clone(), value: Some(encode_entry(&entry, agg)), timestamp: entry.max_ts, existed });
+                changes.push(Change {
+                    store: agg.store,
+                    key: sk.clone(),
+                    value: Some(encode_entry(&entry, agg)),
+                    timestamp: entry.max_ts,
+                    existed,
+                });
             }
             let changes = agg.emit == EmitMode::Changes;
             slot.emitted |= changes;
@@ -1392,7 +1602,13 @@ impl Task {
                 }
                 // Expired by stream time: deleted locally and in the changelog (a tombstone).
                 if stored {
-                    changes.push(Change { store: agg.store, key: sk, value: None, timestamp: entry.map(|e| e.max_ts).unwrap_or(0), existed: true });
+                    changes.push(Change {
+                        store: agg.store,
+                        key: sk,
+                        value: None,
+                        timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
+                        existed: true,
+                    });
                 }
             }
         }
@@ -1403,7 +1619,13 @@ impl Task {
         errors
     }
 
-    fn emit(&mut self, agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>, out: &mut Vec<Output>) -> Result<(), RecordError> {
+    fn emit(
+        &mut self,
+        agg: &AggSpec,
+        e: &AggEntry,
+        tenant: Option<Tenant>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), RecordError> {
         let mut value = Vec::with_capacity(2 + e.group.len() + e.states.len());
         if agg.window.is_some() {
             value.push(Value::Ts(e.start));
@@ -1424,13 +1646,19 @@ impl Task {
     /// Delete a merged-away session downstream: a tombstone for its key, the session's bounds in
     /// headers, written by the query's sink (filters and projections do not apply to deletions).
     fn tombstone(&mut self, e: &AggEntry, tenant: Option<Tenant>, out: &mut Vec<Output>) {
-        let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else { return };
+        let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else {
+            return;
+        };
         let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
         let mut headers = out_headers(self.spec.version, tenant.as_deref());
         headers.push((H_WINDOW_START.to_string(), e.start.to_string().into_bytes()));
         headers.push((H_WINDOW_END.to_string(), e.end.to_string().into_bytes()));
         let key = output_key(&key, key_ty, tenant.as_deref());
-        out.push(Output { topic: topic.clone(), partition: None, record: Record { key, value: None, timestamp: e.max_ts, headers } });
+        out.push(Output {
+            topic: topic.clone(),
+            partition: None,
+            record: Record { key, value: None, timestamp: e.max_ts, headers },
+        });
         self.counters.records_out += 1;
     }
 }
@@ -1535,13 +1763,19 @@ fn encode_slide_records(list: &[Vec<Vec<Value>>], agg: &AggSpec) -> Vec<u8> {
 }
 
 fn decode_slide_records(b: &[u8], agg: &AggSpec) -> Result<Vec<Vec<Vec<Value>>>, String> {
-    let raw: Vec<Vec<&serde_json::value::RawValue>> = serde_json::from_slice(b).map_err(|e| format!("damaged window records: {e}"))?;
+    let raw: Vec<Vec<&serde_json::value::RawValue>> =
+        serde_json::from_slice(b).map_err(|e| format!("damaged window records: {e}"))?;
     raw.iter()
         .map(|flat| {
             let mut it = flat.iter();
             agg.aggs
                 .iter()
-                .map(|a| a.args.iter().map(|e| decode_value(it.next().ok_or("missing argument")?.get().as_bytes(), &e.ty)).collect::<Result<Vec<_>, String>>())
+                .map(|a| {
+                    a.args
+                        .iter()
+                        .map(|e| decode_value(it.next().ok_or("missing argument")?.get().as_bytes(), &e.ty))
+                        .collect::<Result<Vec<_>, String>>()
+                })
                 .collect()
         })
         .collect()
@@ -1619,7 +1853,9 @@ fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value]) -> Result<(
         (AggFunc::Min | AggFunc::Max, AggState::Val(acc)) => {
             let x = &args[0];
             let min = matches!(a.func, AggFunc::Min);
-            if !x.is_null() && (acc.is_null() || (min && x.cmp_total(acc).is_lt()) || (!min && x.cmp_total(acc).is_gt())) {
+            if !x.is_null()
+                && (acc.is_null() || (min && x.cmp_total(acc).is_lt()) || (!min && x.cmp_total(acc).is_gt()))
+            {
                 *acc = x.clone();
             }
         }
@@ -1708,8 +1944,11 @@ fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
                 },
                 AggFunc::Sum | AggFunc::Min | AggFunc::Max => AggState::Val(part(x, &c.ty.clone().nullable())?),
                 AggFunc::User(d) => {
-                    let vals: Vec<&serde_json::value::RawValue> = serde_json::from_str(x.get()).map_err(|e| format!("bad aggregate state: {e}"))?;
-                    AggState::User(vals.iter().zip(&d.state).map(|(v, (_, t))| part(v, t)).collect::<Result<Vec<_>, String>>()?)
+                    let vals: Vec<&serde_json::value::RawValue> =
+                        serde_json::from_str(x.get()).map_err(|e| format!("bad aggregate state: {e}"))?;
+                    AggState::User(
+                        vals.iter().zip(&d.state).map(|(v, (_, t))| part(v, t)).collect::<Result<Vec<_>, String>>()?,
+                    )
                 }
             })
         })
@@ -1721,7 +1960,9 @@ fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
 pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError> {
     match (bytes, ty.base()) {
         (None, _) => Ok(Value::Null),
-        (Some(b), Type::String) => std::str::from_utf8(b).map(Value::str).map_err(|_| RecordError("the key is not UTF-8".into())),
+        (Some(b), Type::String) => {
+            std::str::from_utf8(b).map(Value::str).map_err(|_| RecordError("the key is not UTF-8".into()))
+        }
         (Some(b), t) => decode_value(b, t).map_err(|e| RecordError(format!("bad key: {e}"))),
     }
 }
@@ -1760,7 +2001,11 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
             if let Some(kb) = &rec.key {
                 let declared = decode_key(Some(kb), &src.value.fields[*i].1)?;
                 if !declared.equals(&k) {
-                    return Err(RecordError(format!("the record key `{}` differs from its `{}` field `{k}`", String::from_utf8_lossy(kb), src.value.fields[*i].0)));
+                    return Err(RecordError(format!(
+                        "the record key `{}` differs from its `{}` field `{k}`",
+                        String::from_utf8_lossy(kb),
+                        src.value.fields[*i].0
+                    )));
                 }
             }
             k
@@ -1792,7 +2037,7 @@ fn out_headers(version: u64, tenant: Option<&[u8]>) -> Vec<(String, Vec<u8>)> {
     h
 }
 
-/// An output record's key: the key's text (CONVENTIONS.md), or for a tenant's record the JSON
+/// An output record's key: the key's text (docs/conventions.md), or for a tenant's record the JSON
 /// array `[tenant, key]`, so that different tenants' results never share a key.
 fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u8>> {
     match tenant {
@@ -1810,7 +2055,15 @@ fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u
     }
 }
 
-fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType, row: &Row, ts: i64, version: u64) -> Result<Output, RecordError> {
+fn sink_record(
+    topic: &str,
+    format: Format,
+    key_ty: &Type,
+    value_ty: &RecordType,
+    row: &Row,
+    ts: i64,
+    version: u64,
+) -> Result<Output, RecordError> {
     let key = output_key(&row.key, key_ty, row.tenant.as_deref());
     let headers = out_headers(version, row.tenant.as_deref());
     let value = match format {
@@ -1835,9 +2088,5 @@ fn sink_record(topic: &str, format: Format, key_ty: &Type, value_ty: &RecordType
             Some(v) => Some(v.to_string().into_bytes()),
         },
     };
-    Ok(Output {
-        topic: topic.to_string(),
-        partition: None,
-        record: Record { key, value, timestamp: ts, headers },
-    })
+    Ok(Output { topic: topic.to_string(), partition: None, record: Record { key, value, timestamp: ts, headers } })
 }

@@ -15,7 +15,7 @@ use crate::log::Record;
 use crate::runtime::eval::Tenant;
 use crate::runtime::value::Value;
 
-/// Header that carries the tenant through internal topics and on outputs (CONVENTIONS.md).
+/// Header that carries the tenant through internal topics and on outputs (docs/conventions.md).
 pub use crate::control::H_TENANT;
 
 /// Longest tenant id accepted (a record with a longer one is bad input).
@@ -54,7 +54,9 @@ pub fn of_record(src: &Source, field: Option<&Value>, rec: &Record) -> Result<Te
             // A deletion (no value) of a table names its tenant in the header instead.
             None => match header(rec, H_TENANT) {
                 Some(t) => checked(t),
-                None => Err(format!("the record has no tenant: no value (so no field `{f}`) and no `{H_TENANT}` header")),
+                None => {
+                    Err(format!("the record has no tenant: no value (so no field `{f}`) and no `{H_TENANT}` header"))
+                }
             },
         },
         Some(TenantSpec::Header(h)) => match header(rec, h) {

@@ -94,7 +94,9 @@ impl Value {
         match (self, ty.base()) {
             (Value::Null, _) => out.extend_from_slice(b"null"),
             (Value::Bool(b), _) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-            (Value::Int(i), _) | (Value::Ts(i), _) | (Value::Dur(i), _) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
+            (Value::Int(i), _) | (Value::Ts(i), _) | (Value::Dur(i), _) => {
+                out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes())
+            }
             (Value::Float(f), _) => {
                 if f.is_finite() {
                     let mut b = ryu::Buffer::new();
@@ -135,7 +137,7 @@ impl Value {
         }
     }
 
-    /// The text of a key, as CONVENTIONS.md says: a string is its raw UTF-8, other scalars their
+    /// The text of a key, as docs/conventions.md says: a string is its raw UTF-8, other scalars their
     /// JSON text, a composite key a compact JSON array.
     pub fn key_bytes(&self, ty: &Type) -> Vec<u8> {
         match self {
@@ -231,7 +233,13 @@ pub fn decode_value(bytes: &[u8], ty: &Type) -> Result<Value, String> {
 pub fn parse_rfc3339(s: &str) -> Option<i64> {
     // YYYY-MM-DDTHH:MM:SS[.fff][Z|±HH:MM]
     let b = s.as_bytes();
-    if b.len() < 19 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 19
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| s.get(r)?.parse::<i64>().ok();
@@ -389,14 +397,18 @@ impl<'de> Visitor<'de> for ScalarVisitor<'_> {
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
         match self.0.base() {
             Type::Float => Ok(Value::Float(v)),
-            Type::Int | Type::Timestamp | Type::Duration if v.fract() == 0.0 && v.abs() < 9.0e15 => self.visit_i64(v as i64),
+            Type::Int | Type::Timestamp | Type::Duration if v.fract() == 0.0 && v.abs() < 9.0e15 => {
+                self.visit_i64(v as i64)
+            }
             _ => Err(self.mismatch("a fractional number")),
         }
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
         match self.0.base() {
             Type::String => Ok(Value::str(v)),
-            Type::Timestamp => parse_rfc3339(v).map(Value::Ts).ok_or_else(|| E::custom(format_args!("`{v}` is not an RFC 3339 timestamp"))),
+            Type::Timestamp => parse_rfc3339(v)
+                .map(Value::Ts)
+                .ok_or_else(|| E::custom(format_args!("`{v}` is not an RFC 3339 timestamp"))),
             _ => Err(self.mismatch("a string")),
         }
     }

@@ -35,7 +35,9 @@ pub fn streamc(state: &Path, args: &[&str]) -> String {
 /// `streamc --state-dir STATE ARGS…` in the background, stderr appended to `log`.
 pub fn spawn(state: &Path, args: &[&str], log: &Path) -> Background {
     let f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
-    Background(Command::new(bin()).arg("--state-dir").arg(state).args(args).stdout(Stdio::null()).stderr(f).spawn().unwrap())
+    Background(
+        Command::new(bin()).arg("--state-dir").arg(state).args(args).stdout(Stdio::null()).stderr(f).spawn().unwrap(),
+    )
 }
 
 /// A background process, killed (SIGKILL) when dropped, so a failing test leaves none behind.
@@ -81,7 +83,13 @@ pub fn consume(state: &Path, topic: &str, extra: &[&str]) -> Vec<Consumed> {
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            Consumed { partition: v["partition"].as_u64().unwrap(), offset: v["offset"].as_u64().unwrap(), timestamp: v["timestamp"].as_i64().unwrap(), key: v["key"].clone(), value: v["value"].clone() }
+            Consumed {
+                partition: v["partition"].as_u64().unwrap(),
+                offset: v["offset"].as_u64().unwrap(),
+                timestamp: v["timestamp"].as_i64().unwrap(),
+                key: v["key"].clone(),
+                value: v["value"].clone(),
+            }
         })
         .collect()
 }

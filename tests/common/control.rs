@@ -96,17 +96,33 @@ impl Env {
         let mut a = vec!["control", self.program.to_str().unwrap(), statement, "--key", self.key.to_str().unwrap()];
         a.extend_from_slice(flags);
         let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&a)).output().unwrap();
-        (String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr), out.status.success())
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+            out.status.success(),
+        )
     }
 
     pub fn produce_trades(&self, file: &Path) {
-        self.run(&["produce", &self.topic("stocks"), file.to_str().unwrap(), "--program", self.program.to_str().unwrap(), "--partitions", "2"]);
+        self.run(&[
+            "produce",
+            &self.topic("stocks"),
+            file.to_str().unwrap(),
+            "--program",
+            self.program.to_str().unwrap(),
+            "--partitions",
+            "2",
+        ]);
     }
 
     /// A topic's records with their `streamc.query.version` header.
     pub fn consume_versions(&self, topic: &str) -> Vec<(serde_json::Value, serde_json::Value, Option<u64>)> {
         let t = self.topic(topic);
-        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", &t, "--from-beginning", "--headers"])).output().unwrap();
+        let out = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(self.args(&["consume", &t, "--from-beginning", "--headers"]))
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         if !out.status.success() && err.contains("no topic") {
             // Not created yet: no records.
@@ -126,7 +142,12 @@ impl Env {
     /// The status records, by control offset.
     pub fn statuses(&self) -> BTreeMap<u64, serde_json::Value> {
         let t = control::status_topic(&self.app);
-        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", &t, "--from-beginning"])).output().unwrap();
+        let out = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(self.args(&["consume", &t, "--from-beginning"]))
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -141,20 +162,41 @@ impl Env {
     /// The sequence of the last statement in the control topic.
     pub fn statuses_or_control_seq(&self) -> u64 {
         let t = control::control_topic(&self.app);
-        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", &t, "--from-beginning", "--headers"])).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["headers"]["streamc.seq"].as_str()?.parse().ok()).max().unwrap()
+        let out = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(self.args(&["consume", &t, "--from-beginning", "--headers"]))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).ok()?["headers"]["streamc.seq"].as_str()?.parse().ok()
+            })
+            .max()
+            .unwrap()
     }
 
     /// How many status records (not counting the `program` ones) the status topic holds.
     pub fn status_records(&self) -> usize {
         let t = control::status_topic(&self.app);
-        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", &t, "--from-beginning"])).output().unwrap();
+        let out = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(self.args(&["consume", &t, "--from-beginning"]))
+            .output()
+            .unwrap();
         String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.contains("\"key\":\"program\"")).count()
     }
 
     /// The last value of every key of a topic (None: deleted).
     pub fn last_by_key(&self, topic: &str) -> BTreeMap<String, Option<serde_json::Value>> {
-        let out = Command::new(bin()).arg("--state-dir").arg(&self.state).args(self.args(&["consume", topic, "--from-beginning"])).output().unwrap();
+        let out = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(self.args(&["consume", topic, "--from-beginning"]))
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let mut m = BTreeMap::new();
         for l in String::from_utf8_lossy(&out.stdout).lines() {
@@ -209,14 +251,32 @@ impl Lcg {
 /// trusted statements that do not compile (syntax, unknown query, incompatible replace,
 /// deeply nested text), and random byte mutations of a valid record. Sequences of the trusted
 /// key used here start above `first_seq`. Returns the records and the rejection kind of each.
-pub fn forged(app: &str, trusted: &KeyFile, replay_seq: u64, first_seq: u64, n: usize, now: i64) -> Vec<(Record, &'static str)> {
+pub fn forged(
+    app: &str,
+    trusted: &KeyFile,
+    replay_seq: u64,
+    first_seq: u64,
+    n: usize,
+    now: i64,
+) -> Vec<(Record, &'static str)> {
     let other = KeyFile::generate("mallory").unwrap();
     let impostor = KeyFile::generate("ops").unwrap();
     let mut rng = Lcg(42);
     let mut seq = first_seq;
     let ok_text = "update watch[\"T0000\"] = { note = \"forged\", threshold = 0.0 }";
-    let rec = |headers: Vec<(String, Vec<u8>)>, text: &str| Record { key: None, value: Some(text.as_bytes().to_vec()), timestamp: now, headers };
-    let deep = |depth: usize| format!("update watch[\"T0000\"] = {{ note = \"x\", threshold = {}1.0{} }}", "(".repeat(depth), ")".repeat(depth));
+    let rec = |headers: Vec<(String, Vec<u8>)>, text: &str| Record {
+        key: None,
+        value: Some(text.as_bytes().to_vec()),
+        timestamp: now,
+        headers,
+    };
+    let deep = |depth: usize| {
+        format!(
+            "update watch[\"T0000\"] = {{ note = \"x\", threshold = {}1.0{} }}",
+            "(".repeat(depth),
+            ")".repeat(depth)
+        )
+    };
     let mut out = Vec::new();
     for i in 0..n {
         let kind = i % 12;
@@ -225,7 +285,9 @@ pub fn forged(app: &str, trusted: &KeyFile, replay_seq: u64, first_seq: u64, n: 
             0 => (rec(vec![], ok_text), "unsigned"),
             1 => (rec(other.sign(app, 1 + i as u64, exp, "", ok_text), ok_text), "untrusted key"),
             2 => (rec(impostor.sign(app, seq + 1 + i as u64, exp, "", ok_text), ok_text), "wrong signature"),
-            3 => (rec(trusted.sign("another-app", seq + 1 + i as u64, exp, "", ok_text), ok_text), "another application"),
+            3 => {
+                (rec(trusted.sign("another-app", seq + 1 + i as u64, exp, "", ok_text), ok_text), "another application")
+            }
             4 => (rec(trusted.sign(app, replay_seq, exp, "", ok_text), ok_text), "replayed sequence"),
             5 => {
                 seq += 1;
@@ -243,7 +305,11 @@ pub fn forged(app: &str, trusted: &KeyFile, replay_seq: u64, first_seq: u64, n: 
                 let (t, kind) = match kind {
                     7 => ("update watch[\"T0000\"] = { note = ".to_string(), "syntax error"),
                     8 => ("drop query nothing_here".to_string(), "unknown query"),
-                    9 => ("replace query totals { from trades group by ticker aggregate { n = count() } to \"x\" }".to_string(), "incompatible replace"),
+                    9 => (
+                        "replace query totals { from trades group by ticker aggregate { n = count() } to \"x\" }"
+                            .to_string(),
+                        "incompatible replace",
+                    ),
                     _ => (deep(200 + rng.below(20_000) as usize), "deeply nested"),
                 };
                 (rec(trusted.sign(app, seq, exp, "", &t), &t), kind)
@@ -275,7 +341,11 @@ pub fn envelope_lines(records: &[(Record, &str)]) -> String {
     for (r, _) in records {
         // Headers as text: every forged header value here is written as (lossy) UTF-8; a
         // mutated non-UTF-8 byte turns into U+FFFD, which changes it all the same.
-        let headers: serde_json::Map<String, serde_json::Value> = r.headers.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into_owned()))).collect();
+        let headers: serde_json::Map<String, serde_json::Value> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(String::from_utf8_lossy(v).into_owned())))
+            .collect();
         let line = serde_json::json!({ "key": null, "value": String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()), "timestamp": r.timestamp, "headers": headers });
         s += &line.to_string();
         s.push('\n');
@@ -287,7 +357,8 @@ pub fn envelope_lines(records: &[(Record, &str)]) -> String {
 pub fn check_big(env: &Env, a: &Path, b: &Path) {
     let mut expected: Vec<(i64, u64)> = trades(a).into_iter().filter(|t| t.2 > 500).map(|t| (t.2, 0)).collect();
     expected.extend(trades(b).into_iter().filter(|t| t.2 > 800).map(|t| (t.2, 1)));
-    let mut got: Vec<(i64, u64)> = env.consume_versions("big").iter().map(|(_, v, ver)| (v["size"].as_i64().unwrap(), ver.unwrap())).collect();
+    let mut got: Vec<(i64, u64)> =
+        env.consume_versions("big").iter().map(|(_, v, ver)| (v["size"].as_i64().unwrap(), ver.unwrap())).collect();
     expected.sort();
     got.sort();
     assert_eq!(got, expected, "big: version 0 over the first input, version 1 over the second");
@@ -322,7 +393,12 @@ pub fn scenario(env: &Env, a: &Path, b: &Path, run_flags: &[&str]) {
         let mut args = vec!["run", program.as_str(), "--drain"];
         args.extend_from_slice(run_flags);
         let err = env.run(&args);
-        let n = err.split("chaos: ").nth(1).and_then(|r| r.split_whitespace().next()).and_then(|n| n.parse::<u64>().ok()).unwrap_or(0);
+        let n = err
+            .split("chaos: ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
         faults.set(faults.get() + n);
         err
     };
@@ -354,13 +430,21 @@ pub fn scenario(env: &Env, a: &Path, b: &Path, run_flags: &[&str]) {
     let want: BTreeMap<String, Vec<i64>> = fold(&both).into_iter().map(|(k, (n, v))| (k, vec![n, v])).collect();
     assert_eq!(last_values(env, "totals", &["n", "vol"]), want);
     // The table had its row only for the second input.
-    let mut watched: Vec<String> = env.consume_versions("watched").iter().map(|(_, v, _)| format!("{} {}", v["ticker"], v["price"])).collect();
-    let mut expected: Vec<String> = trades(b).into_iter().filter(|t| t.0 == "T0001").map(|t| format!("\"{}\" {}", t.0, serde_json::json!(t.1))).collect();
+    let mut watched: Vec<String> =
+        env.consume_versions("watched").iter().map(|(_, v, _)| format!("{} {}", v["ticker"], v["price"])).collect();
+    let mut expected: Vec<String> = trades(b)
+        .into_iter()
+        .filter(|t| t.0 == "T0001")
+        .map(|t| format!("\"{}\" {}", t.0, serde_json::json!(t.1)))
+        .collect();
     watched.sort();
     expected.sort();
     assert_eq!(watched, expected);
     // Accepted with reprocess: the new aggregate is rebuilt from the start of the input.
-    let reprocess = format!("replace query totals {{ from trades group by ticker aggregate {{ n = count() }} to \"{}\" }} with reprocess", env.topic("totals_n"));
+    let reprocess = format!(
+        "replace query totals {{ from trades group by ticker aggregate {{ n = count() }} to \"{}\" }} with reprocess",
+        env.topic("totals_n")
+    );
     let (out, ok) = env.control(&reprocess, &[]);
     assert!(ok, "{out}");
     run();
@@ -411,13 +495,14 @@ pub fn forged_rejected(env: &Env, n: usize, run_flags: &[&str]) {
     }
     assert_eq!(kinds.len(), 12, "{kinds:?}");
     // Only the real update reached the table.
-    let mut watched: Vec<String> = env.consume_versions("watched").iter().map(|(_, v, _)| format!("{} {}", v["ticker"], v["note"])).collect();
-    let mut expected: Vec<String> = trades(&a).into_iter().filter(|t| t.0 == "T0002").map(|t| format!("\"{}\" \"real\"", t.0)).collect();
+    let mut watched: Vec<String> =
+        env.consume_versions("watched").iter().map(|(_, v, _)| format!("{} {}", v["ticker"], v["note"])).collect();
+    let mut expected: Vec<String> =
+        trades(&a).into_iter().filter(|t| t.0 == "T0002").map(|t| format!("\"{}\" \"real\"", t.0)).collect();
     watched.sort();
     expected.sort();
     assert_eq!(watched, expected);
 }
-
 
 /// A program file changed since the application first ran: a compatible change runs (with the
 /// report), an incompatible one is refused until `--reset`, which reprocesses the input.
@@ -430,15 +515,32 @@ pub fn changed_file_then_reset(env: &Env) {
     std::fs::write(&env.program, text.replace("where size > 500", "where size > 800")).unwrap();
     env.produce_trades(&b);
     let err = env.run(&["run", &program, "--drain"]);
-    assert!(err.contains("the program file changed") && err.contains("query big:\n  no state") && err.contains("kept: totals-aggregate"), "{err}");
+    assert!(
+        err.contains("the program file changed")
+            && err.contains("query big:\n  no state")
+            && err.contains("kept: totals-aggregate"),
+        "{err}"
+    );
     let big: Vec<i64> = env.consume_versions("big").iter().map(|(_, v, _)| v["size"].as_i64().unwrap()).collect();
     let want = trades(&a).iter().filter(|t| t.2 > 500).count() + trades(&b).iter().filter(|t| t.2 > 800).count();
     assert_eq!(big.len(), want);
     // Incompatible: refused, nothing processed.
-    std::fs::write(&env.program, text.replace("aggregate { n = count(), vol = sum(size) }", "aggregate { n = count() }")).unwrap();
-    let out = std::process::Command::new(bin()).arg("--state-dir").arg(&env.state).args(env.args(&["run", &program, "--drain"])).output().unwrap();
+    std::fs::write(
+        &env.program,
+        text.replace("aggregate { n = count(), vol = sum(size) }", "aggregate { n = count() }"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin())
+        .arg("--state-dir")
+        .arg(&env.state)
+        .args(env.args(&["run", &program, "--drain"]))
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("--reset") && err.contains("incompatible: totals-aggregate"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("--reset") && err.contains("incompatible: totals-aggregate"),
+        "{err}"
+    );
     // --reset: every query starts over from the start of the input.
     assert!(env.consume_versions("totals").iter().all(|(_, v, _)| v.get("vol").is_some()));
     let err = env.run(&["run", &program, "--drain", "--reset"]);
@@ -514,15 +616,22 @@ pub fn new_query_while_stopped(env: &Env) {
     let program = env.program.to_str().unwrap().to_string();
     env.produce_trades(&a);
     env.run(&["run", &program, "--drain"]);
-    let q = format!("query small {{ from trades where size < 100 select {{ ticker, size }} to \"{}\" }}", env.topic("small"));
+    let q = format!(
+        "query small {{ from trades where size < 100 select {{ ticker, size }} to \"{}\" }}",
+        env.topic("small")
+    );
     let (out, ok) = env.control(&q, &[]);
     assert!(ok, "{out}");
     env.produce_trades(&b);
     env.run(&["run", &program, "--drain"]);
-    let mut got: Vec<i64> = env.consume_versions("small").iter().map(|(_, v, ver)| {
-        assert_eq!(*ver, Some(1));
-        v["size"].as_i64().unwrap()
-    }).collect();
+    let mut got: Vec<i64> = env
+        .consume_versions("small")
+        .iter()
+        .map(|(_, v, ver)| {
+            assert_eq!(*ver, Some(1));
+            v["size"].as_i64().unwrap()
+        })
+        .collect();
     let mut want: Vec<i64> = trades(&a).into_iter().chain(trades(&b)).filter(|t| t.2 < 100).map(|t| t.2).collect();
     got.sort();
     want.sort();
@@ -530,8 +639,17 @@ pub fn new_query_while_stopped(env: &Env) {
 }
 
 /// A topic's records (key, value) with one header's value (text), from the backend `env` runs on.
-pub fn consume_headers(env: &Env, topic: &str, header: &str) -> Vec<(serde_json::Value, serde_json::Value, Option<String>)> {
-    let out = Command::new(bin()).arg("--state-dir").arg(&env.state).args(env.args(&["consume", topic, "--from-beginning", "--headers"])).output().unwrap();
+pub fn consume_headers(
+    env: &Env,
+    topic: &str,
+    header: &str,
+) -> Vec<(serde_json::Value, serde_json::Value, Option<String>)> {
+    let out = Command::new(bin())
+        .arg("--state-dir")
+        .arg(&env.state)
+        .args(env.args(&["consume", topic, "--from-beginning", "--headers"]))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout)
         .lines()

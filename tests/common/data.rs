@@ -32,7 +32,10 @@ pub fn clicks_with_lag(n: usize, seed: u64, max_lag: u64) -> Vec<(String, String
 }
 
 pub fn write_clicks(path: &Path, clicks: &[(String, String, i64, i64)]) {
-    let lines: Vec<String> = clicks.iter().map(|(u, p, d, at)| serde_json::json!({"user": u, "page": p, "dwell_ms": d, "at": at}).to_string()).collect();
+    let lines: Vec<String> = clicks
+        .iter()
+        .map(|(u, p, d, at)| serde_json::json!({"user": u, "page": p, "dwell_ms": d, "at": at}).to_string())
+        .collect();
     std::fs::write(path, lines.join("\n") + "\n").unwrap();
 }
 
@@ -67,11 +70,31 @@ pub fn orders_and_payments(n: usize, seed: u64) -> OrdersAndPayments {
     (orders, pays)
 }
 
-pub fn write_orders_and_payments(dir: &Path, orders: &[(String, String, f64, i64)], pays: &[(String, f64, String, i64)]) -> (PathBuf, PathBuf) {
+pub fn write_orders_and_payments(
+    dir: &Path,
+    orders: &[(String, String, f64, i64)],
+    pays: &[(String, f64, String, i64)],
+) -> (PathBuf, PathBuf) {
     let (of, pf) = (dir.join("orders.jsonl"), dir.join("payments.jsonl"));
     let lines = |v: Vec<serde_json::Value>| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join("\n") + "\n";
-    std::fs::write(&of, lines(orders.iter().map(|(id, c, tot, at)| serde_json::json!({"order_id": id, "customer": c, "total": tot, "placed": at})).collect())).unwrap();
-    std::fs::write(&pf, lines(pays.iter().map(|(id, a, m, at)| serde_json::json!({"order_id": id, "amount": a, "method": m, "paid": at})).collect())).unwrap();
+    std::fs::write(
+        &of,
+        lines(
+            orders
+                .iter()
+                .map(|(id, c, tot, at)| serde_json::json!({"order_id": id, "customer": c, "total": tot, "placed": at}))
+                .collect(),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &pf,
+        lines(
+            pays.iter()
+                .map(|(id, a, m, at)| serde_json::json!({"order_id": id, "amount": a, "method": m, "paid": at}))
+                .collect(),
+        ),
+    )
+    .unwrap();
     (of, pf)
 }
-

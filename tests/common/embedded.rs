@@ -101,8 +101,17 @@ pub fn read_topic(state_dir: &Path, topic: &str) -> Vec<Out> {
                 offset: s.offset,
                 timestamp: s.record.timestamp,
                 key: s.record.key.map(|k| String::from_utf8_lossy(&k).into_owned()),
-                value: s.record.value.map(|v| serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null)).unwrap_or(serde_json::Value::Null),
-                headers: s.record.headers.iter().map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned())).collect(),
+                value: s
+                    .record
+                    .value
+                    .map(|v| serde_json::from_slice(&v).unwrap_or(serde_json::Value::Null))
+                    .unwrap_or(serde_json::Value::Null),
+                headers: s
+                    .record
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect(),
             });
         }
     }
@@ -112,7 +121,11 @@ pub fn read_topic(state_dir: &Path, topic: &str) -> Vec<Out> {
 /// The raw bytes of every partition file of a topic.
 pub fn topic_bytes(state_dir: &Path, topic: &str) -> Vec<Vec<u8>> {
     let dir = state_dir.join("log").join("topics").join(topic);
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "log")).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
     files.sort();
     files.iter().map(|f| std::fs::read(f).unwrap()).collect()
 }

@@ -15,9 +15,9 @@ pub const REQUIRE_VAR: &str = "STREAMC_REQUIRE_KAFKA";
 pub fn bootstrap() -> Option<String> {
     match std::env::var(BOOTSTRAP_VAR) {
         Ok(addr) if !addr.trim().is_empty() => Some(addr.trim().to_string()),
-        _ if std::env::var(REQUIRE_VAR).is_ok_and(|v| v == "1") => panic!(
-            "{REQUIRE_VAR}=1 but {BOOTSTRAP_VAR} is not set: start a broker with dev/kafka/broker start"
-        ),
+        _ if std::env::var(REQUIRE_VAR).is_ok_and(|v| v == "1") => {
+            panic!("{REQUIRE_VAR}=1 but {BOOTSTRAP_VAR} is not set: start a broker with dev/kafka/broker start")
+        }
         _ => None,
     }
 }

@@ -6,11 +6,11 @@ use std::path::Path;
 use streamc::diag::{self, Diagnostics, RenderOptions};
 use streamc::{ast, check, explain, hir, plan, syntax};
 
-pub mod embedded;
-pub mod kafka;
-pub mod data;
 pub mod cli;
 pub mod control;
+pub mod data;
+pub mod embedded;
+pub mod kafka;
 pub mod tenants;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.

@@ -192,7 +192,10 @@ pub fn fold_capped(evs: &[Event], caps: &BTreeMap<(usize, usize), i64>) -> BTree
 /// The tenant index of an output record, from its key `[tenant, user]` and its `tenant` field
 /// (which must agree), with its user.
 pub fn output_tenant(tenants: &[Vec<u8>], key: &serde_json::Value, value: &serde_json::Value) -> (usize, usize) {
-    let t = tenants.iter().position(|t| tenant_json(t) == key[0]).unwrap_or_else(|| panic!("an output of an unknown tenant: key {key}"));
+    let t = tenants
+        .iter()
+        .position(|t| tenant_json(t) == key[0])
+        .unwrap_or_else(|| panic!("an output of an unknown tenant: key {key}"));
     assert_eq!(value["tenant"], key[0], "the tenant field and the key's tenant differ");
     let user = key[1].as_str().unwrap_or_else(|| panic!("key {key}"));
     assert_eq!(value["user"].as_str(), Some(user));
@@ -317,13 +320,20 @@ pub fn property(env: &Env, n: usize, purge_flags: &[&str]) {
     let expected = fold_totals(&all);
     let got = read_totals(env, &tenants);
     let wrong: Vec<_> = expected.iter().filter(|(k, v)| got.get(k) != Some(v)).take(5).collect();
-    assert!(wrong.is_empty(), "totals differ from each tenant's own fold (expected, got): {:?}", wrong.iter().map(|(k, v)| (k, v, got.get(k))).collect::<Vec<_>>());
+    assert!(
+        wrong.is_empty(),
+        "totals differ from each tenant's own fold (expected, got): {:?}",
+        wrong.iter().map(|(k, v)| (k, v, got.get(k))).collect::<Vec<_>>()
+    );
     assert_eq!(got.len(), expected.len(), "a (tenant, user, window) no tenant's events made");
     assert_eq!(read_capped(env, &tenants), fold_capped(&all, &caps), "joins saw another tenant's caps");
 
     // Purge tenant "a".
     let a = tenants.iter().position(|t| t == b"a").unwrap();
-    let stores = [(format!("{}-totals-aggregate-changelog", env.app), false), (format!("{}-capped-join-caps-changelog", env.app), true)];
+    let stores = [
+        (format!("{}-totals-aggregate-changelog", env.app), false),
+        (format!("{}-capped-join-caps-changelog", env.app), true),
+    ];
     let before: Vec<_> = stores.iter().map(|(s, _)| changelog_state(env, s)).collect();
     for ((_, table), b) in stores.iter().zip(&before) {
         assert!(b.keys().any(|(_, k)| key_tenant(k, *table) == b"a"), "tenant a has state before the purge");
@@ -335,23 +345,49 @@ pub fn property(env: &Env, n: usize, purge_flags: &[&str]) {
     let log = env.run(&[&["run", program.as_str(), "--drain"][..], purge_flags].concat());
     assert!(log.contains("purged tenant a"), "{log}");
     if purge_flags.contains(&"--chaos") {
-        let faults: u64 = log.split("chaos: ").nth(1).and_then(|r| r.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+        let faults: u64 =
+            log.split("chaos: ").nth(1).and_then(|r| r.split_whitespace().next()?.parse().ok()).unwrap_or(0);
         assert!(faults > 0, "faults were injected while the purge was applied:\n{log}");
     }
-    for (((s, table), b), after) in stores.iter().zip(&before).zip(stores.iter().map(|(s, _)| changelog_state(env, s))) {
-        let kept: BTreeMap<_, _> = b.iter().filter(|((_, k), _)| key_tenant(k, *table) != b"a").map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (((s, table), b), after) in stores.iter().zip(&before).zip(stores.iter().map(|(s, _)| changelog_state(env, s)))
+    {
+        let kept: BTreeMap<_, _> =
+            b.iter().filter(|((_, k), _)| key_tenant(k, *table) != b"a").map(|(k, v)| (k.clone(), v.clone())).collect();
         // Summarised: a 64 KiB tenant's keys would make the full maps megabytes long.
-        let differ: Vec<(u32, String)> = kept.keys().chain(after.keys()).filter(|k| kept.get(*k) != after.get(*k)).map(|(p, k)| (*p, String::from_utf8_lossy(&k[..k.len().min(40)]).into_owned())).collect();
-        assert!(differ.is_empty(), "{s}: the purge must delete exactly tenant a's keys and change no other key; {} keys differ, e.g. {:?}", differ.len(), &differ[..differ.len().min(5)]);
+        let differ: Vec<(u32, String)> = kept
+            .keys()
+            .chain(after.keys())
+            .filter(|k| kept.get(*k) != after.get(*k))
+            .map(|(p, k)| (*p, String::from_utf8_lossy(&k[..k.len().min(40)]).into_owned()))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "{s}: the purge must delete exactly tenant a's keys and change no other key; {} keys differ, e.g. {:?}",
+            differ.len(),
+            &differ[..differ.len().min(5)]
+        );
     }
     let statuses = env.statuses();
-    assert!(statuses.values().any(|s| s["kind"] == "purge" && s["accepted"] == true && s["tenant"] == "a"), "{statuses:?}");
+    assert!(
+        statuses.values().any(|s| s["kind"] == "purge" && s["accepted"] == true && s["tenant"] == "a"),
+        "{statuses:?}"
+    );
 
     // After the purge: `a` starts from nothing, its neighbours carry on, in the same window.
     let last = all.last().unwrap().3;
     let window_end = last - last.rem_euclid(3_600_000) + 3_600_000;
-    let neighbours: Vec<usize> = [&b"a:"[..], b"a\0", b"ab", b"a:b", b""].iter().map(|n| tenants.iter().position(|t| t == n).unwrap()).collect();
-    let third: Vec<Event> = (0..40).map(|i| (if i % 2 == 0 { a } else { neighbours[i % neighbours.len()] }, i % USERS.len(), 5, (last + 1 + i as i64).min(window_end - 1))).collect();
+    let neighbours: Vec<usize> =
+        [&b"a:"[..], b"a\0", b"ab", b"a:b", b""].iter().map(|n| tenants.iter().position(|t| t == n).unwrap()).collect();
+    let third: Vec<Event> = (0..40)
+        .map(|i| {
+            (
+                if i % 2 == 0 { a } else { neighbours[i % neighbours.len()] },
+                i % USERS.len(),
+                5,
+                (last + 1 + i as i64).min(window_end - 1),
+            )
+        })
+        .collect();
     let f3 = env.dir.join("events3.jsonl");
     write_events(&f3, &tenants, &third);
     produce("events", &f3);
@@ -359,17 +395,26 @@ pub fn property(env: &Env, n: usize, purge_flags: &[&str]) {
     let got = read_totals(env, &tenants);
     let kept: Vec<Event> = all.iter().filter(|e| e.0 != a).chain(&third).copied().collect();
     let expected = fold_totals(&kept);
-    for (k, v) in expected.iter().filter(|(k, _)| k.0 == a || neighbours.contains(&k.0)).filter(|(k, _)| third.iter().any(|e| (e.0, e.1) == (k.0, k.1) && e.3 - e.3.rem_euclid(3_600_000) == k.2)) {
+    for (k, v) in expected
+        .iter()
+        .filter(|(k, _)| k.0 == a || neighbours.contains(&k.0))
+        .filter(|(k, _)| third.iter().any(|e| (e.0, e.1) == (k.0, k.1) && e.3 - e.3.rem_euclid(3_600_000) == k.2))
+    {
         assert_eq!(got.get(k), Some(v), "{k:?} after the purge of tenant a");
     }
     // `capped` holds every earlier event with the caps as they were, then the later events with
     // tenant a's caps gone.
-    let caps_after: BTreeMap<(usize, usize), i64> = caps.iter().filter(|((t, _), _)| *t != a).map(|(k, v)| (*k, *v)).collect();
+    let caps_after: BTreeMap<(usize, usize), i64> =
+        caps.iter().filter(|((t, _), _)| *t != a).map(|(k, v)| (*k, *v)).collect();
     let mut expected_capped = fold_capped(&all, &caps);
     for (k, v) in fold_capped(&third, &caps_after) {
         *expected_capped.entry(k).or_default() += v;
     }
-    assert_eq!(read_capped(env, &tenants), expected_capped, "after the purge, tenant a's events meet no caps (they were purged); the others' still do");
+    assert_eq!(
+        read_capped(env, &tenants),
+        expected_capped,
+        "after the purge, tenant a's events meet no caps (they were purged); the others' still do"
+    );
 }
 
 /// examples/tenants.stream over examples/data/events.jsonl (two tenants, the same user names)
@@ -379,7 +424,8 @@ pub fn property(env: &Env, n: usize, purge_flags: &[&str]) {
 pub fn example_alone(dir: &Path, env: impl Fn(&Path, &str) -> Env) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("examples/data/events.jsonl")).unwrap();
-    let tenant_of = |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap()["tenant"].as_str().unwrap().to_string();
+    let tenant_of =
+        |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap()["tenant"].as_str().unwrap().to_string();
     let tenants: BTreeSet<String> = text.lines().map(tenant_of).collect();
     assert_eq!(tenants.len(), 2, "the example has two tenants");
     let run = |name: &str, lines: Vec<&str>| -> (Env, Vec<(serde_json::Value, serde_json::Value, Option<String>)>) {
@@ -401,14 +447,19 @@ pub fn example_alone(dir: &Path, env: impl Fn(&Path, &str) -> Env) {
     mixed_lines.insert(5, untenanted);
     let (mixed_env, mixed) = run("tmixed", mixed_lines);
     for (k, v, h) in &mixed {
-        assert_eq!(Some(v["tenant"].as_str().unwrap()), h.as_deref(), "the streamc.tenant header names the record's tenant");
+        assert_eq!(
+            Some(v["tenant"].as_str().unwrap()),
+            h.as_deref(),
+            "the streamc.tenant header names the record's tenant"
+        );
         assert_eq!(k[0], v["tenant"], "the key is [tenant, user]");
         assert_eq!(k[1], v["user"]);
     }
     for t in &tenants {
         let alone_lines: Vec<&str> = text.lines().filter(|l| tenant_of(l) == *t).collect();
         let (_, alone) = run(&format!("talone-{t}"), alone_lines);
-        let mut of_t: Vec<String> = mixed.iter().filter(|(_, v, _)| v["tenant"] == t.as_str()).map(|(k, v, _)| format!("{k} {v}")).collect();
+        let mut of_t: Vec<String> =
+            mixed.iter().filter(|(_, v, _)| v["tenant"] == t.as_str()).map(|(k, v, _)| format!("{k} {v}")).collect();
         let mut expect: Vec<String> = alone.iter().map(|(k, v, _)| format!("{k} {v}")).collect();
         of_t.sort();
         expect.sort();
@@ -422,19 +473,33 @@ pub fn example_alone(dir: &Path, env: impl Fn(&Path, &str) -> Env) {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         let at = streamc::runtime::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap();
         let amount = v["amount"].as_f64().unwrap();
-        let e = fold.entry((tenant_of(l), v["user"].as_str().unwrap().to_string(), at - at.rem_euclid(3_600_000))).or_insert((0, 0.0, f64::MIN));
+        let e = fold
+            .entry((tenant_of(l), v["user"].as_str().unwrap().to_string(), at - at.rem_euclid(3_600_000)))
+            .or_insert((0, 0.0, f64::MIN));
         e.0 += 1;
         e.1 += amount;
         e.2 = e.2.max(amount);
     }
     let got: BTreeMap<(String, String, i64), (i64, f64, f64)> = mixed
         .iter()
-        .map(|(_, v, _)| ((v["tenant"].as_str().unwrap().to_string(), v["user"].as_str().unwrap().to_string(), v["window_start"].as_i64().unwrap()), (v["purchases"].as_i64().unwrap(), v["total"].as_f64().unwrap(), v["largest"].as_f64().unwrap())))
+        .map(|(_, v, _)| {
+            (
+                (
+                    v["tenant"].as_str().unwrap().to_string(),
+                    v["user"].as_str().unwrap().to_string(),
+                    v["window_start"].as_i64().unwrap(),
+                ),
+                (v["purchases"].as_i64().unwrap(), v["total"].as_f64().unwrap(), v["largest"].as_f64().unwrap()),
+            )
+        })
         .collect();
     assert_eq!(got.keys().collect::<Vec<_>>(), fold.keys().collect::<Vec<_>>());
     for (k, (n, total, largest)) in &fold {
         let (gn, gt, gl) = got[k];
-        assert!(gn == *n && (gt - total).abs() <= 1e-9 * total.abs() && gl == *largest, "{k:?}: expected ({n}, {total}, {largest}), got ({gn}, {gt}, {gl})");
+        assert!(
+            gn == *n && (gt - total).abs() <= 1e-9 * total.abs() && gl == *largest,
+            "{k:?}: expected ({n}, {total}, {largest}), got ({gn}, {gt}, {gl})"
+        );
     }
     let dlq = super::control::consume_headers(&mixed_env, &format!("{}-dlq", mixed_env.app), "streamc.error");
     assert_eq!(dlq.len(), 1, "{dlq:?}");
