@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use streamc::log::Record;
-use streamc::runtime::task::{self, NoStores as Empty, Task, TaskSpec};
+use streamc::plan::physical::{self, TaskSpec};
+use streamc::runtime::task::{NoStores as Empty, Task};
 
 const TRADES: &str = r#"stream trades from "stocks" {
   key    ticker
@@ -53,7 +54,7 @@ fn trades(n: u64) -> Vec<Record> {
 fn spec_of(src: &str) -> Arc<TaskSpec> {
     let program = streamc::compile(src).unwrap();
     let topo = streamc::plan::lower(&program, "bench");
-    Arc::new(task::specs(&program, &topo).unwrap().remove(0))
+    Arc::new(physical::specs(&program, &topo).unwrap().remove(0))
 }
 
 fn front_end(c: &mut Criterion) {
@@ -124,7 +125,7 @@ fn end_to_end(c: &mut Criterion) {
             || {
                 n += 1;
                 let state = dir.join(format!("state-{n}"));
-                streamc::runtime::driver::RunOptions {
+                streamc::runtime::options::RunOptions {
                     state_dir: state,
                     app: "stats".into(),
                     threads: 1,

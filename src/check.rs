@@ -8,13 +8,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
+use crate::aggregate::{self, ArgProblem, SignatureError};
 use crate::ast::{self, BinOp, Clause, DeclItem, Duration, EmitMode, Format, Literal, Node, Span, UnOp, WindowKind};
 use crate::diag::{did_you_mean, Code, Diagnostic, Diagnostics};
 use crate::hir::{self, AggFunc, Builtin, ExprKind, Joined, KeySpec, Root, Shape, SourceKind, StepKind};
 use crate::types::{RecordType, Type};
 
 /// Names of the native aggregates.
-const NATIVE_AGGREGATES: [&str; 4] = ["count", "sum", "min", "max"];
 /// Fields every windowed result starts with.
 pub const WINDOW_FIELDS: [&str; 2] = ["window_start", "window_end"];
 
@@ -477,7 +477,7 @@ impl<'a> Checker<'a> {
     }
 
     fn define(&mut self, name: &ast::Ident, what: &str) -> bool {
-        if Builtin::lookup(&name.node).is_some() || NATIVE_AGGREGATES.contains(&name.node.as_str()) {
+        if Builtin::lookup(&name.node).is_some() || aggregate::lookup(&name.node).is_some() {
             self.err(
                 Diagnostic::new(
                     Code::Duplicate,
@@ -1384,53 +1384,33 @@ impl<'a> Checker<'a> {
             arity(self, "a value");
             return None;
         }
-        let ty = match fname {
-            "count" => {
-                if args.len() > 1 {
-                    arity(self, "no argument or one");
-                    return None;
+        if let Some(native) = aggregate::lookup(fname) {
+            let types: Vec<Type> = args.iter().map(|e| e.ty.clone()).collect();
+            return match native.signature(&types) {
+                Ok(sig) => Some(hir::AggCall {
+                    name: a.name.node.clone(),
+                    func: AggFunc::Native(native),
+                    args,
+                    ty: sig.result,
+                    state_ty: sig.state,
+                }),
+                Err(SignatureError::Arity(want)) => {
+                    arity(self, want);
+                    None
                 }
-                Some((AggFunc::Count, Type::Int))
-            }
-            "sum" | "min" | "max" => {
-                if args.len() != 1 {
-                    arity(self, "one argument");
-                    return None;
+                Err(SignatureError::Argument { arg, problem, message, label, help }) => {
+                    let code = match problem {
+                        ArgProblem::NotNumeric => Code::NotNumeric,
+                        ArgProblem::NotOrdered => Code::NotOrdered,
+                    };
+                    let span = a.args.get(arg).map(|e| e.span).unwrap_or(a.span);
+                    self.err(Diagnostic::new(code, span, message).label(label).help(help));
+                    None
                 }
-                let t = args[0].ty.clone();
-                if fname == "sum" {
-                    if !t.is_numeric() && *t.base() != Type::Duration {
-                        self.err(
-                            Diagnostic::new(Code::NotNumeric, a.args[0].span, format!("`sum` of a {t}"))
-                                .label("not a number")
-                                .help("`sum` adds ints, floats or durations; count records with `count()`"),
-                        );
-                        return None;
-                    }
-                    Some((AggFunc::Sum, t))
-                } else {
-                    if !t.is_ordered() {
-                        self.err(
-                            Diagnostic::new(
-                                Code::NotOrdered,
-                                a.args[0].span,
-                                format!("`{fname}` of a {t}, which has no order"),
-                            )
-                            .label("not an ordered type")
-                            .help("`min` and `max` take numbers, strings, timestamps, durations or bools"),
-                        );
-                        return None;
-                    }
-                    Some((if fname == "min" { AggFunc::Min } else { AggFunc::Max }, t))
-                }
-            }
-            _ => None,
-        };
-        if let Some((func, ty)) = ty {
-            return Some(hir::AggCall { name: a.name.node.clone(), func, args, ty });
+            };
         }
         let Some(def) = self.aggregates.iter().find(|d| d.name == fname).cloned() else {
-            let mut cands: Vec<&str> = NATIVE_AGGREGATES.to_vec();
+            let mut cands: Vec<&str> = aggregate::names().collect();
             cands.extend(self.aggregates.iter().map(|d| d.name.as_str()));
             let help = if Builtin::lookup(fname).is_some() || self.functions.iter().any(|f| f.name == fname) {
                 format!("`{fname}` is a function, not an aggregate; apply it to a field inside one: `sum({fname}(x))`")
@@ -1473,6 +1453,7 @@ impl<'a> Checker<'a> {
             func: AggFunc::User(def.clone()),
             args,
             ty: def.result_type.clone(),
+            state_ty: Type::Record(RecordType { fields: def.state.clone() }),
         })
     }
 
@@ -1895,7 +1876,7 @@ impl<'a> Checker<'a> {
             let ty = if ok { f.result_type.clone() } else { Type::Error };
             return hir::Expr { kind: ExprKind::Function(f, args), ty, span };
         }
-        let help = if NATIVE_AGGREGATES.contains(&name) || self.aggregates.iter().any(|a| a.name == name) {
+        let help = if aggregate::lookup(name).is_some() || self.aggregates.iter().any(|a| a.name == name) {
             format!("`{name}` is an aggregate; use it inside `aggregate {{ x = {name}(…) }}`")
         } else if self.all_defs.contains(name) {
             format!("`{name}` cannot call itself or a function defined after it: define it first")

@@ -16,14 +16,15 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use crate::check::{self, Control};
+use crate::codec;
 use crate::config::TrustedKey;
 use crate::diag::{self, Code, Diagnostic, RenderOptions};
+use crate::eval::{eval, Row};
 use crate::hir;
+use crate::plan::physical::{self, TaskSpec};
 use crate::plan::{self, Topology};
-use crate::runtime::eval::{eval, Row};
-use crate::runtime::task::{self, TaskSpec};
-use crate::runtime::value::Value;
 use crate::syntax;
+use crate::value::Value;
 
 pub const H_KEY_ID: &str = "streamc.key_id";
 pub const H_SEQ: &str = "streamc.seq";
@@ -328,7 +329,7 @@ pub type Tables = BTreeMap<String, Arc<BTreeMap<Vec<u8>, Arc<Vec<Value>>>>>;
 pub fn table_key(tenant: Option<&[u8]>, kb: &[u8]) -> Vec<u8> {
     match tenant {
         None => [&[0u8][..], kb].concat(),
-        Some(t) => [&[1u8][..], &crate::runtime::tenant::scope(t, kb)].concat(),
+        Some(t) => [&[1u8][..], &codec::scope(t, kb)].concat(),
     }
 }
 
@@ -571,8 +572,8 @@ impl Evaluator {
                 let v = eval(value, &row, &[]).map_err(|e| format!("the value cannot be evaluated: {e}"))?;
                 let mut json = Vec::new();
                 v.write_json(&value.ty, &mut json);
-                let fields = task::decode_visible(src, &json)
-                    .map_err(|e| format!("the value does not fit `{}`: {}", src.name, e.0))?;
+                let fields = codec::decode_visible(src, &json)
+                    .map_err(|e| format!("the value does not fit `{}`: {e}", src.name))?;
                 let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
                 drop(latest);
                 self.set_row(&name, kb, Some(Arc::new(fields)));
@@ -792,7 +793,7 @@ fn build_stage(
     events: Arc<Vec<Event>>,
 ) -> Result<Stage, String> {
     let topo = plan::lower(&program, app);
-    let specs = task::specs(&program, &topo)?
+    let specs = physical::specs(&program, &topo)?
         .into_iter()
         .map(|mut s| {
             if let Some(q) = queries.get(&s.query) {

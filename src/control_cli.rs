@@ -382,13 +382,11 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
+/// A task's name, and the control offset and query version of its last commit.
+type Applied = (String, Option<u64>, Option<u64>);
+
 /// Per task: the control offset and query version of its last commit.
-fn applied(
-    t: &Topics,
-    app: &str,
-    stage: &control::Stage,
-    cfg: &config::Config,
-) -> Result<Vec<(String, Option<u64>, Option<u64>)>, String> {
+fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) -> Result<Vec<Applied>, String> {
     let mut out = Vec::new();
     let field = |m: &serde_json::Value, f: &str| m.get(f).and_then(|v| v.as_u64());
     match t {

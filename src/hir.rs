@@ -193,32 +193,28 @@ pub struct AggCall {
     pub func: AggFunc,
     pub args: Vec<Expr>,
     pub ty: Type,
+    /// The type of its state: stores and changelogs hold it as JSON of this type.
+    pub state_ty: Type,
 }
 
 #[derive(Clone, Debug)]
 pub enum AggFunc {
-    /// `count()` / `count(*)` counts records; `count(x)` counts non-null `x`.
-    Count,
-    Sum,
-    Min,
-    Max,
+    /// A built-in aggregate (`count`, `sum`, `count_distinct`, …): see [`crate::aggregate`].
+    Native(&'static dyn crate::aggregate::Native),
     User(Arc<AggregateDef>),
 }
 
 impl AggFunc {
     pub fn name(&self) -> &str {
         match self {
-            AggFunc::Count => "count",
-            AggFunc::Sum => "sum",
-            AggFunc::Min => "min",
-            AggFunc::Max => "max",
+            AggFunc::Native(n) => n.name(),
             AggFunc::User(d) => &d.name,
         }
     }
     pub fn mergeable(&self) -> bool {
         match self {
             AggFunc::User(d) => d.merge.is_some(),
-            _ => true,
+            AggFunc::Native(_) => true,
         }
     }
 }

@@ -4,11 +4,14 @@
 //! text → [`syntax::parse`] → [`ast::Program`] → [`check::check`] → [`hir::Program`]
 //! → [`plan::lower`] → [`plan::Topology`] → explain / runtime.
 
+pub mod aggregate;
 pub mod ast;
 pub mod check;
+pub mod codec;
 pub mod config;
 pub mod control;
 pub mod diag;
+pub mod eval;
 pub mod explain;
 pub mod gen;
 pub mod hir;
@@ -19,6 +22,7 @@ pub mod runtime;
 pub mod stdlib;
 pub mod syntax;
 pub mod types;
+pub mod value;
 
 use diag::Diagnostics;
 

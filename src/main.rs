@@ -431,7 +431,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         }
         _ => None,
     };
-    let opts = streamc::runtime::driver::RunOptions {
+    let opts = streamc::runtime::options::RunOptions {
         state_dir: g.state_dir.clone(),
         app,
         threads,
@@ -550,7 +550,7 @@ fn produce(
         };
         batch[p as usize].push(rec);
         n += 1;
-        if n % 10_000 == 0 {
+        if n.is_multiple_of(10_000) {
             flush(&mut batch)?;
         }
     }
@@ -578,7 +578,7 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
         None | Some(serde_json::Value::Null) => now,
         Some(serde_json::Value::Number(n)) => n.as_i64().ok_or("timestamp must be an integer")?,
         Some(serde_json::Value::String(s)) => {
-            streamc::runtime::value::parse_rfc3339(s).ok_or("timestamp must be epoch ms or RFC 3339")?
+            streamc::value::parse_rfc3339(s).ok_or("timestamp must be epoch ms or RFC 3339")?
         }
         Some(_) => return Err("timestamp must be epoch ms or RFC 3339".into()),
     };

@@ -350,7 +350,7 @@ fn tenants_have_their_own_metrics() {
                 (
                     v["tenant"].as_str().unwrap().to_string(),
                     v["user"].as_str().unwrap().to_string(),
-                    streamc::runtime::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap(),
+                    streamc::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap(),
                 )
             })
             .collect();

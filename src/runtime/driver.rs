@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Instant;
@@ -21,35 +21,18 @@ use crate::config::{Config, OnError};
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record, Stored};
+use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::{Partitions, Topology};
-use crate::runtime::chaos::{Chaos, ChaosSpec, FailPoint};
+use crate::runtime::chaos::{Chaos, FailPoint};
 use crate::runtime::hub::Hub;
-use crate::runtime::metrics::{Metrics, RestoreMetrics, TaskCounts, TaskMetrics};
+use crate::runtime::metrics::{RestoreMetrics, TaskCounts, TaskMetrics};
+use crate::runtime::options::RunOptions;
 use crate::runtime::task::{
-    self, Change, Input, Output, RecordError, StoreRead, Task, TaskSpec, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
+    self, Change, Input, Output, RecordError, StoreRead, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
-use crate::runtime::value::Value;
+use crate::value::Value;
 
 const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
-
-#[derive(Clone, Debug)]
-pub struct RunOptions {
-    pub state_dir: PathBuf,
-    pub app: String,
-    pub threads: usize,
-    pub drain: bool,
-    pub close_windows_at_end: bool,
-    pub inputs: Vec<(String, PathBuf)>,
-    pub config: Config,
-    /// Where tasks report their counts at each commit (`--metrics-addr`).
-    pub metrics: Option<Arc<Metrics>>,
-    /// Show progress bars on stderr (the CLI sets this when stderr is a terminal).
-    pub progress: bool,
-    /// Fault injection (`--chaos`).
-    pub chaos: Option<ChaosSpec>,
-    /// The program file's text (version 0 of the running program).
-    pub program_text: String,
-}
 
 /// What a run did, for the CLI and tests.
 #[derive(Clone, Debug, Default)]
@@ -308,11 +291,11 @@ fn worker(leader: bool, tasks: &mut Vec<TaskRun>, sh: &Shared, opts: &RunOptions
                 };
                 for spec in stage.specs.iter() {
                     for p in 0..counts[spec.sub] {
-                        if !live.contains_key(&(spec.name.clone(), p)) {
+                        if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
                             let mut t =
                                 TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
                             t.bar = sh.bar.clone();
-                            live.insert((spec.name.clone(), p), t.control);
+                            slot.insert(t.control);
                             tasks.push(t);
                             progress = true;
                         }
@@ -552,7 +535,7 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
     if src.format != crate::ast::Format::Json {
         return rec;
     }
-    if let Ok(fields) = crate::runtime::value::decode_record(line, &src.wire) {
+    if let Ok(fields) = crate::value::decode_record(line, &src.wire) {
         if let hir::KeySpec::Field(i) = src.key {
             let name = &src.value.fields[i].0;
             if let Some(wi) = src.wire.index_of(name) {
@@ -1080,7 +1063,7 @@ impl TaskRun {
         let p = self.task.partition;
         let spec = &self.task.spec;
         let mut topics: Vec<String> = spec.side_topics();
-        if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
+        if !matches!(spec.main.decode, Decode::Internal { .. }) {
             topics.push(spec.main.topic.clone());
         }
         topics
@@ -1114,7 +1097,7 @@ impl TaskRun {
         max: u64,
     ) -> Result<u64, String> {
         let spec = self.task.spec.clone();
-        let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
+        let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
         self.feed.ends[0] = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
         for (i, t) in spec.side_topics().iter().enumerate() {
             self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
@@ -1295,7 +1278,7 @@ impl<F: Feed> TaskRun<F> {
     pub(crate) fn step(&mut self, opts: &RunOptions, max: u64) -> Result<u64, String> {
         let p = self.task.partition;
         let spec = self.task.spec.clone();
-        let main_internal = matches!(spec.main.decode, task::Decode::Internal { .. });
+        let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
         let mut topics = vec![spec.main.topic.clone()];
         topics.extend(spec.side_topics());
         let mut n = 0;

@@ -4,7 +4,7 @@
 use crate::control::{self, ControlRecord, Evaluator, Status};
 use crate::hir;
 use crate::log::Record;
-use crate::runtime::driver::RunOptions;
+use crate::runtime::options::RunOptions;
 
 pub(crate) struct Hub {
     pub ev: Evaluator,

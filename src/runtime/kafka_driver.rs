@@ -35,10 +35,11 @@ use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::kafka::{stored, Kafka};
 use crate::log::{partition_for, Pos, Record, Stored};
+use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::{Partitions, TopicRole, Topology};
-use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, RunOptions, Summary, TaskRun};
+use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, Summary, TaskRun};
 use crate::runtime::hub::Hub;
-use crate::runtime::task::{self, TaskSpec};
+use crate::runtime::options::RunOptions;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -219,7 +220,7 @@ fn lock(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
 /// topic, and its side inputs.
 fn external_inputs(spec: &TaskSpec) -> Vec<String> {
     let mut v = spec.side_topics();
-    if !matches!(spec.main.decode, task::Decode::Internal { .. }) {
+    if !matches!(spec.main.decode, Decode::Internal { .. }) {
         v.push(spec.main.topic.clone());
     }
     v
@@ -1213,7 +1214,7 @@ impl Engine {
                     return Ok(false);
                 }
                 // Internal inputs: read up to their end as of now.
-                if matches!(t.run.task.spec.main.decode, task::Decode::Internal { .. }) {
+                if matches!(t.run.task.spec.main.decode, Decode::Internal { .. }) {
                     let topic = t.run.task.spec.main.topic.clone();
                     let p = t.run.task.partition as i32;
                     let (_, high) = t.run.feed.readers[0]

@@ -2,10 +2,9 @@
 
 pub mod chaos;
 pub mod driver;
-pub mod eval;
 pub(crate) mod hub;
 pub mod kafka_driver;
 pub mod metrics;
+pub mod options;
 pub mod task;
 pub mod tenant;
-pub mod value;

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::ast::{EmitMode, Format, WindowKind};
+use crate::codec::{decode_tenanted, decode_visible};
+use crate::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row, Tenant};
 use crate::hir::{self, AggFunc, KeySpec};
 use crate::log::Record;
-use crate::plan::{NodeKind, Topology};
-use crate::runtime::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row, Tenant};
+use crate::plan::physical::{AggSpec, Decode, Op, StreamInput, TaskSpec};
 use crate::runtime::tenant::{self, H_TENANT};
-use crate::runtime::value::{decode_record, decode_value, Value};
 use crate::types::{RecordType, Type};
+use crate::value::{decode_record, decode_value, Value};
 
 /// Header names of docs/conventions.md.
 pub const H_ERROR: &str = "streamc.error";
@@ -28,324 +29,6 @@ pub const H_VERSION: &str = "streamc.query.version";
 /// On the tombstone of a merged-away session: which session it deletes.
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
-
-/// How a task's main input is decoded.
-#[derive(Clone, Debug)]
-pub enum Decode {
-    /// A declared stream or table.
-    Source(Arc<hir::Source>),
-    /// A repartition topic: `nvalue` value fields, then the joined sides.
-    Internal { key: Type, wire: RecordType, nvalue: usize, joined_keys: Vec<bool> },
-}
-
-#[derive(Clone, Debug)]
-pub struct InputSpec {
-    pub topic: String,
-    pub decode: Decode,
-}
-
-/// A topic-fed table that the task materializes for a join.
-#[derive(Clone, Debug)]
-pub struct TableInput {
-    pub topic: String,
-    pub source: Arc<hir::Source>,
-    /// Index of its store in the task.
-    pub store: usize,
-}
-
-/// The other stream of a stream–stream join: read by the task alongside its main input.
-#[derive(Clone, Debug)]
-pub struct StreamInput {
-    pub topic: String,
-    pub source: Arc<hir::Source>,
-    /// Index of the join in the task's `ops`.
-    pub op: usize,
-    /// Records match when their times are at most this far apart (ms).
-    pub within: i64,
-    pub left: bool,
-    /// Over the main side, matched against this stream's key.
-    pub on: hir::Expr,
-    /// Stores of the main side's and this side's records.
-    pub left_store: usize,
-    pub right_store: usize,
-    /// How the main side's rows are stored (as on a repartition topic).
-    pub wire: RecordType,
-    pub nvalue: usize,
-    pub joined_keys: Vec<bool>,
-}
-
-#[derive(Clone, Debug)]
-pub enum Op {
-    Filter(hir::Expr),
-    Map(Vec<hir::Expr>),
-    Rekey(hir::Expr),
-    Repartition {
-        topic: String,
-        key: Vec<hir::Expr>,
-        key_ty: Type,
-        wire: RecordType,
-    },
-    /// Look up the task's `table`-th table input (None: a control-managed table).
-    /// `table`: a topic-fed table input; `global`: a control-managed table, by name.
-    JoinTable {
-        table: Option<usize>,
-        global: Option<String>,
-        on: hir::Expr,
-        left: bool,
-    },
-    /// Join with the task's `side`-th stream input.
-    JoinStream {
-        side: usize,
-    },
-    Aggregate,
-    Sink {
-        topic: String,
-        format: Format,
-        key_ty: Type,
-        value_ty: RecordType,
-    },
-}
-
-#[derive(Clone, Debug)]
-pub struct AggSpec {
-    pub node: String,
-    pub group: Vec<hir::Expr>,
-    pub key_ty: Type,
-    pub window: Option<hir::Window>,
-    pub aggs: Vec<hir::AggCall>,
-    pub emit: EmitMode,
-    pub store: usize,
-    /// Session windows: the gap (a session closes at end + gap + grace); 0 for time windows.
-    pub gap: i64,
-}
-
-impl AggSpec {
-    fn session(&self) -> bool {
-        matches!(self.window.map(|w| w.kind), Some(WindowKind::Session { .. }))
-    }
-    fn sliding(&self) -> bool {
-        matches!(self.window.map(|w| w.kind), Some(WindowKind::Sliding { .. }))
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct StoreSpec {
-    pub name: String,
-    pub changelog: String,
-}
-
-/// Everything the tasks of one sub-topology share.
-#[derive(Clone, Debug)]
-pub struct TaskSpec {
-    pub sub: usize,
-    pub query: String,
-    /// Stable identity across program edits: the name of the sub-topology's input node.
-    pub name: String,
-    pub main: InputSpec,
-    pub tables: Vec<TableInput>,
-    pub streams: Vec<StreamInput>,
-    pub ops: Vec<Op>,
-    /// Operators after the aggregate, run on its emitted rows.
-    pub post: Vec<Op>,
-    pub agg: Option<AggSpec>,
-    pub stores: Vec<StoreSpec>,
-    /// The plan node of each operator: those of `ops`, then those of `post` (for metrics).
-    pub nodes: Vec<String>,
-    /// The version of the program that defined its query (`streamc.query.version`).
-    pub version: u64,
-    /// Its query reads a tenant-scoped stream: every record has a tenant, every state key of
-    /// the task is scoped to it, and outputs carry it.
-    pub tenant: bool,
-    /// Records its repartition topics hold from before this version were written for an older
-    /// form of the query: they are skipped.
-    pub epoch: u64,
-}
-
-/// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
-pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, String> {
-    let mut out = Vec::new();
-    for sub in &topo.subtopologies {
-        let mut spec = TaskSpec {
-            sub: sub.id,
-            query: sub.query.clone(),
-            name: String::new(),
-            main: InputSpec {
-                topic: String::new(),
-                decode: Decode::Internal {
-                    key: Type::Error,
-                    wire: RecordType::default(),
-                    nvalue: 0,
-                    joined_keys: vec![],
-                },
-            },
-            tables: Vec::new(),
-            streams: Vec::new(),
-            ops: Vec::new(),
-            post: Vec::new(),
-            agg: None,
-            stores: Vec::new(),
-            nodes: Vec::new(),
-            version: 0,
-            epoch: 0,
-            tenant: program
-                .queries
-                .iter()
-                .find(|q| q.name == sub.query)
-                .is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
-        };
-        // The other streams of this sub-topology's stream–stream joins: their source nodes are
-        // side inputs, not the main one.
-        let joined: Vec<&str> = sub
-            .nodes
-            .iter()
-            .filter_map(|&n| match &topo.graph[n].kind {
-                NodeKind::JoinStream { stream, .. } => Some(stream.as_str()),
-                _ => None,
-            })
-            .collect();
-        for &n in &sub.nodes {
-            let node = &topo.graph[n];
-            let incoming =
-                topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
-            let nops = spec.ops.len() + spec.post.len();
-            let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
-            match &node.kind {
-                NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
-                NodeKind::Source { topic, from, .. } => {
-                    if !spec.name.is_empty() {
-                        return Err(format!("{}: a sub-topology with two main inputs", node.name));
-                    }
-                    let (_, src) = program.source(from).ok_or_else(|| format!("unknown source {from}"))?;
-                    spec.name = node.name.clone();
-                    spec.main = InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) };
-                }
-                NodeKind::RepartitionSource { topic, value_fields, joined_keys } => {
-                    let e = incoming.ok_or("repartition source without input")?;
-                    let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
-                    spec.name = node.name.clone();
-                    let decode =
-                        Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
-                    spec.main = InputSpec { topic: topic.clone(), decode };
-                }
-                NodeKind::TableSource { topic, table } => {
-                    let (_, src) = program.source(table).ok_or_else(|| format!("unknown table {table}"))?;
-                    let store = spec.stores.len();
-                    spec.stores.push(store_spec(topo, &node.name));
-                    spec.tables.push(TableInput { topic: topic.clone(), source: Arc::new(src.clone()), store });
-                }
-                NodeKind::Filter { pred, .. } => ops.push(Op::Filter(pred.clone())),
-                NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
-                NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
-                NodeKind::RepartitionSink { topic, key } => {
-                    let e = topo
-                        .graph
-                        .edges_directed(n, petgraph::Direction::Outgoing)
-                        .next()
-                        .map(|e| e.weight().clone())
-                        .ok_or("repartition sink without output")?;
-                    let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
-                    ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
-                }
-                NodeKind::JoinTable { global, left, on, table: name } => {
-                    // A topic-fed table is the task's last table input, declared by its table
-                    // source node just before.
-                    let table = if *global {
-                        None
-                    } else {
-                        Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?)
-                    };
-                    ops.push(Op::JoinTable {
-                        table,
-                        global: global.then(|| name.clone()),
-                        on: on.clone(),
-                        left: *left,
-                    });
-                }
-                NodeKind::JoinStream { stream, within, left, on, value_fields, joined_keys } => {
-                    let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
-                    let side_source = format!("{}-source", node.name);
-                    let e = topo
-                        .graph
-                        .edges_directed(n, petgraph::Direction::Incoming)
-                        .find(|e| topo.graph[petgraph::visit::EdgeRef::source(e)].name != side_source)
-                        .map(|e| e.weight().clone())
-                        .ok_or("join without its input")?;
-                    let Type::Record(wire) = e.value else { return Err("join input is not a record".into()) };
-                    let left_store = spec.stores.len();
-                    spec.stores.push(store_named(topo, &format!("{}-left", node.name)));
-                    spec.stores.push(store_named(topo, &format!("{}-right", node.name)));
-                    let side = spec.streams.len();
-                    spec.streams.push(StreamInput {
-                        topic: src.topic.clone().unwrap_or_default(),
-                        source: Arc::new(src.clone()),
-                        op: ops.len(),
-                        within: within.0,
-                        left: *left,
-                        on: on.clone(),
-                        left_store,
-                        right_store: left_store + 1,
-                        wire,
-                        nvalue: *value_fields,
-                        joined_keys: joined_keys.clone(),
-                    });
-                    ops.push(Op::JoinStream { side });
-                }
-                NodeKind::Aggregate(a) => {
-                    let store = spec.stores.len();
-                    spec.stores.push(store_spec(topo, &node.name));
-                    let key_ty =
-                        topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
-                    ops.push(Op::Aggregate);
-                    spec.agg = Some(AggSpec {
-                        node: node.name.clone(),
-                        group: a.group.iter().map(|(_, e)| e.clone()).collect(),
-                        key_ty,
-                        window: a.window,
-                        aggs: a.aggs.clone(),
-                        emit: a.emit,
-                        store,
-                        gap: match a.window.map(|w| w.kind) {
-                            Some(WindowKind::Session { gap }) => gap.0,
-                            // A sliding window's end is inclusive: it closes one ms after it.
-                            Some(WindowKind::Sliding { .. }) => 1,
-                            _ => 0,
-                        },
-                    });
-                }
-                NodeKind::Sink { topic, format, .. } => {
-                    let e = incoming.ok_or("sink without input")?;
-                    let Type::Record(value_ty) = e.value else { return Err("sink value is not a record".into()) };
-                    ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty });
-                }
-            }
-            if spec.ops.len() + spec.post.len() > nops {
-                spec.nodes.push(node.name.clone());
-            }
-        }
-        out.push(spec);
-    }
-    Ok(out)
-}
-
-fn store_named(topo: &Topology, name: &str) -> StoreSpec {
-    let s = topo.stores.iter().find(|s| s.name == name);
-    StoreSpec { name: name.to_string(), changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default() }
-}
-
-impl TaskSpec {
-    /// Topics read besides the main input, in side-input order: tables, then joined streams.
-    pub fn side_topics(&self) -> Vec<String> {
-        self.tables.iter().map(|t| t.topic.clone()).chain(self.streams.iter().map(|s| s.topic.clone())).collect()
-    }
-}
-
-fn store_spec(topo: &Topology, node: &str) -> StoreSpec {
-    let s = topo.stores.iter().find(|s| s.node == node);
-    StoreSpec {
-        name: s.map(|s| s.name.clone()).unwrap_or_default(),
-        changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default(),
-    }
-}
 
 /// One decoded input record.
 pub struct Input {
@@ -432,9 +115,8 @@ struct AggEntry {
 
 #[derive(Clone, Debug)]
 enum AggState {
-    Count(i64),
-    /// Sums, mins and maxes; Null until a non-null value arrives.
-    Val(Value),
+    /// A built-in aggregate's state, a value of its call's `state_ty`.
+    Native(Value),
     User(Vec<Value>),
 }
 
@@ -991,7 +673,7 @@ impl Task {
         let (row, field) = match &rec.value {
             None => (None, None),
             Some(v) => {
-                let (row, field) = decode_tenanted(&ti.source, v)?;
+                let (row, field) = decode_tenanted(&ti.source, v).map_err(RecordError)?;
                 (Some(Arc::new(row)), field)
             }
         };
@@ -1118,7 +800,7 @@ impl Task {
             return Ok(r.clone());
         }
         let row = match stores.get(ti.store, &kb) {
-            Some(b) => Some(Arc::new(decode_visible(&ti.source, &b)?)),
+            Some(b) => Some(Arc::new(decode_visible(&ti.source, &b).map_err(RecordError)?)),
             None => None,
         };
         if self.table_rows.len() >= 200_000 {
@@ -1228,7 +910,7 @@ impl Task {
             };
             entry.max_ts = entry.max_ts.max(ts);
             for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&args) {
-                if let Err(e) = update_state(a, st, argv) {
+                if let Err(e) = update_state(a, st, argv, ts) {
                     self.key_buf = sk;
                     return Err(err(e));
                 }
@@ -1294,7 +976,7 @@ impl Task {
             if let Some(Some(e)) = self.cache.get_mut(&sk).map(|slot| slot.entry.as_mut()) {
                 e.max_ts = e.max_ts.max(ts);
                 for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(&args) {
-                    update_state(a, st, argv).map_err(err)?;
+                    update_state(a, st, argv, ts).map_err(err)?;
                 }
             }
             self.mark_dirty(sk);
@@ -1331,7 +1013,7 @@ impl Task {
             for (t, list) in recs.range(s..=s.saturating_add(size)) {
                 for argv in list {
                     for ((a, st), av) in agg.aggs.iter().zip(states.iter_mut()).zip(argv) {
-                        update_state(a, st, av).map_err(err)?;
+                        update_state(a, st, av, *t).map_err(err)?;
                     }
                     max_ts = max_ts.max(*t);
                 }
@@ -1443,7 +1125,7 @@ impl Task {
         entry.end = end;
         entry.max_ts = entry.max_ts.max(ts);
         for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
-            update_state(a, st, argv).map_err(err)?;
+            update_state(a, st, argv, ts).map_err(err)?;
         }
         // Now the indexes: merged-away sessions are deleted (at the next flush).
         let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();
@@ -1681,7 +1363,7 @@ fn write_record(fields: &[Value], rt: &RecordType, out: &mut Vec<u8>) {
         if i > 0 {
             out.push(b',');
         }
-        crate::runtime::value::write_str(n, out);
+        crate::value::write_str(n, out);
         out.push(b':');
         v.write_json(t, out);
     }
@@ -1799,13 +1481,9 @@ fn start_part(sk: &[u8]) -> i64 {
 /// Combine a second state into the first (sessions that merge).
 fn merge_states(agg: &AggSpec, into: &mut [AggState], other: Vec<AggState>) -> Result<(), String> {
     for ((a, st), o) in agg.aggs.iter().zip(into.iter_mut()).zip(other) {
-        match (st, o) {
-            (AggState::Count(n), AggState::Count(m)) => *n += m,
-            (st @ AggState::Val(_), AggState::Val(v)) => update_state(a, st, &[v])?,
-            (AggState::User(s), AggState::User(o)) => match &a.func {
-                AggFunc::User(d) => uda_merge(d, s, o)?,
-                _ => return Err("aggregate state does not match its function".into()),
-            },
+        match (&a.func, st, o) {
+            (AggFunc::Native(n), AggState::Native(s), AggState::Native(o)) => n.merge(s, o)?,
+            (AggFunc::User(d), AggState::User(s), AggState::User(o)) => uda_merge(d, s, o)?,
             _ => return Err("aggregate state does not match its function".into()),
         }
     }
@@ -1817,58 +1495,25 @@ fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
         .iter()
         .map(|a| {
             Ok(match &a.func {
-                AggFunc::Count => AggState::Count(0),
-                AggFunc::Sum | AggFunc::Min | AggFunc::Max => AggState::Val(Value::Null),
+                AggFunc::Native(n) => AggState::Native(n.init()),
                 AggFunc::User(d) => AggState::User(uda_init(d)?),
             })
         })
         .collect()
 }
 
-fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value]) -> Result<(), String> {
+/// Add one record's arguments (at event time `ts`) to an aggregate's state.
+fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value], ts: i64) -> Result<(), String> {
     match (&a.func, st) {
-        (AggFunc::Count, AggState::Count(n)) => {
-            if args.first().is_none_or(|v| !v.is_null()) {
-                *n += 1;
-            }
-        }
-        (AggFunc::Sum, AggState::Val(acc)) => {
-            let x = &args[0];
-            *acc = match (&*acc, x) {
-                (_, Value::Null) => acc.clone(),
-                (Value::Null, x) => x.clone(),
-                (Value::Int(a), Value::Int(b)) => Value::Int(a.checked_add(*b).ok_or("integer overflow in `sum`")?),
-                (Value::Dur(a), Value::Dur(b)) => Value::Dur(a.checked_add(*b).ok_or("duration overflow in `sum`")?),
-                (Value::Float(a), Value::Float(b)) => {
-                    let s = a + b;
-                    if !s.is_finite() {
-                        return Err("`sum` is not a finite number".into());
-                    }
-                    Value::Float(s)
-                }
-                (Value::Float(a), Value::Int(b)) | (Value::Int(b), Value::Float(a)) => Value::Float(a + *b as f64),
-                _ => return Err("bad operand for `sum`".into()),
-            };
-        }
-        (AggFunc::Min | AggFunc::Max, AggState::Val(acc)) => {
-            let x = &args[0];
-            let min = matches!(a.func, AggFunc::Min);
-            if !x.is_null()
-                && (acc.is_null() || (min && x.cmp_total(acc).is_lt()) || (!min && x.cmp_total(acc).is_gt()))
-            {
-                *acc = x.clone();
-            }
-        }
-        (AggFunc::User(d), AggState::User(s)) => uda_update(d, s, args)?,
-        _ => return Err("aggregate state does not match its function".into()),
+        (AggFunc::Native(n), AggState::Native(s)) => n.update(s, args, ts),
+        (AggFunc::User(d), AggState::User(s)) => uda_update(d, s, args),
+        _ => Err("aggregate state does not match its function".into()),
     }
-    Ok(())
 }
 
 fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, String> {
     Ok(match (&a.func, st) {
-        (_, AggState::Count(n)) => Value::Int(*n),
-        (_, AggState::Val(v)) => v.clone(),
+        (AggFunc::Native(n), AggState::Native(s)) => n.result(s),
         (AggFunc::User(d), AggState::User(s)) => uda_result(d, s)?,
         _ => Value::Null,
     })
@@ -1897,8 +1542,7 @@ fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
             o.push(b',');
         }
         match (s, &c.func) {
-            (AggState::Count(n), _) => Value::Int(*n).write_json(&Type::Int, &mut o),
-            (AggState::Val(v), _) => v.write_json(&c.ty, &mut o),
+            (AggState::Native(v), _) => v.write_json(&c.state_ty, &mut o),
             (AggState::User(vals), AggFunc::User(d)) => {
                 o.push(b'[');
                 for (j, (v, (_, t))) in vals.iter().zip(&d.state).enumerate() {
@@ -1938,11 +1582,7 @@ fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
         .zip(&agg.aggs)
         .map(|(x, c)| {
             Ok(match &c.func {
-                AggFunc::Count => match part(x, &Type::Int)? {
-                    Value::Int(n) => AggState::Count(n),
-                    _ => return Err("bad count".to_string()),
-                },
-                AggFunc::Sum | AggFunc::Min | AggFunc::Max => AggState::Val(part(x, &c.ty.clone().nullable())?),
+                AggFunc::Native(_) => AggState::Native(part(x, &c.state_ty)?),
                 AggFunc::User(d) => {
                     let vals: Vec<&serde_json::value::RawValue> =
                         serde_json::from_str(x.get()).map_err(|e| format!("bad aggregate state: {e}"))?;
@@ -1967,30 +1607,9 @@ pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError>
     }
 }
 
-/// A source's value as queries see it: decoded by its format, the tenant field removed.
-pub(crate) fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Value>, RecordError> {
-    Ok(decode_tenanted(src, bytes)?.0)
-}
-
-/// A source's value as queries see it and, when the tenant is one of its fields, that field's
-/// value (taken out of the record).
-fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, Option<Value>), RecordError> {
-    let mut fields = match src.format {
-        Format::Json => decode_record(bytes, &src.wire).map_err(RecordError)?,
-        Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
-    };
-    if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
-        if let Some(i) = src.wire.index_of(f) {
-            let tenant = fields.remove(i);
-            return Ok((fields, Some(tenant)));
-        }
-    }
-    Ok((fields, None))
-}
-
 fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
     let bytes = rec.value.as_deref().ok_or_else(|| RecordError("the record has no value".into()))?;
-    let (wire, field) = decode_tenanted(src, bytes)?;
+    let (wire, field) = decode_tenanted(src, bytes).map_err(RecordError)?;
     let tenant = match &src.tenant {
         None => None,
         Some(_) => Some(tenant::of_record(src, field.as_ref(), rec).map_err(RecordError)?),

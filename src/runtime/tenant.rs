@@ -10,10 +10,10 @@
 
 use std::sync::Arc;
 
+use crate::eval::Tenant;
 use crate::hir::{Source, TenantSpec};
 use crate::log::Record;
-use crate::runtime::eval::Tenant;
-use crate::runtime::value::Value;
+use crate::value::Value;
 
 /// Header that carries the tenant through internal topics and on outputs (docs/conventions.md).
 pub use crate::control::H_TENANT;
@@ -21,26 +21,7 @@ pub use crate::control::H_TENANT;
 /// Longest tenant id accepted (a record with a longer one is bad input).
 pub const MAX_TENANT: usize = 1 << 20;
 
-/// `key` scoped to `tenant`: length, id, key.
-pub fn scope(tenant: &[u8], key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(4 + tenant.len() + key.len());
-    k.extend_from_slice(&(tenant.len() as u32).to_be_bytes());
-    k.extend_from_slice(tenant);
-    k.extend_from_slice(key);
-    k
-}
-
-/// The (tenant, key) of a scoped key; None if the bytes are not one.
-pub fn split(scoped: &[u8]) -> Option<(&[u8], &[u8])> {
-    let n = u32::from_be_bytes(scoped.get(..4)?.try_into().ok()?) as usize;
-    let rest = &scoped[4..];
-    (rest.len() >= n).then(|| rest.split_at(n))
-}
-
-/// The prefix every key scoped to `tenant` starts with, and no other key does.
-pub fn prefix(tenant: &[u8]) -> Vec<u8> {
-    scope(tenant, &[])
-}
+pub use crate::codec::{prefix, scope, split};
 
 /// The tenant of a record of `src` (a tenant-scoped stream or table), given the value of its
 /// tenant field as decoded (None: the record has no value). A record without one is bad input.
@@ -90,7 +71,7 @@ pub fn checked(t: &[u8]) -> Result<Tenant, String> {
 /// the array of its bytes, so that two ids never print alike.
 pub fn write_json(t: &[u8], out: &mut Vec<u8>) {
     match std::str::from_utf8(t) {
-        Ok(s) => crate::runtime::value::write_str(s, out),
+        Ok(s) => crate::value::write_str(s, out),
         Err(_) => {
             out.push(b'[');
             for (i, b) in t.iter().enumerate() {

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use streamc::config::Config;
 use streamc::log::{EmbeddedLog, Pos};
-use streamc::runtime::driver::{self, RunOptions, Summary};
+use streamc::runtime::driver::{self, Summary};
+use streamc::runtime::options::RunOptions;
 
 pub struct Run<'a> {
     pub program: &'a str,

@@ -471,7 +471,7 @@ pub fn example_alone(dir: &Path, env: impl Fn(&Path, &str) -> Env) {
     let mut fold: BTreeMap<(String, String, i64), (i64, f64, f64)> = BTreeMap::new();
     for l in text.lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        let at = streamc::runtime::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap();
+        let at = streamc::value::parse_rfc3339(v["at"].as_str().unwrap()).unwrap();
         let amount = v["amount"].as_f64().unwrap();
         let e = fold
             .entry((tenant_of(l), v["user"].as_str().unwrap().to_string(), at - at.rem_euclid(3_600_000)))

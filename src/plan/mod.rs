@@ -8,12 +8,17 @@
 //!
 //! Each query owns its sub-topologies and its stores, so replacing or dropping one query never
 //! touches another's state.
+//!
+//! [`physical::specs`] turns a topology into the physical plan the runtime runs: one
+//! [`physical::TaskSpec`] per sub-topology.
+
+pub mod physical;
 
 use petgraph::algo::{is_cyclic_directed, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 
 use crate::ast::{Duration, EmitMode, Format, WindowKind};
-use crate::hir::{self, AggFunc, Shape, StepKind};
+use crate::hir::{self, Shape, StepKind};
 use crate::types::{RecordType, Type};
 
 #[derive(Clone, Debug)]
@@ -436,7 +441,7 @@ impl Lowering<'_> {
                         None => StoreKind::KeyValue,
                     };
                     let state = Type::Record(RecordType {
-                        fields: a.aggs.iter().map(|c| (c.name.clone(), state_type(&c.func, &c.ty))).collect(),
+                        fields: a.aggs.iter().map(|c| (c.name.clone(), c.state_ty.clone())).collect(),
                     });
                     let n = self.node(q, sub, name.clone(), NodeKind::Aggregate(a), line, clause);
                     self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
@@ -579,15 +584,6 @@ impl Lowering<'_> {
             q.sink.text.clone(),
         );
         self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
-    }
-}
-
-/// What an aggregate keeps per key (and window), for explain.
-fn state_type(f: &AggFunc, result: &Type) -> Type {
-    match f {
-        AggFunc::Count => Type::Int,
-        AggFunc::Sum | AggFunc::Min | AggFunc::Max => result.clone(),
-        AggFunc::User(d) => Type::Record(RecordType { fields: d.state.clone() }),
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::ast::{BinOp, Literal, UnOp};
 use crate::hir::{AggregateDef, Builtin, Expr, ExprKind, Root, Stmt};
-use crate::runtime::value::Value;
+use crate::value::Value;
 
 /// A record as the operators see it.
 #[derive(Clone, Debug, Default)]

@@ -1,0 +1,78 @@
+//! `min(x)` and `max(x)`: the smallest and largest non-null value of `x`, by the language's
+//! order (numbers by value, strings by bytes, timestamps, durations, `false < true`).
+
+use super::{not_ordered, one_arg, Doc, Example, Native, Signature, SignatureError};
+use crate::types::Type;
+use crate::value::Value;
+
+pub struct Extreme {
+    name: &'static str,
+    /// Keep the larger value (`max`) rather than the smaller.
+    largest: bool,
+    doc: &'static Doc,
+}
+
+pub static MIN: Extreme = Extreme { name: "min", largest: false, doc: &MIN_DOC };
+pub static MAX: Extreme = Extreme { name: "max", largest: true, doc: &MAX_DOC };
+
+static MIN_DOC: Doc = Doc {
+    signature: "min(x) -> the type of x",
+    summary: "the smallest non-null value of `x` (numbers, strings, timestamps, durations, bools)",
+    example: Example {
+        arg_type: "float?",
+        call: "min(x)",
+        records: &[(1000, "2.5"), (2000, "null"), (3000, "-1.25"), (4000, "7")],
+        result: "-1.25",
+    },
+};
+
+static MAX_DOC: Doc = Doc {
+    signature: "max(x) -> the type of x",
+    summary: "the largest non-null value of `x` (numbers, strings, timestamps, durations, bools)",
+    example: Example {
+        arg_type: "string",
+        call: "max(x)",
+        records: &[(1000, "\"pear\""), (2000, "\"apple\""), (3000, "\"plum\"")],
+        result: "\"plum\"",
+    },
+};
+
+impl Native for Extreme {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn doc(&self) -> &'static Doc {
+        self.doc
+    }
+    fn signature(&self, args: &[Type]) -> Result<Signature, SignatureError> {
+        let t = one_arg(args)?;
+        if !t.is_ordered() {
+            return Err(not_ordered(self.name, t));
+        }
+        Ok(Signature { result: t.clone(), state: t.clone().nullable() })
+    }
+    fn init(&self) -> Value {
+        Value::Null
+    }
+    fn update(&self, acc: &mut Value, args: &[Value], _ts: i64) -> Result<(), String> {
+        let Some(x) = args.first() else { return Err(format!("`{}` without its argument", self.name)) };
+        if x.is_null() {
+            return Ok(());
+        }
+        let better = acc.is_null() || {
+            let o = x.cmp_total(acc);
+            if self.largest {
+                o.is_gt()
+            } else {
+                o.is_lt()
+            }
+        };
+        if better {
+            *acc = x.clone();
+        }
+        Ok(())
+    }
+    fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
+        self.update(state, &[other], 0)
+    }
+}

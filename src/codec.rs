@@ -1,0 +1,49 @@
+//! Record bytes ↔ values, independent of any backend: a source's value decoded by its
+//! format, and the scoped key bytes that keep tenants' state apart (see
+//! ARCHITECTURE.md, "Tenants: how state is scoped").
+
+use crate::ast::Format;
+use crate::hir;
+use crate::value::{decode_record, Value};
+
+/// `key` scoped to `tenant`: length, id, key.
+pub fn scope(tenant: &[u8], key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + tenant.len() + key.len());
+    k.extend_from_slice(&(tenant.len() as u32).to_be_bytes());
+    k.extend_from_slice(tenant);
+    k.extend_from_slice(key);
+    k
+}
+
+/// The (tenant, key) of a scoped key; None if the bytes are not one.
+pub fn split(scoped: &[u8]) -> Option<(&[u8], &[u8])> {
+    let n = u32::from_be_bytes(scoped.get(..4)?.try_into().ok()?) as usize;
+    let rest = &scoped[4..];
+    (rest.len() >= n).then(|| rest.split_at(n))
+}
+
+/// The prefix every key scoped to `tenant` starts with, and no other key does.
+pub fn prefix(tenant: &[u8]) -> Vec<u8> {
+    scope(tenant, &[])
+}
+
+/// A source's value as queries see it: decoded by its format, the tenant field removed.
+pub fn decode_visible(src: &hir::Source, bytes: &[u8]) -> Result<Vec<Value>, String> {
+    Ok(decode_tenanted(src, bytes)?.0)
+}
+
+/// A source's value as queries see it and, when the tenant is one of its fields, that field's
+/// value (taken out of the record).
+pub fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, Option<Value>), String> {
+    let mut fields = match src.format {
+        Format::Json => decode_record(bytes, &src.wire)?,
+        Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
+    };
+    if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
+        if let Some(i) = src.wire.index_of(f) {
+            let tenant = fields.remove(i);
+            return Ok((fields, Some(tenant)));
+        }
+    }
+    Ok((fields, None))
+}

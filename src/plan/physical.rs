@@ -1,0 +1,329 @@
+//! The physical plan: what the runtime executes for each sub-topology of a [`Topology`] — its
+//! main input and how it is decoded, its side inputs (tables, joined streams), a linear chain of
+//! operators with the aggregate in the middle, and the stores it opens. Built once per program
+//! version by [`specs`]; the runtime consumes it and never looks back at the graph.
+
+use std::sync::Arc;
+
+use crate::ast::{EmitMode, Format, WindowKind};
+use crate::hir;
+use crate::plan::{NodeKind, Topology};
+use crate::types::{RecordType, Type};
+
+/// How a task's main input is decoded.
+#[derive(Clone, Debug)]
+pub enum Decode {
+    /// A declared stream or table.
+    Source(Arc<hir::Source>),
+    /// A repartition topic: `nvalue` value fields, then the joined sides.
+    Internal { key: Type, wire: RecordType, nvalue: usize, joined_keys: Vec<bool> },
+}
+
+#[derive(Clone, Debug)]
+pub struct InputSpec {
+    pub topic: String,
+    pub decode: Decode,
+}
+
+/// A topic-fed table that the task materializes for a join.
+#[derive(Clone, Debug)]
+pub struct TableInput {
+    pub topic: String,
+    pub source: Arc<hir::Source>,
+    /// Index of its store in the task.
+    pub store: usize,
+}
+
+/// The other stream of a stream–stream join: read by the task alongside its main input.
+#[derive(Clone, Debug)]
+pub struct StreamInput {
+    pub topic: String,
+    pub source: Arc<hir::Source>,
+    /// Index of the join in the task's `ops`.
+    pub op: usize,
+    /// Records match when their times are at most this far apart (ms).
+    pub within: i64,
+    pub left: bool,
+    /// Over the main side, matched against this stream's key.
+    pub on: hir::Expr,
+    /// Stores of the main side's and this side's records.
+    pub left_store: usize,
+    pub right_store: usize,
+    /// How the main side's rows are stored (as on a repartition topic).
+    pub wire: RecordType,
+    pub nvalue: usize,
+    pub joined_keys: Vec<bool>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    Filter(hir::Expr),
+    Map(Vec<hir::Expr>),
+    Rekey(hir::Expr),
+    Repartition {
+        topic: String,
+        key: Vec<hir::Expr>,
+        key_ty: Type,
+        wire: RecordType,
+    },
+    /// Look up the task's `table`-th table input (None: a control-managed table).
+    /// `table`: a topic-fed table input; `global`: a control-managed table, by name.
+    JoinTable {
+        table: Option<usize>,
+        global: Option<String>,
+        on: hir::Expr,
+        left: bool,
+    },
+    /// Join with the task's `side`-th stream input.
+    JoinStream {
+        side: usize,
+    },
+    Aggregate,
+    Sink {
+        topic: String,
+        format: Format,
+        key_ty: Type,
+        value_ty: RecordType,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct AggSpec {
+    pub node: String,
+    pub group: Vec<hir::Expr>,
+    pub key_ty: Type,
+    pub window: Option<hir::Window>,
+    pub aggs: Vec<hir::AggCall>,
+    pub emit: EmitMode,
+    pub store: usize,
+    /// Session windows: the gap (a session closes at end + gap + grace); 0 for time windows.
+    pub gap: i64,
+}
+
+impl AggSpec {
+    pub fn session(&self) -> bool {
+        matches!(self.window.map(|w| w.kind), Some(WindowKind::Session { .. }))
+    }
+    pub fn sliding(&self) -> bool {
+        matches!(self.window.map(|w| w.kind), Some(WindowKind::Sliding { .. }))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StoreSpec {
+    pub name: String,
+    pub changelog: String,
+}
+
+/// Everything the tasks of one sub-topology share.
+#[derive(Clone, Debug)]
+pub struct TaskSpec {
+    pub sub: usize,
+    pub query: String,
+    /// Stable identity across program edits: the name of the sub-topology's input node.
+    pub name: String,
+    pub main: InputSpec,
+    pub tables: Vec<TableInput>,
+    pub streams: Vec<StreamInput>,
+    pub ops: Vec<Op>,
+    /// Operators after the aggregate, run on its emitted rows.
+    pub post: Vec<Op>,
+    pub agg: Option<AggSpec>,
+    pub stores: Vec<StoreSpec>,
+    /// The plan node of each operator: those of `ops`, then those of `post` (for metrics).
+    pub nodes: Vec<String>,
+    /// The version of the program that defined its query (`streamc.query.version`).
+    pub version: u64,
+    /// Its query reads a tenant-scoped stream: every record has a tenant, every state key of
+    /// the task is scoped to it, and outputs carry it.
+    pub tenant: bool,
+    /// Records its repartition topics hold from before this version were written for an older
+    /// form of the query: they are skipped.
+    pub epoch: u64,
+}
+
+/// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
+pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, String> {
+    let mut out = Vec::new();
+    for sub in &topo.subtopologies {
+        let mut spec = TaskSpec {
+            sub: sub.id,
+            query: sub.query.clone(),
+            name: String::new(),
+            main: InputSpec {
+                topic: String::new(),
+                decode: Decode::Internal {
+                    key: Type::Error,
+                    wire: RecordType::default(),
+                    nvalue: 0,
+                    joined_keys: vec![],
+                },
+            },
+            tables: Vec::new(),
+            streams: Vec::new(),
+            ops: Vec::new(),
+            post: Vec::new(),
+            agg: None,
+            stores: Vec::new(),
+            nodes: Vec::new(),
+            version: 0,
+            epoch: 0,
+            tenant: program
+                .queries
+                .iter()
+                .find(|q| q.name == sub.query)
+                .is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
+        };
+        // The other streams of this sub-topology's stream–stream joins: their source nodes are
+        // side inputs, not the main one.
+        let joined: Vec<&str> = sub
+            .nodes
+            .iter()
+            .filter_map(|&n| match &topo.graph[n].kind {
+                NodeKind::JoinStream { stream, .. } => Some(stream.as_str()),
+                _ => None,
+            })
+            .collect();
+        for &n in &sub.nodes {
+            let node = &topo.graph[n];
+            let incoming =
+                topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
+            let nops = spec.ops.len() + spec.post.len();
+            let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
+            match &node.kind {
+                NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
+                NodeKind::Source { topic, from, .. } => {
+                    if !spec.name.is_empty() {
+                        return Err(format!("{}: a sub-topology with two main inputs", node.name));
+                    }
+                    let (_, src) = program.source(from).ok_or_else(|| format!("unknown source {from}"))?;
+                    spec.name = node.name.clone();
+                    spec.main = InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) };
+                }
+                NodeKind::RepartitionSource { topic, value_fields, joined_keys } => {
+                    let e = incoming.ok_or("repartition source without input")?;
+                    let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
+                    spec.name = node.name.clone();
+                    let decode =
+                        Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
+                    spec.main = InputSpec { topic: topic.clone(), decode };
+                }
+                NodeKind::TableSource { topic, table } => {
+                    let (_, src) = program.source(table).ok_or_else(|| format!("unknown table {table}"))?;
+                    let store = spec.stores.len();
+                    spec.stores.push(store_spec(topo, &node.name));
+                    spec.tables.push(TableInput { topic: topic.clone(), source: Arc::new(src.clone()), store });
+                }
+                NodeKind::Filter { pred, .. } => ops.push(Op::Filter(pred.clone())),
+                NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
+                NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
+                NodeKind::RepartitionSink { topic, key } => {
+                    let e = topo
+                        .graph
+                        .edges_directed(n, petgraph::Direction::Outgoing)
+                        .next()
+                        .map(|e| e.weight().clone())
+                        .ok_or("repartition sink without output")?;
+                    let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
+                    ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
+                }
+                NodeKind::JoinTable { global, left, on, table: name } => {
+                    // A topic-fed table is the task's last table input, declared by its table
+                    // source node just before.
+                    let table = if *global {
+                        None
+                    } else {
+                        Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?)
+                    };
+                    ops.push(Op::JoinTable {
+                        table,
+                        global: global.then(|| name.clone()),
+                        on: on.clone(),
+                        left: *left,
+                    });
+                }
+                NodeKind::JoinStream { stream, within, left, on, value_fields, joined_keys } => {
+                    let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
+                    let side_source = format!("{}-source", node.name);
+                    let e = topo
+                        .graph
+                        .edges_directed(n, petgraph::Direction::Incoming)
+                        .find(|e| topo.graph[petgraph::visit::EdgeRef::source(e)].name != side_source)
+                        .map(|e| e.weight().clone())
+                        .ok_or("join without its input")?;
+                    let Type::Record(wire) = e.value else { return Err("join input is not a record".into()) };
+                    let left_store = spec.stores.len();
+                    spec.stores.push(store_named(topo, &format!("{}-left", node.name)));
+                    spec.stores.push(store_named(topo, &format!("{}-right", node.name)));
+                    let side = spec.streams.len();
+                    spec.streams.push(StreamInput {
+                        topic: src.topic.clone().unwrap_or_default(),
+                        source: Arc::new(src.clone()),
+                        op: ops.len(),
+                        within: within.0,
+                        left: *left,
+                        on: on.clone(),
+                        left_store,
+                        right_store: left_store + 1,
+                        wire,
+                        nvalue: *value_fields,
+                        joined_keys: joined_keys.clone(),
+                    });
+                    ops.push(Op::JoinStream { side });
+                }
+                NodeKind::Aggregate(a) => {
+                    let store = spec.stores.len();
+                    spec.stores.push(store_spec(topo, &node.name));
+                    let key_ty =
+                        topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
+                    ops.push(Op::Aggregate);
+                    spec.agg = Some(AggSpec {
+                        node: node.name.clone(),
+                        group: a.group.iter().map(|(_, e)| e.clone()).collect(),
+                        key_ty,
+                        window: a.window,
+                        aggs: a.aggs.clone(),
+                        emit: a.emit,
+                        store,
+                        gap: match a.window.map(|w| w.kind) {
+                            Some(WindowKind::Session { gap }) => gap.0,
+                            // A sliding window's end is inclusive: it closes one ms after it.
+                            Some(WindowKind::Sliding { .. }) => 1,
+                            _ => 0,
+                        },
+                    });
+                }
+                NodeKind::Sink { topic, format, .. } => {
+                    let e = incoming.ok_or("sink without input")?;
+                    let Type::Record(value_ty) = e.value else { return Err("sink value is not a record".into()) };
+                    ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty });
+                }
+            }
+            if spec.ops.len() + spec.post.len() > nops {
+                spec.nodes.push(node.name.clone());
+            }
+        }
+        out.push(spec);
+    }
+    Ok(out)
+}
+
+fn store_named(topo: &Topology, name: &str) -> StoreSpec {
+    let s = topo.stores.iter().find(|s| s.name == name);
+    StoreSpec { name: name.to_string(), changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default() }
+}
+
+impl TaskSpec {
+    /// Topics read besides the main input, in side-input order: tables, then joined streams.
+    pub fn side_topics(&self) -> Vec<String> {
+        self.tables.iter().map(|t| t.topic.clone()).chain(self.streams.iter().map(|s| s.topic.clone())).collect()
+    }
+}
+
+fn store_spec(topo: &Topology, node: &str) -> StoreSpec {
+    let s = topo.stores.iter().find(|s| s.node == node);
+    StoreSpec {
+        name: s.map(|s| s.name.clone()).unwrap_or_default(),
+        changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default(),
+    }
+}

@@ -1,0 +1,166 @@
+//! The layering rules of ARCHITECTURE.md, enforced: every `crate::` path in the library's code
+//! (comments aside) names a module of the same layer or a lower one, and no two files import each
+//! other, directly or through others.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Layers, lowest first. A module may use modules of its own layer and of layers before it.
+const LAYERS: &[(&str, &[&str])] = &[
+    ("base", &["ast", "types", "diag", "config", "gen", "value"]),
+    ("language", &["syntax", "aggregate", "hir", "check", "stdlib", "eval", "codec"]),
+    ("plan", &["plan", "explain"]),
+    ("io", &["log", "kafka"]),
+    ("control", &["control"]),
+    ("runtime", &["runtime"]),
+];
+
+/// The module path of a source file: `src/runtime/task.rs` → `runtime::task`,
+/// `src/plan/mod.rs` → `plan`, `src/lib.rs` → ``.
+fn module_of(rel: &Path) -> String {
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap_or_default();
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" && stem != "lib" {
+        parts.push(stem.to_string());
+    }
+    parts.join("::")
+}
+
+fn layer_of(module: &str) -> Option<usize> {
+    let top = module.split("::").next()?;
+    LAYERS.iter().position(|(_, ms)| ms.contains(&top))
+}
+
+/// Every module path a file refers to through `crate::`, outside comments.
+fn references(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let mut rest = code;
+        while let Some(i) = rest.find("crate::") {
+            rest = &rest[i + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // `use crate::{a, b::c}`: each item's first segment.
+                let inner = group.split('}').next().unwrap_or("");
+                for item in inner.split(',') {
+                    let name: String = item.trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                    if !name.is_empty() {
+                        out.insert(name);
+                    }
+                }
+                continue;
+            }
+            let path: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+            out.insert(path.trim_end_matches(':').to_string());
+        }
+    }
+    out
+}
+
+fn sources() -> BTreeMap<String, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = BTreeMap::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let rel = p.strip_prefix(&root).unwrap().to_path_buf();
+                // The binary's files use the library through `streamc::`, from above every layer.
+                if rel == Path::new("main.rs") || rel == Path::new("control_cli.rs") {
+                    continue;
+                }
+                files.insert(module_of(&rel), std::fs::read_to_string(&p).unwrap());
+            }
+        }
+    }
+    files
+}
+
+/// The module a referenced path lands in: its longest prefix that is a module of the crate.
+fn resolve<'a>(path: &str, modules: &'a BTreeSet<String>) -> Option<&'a String> {
+    let segs: Vec<&str> = path.split("::").collect();
+    (1..=segs.len()).rev().find_map(|n| modules.get(&segs[..n].join("::")))
+}
+
+#[test]
+fn every_module_uses_only_its_own_layer_and_lower_ones() {
+    let files = sources();
+    let modules: BTreeSet<String> = files.keys().cloned().collect();
+    let mut bad = Vec::new();
+    for (m, text) in &files {
+        if m.is_empty() {
+            continue; // lib.rs: declares the modules and `compile`, which chains the stages.
+        }
+        let Some(own) = layer_of(m) else {
+            bad.push(format!("{m} is in no layer: add it to LAYERS and to ARCHITECTURE.md"));
+            continue;
+        };
+        for r in references(text) {
+            let Some(target) = resolve(&r, &modules) else { continue };
+            if target.is_empty() {
+                continue;
+            }
+            match layer_of(target) {
+                Some(l) if l <= own => {}
+                Some(l) => bad.push(format!("{m} ({}) uses {target} ({})", LAYERS[own].0, LAYERS[l].0)),
+                None => bad.push(format!("{target} is in no layer")),
+            }
+        }
+    }
+    assert!(bad.is_empty(), "layering violations:\n{}", bad.join("\n"));
+}
+
+#[test]
+fn no_two_files_import_each_other() {
+    let files = sources();
+    let modules: BTreeSet<String> = files.keys().cloned().collect();
+    let mut edges: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (m, text) in &files {
+        for r in references(text) {
+            if let Some(t) = resolve(&r, &modules) {
+                if t != m && !t.is_empty() && !m.is_empty() {
+                    edges.entry(m.as_str()).or_default().insert(t.as_str());
+                }
+            }
+        }
+    }
+    // A module's `mod.rs` declaring its children is not an import; a child using its parent is.
+    // Depth-first search for a cycle, reporting its path.
+    fn visit<'a>(
+        n: &'a str,
+        edges: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        state: &mut BTreeMap<&'a str, u8>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<Vec<&'a str>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let at = path.iter().position(|p| *p == n).unwrap_or(0);
+                let mut cycle = path[at..].to_vec();
+                cycle.push(n);
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        state.insert(n, 1);
+        path.push(n);
+        for t in edges.get(n).into_iter().flatten() {
+            if let Some(c) = visit(t, edges, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(n, 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    for m in files.keys() {
+        if let Some(cycle) = visit(m, &edges, &mut state, &mut Vec::new()) {
+            panic!("import cycle: {}", cycle.join(" → "));
+        }
+    }
+}
