@@ -22,7 +22,7 @@ use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
-use crate::plan::{Partitions, Topology};
+use crate::plan::Topology;
 use crate::runtime::chaos::{Chaos, FailPoint};
 use crate::runtime::hub::Hub;
 use crate::runtime::metrics::{RestoreMetrics, TaskCounts, TaskMetrics};
@@ -30,6 +30,7 @@ use crate::runtime::options::RunOptions;
 use crate::runtime::task::{
     self, Change, Input, Output, RecordError, StoreRead, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
+use crate::runtime::topics::{self, TopicKind};
 use crate::value::Value;
 
 const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
@@ -337,59 +338,22 @@ fn setup_topics(
     specs: &[Arc<TaskSpec>],
     cfg: &Config,
 ) -> Result<Vec<u32>, String> {
-    let default = cfg.embedded.partitions.max(1);
-    for s in &program.sources {
-        if let Some(t) = &s.topic {
-            log.ensure_topic(t, default)?;
-        }
-    }
-    let mut counts = vec![0u32; topo.subtopologies.len()];
-    let mut internal: BTreeMap<String, u32> = BTreeMap::new();
-    for spec in specs {
-        let mut inputs = vec![spec.main.topic.clone()];
-        inputs.extend(spec.side_topics());
-        let mut n: Option<(u32, String)> = None;
-        for t in &inputs {
-            let c = match internal.get(t) {
-                Some(c) => *c,
-                None => log.topic(t)?.map(|m| m.partitions).ok_or_else(|| format!("topic `{t}` does not exist"))?,
-            };
-            match &n {
-                Some((m, other)) if *m != c => {
-                    return Err(format!("co-partitioned inputs differ: `{other}` has {m} partitions, `{t}` has {c}"));
-                }
-                _ => n = Some((c, t.clone())),
-            }
-        }
-        counts[spec.sub] = n.map(|(c, _)| c).unwrap_or(1);
-        // Repartition topics this sub-topology writes.
-        for t in &topo.topics {
-            let owner = matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub);
-            if t.role == crate::plan::TopicRole::Repartition && owner {
-                internal.insert(t.name.clone(), counts[spec.sub]);
-            }
-        }
-        for t in &topo.topics {
-            if let (crate::plan::TopicRole::Repartition, Partitions::Like(other)) = (t.role, &t.partitions) {
-                let c = log.topic(other)?.map(|m| m.partitions).unwrap_or(default);
-                internal.insert(t.name.clone(), c);
-            }
-        }
-    }
-    for (t, c) in &internal {
-        log.create_topic(t, *c, false)?;
-    }
-    for spec in specs {
-        for st in &spec.stores {
-            log.create_topic(&st.changelog, counts[spec.sub], true)?;
-        }
-    }
-    for t in &topo.topics {
-        if matches!(t.role, crate::plan::TopicRole::DeadLetter | crate::plan::TopicRole::Late) {
-            log.ensure_topic(&t.name, 1)?;
-        }
-    }
-    Ok(counts)
+    let plan = topics::plan(
+        program,
+        topo,
+        specs,
+        &mut |t| Ok(log.topic(t)?.map(|m| m.partitions)),
+        Some(cfg.embedded.partitions.max(1)),
+    )
+    .map_err(|e| e.to_string())?;
+    topics::apply(&plan, &mut |t| {
+        Ok(match log.topic(&t.name)? {
+            Some(m) => m.partitions,
+            None => log.create_topic(&t.name, t.partitions, t.kind == TopicKind::Changelog)?.partitions,
+        })
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(plan.counts)
 }
 
 /// Append the lines of `path` not yet ingested to `topic`, recording (offset, SHA-256 of the

@@ -36,10 +36,11 @@ use crate::hir;
 use crate::kafka::{stored, Kafka};
 use crate::log::{partition_for, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
-use crate::plan::{Partitions, TopicRole, Topology};
+use crate::plan::Topology;
 use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, Summary, TaskRun};
 use crate::runtime::hub::Hub;
 use crate::runtime::options::RunOptions;
+use crate::runtime::topics::{self, TopicError, TopicKind};
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -246,82 +247,27 @@ fn instance_name(opts: &RunOptions) -> Result<String> {
     Ok(name)
 }
 
-/// Check the sources and create the internal topics with the admin API. A missing source, co-partitioned inputs with different counts, or
-/// an internal topic with the wrong count are errors naming the topic.
+/// Check the sources and create the other topics with the admin API (see [`topics::plan`]). A
+/// missing source, co-partitioned inputs with different counts, or an internal topic with the
+/// wrong count are errors naming the topic.
 fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>]) -> Result<()> {
-    let mut known: BTreeMap<String, u32> = BTreeMap::new();
-    for s in &program.sources {
-        if let Some(t) = &s.topic {
-            let n = k.partitions(t)?.ok_or_else(|| format!("source topic `{t}` (stream `{}`) does not exist on {}; create it first (streamc produce creates topics)", s.name, k.servers()))?;
-            known.insert(t.clone(), n);
+    let plan = topics::plan(program, topo, specs, &mut |t| k.partitions(t), None).map_err(|e| match e {
+        TopicError::MissingSource { .. } => {
+            format!("{e} on {}; create it first (streamc produce creates topics)", k.servers())
         }
-    }
-    let mut counts = vec![1u32; topo.subtopologies.len()];
-    // Topic → (partitions, compacted). Repartition topics keep their records regardless of their
-    // (event-time) timestamps, as Kafka Streams' do; changelogs are compacted, never deleted by time.
-    let mut internal: BTreeMap<String, (u32, bool)> = BTreeMap::new();
-    for t in &topo.topics {
-        if let (TopicRole::Repartition, Partitions::Like(other)) = (t.role, &t.partitions) {
-            let n = *known.get(other).ok_or_else(|| format!("topic `{other}` does not exist"))?;
-            internal.insert(t.name.clone(), (n, false));
-            known.insert(t.name.clone(), n);
-        }
-    }
-    // Sub-topologies in order: a repartition topic's writer comes before its reader.
-    for spec in specs {
-        let mut inputs = vec![spec.main.topic.clone()];
-        inputs.extend(spec.side_topics());
-        let mut n: Option<(u32, String)> = None;
-        for t in &inputs {
-            let c = *known.get(t).ok_or_else(|| format!("topic `{t}` does not exist"))?;
-            match &n {
-                Some((m, other)) if *m != c => {
-                    return Err(format!("co-partitioned inputs differ: `{other}` has {m} partitions, `{t}` has {c}"))
-                }
-                _ => n = Some((c, t.clone())),
-            }
-        }
-        counts[spec.sub] = n.map_or(1, |(c, _)| c);
-        for t in &topo.topics {
-            if t.role == TopicRole::Repartition
-                && matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub)
-            {
-                internal.insert(t.name.clone(), (counts[spec.sub], false));
-                known.insert(t.name.clone(), counts[spec.sub]);
-            }
-        }
-        for st in &spec.stores {
-            internal.insert(st.changelog.clone(), (counts[spec.sub], true));
-        }
-    }
-    let widest = counts.iter().copied().max().unwrap_or(1);
-    for t in &topo.topics {
-        match t.role {
-            TopicRole::DeadLetter | TopicRole::Late | TopicRole::Metrics => {
-                internal.entry(t.name.clone()).or_insert((1, false));
-            }
-            TopicRole::Sink => {
-                // Like ksqlDB: a missing sink gets as many partitions as the widest sub-topology.
-                k.ensure_topic(&t.name, widest, false)?;
-            }
-            _ => {}
-        }
-    }
-    for (t, (n, compacted)) in &internal {
-        let repartition = topo.topics.iter().any(|x| &x.name == t && x.role == TopicRole::Repartition);
-        let configs: &[(&str, &str)] = if *compacted {
-            &[("cleanup.policy", "compact")]
-        } else if repartition {
-            &[("retention.ms", "-1")]
-        } else {
-            &[]
+        e => e.to_string(),
+    })?;
+    topics::apply(&plan, &mut |t| {
+        // Changelogs are compacted, never deleted by time; repartition topics keep their
+        // records regardless of their (event-time) timestamps, as Kafka Streams' do.
+        let configs: &[(&str, &str)] = match t.kind {
+            TopicKind::Changelog => &[("cleanup.policy", "compact")],
+            TopicKind::Repartition => &[("retention.ms", "-1")],
+            _ => &[],
         };
-        let got = k.ensure_topic_with(t, *n, configs)?;
-        if got != *n {
-            return Err(format!("internal topic `{t}` has {got} partitions, but the application needs {n}; delete it (or reset the application) to have it re-created"));
-        }
-    }
-    Ok(())
+        k.ensure_topic_with(&t.name, t.partitions, configs)
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// The consumer group's context: it owns the engine, so that a revocation can commit and close

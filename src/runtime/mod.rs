@@ -8,3 +8,4 @@ pub mod metrics;
 pub mod options;
 pub mod task;
 pub mod tenant;
+pub mod topics;

@@ -1,0 +1,236 @@
+//! Topic set-up, written once for both backends: the topics an application needs, with their
+//! partition counts and kinds, planned from the stage (program, topology, task specs) and the
+//! partition counts of the topics that already exist. Each backend only applies the plan:
+//! creates what is missing and refuses an internal topic whose count differs.
+//!
+//! The rules (docs/conventions.md, "Defaults"): a sub-topology has as many tasks as its inputs
+//! have partitions, and co-partitioned inputs must agree; a repartition topic and a changelog
+//! have as many partitions as the sub-topology that writes them (a repartition before a join:
+//! as many as the joined topic); dead letters, late records and metrics have one; a missing sink
+//! gets as many as the widest sub-topology, like ksqlDB.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::hir;
+use crate::plan::physical::TaskSpec;
+use crate::plan::{Partitions, TopicRole, Topology};
+
+/// What a planned topic is for; it decides how a backend creates it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopicKind {
+    /// A declared stream's or table's topic.
+    Source,
+    /// Compacted; one partition per task of its sub-topology.
+    Changelog,
+    /// Keeps its records whatever their (event-time) timestamps.
+    Repartition,
+    Sink,
+    /// Dead letters, late records, metrics.
+    Side,
+}
+
+impl TopicKind {
+    /// An internal topic must have exactly the planned partition count.
+    pub fn internal(self) -> bool {
+        matches!(self, TopicKind::Changelog | TopicKind::Repartition | TopicKind::Side)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedTopic {
+    pub name: String,
+    pub partitions: u32,
+    pub kind: TopicKind,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopicPlan {
+    /// Tasks per sub-topology (its inputs' partition count), indexed by sub-topology id.
+    pub counts: Vec<u32>,
+    /// Every topic to ensure, sources first.
+    pub topics: Vec<PlannedTopic>,
+}
+
+/// Why a plan cannot be made or applied.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    #[error("source topic `{topic}` (of `{source_name}`) does not exist")]
+    MissingSource { topic: String, source_name: String },
+    #[error("topic `{0}` does not exist")]
+    Missing(String),
+    #[error("co-partitioned inputs differ: `{first}` has {first_count} partitions, `{second}` has {second_count}")]
+    CoPartitioning { first: String, first_count: u32, second: String, second_count: u32 },
+    #[error(
+        "internal topic `{topic}` has {has} partitions, but the application needs {needs}; delete it (or reset the application) to have it re-created"
+    )]
+    WrongCount { topic: String, has: u32, needs: u32 },
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// Plan the topics of a stage. `existing` gives a topic's partition count if it exists;
+/// `missing_sources`: the partition count a missing source topic is created with (the embedded
+/// default), or None if a missing source is an error (Kafka: the producers own those topics).
+pub fn plan(
+    program: &hir::Program,
+    topo: &Topology,
+    specs: &[Arc<TaskSpec>],
+    existing: &mut dyn FnMut(&str) -> Result<Option<u32>, String>,
+    missing_sources: Option<u32>,
+) -> Result<TopicPlan, TopicError> {
+    let mut known: BTreeMap<String, u32> = BTreeMap::new();
+    let mut topics = Vec::new();
+    for s in &program.sources {
+        let Some(t) = &s.topic else { continue };
+        if known.contains_key(t) {
+            continue;
+        }
+        let n = match (existing(t).map_err(TopicError::Backend)?, missing_sources) {
+            (Some(n), _) => n,
+            (None, Some(n)) => n.max(1),
+            (None, None) => return Err(TopicError::MissingSource { topic: t.clone(), source_name: s.name.clone() }),
+        };
+        known.insert(t.clone(), n);
+        topics.push(PlannedTopic { name: t.clone(), partitions: n, kind: TopicKind::Source });
+    }
+    let mut internal: BTreeMap<String, (u32, TopicKind)> = BTreeMap::new();
+    // A repartition topic before a join is partitioned like the joined topic.
+    for t in &topo.topics {
+        if let (TopicRole::Repartition, Partitions::Like(other)) = (t.role, &t.partitions) {
+            let n = *known.get(other).ok_or_else(|| TopicError::Missing(other.clone()))?;
+            internal.insert(t.name.clone(), (n, TopicKind::Repartition));
+            known.insert(t.name.clone(), n);
+        }
+    }
+    let mut counts = vec![1u32; topo.subtopologies.len()];
+    // Sub-topologies in order: a repartition topic's writer comes before its reader.
+    for spec in specs {
+        let mut inputs = vec![spec.main.topic.clone()];
+        inputs.extend(spec.side_topics());
+        let mut n: Option<(u32, &String)> = None;
+        for t in &inputs {
+            let c = *known.get(t).ok_or_else(|| TopicError::Missing(t.clone()))?;
+            match n {
+                Some((m, other)) if m != c => {
+                    return Err(TopicError::CoPartitioning {
+                        first: other.clone(),
+                        first_count: m,
+                        second: t.clone(),
+                        second_count: c,
+                    });
+                }
+                _ => n = Some((c, t)),
+            }
+        }
+        let count = n.map_or(1, |(c, _)| c);
+        if let Some(slot) = counts.get_mut(spec.sub) {
+            *slot = count;
+        }
+        for t in &topo.topics {
+            if t.role == TopicRole::Repartition
+                && matches!(&t.partitions, Partitions::OfSubtopology(s) if *s == spec.sub)
+            {
+                internal.insert(t.name.clone(), (count, TopicKind::Repartition));
+                known.insert(t.name.clone(), count);
+            }
+        }
+        for st in &spec.stores {
+            internal.insert(st.changelog.clone(), (count, TopicKind::Changelog));
+        }
+    }
+    let widest = counts.iter().copied().max().unwrap_or(1);
+    for t in &topo.topics {
+        match t.role {
+            TopicRole::DeadLetter | TopicRole::Late | TopicRole::Metrics => {
+                internal.entry(t.name.clone()).or_insert((1, TopicKind::Side));
+            }
+            TopicRole::Sink if !known.contains_key(&t.name) && !internal.contains_key(&t.name) => {
+                let n = existing(&t.name).map_err(TopicError::Backend)?.unwrap_or(widest);
+                known.insert(t.name.clone(), n);
+                topics.push(PlannedTopic { name: t.name.clone(), partitions: n, kind: TopicKind::Sink });
+            }
+            _ => {}
+        }
+    }
+    topics.extend(internal.into_iter().map(|(name, (partitions, kind))| PlannedTopic { name, partitions, kind }));
+    Ok(TopicPlan { counts, topics })
+}
+
+/// Apply a plan: `ensure(topic)` creates a topic if it is missing and returns its partition
+/// count; an internal topic with another count than planned is an error.
+pub fn apply(plan: &TopicPlan, ensure: &mut dyn FnMut(&PlannedTopic) -> Result<u32, String>) -> Result<(), TopicError> {
+    for t in &plan.topics {
+        let has = ensure(t).map_err(TopicError::Backend)?;
+        if t.kind.internal() && has != t.partitions {
+            return Err(TopicError::WrongCount { topic: t.name.clone(), has, needs: t.partitions });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PROGRAM: &str = r#"
+stream clicks from "clicks" {
+  key user
+  value json { user: string, page: string, ts: timestamp }
+  time ts
+}
+table users from "users" {
+  key id
+  value json { id: string, region: string }
+}
+query views {
+  from clicks
+  join users on user
+  group by users.region
+  aggregate { n = count() }
+  to "views-by-region"
+}
+"#;
+
+    fn plan_with(existing: &[(&str, u32)], missing: Option<u32>) -> Result<TopicPlan, TopicError> {
+        let program = crate::compile(PROGRAM).unwrap();
+        let topo = crate::plan::lower(&program, "app");
+        let specs: Vec<Arc<TaskSpec>> =
+            crate::plan::physical::specs(&program, &topo).unwrap().into_iter().map(Arc::new).collect();
+        let map: BTreeMap<String, u32> = existing.iter().map(|(t, n)| (t.to_string(), *n)).collect();
+        plan(&program, &topo, &specs, &mut |t| Ok(map.get(t).copied()), missing)
+    }
+
+    #[test]
+    fn counts_follow_the_inputs_and_a_missing_sink_gets_the_widest() {
+        let p = plan_with(&[("clicks", 3), ("users", 3)], None).unwrap();
+        assert_eq!(p.counts, vec![3, 3]);
+        let by_name: BTreeMap<&str, (u32, TopicKind)> =
+            p.topics.iter().map(|t| (t.name.as_str(), (t.partitions, t.kind))).collect();
+        assert_eq!(by_name["views-by-region"], (3, TopicKind::Sink));
+        assert_eq!(by_name["app-views-aggregate-changelog"], (3, TopicKind::Changelog));
+        assert_eq!(by_name["app-dlq"], (1, TopicKind::Side));
+        assert!(by_name.keys().any(|n| n.ends_with("-repartition")));
+    }
+
+    #[test]
+    fn missing_sources_are_created_or_refused() {
+        let p = plan_with(&[], Some(2)).unwrap();
+        assert!(p.topics.iter().any(|t| t.name == "clicks" && t.partitions == 2 && t.kind == TopicKind::Source));
+        let e = plan_with(&[("users", 1)], None).unwrap_err();
+        assert!(matches!(e, TopicError::MissingSource { ref topic, .. } if topic == "clicks"), "{e}");
+    }
+
+    #[test]
+    fn co_partitioned_inputs_must_agree() {
+        let e = plan_with(&[("clicks", 3), ("users", 2)], None).unwrap_err();
+        assert!(matches!(e, TopicError::CoPartitioning { .. }), "{e}");
+    }
+
+    #[test]
+    fn an_internal_topic_with_another_count_is_refused() {
+        let p = plan_with(&[("clicks", 2), ("users", 2)], None).unwrap();
+        let e = apply(&p, &mut |t| Ok(if t.kind == TopicKind::Changelog { 5 } else { t.partitions })).unwrap_err();
+        assert!(matches!(e, TopicError::WrongCount { has: 5, needs: 2, .. }), "{e}");
+    }
+}
