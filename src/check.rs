@@ -563,7 +563,11 @@ impl<'a> Checker<'a> {
         let update_slots = locals.len();
         let (merge, merge_slots) = match &a.merge {
             Some(m) => {
-                let mut locals: Vec<(String, Type)> = state.iter().chain(state.iter()).cloned().collect();
+                // Slots: the state, then the other state, which is read only as `other.x`: its
+                // slots are named so that a plain name never finds them (a plain `n` is the
+                // first state's, not the other's).
+                let mut locals: Vec<(String, Type)> =
+                    state.iter().cloned().chain(state.iter().map(|(n, t)| (format!("other.{n}"), t.clone()))).collect();
                 let stmts = self.stmts(m, &mut locals, 0, &state, Some(&state));
                 (Some(stmts), locals.len())
             }

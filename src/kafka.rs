@@ -17,6 +17,34 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::log::{Pos, Record, Stored};
 
+/// Counts the records the broker refused, and keeps the first reason.
+#[derive(Default)]
+struct DeliveryCheck {
+    failed: std::sync::atomic::AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+impl rdkafka::client::ClientContext for DeliveryCheck {}
+
+impl rdkafka::producer::ProducerContext for DeliveryCheck {
+    type DeliveryOpaque = ();
+    fn delivery(&self, r: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = r {
+            self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert_with(|| {
+                let hint = if matches!(e, KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTimestamp)) {
+                    " (brokers refuse timestamps further ahead of their clock than \
+                     `message.timestamp.after.max.ms`, one hour by default since Kafka 4.0)"
+                } else {
+                    ""
+                };
+                format!("`{}` partition {} refused a record: {e}{hint}", m.topic(), m.partition())
+            });
+        }
+    }
+}
+
 type Result<T> = std::result::Result<T, String>;
 
 /// Records read (partition, record) and the end offset of each partition they were read to.
@@ -153,9 +181,12 @@ impl Kafka {
         Err(format!("the deleted topics still show in the metadata of {}", self.servers()))
     }
 
-    /// Write records to their partitions and wait until the broker has them all.
+    /// Write records to their partitions and wait until the broker has them all. A record the
+    /// broker refuses (e.g. a timestamp beyond its `message.timestamp.after.max.ms`) is an error
+    /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
-        let producer: BaseProducer = self.config().create().map_err(|e| format!("Kafka producer: {e}"))?;
+        let producer: BaseProducer<DeliveryCheck> =
+            self.config().create_with_context(DeliveryCheck::default()).map_err(|e| format!("Kafka producer: {e}"))?;
         for (p, r) in records {
             let mut headers = OwnedHeaders::new();
             for (k, v) in &r.headers {
@@ -180,7 +211,15 @@ impl Kafka {
             }
             producer.poll(Duration::ZERO);
         }
-        producer.flush(TIMEOUT).map_err(|e| format!("cannot deliver to `{topic}` on {}: {e}", self.servers()))
+        producer.flush(TIMEOUT).map_err(|e| format!("cannot deliver to `{topic}` on {}: {e}", self.servers()))?;
+        let failed = producer.context().failed.load(std::sync::atomic::Ordering::Relaxed);
+        let first = producer.context().first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match first {
+            Some(e) => {
+                Err(format!("{failed} of {} records were refused by {}; the first: {e}", records.len(), self.servers()))
+            }
+            None => Ok(()),
+        }
     }
 
     /// Every record of a topic from the start (or from the end offsets as of now), up to the end

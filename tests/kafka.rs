@@ -118,3 +118,44 @@ fn produce_and_consume_match_the_embedded_log() {
     // Without --from-beginning, consume starts at the end: nothing new, nothing printed.
     assert_eq!(streamc(&["consume", &topic, "--bootstrap-servers", &addr]), "");
 }
+
+/// A record the broker refuses (here: a timestamp further ahead than the topic allows) makes
+/// `streamc produce` fail with the broker's reason and how many were refused, instead of
+/// reporting them produced.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn produce_reports_records_the_broker_refuses() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let addr = common::kafka::require();
+    let topic = format!("refuse{}.t", std::process::id());
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &addr).create().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let new = NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("message.timestamp.after.max.ms", "60000");
+    for r in rt.block_on(admin.create_topics(&[new], &AdminOptions::new())).unwrap() {
+        r.unwrap();
+    }
+    let dir = common::embedded::temp_dir("refuse");
+    let input = dir.join("in.jsonl");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let ahead = now + 365 * 24 * 3600 * 1000;
+    std::fs::write(
+        &input,
+        format!(
+            "{{\"key\":\"a\",\"value\":{{\"x\":1}},\"timestamp\":{now}}}\n{{\"key\":\"b\",\"value\":{{\"x\":2}},\"timestamp\":{ahead}}}\n"
+        ),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::cli::bin())
+        .args(["produce", &topic, input.to_str().unwrap(), "--envelope", "--bootstrap-servers", &addr])
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "produce reported success: {err}");
+    // The broker refuses a whole batch: the good record may be refused with the bad one.
+    assert!(err.contains("of 2 records were refused") && err.contains("InvalidTimestamp"), "{err}");
+}
