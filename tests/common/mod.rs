@@ -11,6 +11,7 @@ pub mod control;
 pub mod data;
 pub mod embedded;
 pub mod kafka;
+pub mod runs;
 pub mod tenants;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.

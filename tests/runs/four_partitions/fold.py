@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""four_partitions: how the input is split over partitions does not change any result here
+(the input is in time order, so no partition sees a late record; the 1 h grace covers the
+repartition's interleaving). Per ticker and 10 s window: count, sum, max; per account:
+count, sum, min; trades of size >= 50, keyed by ticker."""
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SIZE = 10_000
+
+
+def read_input(topic):
+    with open(HERE / "in" / f"{topic}.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_expected(topic, records):
+    (HERE / "expected").mkdir(exist_ok=True)
+    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
+    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+per_ticker, per_account, big = {}, {}, []
+for rec in read_input("stocks"):
+    v = rec["value"]
+    p = float(v["price"])
+    a = per_ticker.setdefault((v["ticker"], v["ts"] - v["ts"] % SIZE), [0, 0, p])
+    a[0] += 1
+    a[1] += v["size"]
+    a[2] = max(a[2], p)
+    b = per_account.setdefault(v["account"], [0, 0, p])
+    b[0] += 1
+    b[1] += v["size"]
+    b[2] = min(b[2], p)
+    if v["size"] >= 50:
+        big.append({"key": v["ticker"], "value": {"ticker": v["ticker"], "account": v["account"], "size": v["size"]}})
+write_expected("per-ticker", [
+    {"key": k, "value": {"window_start": s, "window_end": s + SIZE, "ticker": k, "n": n, "volume": vol, "high": hi}}
+    for (k, s), (n, vol, hi) in per_ticker.items()])
+write_expected("per-account", [
+    {"key": k, "value": {"account": k, "n": n, "volume": vol, "low": lo}} for k, (n, vol, lo) in per_account.items()])
+write_expected("big-trades", big)

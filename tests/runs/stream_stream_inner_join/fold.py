@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""stream_stream_inner_join: every (trade, quote) pair with the same ticker and
+|trade.ts - quote.at| <= 2 s, once. Both inputs are in time order and merged by time, so no
+record is late."""
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WITHIN = 2_000
+
+
+def read_input(topic):
+    with open(HERE / "in" / f"{topic}.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def write_expected(topic, records):
+    (HERE / "expected").mkdir(exist_ok=True)
+    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
+    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
+
+
+out = []
+for tr in read_input("stocks"):
+    t = tr["value"]
+    for qr in read_input("quotes"):
+        q = qr["value"]
+        if q["ticker"] == t["ticker"] and abs(q["at"] - t["ts"]) <= WITHIN:
+            price, bid, ask = float(t["price"]), float(q["bid"]), float(q["ask"])
+            out.append({"key": t["ticker"], "value": {
+                "ticker": t["ticker"], "price": price, "size": t["size"], "bid": bid, "ask": ask,
+                "traded": t["ts"], "quoted": q["at"], "off": price < bid or price > ask}})
+write_expected("trade-quotes", out)
