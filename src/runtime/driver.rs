@@ -31,7 +31,8 @@ use crate::runtime::task::{
     self, Change, Input, Output, RecordError, StoreRead, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
 use crate::runtime::topics::{self, TopicKind};
-use crate::value::Value;
+use crate::types::RecordType;
+use crate::value::{decode_record, Value};
 
 const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
 
@@ -594,6 +595,9 @@ pub(crate) struct TaskRun<F: Feed = EmbeddedFeed> {
     /// offset, set by the driver before each step: a repartition record from a newer version
     /// makes the task wait only while that version is still to be read or applied.
     pub(crate) control_seen: (u64, u64),
+    /// Per input: the event time of the record at its head (by offset), so that a head that
+    /// waits while other inputs go first is decoded for its time once.
+    pub(crate) head_times: Vec<Option<(u64, i64)>>,
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
@@ -880,7 +884,14 @@ impl<F: Feed> TaskRun<F> {
             control: meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
             meta_changed: false,
             control_seen: (0, 0),
+            head_times: Vec::new(),
         }
+    }
+
+    /// Read from a new feed (the task's inputs or positions changed).
+    pub(crate) fn set_feed(&mut self, feed: F) {
+        self.feed = feed;
+        self.head_times.clear();
     }
 
     /// The commit record of the task: input positions, stream time and join state.
@@ -957,7 +968,7 @@ impl TaskRun {
         };
         if let Some((restart, fresh)) = catch_up {
             if t.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
-                t.feed = embedded_feed(&t.task.spec, p, log, &t.positions);
+                t.set_feed(embedded_feed(&t.task.spec, p, log, &t.positions));
             }
         }
         if t.control != stage.next {
@@ -995,7 +1006,8 @@ impl TaskRun {
         let (restart, fresh) = stage.catch_up(&spec.query, cur.version).unwrap_or_default();
         let gone = stage.gone_since(&self.task.spec.name, cur.version);
         if self.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
-            self.feed = embedded_feed(&self.task.spec, p, log, &self.positions);
+            let feed = embedded_feed(&self.task.spec, p, log, &self.positions);
+            self.set_feed(feed);
         }
         for (store, changelog) in gone {
             sweep(log, db, &store, &changelog, p)?;
@@ -1249,6 +1261,14 @@ impl<F: Feed> TaskRun<F> {
         // Records of external inputs, for the progress bar.
         let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
+        // Across several inputs, records go in event-time order (RUNTIME.md, "Time"): the time
+        // of each input's head is its declared time field, else its record timestamp.
+        let time_fields: Vec<Option<RecordType>> = if topics.len() > 1 {
+            input_sources(&spec).iter().map(|s| s.and_then(time_field)).collect()
+        } else {
+            vec![]
+        };
+        self.head_times.resize(topics.len(), None);
         'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
                 // Redelivery: everything read since the last commit will be read again.
@@ -1260,8 +1280,23 @@ impl<F: Feed> TaskRun<F> {
             let mut pick: Option<(i64, usize)> = None;
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
-                    Next::Record(ts) if pick.is_none_or(|(t, _)| ts < t) => pick = Some((ts, i)),
-                    Next::Record(_) | Next::End => {}
+                    Next::Record(ts) => {
+                        let ts = match (time_fields.get(i), self.feed.peeked(i)) {
+                            (Some(Some(rt)), Some(head)) => match self.head_times[i] {
+                                Some((offset, t)) if offset == head.offset => t,
+                                _ => {
+                                    let t = event_time(rt, &head.record).unwrap_or(ts);
+                                    self.head_times[i] = Some((head.offset, t));
+                                    t
+                                }
+                            },
+                            _ => ts,
+                        };
+                        if pick.is_none_or(|(t, _)| ts < t) {
+                            pick = Some((ts, i));
+                        }
+                    }
+                    Next::End => {}
                     Next::Unknown => break 'records,
                 }
             }
@@ -1411,8 +1446,9 @@ impl TaskRun {
         Ok(())
     }
 
-    /// Flush and commit: outputs, changelog records and positions in one log commit, then the
-    /// local state with its checkpoint (every few commits). False if there was nothing to commit.
+    /// Flush and commit (see `runtime::commit`): outputs, changelog records and positions in one
+    /// log commit, then the local state with its checkpoint (every few commits). False if there
+    /// was nothing to commit.
     fn commit_batch(
         &mut self,
         log: &EmbeddedLog,
@@ -1420,22 +1456,15 @@ impl TaskRun {
         close_all: bool,
         last: bool,
     ) -> Result<bool, String> {
-        let errors = self.task.flush(&mut self.out, &mut self.changes, close_all, &self.trees);
-        for e in errors {
-            // Emission errors (evaluating a table filter, …) have no input record: log and count.
-            self.task.counters.dead_letters += 1;
-            self.bar.suspend(|| eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0));
-        }
-        if self.uncommitted == 0 && self.out.is_empty() && self.changes.is_empty() && !close_all && !self.meta_changed {
+        let p = self.task.partition;
+        if !self.flush_for_commit(close_all) && !close_all {
             if last && self.trees.pending.iter().any(|p| p.len() > 0) {
                 let c = log.committed()?;
-                let cps: Vec<Pos> =
-                    self.task.spec.stores.iter().map(|st| c.end(&st.changelog, self.task.partition)).collect();
+                let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect();
                 self.trees.write(&cps)?;
             }
             return Ok(false);
         }
-        let p = self.task.partition;
         let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
         let mut meta_cache: BTreeMap<String, u32> = BTreeMap::new();
         for o in self.out.drain(..) {
@@ -1447,15 +1476,13 @@ impl TaskRun {
                     n
                 }
             };
-            let part =
-                o.partition.unwrap_or_else(|| o.record.key.as_deref().map(|k| partition_for(k, parts)).unwrap_or(0));
+            let part = o.partition_in(parts);
             appends.entry((o.topic, part)).or_default().push(o.record);
         }
-        let stores = self.task.spec.stores.clone();
-        for ch in &self.changes {
+        for (changelog, p, ch) in self.changelog_records() {
             let rec =
                 Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
-            appends.entry((stores[ch.store].changelog.clone(), p)).or_default().push(rec);
+            appends.entry((changelog.to_string(), p)).or_default().push(rec);
         }
         let meta = self.meta();
         let list =
@@ -1465,22 +1492,14 @@ impl TaskRun {
             return Ok(false);
         }
         let c = log.commit(list, vec![(self.group.clone(), meta)])?;
-        self.uncommitted = 0;
-        self.meta_changed = false;
-        self.commits += 1;
-        self.at_commit = (self.task.counters.clone(), self.skipped, self.read);
+        self.mark_committed();
         if !last && self.inject(FailPoint::AfterLogCommit) {
             return Ok(true);
         }
-        // Local state and its checkpoint: one atomic batch per store, every few commits.
-        self.trees.stage(&mut self.changes, &self.task);
-        self.trees.commits += 1;
-        if self.trees.due() || last {
-            let cps: Vec<Pos> = stores.iter().map(|st| c.end(&st.changelog, p)).collect();
-            self.trees.write(&cps)?;
-            if !last && self.inject(FailPoint::AfterStoreWrite) {
-                return Ok(true);
-            }
+        let stores = self.task.spec.stores.clone();
+        let wrote = self.stage_local(&|i| c.end(&stores[i].changelog, p), last)?;
+        if wrote && !last && self.inject(FailPoint::AfterStoreWrite) {
+            return Ok(true);
         }
         Ok(true)
     }
@@ -1836,4 +1855,35 @@ fn restore(
         r.write(&reader.position(), false)?;
     }
     r.finish(&reader.position())
+}
+
+/// The declared source of each input of a task, in input order (main, tables, joined streams);
+/// None for a repartition topic, whose record timestamps are already event times.
+fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
+    let main = match &spec.main.decode {
+        Decode::Source(s) => Some(s.as_ref()),
+        Decode::Internal { .. } => None,
+    };
+    std::iter::once(main)
+        .chain(spec.tables.iter().map(|t| Some(t.source.as_ref())))
+        .chain(spec.streams.iter().map(|s| Some(s.source.as_ref())))
+        .collect()
+}
+
+/// A JSON source's declared event-time field as a one-field record type, which decodes only
+/// that field of a value; None where the event time is the record timestamp.
+fn time_field(src: &hir::Source) -> Option<RecordType> {
+    let i = src.time?;
+    (src.format == crate::ast::Format::Json)
+        .then(|| src.value.fields.get(i).map(|f| RecordType { fields: vec![f.clone()] }))
+        .flatten()
+}
+
+/// A record's event time from its time field; None if it cannot be read (the record is then
+/// ordered by its timestamp, and goes to the dead-letter topic when it is processed).
+fn event_time(field: &RecordType, rec: &Record) -> Option<i64> {
+    match decode_record(rec.value.as_deref()?, field).ok()?.first()? {
+        Value::Ts(t) => Some(*t),
+        _ => None,
+    }
 }

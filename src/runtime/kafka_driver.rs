@@ -34,7 +34,7 @@ use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::kafka::{stored, Kafka};
-use crate::log::{partition_for, Pos, Record, Stored};
+use crate::log::{Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, Summary, TaskRun};
@@ -663,7 +663,8 @@ impl Engine {
                 &|name| driver::open_tree(&self.db, name, p),
                 &self.opts,
             )? {
-                run.feed = feed_for(&self.kafka, &self.opts, &self.startup, &run.task.spec, p, &run.positions)?;
+                let feed = feed_for(&self.kafka, &self.opts, &self.startup, &run.task.spec, p, &run.positions)?;
+                run.set_feed(feed);
             }
         }
         if run.control != self.stage.next {
@@ -828,12 +829,7 @@ impl Engine {
         let mut any = false;
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                let r = &mut t.run;
-                for e in r.task.flush(&mut r.out, &mut r.changes, close_all, &r.trees) {
-                    r.task.counters.dead_letters += 1;
-                    eprintln!("error emitting a result of {}: {}", r.task.spec.name, e.0);
-                }
-                any |= r.uncommitted > 0 || !r.out.is_empty() || !r.changes.is_empty() || r.meta_changed;
+                any |= t.run.flush_for_commit(close_all);
             }
         }
         let metrics_due = self.last_metrics.elapsed() >= Duration::from_millis(self.opts.config.metrics.interval_ms);
@@ -847,24 +843,15 @@ impl Engine {
         let mut outputs = Vec::new();
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                let p = t.run.task.partition;
                 outputs.append(&mut t.run.out);
-                for ch in &t.run.changes {
-                    self.producer.send_parts(
-                        &t.run.task.spec.stores[ch.store].changelog,
-                        p,
-                        Some(&ch.key),
-                        ch.value.as_deref(),
-                        ch.timestamp,
-                        &[],
-                    )?;
+                for (changelog, p, ch) in t.run.changelog_records() {
+                    self.producer.send_parts(changelog, p, Some(&ch.key), ch.value.as_deref(), ch.timestamp, &[])?;
                 }
             }
         }
         for o in outputs {
             let n = self.partition_count(&o.topic)?;
-            let part = o.partition.unwrap_or_else(|| o.record.key.as_deref().map(|k| partition_for(k, n)).unwrap_or(0));
-            self.producer.send(&o.topic, part, &o.record)?;
+            self.producer.send(&o.topic, o.partition_in(n), &o.record)?;
         }
         if metrics_due {
             self.last_metrics = Instant::now();
@@ -941,18 +928,9 @@ impl Engine {
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
                 t.cps = t.next_cps.clone();
-                let r = &mut t.run;
-                if r.uncommitted > 0 || !r.changes.is_empty() {
-                    r.commits += 1;
-                }
-                r.uncommitted = 0;
-                r.meta_changed = false;
-                r.at_commit = (r.task.counters.clone(), r.skipped, r.read);
-                r.trees.stage(&mut r.changes, &r.task);
-                r.trees.commits += 1;
-                if r.trees.due() {
-                    write_local(t)?;
-                }
+                t.run.mark_committed();
+                let cps = &t.cps;
+                t.run.stage_local(&|i| Pos { offset: cps[i], byte: 0 }, false)?;
                 t.run.publish();
             }
         }
@@ -1062,7 +1040,8 @@ impl Engine {
                 let db = &self.db;
                 if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| driver::open_tree(db, name, p), &self.opts)?
                 {
-                    r.feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &r.positions)?;
+                    let feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &r.positions)?;
+                    r.set_feed(feed);
                 }
                 let cps: Vec<u64> =
                     spec.stores.iter().map(|s| old.iter().position(|o| *o == s.name).map_or(0, |i| t.cps[i])).collect();

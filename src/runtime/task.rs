@@ -46,6 +46,16 @@ pub struct Output {
     pub record: Record,
 }
 
+impl Output {
+    /// The partition it goes to in a topic of `partitions`: its own, else its key's (murmur2,
+    /// as Kafka's default partitioner), else 0.
+    pub fn partition_in(&self, partitions: u32) -> u32 {
+        self.partition.unwrap_or_else(|| {
+            self.record.key.as_deref().map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
+        })
+    }
+}
+
 /// Counters the task keeps for metrics and tests.
 #[derive(Clone, Debug, Default)]
 pub struct Counters {
