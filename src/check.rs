@@ -11,7 +11,8 @@ use std::sync::Arc;
 use crate::aggregate::{self, ArgProblem, SignatureError};
 use crate::ast::{self, BinOp, Clause, DeclItem, Duration, EmitMode, Format, Literal, Node, Span, UnOp, WindowKind};
 use crate::diag::{did_you_mean, Code, Diagnostic, Diagnostics};
-use crate::hir::{self, AggFunc, Builtin, ExprKind, Joined, KeySpec, Root, Shape, SourceKind, StepKind};
+use crate::function;
+use crate::hir::{self, AggFunc, ExprKind, Joined, KeySpec, Root, Shape, SourceKind, StepKind};
 use crate::types::{RecordType, Type};
 
 /// Names of the native aggregates.
@@ -477,7 +478,7 @@ impl<'a> Checker<'a> {
     }
 
     fn define(&mut self, name: &ast::Ident, what: &str) -> bool {
-        if Builtin::lookup(&name.node).is_some() || aggregate::lookup(&name.node).is_some() {
+        if function::lookup(&name.node).is_some() || aggregate::lookup(&name.node).is_some() {
             self.err(
                 Diagnostic::new(
                     Code::Duplicate,
@@ -1416,7 +1417,7 @@ impl<'a> Checker<'a> {
         let Some(def) = self.aggregates.iter().find(|d| d.name == fname).cloned() else {
             let mut cands: Vec<&str> = aggregate::names().collect();
             cands.extend(self.aggregates.iter().map(|d| d.name.as_str()));
-            let help = if Builtin::lookup(fname).is_some() || self.functions.iter().any(|f| f.name == fname) {
+            let help = if function::lookup(fname).is_some() || self.functions.iter().any(|f| f.name == fname) {
                 format!("`{fname}` is a function, not an aggregate; apply it to a field inside one: `sum({fname}(x))`")
             } else {
                 did_you_mean(fname, cands.iter().copied())
@@ -1838,19 +1839,25 @@ impl<'a> Checker<'a> {
 
     fn call(&mut self, func: &ast::Ident, args: Vec<hir::Expr>, span: Span) -> hir::Expr {
         let name = func.node.as_str();
-        if let Some(b) = Builtin::lookup(name) {
-            let ty = match builtin_type(b, &args) {
+        if let Some(f) = function::lookup(name) {
+            let types: Vec<&Type> = args.iter().map(|a| &a.ty).collect();
+            let checked = if types.iter().any(|t| t.is_error()) {
+                Ok(Type::Error)
+            } else {
+                f.check(&function::Args { types: &types })
+            };
+            let ty = match checked {
                 Ok(t) => t,
                 Err(msg) => {
                     self.err(
                         Diagnostic::new(Code::ArgCount, span, format!("`{name}`: {msg}"))
                             .label("in this call")
-                            .help(builtin_sig(b)),
+                            .help(f.doc().signature),
                     );
                     Type::Error
                 }
             };
-            return hir::Expr { kind: ExprKind::Builtin(b, args), ty, span };
+            return hir::Expr { kind: ExprKind::Builtin(f, args), ty, span };
         }
         if let Some(f) = self.functions.iter().find(|f| f.name == name).cloned() {
             let mut ok = args.len() == f.params.len();
@@ -1885,7 +1892,7 @@ impl<'a> Checker<'a> {
         } else if self.all_defs.contains(name) {
             format!("`{name}` cannot call itself or a function defined after it: define it first")
         } else {
-            let mut cands: Vec<&str> = Builtin::ALL.iter().map(|(n, _)| *n).collect();
+            let mut cands: Vec<&str> = function::ALL.iter().map(|f| f.name()).collect();
             cands.extend(self.functions.iter().map(|f| f.name.as_str()));
             did_you_mean(name, cands.iter().copied()).unwrap_or_else(|| format!("functions: {}", cands.join(", ")))
         };
@@ -2167,154 +2174,4 @@ fn binary_help(op: BinOp, l: &Type, r: &Type) -> Option<String> {
         }
         _ => return None,
     })
-}
-
-/// Type-check a built-in function call.
-fn builtin_type(b: Builtin, args: &[hir::Expr]) -> Result<Type, String> {
-    use Type as T;
-    let tys: Vec<&Type> = args.iter().map(|a| &a.ty).collect();
-    if tys.iter().any(|t| t.is_error()) {
-        return Ok(T::Error);
-    }
-    let nullable = tys.iter().any(|t| t.is_nullable());
-    let n = tys.len();
-    let want = |k: usize| -> Result<(), String> {
-        if n == k {
-            Ok(())
-        } else {
-            Err(format!("takes {}, not {n}", plural(k, "argument")))
-        }
-    };
-    let all = |pred: &dyn Fn(&Type) -> bool, what: &str| -> Result<(), String> {
-        match tys.iter().find(|t| !pred(t.base()) && ***t != T::Null) {
-            Some(t) => Err(format!("takes {what}, not {t}")),
-            None => Ok(()),
-        }
-    };
-    let string = |t: &Type| *t == T::String;
-    let num = |t: &Type| matches!(t, T::Int | T::Float);
-    let int = |t: &Type| *t == T::Int;
-    Ok(match b {
-        Builtin::Lower | Builtin::Upper | Builtin::Trim => {
-            want(1)?;
-            all(&string, "a string")?;
-            T::String.nullable_if(nullable)
-        }
-        Builtin::Concat => {
-            if n == 0 {
-                return Err("takes at least one argument".into());
-            }
-            all(&string, "strings")?;
-            T::String.nullable_if(nullable)
-        }
-        Builtin::Len => {
-            want(1)?;
-            all(&|t| string(t) || matches!(t, T::List(_)), "a string or a list")?;
-            T::Int.nullable_if(nullable)
-        }
-        Builtin::Substr => {
-            if !(2..=3).contains(&n) {
-                return Err(format!("takes 2 or 3 arguments, not {n}"));
-            }
-            if !string(tys[0].base()) || !tys[1..].iter().all(|t| int(t.base())) {
-                return Err("takes (string, int[, int])".into());
-            }
-            T::String.nullable_if(nullable)
-        }
-        Builtin::Contains | Builtin::StartsWith | Builtin::EndsWith => {
-            want(2)?;
-            all(&string, "strings")?;
-            T::Bool.nullable_if(nullable)
-        }
-        Builtin::Abs => {
-            want(1)?;
-            all(&|t| num(t) || *t == T::Duration, "a number or duration")?;
-            tys[0].clone()
-        }
-        Builtin::Round => {
-            if !(1..=2).contains(&n) {
-                return Err(format!("takes 1 or 2 arguments, not {n}"));
-            }
-            if !num(tys[0].base()) || (n == 2 && !int(tys[1].base())) {
-                return Err("takes (number[, int digits])".into());
-            }
-            T::Float.nullable_if(nullable)
-        }
-        Builtin::Floor | Builtin::Ceil | Builtin::Sqrt => {
-            want(1)?;
-            all(&num, "a number")?;
-            T::Float.nullable_if(nullable)
-        }
-        Builtin::Pow => {
-            want(2)?;
-            all(&num, "numbers")?;
-            T::Float.nullable_if(nullable)
-        }
-        Builtin::Coalesce | Builtin::Greatest | Builtin::Least => {
-            if n == 0 {
-                return Err("takes at least one argument".into());
-            }
-            let mut u = tys[0].clone();
-            for t in &tys[1..] {
-                u = u.unify(t).ok_or_else(|| format!("takes arguments of one type, not {u} and {t}"))?;
-            }
-            if b == Builtin::Coalesce {
-                // Non-null as soon as one argument is.
-                let any_non_null = tys.iter().any(|t| !t.is_nullable());
-                u.base().clone().nullable_if(!any_non_null)
-            } else {
-                if !u.is_ordered() {
-                    return Err(format!("takes ordered values, not {u}"));
-                }
-                u
-            }
-        }
-        Builtin::ToString => {
-            want(1)?;
-            T::String.nullable_if(nullable)
-        }
-        Builtin::ToInt | Builtin::ToFloat => {
-            want(1)?;
-            all(&|t| num(t) || string(t) || *t == T::Bool, "a number, string or bool")?;
-            (if b == Builtin::ToInt { T::Int } else { T::Float }).nullable_if(nullable)
-        }
-        Builtin::EpochMs => {
-            want(1)?;
-            all(&|t| *t == T::Timestamp, "a timestamp")?;
-            T::Int.nullable_if(nullable)
-        }
-        Builtin::FromEpochMs => {
-            want(1)?;
-            all(&int, "an int")?;
-            T::Timestamp.nullable_if(nullable)
-        }
-        Builtin::Millis => {
-            want(1)?;
-            all(&|t| *t == T::Duration, "a duration")?;
-            T::Int.nullable_if(nullable)
-        }
-    })
-}
-
-fn builtin_sig(b: Builtin) -> String {
-    let sig = match b {
-        Builtin::Lower | Builtin::Upper | Builtin::Trim => "(string) -> string",
-        Builtin::Concat => "(string, ...) -> string",
-        Builtin::Len => "(string | list) -> int",
-        Builtin::Substr => "(string, start: int[, length: int]) -> string",
-        Builtin::Contains | Builtin::StartsWith | Builtin::EndsWith => "(string, string) -> bool",
-        Builtin::Abs => "(number | duration) -> same",
-        Builtin::Round => "(number[, digits: int]) -> float",
-        Builtin::Floor | Builtin::Ceil | Builtin::Sqrt => "(number) -> float",
-        Builtin::Pow => "(number, number) -> float",
-        Builtin::Coalesce => "(T?, ..., T) -> T",
-        Builtin::Greatest | Builtin::Least => "(T, ...) -> T, T ordered",
-        Builtin::ToString => "(any) -> string",
-        Builtin::ToInt => "(number | string | bool) -> int",
-        Builtin::ToFloat => "(number | string | bool) -> float",
-        Builtin::EpochMs => "(timestamp) -> int",
-        Builtin::FromEpochMs => "(int) -> timestamp",
-        Builtin::Millis => "(duration) -> int",
-    };
-    format!("{}{sig}", b.name())
 }

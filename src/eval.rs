@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use crate::ast::{BinOp, Literal, UnOp};
-use crate::hir::{AggregateDef, Builtin, Expr, ExprKind, Root, Stmt};
+use crate::function::Function;
+use crate::hir::{AggregateDef, Expr, ExprKind, Root, Stmt};
 use crate::value::Value;
 
 /// A record as the operators see it.
@@ -79,7 +80,7 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
         ExprKind::Record(fields) => {
             Value::Record(Arc::new(fields.iter().map(|(_, i)| eval(i, row, locals)).collect::<Result<_, _>>()?))
         }
-        ExprKind::Builtin(b, args) => builtin(*b, args, row, locals)?,
+        ExprKind::Builtin(f, args) => builtin(*f, args, row, locals)?,
         ExprKind::Function(f, args) => {
             let vals: Vec<Value> = args.iter().map(|a| eval(a, row, locals)).collect::<Result<_, _>>()?;
             eval(&f.body, &Row::default(), &vals)?
@@ -209,104 +210,15 @@ fn apply_binary(op: BinOp, a: &Value, b: &Value) -> EvalResult {
     })
 }
 
-fn builtin(b: Builtin, args: &[Expr], row: &Row, locals: &[Value]) -> EvalResult {
-    use Value::*;
+fn builtin(f: &dyn Function, args: &[Expr], row: &Row, locals: &[Value]) -> EvalResult {
     let mut vals = Vec::with_capacity(args.len());
     for a in args {
         vals.push(eval(a, row, locals)?);
     }
-    // Functions other than these return null when an argument is null.
-    if !matches!(b, Builtin::Coalesce | Builtin::ToString) && vals.iter().any(Value::is_null) {
-        return Ok(Null);
+    if !f.sees_nulls() && vals.iter().any(Value::is_null) {
+        return Ok(Value::Null);
     }
-    let s = |i: usize| -> &str {
-        match &vals[i] {
-            Str(s) => s,
-            _ => "",
-        }
-    };
-    let int = |i: usize| -> i64 {
-        match &vals[i] {
-            Int(x) => *x,
-            _ => 0,
-        }
-    };
-    Ok(match b {
-        Builtin::Lower => Value::str(&s(0).to_lowercase()),
-        Builtin::Upper => Value::str(&s(0).to_uppercase()),
-        Builtin::Trim => Value::str(s(0).trim()),
-        Builtin::Concat => Value::str(&(0..vals.len()).map(s).collect::<String>()),
-        Builtin::Len => match &vals[0] {
-            Str(x) => Int(x.chars().count() as i64),
-            List(l) => Int(l.len() as i64),
-            _ => Null,
-        },
-        Builtin::Substr => {
-            // 1-based start, as in SQL; a start past the end gives "".
-            let chars: Vec<char> = s(0).chars().collect();
-            let start = (int(1).max(1) - 1) as usize;
-            let len = if vals.len() > 2 { int(2).max(0) as usize } else { usize::MAX };
-            Value::str(&chars.iter().skip(start).take(len).collect::<String>())
-        }
-        Builtin::Contains => Bool(s(0).contains(s(1))),
-        Builtin::StartsWith => Bool(s(0).starts_with(s(1))),
-        Builtin::EndsWith => Bool(s(0).ends_with(s(1))),
-        Builtin::Abs => match &vals[0] {
-            Int(x) => Int(x.checked_abs().ok_or("integer overflow in abs")?),
-            Float(x) => Float(x.abs()),
-            Dur(x) => Dur(x.checked_abs().ok_or("duration overflow in abs")?),
-            _ => Null,
-        },
-        Builtin::Round => {
-            let x = num(&vals[0]).unwrap_or(0.0);
-            let digits = if vals.len() > 1 { int(1).clamp(-15, 15) as i32 } else { 0 };
-            let m = 10f64.powi(digits);
-            finite((x * m).round() / m, "round")?
-        }
-        Builtin::Floor => finite(num(&vals[0]).unwrap_or(0.0).floor(), "floor")?,
-        Builtin::Ceil => finite(num(&vals[0]).unwrap_or(0.0).ceil(), "ceil")?,
-        Builtin::Sqrt => {
-            let x = num(&vals[0]).unwrap_or(0.0);
-            if x < 0.0 {
-                return Err(format!("sqrt of a negative number ({x})"));
-            }
-            Float(x.sqrt())
-        }
-        Builtin::Pow => finite(num(&vals[0]).unwrap_or(0.0).powf(num(&vals[1]).unwrap_or(0.0)), "pow")?,
-        Builtin::Coalesce => vals.into_iter().find(|v| !v.is_null()).unwrap_or(Null),
-        Builtin::Greatest => {
-            vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_gt() { b } else { a }).unwrap_or(Null)
-        }
-        Builtin::Least => vals.into_iter().reduce(|a, b| if b.cmp_total(&a).is_lt() { b } else { a }).unwrap_or(Null),
-        Builtin::ToString => match &vals[0] {
-            Null => Null,
-            Str(x) => Str(x.clone()),
-            v => Value::str(&v.to_string()),
-        },
-        Builtin::ToInt => match &vals[0] {
-            Int(x) => Int(*x),
-            Float(x) if x.is_finite() && x.abs() < 9.2e18 => Int(x.trunc() as i64),
-            Bool(x) => Int(*x as i64),
-            Str(x) => Int(x.trim().parse().map_err(|_| format!("`{x}` is not an int"))?),
-            v => return Err(format!("cannot convert {v} to int")),
-        },
-        Builtin::ToFloat => match &vals[0] {
-            Int(x) => Float(*x as f64),
-            Float(x) => Float(*x),
-            Bool(x) => Float(*x as i64 as f64),
-            Str(x) => finite(x.trim().parse().map_err(|_| format!("`{x}` is not a float"))?, "to_float")?,
-            v => return Err(format!("cannot convert {v} to float")),
-        },
-        Builtin::EpochMs => match &vals[0] {
-            Ts(t) => Int(*t),
-            _ => Null,
-        },
-        Builtin::FromEpochMs => Ts(int(0)),
-        Builtin::Millis => match &vals[0] {
-            Dur(d) => Int(*d),
-            _ => Null,
-        },
-    })
+    f.eval(vals)
 }
 
 /// Run statements over `locals` (already sized to the body's slot count).

@@ -1,6 +1,6 @@
 //! The checked program: every name resolved to a slot, every expression typed. Built by
 //! [`crate::check`]; read by [`crate::plan`] and the runtime. Holds no spans into pest and no
-//! unresolved names: a field is a path of indices, a function is a [`Builtin`] or an index.
+//! unresolved names: a field is a path of indices, a function is a built-in [`crate::function::Function`] or a definition.
 
 use std::sync::Arc;
 
@@ -325,7 +325,8 @@ pub enum ExprKind {
     If(Box<Expr>, Box<Expr>, Box<Expr>),
     List(Vec<Expr>),
     Record(Vec<(String, Expr)>),
-    Builtin(Builtin, Vec<Expr>),
+    /// A built-in function (see [`crate::function`]).
+    Builtin(&'static dyn crate::function::Function, Vec<Expr>),
     Function(Arc<FunctionDef>, Vec<Expr>),
 }
 
@@ -336,72 +337,6 @@ pub enum Root {
     /// The n-th joined side's value / key.
     Joined(usize),
     JoinedKey(usize),
-}
-
-/// The built-in functions. Nothing here reads the clock, randomness or the environment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
-    Lower,
-    Upper,
-    Trim,
-    Concat,
-    Len,
-    Substr,
-    Contains,
-    StartsWith,
-    EndsWith,
-    Abs,
-    Round,
-    Floor,
-    Ceil,
-    Sqrt,
-    Pow,
-    Coalesce,
-    Greatest,
-    Least,
-    ToString,
-    ToInt,
-    ToFloat,
-    EpochMs,
-    FromEpochMs,
-    Millis,
-}
-
-impl Builtin {
-    pub const ALL: &'static [(&'static str, Builtin)] = &[
-        ("lower", Builtin::Lower),
-        ("upper", Builtin::Upper),
-        ("trim", Builtin::Trim),
-        ("concat", Builtin::Concat),
-        ("len", Builtin::Len),
-        ("substr", Builtin::Substr),
-        ("contains", Builtin::Contains),
-        ("starts_with", Builtin::StartsWith),
-        ("ends_with", Builtin::EndsWith),
-        ("abs", Builtin::Abs),
-        ("round", Builtin::Round),
-        ("floor", Builtin::Floor),
-        ("ceil", Builtin::Ceil),
-        ("sqrt", Builtin::Sqrt),
-        ("pow", Builtin::Pow),
-        ("coalesce", Builtin::Coalesce),
-        ("greatest", Builtin::Greatest),
-        ("least", Builtin::Least),
-        ("to_string", Builtin::ToString),
-        ("to_int", Builtin::ToInt),
-        ("to_float", Builtin::ToFloat),
-        ("epoch_ms", Builtin::EpochMs),
-        ("from_epoch_ms", Builtin::FromEpochMs),
-        ("millis", Builtin::Millis),
-    ];
-
-    pub fn lookup(name: &str) -> Option<Builtin> {
-        Builtin::ALL.iter().find(|(n, _)| *n == name).map(|(_, b)| *b)
-    }
-
-    pub fn name(self) -> &'static str {
-        Builtin::ALL.iter().find(|(_, b)| *b == self).map(|(n, _)| *n).unwrap_or("?")
-    }
 }
 
 impl Program {

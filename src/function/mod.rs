@@ -1,0 +1,174 @@
+//! Built-in functions. Each is a type implementing [`Function`] — its signature check, its
+//! evaluation and its documentation with worked examples — so that a function lives in one
+//! place; related functions share a file (`text`, `math`, `choice`, `convert`, `time`).
+//! `tests/functions.rs` runs every example through the engine and checks that every signature
+//! is in docs/language.md. Nothing here reads the clock, randomness or the environment.
+
+pub mod choice;
+pub mod convert;
+pub mod math;
+pub mod text;
+pub mod time;
+
+use std::fmt;
+
+use crate::types::Type;
+use crate::value::Value;
+
+/// Every built-in function, in the order help texts list them.
+pub static ALL: &[&dyn Function] = &[
+    &text::LOWER,
+    &text::UPPER,
+    &text::TRIM,
+    &text::Concat,
+    &text::Len,
+    &text::Substr,
+    &text::CONTAINS,
+    &text::STARTS_WITH,
+    &text::ENDS_WITH,
+    &math::Abs,
+    &math::Round,
+    &math::FLOOR,
+    &math::CEIL,
+    &math::Sqrt,
+    &math::Pow,
+    &choice::Coalesce,
+    &choice::GREATEST,
+    &choice::LEAST,
+    &convert::ToText,
+    &convert::TO_INT,
+    &convert::TO_FLOAT,
+    &time::EpochMs,
+    &time::FromEpochMs,
+    &time::Millis,
+];
+
+/// The built-in function called `name`.
+pub fn lookup(name: &str) -> Option<&'static dyn Function> {
+    ALL.iter().copied().find(|f| f.name() == name)
+}
+
+/// A built-in function.
+pub trait Function: Sync + Send {
+    fn name(&self) -> &'static str;
+    fn doc(&self) -> &'static Doc;
+    /// The result type for these argument types (none of them an error type), or what is
+    /// wrong, as the rest of a sentence that starts with the function's name: "takes …".
+    fn check(&self, args: &Args) -> Result<Type, String>;
+    /// The result for these argument values. Unless [`Function::sees_nulls`], a null argument
+    /// makes the result null without calling this.
+    fn eval(&self, args: Vec<Value>) -> Result<Value, String>;
+    /// Whether it is called with null arguments (otherwise its result is null).
+    fn sees_nulls(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Debug for dyn Function {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl PartialEq for dyn Function {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+/// Reference documentation of a function, rendered in docs/language.md.
+#[derive(Debug)]
+pub struct Doc {
+    /// The call with its types, e.g. `lower(string) -> string`; also the help of a diagnostic.
+    pub signature: &'static str,
+    /// One sentence: what it computes.
+    pub summary: &'static str,
+    /// Worked examples: an expression over literals, and its result as JSON. Written by hand;
+    /// `tests/functions.rs` evaluates each through the engine.
+    pub examples: &'static [(&'static str, &'static str)],
+}
+
+/// The argument types of a call, with the checks functions share.
+pub struct Args<'a> {
+    pub types: &'a [&'a Type],
+}
+
+impl Args<'_> {
+    pub fn len(&self) -> usize {
+        self.types.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.types.is_empty()
+    }
+    /// Whether any argument may be null (so may the result, for most functions).
+    pub fn nullable(&self) -> bool {
+        self.types.iter().any(|t| t.is_nullable())
+    }
+    /// Exactly `k` arguments.
+    pub fn count(&self, k: usize) -> Result<(), String> {
+        if self.len() == k {
+            Ok(())
+        } else {
+            Err(format!("takes {}, not {}", plural(k, "argument"), self.len()))
+        }
+    }
+    /// Every argument (a `null` literal aside) satisfies `pred`; `what` names what it takes.
+    pub fn all(&self, pred: &dyn Fn(&Type) -> bool, what: &str) -> Result<(), String> {
+        match self.types.iter().find(|t| !pred(t.base()) && ***t != Type::Null) {
+            Some(t) => Err(format!("takes {what}, not {t}")),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+pub(crate) fn is_string(t: &Type) -> bool {
+    *t == Type::String
+}
+pub(crate) fn is_number(t: &Type) -> bool {
+    matches!(t, Type::Int | Type::Float)
+}
+pub(crate) fn is_int(t: &Type) -> bool {
+    *t == Type::Int
+}
+
+/// A string argument's text ("" for any other value; the checker allows only strings).
+pub(crate) fn text(v: &Value) -> &str {
+    match v {
+        Value::Str(s) => s,
+        _ => "",
+    }
+}
+
+/// An int argument (0 for any other value).
+pub(crate) fn int(v: &Value) -> i64 {
+    match v {
+        Value::Int(x) => *x,
+        _ => 0,
+    }
+}
+
+/// A number argument as a float.
+pub(crate) fn number(v: &Value) -> f64 {
+    match v {
+        Value::Int(x) => *x as f64,
+        Value::Float(x) => *x,
+        _ => 0.0,
+    }
+}
+
+/// A float result, which must be finite.
+pub(crate) fn finite(x: f64, what: &str) -> Result<Value, String> {
+    if x.is_finite() {
+        Ok(Value::Float(x))
+    } else {
+        Err(format!("{what} is not a finite number"))
+    }
+}
