@@ -216,7 +216,11 @@ impl Kafka {
         let first = producer.context().first.lock().unwrap_or_else(|p| p.into_inner()).take();
         match first {
             Some(e) => {
-                Err(format!("{failed} of {} records were refused by {}; the first: {e}", records.len(), self.servers()))
+                Err(format!(
+                    "{failed} of {} records of this batch were refused by {} (records before them may have been written); the first: {e}",
+                    records.len(),
+                    self.servers()
+                ))
             }
             None => Ok(()),
         }

@@ -23,31 +23,76 @@ fn program(call: &str, arg_type: &str, window: &str, emit: &str) -> String {
     )
 }
 
-fn run_example(a: &dyn Native, (window_name, window, emit): (&str, &str, &str)) -> serde_json::Value {
+/// Run an example's records through the engine; with `restart`, the first half in one run and
+/// the rest in a second run whose local state was deleted, so the state is restored from the
+/// changelog in between. The key's last non-null result, and how many there were.
+fn run_example(
+    a: &dyn Native,
+    (window_name, window, emit): (&str, &str, &str),
+    restart: bool,
+) -> (serde_json::Value, usize) {
     let ex = &a.doc().example;
-    let dir = temp_dir(&format!("agg-{}-{window_name}", a.name()));
+    let dir = temp_dir(&format!("agg-{}-{window_name}-{restart}", a.name()));
     let prog = dir.join("example.stream");
     std::fs::write(&prog, program(ex.call, ex.arg_type, window, emit)).unwrap();
     let input = dir.join("in.jsonl");
-    let lines: Vec<String> = ex.records.iter().map(|(t, x)| format!("{{\"k\":\"a\",\"x\":{x},\"ts\":{t}}}")).collect();
-    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let lines: Vec<String> =
+        ex.records.iter().map(|(t, x)| format!("{{\"k\":\"a\",\"x\":{x},\"ts\":{t}}}\n")).collect();
     let state = dir.join("state");
+    let mut late = 0;
+    if restart {
+        let half = lines.len() / 2;
+        std::fs::write(&input, lines[..half].concat()).unwrap();
+        let first = Run::new(prog.to_str().unwrap(), &state).input("in", &input).close(false).go().unwrap();
+        late += first.late;
+        std::fs::remove_dir_all(state.join("apps")).unwrap();
+    }
+    std::fs::write(&input, lines.concat()).unwrap();
     let summary = Run::new(prog.to_str().unwrap(), &state).input("in", &input).go().unwrap();
-    assert_eq!(summary.late, 0, "{} in a {window_name} window: no record may be late", a.name());
+    late += summary.late;
+    assert_eq!(late, 0, "{} in a {window_name} window: no record may be late", a.name());
+    if restart {
+        assert!(summary.restored > 0, "{}: the second run restored nothing", a.name());
+    }
     let out = read_topic(&state, "out");
     // Sessions that merged leave tombstones (null values) for the sessions merged away; the
     // last record of the key is the result.
-    let last = out.iter().rev().find(|o| !o.value.is_null()).unwrap_or_else(|| panic!("{}: no output", a.name()));
-    last.value["r"].clone()
+    let results: Vec<&serde_json::Value> = out.iter().map(|o| &o.value).filter(|v| !v.is_null()).collect();
+    let last = results.last().unwrap_or_else(|| panic!("{}: no output", a.name()));
+    (last["r"].clone(), results.len())
+}
+
+/// The most sessions (gap `gap`) open at once while the records arrive, and at the end:
+/// sessionization written plainly, to show that each example makes sessions merge.
+fn sessions(records: &[(i64, &str)], gap: i64) -> (usize, usize) {
+    type Sessions = Vec<(i64, i64)>;
+    let mut open: Sessions = Vec::new();
+    let mut most = 0;
+    for (t, _) in records {
+        let (near, mut rest): (Sessions, Sessions) = open.iter().partition(|(s, e)| *t >= s - gap && *t <= e + gap);
+        let start = near.iter().map(|x| x.0).chain([*t]).min().unwrap();
+        let end = near.iter().map(|x| x.1).chain([*t]).max().unwrap();
+        rest.push((start, end));
+        open = rest;
+        most = most.max(open.len());
+    }
+    (most, open.len())
 }
 
 #[test]
 fn documented_examples_give_their_results() {
     for a in aggregate::ALL {
-        let want: serde_json::Value = serde_json::from_str(a.doc().example.result).unwrap();
+        let ex = &a.doc().example;
+        assert_eq!(sessions(ex.records, 1500), (2, 1), "`{}`'s example must form two sessions that merge", ex.call);
+        let want: serde_json::Value = serde_json::from_str(ex.result).unwrap();
         for &(name, window, emit) in WINDOWS {
-            let got = run_example(*a, (name, window, emit));
-            assert_eq!(got, want, "`{}` in a {name} window", a.doc().example.call);
+            for restart in [false, true] {
+                let (got, n) = run_example(*a, (name, window, emit), restart);
+                assert_eq!(got, want, "`{}` in a {name} window (restart: {restart})", ex.call);
+                if name != "none" {
+                    assert_eq!(n, 1, "`{}` in a {name} window: one window, emitted once", ex.call);
+                }
+            }
         }
     }
 }

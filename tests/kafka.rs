@@ -157,5 +157,5 @@ fn produce_reports_records_the_broker_refuses() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "produce reported success: {err}");
     // The broker refuses a whole batch: the good record may be refused with the bad one.
-    assert!(err.contains("of 2 records were refused") && err.contains("InvalidTimestamp"), "{err}");
+    assert!(err.contains("of 2 records of this batch were refused") && err.contains("InvalidTimestamp"), "{err}");
 }

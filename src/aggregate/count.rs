@@ -12,8 +12,8 @@ static DOC: Doc = Doc {
     example: Example {
         arg_type: "int?",
         call: "count(x)",
-        records: &[(1000, "3"), (2000, "null"), (3000, "5"), (4000, "5")],
-        result: "3",
+        records: &[(1000, "3"), (4000, "5"), (5000, "5"), (2000, "null"), (3000, "7")],
+        result: "4",
     },
 };
 

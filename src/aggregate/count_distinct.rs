@@ -19,7 +19,14 @@ static DOC: Doc = Doc {
     example: Example {
         arg_type: "string?",
         call: "count_distinct(x)",
-        records: &[(1000, "\"home\""), (2000, "\"cart\""), (3000, "null"), (4000, "\"home\""), (5000, "\"pay\"")],
+        records: &[
+            (1000, "\"home\""),
+            (4000, "\"home\""),
+            (5000, "\"pay\""),
+            (2000, "\"cart\""),
+            (2500, "null"),
+            (3000, "\"home\""),
+        ],
         result: "3",
     },
 };

@@ -25,8 +25,8 @@ static EARLIEST_DOC: Doc = Doc {
     example: Example {
         arg_type: "string?",
         call: "earliest(x)",
-        records: &[(3000, "\"b\""), (1000, "null"), (2000, "\"a\""), (2000, "\"a2\""), (4000, "\"c\"")],
-        result: "\"a\"",
+        records: &[(4000, "\"c\""), (1500, "\"b\""), (1000, "null"), (2500, "\"a\""), (1500, "\"b2\"")],
+        result: "\"b\"",
     },
 };
 
@@ -36,7 +36,7 @@ static LATEST_DOC: Doc = Doc {
     example: Example {
         arg_type: "int?",
         call: "latest(x)",
-        records: &[(1000, "1"), (4000, "4"), (2000, "2"), (4000, "44"), (5000, "null")],
+        records: &[(1000, "1"), (4000, "4"), (2500, "25"), (4000, "44"), (5000, "null")],
         result: "44",
     },
 };

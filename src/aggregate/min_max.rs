@@ -21,7 +21,7 @@ static MIN_DOC: Doc = Doc {
     example: Example {
         arg_type: "float?",
         call: "min(x)",
-        records: &[(1000, "2.5"), (2000, "null"), (3000, "-1.25"), (4000, "7")],
+        records: &[(1000, "2.5"), (4000, "7"), (2000, "null"), (3000, "-1.25")],
         result: "-1.25",
     },
 };
@@ -32,7 +32,7 @@ static MAX_DOC: Doc = Doc {
     example: Example {
         arg_type: "string",
         call: "max(x)",
-        records: &[(1000, "\"pear\""), (2000, "\"apple\""), (3000, "\"plum\"")],
+        records: &[(1000, "\"pear\""), (4000, "\"plum\""), (2500, "\"apple\"")],
         result: "\"plum\"",
     },
 };

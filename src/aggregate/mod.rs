@@ -103,7 +103,9 @@ pub struct Doc {
 }
 
 /// A worked example: one key's records, all in one window, and the aggregate's result. The
-/// expected result is written by hand; `tests/aggregates.rs` runs it through the engine.
+/// expected result is written by hand; `tests/aggregates.rs` runs it through the engine. In
+/// arrival order the records form two sessions (gap 1.5 s) that a later record bridges, so the
+/// example exercises `merge` too.
 #[derive(Debug)]
 pub struct Example {
     /// The declared type of the argument field `x` in the example's stream, e.g. `string?`.

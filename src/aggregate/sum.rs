@@ -12,7 +12,7 @@ static DOC: Doc = Doc {
     example: Example {
         arg_type: "int?",
         call: "sum(x)",
-        records: &[(1000, "3"), (2000, "null"), (3000, "5"), (4000, "-1")],
+        records: &[(1000, "3"), (4000, "-1"), (2000, "null"), (3000, "5")],
         result: "7",
     },
 };

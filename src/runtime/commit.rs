@@ -1,4 +1,5 @@
-//! The commit protocol of a task, written once for both backends (RUNTIME.md, "Commit"):
+//! The commit protocol of a task, written once for both backends (ARCHITECTURE.md,
+//! "Invariants"):
 //!
 //! 1. [`TaskRun::flush_for_commit`]: the record cache becomes output records and changelog
 //!    changes (emission errors are counted, logged and committed past);
@@ -28,7 +29,8 @@ impl<F: Feed> TaskRun<F> {
             self.task.counters.dead_letters += 1;
             self.bar.suspend(|| eprintln!("error emitting a result of {}: {}", self.task.spec.name, e.0));
         }
-        self.uncommitted > 0 || !self.out.is_empty() || !self.changes.is_empty() || self.meta_changed
+        self.work = self.uncommitted > 0 || !self.out.is_empty() || !self.changes.is_empty() || self.meta_changed;
+        self.work
     }
 
     /// The changelog records of the pending changes: (changelog topic, partition, change).
@@ -37,9 +39,10 @@ impl<F: Feed> TaskRun<F> {
         self.changes.iter().map(move |ch| (self.task.spec.stores[ch.store].changelog.as_str(), p, ch))
     }
 
-    /// The backend made the batch durable: nothing of the task is uncommitted any more.
+    /// The backend made the batch durable: nothing of the task is uncommitted any more. A
+    /// commit counts (summary, metrics) for a task when it carried something of the task.
     pub(crate) fn mark_committed(&mut self) {
-        if self.uncommitted > 0 || !self.changes.is_empty() {
+        if std::mem::take(&mut self.work) {
             self.commits += 1;
         }
         self.uncommitted = 0;

@@ -598,6 +598,8 @@ pub(crate) struct TaskRun<F: Feed = EmbeddedFeed> {
     /// Per input: the event time of the record at its head (by offset), so that a head that
     /// waits while other inputs go first is decoded for its time once.
     pub(crate) head_times: Vec<Option<(u64, i64)>>,
+    /// The commit in progress carries something of the task (set by `flush_for_commit`).
+    pub(crate) work: bool,
 }
 
 /// The committed local state of one task: a sled tree per store, and the committed changes not
@@ -885,6 +887,7 @@ impl<F: Feed> TaskRun<F> {
             meta_changed: false,
             control_seen: (0, 0),
             head_times: Vec::new(),
+            work: false,
         }
     }
 
@@ -1261,7 +1264,7 @@ impl<F: Feed> TaskRun<F> {
         // Records of external inputs, for the progress bar.
         let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
-        // Across several inputs, records go in event-time order (RUNTIME.md, "Time"): the time
+        // Across several inputs, records go in event-time order (docs/language.md, "Joins"): the time
         // of each input's head is its declared time field, else its record timestamp.
         let time_fields: Vec<Option<RecordType>> = if topics.len() > 1 {
             input_sources(&spec).iter().map(|s| s.and_then(time_field)).collect()
@@ -1275,8 +1278,8 @@ impl<F: Feed> TaskRun<F> {
                 self.failed = true;
                 break;
             }
-            // The earliest record next: a side input before a later side input or the main
-            // input on ties.
+            // The earliest record next (by event time): a side input before a later side input or
+            // the main input on ties.
             let mut pick: Option<(i64, usize)> = None;
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
@@ -1335,7 +1338,9 @@ impl<F: Feed> TaskRun<F> {
             }
             self.positions.insert(format!("{topic}/{p}"), s.next);
             self.task.counters.counted = false;
-            let res = if i == 0 {
+            let res = if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
+                r
+            } else if i == 0 {
                 match self.task.decode_main(&s.record) {
                     Ok(mut input) => {
                         input.offset = s.offset;
@@ -1457,7 +1462,8 @@ impl TaskRun {
         last: bool,
     ) -> Result<bool, String> {
         let p = self.task.partition;
-        if !self.flush_for_commit(close_all) && !close_all {
+        let work = self.flush_for_commit(close_all);
+        if !work && !close_all {
             if last && self.trees.pending.iter().any(|p| p.len() > 0) {
                 let c = log.committed()?;
                 let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect();
@@ -1494,14 +1500,14 @@ impl TaskRun {
         let c = log.commit(list, vec![(self.group.clone(), meta)])?;
         self.mark_committed();
         if !last && self.inject(FailPoint::AfterLogCommit) {
-            return Ok(true);
+            return Ok(work);
         }
         let stores = self.task.spec.stores.clone();
         let wrote = self.stage_local(&|i| c.end(&stores[i].changelog, p), last)?;
         if wrote && !last && self.inject(FailPoint::AfterStoreWrite) {
-            return Ok(true);
+            return Ok(work);
         }
-        Ok(true)
+        Ok(work)
     }
 }
 

@@ -464,6 +464,71 @@ impl Task {
         }
     }
 
+    /// The sink of a query that reads a topic-fed table and keeps it a table: only filters,
+    /// maps and table lookups before its sink (no key change, repartition, stream join or
+    /// aggregate). Its output is a table too: a row the filter drops, and a row deleted in the
+    /// input, are deleted downstream with a tombstone, as Kafka Streams' `KTable#filter` does.
+    fn table_sink(&self) -> Option<(&str, &Type)> {
+        let Decode::Source(src) = &self.spec.main.decode else { return None };
+        if src.kind != hir::SourceKind::Table || self.spec.agg.is_some() {
+            return None;
+        }
+        let mut sink = None;
+        for op in &self.spec.ops {
+            match op {
+                Op::Filter(_) | Op::Map(_) | Op::JoinTable { .. } => {}
+                Op::Sink { topic, key_ty, .. } => sink = Some((topic.as_str(), key_ty)),
+                _ => return None,
+            }
+        }
+        sink
+    }
+
+    /// A deletion (a record without a value) of the table a table query reads: a tombstone for
+    /// its key downstream. None if the main input is not such a table.
+    pub fn table_deletion(&mut self, rec: &Record, out: &mut Vec<Output>) -> Option<Result<(), RecordError>> {
+        if rec.value.is_some() {
+            return None;
+        }
+        let Decode::Source(src) = &self.spec.main.decode else { return None };
+        let src = src.clone();
+        self.table_sink()?;
+        let key = match &src.key {
+            KeySpec::Field(i) => decode_key(rec.key.as_deref(), &src.value.fields[*i].1),
+            KeySpec::Named(_, t) => decode_key(rec.key.as_deref(), t),
+            KeySpec::Raw => {
+                Ok(rec.key.as_deref().map(|k| Value::str(&String::from_utf8_lossy(k))).unwrap_or(Value::Null))
+            }
+        };
+        let tenant = match &src.tenant {
+            None => Ok(None),
+            Some(_) => tenant::of_record(&src, None, rec).map(Some).map_err(RecordError),
+        };
+        Some(key.and_then(|key| {
+            let tenant = tenant?;
+            self.counters.records_in += 1;
+            if let Some(t) = &tenant {
+                self.counters.tenant(t).records_in += 1;
+            }
+            // A deletion has no time field: its time is the record timestamp.
+            self.table_tombstone(&Row { key, value: vec![], joined: vec![], tenant }, rec.timestamp, out);
+            Ok(())
+        }))
+    }
+
+    /// A tombstone for `row`'s key at the table query's sink.
+    fn table_tombstone(&mut self, row: &Row, ts: i64, out: &mut Vec<Output>) {
+        let Some((topic, key_ty)) = self.table_sink() else { return };
+        let record = Record {
+            key: output_key(&row.key, key_ty, row.tenant.as_deref()),
+            value: None,
+            timestamp: ts,
+            headers: out_headers(self.spec.version, row.tenant.as_deref()),
+        };
+        out.push(Output { topic: topic.to_string(), partition: None, record });
+        self.counters.records_out += 1;
+    }
+
     /// Process one record of the main input.
     pub fn process(&mut self, input: Input, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         self.counters.records_in += 1;
@@ -739,6 +804,10 @@ impl Task {
             match op {
                 Op::Filter(pred) => {
                     if eval(pred, &row, &[]).map_err(err)? != Value::Bool(true) {
+                        if base == 0 {
+                            // A table query deletes a row that does not match downstream.
+                            self.table_tombstone(&row, ts, out);
+                        }
                         return Ok(());
                     }
                 }

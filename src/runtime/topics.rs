@@ -3,7 +3,7 @@
 //! partition counts of the topics that already exist. Each backend only applies the plan:
 //! creates what is missing and refuses an internal topic whose count differs.
 //!
-//! The rules (docs/conventions.md, "Defaults"): a sub-topology has as many tasks as its inputs
+//! The rules (docs/conventions.md, "Keys and partitioning"): a sub-topology has as many tasks as its inputs
 //! have partitions, and co-partitioned inputs must agree; a repartition topic and a changelog
 //! have as many partitions as the sub-topology that writes them (a repartition before a join:
 //! as many as the joined topic); dead letters, late records and metrics have one; a missing sink

@@ -105,8 +105,21 @@ pub enum Backend<'a> {
     Kafka { bootstrap: &'a str, prefix: &'a str },
 }
 
-/// Run a case and compare its outputs: Ok, or what differs.
-pub fn run_case(case: &Case, backend: &Backend, work: &Path) -> Result<(), String> {
+/// Why a case did not pass.
+#[derive(Debug)]
+pub enum Failure {
+    /// A command failed, or a file of the case is missing or malformed.
+    Broken(String),
+    /// The outputs differ from the expected ones.
+    Differs(String),
+}
+
+/// Run a case and compare its outputs.
+pub fn run_case(case: &Case, backend: &Backend, work: &Path) -> Result<(), Failure> {
+    run_and_compare(case, backend, work).map_err(Failure::Broken)?.map_err(Failure::Differs)
+}
+
+fn run_and_compare(case: &Case, backend: &Backend, work: &Path) -> Result<Result<(), String>, String> {
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).unwrap();
     let state = work.join("state");
@@ -178,9 +191,9 @@ pub fn run_case(case: &Case, backend: &Backend, work: &Path) -> Result<(), Strin
         }
     }
     if diffs.is_empty() {
-        Ok(())
+        Ok(Ok(()))
     } else {
-        Err(diffs.join("\n"))
+        Ok(Err(diffs.join("\n")))
     }
 }
 
@@ -201,7 +214,8 @@ fn streamc_stdout(state: &Path, args: &[String]) -> Result<String, String> {
 }
 
 fn expected(path: &Path) -> Result<Vec<serde_json::Value>, String> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(vec![]) };
+    // An output expected to stay empty has an empty file: a missing one is a mistake.
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}: {l}", path.display())))
@@ -320,8 +334,14 @@ pub fn run_all(backend_name: &str, make: &dyn Fn(&Case) -> (Backend<'static>, Pa
         let result = run_case(case, &backend, &work);
         match (&case.file.known_failure, result) {
             (None, Ok(())) => {}
-            (None, Err(e)) => failures.push(format!("{}: {}\n{e}", case.name, case.file.about)),
-            (Some(_), Err(_)) => {}
+            (None, Err(Failure::Differs(e) | Failure::Broken(e))) => {
+                failures.push(format!("{}: {}\n{e}", case.name, case.file.about))
+            }
+            // A known difference must still be a difference, not a crash or a failed command.
+            (Some(_), Err(Failure::Differs(_))) => {}
+            (Some(why), Err(Failure::Broken(e))) => {
+                failures.push(format!("{}: marked known_failure ({why}) but broke instead:\n{e}", case.name))
+            }
             (Some(why), Ok(())) => failures.push(format!(
                 "{}: marked known_failure ({why}) but now passes: remove the mark and its KNOWN_DIFFERENCES entry",
                 case.name
