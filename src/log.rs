@@ -88,10 +88,51 @@ pub struct EmbeddedLog {
     fsync: bool,
 }
 
-pub type Result<T> = std::result::Result<T, String>;
+/// What can go wrong with the embedded log. Callers that report errors as text get the same
+/// messages through `Display` (and `From<LogError> for String`).
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// A file operation failed: what was being done, and the I/O error.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A metadata file (`meta.json`, `COMMITTED`) does not parse.
+    #[error("{what}: {source}")]
+    Corrupt {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("`{0}` is not a valid topic name")]
+    InvalidTopic(String),
+    #[error("topic `{topic}` exists with {has} partitions, {needs} needed")]
+    PartitionCount { topic: String, has: u32, needs: u32 },
+    #[error("no topic `{0}`")]
+    NoTopic(String),
+    #[error("topic `{topic}` has no partition {partition}")]
+    NoPartition { topic: String, partition: u32 },
+    /// A frame of a partition file is damaged (a torn write past the committed end is not).
+    #[error("{path}: a record at byte {byte} is damaged")]
+    Damaged { path: String, byte: u64 },
+}
 
-fn io<E: std::fmt::Display>(what: impl std::fmt::Display) -> impl FnOnce(E) -> String {
-    move |e| format!("{what}: {e}")
+impl From<LogError> for String {
+    fn from(e: LogError) -> String {
+        e.to_string()
+    }
+}
+
+pub type Result<T> = std::result::Result<T, LogError>;
+
+fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> LogError {
+    move |source| LogError::Io { what: what.to_string(), source }
+}
+
+fn corrupt(what: impl std::fmt::Display) -> impl FnOnce(serde_json::Error) -> LogError {
+    move |source| LogError::Corrupt { what: what.to_string(), source }
 }
 
 impl EmbeddedLog {
@@ -113,21 +154,25 @@ impl EmbeddedLog {
     pub fn topic(&self, topic: &str) -> Result<Option<TopicMeta>> {
         let p = self.topic_dir(topic).join("meta.json");
         match fs::read(&p) {
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(io(format!("corrupt {}", p.display()))),
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(corrupt(format!("corrupt {}", p.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot read {}: {e}", p.display())),
+            Err(e) => Err(io(format!("cannot read {}", p.display()))(e)),
         }
     }
 
     /// Create a topic, or check an existing one: a different partition count is an error.
     pub fn create_topic(&self, topic: &str, partitions: u32, compacted: bool) -> Result<TopicMeta> {
         if !crate::check::valid_topic(topic) {
-            return Err(format!("`{topic}` is not a valid topic name"));
+            return Err(LogError::InvalidTopic(topic.to_string()));
         }
         let _lock = self.lock()?;
         if let Some(m) = self.topic(topic)? {
             if m.partitions != partitions {
-                return Err(format!("topic `{topic}` exists with {} partitions, {partitions} needed", m.partitions));
+                return Err(LogError::PartitionCount {
+                    topic: topic.to_string(),
+                    has: m.partitions,
+                    needs: partitions,
+                });
             }
             return Ok(m);
         }
@@ -172,9 +217,9 @@ impl EmbeddedLog {
     /// The current committed state.
     pub fn committed(&self) -> Result<Committed> {
         match fs::read(self.dir.join("COMMITTED")) {
-            Ok(b) => serde_json::from_slice(&b).map_err(io("the log's COMMITTED file is corrupt")),
+            Ok(b) => serde_json::from_slice(&b).map_err(corrupt("the log's COMMITTED file is corrupt")),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Committed::default()),
-            Err(e) => Err(format!("cannot read COMMITTED: {e}")),
+            Err(e) => Err(io("cannot read COMMITTED")(e)),
         }
     }
 
@@ -187,9 +232,9 @@ impl EmbeddedLog {
             if a.records.is_empty() {
                 continue;
             }
-            let meta = self.topic(&a.topic)?.ok_or_else(|| format!("no topic `{}`", a.topic))?;
+            let meta = self.topic(&a.topic)?.ok_or_else(|| LogError::NoTopic(a.topic.clone()))?;
             if a.partition >= meta.partitions {
-                return Err(format!("topic `{}` has no partition {}", a.topic, a.partition));
+                return Err(LogError::NoPartition { topic: a.topic.clone(), partition: a.partition });
             }
             let key = part_key(&a.topic, a.partition);
             let mut end = c.ends.get(&key).copied().unwrap_or_default();
@@ -280,7 +325,7 @@ impl PartitionReader {
                 }
                 None => {
                     if !self.fill(end)? {
-                        return Err(format!("{}: a record at byte {} is damaged", self.path.display(), self.pos.byte));
+                        return Err(LogError::Damaged { path: self.path.display().to_string(), byte: self.pos.byte });
                     }
                 }
             }
@@ -435,6 +480,29 @@ pub fn partition_for(key: &[u8], partitions: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_are_typed_and_read_as_before() {
+        let dir = std::env::temp_dir().join(format!("streamc-log-errors-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        log.create_topic("t", 2, false).unwrap();
+        let e = log.create_topic("t", 3, false).unwrap_err();
+        assert!(matches!(e, LogError::PartitionCount { has: 2, needs: 3, .. }), "{e:?}");
+        assert_eq!(String::from(e), "topic `t` exists with 2 partitions, 3 needed");
+        let e = log.create_topic("no spaces", 1, false).unwrap_err();
+        assert!(matches!(e, LogError::InvalidTopic(_)), "{e:?}");
+        let r = Record { key: None, value: Some(b"{}".to_vec()), timestamp: 0, headers: vec![] };
+        let e = log.commit(vec![Append { topic: "t".into(), partition: 7, records: vec![r] }], vec![]).unwrap_err();
+        assert_eq!(e.to_string(), "topic `t` has no partition 7");
+        std::fs::write(dir.join("log").join("COMMITTED"), b"{not json").unwrap();
+        let e = log.committed().unwrap_err();
+        assert!(
+            matches!(e, LogError::Corrupt { .. }) && e.to_string().starts_with("the log's COMMITTED file is corrupt: "),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn murmur2_matches_the_java_client() {

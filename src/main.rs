@@ -372,7 +372,7 @@ fn log_of(g: &Global, cfg: &config::Config) -> Result<streamc::log::EmbeddedLog,
     if cfg.kafka.contains_key("bootstrap.servers") {
         return Err("`run` on Kafka is not available yet (`produce` and `consume` are); remove kafka.bootstrap.servers to use the embedded log".into());
     }
-    streamc::log::EmbeddedLog::open(&g.state_dir, cfg.embedded.fsync)
+    streamc::log::EmbeddedLog::open(&g.state_dir, cfg.embedded.fsync).map_err(String::from)
 }
 
 /// The flags of `streamc run`.
@@ -525,7 +525,7 @@ fn produce(
                     .enumerate()
                     .map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) })
                     .collect();
-                l.commit(appends, vec![]).map(|_| ())
+                l.commit(appends, vec![]).map(|_| ()).map_err(String::from)
             }
             _ => Ok(()),
         }

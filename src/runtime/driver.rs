@@ -468,7 +468,7 @@ fn commit_ingest(
         .map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) })
         .collect();
     let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
-    log.commit(appends, vec![(group.to_string(), meta)]).map(|_| ())
+    log.commit(appends, vec![(group.to_string(), meta)]).map(|_| ()).map_err(String::from)
 }
 
 struct HashWriter<'a>(&'a mut Sha256);
