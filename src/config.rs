@@ -135,22 +135,68 @@ impl Default for MetricsConfig {
     }
 }
 
+/// Why a configuration cannot be loaded. Its text is what the CLI prints.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path}: {source}")]
+    Yaml {
+        path: String,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("config {0}: the top level must be a mapping of keys")]
+    NotAMapping(String),
+    #[error("--set {0}: expected KEY=VALUE")]
+    BadSet(String),
+    /// A key is unknown or a value has the wrong type (serde's message names which).
+    #[error("configuration: {0}")]
+    Invalid(#[source] serde_yaml::Error),
+    #[error("configuration key {0} is not a string")]
+    KeyNotString(String),
+    #[error("{0}: librdkafka properties are strings")]
+    KafkaNotString(String),
+    #[error("`kafka` must be a mapping")]
+    KafkaNotMapping,
+    #[error("empty configuration key in `{0}`")]
+    EmptyKey(String),
+    #[error("configuration key `{head}` is not a section, so `{path}` cannot be set")]
+    NotASection { head: String, path: String },
+    #[error("application id `{0}` must be made of ASCII letters, digits, `.`, `_` and `-`")]
+    BadApplicationId(String),
+    #[error("application id `{0}` must be made of ASCII letters, digits, `.`, `_` and `-` (derived from the file name; set `application.id`)")]
+    BadFileStem(String),
+}
+
+impl From<ConfigError> for String {
+    fn from(e: ConfigError) -> String {
+        e.to_string()
+    }
+}
+
 /// Load the configuration: the file (if any), then each `KEY=VALUE` in order.
-pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, String> {
+pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, ConfigError> {
     let mut root = match file {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read config {}: {e}", p.display()))?;
-            let v: Value = serde_yaml::from_str(&text).map_err(|e| format!("config {}: {e}", p.display()))?;
+            let path = p.display().to_string();
+            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            let v: Value =
+                serde_yaml::from_str(&text).map_err(|source| ConfigError::Yaml { path: path.clone(), source })?;
             match v {
                 Value::Null => Mapping::new(),
                 Value::Mapping(m) => normalize(m, false)?,
-                _ => return Err(format!("config {}: the top level must be a mapping of keys", p.display())),
+                _ => return Err(ConfigError::NotAMapping(path)),
             }
         }
         None => Mapping::new(),
     };
     for s in sets {
-        let (k, v) = s.split_once('=').ok_or_else(|| format!("--set {s}: expected KEY=VALUE"))?;
+        let (k, v) = s.split_once('=').ok_or_else(|| ConfigError::BadSet(s.clone()))?;
         let value: Value = if k.starts_with("kafka.") {
             Value::String(v.to_string())
         } else {
@@ -158,7 +204,7 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, String> {
         };
         insert(&mut root, k, value)?;
     }
-    let cfg: Config = serde_yaml::from_value(Value::Mapping(root)).map_err(|e| format!("configuration: {e}"))?;
+    let cfg: Config = serde_yaml::from_value(Value::Mapping(root)).map_err(ConfigError::Invalid)?;
     if let Some(id) = &cfg.application.id {
         validate_app_id(id)?;
     }
@@ -167,19 +213,19 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, String> {
 
 /// Split dotted keys into nested mappings (except below `kafka`, whose keys are librdkafka
 /// property names) and make every `kafka` value a string.
-fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, String> {
+fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, ConfigError> {
     let mut out = Mapping::new();
     for (k, v) in m {
         let key = match &k {
             Value::String(s) => s.clone(),
-            other => return Err(format!("configuration key {other:?} is not a string")),
+            other => return Err(ConfigError::KeyNotString(format!("{other:?}"))),
         };
         if in_kafka {
             let s = match v {
                 Value::String(s) => s,
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
-                _ => return Err(format!("kafka.{key}: librdkafka properties are strings")),
+                _ => return Err(ConfigError::KafkaNotString(format!("kafka.{key}"))),
             };
             out.insert(Value::String(key), Value::String(s));
             continue;
@@ -193,16 +239,16 @@ fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, String> {
     Ok(out)
 }
 
-fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), String> {
+fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), ConfigError> {
     let (head, rest) = match path.split_once('.') {
         Some(("kafka", r)) => {
             let kafka = root.entry(Value::String("kafka".into())).or_insert_with(|| Value::Mapping(Mapping::new()));
-            let Value::Mapping(m) = kafka else { return Err("`kafka` must be a mapping".into()) };
+            let Value::Mapping(m) = kafka else { return Err(ConfigError::KafkaNotMapping) };
             let s = match value {
                 Value::String(s) => s,
                 Value::Number(n) => n.to_string(),
                 Value::Bool(b) => b.to_string(),
-                _ => return Err(format!("{path}: librdkafka properties are strings")),
+                _ => return Err(ConfigError::KafkaNotString(path.to_string())),
             };
             m.insert(Value::String(r.to_string()), Value::String(s));
             return Ok(());
@@ -211,7 +257,7 @@ fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), String> {
         None => (path, None),
     };
     if head.is_empty() {
-        return Err(format!("empty configuration key in `{path}`"));
+        return Err(ConfigError::EmptyKey(path.to_string()));
     }
     match rest {
         None => {
@@ -231,28 +277,28 @@ fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), String> {
             let entry = root.entry(Value::String(head.to_string())).or_insert_with(|| Value::Mapping(Mapping::new()));
             match entry {
                 Value::Mapping(m) => insert(m, r, value),
-                _ => Err(format!("configuration key `{head}` is not a section, so `{path}` cannot be set")),
+                _ => Err(ConfigError::NotASection { head: head.to_string(), path: path.to_string() }),
             }
         }
     }
 }
 
 /// `[A-Za-z0-9._-]+`, as docs/conventions.md says.
-pub fn validate_app_id(id: &str) -> Result<(), String> {
+pub fn validate_app_id(id: &str) -> Result<(), ConfigError> {
     if !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
         Ok(())
     } else {
-        Err(format!("application id `{id}` must be made of ASCII letters, digits, `.`, `_` and `-`"))
+        Err(ConfigError::BadApplicationId(id.to_string()))
     }
 }
 
 /// The application id: configured, else the program file's stem.
-pub fn application_id(cfg: &Config, program: &Path) -> Result<String, String> {
+pub fn application_id(cfg: &Config, program: &Path) -> Result<String, ConfigError> {
     if let Some(id) = &cfg.application.id {
         return Ok(id.clone());
     }
     let stem = program.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-    validate_app_id(stem).map_err(|e| format!("{e} (derived from the file name; set `application.id`)"))?;
+    validate_app_id(stem).map_err(|_| ConfigError::BadFileStem(stem.to_string()))?;
     Ok(stem.to_string())
 }
 
@@ -277,9 +323,13 @@ mod tests {
     #[test]
     fn unknown_keys_are_errors() {
         let e = load(None, &["commit.recordz=1".into()]).unwrap_err();
-        assert!(e.contains("recordz"), "{e}");
+        assert!(matches!(e, ConfigError::Invalid(_)) && e.to_string().contains("recordz"), "{e}");
         let e = load(None, &["nope=1".into()]).unwrap_err();
-        assert!(e.contains("nope"), "{e}");
+        assert!(e.to_string().starts_with("configuration: ") && e.to_string().contains("nope"), "{e}");
+        let e = load(None, &["no-equals-sign".into()]).unwrap_err();
+        assert_eq!(e.to_string(), "--set no-equals-sign: expected KEY=VALUE");
+        let e = load(None, &["application.id=a".into(), "application.id.x=1".into()]).unwrap_err();
+        assert!(matches!(e, ConfigError::NotASection { .. }), "{e}");
     }
 
     #[test]

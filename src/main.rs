@@ -231,7 +231,7 @@ fn load_config(g: &Global) -> Result<config::Config, String> {
     if let Some(b) = &g.bootstrap_servers {
         sets.push(format!("kafka.bootstrap.servers={b}"));
     }
-    config::load(g.config.as_deref(), &sets)
+    config::load(g.config.as_deref(), &sets).map_err(String::from)
 }
 
 fn read(path: &Path) -> Result<String, String> {

@@ -456,10 +456,31 @@ fn sigkills(guarantee: &str, default_n: u64) {
     write_trades(&f, n, 200, 9, 0);
     let trades = trades_of(&f);
     let src = format!("{pfx}.stocks");
-    streamc(
-        &dir.join("p"),
-        &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "4", "--bootstrap-servers", &b],
-    );
+    // The input arrives in 11 parts: one before the instances start and one after each kill, so
+    // that every kill falls on a run with input still to come, however fast the machine is.
+    let lines: Vec<String> = std::fs::read_to_string(&f).unwrap().lines().map(str::to_string).collect();
+    const PARTS: usize = 11;
+    let per = lines.len().div_ceil(PARTS);
+    let produce_part = |k: usize| {
+        let part = dir.join(format!("part{k}.jsonl"));
+        let chunk = &lines[(k * per).min(lines.len())..((k + 1) * per).min(lines.len())];
+        std::fs::write(&part, chunk.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        streamc(
+            &dir.join("p"),
+            &[
+                "produce",
+                &src,
+                part.to_str().unwrap(),
+                "--program",
+                prog,
+                "--partitions",
+                "4",
+                "--bootstrap-servers",
+                &b,
+            ],
+        );
+    };
+    produce_part(0);
 
     let app = format!("{pfx}-app");
     let start = |name: &str| {
@@ -484,16 +505,24 @@ fn sigkills(guarantee: &str, default_n: u64) {
     };
     let mut kills = 0;
     let mut x = 12345u64;
+    let mut output = 0;
     while kills < 10 {
+        // Kill on observed progress: the output has grown since the last kill.
+        wait_for(600, "the output to grow after a restart", || {
+            let n = consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]).len();
+            let grew = n > output;
+            output = output.max(n);
+            grew
+        });
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        std::thread::sleep(Duration::from_millis(1_500 + (x >> 33) % 2_000));
+        std::thread::sleep(Duration::from_millis((x >> 33) % 1_500));
         let i = kills % 2;
         procs[i].kill();
         kills += 1;
         // Restarted at once with the same instance.id: it fences its predecessor's transactions.
         procs[i] = start(names[i]);
+        produce_part(kills);
     }
-    assert!(!complete(), "the run finished before the 10th kill; make it longer");
     wait_for(600, "the output to be complete", complete);
     drop(procs);
     let recs = consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]);
