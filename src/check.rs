@@ -11,7 +11,7 @@ use std::sync::Arc;
 use crate::aggregate::{self, ArgProblem, SignatureError};
 use crate::ast::{self, BinOp, Clause, DeclItem, Duration, EmitMode, Format, Literal, Node, Span, UnOp, WindowKind};
 use crate::diag::{did_you_mean, Code, Diagnostic, Diagnostics};
-use crate::function;
+use crate::function::{self, plural};
 use crate::hir::{self, AggFunc, ExprKind, Joined, KeySpec, Root, Shape, SourceKind, StepKind};
 use crate::types::{RecordType, Type};
 
@@ -2065,14 +2065,6 @@ fn value_field(e: &hir::Expr) -> Option<usize> {
 
 fn slugify(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
-}
-
-fn plural(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
 
 fn args_desc(a: &ast::AggItem) -> String {

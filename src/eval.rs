@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use crate::ast::{BinOp, Literal, UnOp};
-use crate::function::Function;
+use crate::function::{finite, Function};
 use crate::hir::{AggregateDef, Expr, ExprKind, Root, Stmt};
 use crate::value::Value;
 
@@ -111,14 +111,6 @@ fn descend(v: &Value, path: &[usize]) -> Value {
         }
     }
     cur.clone()
-}
-
-fn finite(f: f64, what: &str) -> EvalResult {
-    if f.is_finite() {
-        Ok(Value::Float(f))
-    } else {
-        Err(format!("{what} is not a finite number"))
-    }
 }
 
 fn num(v: &Value) -> Option<f64> {

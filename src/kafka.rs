@@ -4,6 +4,8 @@
 //! by the Kafka driver (`runtime::kafka_driver`) for topic set-up.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -14,33 +16,48 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
+use rustc_hash::FxHashMap;
 
 use crate::log::{Pos, Record, Stored};
 
-/// Counts the records the broker refused, and keeps the first reason.
+/// A producer's delivery reports: the last offset written to each partition (the runtime's
+/// changelog checkpoints come from here), how many records the broker refused, and the first
+/// refusal's reason.
 #[derive(Default)]
-struct DeliveryCheck {
-    failed: std::sync::atomic::AtomicU64,
-    first: std::sync::Mutex<Option<String>>,
+pub(crate) struct Deliveries {
+    pub(crate) last: Mutex<FxHashMap<String, FxHashMap<i32, i64>>>,
+    pub(crate) failed: AtomicU64,
+    pub(crate) first: Mutex<Option<String>>,
 }
 
-impl rdkafka::client::ClientContext for DeliveryCheck {}
+impl rdkafka::client::ClientContext for Deliveries {}
 
-impl rdkafka::producer::ProducerContext for DeliveryCheck {
+impl rdkafka::producer::ProducerContext for Deliveries {
     type DeliveryOpaque = ();
     fn delivery(&self, r: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
-        if let Err((e, m)) = r {
-            self.failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
-            first.get_or_insert_with(|| {
-                let hint = if matches!(e, KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTimestamp)) {
-                    " (brokers refuse timestamps further ahead of their clock than \
-                     `message.timestamp.after.max.ms`, one hour by default since Kafka 4.0)"
-                } else {
-                    ""
+        match r {
+            Ok(m) => {
+                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+                let per = match last.get_mut(m.topic()) {
+                    Some(per) => per,
+                    None => last.entry(m.topic().to_string()).or_default(),
                 };
-                format!("`{}` partition {} refused a record: {e}{hint}", m.topic(), m.partition())
-            });
+                let o = per.entry(m.partition()).or_insert(-1);
+                *o = (*o).max(m.offset());
+            }
+            Err((e, m)) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert_with(|| {
+                    let hint = if matches!(e, KafkaError::MessageProduction(RDKafkaErrorCode::InvalidTimestamp)) {
+                        " (brokers refuse timestamps further ahead of their clock than \
+                         `message.timestamp.after.max.ms`, one hour by default since Kafka 4.0)"
+                    } else {
+                        ""
+                    };
+                    format!("`{}` partition {} refused a record: {e}{hint}", m.topic(), m.partition())
+                });
+            }
         }
     }
 }
@@ -185,8 +202,8 @@ impl Kafka {
     /// broker refuses (e.g. a timestamp beyond its `message.timestamp.after.max.ms`) is an error
     /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
-        let producer: BaseProducer<DeliveryCheck> =
-            self.config().create_with_context(DeliveryCheck::default()).map_err(|e| format!("Kafka producer: {e}"))?;
+        let producer: BaseProducer<Deliveries> =
+            self.config().create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?;
         for (p, r) in records {
             let mut headers = OwnedHeaders::new();
             for (k, v) in &r.headers {
@@ -212,7 +229,7 @@ impl Kafka {
             producer.poll(Duration::ZERO);
         }
         producer.flush(TIMEOUT).map_err(|e| format!("cannot deliver to `{topic}` on {}: {e}", self.servers()))?;
-        let failed = producer.context().failed.load(std::sync::atomic::Ordering::Relaxed);
+        let failed = producer.context().failed.load(Ordering::Relaxed);
         let first = producer.context().first.lock().unwrap_or_else(|p| p.into_inner()).take();
         match first {
             Some(e) => {

@@ -140,6 +140,15 @@ pub struct TaskSpec {
     /// Records its repartition topics hold from before this version were written for an older
     /// form of the query: they are skipped.
     pub epoch: u64,
+    /// With several inputs: per input (main, tables, joined streams), its declared event-time
+    /// field as a one-field record type, which decodes only that field of a value (None: the
+    /// record timestamp is the event time). Records across the inputs go in event-time order.
+    /// Empty with one input.
+    pub time_fields: Vec<Option<RecordType>>,
+    /// A query over a topic-fed table that keeps it a table (only filters, maps and table
+    /// lookups before its sink): the index of its sink in `ops`. Rows its filter drops and
+    /// deletions in the input become tombstones there.
+    pub table_sink: Option<usize>,
 }
 
 /// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
@@ -168,6 +177,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             nodes: Vec::new(),
             version: 0,
             epoch: 0,
+            time_fields: Vec::new(),
+            table_sink: None,
             tenant: program
                 .queries
                 .iter()
@@ -303,6 +314,11 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 spec.nodes.push(node.name.clone());
             }
         }
+        let inputs = input_sources(&spec);
+        if inputs.len() > 1 {
+            spec.time_fields = inputs.iter().map(|s| s.and_then(time_field)).collect();
+        }
+        spec.table_sink = table_sink(&spec);
         out.push(spec);
     }
     Ok(out)
@@ -326,4 +342,43 @@ fn store_spec(topo: &Topology, node: &str) -> StoreSpec {
         name: s.map(|s| s.name.clone()).unwrap_or_default(),
         changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default(),
     }
+}
+
+/// The declared source of each input of a task, in input order (main, tables, joined streams);
+/// None for a repartition topic, whose record timestamps are already event times.
+fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
+    let main = match &spec.main.decode {
+        Decode::Source(s) => Some(s.as_ref()),
+        Decode::Internal { .. } => None,
+    };
+    std::iter::once(main)
+        .chain(spec.tables.iter().map(|t| Some(t.source.as_ref())))
+        .chain(spec.streams.iter().map(|s| Some(s.source.as_ref())))
+        .collect()
+}
+
+/// A JSON source's declared event-time field as a one-field record type; None where the event
+/// time is the record timestamp.
+fn time_field(src: &hir::Source) -> Option<RecordType> {
+    let i = src.time?;
+    (src.format == Format::Json)
+        .then(|| src.value.fields.get(i).map(|f| RecordType { fields: vec![f.clone()] }))
+        .flatten()
+}
+
+/// See [`TaskSpec::table_sink`].
+fn table_sink(spec: &TaskSpec) -> Option<usize> {
+    let Decode::Source(src) = &spec.main.decode else { return None };
+    if src.kind != hir::SourceKind::Table || spec.agg.is_some() {
+        return None;
+    }
+    let mut sink = None;
+    for (i, op) in spec.ops.iter().enumerate() {
+        match op {
+            Op::Filter(_) | Op::Map(_) | Op::JoinTable { .. } => {}
+            Op::Sink { .. } => sink = Some(i),
+            _ => return None,
+        }
+    }
+    sink
 }

@@ -1265,12 +1265,8 @@ impl<F: Feed> TaskRun<F> {
         let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
         // Across several inputs, records go in event-time order (docs/language.md, "Joins"): the time
-        // of each input's head is its declared time field, else its record timestamp.
-        let time_fields: Vec<Option<RecordType>> = if topics.len() > 1 {
-            input_sources(&spec).iter().map(|s| s.and_then(time_field)).collect()
-        } else {
-            vec![]
-        };
+        // of each input's head is its declared time field (`TaskSpec::time_fields`), else its record
+        // timestamp.
         self.head_times.resize(topics.len(), None);
         'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
@@ -1284,7 +1280,7 @@ impl<F: Feed> TaskRun<F> {
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
                     Next::Record(ts) => {
-                        let ts = match (time_fields.get(i), self.feed.peeked(i)) {
+                        let ts = match (spec.time_fields.get(i), self.feed.peeked(i)) {
                             (Some(Some(rt)), Some(head)) => match self.head_times[i] {
                                 Some((offset, t)) if offset == head.offset => t,
                                 _ => {
@@ -1861,28 +1857,6 @@ fn restore(
         r.write(&reader.position(), false)?;
     }
     r.finish(&reader.position())
-}
-
-/// The declared source of each input of a task, in input order (main, tables, joined streams);
-/// None for a repartition topic, whose record timestamps are already event times.
-fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
-    let main = match &spec.main.decode {
-        Decode::Source(s) => Some(s.as_ref()),
-        Decode::Internal { .. } => None,
-    };
-    std::iter::once(main)
-        .chain(spec.tables.iter().map(|t| Some(t.source.as_ref())))
-        .chain(spec.streams.iter().map(|s| Some(s.source.as_ref())))
-        .collect()
-}
-
-/// A JSON source's declared event-time field as a one-field record type, which decodes only
-/// that field of a value; None where the event time is the record timestamp.
-fn time_field(src: &hir::Source) -> Option<RecordType> {
-    let i = src.time?;
-    (src.format == crate::ast::Format::Json)
-        .then(|| src.value.fields.get(i).map(|f| RecordType { fields: vec![f.clone()] }))
-        .flatten()
 }
 
 /// A record's event time from its time field; None if it cannot be read (the record is then

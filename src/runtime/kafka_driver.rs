@@ -26,14 +26,14 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer as _, ProducerContext};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
 use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::kafka::{stored, Kafka};
+use crate::kafka::{stored, Deliveries, Kafka};
 use crate::log::{Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
@@ -323,39 +323,6 @@ struct Producer {
     config: ClientConfig,
 }
 
-/// Delivery reports: the last offset written to each partition (the changelogs' checkpoints
-/// come from here) and the first failure.
-#[derive(Default)]
-struct Deliveries {
-    last: Mutex<FxHashMap<String, FxHashMap<i32, i64>>>,
-    error: Mutex<Option<String>>,
-}
-
-impl ClientContext for Deliveries {}
-
-impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
-    fn delivery(&self, r: &DeliveryResult<'_>, _: ()) {
-        match r {
-            Ok(m) => {
-                let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-                let per = match last.get_mut(m.topic()) {
-                    Some(per) => per,
-                    None => last.entry(m.topic().to_string()).or_default(),
-                };
-                let o = per.entry(m.partition()).or_insert(-1);
-                *o = (*o).max(m.offset());
-            }
-            Err((e, m)) => {
-                let mut err = self.error.lock().unwrap_or_else(|p| p.into_inner());
-                err.get_or_insert_with(|| {
-                    format!("cannot deliver to `{}` partition {}: {e}", m.topic(), m.partition())
-                });
-            }
-        }
-    }
-}
-
 /// The producer's defaults, each overridden by a `kafka.<property>` setting: a short linger
 /// (100 ms, Kafka Streams' default, cost as much CPU here and added latency), and room for a
 /// commit interval's records.
@@ -446,7 +413,7 @@ impl Producer {
     /// Wait until every record sent is acknowledged; the first delivery failure is an error.
     fn flush(&self) -> Result<()> {
         self.inner.flush(TIMEOUT).map_err(|e| format!("cannot deliver the commit's records: {e}"))?;
-        match self.inner.context().error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        match self.inner.context().first.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(e),
             None => Ok(()),
         }

@@ -464,24 +464,12 @@ impl Task {
         }
     }
 
-    /// The sink of a query that reads a topic-fed table and keeps it a table: only filters,
-    /// maps and table lookups before its sink (no key change, repartition, stream join or
-    /// aggregate). Its output is a table too: a row the filter drops, and a row deleted in the
-    /// input, are deleted downstream with a tombstone, as Kafka Streams' `KTable#filter` does.
+    /// The sink of a query that keeps a table a table ([`TaskSpec::table_sink`]).
     fn table_sink(&self) -> Option<(&str, &Type)> {
-        let Decode::Source(src) = &self.spec.main.decode else { return None };
-        if src.kind != hir::SourceKind::Table || self.spec.agg.is_some() {
-            return None;
+        match self.spec.ops.get(self.spec.table_sink?)? {
+            Op::Sink { topic, key_ty, .. } => Some((topic.as_str(), key_ty)),
+            _ => None,
         }
-        let mut sink = None;
-        for op in &self.spec.ops {
-            match op {
-                Op::Filter(_) | Op::Map(_) | Op::JoinTable { .. } => {}
-                Op::Sink { topic, key_ty, .. } => sink = Some((topic.as_str(), key_ty)),
-                _ => return None,
-            }
-        }
-        sink
     }
 
     /// A deletion (a record without a value) of the table a table query reads: a tombstone for
