@@ -47,7 +47,7 @@ fn trades(n: u64) -> Vec<Record> {
     let source = program.sources[0].clone();
     buf.split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
-        .map(|l| streamc::runtime::driver::value_record(Some(&source), l, 0))
+        .map(|l| streamc::runtime::value_record(Some(&source), l, 0))
         .collect()
 }
 
@@ -140,7 +140,7 @@ fn end_to_end(c: &mut Criterion) {
                 }
             },
             |opts| {
-                streamc::runtime::driver::run(&program, &topo, &opts).unwrap();
+                streamc::runtime::embedded::run(&program, &topo, &opts).unwrap();
                 let _ = std::fs::remove_dir_all(&opts.state_dir);
             },
             BatchSize::PerIteration,

@@ -90,7 +90,7 @@ fn program_record(text: &str) -> Record {
     Record {
         key: Some(PROGRAM_KEY.as_bytes().to_vec()),
         value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()),
-        timestamp: streamc::runtime::driver::now_ms(),
+        timestamp: streamc::runtime::now_ms(),
         headers: vec![],
     }
 }
@@ -154,7 +154,7 @@ fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Co
     // The last sequence this key signed: only records its signature verifies count, so a
     // forged record cannot push the sequence out of reach.
     let last = existing.iter().filter_map(|r| key.signed_seq(app, &r.headers, r.value.as_deref())).max().unwrap_or(0);
-    let now = streamc::runtime::driver::now_ms();
+    let now = streamc::runtime::now_ms();
     let mut seqs = Vec::new();
     let mut records = Vec::new();
     for (i, s) in statements.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! Apache Kafka as a log, through rdkafka: topic set-up with the admin API, producing with the
 //! same murmur2 partitioning as the embedded log, and reading a topic's records up to its end.
 //! Used by `streamc produce` and `streamc consume` when `kafka.bootstrap.servers` is set, and
-//! by the Kafka driver (`runtime::kafka_driver`) for topic set-up.
+//! by the Kafka driver (`runtime::kafka`) for topic set-up.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -446,9 +446,9 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     };
     let started = std::time::Instant::now();
     let sum = if on_kafka {
-        streamc::runtime::kafka_driver::run(&p, &topo, &opts)?
+        streamc::runtime::kafka::run(&p, &topo, &opts)?
     } else {
-        streamc::runtime::driver::run(&p, &topo, &opts)?
+        streamc::runtime::embedded::run(&p, &topo, &opts)?
     };
     drop(server);
     let secs = started.elapsed().as_secs_f64();
@@ -535,11 +535,11 @@ fn produce(
         if line.trim().is_empty() {
             continue;
         }
-        let now = streamc::runtime::driver::now_ms();
+        let now = streamc::runtime::now_ms();
         let rec = if envelope {
             envelope_record(&line, now).map_err(|e| format!("line {}: {e}", i + 1))?
         } else {
-            streamc::runtime::driver::value_record(source.as_ref(), line.as_bytes(), now)
+            streamc::runtime::value_record(source.as_ref(), line.as_bytes(), now)
         };
         let p = match &rec.key {
             Some(k) => partition_for(k, nparts),

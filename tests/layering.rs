@@ -164,3 +164,34 @@ fn no_two_files_import_each_other() {
         }
     }
 }
+
+/// The two backends of the runtime, each in a folder of its own.
+const BACKENDS: &[&str] = &["runtime::embedded", "runtime::kafka"];
+
+fn backend_of(module: &str) -> Option<&'static str> {
+    BACKENDS.iter().copied().find(|b| module == *b || module.starts_with(&format!("{b}::")))
+}
+
+#[test]
+fn the_runtime_core_uses_no_backend_and_no_backend_uses_the_other() {
+    let files = sources();
+    let modules: BTreeSet<String> = files.keys().cloned().collect();
+    let mut bad = Vec::new();
+    for (m, text) in files.iter().filter(|(m, _)| m.starts_with("runtime")) {
+        let own = backend_of(m);
+        for r in references(text) {
+            let Some(target) = resolve(&r, &modules) else { continue };
+            match (own, backend_of(target)) {
+                (_, None) => {}
+                (Some(a), Some(b)) if a == b => {}
+                (None, Some(b)) if m == "runtime" => {
+                    // runtime/mod.rs declares the backends; it may not use them otherwise.
+                    bad.push(format!("runtime/mod.rs uses {b}"));
+                }
+                (None, Some(b)) => bad.push(format!("{m} (the core) uses the backend {b}")),
+                (Some(a), Some(b)) => bad.push(format!("{m} (backend {a}) uses the backend {b}")),
+            }
+        }
+    }
+    assert!(bad.is_empty(), "core/backend violations:\n{}", bad.join("\n"));
+}

@@ -16,7 +16,7 @@
 //! A backend adds only step 2 and where its changelog ends come from.
 
 use crate::log::Pos;
-use crate::runtime::driver::{Feed, TaskRun};
+use crate::runtime::run::{Feed, TaskRun};
 use crate::runtime::task::Change;
 
 impl<F: Feed> TaskRun<F> {

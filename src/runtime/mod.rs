@@ -1,12 +1,23 @@
 //! The runtime: tasks that execute a [`crate::plan::Topology`] over a log, with state in sled.
+//!
+//! The core — a task and its steps ([`run`]), its commit protocol ([`commit`]), local state
+//! ([`state`]) and restore ([`restore`]) — is written once; [`embedded`] and [`kafka`] are the
+//! two backends, each in a folder of its own, and neither imports the other.
 
+pub(crate) mod backend;
 pub mod chaos;
 mod commit;
-pub mod driver;
+pub mod embedded;
 pub(crate) mod hub;
-pub mod kafka_driver;
+pub mod kafka;
 pub mod metrics;
+pub(crate) mod open;
 pub mod options;
+pub(crate) mod restore;
+pub(crate) mod run;
+pub(crate) mod state;
 pub mod task;
 pub mod tenant;
 pub mod topics;
+
+pub use run::{now_ms, value_record, Summary};

@@ -477,7 +477,7 @@ pub fn forged_rejected(env: &Env, n: usize, run_flags: &[&str]) {
     assert!(ok, "{out}");
     let st0 = env.statuses_or_control_seq();
     let key = env.signing_key();
-    let recs = forged(&env.app, &key, st0, st0, n, streamc::runtime::driver::now_ms());
+    let recs = forged(&env.app, &key, st0, st0, n, streamc::runtime::now_ms());
     let lines = env.dir.join("forged.jsonl");
     std::fs::write(&lines, envelope_lines(&recs)).unwrap();
     env.run(&["produce", &streamc::control::control_topic(&env.app), lines.to_str().unwrap(), "--envelope"]);

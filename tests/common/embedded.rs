@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use streamc::config::Config;
 use streamc::log::{EmbeddedLog, Pos};
-use streamc::runtime::driver::{self, Summary};
 use streamc::runtime::options::RunOptions;
+use streamc::runtime::{embedded, Summary};
 
 pub struct Run<'a> {
     pub program: &'a str,
@@ -65,7 +65,7 @@ impl<'a> Run<'a> {
             chaos: self.chaos,
             program_text: src.clone(),
         };
-        driver::run(&program, &topo, &opts)
+        embedded::run(&program, &topo, &opts)
     }
 }
 

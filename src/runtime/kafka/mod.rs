@@ -34,12 +34,16 @@ use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::kafka::{stored, Deliveries, Kafka};
-use crate::log::{Pos, Record, Stored};
+use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::runtime::driver::{self, Feed, Next, RestoreWatch, Restorer, Summary, TaskRun};
+use crate::runtime::backend::{Backend, Extent};
 use crate::runtime::hub::Hub;
+use crate::runtime::open;
 use crate::runtime::options::RunOptions;
+use crate::runtime::restore::{self};
+use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
+use crate::runtime::state;
 use crate::runtime::topics::{self, TopicError, TopicKind};
 
 type Result<T> = std::result::Result<T, String>;
@@ -81,7 +85,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let stage = hub.ev.latest().clone();
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
     setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
-    let db = driver::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
+    let db = state::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
     // The start-up end of every partition of every external input: `--drain` stops there.
@@ -241,7 +245,7 @@ fn instance_name(opts: &RunOptions) -> Result<String> {
         }
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let seed = format!("{}-{}-{:?}", driver::now_ms(), std::process::id(), dir);
+    let seed = format!("{}-{}-{:?}", run::now_ms(), std::process::id(), dir);
     let name = format!("i{:016x}", crate::runtime::chaos::fnv(seed.as_bytes()));
     std::fs::write(&path, &name).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(name)
@@ -570,158 +574,27 @@ impl Engine {
         committed: Option<u64>,
         meta: &serde_json::Value,
     ) -> Result<KTask> {
-        driver::check_tenant_layout(&spec, meta)?;
-        let mut positions = driver::positions_of(&spec, p, meta);
+        run::check_tenant_layout(&spec, meta)?;
+        let mut positions = run::positions_of(&spec, p, meta);
         let main_key = format!("{}/{p}", spec.main.topic);
         if meta.is_null() {
             if let Some(o) = committed {
                 positions.insert(main_key.clone(), Pos { offset: o, byte: 0 });
             }
         }
-        let feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &positions)?;
-        // Restore the stores before processing.
-        let started = Instant::now();
-        let task_id = format!("{}_{p}", spec.sub);
-        let mut trees = Vec::new();
-        let mut cps = Vec::new();
-        let mut restored = 0;
-        // The changelog ends as of the task's last commit: records after them were written by
-        // an owner that died before committing its input offsets (at least once).
-        let committed_ends: Vec<Option<u64>> = (0..spec.stores.len())
-            .map(|i| {
-                if meta.is_null() {
-                    return Some(0);
-                }
-                // By store name: the task may have committed with another list of stores (a
-                // statement applied since). An older commit record has them in store order.
-                match meta.get("changelogs") {
-                    Some(serde_json::Value::Object(m)) => m.get(&spec.stores[i].name).and_then(|v| v.as_u64()),
-                    Some(serde_json::Value::Array(a)) => a.get(i).and_then(|v| v.as_u64()),
-                    _ => None,
-                }
-            })
-            .collect();
-        let mut stale = Vec::new();
-        for (i, st) in spec.stores.iter().enumerate() {
-            let tree = driver::open_tree(&self.db, &st.name, p)?;
-            let watch = RestoreWatch::new(&self.opts, &task_id, &st.name, p);
-            let r = restore(&self.kafka, &self.opts, &tree, &st.changelog, p, committed_ends[i], &watch)?;
-            restored += r.records;
-            cps.push(r.checkpoint);
-            stale.push(r.stale);
-            trees.push(tree);
-        }
-        driver::log_restore(&spec.name, p, restored, started);
-        self.correct_stale(&spec, p, &trees, stale, &mut cps)?;
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
-        let mut run = TaskRun::new(spec.clone(), p, group, feed, trees, meta, positions, restored, &self.opts);
-        // Bring the task up to the stage: its last commit may have run an older form of its query.
-        run.task.globals = self.stage.tables.clone();
-        run.purge_since(&self.stage)?;
+        let opened = open::open_task(self, &self.db, spec, p, group, meta, positions, &self.opts)?;
+        let mut run = opened.run;
         let meta_version = meta.get("version").and_then(|v| v.as_u64());
-        if let Some((restart, fresh)) =
-            meta_version.filter(|v| *v != spec.version).and_then(|v| self.stage.catch_up(&spec.query, v))
-        {
-            if run.upgrade(
-                spec.clone(),
-                &self.stage,
-                restart,
-                &fresh,
-                &|name| driver::open_tree(&self.db, name, p),
-                &self.opts,
-            )? {
-                let feed = feed_for(&self.kafka, &self.opts, &self.startup, &run.task.spec, p, &run.positions)?;
-                run.set_feed(feed);
-            }
-        }
-        if run.control != self.stage.next {
-            run.control = self.stage.next;
-            run.meta_changed = true;
-        }
+        open::catch_up(self, &self.db, &mut run, &self.stage, meta_version, &self.opts)?;
+        let cps: Vec<u64> = opened.checkpoints.iter().map(|c| c.offset).collect();
         Ok(KTask { run, next_cps: cps.clone(), cps })
     }
 
     fn run_sweeps(&mut self) -> Result<()> {
         for (store, changelog, p) in std::mem::take(&mut self.sweeps) {
-            self.sweep(&store, &changelog, p)?;
+            restore::sweep(&*self, &self.db, &store, &changelog, p)?;
         }
-        Ok(())
-    }
-
-    /// Delete a store partition that a control statement removed: a tombstone for every key its
-    /// changelog still holds (in a transaction of its own under exactly-once), and the local
-    /// tree cleared. Idempotent.
-    fn sweep(&self, store: &str, changelog: &str, p: u32) -> Result<()> {
-        driver::open_tree(&self.db, store, p)?
-            .clear()
-            .map_err(|e| format!("cannot clear local state of {store}: {e}"))?;
-        if self.kafka.partitions(changelog)?.is_none_or(|n| p >= n) {
-            return Ok(());
-        }
-        let live = driver::live_keys(self.kafka.read_partition(changelog, p)?);
-        if live.is_empty() {
-            return Ok(());
-        }
-        if self.eos {
-            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
-        }
-        for (k, ts) in &live {
-            self.producer.send_parts(changelog, p, Some(k), None, *ts, &[])?;
-        }
-        self.producer.flush()?;
-        if self.eos {
-            self.producer
-                .inner
-                .commit_transaction(TIMEOUT)
-                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
-        }
-        let _ = self.producer.take_delivered(changelog);
-        eprintln!("{store} partition {p}: removed by a control statement, {} keys deleted", live.len());
-        Ok(())
-    }
-
-    /// Changelog records after a task's last commit describe input that will be processed again:
-    /// restore skipped them, and here every key they touched is written again with its
-    /// committed value (or deleted), so that any later restore ends at the committed state too.
-    /// Under exactly-once such records were aborted and restore never sees them.
-    fn correct_stale(
-        &self,
-        spec: &TaskSpec,
-        p: u32,
-        trees: &[sled::Tree],
-        stale: Vec<BTreeMap<Vec<u8>, i64>>,
-        cps: &mut [u64],
-    ) -> Result<()> {
-        if stale.iter().all(|s| s.is_empty()) {
-            return Ok(());
-        }
-        if self.eos {
-            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
-        }
-        let mut n = 0;
-        for (i, keys) in stale.iter().enumerate() {
-            for (k, ts) in keys {
-                let value = trees[i].get(k).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec());
-                self.producer.send_parts(&spec.stores[i].changelog, p, Some(k), value.as_deref(), *ts, &[])?;
-                n += 1;
-            }
-        }
-        self.producer.flush()?;
-        if self.eos {
-            self.producer
-                .inner
-                .commit_transaction(TIMEOUT)
-                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
-        }
-        for (i, st) in spec.stores.iter().enumerate() {
-            if let Some(o) = self.producer.take_delivered(&st.changelog).get(&(p as i32)) {
-                cps[i] = cps[i].max(*o as u64 + 1);
-            }
-        }
-        eprintln!(
-            "{} partition {p}: {n} changelog records after the last commit rewritten with their committed values",
-            spec.name
-        );
         Ok(())
     }
 
@@ -907,7 +780,7 @@ impl Engine {
     /// One record per task to `<app>-metrics`: its counters and each input's consumer lag.
     fn write_metrics(&mut self) -> Result<()> {
         let topic = format!("{}-metrics", self.opts.app);
-        let now = driver::now_ms();
+        let now = run::now_ms();
         let mut recs = Vec::new();
         for tasks in self.units.values() {
             for t in tasks {
@@ -1005,7 +878,7 @@ impl Engine {
                 );
                 let old: Vec<String> = r.task.spec.stores.iter().map(|s| s.name.clone()).collect();
                 let db = &self.db;
-                if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| driver::open_tree(db, name, p), &self.opts)?
+                if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| state::open_tree(db, name, p), &self.opts)?
                 {
                     let feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &r.positions)?;
                     r.set_feed(feed);
@@ -1298,102 +1171,6 @@ fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
     c
 }
 
-/// What a restore did.
-struct Restored {
-    /// Changelog records applied.
-    records: u64,
-    /// The changelog offset local state now reflects.
-    checkpoint: u64,
-    /// Keys of records after the committed end (not applied), with their timestamps.
-    stale: BTreeMap<Vec<u8>, i64>,
-}
-
-/// Bring a store up to its changelog's end as of the task's last commit (`committed_end`;
-/// `None`: the changelog's end as of now), reading committed records only: from the local
-/// checkpoint when local state is consistent with the changelog, else from the start. Records
-/// after the committed end are not applied; their keys are returned.
-fn restore(
-    k: &Kafka,
-    opts: &RunOptions,
-    tree: &sled::Tree,
-    changelog: &str,
-    p: u32,
-    committed_end: Option<u64>,
-    watch: &RestoreWatch,
-) -> Result<Restored> {
-    let mut config = reader_config(k, opts);
-    // Fetches return at once at the end, so the end is known without waiting.
-    config.set("fetch.wait.max.ms", "10");
-    let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
-    let (low, high) = consumer
-        .fetch_watermarks(changelog, p as i32, TIMEOUT)
-        .map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
-    let (low, high) = (low.max(0) as u64, high.max(0) as u64);
-    let end = committed_end.map_or(high, |e| e.min(high));
-    let from = driver::restore_start(tree, end)?;
-    let mut stale = BTreeMap::new();
-    if from.offset >= high {
-        watch.done();
-        return Ok(Restored { records: 0, checkpoint: from.offset, stale });
-    }
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(changelog, p as i32, Offset::Offset(from.offset.max(low) as i64))
-        .map_err(|e| e.to_string())?;
-    consumer.assign(&tpl).map_err(|e| format!("cannot read `{changelog}`: {e}"))?;
-    let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(low)));
-    let mut next = from.offset;
-    let mut quiet = Instant::now();
-    loop {
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => {
-                quiet = Instant::now();
-                let offset = m.offset() as u64;
-                if offset >= end {
-                    if let Some(key) = m.key() {
-                        stale.insert(key.to_vec(), m.timestamp().to_millis().unwrap_or(0));
-                    }
-                    continue;
-                }
-                next = offset + 1;
-                r.apply(m.key().map(<[u8]>::to_vec), m.payload().map(<[u8]>::to_vec));
-                r.write(&Pos { offset: next, byte: 0 }, false)?;
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) | None => {
-                // Under read_committed the end of partition is the last stable offset: an open
-                // transaction (of an instance that died) holds the rest until it is aborted.
-                let at = match consumer
-                    .position()
-                    .ok()
-                    .and_then(|pos| pos.find_partition(changelog, p as i32).map(|e| e.offset()))
-                {
-                    Some(Offset::Offset(o)) => o.max(0) as u64,
-                    _ => next,
-                };
-                if at.max(next) >= high {
-                    break;
-                }
-                if quiet.elapsed() > RESTORE_WAIT {
-                    return Err(format!("restoring from `{changelog}` partition {p}: stuck at offset {} of {high} for {}s (an open transaction?)", at.max(next), RESTORE_WAIT.as_secs()));
-                }
-            }
-            Some(Err(e)) => return Err(format!("cannot restore from `{changelog}` partition {p}: {e}")),
-        }
-    }
-    // Past transaction markers, the consumer's position may be beyond the last record; with
-    // stale records, local state reflects the committed end only.
-    if stale.is_empty() {
-        if let Ok(pos) = consumer.position() {
-            if let Some(Offset::Offset(o)) = pos.find_partition(changelog, p as i32).map(|e| e.offset()) {
-                next = next.max(o.max(0) as u64);
-            }
-        }
-    } else {
-        next = next.max(end);
-    }
-    let records = r.finish(&Pos { offset: next, byte: 0 })?;
-    Ok(Restored { records, checkpoint: next, stale })
-}
-
 /// A task's inputs on Kafka: one reader (a consumer assigned to the one partition) per input,
 /// with the records fetched so far. An input with no record fetched is at its end only once its
 /// reader said so.
@@ -1469,5 +1246,131 @@ impl Feed for KafkaFeed {
     }
     fn peeked(&self, i: usize) -> Option<&Stored> {
         self.bufs[i].front()
+    }
+}
+
+/// Changelog records handed to the core at once while reading.
+const BATCH: usize = 1_000;
+
+impl Backend for Engine {
+    type Feed = KafkaFeed;
+
+    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {
+        feed_for(&self.kafka, &self.opts, &self.startup, spec, p, positions)
+    }
+
+    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>> {
+        if self.kafka.partitions(topic)?.is_none_or(|n| p >= n) {
+            return Ok(None);
+        }
+        let (low, high) = self
+            .control_reader
+            .fetch_watermarks(topic, p as i32, TIMEOUT)
+            .map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+        Ok(Some(Extent { low: low.max(0) as u64, end: Pos { offset: high.max(0) as u64, byte: 0 } }))
+    }
+
+    /// Committed records only (read_committed); returns once the position reaches `end`, which
+    /// may be past transaction markers after the last record.
+    fn read_changelog(
+        &self,
+        topic: &str,
+        p: u32,
+        from: Pos,
+        end: Pos,
+        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<()>,
+    ) -> Result<Pos> {
+        let mut config = reader_config(&self.kafka, &self.opts);
+        // Fetches return at once at the end, so the end is known without waiting.
+        config.set("fetch.wait.max.ms", "10");
+        let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64)).map_err(|e| e.to_string())?;
+        consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+        let position =
+            || match consumer.position().ok().and_then(|pos| pos.find_partition(topic, p as i32).map(|e| e.offset())) {
+                Some(Offset::Offset(o)) => Some(o.max(0) as u64),
+                _ => None,
+            };
+        let mut next = from.offset;
+        let mut batch = Vec::new();
+        let mut quiet = Instant::now();
+        loop {
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    quiet = Instant::now();
+                    next = m.offset() as u64 + 1;
+                    batch.push(stored(&m));
+                    if batch.len() >= BATCH {
+                        visit(std::mem::take(&mut batch), Pos { offset: next, byte: 0 })?;
+                    }
+                    if next >= end.offset {
+                        break;
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) | None => {
+                    if !batch.is_empty() {
+                        visit(std::mem::take(&mut batch), Pos { offset: next, byte: 0 })?;
+                    }
+                    // Under read_committed the end of partition is the last stable offset: an
+                    // open transaction (of an instance that died) holds the rest until it is
+                    // aborted.
+                    let at = position().unwrap_or(next).max(next);
+                    if at >= end.offset {
+                        break;
+                    }
+                    if quiet.elapsed() > RESTORE_WAIT {
+                        return Err(format!(
+                            "reading `{topic}` partition {p}: stuck at offset {at} of {} for {}s (an open transaction?)",
+                            end.offset,
+                            RESTORE_WAIT.as_secs()
+                        ));
+                    }
+                }
+                Some(Err(e)) => return Err(format!("cannot read `{topic}` partition {p}: {e}")),
+            }
+        }
+        if !batch.is_empty() {
+            visit(std::mem::take(&mut batch), Pos { offset: next, byte: 0 })?;
+        }
+        // Past transaction markers, the position may be beyond the last record.
+        Ok(Pos { offset: position().unwrap_or(next).max(next), byte: 0 })
+    }
+
+    fn changelog_may_pass_commit(&self) -> bool {
+        true
+    }
+
+    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>> {
+        if self.eos {
+            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+        }
+        for a in &appends {
+            for r in &a.records {
+                self.producer.send_parts(
+                    &a.topic,
+                    a.partition,
+                    r.key.as_deref(),
+                    r.value.as_deref(),
+                    r.timestamp,
+                    &[],
+                )?;
+            }
+        }
+        self.producer.flush()?;
+        if self.eos {
+            self.producer
+                .inner
+                .commit_transaction(TIMEOUT)
+                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
+        }
+        let mut delivered: BTreeMap<String, FxHashMap<i32, i64>> = BTreeMap::new();
+        Ok(appends
+            .iter()
+            .map(|a| {
+                let d = delivered.entry(a.topic.clone()).or_insert_with(|| self.producer.take_delivered(&a.topic));
+                Pos { offset: d.get(&(a.partition as i32)).map_or(0, |o| *o as u64 + 1), byte: 0 }
+            })
+            .collect())
     }
 }

@@ -1,0 +1,100 @@
+//! The embedded log as a [`Backend`]: a feed reads each input with a [`PartitionReader`] up to
+//! an end the worker sets before each step; appends outside a task's commit are one atomic
+//! `log.commit`.
+
+use std::collections::BTreeMap;
+
+use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Stored};
+use crate::plan::physical::TaskSpec;
+use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::run::{Feed, Next};
+
+/// The embedded log, as the runtime core sees it.
+pub(crate) struct Embedded<'a> {
+    pub(crate) log: &'a EmbeddedLog,
+}
+
+/// The embedded log's feed: one reader per input, each read up to an end set before a step.
+pub(crate) struct EmbeddedFeed {
+    pub(crate) readers: Vec<PartitionReader>,
+    pub(crate) peeks: Vec<Option<Stored>>,
+    pub(crate) ends: Vec<Pos>,
+}
+
+impl Feed for EmbeddedFeed {
+    fn peek(&mut self, i: usize) -> Result<Next, String> {
+        if self.peeks[i].is_none() {
+            self.peeks[i] = self.readers[i].read(self.ends[i], 1)?.pop();
+        }
+        Ok(self.peeks[i].as_ref().map_or(Next::End, |s| Next::Record(s.record.timestamp)))
+    }
+    fn take(&mut self, i: usize) -> Option<Stored> {
+        self.peeks[i].take()
+    }
+    fn peeked(&self, i: usize) -> Option<&Stored> {
+        self.peeks[i].as_ref()
+    }
+}
+
+/// Readers of a task's inputs from its positions.
+pub(crate) fn embedded_feed(
+    spec: &TaskSpec,
+    p: u32,
+    log: &EmbeddedLog,
+    positions: &BTreeMap<String, Pos>,
+) -> EmbeddedFeed {
+    let mut topics = vec![spec.main.topic.clone()];
+    topics.extend(spec.side_topics());
+    let readers = topics
+        .iter()
+        .map(|t| log.reader(t, p, positions.get(&format!("{t}/{p}")).copied().unwrap_or_default()))
+        .collect();
+    EmbeddedFeed { readers, peeks: topics.iter().map(|_| None).collect(), ends: vec![Pos::default(); topics.len()] }
+}
+
+/// Batches of changelog records read at once.
+const BATCH: usize = 10_000;
+
+impl Backend for Embedded<'_> {
+    type Feed = EmbeddedFeed;
+
+    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<EmbeddedFeed, String> {
+        Ok(embedded_feed(spec, p, self.log, positions))
+    }
+
+    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>, String> {
+        if self.log.topic(topic)?.is_none_or(|m| p >= m.partitions) {
+            return Ok(None);
+        }
+        // The log keeps every record (no compaction): it starts at offset 0.
+        Ok(Some(Extent { low: 0, end: self.log.committed()?.end(topic, p) }))
+    }
+
+    fn read_changelog(
+        &self,
+        topic: &str,
+        p: u32,
+        from: Pos,
+        end: Pos,
+        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), String>,
+    ) -> Result<Pos, String> {
+        let mut r = self.log.reader(topic, p, from);
+        loop {
+            let batch = r.read(end, BATCH)?;
+            if batch.is_empty() {
+                return Ok(r.position());
+            }
+            visit(batch, r.position())?;
+        }
+    }
+
+    fn changelog_may_pass_commit(&self) -> bool {
+        false
+    }
+
+    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, String> {
+        let keys: Vec<(String, u32)> = appends.iter().map(|a| (a.topic.clone(), a.partition)).collect();
+        let c = self.log.commit(appends, vec![])?;
+        Ok(keys.iter().map(|(t, p)| c.end(t, *p)).collect())
+    }
+}

@@ -1,0 +1,691 @@
+//! The embedded driver: runs every task of a topology over the embedded log, with state in one
+//! sled database per application. Each task commits every `commit.records` records and when it
+//! has caught up with its input. A commit is one atomic log commit — outputs, changelog records
+//! and the task's input positions and stream time — followed by one sled batch per store that
+//! carries the state and its checkpoint together. So after a crash anywhere, the local state is
+//! at some checkpoint, the changelog tail after it is replayed, and input resumes where the
+//! committed outputs end: exactly once.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Instant;
+
+use indicatif::ProgressBar;
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::control::{self, ControlRecord, Stage};
+use crate::hir;
+use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
+use crate::plan::physical::{Decode, TaskSpec};
+use crate::plan::Topology;
+use crate::runtime::chaos::FailPoint;
+use crate::runtime::hub::Hub;
+use crate::runtime::open;
+use crate::runtime::options::RunOptions;
+use crate::runtime::restore::sweep;
+use crate::runtime::run::{now_ms, positions_of, progress_bar, value_record, Summary, TaskRun, BYTES, RECORDS};
+use crate::runtime::state::{open_local_state, open_tree};
+use crate::runtime::topics::{self, TopicKind};
+
+mod backend;
+use backend::{embedded_feed, Embedded, EmbeddedFeed};
+
+/// Run the program on the embedded log until its input is drained (`--drain`) or forever.
+pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
+    let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
+    for (topic, path) in &opts.inputs {
+        ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
+    }
+    // The control log first: tasks start with the program as of its end.
+    let mut hub = Hub::new(program, opts)?;
+    let control = EmbeddedControl::open(&log, &opts.app)?;
+    hub.written = control.written;
+    let control = Mutex::new(control);
+    poll_control(&log, &control, &mut hub)?;
+    hub.verbose = true;
+    let stage = hub.ev.latest().clone();
+    let counts = setup_topics(&log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
+    let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
+    let db = open_local_state(&db_path, &opts.app)?;
+    sweep_removed(&log, &db, &stage, &opts.app)?;
+    let committed = log.committed()?;
+    // The end of every external input as of start-up: `--drain` stops there.
+    let startup = committed.clone();
+    let mut tasks = Vec::new();
+    for spec in stage.specs.iter() {
+        for p in 0..counts[spec.sub] {
+            tasks.push(TaskRun::open_at(spec.clone(), p, &stage, &log, &db, &committed, opts)?);
+        }
+    }
+    // With `--drain`, a bar of the records of the external inputs up to their start-up ends.
+    let bar = if opts.drain && opts.progress {
+        let total = tasks.iter().map(|t| t.backlog(&startup)).sum();
+        progress_bar(total, RECORDS, "processing".into())
+    } else {
+        ProgressBar::hidden()
+    };
+    for t in &mut tasks {
+        t.bar = bar.clone();
+    }
+    let threads = opts.threads.max(1).min(tasks.len().max(1));
+    let live: BTreeMap<(String, u32), u64> =
+        tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
+    let mut groups: Vec<Vec<TaskRun<EmbeddedFeed>>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        groups[i % threads].push(t);
+    }
+    let shared = Shared {
+        log,
+        db,
+        startup,
+        hub: Mutex::new(hub),
+        control,
+        live: Mutex::new(live),
+        barrier: Barrier::new(threads),
+        any: AtomicBool::new(false),
+        bar: bar.clone(),
+    };
+    let results: Vec<Result<Summary, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut ts)| {
+                let shared = &shared;
+                s.spawn(move || worker(i == 0, &mut ts, shared, opts))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
+    });
+    bar.finish_and_clear();
+    let mut total = Summary::default();
+    for r in results {
+        total.add_from(&r?);
+    }
+    shared.db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+    Ok(total)
+}
+
+/// What the worker threads of an embedded run share.
+struct Shared {
+    log: EmbeddedLog,
+    db: sled::Db,
+    startup: Committed,
+    hub: Mutex<Hub>,
+    control: Mutex<EmbeddedControl>,
+    /// Every task of the run, by (sub-topology input node, partition), with the control offset
+    /// it applied.
+    live: Mutex<BTreeMap<(String, u32), u64>>,
+    barrier: Barrier,
+    any: AtomicBool,
+    bar: ProgressBar,
+}
+
+/// Where the embedded run is in the control topic, and how far the status topic is written.
+struct EmbeddedControl {
+    reader: PartitionReader,
+    end: Pos,
+    written: u64,
+    topic: String,
+    status: String,
+    group: String,
+}
+
+impl EmbeddedControl {
+    fn open(log: &EmbeddedLog, app: &str) -> Result<EmbeddedControl, String> {
+        let topic = control::control_topic(app);
+        let status = control::status_topic(app);
+        log.ensure_topic(&topic, 1)?;
+        log.ensure_topic(&status, 1)?;
+        let group = format!("{app}#control-status");
+        let written =
+            log.committed()?.groups.get(&group).and_then(|m| m.get("next")).and_then(|v| v.as_u64()).unwrap_or(0);
+        Ok(EmbeddedControl {
+            reader: log.reader(&topic, 0, Pos::default()),
+            end: Pos::default(),
+            written,
+            topic,
+            status,
+            group,
+        })
+    }
+}
+
+/// Read the control records appended since the last poll into the hub, and write their
+/// statuses. True if the program or a table changed.
+fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut Hub) -> Result<bool, String> {
+    let mut c = control.lock().map_err(|_| "control lock poisoned")?;
+    let end = log.committed()?.end(&c.topic, 0);
+    if end.offset <= c.end.offset {
+        return Ok(false);
+    }
+    let mut records = Vec::new();
+    loop {
+        let batch = c.reader.read(end, 1024)?;
+        if batch.is_empty() {
+            break;
+        }
+        records.extend(batch.into_iter().map(|s| ControlRecord {
+            offset: s.offset,
+            timestamp: s.record.timestamp,
+            headers: s.record.headers,
+            value: s.record.value,
+        }));
+    }
+    c.end = end;
+    let changed = hub.feed(&records);
+    let statuses = hub.status_records();
+    if !statuses.is_empty() {
+        let next = hub.ev.next;
+        log.commit(
+            vec![Append { topic: c.status.clone(), partition: 0, records: statuses }],
+            vec![(c.group.clone(), serde_json::json!({ "next": next }))],
+        )?;
+        hub.written_up_to();
+        c.written = next;
+    }
+    Ok(changed)
+}
+
+fn worker(
+    leader: bool,
+    tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
+    sh: &Shared,
+    opts: &RunOptions,
+) -> Result<Summary, String> {
+    let commit_every = opts.config.commit.records.max(1);
+    let mut retired = Summary::default();
+    let result = (|| -> Result<(), String> {
+        let mut counts_for: Option<(u64, Vec<u32>)> = None;
+        loop {
+            let mut progress = false;
+            let (stage, seen) = {
+                let mut hub = sh.hub.lock().map_err(|_| "control lock poisoned")?;
+                if leader && poll_control(&sh.log, &sh.control, &mut hub)? {
+                    progress = true;
+                }
+                (hub.ev.latest().clone(), hub.ev.next)
+            };
+            let committed = sh.log.committed()?;
+            let mut gone = Vec::new();
+            for (i, t) in tasks.iter_mut().enumerate() {
+                t.control_seen = (seen, stage.next);
+                if t.step_embedded(&committed, &sh.startup, opts, commit_every)? > 0 {
+                    progress = true;
+                }
+                // A step stops at `commit.records` uncommitted records or at the end of the
+                // available input: either way, a commit point.
+                if (t.uncommitted > 0 || t.meta_changed) && !t.failed {
+                    t.commit(&sh.log, opts, false, false)?;
+                    progress = true;
+                }
+                if t.failed {
+                    t.reopen(&sh.log, &sh.db, &stage, opts)?;
+                    progress = true;
+                }
+                // Control statements apply at commit boundaries.
+                if !t.failed && t.uncommitted == 0 && t.control < stage.next {
+                    progress = true;
+                    if !t.apply_stage(&stage, &sh.log, &sh.db, opts)? {
+                        t.commit(&sh.log, opts, false, false)?;
+                        // Forgotten once its state's deletion is committed (a failed commit
+                        // reopens it as committed, and it is retired again).
+                        if !t.failed {
+                            gone.push(i);
+                        }
+                    }
+                }
+            }
+            {
+                let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+                for i in gone.into_iter().rev() {
+                    let t = tasks.remove(i);
+                    retired.add_from(&t.summary());
+                    live.remove(&(t.task.spec.name.clone(), t.task.partition));
+                }
+                for t in tasks.iter() {
+                    live.insert((t.task.spec.name.clone(), t.task.partition), t.control);
+                }
+            }
+            // The leader opens the tasks of new queries (or of new sub-topologies), once every
+            // task has applied the stage: none still runs a form that uses their stores.
+            let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+            if leader && live.values().all(|c| *c >= stage.next) {
+                // (`live` is held while they open, and released before the barrier below.)
+                let counts = match &counts_for {
+                    Some((next, c)) if *next == stage.next => c.clone(),
+                    _ => {
+                        let c = setup_topics(&sh.log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
+                        counts_for = Some((stage.next, c.clone()));
+                        c
+                    }
+                };
+                for spec in stage.specs.iter() {
+                    for p in 0..counts[spec.sub] {
+                        if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
+                            let mut t =
+                                TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
+                            t.bar = sh.bar.clone();
+                            slot.insert(t.control);
+                            tasks.push(t);
+                            progress = true;
+                        }
+                    }
+                }
+            }
+            drop(live);
+            if opts.drain {
+                sh.any.fetch_or(progress, Ordering::SeqCst);
+                sh.barrier.wait();
+                let done = !sh.any.load(Ordering::SeqCst);
+                sh.barrier.wait();
+                if leader {
+                    sh.any.store(false, Ordering::SeqCst);
+                }
+                sh.barrier.wait();
+                if done {
+                    return Ok(());
+                }
+            } else if !progress {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+    })();
+    result?;
+    let mut s = retired;
+    for t in tasks.iter_mut() {
+        t.commit(&sh.log, opts, opts.close_windows_at_end, true)?;
+        s.add_from(&t.summary());
+    }
+    Ok(s)
+}
+
+/// Create or check every topic the program needs; returns each sub-topology's task count.
+fn setup_topics(
+    log: &EmbeddedLog,
+    program: &hir::Program,
+    topo: &Topology,
+    specs: &[Arc<TaskSpec>],
+    cfg: &Config,
+) -> Result<Vec<u32>, String> {
+    let plan = topics::plan(
+        program,
+        topo,
+        specs,
+        &mut |t| Ok(log.topic(t)?.map(|m| m.partitions)),
+        Some(cfg.embedded.partitions.max(1)),
+    )
+    .map_err(|e| e.to_string())?;
+    topics::apply(&plan, &mut |t| {
+        Ok(match log.topic(&t.name)? {
+            Some(m) => m.partitions,
+            None => log.create_topic(&t.name, t.partitions, t.kind == TopicKind::Changelog)?.partitions,
+        })
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(plan.counts)
+}
+
+/// Append the lines of `path` not yet ingested to `topic`, recording (offset, SHA-256 of the
+/// consumed prefix) with each batch, so a re-run appends only new lines and a changed prefix is
+/// an error.
+fn ingest(
+    log: &EmbeddedLog,
+    program: &hir::Program,
+    app: &str,
+    topic: &str,
+    path: &Path,
+    cfg: &Config,
+    progress: bool,
+) -> Result<(), String> {
+    let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
+    let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
+    let group = format!("{app}#input#{topic}#{}", path.display());
+    let prev = log.committed()?.groups.get(&group).cloned();
+    let (mut consumed, prev_hash) = match &prev {
+        Some(v) => (v["offset"].as_u64().unwrap_or(0), v["sha256"].as_str().unwrap_or("").to_string()),
+        None => (0, String::new()),
+    };
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bar = if progress {
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        progress_bar(len, BYTES, format!("ingesting {}", path.display()))
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut hasher = Sha256::new();
+    if consumed > 0 {
+        let mut prefix = (&mut reader).take(consumed);
+        let n = std::io::copy(&mut prefix, &mut HashWriter(&mut hasher))
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if n != consumed || hex(&hasher.clone().finalize()) != prev_hash {
+            return Err(format!(
+                "{}: the first {consumed} bytes changed since they were consumed; restore the file or run with a fresh state directory",
+                path.display()
+            ));
+        }
+    }
+    bar.set_position(consumed);
+    let mut round_robin = 0u32;
+    let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
+    let mut pending = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if n == 0 || line.last() != Some(&b'\n') {
+            // An unterminated last line may still be being written: leave it for the next run.
+            break;
+        }
+        hasher.update(&line);
+        consumed += n as u64;
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        let rec = value_record(source.as_ref(), text, now_ms());
+        let p = match &rec.key {
+            Some(k) => partition_for(k, meta.partitions),
+            None => {
+                round_robin = (round_robin + 1) % meta.partitions;
+                round_robin
+            }
+        };
+        batch[p as usize].push(rec);
+        pending += 1;
+        if pending.is_multiple_of(8192) {
+            bar.set_position(consumed);
+        }
+        if pending >= 50_000 {
+            commit_ingest(log, topic, &mut batch, &group, consumed, &hasher)?;
+            pending = 0;
+        }
+    }
+    let r = commit_ingest(log, topic, &mut batch, &group, consumed, &hasher);
+    bar.finish_and_clear();
+    r
+}
+
+fn commit_ingest(
+    log: &EmbeddedLog,
+    topic: &str,
+    batch: &mut [Vec<Record>],
+    group: &str,
+    consumed: u64,
+    hasher: &Sha256,
+) -> Result<(), String> {
+    let appends = batch
+        .iter_mut()
+        .enumerate()
+        .map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) })
+        .collect();
+    let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
+    log.commit(appends, vec![(group.to_string(), meta)]).map(|_| ()).map_err(String::from)
+}
+
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.update(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl TaskRun<EmbeddedFeed> {
+    fn open(
+        spec: Arc<TaskSpec>,
+        p: u32,
+        log: &EmbeddedLog,
+        db: &sled::Db,
+        c: &Committed,
+        opts: &RunOptions,
+    ) -> Result<TaskRun<EmbeddedFeed>, String> {
+        let group = group_name(opts, &spec.name, p);
+        let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
+        let positions = positions_of(&spec, p, &meta);
+        Ok(open::open_task(&Embedded { log }, db, spec, p, group, &meta, positions, opts)?.run)
+    }
+
+    /// Open a task of `stage` and bring it up to the stage: a task whose last commit ran an
+    /// older form of its query first applies what the control statements since then say about
+    /// its state.
+    #[allow(clippy::too_many_arguments)]
+    fn open_at(
+        spec: Arc<TaskSpec>,
+        p: u32,
+        stage: &Stage,
+        log: &EmbeddedLog,
+        db: &sled::Db,
+        c: &Committed,
+        opts: &RunOptions,
+    ) -> Result<TaskRun<EmbeddedFeed>, String> {
+        let meta_version =
+            c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
+        let mut t = TaskRun::open(spec, p, log, db, c, opts)?;
+        open::catch_up(&Embedded { log }, db, &mut t, stage, meta_version, opts)?;
+        Ok(t)
+    }
+
+    /// Bring a running task (at a commit boundary) up to `stage`. False if its query was
+    /// dropped: the task has queued the deletion of its state and must be committed, then
+    /// forgotten.
+    fn apply_stage(
+        &mut self,
+        stage: &Stage,
+        log: &EmbeddedLog,
+        db: &sled::Db,
+        opts: &RunOptions,
+    ) -> Result<bool, String> {
+        let p = self.task.partition;
+        let Some(spec) = stage.spec(&self.task.spec.name).cloned() else {
+            self.retire()?;
+            self.control = stage.next;
+            return Ok(false);
+        };
+        self.purge_since(stage)?;
+        let cur = &self.task.spec;
+        if spec.version == cur.version && spec.epoch == cur.epoch {
+            // Only the control-managed tables changed (or a tenant was purged).
+            self.task.globals = stage.tables.clone();
+            self.control = stage.next;
+            self.meta_changed = true;
+            return Ok(true);
+        }
+        let (restart, fresh) = stage.catch_up(&spec.query, cur.version).unwrap_or_default();
+        let gone = stage.gone_since(&self.task.spec.name, cur.version);
+        if self.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
+            let feed = embedded_feed(&self.task.spec, p, log, &self.positions);
+            self.set_feed(feed);
+        }
+        for (store, changelog) in gone {
+            sweep(&Embedded { log }, db, &store, &changelog, p)?;
+        }
+        Ok(true)
+    }
+
+    /// After an injected fault: drop everything uncommitted and reopen the task from the
+    /// committed log and its local state, as a restarted process would.
+    /// A task that had applied a control statement since its last commit goes back to the
+    /// form of its query as of that commit, and applies the statement again.
+    fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), String> {
+        let c = log.committed()?;
+        let fresh = match stage.spec(&self.task.spec.name).cloned() {
+            Some(spec) => TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?,
+            // Its query is being dropped: as committed, so that the worker retires it again.
+            None => {
+                let mut t = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
+                t.control = 0;
+                t
+            }
+        };
+        self.replace_with(fresh);
+        Ok(())
+    }
+
+    /// Records of the external inputs between the task's positions and their start-up ends.
+    fn backlog(&self, startup: &Committed) -> u64 {
+        let p = self.task.partition;
+        let spec = &self.task.spec;
+        let mut topics: Vec<String> = spec.side_topics();
+        if !matches!(spec.main.decode, Decode::Internal { .. }) {
+            topics.push(spec.main.topic.clone());
+        }
+        topics
+            .iter()
+            .map(|t| {
+                startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))
+            })
+            .sum()
+    }
+
+    /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`;
+    /// internal (repartition) topics are read to their current end.
+    fn end(&self, topic: &str, internal: bool, c: &Committed, startup: &Committed, drain: bool) -> Pos {
+        let p = self.task.partition;
+        let now = c.end(topic, p);
+        if drain && !internal {
+            let s = startup.end(topic, p);
+            if s.offset < now.offset {
+                return s;
+            }
+        }
+        now
+    }
+
+    /// Process up to `max` records, reading each input up to its end for this step.
+    fn step_embedded(
+        &mut self,
+        c: &Committed,
+        startup: &Committed,
+        opts: &RunOptions,
+        max: u64,
+    ) -> Result<u64, String> {
+        let spec = self.task.spec.clone();
+        let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
+        self.feed.ends[0] = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
+        for (i, t) in spec.side_topics().iter().enumerate() {
+            self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
+        }
+        self.step(opts, max)
+    }
+}
+
+impl TaskRun<EmbeddedFeed> {
+    /// Flush and commit (see [`TaskRun::commit_batch`]), then report to the metrics.
+    /// `last`: the final commit of the run, after which local state must be written.
+    fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), String> {
+        let started = Instant::now();
+        let committed = self.commit_batch(log, opts, close_all, last)?;
+        if let (true, Some(m)) = (committed, &self.metrics) {
+            m.observe_commit(started.elapsed().as_secs_f64());
+        }
+        self.publish();
+        Ok(())
+    }
+
+    /// Flush and commit (see `runtime::commit`): outputs, changelog records and positions in one
+    /// log commit, then the local state with its checkpoint (every few commits). False if there
+    /// was nothing to commit.
+    fn commit_batch(
+        &mut self,
+        log: &EmbeddedLog,
+        opts: &RunOptions,
+        close_all: bool,
+        last: bool,
+    ) -> Result<bool, String> {
+        let p = self.task.partition;
+        let work = self.flush_for_commit(close_all);
+        if !work && !close_all {
+            if last && self.trees.pending.iter().any(|p| p.len() > 0) {
+                let c = log.committed()?;
+                let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect();
+                self.trees.write(&cps)?;
+            }
+            return Ok(false);
+        }
+        let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
+        let mut meta_cache: BTreeMap<String, u32> = BTreeMap::new();
+        for o in self.out.drain(..) {
+            let parts = match meta_cache.get(&o.topic) {
+                Some(n) => *n,
+                None => {
+                    let n = log.ensure_topic(&o.topic, opts.config.embedded.partitions.max(1))?.partitions;
+                    meta_cache.insert(o.topic.clone(), n);
+                    n
+                }
+            };
+            let part = o.partition_in(parts);
+            appends.entry((o.topic, part)).or_default().push(o.record);
+        }
+        for (changelog, p, ch) in self.changelog_records() {
+            let rec =
+                Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
+            appends.entry((changelog.to_string(), p)).or_default().push(rec);
+        }
+        let meta = self.meta();
+        let list =
+            appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
+        // (No faults in the final commit, so a run always ends.)
+        if !last && self.inject(FailPoint::BeforeLogCommit) {
+            return Ok(false);
+        }
+        let c = log.commit(list, vec![(self.group.clone(), meta)])?;
+        self.mark_committed();
+        if !last && self.inject(FailPoint::AfterLogCommit) {
+            return Ok(work);
+        }
+        let stores = self.task.spec.stores.clone();
+        let wrote = self.stage_local(&|i| c.end(&stores[i].changelog, p), last)?;
+        if wrote && !last && self.inject(FailPoint::AfterStoreWrite) {
+            return Ok(work);
+        }
+        Ok(work)
+    }
+}
+
+/// At start-up: the stores control statements removed since tasks last committed (queries
+/// dropped, clauses replaced away while the application was stopped) are deleted; a dropped
+/// query's tasks are marked as having applied the control log.
+fn sweep_removed(log: &EmbeddedLog, db: &sled::Db, stage: &Stage, app: &str) -> Result<(), String> {
+    let c = log.committed()?;
+    let mut done = Vec::new();
+    for (g, meta) in &c.groups {
+        let Some(rest) = g.strip_prefix(&format!("{app}#")) else { continue };
+        let Some((name, p)) = rest.rsplit_once('#') else { continue };
+        let (Ok(p), Some(version)) = (p.parse::<u32>(), meta.get("version").and_then(|v| v.as_u64())) else { continue };
+        if meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0) >= stage.next {
+            continue;
+        }
+        for (store, changelog) in stage.gone_since(name, version) {
+            sweep(&Embedded { log }, db, &store, &changelog, p)?;
+        }
+        if stage.spec(name).is_none() {
+            let mut m = meta.clone();
+            m["control"] = serde_json::json!(stage.next);
+            m["version"] = serde_json::json!(stage.version);
+            done.push((g.clone(), m));
+        }
+    }
+    if !done.is_empty() {
+        log.commit(vec![], done)?;
+    }
+    Ok(())
+}
+
+/// The commit group of a task: `<app>#<input node>#<partition>`.
+fn group_name(opts: &RunOptions, spec_name: &str, p: u32) -> String {
+    format!("{}#{}#{}", opts.app, spec_name, p)
+}

@@ -1,0 +1,648 @@
+//! A running task, whatever the backend: its feed of input records, its stores, the work done
+//! since its last commit, and the steps of processing (event-time order across inputs, bad and
+//! late records, control statements applied at commit boundaries).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::OnError;
+use crate::hir;
+use crate::log::{Pos, Record, Stored};
+use crate::plan::physical::{Decode, TaskSpec};
+use crate::runtime::chaos::{Chaos, FailPoint};
+use crate::runtime::metrics::{TaskCounts, TaskMetrics};
+use crate::runtime::options::RunOptions;
+use crate::runtime::state::{empty_store, Pending, Trees};
+use crate::runtime::task::{self, Change, Input, Output, RecordError, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::types::RecordType;
+use crate::value::{decode_record, Value};
+
+/// What a run did, for the CLI and tests.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub records_in: u64,
+    pub records_out: u64,
+    pub late: u64,
+    pub dead_letters: u64,
+    pub skipped: u64,
+    pub restored: u64,
+    pub commits: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    /// Faults injected by `--chaos`.
+    pub faults: u64,
+}
+
+impl Summary {
+    pub(crate) fn add_from(&mut self, o: &Summary) {
+        self.records_in += o.records_in;
+        self.records_out += o.records_out;
+        self.late += o.late;
+        self.dead_letters += o.dead_letters;
+        self.skipped += o.skipped;
+        self.restored += o.restored;
+        self.commits += o.commits;
+        self.cache_hits += o.cache_hits;
+        self.cache_misses += o.cache_misses;
+        self.faults += o.faults;
+    }
+}
+
+pub(crate) const BYTES: &str = "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}";
+
+pub(crate) const RECORDS: &str = "{msg} [{bar:40}] {human_pos}/{human_len} records {rate} eta {eta}";
+
+/// A progress bar on stderr; callers make one only when stderr is a terminal
+/// (`RunOptions::progress`) and use [`ProgressBar::hidden`], which draws nothing, otherwise.
+pub(crate) fn progress_bar(len: u64, template: &str, msg: String) -> ProgressBar {
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .with_key("rate", |s: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+            let _ = write!(w, "{:.0}/s", s.per_sec());
+        })
+        .progress_chars("=> ");
+    ProgressBar::new(len).with_style(style).with_message(msg)
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+/// A record for one JSON value line: the key from the stream's `key FIELD`, the timestamp from
+/// its `time` field, else `append_time`. A line that does not decode is still appended (the
+/// task sends it to the dead-letter topic with the reason).
+pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
+    let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
+    let Some(src) = source else { return rec };
+    if src.format != crate::ast::Format::Json {
+        return rec;
+    }
+    if let Ok(fields) = crate::value::decode_record(line, &src.wire) {
+        if let hir::KeySpec::Field(i) = src.key {
+            let name = &src.value.fields[i].0;
+            if let Some(wi) = src.wire.index_of(name) {
+                rec.key = Some(fields[wi].key_bytes(&src.value.fields[i].1));
+            }
+        }
+        if let Some(ti) = src.time {
+            let name = &src.value.fields[ti].0;
+            if let Some(Value::Ts(t)) = src.wire.index_of(name).map(|wi| &fields[wi]) {
+                rec.timestamp = *t;
+            }
+        }
+    }
+    rec
+}
+
+/// Where a task's records come from: input 0 is the main input, then the side inputs in
+/// [`TaskSpec::side_topics`] order.
+pub(crate) trait Feed {
+    /// What is next on input `i`, without taking it.
+    fn peek(&mut self, i: usize) -> Result<Next, String>;
+    /// Take the record [`Feed::peek`] saw.
+    fn take(&mut self, i: usize) -> Option<Stored>;
+    /// The record [`Feed::peek`] saw, if it saw one.
+    fn peeked(&self, i: usize) -> Option<&Stored>;
+}
+
+/// The next record of an input, as far as the backend knows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Next {
+    /// A record with this timestamp.
+    Record(i64),
+    /// Nothing more for now: the input is at its end.
+    End,
+    /// Not known yet (a fetch is on its way): the task must wait, so that records are still
+    /// processed in timestamp order across its inputs.
+    Unknown,
+}
+
+/// One task with its feed, stores and uncommitted work.
+pub(crate) struct TaskRun<F: Feed> {
+    pub(crate) task: Task,
+    pub(crate) group: String,
+    pub(crate) feed: F,
+    pub(crate) trees: Trees,
+    pub(crate) out: Vec<Output>,
+    pub(crate) changes: Vec<Change>,
+    pub(crate) uncommitted: u64,
+    /// `topic/partition` → the position after the last record processed.
+    pub(crate) positions: BTreeMap<String, Pos>,
+    pub(crate) skipped: u64,
+    pub(crate) restored: u64,
+    pub(crate) commits: u64,
+    /// Records read from every input (bad ones included), for metrics.
+    pub(crate) read: u64,
+    pub(crate) metrics: Option<TaskMetrics>,
+    /// The `--drain` progress bar, shared by every task (hidden unless shown).
+    pub(crate) bar: ProgressBar,
+    pub(crate) chaos: Option<Chaos>,
+    /// A fault was injected: the task must be reopened from its committed state.
+    pub(crate) failed: bool,
+    /// The counts as of the last commit (what a reopened task starts from).
+    pub(crate) at_commit: (task::Counters, u64, u64),
+    /// The control offset applied: every control record before it is reflected in the task.
+    pub(crate) control: u64,
+    /// The commit record must be written even with nothing else to commit (a control
+    /// statement was applied).
+    pub(crate) meta_changed: bool,
+    /// The control records the process has read (`Evaluator::next`) and the latest stage's
+    /// offset, set by the driver before each step: a repartition record from a newer version
+    /// makes the task wait only while that version is still to be read or applied.
+    pub(crate) control_seen: (u64, u64),
+    /// Per input: the event time of the record at its head (by offset), so that a head that
+    /// waits while other inputs go first is decoded for its time once.
+    pub(crate) head_times: Vec<Option<(u64, i64)>>,
+    /// The commit in progress carries something of the task (set by `flush_for_commit`).
+    pub(crate) work: bool,
+}
+
+/// Each input's committed position (`topic/partition` → position) from a task's commit record.
+pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) -> BTreeMap<String, Pos> {
+    let mut topics = vec![spec.main.topic.clone()];
+    topics.extend(spec.side_topics());
+    topics
+        .iter()
+        .map(|t| {
+            let k = format!("{t}/{p}");
+            let pos = meta
+                .get("inputs")
+                .and_then(|i| i.get(&k))
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default();
+            (k, pos)
+        })
+        .collect()
+}
+
+/// A tenant-scoped task's state must have been written with tenant-scoped keys: state committed
+/// by a streamc that did not scope them (its commit record does not say `tenant_scoped`) cannot
+/// be read as such.
+pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> Result<(), String> {
+    let committed = meta.get("inputs").and_then(|i| i.as_object()).is_some_and(|o| !o.is_empty());
+    if spec.tenant
+        && !spec.stores.is_empty()
+        && committed
+        && meta.get("tenant_scoped").and_then(|v| v.as_bool()) != Some(true)
+    {
+        return Err(format!("{}: its state was written without tenant scoping (by an older streamc): start the application over with `streamc run --reset`", spec.name));
+    }
+    Ok(())
+}
+
+impl<F: Feed> TaskRun<F> {
+    /// A task over `feed` with its restored stores, resuming from its commit record `meta`
+    /// (stream times, join state) at `positions`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        spec: Arc<TaskSpec>,
+        p: u32,
+        group: String,
+        feed: F,
+        trees: Vec<sled::Tree>,
+        meta: &serde_json::Value,
+        positions: BTreeMap<String, Pos>,
+        restored: u64,
+        opts: &RunOptions,
+    ) -> TaskRun<F> {
+        let task_id = format!("{}_{p}", spec.sub);
+        let metrics =
+            opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
+        let mut trees =
+            Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
+        let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
+        let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
+        task.join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
+        task.join_seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
+        task.restore_index(&trees);
+        trees.count_tenants(&task);
+        TaskRun {
+            task,
+            group,
+            feed,
+            trees,
+            out: Vec::new(),
+            changes: Vec::new(),
+            uncommitted: 0,
+            positions,
+            skipped: 0,
+            restored,
+            commits: 0,
+            read: 0,
+            metrics,
+            bar: ProgressBar::hidden(),
+            chaos,
+            failed: false,
+            at_commit: Default::default(),
+            control: meta.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
+            meta_changed: false,
+            control_seen: (0, 0),
+            head_times: Vec::new(),
+            work: false,
+        }
+    }
+
+    /// Read from a new feed (the task's inputs or positions changed).
+    pub(crate) fn set_feed(&mut self, feed: F) {
+        self.feed = feed;
+        self.head_times.clear();
+    }
+
+    /// The commit record of the task: input positions, stream time and join state.
+    pub(crate) fn meta(&self) -> serde_json::Value {
+        let mut m = serde_json::json!({
+            "inputs": self.positions,
+            "stream_time": self.task.stream_time,
+            "join_time": self.task.join_time,
+            "join_seq": self.task.join_seq,
+            "control": self.control,
+            "version": self.task.spec.version,
+        });
+        if self.task.spec.tenant {
+            // Only when true: on Kafka the commit records share the offset metadata's 4 KB.
+            m["tenant_scoped"] = true.into();
+        }
+        m
+    }
+}
+
+impl<F: Feed> TaskRun<F> {
+    /// Apply control statements at a commit boundary (nothing uncommitted): run `spec`, the
+    /// task's sub-topology as of `stage`. Stores with the same name are kept as they are (not
+    /// reopened, not restored); with `restart` every store starts empty and every input is
+    /// read again from the start; stores in `fresh`, and stores the task did not have, start
+    /// empty. Emptying a store deletes its keys locally and queues a tombstone per key for the
+    /// changelog, committed with the new control offset. Stores the task no longer has are
+    /// removed locally. True if the inputs changed: the driver must give the task a new feed
+    /// at its positions.
+    pub(crate) fn upgrade(
+        &mut self,
+        spec: Arc<TaskSpec>,
+        stage: &crate::control::Stage,
+        restart: bool,
+        fresh: &[String],
+        open: &dyn Fn(&str) -> Result<sled::Tree, String>,
+        opts: &RunOptions,
+    ) -> Result<bool, String> {
+        let old = self.task.spec.clone();
+        let p = self.task.partition;
+        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> = std::mem::take(&mut self.trees.trees)
+            .into_iter()
+            .zip(std::mem::take(&mut self.trees.pending))
+            .map(Some)
+            .collect();
+        let mut trees = Vec::new();
+        let mut pending = Vec::new();
+        let mut emptied = 0u64;
+        for (i, st) in spec.stores.iter().enumerate() {
+            let existing = old.stores.iter().position(|o| o.name == st.name).and_then(|j| old_trees[j].take());
+            let new_store = existing.is_none();
+            let (tree, mut pend) = match existing {
+                Some(x) => x,
+                None => (open(&st.name)?, Pending::default()),
+            };
+            if restart || new_store || fresh.contains(&st.name) {
+                emptied += empty_store(i, &tree, &mut pend, self.task.stream_time, &mut self.changes)?;
+            }
+            trees.push(tree);
+            pending.push(pend);
+        }
+        for (tree, _) in old_trees.into_iter().flatten() {
+            // A store the query no longer has.
+            let _ = tree.clear();
+        }
+        self.trees.trees = trees;
+        self.trees.pending = pending;
+        let topics = |s: &TaskSpec| -> Vec<String> {
+            let mut t = vec![s.main.topic.clone()];
+            t.extend(s.side_topics());
+            t
+        };
+        let inputs_changed = restart || topics(&old) != topics(&spec);
+        if restart {
+            self.positions.clear();
+        }
+        let mut positions = BTreeMap::new();
+        for t in topics(&spec) {
+            let k = format!("{t}/{p}");
+            positions.insert(k.clone(), self.positions.get(&k).copied().unwrap_or_default());
+        }
+        self.positions = positions;
+        self.rebuild_task(spec.clone(), stage, restart);
+        if let Some(m) = &opts.metrics {
+            let mut fresh =
+                m.task(&format!("{}_{p}", spec.sub), &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str()));
+            // The counts carry over to the new task: so do the totals already published.
+            if let Some(old) = &self.metrics {
+                fresh.keep_totals(old);
+            }
+            self.metrics = Some(fresh);
+        }
+        self.control = stage.next;
+        self.meta_changed = true;
+        if old.version != spec.version || emptied > 0 {
+            self.bar.suspend(|| {
+                eprintln!(
+                    "{} partition {p}: now query version {}{}{}",
+                    spec.name,
+                    spec.version,
+                    if restart { ", reading its input again from the start" } else { "" },
+                    if emptied > 0 { format!(", {emptied} keys deleted") } else { String::new() }
+                )
+            });
+        }
+        Ok(inputs_changed)
+    }
+
+    /// Replace the task by one running `spec` over the stores as they are now (pending changes
+    /// included), its in-memory state rebuilt from them. Counts carry over (per-operator counts
+    /// only for the same spec); stream and join times too, unless `restart`.
+    fn rebuild_task(&mut self, spec: Arc<TaskSpec>, stage: &crate::control::Stage, restart: bool) {
+        let old = &self.task;
+        let mut task = Task::new(spec.clone(), old.partition, if restart { i64::MIN } else { old.stream_time });
+        if !restart {
+            task.join_time = old.join_time;
+            task.join_seq = old.join_seq;
+        }
+        let ops_in =
+            if Arc::ptr_eq(&spec, &old.spec) { old.counters.ops_in.clone() } else { task.counters.ops_in.clone() };
+        task.counters = task::Counters { ops_in, ..old.counters.clone() };
+        task.globals = stage.tables.clone();
+        task.restore_index(&self.trees);
+        self.trees.count_tenants(&task);
+        self.task = task;
+    }
+
+    /// Apply the `for tenant "t" purge` statements the task has not applied yet (at control
+    /// offsets from `self.control` on): every key of those tenants leaves every store, with a
+    /// tombstone each for the changelogs, committed with the new control offset; other tenants'
+    /// keys are not touched. The task's in-memory state is rebuilt from the stores. Call at a
+    /// commit boundary, before `self.control` moves on.
+    pub(crate) fn purge_since(&mut self, stage: &crate::control::Stage) -> Result<u64, String> {
+        if !self.task.spec.tenant {
+            return Ok(0);
+        }
+        let tenants: Vec<&[u8]> =
+            stage.purges.iter().filter(|(offset, _)| *offset >= self.control).map(|(_, t)| t.as_bytes()).collect();
+        if tenants.is_empty() {
+            return Ok(0);
+        }
+        let n = self.trees.purge(&tenants, &self.task, self.task.stream_time, &mut self.changes)?;
+        self.rebuild_task(self.task.spec.clone(), stage, false);
+        self.meta_changed = true;
+        let names: Vec<String> = tenants.iter().map(|t| crate::runtime::tenant::display(t)).collect();
+        self.bar.suspend(|| {
+            eprintln!(
+                "{} partition {}: purged tenant {}: {n} keys deleted",
+                self.task.spec.name,
+                self.task.partition,
+                names.join(", ")
+            )
+        });
+        Ok(n)
+    }
+
+    /// The task's query was dropped: delete every key of its stores (tombstones to be
+    /// committed, local state cleared). The driver commits, then forgets the task.
+    pub(crate) fn retire(&mut self) -> Result<(), String> {
+        for (i, (tree, pend)) in self.trees.trees.iter().zip(self.trees.pending.iter_mut()).enumerate() {
+            empty_store(i, tree, pend, self.task.stream_time, &mut self.changes)?;
+        }
+        self.out.clear();
+        self.meta_changed = true;
+        self.bar.suspend(|| {
+            eprintln!(
+                "{} partition {}: query {} dropped",
+                self.task.spec.name, self.task.partition, self.task.spec.query
+            )
+        });
+        Ok(())
+    }
+
+    /// Carry what outlives a reopened task (fault injection, metrics, counts as of the last
+    /// commit) over to `fresh`, its replacement, and become it.
+    pub(crate) fn replace_with(&mut self, mut fresh: TaskRun<F>) {
+        fresh.chaos = self.chaos.take();
+        fresh.metrics = self.metrics.take();
+        fresh.bar = self.bar.clone();
+        fresh.restored += self.restored;
+        fresh.commits = self.commits;
+        (fresh.task.counters, fresh.skipped, fresh.read) = self.at_commit.clone();
+        fresh.at_commit = std::mem::take(&mut self.at_commit);
+        *self = fresh;
+    }
+
+    /// Process up to `max` records in timestamp order across the inputs (side inputs first on
+    /// ties); returns how many were processed. Stops early when an input's next record is not
+    /// known yet.
+    pub(crate) fn step(&mut self, opts: &RunOptions, max: u64) -> Result<u64, String> {
+        let p = self.task.partition;
+        let spec = self.task.spec.clone();
+        let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
+        let mut topics = vec![spec.main.topic.clone()];
+        topics.extend(spec.side_topics());
+        let mut n = 0;
+        // Records of external inputs, for the progress bar.
+        let mut external = 0;
+        let budget = max.saturating_sub(self.uncommitted).max(1);
+        // Across several inputs, records go in event-time order (docs/language.md, "Joins"): the time
+        // of each input's head is its declared time field (`TaskSpec::time_fields`), else its record
+        // timestamp.
+        self.head_times.resize(topics.len(), None);
+        'records: while n < budget {
+            if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
+                // Redelivery: everything read since the last commit will be read again.
+                self.failed = true;
+                break;
+            }
+            // The earliest record next (by event time): a side input before a later side input or
+            // the main input on ties.
+            let mut pick: Option<(i64, usize)> = None;
+            for i in (1..topics.len()).chain([0]) {
+                match self.feed.peek(i)? {
+                    Next::Record(ts) => {
+                        let ts = match (spec.time_fields.get(i), self.feed.peeked(i)) {
+                            (Some(Some(rt)), Some(head)) => match self.head_times[i] {
+                                Some((offset, t)) if offset == head.offset => t,
+                                _ => {
+                                    let t = event_time(rt, &head.record).unwrap_or(ts);
+                                    self.head_times[i] = Some((head.offset, t));
+                                    t
+                                }
+                            },
+                            _ => ts,
+                        };
+                        if pick.is_none_or(|(t, _)| ts < t) {
+                            pick = Some((ts, i));
+                        }
+                    }
+                    Next::End => {}
+                    Next::Unknown => break 'records,
+                }
+            }
+            let Some((_, i)) = pick else { break };
+            if i == 0 && main_internal {
+                // Repartition records carry the version of the query that wrote them.
+                let v = self
+                    .feed
+                    .peeked(0)
+                    .and_then(|s| s.record.headers.iter().find(|(k, _)| k == task::H_VERSION))
+                    .and_then(|(_, v)| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+                if let Some(v) = v {
+                    // Versions are control offsets: a version the process has read and the task
+                    // has applied is not ahead (a changed program file can leave such records).
+                    let (seen, latest) = self.control_seen;
+                    if v > spec.version && (v > seen || self.control < latest) {
+                        // Written by a newer form of this query: apply the control log first.
+                        break;
+                    }
+                    if v < spec.epoch {
+                        // Written for a form of the query whose state was started over.
+                        if let Some(s) = self.feed.take(0) {
+                            self.positions.insert(format!("{topic}/{p}", topic = topics[0]), s.next);
+                            self.skipped += 1;
+                            self.uncommitted += 1;
+                            n += 1;
+                        }
+                        continue;
+                    }
+                }
+            }
+            let Some(s) = self.feed.take(i) else { break };
+            let topic = &topics[i];
+            if i > 0 || !main_internal {
+                external += 1;
+            }
+            self.positions.insert(format!("{topic}/{p}"), s.next);
+            self.task.counters.counted = false;
+            let res = if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
+                r
+            } else if i == 0 {
+                match self.task.decode_main(&s.record) {
+                    Ok(mut input) => {
+                        input.offset = s.offset;
+                        self.process(input)
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
+            };
+            if let Err(e) = res {
+                self.bad_record(topic, &s, e, opts)?;
+            }
+            self.late_record(topic, &s, opts);
+            n += 1;
+            self.uncommitted += 1;
+        }
+        self.read += n;
+        self.bar.inc(external);
+        Ok(n)
+    }
+
+    fn process(&mut self, input: Input) -> Result<(), RecordError> {
+        self.task.process(input, &mut self.out, &self.trees)
+    }
+
+    /// Bring the shared metrics up to this task's counts.
+    pub(crate) fn publish(&mut self) {
+        let Some(m) = &mut self.metrics else { return };
+        let c = &self.task.counters;
+        m.publish(&TaskCounts {
+            records_in: self.read,
+            records_out: c.records_out,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            commits: self.commits,
+            late: c.late,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            processors: c.ops_in.clone(),
+            tenants: c.tenants.clone(),
+            tenant_keys: self.trees.tenant_keys.clone().unwrap_or_default(),
+        });
+    }
+
+    pub(crate) fn summary(&self) -> Summary {
+        let c = &self.task.counters;
+        Summary {
+            records_in: c.records_in,
+            records_out: c.records_out,
+            late: c.late,
+            dead_letters: c.dead_letters,
+            skipped: self.skipped,
+            restored: self.restored,
+            commits: self.commits,
+            cache_hits: c.cache_hits,
+            cache_misses: c.cache_misses,
+            faults: self.chaos.as_ref().map_or(0, |c| c.faults),
+        }
+    }
+
+    /// If the record just processed was late, write it to `<app>-late` (with `late.to_topic`).
+    fn late_record(&mut self, topic: &str, s: &crate::log::Stored, opts: &RunOptions) {
+        if let Some(reason) = self.task.late_reason.take() {
+            if opts.config.late.to_topic {
+                let rec = with_source_headers(&s.record, reason, topic, self.task.partition, s.offset);
+                self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
+            }
+        }
+    }
+
+    fn bad_record(
+        &mut self,
+        topic: &str,
+        s: &crate::log::Stored,
+        e: RecordError,
+        opts: &RunOptions,
+    ) -> Result<(), String> {
+        let p = self.task.partition;
+        match opts.config.on_error {
+            OnError::Fail => Err(format!("{topic} partition {p} offset {}: {}", s.offset, e.0)),
+            OnError::Skip => {
+                self.skipped += 1;
+                self.bar.suspend(|| eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0));
+                Ok(())
+            }
+            OnError::DeadLetter => {
+                let tenant = self.task.record_tenant(topic, &s.record);
+                self.task.dead_letter(tenant.as_deref());
+                let rec = with_source_headers(&s.record, e.0, topic, p, s.offset);
+                self.out.push(Output { topic: format!("{}-dlq", opts.app), partition: Some(0), record: rec });
+                Ok(())
+            }
+        }
+    }
+}
+
+impl<F: Feed> TaskRun<F> {
+    /// Should the task fail here? Marks it failed (the worker reopens it) if so.
+    pub(crate) fn inject(&mut self, at: FailPoint) -> bool {
+        if self.chaos.as_mut().is_some_and(|c| c.fail(at)) {
+            self.failed = true;
+        }
+        self.failed
+    }
+}
+
+/// A copy of an input record for the dead-letter or late topic: the reason and where it came from
+/// in headers.
+pub(crate) fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: u64) -> Record {
+    let mut rec = r.clone();
+    rec.headers.push((H_ERROR.into(), reason.into_bytes()));
+    rec.headers.push((H_TOPIC.into(), topic.as_bytes().to_vec()));
+    rec.headers.push((H_PARTITION.into(), p.to_string().into_bytes()));
+    rec.headers.push((H_OFFSET.into(), offset.to_string().into_bytes()));
+    rec
+}
+
+/// A record's event time from its time field; None if it cannot be read (the record is then
+/// ordered by its timestamp, and goes to the dead-letter topic when it is processed).
+pub(crate) fn event_time(field: &RecordType, rec: &Record) -> Option<i64> {
+    match decode_record(rec.value.as_deref()?, field).ok()?.first()? {
+        Value::Ts(t) => Some(*t),
+        _ => None,
+    }
+}
