@@ -1,10 +1,22 @@
-//! The control log as both drivers see it: an [`Evaluator`] fed with the records of
+//! The control log as both backends see it: an [`Evaluator`] fed with the records of
 //! `<app>-control` in order, and the status records still to write to `<app>-control-status`.
+//! A backend supplies only the reading and the writing ([`ControlLog`]); [`Hub::poll`] is
+//! written once.
 
 use crate::control::{self, ControlRecord, Evaluator, Status};
 use crate::hir;
 use crate::log::Record;
 use crate::runtime::options::RunOptions;
+
+/// A backend's access to the control topic and the status topic.
+pub(crate) trait ControlLog {
+    /// The control records after those read so far (`next`: the offset after the last record
+    /// the hub evaluated). With `to_end`, every record up to the topic's end as of now;
+    /// otherwise what is at hand.
+    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>, String>;
+    /// Append status records; `next`: every status of a control record before it is written.
+    fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), String>;
+}
 
 pub(crate) struct Hub {
     pub ev: Evaluator,
@@ -20,6 +32,19 @@ impl Hub {
         let trusted = control::trusted_keys(&opts.config.control.trusted_keys)?;
         let ev = Evaluator::new(&opts.app, program.clone(), &opts.program_text, trusted)?;
         Ok(Hub { ev, written: 0, unwritten: Vec::new(), verbose: false })
+    }
+
+    /// Read the control records that arrived, evaluate them and write their statuses. True if
+    /// the program or a table changed.
+    pub fn poll(&mut self, log: &mut dyn ControlLog, to_end: bool) -> Result<bool, String> {
+        let records = log.read(self.ev.next, to_end)?;
+        let changed = self.feed(&records);
+        let statuses = self.status_records();
+        if !statuses.is_empty() {
+            log.write_statuses(statuses, self.ev.next)?;
+            self.written_up_to();
+        }
+        Ok(changed)
     }
 
     /// Evaluate control records (in offset order); true if the program or a table changed.

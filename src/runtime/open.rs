@@ -54,7 +54,8 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
         trees.push(tree);
     }
     log_restore(&spec.name, p, restored, started);
-    correct_stale(b, &spec, p, &trees, stale, &mut checkpoints)?;
+    let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
+    correct_stale(b, &spec.name, &changelogs, p, &trees, stale, &mut checkpoints)?;
     let run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, opts);
     Ok(Opened { run, checkpoints })
 }

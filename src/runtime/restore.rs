@@ -8,7 +8,6 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 
 use crate::log::{Append, Pos, Record};
-use crate::plan::physical::TaskSpec;
 use crate::runtime::backend::{Backend, Extent};
 use crate::runtime::metrics::RestoreMetrics;
 use crate::runtime::options::RunOptions;
@@ -211,7 +210,8 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
 /// the committed state too. `checkpoints` (per store) move past the corrections.
 pub(crate) fn correct_stale<B: Backend + ?Sized>(
     b: &B,
-    spec: &TaskSpec,
+    task: &str,
+    changelogs: &[String],
     p: u32,
     trees: &[sled::Tree],
     stale: Vec<BTreeMap<Vec<u8>, i64>>,
@@ -233,7 +233,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
             records.push(Record { key: Some(k), value, timestamp: ts, headers: vec![] });
         }
         n += records.len();
-        appends.push(Append { topic: spec.stores[i].changelog.clone(), partition: p, records });
+        appends.push(Append { topic: changelogs[i].clone(), partition: p, records });
         stores.push(i);
     }
     for (i, end) in stores.into_iter().zip(b.append_alone(appends)?) {
@@ -242,8 +242,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
         }
     }
     eprintln!(
-        "{} partition {p}: {n} changelog records after the last commit rewritten with their committed values",
-        spec.name
+        "{task} partition {p}: {n} changelog records after the last commit rewritten with their committed values"
     );
     Ok(())
 }
@@ -274,4 +273,191 @@ pub(crate) fn sweep<B: Backend + ?Sized>(
         eprintln!("{store} partition {p}: removed by a control statement, {n} keys deleted");
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Restore, correction and sweep over an in-memory backend whose changelog may hold records
+    //! past the last commit and may start after offset 0 (compacted); expected states come from
+    //! a plain fold of the records written here.
+
+    use super::*;
+    use crate::config::Config;
+    use crate::log::Stored;
+    use crate::plan::physical::TaskSpec;
+    use crate::runtime::run::{Feed, Next};
+    use crate::runtime::state::CHECKPOINT;
+    use std::cell::RefCell;
+
+    struct NoFeed;
+    impl Feed for NoFeed {
+        fn peek(&mut self, _: usize) -> Result<Next, String> {
+            Ok(Next::End)
+        }
+        fn take(&mut self, _: usize) -> Option<Stored> {
+            None
+        }
+        fn peeked(&self, _: usize) -> Option<&Stored> {
+            None
+        }
+    }
+
+    /// One changelog partition: the records from offset `low` on.
+    struct Mem {
+        low: u64,
+        records: RefCell<Vec<Record>>,
+    }
+
+    impl Backend for Mem {
+        type Feed = NoFeed;
+        fn feed(&self, _: &TaskSpec, _: u32, _: &BTreeMap<String, Pos>) -> Result<NoFeed, String> {
+            Ok(NoFeed)
+        }
+        fn changelog_extent(&self, _: &str, _: u32) -> Result<Option<Extent>, String> {
+            let end = self.low + self.records.borrow().len() as u64;
+            Ok(Some(Extent { low: self.low, end: Pos { offset: end, byte: 0 } }))
+        }
+        fn read_changelog(
+            &self,
+            _: &str,
+            _: u32,
+            from: Pos,
+            end: Pos,
+            visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), String>,
+        ) -> Result<Pos, String> {
+            assert!(from.offset >= self.low, "read from {} before the changelog's start {}", from.offset, self.low);
+            let all = self.records.borrow().clone();
+            let mut at = from.offset;
+            // Batches of 2, so that restore writes in several steps.
+            while at < end.offset {
+                let upto = (at + 2).min(end.offset);
+                let batch = (at..upto)
+                    .map(|o| Stored {
+                        offset: o,
+                        next: Pos { offset: o + 1, byte: 0 },
+                        record: all[(o - self.low) as usize].clone(),
+                    })
+                    .collect();
+                at = upto;
+                visit(batch, Pos { offset: at, byte: 0 })?;
+            }
+            Ok(Pos { offset: at, byte: 0 })
+        }
+        fn changelog_may_pass_commit(&self) -> bool {
+            true
+        }
+        fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, String> {
+            let mut r = self.records.borrow_mut();
+            Ok(appends
+                .into_iter()
+                .map(|a| {
+                    r.extend(a.records);
+                    Pos { offset: self.low + r.len() as u64, byte: 0 }
+                })
+                .collect())
+        }
+    }
+
+    fn rec(k: &str, v: Option<&str>, ts: i64) -> Record {
+        Record {
+            key: Some(k.as_bytes().to_vec()),
+            value: v.map(|v| v.as_bytes().to_vec()),
+            timestamp: ts,
+            headers: vec![],
+        }
+    }
+
+    /// The state a changelog's records describe, folded in order.
+    fn fold(records: &[Record]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut m = BTreeMap::new();
+        for r in records {
+            let k = r.key.clone().unwrap();
+            match &r.value {
+                Some(v) => m.insert(k, v.clone()),
+                None => m.remove(&k),
+            };
+        }
+        m
+    }
+
+    fn contents(tree: &sled::Tree) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        tree.iter()
+            .map(|e| e.unwrap())
+            .filter(|(k, _)| &k[..] != CHECKPOINT)
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect()
+    }
+
+    fn watch() -> RestoreWatch {
+        let mut config = Config::default();
+        config.embedded.restore_batch = 1;
+        let opts = RunOptions {
+            state_dir: Default::default(),
+            app: "t".into(),
+            threads: 1,
+            drain: true,
+            close_windows_at_end: false,
+            inputs: vec![],
+            config,
+            metrics: None,
+            progress: false,
+            chaos: None,
+            program_text: String::new(),
+        };
+        RestoreWatch::new(&opts, "0_0", "s", 0)
+    }
+
+    #[test]
+    fn restore_stops_at_the_commit_and_the_correction_makes_the_changelog_say_the_committed_state() {
+        let committed = vec![rec("a", Some("1"), 1), rec("b", Some("2"), 2), rec("a", Some("3"), 3)];
+        let past = vec![rec("c", Some("4"), 4), rec("b", None, 5)];
+        let b = Mem { low: 0, records: RefCell::new([committed.clone(), past].concat()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("s#0").unwrap();
+        let w = watch();
+        let r = restore_store(&b, &tree, "s", 0, Some(3), &w).unwrap();
+        assert_eq!(contents(&tree), fold(&committed));
+        assert_eq!(r.records, 3);
+        assert_eq!(r.checkpoint.offset, 3, "local state reflects the committed end only");
+        assert_eq!(r.stale.keys().cloned().collect::<Vec<_>>(), vec![b"b".to_vec(), b"c".to_vec()]);
+
+        let mut cps = vec![r.checkpoint];
+        correct_stale(&b, "t", &["s".to_string()], 0, std::slice::from_ref(&tree), vec![r.stale], &mut cps).unwrap();
+        assert_eq!(cps[0].offset, 7, "the checkpoint moves past the corrections");
+        // The whole changelog now folds to the committed state: a restore from scratch agrees.
+        assert_eq!(fold(&b.records.borrow()), fold(&committed));
+        let fresh = db.open_tree("s#1").unwrap();
+        let r = restore_store(&b, &fresh, "s", 0, None, &w).unwrap();
+        assert_eq!(contents(&fresh), fold(&committed));
+        assert_eq!(r.checkpoint.offset, 7);
+    }
+
+    #[test]
+    fn restore_of_a_compacted_changelog_starts_where_it_starts_and_a_checkpoint_resumes() {
+        let records = vec![rec("x", Some("1"), 1), rec("y", Some("2"), 2), rec("x", None, 3), rec("z", Some("9"), 4)];
+        let b = Mem { low: 10, records: RefCell::new(records.clone()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("s#0").unwrap();
+        let w = watch();
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!(contents(&tree), fold(&records));
+        assert_eq!((r.records, r.checkpoint.offset), (4, 14));
+        // Two more records: a second restore replays only those.
+        b.records.borrow_mut().extend([rec("y", None, 5), rec("w", Some("5"), 6)]);
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!((r.records, r.checkpoint.offset), (2, 16));
+        assert_eq!(contents(&tree), fold(&b.records.borrow()));
+    }
+
+    #[test]
+    fn sweep_tombstones_every_live_key_and_clears_local_state() {
+        let records = vec![rec("a", Some("1"), 1), rec("b", Some("2"), 2), rec("a", None, 3), rec("c", Some("3"), 4)];
+        let b = Mem { low: 0, records: RefCell::new(records) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        db.open_tree("s#0").unwrap().insert("b", "2").unwrap();
+        assert_eq!(sweep(&b, &db, "s", "s", 0).unwrap(), 2);
+        assert!(fold(&b.records.borrow()).is_empty());
+        assert!(db.open_tree("s#0").unwrap().is_empty());
+        assert_eq!(sweep(&b, &db, "s", "s", 0).unwrap(), 0, "a second sweep has nothing to delete");
+    }
 }

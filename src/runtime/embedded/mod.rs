@@ -23,7 +23,7 @@ use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader,
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::chaos::FailPoint;
-use crate::runtime::hub::Hub;
+use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::sweep;
@@ -154,40 +154,47 @@ impl EmbeddedControl {
     }
 }
 
+impl ControlLog for (&EmbeddedLog, &mut EmbeddedControl) {
+    fn read(&mut self, _next: u64, _to_end: bool) -> Result<Vec<ControlRecord>, String> {
+        let (log, c) = self;
+        let end = log.committed()?.end(&c.topic, 0);
+        let mut records = Vec::new();
+        if end.offset <= c.end.offset {
+            return Ok(records);
+        }
+        // The log's committed end is its end: every read is to the end.
+        loop {
+            let batch = c.reader.read(end, 1024)?;
+            if batch.is_empty() {
+                break;
+            }
+            records.extend(batch.into_iter().map(|s| ControlRecord {
+                offset: s.offset,
+                timestamp: s.record.timestamp,
+                headers: s.record.headers,
+                value: s.record.value,
+            }));
+        }
+        c.end = end;
+        Ok(records)
+    }
+
+    fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), String> {
+        let (log, c) = self;
+        log.commit(
+            vec![Append { topic: c.status.clone(), partition: 0, records }],
+            vec![(c.group.clone(), serde_json::json!({ "next": next }))],
+        )?;
+        c.written = next;
+        Ok(())
+    }
+}
+
 /// Read the control records appended since the last poll into the hub, and write their
 /// statuses. True if the program or a table changed.
 fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut Hub) -> Result<bool, String> {
     let mut c = control.lock().map_err(|_| "control lock poisoned")?;
-    let end = log.committed()?.end(&c.topic, 0);
-    if end.offset <= c.end.offset {
-        return Ok(false);
-    }
-    let mut records = Vec::new();
-    loop {
-        let batch = c.reader.read(end, 1024)?;
-        if batch.is_empty() {
-            break;
-        }
-        records.extend(batch.into_iter().map(|s| ControlRecord {
-            offset: s.offset,
-            timestamp: s.record.timestamp,
-            headers: s.record.headers,
-            value: s.record.value,
-        }));
-    }
-    c.end = end;
-    let changed = hub.feed(&records);
-    let statuses = hub.status_records();
-    if !statuses.is_empty() {
-        let next = hub.ev.next;
-        log.commit(
-            vec![Append { topic: c.status.clone(), partition: 0, records: statuses }],
-            vec![(c.group.clone(), serde_json::json!({ "next": next }))],
-        )?;
-        hub.written_up_to();
-        c.written = next;
-    }
-    Ok(changed)
+    hub.poll(&mut (log, &mut *c), true)
 }
 
 fn worker(

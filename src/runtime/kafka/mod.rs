@@ -38,7 +38,7 @@ use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::backend::{Backend, Extent};
-use crate::runtime::hub::Hub;
+use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
@@ -1093,71 +1093,86 @@ fn is_fatal(e: &KafkaError) -> bool {
     )
 }
 
-/// Read the control records that arrived into the hub (with `to_end`, until the end of the
-/// topic) and write their statuses. True if the program or a table changed.
-fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, to_end: bool) -> Result<bool> {
-    let mut records = Vec::new();
-    let started = Instant::now();
-    let topic = control::control_topic(app);
-    // With `to_end`: up to the end offset as of now (past any transaction marker).
-    let end = if to_end {
-        reader
-            .fetch_watermarks(&topic, 0, TIMEOUT)
-            .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?
-            .1
-            .max(0) as u64
-    } else {
-        0
-    };
-    let position = |r: &BaseConsumer| {
-        r.position()
-            .ok()
-            .and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset()))
-            .and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None })
-            .unwrap_or(0)
-    };
-    loop {
-        if to_end {
-            let got = records.last().map_or(hub.ev.next, |r: &ControlRecord| r.offset + 1);
-            if got >= end || position(reader) >= end {
-                break;
-            }
-        }
-        match reader.poll(if to_end { Duration::from_millis(100) } else { Duration::ZERO }) {
-            Some(Ok(m)) => {
-                let s = stored(&m);
-                records.push(ControlRecord {
-                    offset: s.offset,
-                    timestamp: s.record.timestamp,
-                    headers: s.record.headers,
-                    value: s.record.value,
-                });
-            }
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
-            Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read the control topic: {e}")),
-            Some(Err(e)) => {
-                // Transient (a broker connection dropped): librdkafka reconnects by itself.
-                eprintln!("reading `{topic}`: {e}");
-                if !to_end {
+/// The control topic on Kafka: its reader (a consumer assigned to its one partition), and the
+/// status topic written with a plain produce.
+struct KafkaControl<'a> {
+    kafka: &'a Kafka,
+    reader: &'a BaseConsumer,
+    app: &'a str,
+}
+
+impl ControlLog for KafkaControl<'_> {
+    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
+        let mut records = Vec::new();
+        let started = Instant::now();
+        let topic = control::control_topic(self.app);
+        let reader = self.reader;
+        // With `to_end`: up to the end offset as of now (past any transaction marker).
+        let end = if to_end {
+            reader
+                .fetch_watermarks(&topic, 0, TIMEOUT)
+                .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?
+                .1
+                .max(0) as u64
+        } else {
+            0
+        };
+        let position = |r: &BaseConsumer| {
+            r.position()
+                .ok()
+                .and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset()))
+                .and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None })
+                .unwrap_or(0)
+        };
+        loop {
+            if to_end {
+                let got = records.last().map_or(next, |r: &ControlRecord| r.offset + 1);
+                if got >= end || position(reader) >= end {
                     break;
                 }
             }
-            None if !to_end => break,
-            None if started.elapsed() > TIMEOUT => {
-                // An open transaction holds the rest: what is readable is evaluated.
-                eprintln!("`{topic}` could not be read to its end offset {end} within {TIMEOUT:?}; going on with what is readable");
-                break;
+            match reader.poll(if to_end { Duration::from_millis(100) } else { Duration::ZERO }) {
+                Some(Ok(m)) => {
+                    let s = stored(&m);
+                    records.push(ControlRecord {
+                        offset: s.offset,
+                        timestamp: s.record.timestamp,
+                        headers: s.record.headers,
+                        value: s.record.value,
+                    });
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read the control topic: {e}")),
+                Some(Err(e)) => {
+                    // Transient (a broker connection dropped): librdkafka reconnects by itself.
+                    eprintln!("reading `{topic}`: {e}");
+                    if !to_end {
+                        break;
+                    }
+                }
+                None if !to_end => break,
+                None if started.elapsed() > TIMEOUT => {
+                    // An open transaction holds the rest: what is readable is evaluated.
+                    eprintln!("`{topic}` could not be read to its end offset {end} within {TIMEOUT:?}; going on with what is readable");
+                    break;
+                }
+                None => {}
             }
-            None => {}
         }
+        Ok(records)
     }
-    let changed = hub.feed(&records);
-    let statuses = hub.status_records();
-    if !statuses.is_empty() {
-        kafka.produce(&control::status_topic(app), &statuses.into_iter().map(|r| (0, r)).collect::<Vec<_>>())?;
-        hub.written_up_to();
+
+    fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> Result<()> {
+        let records: Vec<(u32, Record)> = records.into_iter().map(|r| (0, r)).collect();
+        self.kafka.produce(&control::status_topic(self.app), &records)?;
+        Ok(())
     }
-    Ok(changed)
+}
+
+/// Read the control records that arrived into the hub (with `to_end`, until the end of the
+/// topic) and write their statuses. True if the program or a table changed.
+fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, to_end: bool) -> Result<bool> {
+    hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
 }
 
 fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
