@@ -4,6 +4,7 @@
 //! ([`state`]) and restore ([`restore`]) — is written once; [`embedded`] and [`kafka`] are the
 //! two backends, each in a folder of its own, and neither imports the other.
 
+pub(crate) mod agg;
 pub(crate) mod backend;
 pub mod chaos;
 mod commit;
@@ -11,6 +12,7 @@ pub mod embedded;
 pub(crate) mod hub;
 pub mod kafka;
 pub mod metrics;
+pub(crate) mod op;
 pub(crate) mod open;
 pub mod options;
 pub(crate) mod restore;
@@ -19,5 +21,6 @@ pub(crate) mod state;
 pub mod task;
 pub mod tenant;
 pub mod topics;
+pub(crate) mod window;
 
 pub use run::{now_ms, value_record, Summary};

@@ -10,13 +10,16 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::ast::{EmitMode, Format, WindowKind};
+use crate::ast::{EmitMode, Format};
 use crate::codec::{decode_tenanted, decode_visible};
-use crate::eval::{eval, uda_init, uda_merge, uda_result, uda_update, Row, Tenant};
-use crate::hir::{self, AggFunc, KeySpec};
+use crate::eval::{eval, Row, Tenant};
+use crate::hir::{self, KeySpec};
 use crate::log::Record;
 use crate::plan::physical::{AggSpec, Decode, Op, StreamInput, TaskSpec};
+use crate::runtime::agg::*;
+pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, StoreRead, TenantCounts};
 use crate::runtime::tenant::{self, H_TENANT};
+use crate::runtime::window::{self, Cx, Windowing};
 use crate::types::{RecordType, Type};
 use crate::value::{decode_record, decode_value, Value};
 
@@ -30,106 +33,6 @@ pub const H_VERSION: &str = "streamc.query.version";
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
 
-/// One decoded input record.
-pub struct Input {
-    pub row: Row,
-    pub ts: i64,
-    /// The record's offset in its partition (identifies it in join stores).
-    pub offset: u64,
-}
-
-/// A record for the driver to write: topic, partition (None: by key), record.
-#[derive(Debug)]
-pub struct Output {
-    pub topic: String,
-    pub partition: Option<u32>,
-    pub record: Record,
-}
-
-impl Output {
-    /// The partition it goes to in a topic of `partitions`: its own, else its key's (murmur2,
-    /// as Kafka's default partitioner), else 0.
-    pub fn partition_in(&self, partitions: u32) -> u32 {
-        self.partition.unwrap_or_else(|| {
-            self.record.key.as_deref().map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
-        })
-    }
-}
-
-/// Counters the task keeps for metrics and tests.
-#[derive(Clone, Debug, Default)]
-pub struct Counters {
-    pub records_in: u64,
-    pub records_out: u64,
-    pub late: u64,
-    pub dead_letters: u64,
-    pub cache_hits: u64,
-    pub cache_misses: u64,
-    /// Records that reached each operator, indexed like `TaskSpec::nodes` (`ops`, then `post`).
-    pub ops_in: Vec<u64>,
-    /// Per tenant (tenant-scoped tasks): records in, and records sent to the dead-letter topic.
-    pub tenants: BTreeMap<Vec<u8>, TenantCounts>,
-    /// The record being processed was counted in its tenant's `records_in` (the driver clears
-    /// this before each record; a record refused before that is counted when it is refused).
-    pub counted: bool,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TenantCounts {
-    pub records_in: u64,
-    pub dead_letters: u64,
-}
-
-impl Counters {
-    /// The counts of tenant `t`; the record being processed is now counted in.
-    fn tenant(&mut self, t: &[u8]) -> &mut TenantCounts {
-        self.counted = true;
-        if !self.tenants.contains_key(t) {
-            self.tenants.insert(t.to_vec(), TenantCounts::default());
-        }
-        self.tenants.get_mut(t).expect("just inserted")
-    }
-}
-
-/// An error evaluating one record: it goes to the dead-letter topic (or fails the task).
-#[derive(Debug)]
-pub struct RecordError(pub String);
-
-/// What the store layer offers a task: point reads of committed state.
-pub trait StoreRead {
-    fn get(&self, store: usize, key: &[u8]) -> Option<Vec<u8>>;
-    /// Every entry of a store (used to rebuild the window index after a restore).
-    fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)>;
-}
-
-/// A change to one store entry, produced at flush.
-#[derive(Debug)]
-pub struct Change {
-    pub store: usize,
-    pub key: Vec<u8>,
-    pub value: Option<Vec<u8>>,
-    pub timestamp: i64,
-    /// The key may already be in the store (false: created since the last flush).
-    pub existed: bool,
-}
-
-/// The state of one (key, window) of an aggregate.
-#[derive(Clone, Debug)]
-struct AggEntry {
-    group: Vec<Value>,
-    start: i64,
-    end: i64,
-    max_ts: i64,
-    states: Vec<AggState>,
-}
-
-#[derive(Clone, Debug)]
-enum AggState {
-    /// A built-in aggregate's state, a value of its call's `state_ty`.
-    Native(Value),
-    User(Vec<Value>),
-}
-
 /// A main-side record kept for a stream–stream join.
 #[derive(Clone, Debug)]
 struct LeftEntry {
@@ -137,9 +40,6 @@ struct LeftEntry {
     /// Joined with at least one record of the other side (a left join then emits no null row).
     matched: bool,
 }
-
-/// One record's aggregate arguments: per aggregate call, its argument values.
-type AggArgs = Vec<Vec<Value>>;
 
 /// A joined stream's record kept for a join: its key and value.
 type RightEntry = (Value, Arc<Vec<Value>>);
@@ -230,29 +130,6 @@ fn split_wire(mut fields: Vec<Value>, nvalue: usize, joined_keys: &[bool]) -> (V
     (fields, joined)
 }
 
-struct Slot {
-    entry: Option<AggEntry>,
-    dirty: bool,
-    /// The entry is in the local store and its changelog (so closing it needs a tombstone).
-    stored: bool,
-    /// The entry was sent downstream (so deleting it needs a tombstone there).
-    emitted: bool,
-    /// A session merged into another: deleted at the next flush (`entry` keeps its bounds).
-    deleted: bool,
-}
-
-impl Slot {
-    fn new(entry: Option<AggEntry>, stored: bool) -> Slot {
-        Slot { entry, dirty: false, stored, emitted: stored, deleted: false }
-    }
-
-    /// Mark the slot changed since the last flush; true the first time (its key then goes on
-    /// the first-change list).
-    fn touch(&mut self) -> bool {
-        !std::mem::replace(&mut self.dirty, true)
-    }
-}
-
 /// A decoded row of a table input.
 type TableRow = Arc<Vec<Value>>;
 
@@ -262,22 +139,12 @@ pub struct Task {
     /// Stream time of the aggregate processor.
     pub stream_time: i64,
     pub counters: Counters,
-    cache: FxHashMap<Vec<u8>, Slot>,
-    /// Keys changed since the last flush, in first-change order.
-    dirty: Vec<Vec<u8>>,
-    /// Open windows by the time they close: (end [+ gap for sessions], store key).
-    windows: BTreeSet<(i64, Vec<u8>)>,
-    /// Open sessions per key bytes: (start, end), by start.
-    sessions: FxHashMap<Vec<u8>, Vec<(i64, i64)>>,
-    /// Sliding windows: each key's recent records (aggregate arguments, by time) from which new
-    /// windows are computed, and its open windows' starts.
-    slide_records: FxHashMap<Vec<u8>, BTreeMap<i64, Vec<AggArgs>>>,
-    slide_expiry: BTreeSet<(i64, Vec<u8>)>,
-    slide_windows: FxHashMap<Vec<u8>, BTreeSet<i64>>,
+    /// The aggregate's record cache.
+    cache: Cache,
+    /// The aggregate's window kind (None: the task has no aggregate).
+    windowing: Option<Box<dyn Windowing>>,
     /// Number of the next main-side row stored by a stream–stream join (committed).
     pub join_seq: u64,
-    /// Scratch space for store keys on the hot path.
-    key_buf: Vec<u8>,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
     /// The control-managed tables as of the control offset the task applied.
@@ -297,21 +164,16 @@ impl Task {
     pub fn new(spec: Arc<TaskSpec>, partition: u32, stream_time: i64) -> Task {
         let nstreams = spec.streams.len();
         let counters = Counters { ops_in: vec![0; spec.ops.len() + spec.post.len()], ..Counters::default() };
+        let windowing = spec.agg.as_ref().map(window::for_agg);
         Task {
             spec,
             partition,
             stream_time,
             counters,
-            cache: FxHashMap::default(),
-            dirty: Vec::new(),
-            windows: BTreeSet::new(),
-            sessions: FxHashMap::default(),
+            cache: Cache::default(),
+            windowing,
             late_reason: None,
             join_seq: 0,
-            key_buf: Vec::new(),
-            slide_records: FxHashMap::default(),
-            slide_expiry: BTreeSet::new(),
-            slide_windows: FxHashMap::default(),
             table_changes: Vec::new(),
             globals: Arc::default(),
             join_time: i64::MIN,
@@ -322,7 +184,7 @@ impl Task {
 
     /// Rebuild the open-window index from the restored store.
     pub fn restore_index(&mut self, stores: &dyn StoreRead) {
-        self.windows.clear();
+        self.cache.windows.clear();
         let spec = self.spec.clone();
         for (side, si) in spec.streams.iter().enumerate() {
             let js = &mut self.joins[side];
@@ -344,33 +206,21 @@ impl Task {
                 js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
             }
         }
-        if let Some(agg) = &self.spec.agg {
+        if let (Some(agg), Some(windowing)) = (&spec.agg, self.windowing.as_mut()) {
             if agg.window.is_some() {
                 // Every open window lives in the cache: a window not in it does not exist, so
                 // the hot path never asks the store.
                 for (k, v) in stores.entries(agg.store) {
-                    if let Some(rk) = k.strip_prefix(SLIDE_RECORDS) {
-                        let (kb, t) = (key_part(rk).to_vec(), start_part(rk));
-                        if let Ok(recs) = decode_slide_records(&v, agg) {
-                            self.slide_expiry.insert((t, kb.clone()));
-                            self.slide_records.entry(kb).or_default().insert(t, recs);
-                        }
+                    if windowing.restore_own(&k, &v, agg) {
                         continue;
                     }
                     if let Ok(e) = decode_entry(&v, agg) {
-                        self.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
-                        if agg.sliding() {
-                            self.slide_windows.entry(key_part(&k).to_vec()).or_default().insert(e.start);
-                        }
-                        if agg.session() {
-                            self.sessions.entry(key_part(&k).to_vec()).or_default().push((e.start, e.end));
-                        }
-                        self.cache.insert(k, Slot::new(Some(e), true));
+                        self.cache.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
+                        windowing.restored(&k, &e);
+                        self.cache.slots.insert(k, Slot::new(Some(e), true));
                     }
                 }
-                for v in self.sessions.values_mut() {
-                    v.sort_unstable();
-                }
+                windowing.restored_all();
             }
         }
     }
@@ -900,330 +750,17 @@ impl Task {
         }
         let kb = self.scoped(row.tenant.as_ref(), key.key_bytes(&agg.key_ty))?;
         self.stream_time = self.stream_time.max(ts);
-        let windows: Vec<(i64, i64)> = match &agg.window {
-            None => vec![(0, 0)],
-            Some(w) => {
-                let (size, advance) = match w.kind {
-                    WindowKind::Tumbling { size } => (size.0, size.0),
-                    WindowKind::Hopping { size, advance } => (size.0, advance.0),
-                    WindowKind::Session { gap } => return self.session(agg, group, kb, ts, &args, gap.0, w.grace.0),
-                    WindowKind::Sliding { size } => return self.slide(agg, group, kb, ts, args, size.0, w.grace.0),
-                };
-                let close = self.stream_time.saturating_sub(w.grace.0);
-                let first = (ts - size + advance).max(0);
-                let first = first - first.rem_euclid(advance);
-                let mut v = Vec::new();
-                let mut s = first;
-                while s <= ts {
-                    let end = s.saturating_add(size);
-                    if ts >= s && ts < end {
-                        if end > close {
-                            v.push((s, end));
-                        } else {
-                            self.counters.late += 1;
-                            if self.late_reason.is_none() {
-                                self.late_reason = Some(format!(
-                                    "late: window [{s}, {end}) closed at stream time {} (grace {})",
-                                    self.stream_time, w.grace
-                                ));
-                            }
-                        }
-                    }
-                    s += advance;
-                }
-                v
-            }
+        let Some(windowing) = self.windowing.as_mut() else { return Ok(()) };
+        let mut cx = Cx {
+            agg,
+            cache: &mut self.cache,
+            stream_time: self.stream_time,
+            counters: &mut self.counters,
+            late_reason: &mut self.late_reason,
+            changes: &mut self.table_changes,
+            stores,
         };
-        // The store key is built in a reused buffer; it is copied only when a slot is created or
-        // first becomes dirty.
-        let mut sk = std::mem::take(&mut self.key_buf);
-        for (start, end) in windows {
-            sk.clear();
-            store_key_into(&mut sk, &kb, agg.window.is_some().then_some(start));
-            let slot = match self.cache.get_mut(sk.as_slice()) {
-                Some(s) => {
-                    self.counters.cache_hits += 1;
-                    s
-                }
-                None => {
-                    self.counters.cache_misses += 1;
-                    // Every open window is in the cache (loaded at start), so a window missing
-                    // from it does not exist; other entries are read from the store.
-                    let entry = match agg.window {
-                        Some(_) => None,
-                        None => match stores.get(agg.store, &sk) {
-                            Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
-                            None => None,
-                        },
-                    };
-                    let stored = entry.is_some();
-                    self.cache.entry(sk.clone()).or_insert(Slot::new(entry, stored))
-                }
-            };
-            let entry = match &mut slot.entry {
-                Some(e) => e,
-                None => {
-                    if agg.window.is_some() {
-                        self.windows.insert((end, sk.clone()));
-                    }
-                    slot.entry.insert(AggEntry {
-                        group: group.clone(),
-                        start,
-                        end,
-                        max_ts: i64::MIN,
-                        states: init_states(agg).map_err(err)?,
-                    })
-                }
-            };
-            entry.max_ts = entry.max_ts.max(ts);
-            for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&args) {
-                if let Err(e) = update_state(a, st, argv, ts) {
-                    self.key_buf = sk;
-                    return Err(err(e));
-                }
-            }
-            if slot.touch() {
-                self.dirty.push(sk.clone());
-            }
-        }
-        self.key_buf = sk;
-        Ok(())
-    }
-
-    /// Add a record to its key's sliding windows, as Kafka Streams defines them: windows
-    /// `[start, start + size]` (both ends inclusive) begin where a record leaves the window, so
-    /// every distinct set of records at most `size` apart has one window. A record at `t`
-    /// updates the open windows that contain it, and creates (from the key's recent records)
-    /// its left window `[t − size, t]`, its right window `[t + 1, t + 1 + size]` when a later
-    /// record falls in it, and the right windows of earlier records that it now populates.
-    #[allow(clippy::too_many_arguments)]
-    fn slide(
-        &mut self,
-        agg: &AggSpec,
-        group: Vec<Value>,
-        kb: Vec<u8>,
-        ts: i64,
-        args: Vec<Vec<Value>>,
-        size: i64,
-        grace: i64,
-    ) -> Result<(), RecordError> {
-        let err = |e: String| RecordError(e);
-        let close = self.stream_time.saturating_sub(grace);
-        // A window [s, s + size] is closed once s + size + 1 <= close.
-        let open = |s: i64| s.saturating_add(size).saturating_add(1) > close;
-        if !open(ts) {
-            self.counters.late += 1;
-            self.late_reason = Some(format!(
-                "late: every sliding window holding time {ts} closed at stream time {} (grace {})",
-                self.stream_time,
-                crate::ast::Duration(grace)
-            ));
-            return Ok(());
-        }
-        // 1. Open windows that contain the record.
-        let existing: Vec<i64> = self
-            .slide_windows
-            .get(&kb)
-            .map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect())
-            .unwrap_or_default();
-        for s in &existing {
-            if !open(*s) {
-                self.counters.late += 1;
-                if self.late_reason.is_none() {
-                    self.late_reason = Some(format!(
-                        "late: sliding window [{s}, {}] closed at stream time {} (grace {})",
-                        s.saturating_add(size),
-                        self.stream_time,
-                        crate::ast::Duration(grace)
-                    ));
-                }
-                continue;
-            }
-            let sk = store_key(&kb, Some(*s));
-            if let Some(Some(e)) = self.cache.get_mut(&sk).map(|slot| slot.entry.as_mut()) {
-                e.max_ts = e.max_ts.max(ts);
-                for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(&args) {
-                    update_state(a, st, argv, ts).map_err(err)?;
-                }
-            }
-            self.mark_dirty(sk);
-        }
-        // The record joins the key's recent records.
-        let recs = self.slide_records.entry(kb.clone()).or_default();
-        let list = recs.entry(ts).or_default();
-        let existed = !list.is_empty();
-        list.push(args);
-        let value = encode_slide_records(list, agg);
-        self.slide_expiry.insert((ts, kb.clone()));
-        let mut rk = SLIDE_RECORDS.to_vec();
-        rk.extend_from_slice(&store_key(&kb, Some(ts)));
-        self.table_changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
-        // 2–4. Windows the record brings into being.
-        let mut new_starts = vec![ts.saturating_sub(size)];
-        let later = recs.range(ts.saturating_add(1)..=ts.saturating_add(1).saturating_add(size)).next().is_some();
-        if later {
-            new_starts.push(ts.saturating_add(1));
-        }
-        for t in recs.range(ts.saturating_sub(size).saturating_sub(1)..ts).map(|(t, _)| *t) {
-            new_starts.push(t.saturating_add(1));
-        }
-        new_starts.sort_unstable();
-        new_starts.dedup();
-        for s in new_starts {
-            let known = self.slide_windows.get(&kb).is_some_and(|w| w.contains(&s));
-            if known || !open(s) {
-                continue;
-            }
-            let recs = &self.slide_records[&kb];
-            let mut states = init_states(agg).map_err(err)?;
-            let mut max_ts = i64::MIN;
-            for (t, list) in recs.range(s..=s.saturating_add(size)) {
-                for argv in list {
-                    for ((a, st), av) in agg.aggs.iter().zip(states.iter_mut()).zip(argv) {
-                        update_state(a, st, av, *t).map_err(err)?;
-                    }
-                    max_ts = max_ts.max(*t);
-                }
-            }
-            if max_ts == i64::MIN {
-                continue;
-            }
-            let end = s.saturating_add(size);
-            let sk = store_key(&kb, Some(s));
-            self.windows.insert((end.saturating_add(1), sk.clone()));
-            self.slide_windows.entry(kb.clone()).or_default().insert(s);
-            self.cache.insert(
-                sk.clone(),
-                Slot::new(Some(AggEntry { group: group.clone(), start: s, end, max_ts, states }), false),
-            );
-            self.mark_dirty(sk);
-        }
-        Ok(())
-    }
-
-    fn mark_dirty(&mut self, sk: Vec<u8>) {
-        if self.cache.get_mut(&sk).is_some_and(Slot::touch) {
-            self.dirty.push(sk);
-        }
-    }
-
-    /// Drop the recent records of sliding windows that no window can need any more: a new
-    /// window starts at most `size` before a record that is not late.
-    fn expire_slide_records(&mut self, agg: &AggSpec) {
-        let Some(w) = agg.window else { return };
-        let WindowKind::Sliding { size } = w.kind else { return };
-        let horizon =
-            self.stream_time.saturating_sub(w.grace.0).saturating_sub(size.0.saturating_mul(2)).saturating_sub(1);
-        while let Some((t, _)) = self.slide_expiry.first() {
-            if *t >= horizon {
-                break;
-            }
-            let Some((t, kb)) = self.slide_expiry.pop_first() else { break };
-            if let Some(m) = self.slide_records.get_mut(&kb) {
-                m.remove(&t);
-                if m.is_empty() {
-                    self.slide_records.remove(&kb);
-                }
-            }
-            let mut rk = SLIDE_RECORDS.to_vec();
-            rk.extend_from_slice(&store_key(&kb, Some(t)));
-            self.table_changes.push(Change { store: agg.store, key: rk, value: None, timestamp: t, existed: true });
-        }
-    }
-
-    /// Add a record to its key's sessions: a new session, or the merge of every open session
-    /// within `gap` of it (merged-away sessions are deleted at the next flush).
-    #[allow(clippy::too_many_arguments)]
-    fn session(
-        &mut self,
-        agg: &AggSpec,
-        group: Vec<Value>,
-        kb: Vec<u8>,
-        ts: i64,
-        args: &[Vec<Value>],
-        gap: i64,
-        grace: i64,
-    ) -> Result<(), RecordError> {
-        let err = |e: String| RecordError(e);
-        let close = self.stream_time.saturating_sub(grace);
-        let open: &[(i64, i64)] = self.sessions.get(&kb).map(|v| v.as_slice()).unwrap_or(&[]);
-        // Sessions within `gap` of the record, closed ones excepted (they may not have been
-        // flushed yet: results must not depend on where commits fall).
-        let near: Vec<(i64, i64)> = open
-            .iter()
-            .copied()
-            .filter(|(s, e)| {
-                *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && e.saturating_add(gap) > close
-            })
-            .collect();
-        let start = near.iter().map(|x| x.0).fold(ts, i64::min);
-        let end = near.iter().map(|x| x.1).fold(ts, i64::max);
-        if end.saturating_add(gap) <= close {
-            self.counters.late += 1;
-            self.late_reason = Some(format!(
-                "late: its session [{start}, {end}] closed at stream time {} (gap {}, grace {})",
-                self.stream_time,
-                crate::ast::Duration(gap),
-                crate::ast::Duration(grace)
-            ));
-            return Ok(());
-        }
-        // The merged entry, computed before anything changes, so that an error (overflow, a
-        // failing user aggregate) leaves the key's sessions as they were.
-        let mut merged: Option<AggEntry> = None;
-        for (s, _) in &near {
-            let Some(Some(old)) = self.cache.get(&store_key(&kb, Some(*s))).map(|slot| slot.entry.clone()) else {
-                continue;
-            };
-            merged = Some(match merged {
-                None => old,
-                Some(mut m) => {
-                    merge_states(agg, &mut m.states, old.states).map_err(err)?;
-                    m.max_ts = m.max_ts.max(old.max_ts);
-                    m
-                }
-            });
-        }
-        let mut entry = match merged {
-            Some(m) => m,
-            None => AggEntry { group, start, end, max_ts: i64::MIN, states: init_states(agg).map_err(err)? },
-        };
-        entry.start = start;
-        entry.end = end;
-        entry.max_ts = entry.max_ts.max(ts);
-        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
-            update_state(a, st, argv, ts).map_err(err)?;
-        }
-        // Now the indexes: merged-away sessions are deleted (at the next flush).
-        let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();
-        for (s, e) in &near {
-            let sk = store_key(&kb, Some(*s));
-            self.windows.remove(&(e.saturating_add(gap), sk.clone()));
-            if *s == start {
-                continue;
-            }
-            let Some(slot) = self.cache.get_mut(&sk) else { continue };
-            if !slot.stored && !slot.emitted {
-                self.cache.remove(&sk);
-            } else {
-                slot.deleted = true;
-                if slot.touch() {
-                    self.dirty.push(sk);
-                }
-            }
-        }
-        let sk = store_key(&kb, Some(start));
-        self.windows.insert((end.saturating_add(gap), sk.clone()));
-        let slot = self.cache.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
-        slot.entry = Some(entry);
-        slot.deleted = false;
-        if slot.touch() {
-            self.dirty.push(sk);
-        }
-        rest.push((start, end));
-        rest.sort_unstable();
-        self.sessions.insert(kb, rest);
-        Ok(())
+        windowing.add(&mut cx, group, kb, ts, args)
     }
 
     /// Flush the record cache: the store changes (for the changelog and the local store) and the
@@ -1237,11 +774,21 @@ impl Task {
         stores: &dyn StoreRead,
     ) -> Vec<RecordError> {
         let mut errors = Vec::new();
-        if let Some(agg) = self.spec.agg.clone() {
-            if close_all && agg.sliding() {
+        if let (Some(agg), Some(windowing)) = (self.spec.agg.clone(), self.windowing.as_mut()) {
+            if close_all && agg.window.is_some() {
+                // `--close-windows-at-end`: stream time moves past every window, for good.
                 self.stream_time = i64::MAX;
             }
-            self.expire_slide_records(&agg);
+            let mut cx = Cx {
+                agg: &agg,
+                cache: &mut self.cache,
+                stream_time: self.stream_time,
+                counters: &mut self.counters,
+                late_reason: &mut self.late_reason,
+                changes: &mut self.table_changes,
+                stores,
+            };
+            windowing.advance(&mut cx);
         }
         if close_all && !self.spec.streams.is_empty() {
             // `--close-windows-at-end`: every join window closes; left joins emit their
@@ -1256,22 +803,18 @@ impl Task {
         changes.append(&mut self.table_changes);
         let spec = self.spec.clone();
         let Some(agg) = &spec.agg else { return errors };
-        if close_all && agg.window.is_some() {
-            // `--close-windows-at-end`: stream time moves past every window, for good.
-            self.stream_time = i64::MAX;
-        }
         let close = match &agg.window {
             Some(w) => self.stream_time.saturating_sub(w.grace.0),
             None => i64::MIN,
         };
-        let dirty = std::mem::take(&mut self.dirty);
+        let dirty = std::mem::take(&mut self.cache.dirty);
         for sk in dirty {
-            let Some(slot) = self.cache.get_mut(&sk) else { continue };
+            let Some(slot) = self.cache.slots.get_mut(&sk) else { continue };
             slot.dirty = false;
             if slot.deleted {
                 // A session merged into another: deleted from the store and downstream.
                 let (stored, emitted) = (slot.stored, slot.emitted);
-                let old = self.cache.remove(&sk).and_then(|s| s.entry);
+                let old = self.cache.slots.remove(&sk).and_then(|s| s.entry);
                 let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
                 if stored {
                     changes.push(Change {
@@ -1306,7 +849,7 @@ impl Task {
             let changes = agg.emit == EmitMode::Changes;
             slot.emitted |= changes;
             let emitted = if changes { self.emit(agg, &entry, self.agg_tenant(&sk), out) } else { Ok(()) };
-            if let Some(slot) = self.cache.get_mut(&sk) {
+            if let Some(slot) = self.cache.slots.get_mut(&sk) {
                 slot.entry = Some(entry);
             }
             if let Err(e) = emitted {
@@ -1314,31 +857,15 @@ impl Task {
             }
         }
         if agg.window.is_some() {
-            while let Some((end, _)) = self.windows.first() {
+            while let Some((end, _)) = self.cache.windows.first() {
                 if *end > close {
                     break;
                 }
-                let Some((_, sk)) = self.windows.pop_first() else { break };
-                if agg.sliding() {
-                    let kb = key_part(&sk);
-                    if let Some(set) = self.slide_windows.get_mut(kb) {
-                        set.remove(&start_part(&sk));
-                        if set.is_empty() {
-                            self.slide_windows.remove(kb);
-                        }
-                    }
+                let Some((_, sk)) = self.cache.windows.pop_first() else { break };
+                if let Some(w) = self.windowing.as_mut() {
+                    w.closed(&sk);
                 }
-                if agg.session() {
-                    let kb = key_part(&sk);
-                    if let Some(list) = self.sessions.get_mut(kb) {
-                        let start = start_part(&sk);
-                        list.retain(|(s, _)| *s != start);
-                        if list.is_empty() {
-                            self.sessions.remove(kb);
-                        }
-                    }
-                }
-                let (entry, stored) = match self.cache.remove(&sk) {
+                let (entry, stored) = match self.cache.slots.remove(&sk) {
                     Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
                     _ => (None, false),
                 };
@@ -1362,8 +889,8 @@ impl Task {
             }
         }
         // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
-        if agg.window.is_none() && self.cache.len() > 200_000 {
-            self.cache.retain(|_, s| s.dirty);
+        if agg.window.is_none() && self.cache.slots.len() > 200_000 {
+            self.cache.slots.retain(|_, s| s.dirty);
         }
         errors
     }
@@ -1412,18 +939,6 @@ impl Task {
     }
 }
 
-/// No stores at all (a task with no state, or state not read yet).
-pub struct NoStores;
-
-impl StoreRead for NoStores {
-    fn get(&self, _: usize, _: &[u8]) -> Option<Vec<u8>> {
-        None
-    }
-    fn entries(&self, _: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
-        Vec::new()
-    }
-}
-
 fn write_record(fields: &[Value], rt: &RecordType, out: &mut Vec<u8>) {
     out.push(b'{');
     for (i, (v, (n, t))) in fields.iter().zip(&rt.fields).enumerate() {
@@ -1464,203 +979,6 @@ fn group_key(exprs: &[hir::Expr], row: &Row) -> Result<Value, RecordError> {
         vals.push(eval(e, row, &[]).map_err(RecordError)?);
     }
     Ok(if vals.len() == 1 { vals.pop().unwrap_or(Value::Null) } else { Value::List(Arc::new(vals)) })
-}
-
-/// Store keys: the key's bytes, length-prefixed, then for windows the start (big-endian, sign
-/// flipped) so that one key's windows sort by start.
-fn store_key(kb: &[u8], start: Option<i64>) -> Vec<u8> {
-    let mut k = Vec::with_capacity(4 + kb.len() + 8);
-    store_key_into(&mut k, kb, start);
-    k
-}
-
-fn store_key_into(k: &mut Vec<u8>, kb: &[u8], start: Option<i64>) {
-    k.extend_from_slice(&(kb.len() as u32).to_be_bytes());
-    k.extend_from_slice(kb);
-    if let Some(s) = start {
-        k.extend_from_slice(&((s as u64) ^ (1 << 63)).to_be_bytes());
-    }
-}
-
-/// Store-key prefix of a sliding-window aggregate's recent records (after it: the key and time
-/// as in a window's store key). Window keys start with a length that is never this.
-const SLIDE_RECORDS: &[u8] = b"\xff\xff\xff\xfer";
-
-/// Recent records at one time as stored: `[[arguments of each aggregate, flattened], …]`.
-fn encode_slide_records(list: &[Vec<Vec<Value>>], agg: &AggSpec) -> Vec<u8> {
-    let mut o = Vec::with_capacity(32 * list.len());
-    o.push(b'[');
-    for (i, rec) in list.iter().enumerate() {
-        if i > 0 {
-            o.push(b',');
-        }
-        o.push(b'[');
-        let mut first = true;
-        for (argv, a) in rec.iter().zip(&agg.aggs) {
-            for (v, e) in argv.iter().zip(&a.args) {
-                if !first {
-                    o.push(b',');
-                }
-                first = false;
-                v.write_json(&e.ty, &mut o);
-            }
-        }
-        o.extend_from_slice(b"]");
-    }
-    o.push(b']');
-    o
-}
-
-fn decode_slide_records(b: &[u8], agg: &AggSpec) -> Result<Vec<Vec<Vec<Value>>>, String> {
-    let raw: Vec<Vec<&serde_json::value::RawValue>> =
-        serde_json::from_slice(b).map_err(|e| format!("damaged window records: {e}"))?;
-    raw.iter()
-        .map(|flat| {
-            let mut it = flat.iter();
-            agg.aggs
-                .iter()
-                .map(|a| {
-                    a.args
-                        .iter()
-                        .map(|e| decode_value(it.next().ok_or("missing argument")?.get().as_bytes(), &e.ty))
-                        .collect::<Result<Vec<_>, String>>()
-                })
-                .collect()
-        })
-        .collect()
-}
-
-/// The key bytes of a store key.
-fn key_part(sk: &[u8]) -> &[u8] {
-    let n = sk.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0);
-    sk.get(4..4 + n).unwrap_or(&[])
-}
-
-/// The window start of a windowed store key.
-fn start_part(sk: &[u8]) -> i64 {
-    let n = sk.len();
-    match sk.get(n.saturating_sub(8)..) {
-        Some(b) if n >= 12 => (u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) ^ (1 << 63)) as i64,
-        _ => 0,
-    }
-}
-
-/// Combine a second state into the first (sessions that merge).
-fn merge_states(agg: &AggSpec, into: &mut [AggState], other: Vec<AggState>) -> Result<(), String> {
-    for ((a, st), o) in agg.aggs.iter().zip(into.iter_mut()).zip(other) {
-        match (&a.func, st, o) {
-            (AggFunc::Native(n), AggState::Native(s), AggState::Native(o)) => n.merge(s, o)?,
-            (AggFunc::User(d), AggState::User(s), AggState::User(o)) => uda_merge(d, s, o)?,
-            _ => return Err("aggregate state does not match its function".into()),
-        }
-    }
-    Ok(())
-}
-
-fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
-    agg.aggs
-        .iter()
-        .map(|a| {
-            Ok(match &a.func {
-                AggFunc::Native(n) => AggState::Native(n.init()),
-                AggFunc::User(d) => AggState::User(uda_init(d)?),
-            })
-        })
-        .collect()
-}
-
-/// Add one record's arguments (at event time `ts`) to an aggregate's state.
-fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value], ts: i64) -> Result<(), String> {
-    match (&a.func, st) {
-        (AggFunc::Native(n), AggState::Native(s)) => n.update(s, args, ts),
-        (AggFunc::User(d), AggState::User(s)) => uda_update(d, s, args),
-        _ => Err("aggregate state does not match its function".into()),
-    }
-}
-
-fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, String> {
-    Ok(match (&a.func, st) {
-        (AggFunc::Native(n), AggState::Native(s)) => n.result(s),
-        (AggFunc::User(d), AggState::User(s)) => uda_result(d, s)?,
-        _ => Value::Null,
-    })
-}
-
-/// Entries are stored (locally and in the changelog) as JSON:
-/// `{"g": [group values], "s": start, "e": end, "t": max event time, "a": [states]}`.
-fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
-    let mut o = Vec::with_capacity(96);
-    o.extend_from_slice(b"{\"g\":[");
-    for (i, (v, g)) in e.group.iter().zip(&agg.group).enumerate() {
-        if i > 0 {
-            o.push(b',');
-        }
-        v.write_json(&g.ty, &mut o);
-    }
-    o.extend_from_slice(b"],\"s\":");
-    Value::Int(e.start).write_json(&Type::Int, &mut o);
-    o.extend_from_slice(b",\"e\":");
-    Value::Int(e.end).write_json(&Type::Int, &mut o);
-    o.extend_from_slice(b",\"t\":");
-    Value::Int(e.max_ts).write_json(&Type::Int, &mut o);
-    o.extend_from_slice(b",\"a\":[");
-    for (i, (s, c)) in e.states.iter().zip(&agg.aggs).enumerate() {
-        if i > 0 {
-            o.push(b',');
-        }
-        match (s, &c.func) {
-            (AggState::Native(v), _) => v.write_json(&c.state_ty, &mut o),
-            (AggState::User(vals), AggFunc::User(d)) => {
-                o.push(b'[');
-                for (j, (v, (_, t))) in vals.iter().zip(&d.state).enumerate() {
-                    if j > 0 {
-                        o.push(b',');
-                    }
-                    v.write_json(t, &mut o);
-                }
-                o.push(b']');
-            }
-            _ => o.extend_from_slice(b"null"),
-        }
-    }
-    o.extend_from_slice(b"]}");
-    o
-}
-
-/// The stored form of an entry, parsed once; each part is then decoded by its type.
-#[derive(serde::Deserialize)]
-struct StoredEntry<'a> {
-    #[serde(borrow)]
-    g: Vec<&'a serde_json::value::RawValue>,
-    s: i64,
-    e: i64,
-    t: i64,
-    #[serde(borrow)]
-    a: Vec<&'a serde_json::value::RawValue>,
-}
-
-fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
-    let raw: StoredEntry = serde_json::from_slice(b).map_err(|e| format!("damaged state entry: {e}"))?;
-    let part = |r: &serde_json::value::RawValue, ty: &Type| decode_value(r.get().as_bytes(), ty);
-    let group = raw.g.iter().zip(&agg.group).map(|(x, e)| part(x, &e.ty)).collect::<Result<Vec<_>, _>>()?;
-    let states = raw
-        .a
-        .iter()
-        .zip(&agg.aggs)
-        .map(|(x, c)| {
-            Ok(match &c.func {
-                AggFunc::Native(_) => AggState::Native(part(x, &c.state_ty)?),
-                AggFunc::User(d) => {
-                    let vals: Vec<&serde_json::value::RawValue> =
-                        serde_json::from_str(x.get()).map_err(|e| format!("bad aggregate state: {e}"))?;
-                    AggState::User(
-                        vals.iter().zip(&d.state).map(|(v, (_, t))| part(v, t)).collect::<Result<Vec<_>, String>>()?,
-                    )
-                }
-            })
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states })
 }
 
 /// Decode a record key of the given type: a string key is its raw UTF-8, others JSON.

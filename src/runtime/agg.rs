@@ -1,0 +1,276 @@
+//! An aggregate's state in a task: one entry per (group key, window), its encoding in the store,
+//! and the record cache every window kind works on (entries, the keys changed since the last
+//! flush in first-change order, and the open windows by the time they close).
+
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
+
+use crate::eval::{uda_init, uda_merge, uda_result, uda_update};
+use crate::hir::{self, AggFunc};
+use crate::plan::physical::AggSpec;
+use crate::types::Type;
+use crate::value::{decode_value, Value};
+
+/// The state of one (key, window) of an aggregate.
+#[derive(Clone, Debug)]
+pub(crate) struct AggEntry {
+    pub(crate) group: Vec<Value>,
+    pub(crate) start: i64,
+    pub(crate) end: i64,
+    pub(crate) max_ts: i64,
+    pub(crate) states: Vec<AggState>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum AggState {
+    /// A built-in aggregate's state, a value of its call's `state_ty`.
+    Native(Value),
+    User(Vec<Value>),
+}
+
+/// One record's aggregate arguments: per aggregate call, its argument values.
+pub(crate) type AggArgs = Vec<Vec<Value>>;
+
+pub(crate) struct Slot {
+    pub(crate) entry: Option<AggEntry>,
+    pub(crate) dirty: bool,
+    /// The entry is in the local store and its changelog (so closing it needs a tombstone).
+    pub(crate) stored: bool,
+    /// The entry was sent downstream (so deleting it needs a tombstone there).
+    pub(crate) emitted: bool,
+    /// A session merged into another: deleted at the next flush (`entry` keeps its bounds).
+    pub(crate) deleted: bool,
+}
+
+impl Slot {
+    pub(crate) fn new(entry: Option<AggEntry>, stored: bool) -> Slot {
+        Slot { entry, dirty: false, stored, emitted: stored, deleted: false }
+    }
+
+    /// Mark the slot changed since the last flush; true the first time (its key then goes on
+    /// the first-change list).
+    pub(crate) fn touch(&mut self) -> bool {
+        !std::mem::replace(&mut self.dirty, true)
+    }
+}
+
+/// Store keys: the key's bytes, length-prefixed, then for windows the start (big-endian, sign
+/// flipped) so that one key's windows sort by start.
+pub(crate) fn store_key(kb: &[u8], start: Option<i64>) -> Vec<u8> {
+    let mut k = Vec::with_capacity(4 + kb.len() + 8);
+    store_key_into(&mut k, kb, start);
+    k
+}
+
+pub(crate) fn store_key_into(k: &mut Vec<u8>, kb: &[u8], start: Option<i64>) {
+    k.extend_from_slice(&(kb.len() as u32).to_be_bytes());
+    k.extend_from_slice(kb);
+    if let Some(s) = start {
+        k.extend_from_slice(&((s as u64) ^ (1 << 63)).to_be_bytes());
+    }
+}
+
+/// Store-key prefix of a sliding-window aggregate's recent records (after it: the key and time
+/// as in a window's store key). Window keys start with a length that is never this.
+pub(crate) const SLIDE_RECORDS: &[u8] = b"\xff\xff\xff\xfer";
+
+/// Recent records at one time as stored: `[[arguments of each aggregate, flattened], …]`.
+pub(crate) fn encode_slide_records(list: &[Vec<Vec<Value>>], agg: &AggSpec) -> Vec<u8> {
+    let mut o = Vec::with_capacity(32 * list.len());
+    o.push(b'[');
+    for (i, rec) in list.iter().enumerate() {
+        if i > 0 {
+            o.push(b',');
+        }
+        o.push(b'[');
+        let mut first = true;
+        for (argv, a) in rec.iter().zip(&agg.aggs) {
+            for (v, e) in argv.iter().zip(&a.args) {
+                if !first {
+                    o.push(b',');
+                }
+                first = false;
+                v.write_json(&e.ty, &mut o);
+            }
+        }
+        o.extend_from_slice(b"]");
+    }
+    o.push(b']');
+    o
+}
+
+pub(crate) fn decode_slide_records(b: &[u8], agg: &AggSpec) -> Result<Vec<Vec<Vec<Value>>>, String> {
+    let raw: Vec<Vec<&serde_json::value::RawValue>> =
+        serde_json::from_slice(b).map_err(|e| format!("damaged window records: {e}"))?;
+    raw.iter()
+        .map(|flat| {
+            let mut it = flat.iter();
+            agg.aggs
+                .iter()
+                .map(|a| {
+                    a.args
+                        .iter()
+                        .map(|e| decode_value(it.next().ok_or("missing argument")?.get().as_bytes(), &e.ty))
+                        .collect::<Result<Vec<_>, String>>()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The key bytes of a store key.
+pub(crate) fn key_part(sk: &[u8]) -> &[u8] {
+    let n = sk.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize).unwrap_or(0);
+    sk.get(4..4 + n).unwrap_or(&[])
+}
+
+/// The window start of a windowed store key.
+pub(crate) fn start_part(sk: &[u8]) -> i64 {
+    let n = sk.len();
+    match sk.get(n.saturating_sub(8)..) {
+        Some(b) if n >= 12 => (u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) ^ (1 << 63)) as i64,
+        _ => 0,
+    }
+}
+
+/// Combine a second state into the first (sessions that merge).
+pub(crate) fn merge_states(agg: &AggSpec, into: &mut [AggState], other: Vec<AggState>) -> Result<(), String> {
+    for ((a, st), o) in agg.aggs.iter().zip(into.iter_mut()).zip(other) {
+        match (&a.func, st, o) {
+            (AggFunc::Native(n), AggState::Native(s), AggState::Native(o)) => n.merge(s, o)?,
+            (AggFunc::User(d), AggState::User(s), AggState::User(o)) => uda_merge(d, s, o)?,
+            _ => return Err("aggregate state does not match its function".into()),
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
+    agg.aggs
+        .iter()
+        .map(|a| {
+            Ok(match &a.func {
+                AggFunc::Native(n) => AggState::Native(n.init()),
+                AggFunc::User(d) => AggState::User(uda_init(d)?),
+            })
+        })
+        .collect()
+}
+
+/// Add one record's arguments (at event time `ts`) to an aggregate's state.
+pub(crate) fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value], ts: i64) -> Result<(), String> {
+    match (&a.func, st) {
+        (AggFunc::Native(n), AggState::Native(s)) => n.update(s, args, ts),
+        (AggFunc::User(d), AggState::User(s)) => uda_update(d, s, args),
+        _ => Err("aggregate state does not match its function".into()),
+    }
+}
+
+pub(crate) fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, String> {
+    Ok(match (&a.func, st) {
+        (AggFunc::Native(n), AggState::Native(s)) => n.result(s),
+        (AggFunc::User(d), AggState::User(s)) => uda_result(d, s)?,
+        _ => Value::Null,
+    })
+}
+
+/// Entries are stored (locally and in the changelog) as JSON:
+/// `{"g": [group values], "s": start, "e": end, "t": max event time, "a": [states]}`.
+pub(crate) fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
+    let mut o = Vec::with_capacity(96);
+    o.extend_from_slice(b"{\"g\":[");
+    for (i, (v, g)) in e.group.iter().zip(&agg.group).enumerate() {
+        if i > 0 {
+            o.push(b',');
+        }
+        v.write_json(&g.ty, &mut o);
+    }
+    o.extend_from_slice(b"],\"s\":");
+    Value::Int(e.start).write_json(&Type::Int, &mut o);
+    o.extend_from_slice(b",\"e\":");
+    Value::Int(e.end).write_json(&Type::Int, &mut o);
+    o.extend_from_slice(b",\"t\":");
+    Value::Int(e.max_ts).write_json(&Type::Int, &mut o);
+    o.extend_from_slice(b",\"a\":[");
+    for (i, (s, c)) in e.states.iter().zip(&agg.aggs).enumerate() {
+        if i > 0 {
+            o.push(b',');
+        }
+        match (s, &c.func) {
+            (AggState::Native(v), _) => v.write_json(&c.state_ty, &mut o),
+            (AggState::User(vals), AggFunc::User(d)) => {
+                o.push(b'[');
+                for (j, (v, (_, t))) in vals.iter().zip(&d.state).enumerate() {
+                    if j > 0 {
+                        o.push(b',');
+                    }
+                    v.write_json(t, &mut o);
+                }
+                o.push(b']');
+            }
+            _ => o.extend_from_slice(b"null"),
+        }
+    }
+    o.extend_from_slice(b"]}");
+    o
+}
+
+/// The stored form of an entry, parsed once; each part is then decoded by its type.
+#[derive(serde::Deserialize)]
+pub(crate) struct StoredEntry<'a> {
+    #[serde(borrow)]
+    pub(crate) g: Vec<&'a serde_json::value::RawValue>,
+    pub(crate) s: i64,
+    pub(crate) e: i64,
+    pub(crate) t: i64,
+    #[serde(borrow)]
+    pub(crate) a: Vec<&'a serde_json::value::RawValue>,
+}
+
+pub(crate) fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
+    let raw: StoredEntry = serde_json::from_slice(b).map_err(|e| format!("damaged state entry: {e}"))?;
+    let part = |r: &serde_json::value::RawValue, ty: &Type| decode_value(r.get().as_bytes(), ty);
+    let group = raw.g.iter().zip(&agg.group).map(|(x, e)| part(x, &e.ty)).collect::<Result<Vec<_>, _>>()?;
+    let states = raw
+        .a
+        .iter()
+        .zip(&agg.aggs)
+        .map(|(x, c)| {
+            Ok(match &c.func {
+                AggFunc::Native(_) => AggState::Native(part(x, &c.state_ty)?),
+                AggFunc::User(d) => {
+                    let vals: Vec<&serde_json::value::RawValue> =
+                        serde_json::from_str(x.get()).map_err(|e| format!("bad aggregate state: {e}"))?;
+                    AggState::User(
+                        vals.iter().zip(&d.state).map(|(v, (_, t))| part(v, t)).collect::<Result<Vec<_>, String>>()?,
+                    )
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states })
+}
+
+/// An aggregate's record cache: every open window (loaded at start, so a window missing from
+/// it does not exist) and recently used unwindowed entries.
+#[derive(Default)]
+pub(crate) struct Cache {
+    pub(crate) slots: FxHashMap<Vec<u8>, Slot>,
+    /// Keys changed since the last flush, in first-change order.
+    pub(crate) dirty: Vec<Vec<u8>>,
+    /// Open windows by the time they close: (end [+ gap for sessions, + 1 for sliding], store
+    /// key).
+    pub(crate) windows: BTreeSet<(i64, Vec<u8>)>,
+    /// Scratch space for store keys on the hot path.
+    pub(crate) key_buf: Vec<u8>,
+}
+
+impl Cache {
+    /// Mark a cached entry changed since the last flush.
+    pub(crate) fn mark_dirty(&mut self, sk: Vec<u8>) {
+        if self.slots.get_mut(&sk).is_some_and(Slot::touch) {
+            self.dirty.push(sk);
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Window kinds: each is one type implementing [`Windowing`] over the aggregate's record cache
+//! ([`Cache`]), in a file of its own. A kind assigns a record to its windows (creating,
+//! updating, merging them), keeps whatever index of its own it needs (sessions per key, the
+//! recent records of sliding windows), forgets a window stream time closed, and rebuilds its
+//! index from the store after a restore. Closing windows by stream time, emitting and writing
+//! the store are the aggregate's (`Task::flush`), the same for every kind.
+//!
+//! Adding a window kind: its syntax and checks in the front end (`ast::WindowKind`), then one
+//! file here and one arm in [`for_agg`], and a case in `tests/runs/`.
+
+mod fixed;
+mod none;
+mod session;
+mod sliding;
+
+use crate::ast::WindowKind;
+use crate::plan::physical::AggSpec;
+use crate::runtime::agg::{decode_entry, init_states, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
+use crate::value::Value;
+
+/// What a window kind works with while it adds a record or advances.
+pub(crate) struct Cx<'a> {
+    pub(crate) agg: &'a AggSpec,
+    pub(crate) cache: &'a mut Cache,
+    /// The aggregate's stream time, the record just added included.
+    pub(crate) stream_time: i64,
+    pub(crate) counters: &'a mut Counters,
+    /// Why the record being processed is late, if it is.
+    pub(crate) late_reason: &'a mut Option<String>,
+    /// Store changes of a kind's own (sliding windows' recent records), flushed in order.
+    pub(crate) changes: &'a mut Vec<Change>,
+    pub(crate) stores: &'a dyn StoreRead,
+}
+
+impl Cx<'_> {
+    /// Count the record (or one of its windows) as late; the first reason is kept.
+    pub(crate) fn late(&mut self, reason: impl FnOnce() -> String) {
+        self.counters.late += 1;
+        if self.late_reason.is_none() {
+            *self.late_reason = Some(reason());
+        }
+    }
+
+    /// Add a record to the entries of windows `(start, end)` of its key (an unwindowed
+    /// aggregate: one entry, no start): created when missing (every open window is in the
+    /// cache, so only an unwindowed entry is ever read from the store), updated, and marked
+    /// changed.
+    pub(crate) fn update_windows(
+        &mut self,
+        windows: &[(i64, i64)],
+        group: &[Value],
+        kb: &[u8],
+        ts: i64,
+        args: &AggArgs,
+    ) -> Result<(), RecordError> {
+        let agg = self.agg;
+        let err = RecordError;
+        // The store key is built in a reused buffer; it is copied only when a slot is created
+        // or first becomes dirty.
+        let mut sk = std::mem::take(&mut self.cache.key_buf);
+        let r = (|| {
+            for &(start, end) in windows {
+                sk.clear();
+                store_key_into(&mut sk, kb, agg.window.is_some().then_some(start));
+                let slot = match self.cache.slots.get_mut(sk.as_slice()) {
+                    Some(s) => {
+                        self.counters.cache_hits += 1;
+                        s
+                    }
+                    None => {
+                        self.counters.cache_misses += 1;
+                        let entry = match agg.window {
+                            Some(_) => None,
+                            None => match self.stores.get(agg.store, &sk) {
+                                Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
+                                None => None,
+                            },
+                        };
+                        let stored = entry.is_some();
+                        self.cache.slots.entry(sk.clone()).or_insert(Slot::new(entry, stored))
+                    }
+                };
+                let entry = match &mut slot.entry {
+                    Some(e) => e,
+                    None => {
+                        if agg.window.is_some() {
+                            self.cache.windows.insert((end, sk.clone()));
+                        }
+                        slot.entry.insert(AggEntry {
+                            group: group.to_vec(),
+                            start,
+                            end,
+                            max_ts: i64::MIN,
+                            states: init_states(agg).map_err(err)?,
+                        })
+                    }
+                };
+                entry.max_ts = entry.max_ts.max(ts);
+                for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
+                    update_state(a, st, argv, ts).map_err(err)?;
+                }
+                if slot.touch() {
+                    self.cache.dirty.push(sk.clone());
+                }
+            }
+            Ok(())
+        })();
+        self.cache.key_buf = sk;
+        r
+    }
+}
+
+/// One window kind of an aggregate.
+pub(crate) trait Windowing: Send {
+    /// Add a record (its group values, its key's bytes as the store holds them, its event time
+    /// and its aggregate arguments) to its windows.
+    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError>;
+
+    /// Before a flush, stream time having advanced: drop what no window can need any more.
+    fn advance(&mut self, _cx: &mut Cx) {}
+
+    /// Stream time closed the window stored at `sk`.
+    fn closed(&mut self, _sk: &[u8]) {}
+
+    /// At restore, a store entry that is not a window (a record of the kind's own): taken,
+    /// true; else false.
+    fn restore_own(&mut self, _key: &[u8], _value: &[u8], _agg: &AggSpec) -> bool {
+        false
+    }
+
+    /// At restore, an open window read back from the store.
+    fn restored(&mut self, _sk: &[u8], _e: &AggEntry) {}
+
+    /// Every entry is restored.
+    fn restored_all(&mut self) {}
+}
+
+/// The window kind of an aggregate.
+pub(crate) fn for_agg(agg: &AggSpec) -> Box<dyn Windowing> {
+    let Some(w) = agg.window else { return Box::new(none::Unwindowed) };
+    let grace = w.grace.0;
+    match w.kind {
+        WindowKind::Tumbling { size } => Box::new(fixed::Fixed { size: size.0, advance: size.0, grace: w.grace }),
+        WindowKind::Hopping { size, advance } => {
+            Box::new(fixed::Fixed { size: size.0, advance: advance.0, grace: w.grace })
+        }
+        WindowKind::Session { gap } => Box::new(session::Session::new(gap.0, grace)),
+        WindowKind::Sliding { size } => Box::new(sliding::Sliding::new(size.0, grace)),
+    }
+}

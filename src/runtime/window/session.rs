@@ -1,0 +1,137 @@
+//! Session windows: a key's records at most `gap` apart form one session `[first, last]`; a
+//! record between two sessions merges them (the merged-away session is deleted from the store
+//! and downstream at the next flush). A session closes at `last + gap + grace`.
+
+use rustc_hash::FxHashMap;
+
+use super::{Cx, Windowing};
+use crate::ast::Duration;
+use crate::runtime::agg::{
+    init_states, key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
+};
+use crate::runtime::op::RecordError;
+use crate::value::Value;
+
+pub(crate) struct Session {
+    gap: i64,
+    grace: i64,
+    /// Open sessions per key bytes: (start, end), by start.
+    sessions: FxHashMap<Vec<u8>, Vec<(i64, i64)>>,
+}
+
+impl Session {
+    pub(crate) fn new(gap: i64, grace: i64) -> Session {
+        Session { gap, grace, sessions: FxHashMap::default() }
+    }
+}
+
+impl Windowing for Session {
+    /// A new session, or the merge of every open session within `gap` of the record.
+    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
+        let (gap, grace, agg) = (self.gap, self.grace, cx.agg);
+        let err = RecordError;
+        let close = cx.stream_time.saturating_sub(grace);
+        let open: &[(i64, i64)] = self.sessions.get(&kb).map(|v| v.as_slice()).unwrap_or(&[]);
+        // Sessions within `gap` of the record, closed ones excepted (they may not have been
+        // flushed yet: results must not depend on where commits fall).
+        let near: Vec<(i64, i64)> = open
+            .iter()
+            .copied()
+            .filter(|(s, e)| {
+                *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && e.saturating_add(gap) > close
+            })
+            .collect();
+        let start = near.iter().map(|x| x.0).fold(ts, i64::min);
+        let end = near.iter().map(|x| x.1).fold(ts, i64::max);
+        if end.saturating_add(gap) <= close {
+            let stream_time = cx.stream_time;
+            *cx.late_reason = None;
+            cx.late(|| {
+                format!(
+                    "late: its session [{start}, {end}] closed at stream time {stream_time} (gap {}, grace {})",
+                    Duration(gap),
+                    Duration(grace)
+                )
+            });
+            return Ok(());
+        }
+        // The merged entry, computed before anything changes, so that an error (overflow, a
+        // failing user aggregate) leaves the key's sessions as they were.
+        let mut merged: Option<AggEntry> = None;
+        for (s, _) in &near {
+            let Some(Some(old)) = cx.cache.slots.get(&store_key(&kb, Some(*s))).map(|slot| slot.entry.clone()) else {
+                continue;
+            };
+            merged = Some(match merged {
+                None => old,
+                Some(mut m) => {
+                    merge_states(agg, &mut m.states, old.states).map_err(err)?;
+                    m.max_ts = m.max_ts.max(old.max_ts);
+                    m
+                }
+            });
+        }
+        let mut entry = match merged {
+            Some(m) => m,
+            None => AggEntry { group, start, end, max_ts: i64::MIN, states: init_states(agg).map_err(err)? },
+        };
+        entry.start = start;
+        entry.end = end;
+        entry.max_ts = entry.max_ts.max(ts);
+        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&args) {
+            update_state(a, st, argv, ts).map_err(err)?;
+        }
+        // Now the indexes: merged-away sessions are deleted (at the next flush).
+        let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();
+        let cache = &mut *cx.cache;
+        for (s, e) in &near {
+            let sk = store_key(&kb, Some(*s));
+            cache.windows.remove(&(e.saturating_add(gap), sk.clone()));
+            if *s == start {
+                continue;
+            }
+            let Some(slot) = cache.slots.get_mut(&sk) else { continue };
+            if !slot.stored && !slot.emitted {
+                cache.slots.remove(&sk);
+            } else {
+                slot.deleted = true;
+                if slot.touch() {
+                    cache.dirty.push(sk);
+                }
+            }
+        }
+        let sk = store_key(&kb, Some(start));
+        cache.windows.insert((end.saturating_add(gap), sk.clone()));
+        let slot = cache.slots.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
+        slot.entry = Some(entry);
+        slot.deleted = false;
+        if slot.touch() {
+            cache.dirty.push(sk);
+        }
+        rest.push((start, end));
+        rest.sort_unstable();
+        self.sessions.insert(kb, rest);
+        Ok(())
+    }
+
+    fn closed(&mut self, sk: &[u8]) {
+        let kb = key_part(sk);
+        if let Some(list) = self.sessions.get_mut(kb) {
+            let start = start_part(sk);
+            list.retain(|(s, _)| *s != start);
+            if list.is_empty() {
+                self.sessions.remove(kb);
+            }
+        }
+    }
+
+    fn restored(&mut self, sk: &[u8], e: &AggEntry) {
+        self.sessions.entry(key_part(sk).to_vec()).or_default().push((e.start, e.end));
+    }
+
+    fn restored_all(&mut self) {
+        for v in self.sessions.values_mut() {
+            v.sort_unstable();
+        }
+    }
+}

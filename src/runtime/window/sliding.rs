@@ -1,0 +1,180 @@
+//! Sliding windows, as Kafka Streams defines them: windows `[start, start + size]` (both ends
+//! inclusive) begin where a record leaves the window, so every distinct set of records at most
+//! `size` apart has one window. A key's recent records (their aggregate arguments, by time) are
+//! kept, in the store too, to compute new windows from.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
+
+use super::{Cx, Windowing};
+use crate::ast::Duration;
+use crate::plan::physical::AggSpec;
+use crate::runtime::agg::{
+    decode_slide_records, encode_slide_records, init_states, key_part, start_part, store_key, update_state, AggArgs,
+    AggEntry, Slot, SLIDE_RECORDS,
+};
+use crate::runtime::op::{Change, RecordError};
+use crate::value::Value;
+
+pub(crate) struct Sliding {
+    size: i64,
+    grace: i64,
+    /// Each key's recent records, by time.
+    records: FxHashMap<Vec<u8>, BTreeMap<i64, Vec<AggArgs>>>,
+    /// The recent records by time, to expire them.
+    expiry: BTreeSet<(i64, Vec<u8>)>,
+    /// Each key's open windows' starts.
+    windows: FxHashMap<Vec<u8>, BTreeSet<i64>>,
+}
+
+impl Sliding {
+    pub(crate) fn new(size: i64, grace: i64) -> Sliding {
+        Sliding { size, grace, records: FxHashMap::default(), expiry: BTreeSet::new(), windows: FxHashMap::default() }
+    }
+}
+
+impl Windowing for Sliding {
+    /// A record at `t` updates the open windows that contain it, and creates (from the key's
+    /// recent records) its left window `[t − size, t]`, its right window `[t + 1, t + 1 + size]`
+    /// when a later record falls in it, and the right windows of earlier records that it now
+    /// populates.
+    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
+        let (size, grace, agg) = (self.size, self.grace, cx.agg);
+        let err = RecordError;
+        let stream_time = cx.stream_time;
+        let close = stream_time.saturating_sub(grace);
+        // A window [s, s + size] is closed once s + size + 1 <= close.
+        let open = |s: i64| s.saturating_add(size).saturating_add(1) > close;
+        if !open(ts) {
+            *cx.late_reason = None;
+            cx.late(|| {
+                format!(
+                    "late: every sliding window holding time {ts} closed at stream time {stream_time} (grace {})",
+                    Duration(grace)
+                )
+            });
+            return Ok(());
+        }
+        // 1. Open windows that contain the record.
+        let existing: Vec<i64> =
+            self.windows.get(&kb).map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect()).unwrap_or_default();
+        for s in &existing {
+            if !open(*s) {
+                cx.late(|| {
+                    format!(
+                        "late: sliding window [{s}, {}] closed at stream time {stream_time} (grace {})",
+                        s.saturating_add(size),
+                        Duration(grace)
+                    )
+                });
+                continue;
+            }
+            let sk = store_key(&kb, Some(*s));
+            if let Some(Some(e)) = cx.cache.slots.get_mut(&sk).map(|slot| slot.entry.as_mut()) {
+                e.max_ts = e.max_ts.max(ts);
+                for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(&args) {
+                    update_state(a, st, argv, ts).map_err(err)?;
+                }
+            }
+            cx.cache.mark_dirty(sk);
+        }
+        // The record joins the key's recent records.
+        let recs = self.records.entry(kb.clone()).or_default();
+        let list = recs.entry(ts).or_default();
+        let existed = !list.is_empty();
+        list.push(args);
+        let value = encode_slide_records(list, agg);
+        self.expiry.insert((ts, kb.clone()));
+        let mut rk = SLIDE_RECORDS.to_vec();
+        rk.extend_from_slice(&store_key(&kb, Some(ts)));
+        cx.changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
+        // 2–4. Windows the record brings into being.
+        let mut new_starts = vec![ts.saturating_sub(size)];
+        let later = recs.range(ts.saturating_add(1)..=ts.saturating_add(1).saturating_add(size)).next().is_some();
+        if later {
+            new_starts.push(ts.saturating_add(1));
+        }
+        for t in recs.range(ts.saturating_sub(size).saturating_sub(1)..ts).map(|(t, _)| *t) {
+            new_starts.push(t.saturating_add(1));
+        }
+        new_starts.sort_unstable();
+        new_starts.dedup();
+        for s in new_starts {
+            let known = self.windows.get(&kb).is_some_and(|w| w.contains(&s));
+            if known || !open(s) {
+                continue;
+            }
+            let recs = &self.records[&kb];
+            let mut states = init_states(agg).map_err(err)?;
+            let mut max_ts = i64::MIN;
+            for (t, list) in recs.range(s..=s.saturating_add(size)) {
+                for argv in list {
+                    for ((a, st), av) in agg.aggs.iter().zip(states.iter_mut()).zip(argv) {
+                        update_state(a, st, av, *t).map_err(err)?;
+                    }
+                    max_ts = max_ts.max(*t);
+                }
+            }
+            if max_ts == i64::MIN {
+                continue;
+            }
+            let end = s.saturating_add(size);
+            let sk = store_key(&kb, Some(s));
+            cx.cache.windows.insert((end.saturating_add(1), sk.clone()));
+            self.windows.entry(kb.clone()).or_default().insert(s);
+            cx.cache.slots.insert(
+                sk.clone(),
+                Slot::new(Some(AggEntry { group: group.clone(), start: s, end, max_ts, states }), false),
+            );
+            cx.cache.mark_dirty(sk);
+        }
+        Ok(())
+    }
+
+    /// Drop the recent records no window can need any more: a new window starts at most `size`
+    /// before a record that is not late.
+    fn advance(&mut self, cx: &mut Cx) {
+        let horizon =
+            cx.stream_time.saturating_sub(self.grace).saturating_sub(self.size.saturating_mul(2)).saturating_sub(1);
+        while let Some((t, _)) = self.expiry.first() {
+            if *t >= horizon {
+                break;
+            }
+            let Some((t, kb)) = self.expiry.pop_first() else { break };
+            if let Some(m) = self.records.get_mut(&kb) {
+                m.remove(&t);
+                if m.is_empty() {
+                    self.records.remove(&kb);
+                }
+            }
+            let mut rk = SLIDE_RECORDS.to_vec();
+            rk.extend_from_slice(&store_key(&kb, Some(t)));
+            cx.changes.push(Change { store: cx.agg.store, key: rk, value: None, timestamp: t, existed: true });
+        }
+    }
+
+    fn closed(&mut self, sk: &[u8]) {
+        let kb = key_part(sk);
+        if let Some(set) = self.windows.get_mut(kb) {
+            set.remove(&start_part(sk));
+            if set.is_empty() {
+                self.windows.remove(kb);
+            }
+        }
+    }
+
+    fn restore_own(&mut self, key: &[u8], value: &[u8], agg: &AggSpec) -> bool {
+        let Some(rk) = key.strip_prefix(SLIDE_RECORDS) else { return false };
+        let (kb, t) = (key_part(rk).to_vec(), start_part(rk));
+        if let Ok(recs) = decode_slide_records(value, agg) {
+            self.expiry.insert((t, kb.clone()));
+            self.records.entry(kb).or_default().insert(t, recs);
+        }
+        true
+    }
+
+    fn restored(&mut self, sk: &[u8], e: &AggEntry) {
+        self.windows.entry(key_part(sk).to_vec()).or_default().insert(e.start);
+    }
+}
