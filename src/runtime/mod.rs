@@ -18,9 +18,11 @@ pub mod options;
 pub(crate) mod restore;
 pub(crate) mod run;
 pub(crate) mod state;
+pub(crate) mod stream_join;
 pub mod task;
 pub mod tenant;
 pub mod topics;
 pub(crate) mod window;
+pub(crate) mod wire;
 
 pub use run::{now_ms, value_record, Summary};

@@ -214,8 +214,8 @@ impl<F: Feed> TaskRun<F> {
             Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
         let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
-        task.join_time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
-        task.join_seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
+        task.joins.time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
+        task.joins.seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
         trees.count_tenants(&task);
         TaskRun {
@@ -255,8 +255,8 @@ impl<F: Feed> TaskRun<F> {
         let mut m = serde_json::json!({
             "inputs": self.positions,
             "stream_time": self.task.stream_time,
-            "join_time": self.task.join_time,
-            "join_seq": self.task.join_seq,
+            "join_time": self.task.joins.time,
+            "join_seq": self.task.joins.seq,
             "control": self.control,
             "version": self.task.spec.version,
         });
@@ -363,8 +363,8 @@ impl<F: Feed> TaskRun<F> {
         let old = &self.task;
         let mut task = Task::new(spec.clone(), old.partition, if restart { i64::MIN } else { old.stream_time });
         if !restart {
-            task.join_time = old.join_time;
-            task.join_seq = old.join_seq;
+            task.joins.time = old.joins.time;
+            task.joins.seq = old.joins.seq;
         }
         let ops_in =
             if Arc::ptr_eq(&spec, &old.spec) { old.counters.ops_in.clone() } else { task.counters.ops_in.clone() };

@@ -5,7 +5,6 @@
 //! Per commit, the task's record cache is flushed in first-change order: one changelog record,
 //! one store write and (with `emit changes`) one downstream update per changed (key, window).
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -18,10 +17,13 @@ use crate::log::Record;
 use crate::plan::physical::{AggSpec, Decode, Op, StreamInput, TaskSpec};
 use crate::runtime::agg::*;
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, StoreRead, TenantCounts};
+use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tenant::{self, H_TENANT};
 use crate::runtime::window::{self, Cx, Windowing};
+pub use crate::runtime::wire::decode_key;
+use crate::runtime::wire::{split_wire, wire_row, write_record};
 use crate::types::{RecordType, Type};
-use crate::value::{decode_record, decode_value, Value};
+use crate::value::{decode_record, Value};
 
 /// Header names of docs/conventions.md.
 pub const H_ERROR: &str = "streamc.error";
@@ -32,103 +34,6 @@ pub const H_VERSION: &str = "streamc.query.version";
 /// On the tombstone of a merged-away session: which session it deletes.
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
-
-/// A main-side record kept for a stream–stream join.
-#[derive(Clone, Debug)]
-struct LeftEntry {
-    row: Row,
-    /// Joined with at least one record of the other side (a left join then emits no null row).
-    matched: bool,
-}
-
-/// A joined stream's record kept for a join: its key and value.
-type RightEntry = (Value, Arc<Vec<Value>>);
-
-/// Both sides of one stream–stream join, by key bytes then (time, offset).
-#[derive(Default)]
-struct JoinState {
-    left: FxHashMap<Vec<u8>, BTreeMap<(i64, u64), LeftEntry>>,
-    right: FxHashMap<Vec<u8>, BTreeMap<(i64, u64), RightEntry>>,
-    /// Every stored record by (time, side: 0 main / 1 other, key bytes, offset).
-    expiry: BTreeSet<(i64, u8, Vec<u8>, u64)>,
-}
-
-/// Join store keys: the key bytes (length-prefixed), the time (sign-flipped big-endian) and the
-/// record's offset, so one key's records sort by time.
-fn join_store_key(kb: &[u8], t: i64, off: u64) -> Vec<u8> {
-    let mut k = store_key(kb, Some(t));
-    k.extend_from_slice(&off.to_be_bytes());
-    k
-}
-
-fn join_key_parts(sk: &[u8]) -> Option<(&[u8], i64, u64)> {
-    let kb = key_part(sk);
-    let rest = sk.get(4 + kb.len()..)?;
-    if rest.len() != 16 {
-        return None;
-    }
-    let t = (u64::from_be_bytes(rest[..8].try_into().ok()?) ^ (1 << 63)) as i64;
-    let off = u64::from_be_bytes(rest[8..].try_into().ok()?);
-    Some((kb, t, off))
-}
-
-/// A main-side join record as stored: `{"m": matched, "r": the row as on a repartition topic}`.
-fn encode_left(row: &Row, matched: bool, si: &StreamInput) -> Vec<u8> {
-    let mut o = Vec::with_capacity(128);
-    o.extend_from_slice(if matched { b"{\"m\":true,\"r\":" } else { b"{\"m\":false,\"r\":" });
-    write_record(&wire_row(row, &si.wire), &si.wire, &mut o);
-    o.push(b'}');
-    o
-}
-
-#[derive(serde::Deserialize)]
-struct StoredLeft<'a> {
-    m: bool,
-    #[serde(borrow)]
-    r: &'a serde_json::value::RawValue,
-}
-
-fn decode_left(b: &[u8], kb: &[u8], si: &StreamInput, scoped: bool) -> Result<LeftEntry, String> {
-    let raw: StoredLeft = serde_json::from_slice(b).map_err(|e| format!("damaged join entry: {e}"))?;
-    let fields = decode_record(raw.r.get().as_bytes(), &si.wire)?;
-    let (value, joined) = split_wire(fields, si.nvalue, &si.joined_keys);
-    // The main side is keyed by the join key (co-partitioned, or repartitioned by it), scoped
-    // to its tenant.
-    let (tenant, kb) = unscope(kb, scoped)?;
-    let key = decode_key(Some(kb), &si.on.ty).map_err(|e| e.0)?;
-    Ok(LeftEntry { row: Row { key, value, joined, tenant }, matched: raw.m })
-}
-
-/// The tenant and the key of a key's bytes as a tenant-scoped task stores them (`scoped`), or
-/// the bytes as they are.
-fn unscope(kb: &[u8], scoped: bool) -> Result<(Option<Tenant>, &[u8]), String> {
-    if !scoped {
-        return Ok((None, kb));
-    }
-    let (t, k) = tenant::split(kb).ok_or("a damaged tenant-scoped key")?;
-    Ok((Some(Arc::from(t)), k))
-}
-
-/// A row read back from its wire layout: `nvalue` value fields, then each joined side as a
-/// record carrying its key last when `joined_keys` says so.
-type Joined = Vec<Option<(Value, Arc<Vec<Value>>)>>;
-fn split_wire(mut fields: Vec<Value>, nvalue: usize, joined_keys: &[bool]) -> (Vec<Value>, Joined) {
-    let n = nvalue.min(fields.len());
-    let rest = fields.split_off(n);
-    let joined = rest
-        .into_iter()
-        .zip(joined_keys.iter().chain(std::iter::repeat(&false)))
-        .map(|(v, has_key)| match v {
-            Value::Record(r) => {
-                let mut r = (*r).clone();
-                let k = if *has_key { r.pop().unwrap_or(Value::Null) } else { Value::Null };
-                Some((k, Arc::new(r)))
-            }
-            _ => None,
-        })
-        .collect();
-    (fields, joined)
-}
 
 /// A decoded row of a table input.
 type TableRow = Arc<Vec<Value>>;
@@ -143,18 +48,14 @@ pub struct Task {
     cache: Cache,
     /// The aggregate's window kind (None: the task has no aggregate).
     windowing: Option<Box<dyn Windowing>>,
-    /// Number of the next main-side row stored by a stream–stream join (committed).
-    pub join_seq: u64,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
     /// The control-managed tables as of the control offset the task applied.
     pub globals: Arc<crate::control::Tables>,
     /// Table and join store changes since the last flush, in order.
     table_changes: Vec<Change>,
-    /// Stream time of the stream–stream joins (one processor per task at most… or more: shared).
-    pub join_time: i64,
-    /// Per joined stream: the records of both sides still inside their join windows.
-    joins: Vec<JoinState>,
+    /// The stream–stream joins: both sides' records, their stream time and row numbering.
+    pub(crate) joins: StreamJoins,
     /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
     /// is first read from the store, and joins read it from here.
     table_rows: FxHashMap<(usize, Vec<u8>), Option<TableRow>>,
@@ -173,11 +74,9 @@ impl Task {
             cache: Cache::default(),
             windowing,
             late_reason: None,
-            join_seq: 0,
             table_changes: Vec::new(),
             globals: Arc::default(),
-            join_time: i64::MIN,
-            joins: (0..nstreams).map(|_| JoinState::default()).collect(),
+            joins: StreamJoins::new(nstreams),
             table_rows: FxHashMap::default(),
         }
     }
@@ -186,26 +85,7 @@ impl Task {
     pub fn restore_index(&mut self, stores: &dyn StoreRead) {
         self.cache.windows.clear();
         let spec = self.spec.clone();
-        for (side, si) in spec.streams.iter().enumerate() {
-            let js = &mut self.joins[side];
-            *js = JoinState::default();
-            for (k, v) in stores.entries(si.left_store) {
-                let Some((kb, t, off)) = join_key_parts(&k) else { continue };
-                if let Ok(e) = decode_left(&v, kb, si, spec.tenant) {
-                    js.expiry.insert((t, 0, kb.to_vec(), off));
-                    js.left.entry(kb.to_vec()).or_default().insert((t, off), e);
-                }
-            }
-            for (k, v) in stores.entries(si.right_store) {
-                let Some((kb, t, off)) = join_key_parts(&k) else { continue };
-                let Ok((_, inner)) = unscope(kb, spec.tenant) else { continue };
-                let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, &v)) else {
-                    continue;
-                };
-                js.expiry.insert((t, 1, kb.to_vec(), off));
-                js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
-            }
-        }
+        self.joins.restore(&spec, stores);
         if let (Some(agg), Some(windowing)) = (&spec.agg, self.windowing.as_mut()) {
             if agg.window.is_some() {
                 // Every open window lives in the cache: a window not in it does not exist, so
@@ -411,8 +291,7 @@ impl Task {
             self.counters.tenant(t).records_in += 1;
         }
         let ts = input.ts;
-        self.join_time = self.join_time.max(ts);
-        if ts.saturating_add(si.within) <= self.join_time {
+        if self.joins.advance(ts, si.within) {
             self.join_late(ts, si);
             return Ok(());
         }
@@ -421,40 +300,19 @@ impl Task {
         }
         let kb = self.scoped(input.row.tenant.as_ref(), input.row.key.key_bytes(&si.on.ty))?;
         let value = Arc::new(input.row.value);
-        let sk = join_store_key(&kb, ts, offset);
-        self.table_changes.push(Change {
-            store: si.right_store,
-            key: sk,
-            value: rec.value.clone(),
-            timestamp: ts,
-            existed: false,
-        });
-        let js = &mut self.joins[side];
-        js.expiry.insert((ts, 1, kb.clone(), offset));
-        js.right.entry(kb.clone()).or_default().insert((ts, offset), (input.row.key.clone(), value.clone()));
-        // Main-side records within `within`, in (time, offset) order.
-        let mut matched = Vec::new();
-        if let Some(m) = js.left.get_mut(&kb) {
-            for ((lt, loff), e) in
-                m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
-            {
-                matched.push((*lt, e.row.clone()));
-                if !e.matched {
-                    e.matched = true;
-                    let v = encode_left(&e.row, true, si);
-                    self.table_changes.push(Change {
-                        store: si.left_store,
-                        key: join_store_key(&kb, *lt, *loff),
-                        value: Some(v),
-                        timestamp: *lt,
-                        existed: true,
-                    });
-                }
-            }
-        }
-        for (lt, mut row) in matched {
-            row.joined.push(Some((input.row.key.clone(), value.clone())));
-            self.run_ops_at(si.op + 1, row, lt.max(ts), out, stores)?;
+        let matched = self.joins.right(
+            side,
+            si,
+            kb,
+            input.row.key,
+            value,
+            rec.value.clone(),
+            ts,
+            offset,
+            &mut self.table_changes,
+        );
+        for (row, t) in matched {
+            self.run_ops_at(si.op + 1, row, t, out, stores)?;
         }
         self.expire_joins(side, out, stores)
     }
@@ -471,8 +329,7 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let rest = &spec.ops[si.op + 1..];
-        self.join_time = self.join_time.max(ts);
-        if ts.saturating_add(si.within) <= self.join_time {
+        if self.joins.advance(ts, si.within) {
             self.join_late(ts, si);
             return Ok(());
         }
@@ -487,33 +344,8 @@ impl Task {
             return self.expire_joins(side, out, stores);
         }
         let kb = self.scoped(row.tenant.as_ref(), k.key_bytes(&si.on.ty))?;
-        // Main-side rows are numbered in processing order (a row can come from either input, or
-        // from an earlier join: no input offset identifies it); the counter is committed.
-        let offset = self.join_seq;
-        self.join_seq += 1;
-        let js = &mut self.joins[side];
-        let matches: Vec<(i64, Value, Arc<Vec<Value>>)> = match js.right.get(&kb) {
-            Some(m) => m
-                .range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
-                .map(|((t, _), (k, v))| (*t, k.clone(), v.clone()))
-                .collect(),
-            None => Vec::new(),
-        };
-        let entry = LeftEntry { row: row.clone(), matched: !matches.is_empty() };
-        let v = encode_left(&entry.row, entry.matched, si);
-        js.expiry.insert((ts, 0, kb.clone(), offset));
-        js.left.entry(kb.clone()).or_default().insert((ts, offset), entry);
-        self.table_changes.push(Change {
-            store: si.left_store,
-            key: join_store_key(&kb, ts, offset),
-            value: Some(v),
-            timestamp: ts,
-            existed: false,
-        });
-        for (rt, rk, rv) in matches {
-            let mut r = row.clone();
-            r.joined.push(Some((rk, rv)));
-            self.run_ops(rest, si.op + 1, r, ts.max(rt), out, stores)?;
+        for (r, t) in self.joins.left(side, si, kb, row, ts, &mut self.table_changes) {
+            self.run_ops(rest, si.op + 1, r, t, out, stores)?;
         }
         self.expire_joins(side, out, stores)
     }
@@ -523,7 +355,7 @@ impl Task {
         self.late_reason = Some(format!(
             "late: its join window (time {ts} ± {}) closed at stream time {}",
             crate::ast::Duration(si.within),
-            self.join_time
+            self.joins.time
         ));
     }
 
@@ -533,44 +365,9 @@ impl Task {
     fn expire_joins(&mut self, side: usize, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
-        let horizon = self.join_time.saturating_sub(si.within.saturating_mul(2));
-        loop {
-            let js = &mut self.joins[side];
-            let Some((t, _, _, _)) = js.expiry.first() else { break };
-            if *t > horizon {
-                break;
-            }
-            let Some((t, which, kb, off)) = js.expiry.pop_first() else { break };
-            let store = if which == 0 { si.left_store } else { si.right_store };
-            self.table_changes.push(Change {
-                store,
-                key: join_store_key(&kb, t, off),
-                value: None,
-                timestamp: t,
-                existed: true,
-            });
-            if which == 1 {
-                if let Some(m) = js.right.get_mut(&kb) {
-                    m.remove(&(t, off));
-                    if m.is_empty() {
-                        js.right.remove(&kb);
-                    }
-                }
-                continue;
-            }
-            let mut entry = None;
-            if let Some(m) = js.left.get_mut(&kb) {
-                entry = m.remove(&(t, off));
-                if m.is_empty() {
-                    js.left.remove(&kb);
-                }
-            }
-            if let Some(e) = entry {
-                if si.left && !e.matched {
-                    let mut r = e.row;
-                    r.joined.push(None);
-                    self.run_ops_at(si.op + 1, r, t, out, stores)?;
-                }
+        while let Some(emit) = self.joins.expire_next(side, si, &mut self.table_changes) {
+            if let Some((r, t)) = emit {
+                self.run_ops_at(si.op + 1, r, t, out, stores)?;
             }
         }
         Ok(())
@@ -793,7 +590,7 @@ impl Task {
         if close_all && !self.spec.streams.is_empty() {
             // `--close-windows-at-end`: every join window closes; left joins emit their
             // unmatched records.
-            self.join_time = i64::MAX;
+            self.joins.time = i64::MAX;
             for side in 0..self.spec.streams.len() {
                 if let Err(e) = self.expire_joins(side, out, stores) {
                     errors.push(e);
@@ -939,57 +736,12 @@ impl Task {
     }
 }
 
-fn write_record(fields: &[Value], rt: &RecordType, out: &mut Vec<u8>) {
-    out.push(b'{');
-    for (i, (v, (n, t))) in fields.iter().zip(&rt.fields).enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        crate::value::write_str(n, out);
-        out.push(b':');
-        v.write_json(t, out);
-    }
-    out.push(b'}');
-}
-
-/// The row as it travels through a topic (see [`plan::wire_value`]): the value, then each joined
-/// side as a record with its named key last when the key is not one of its fields.
-fn wire_row(row: &Row, wire: &RecordType) -> Vec<Value> {
-    let mut all = row.value.clone();
-    for j in &row.joined {
-        let i = all.len();
-        all.push(match j {
-            Some((jk, jv)) => {
-                let mut r = (**jv).clone();
-                let with_key = matches!(wire.fields.get(i).map(|f| f.1.base()), Some(Type::Record(rt)) if rt.fields.len() > r.len());
-                if with_key {
-                    r.push(jk.clone());
-                }
-                Value::Record(Arc::new(r))
-            }
-            None => Value::Null,
-        });
-    }
-    all
-}
-
 fn group_key(exprs: &[hir::Expr], row: &Row) -> Result<Value, RecordError> {
     let mut vals = Vec::with_capacity(exprs.len());
     for e in exprs {
         vals.push(eval(e, row, &[]).map_err(RecordError)?);
     }
     Ok(if vals.len() == 1 { vals.pop().unwrap_or(Value::Null) } else { Value::List(Arc::new(vals)) })
-}
-
-/// Decode a record key of the given type: a string key is its raw UTF-8, others JSON.
-pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError> {
-    match (bytes, ty.base()) {
-        (None, _) => Ok(Value::Null),
-        (Some(b), Type::String) => {
-            std::str::from_utf8(b).map(Value::str).map_err(|_| RecordError("the key is not UTF-8".into()))
-        }
-        (Some(b), t) => decode_value(b, t).map_err(|e| RecordError(format!("bad key: {e}"))),
-    }
 }
 
 fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
