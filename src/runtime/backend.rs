@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::log::{Append, Pos, Stored};
 use crate::plan::physical::TaskSpec;
+use crate::runtime::error::RunError;
 use crate::runtime::run::Feed;
 
 /// A changelog partition's extent, as far as committed records go.
@@ -26,11 +27,11 @@ pub(crate) trait Backend {
 
     /// Readers of a task's inputs (its main input, then its side inputs) from `positions`
     /// (`topic/partition` → the position after the last record processed).
-    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<Self::Feed, String>;
+    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<Self::Feed, RunError>;
 
     /// The extent of partition `p` of a changelog; None if the topic or the partition does not
     /// exist.
-    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>, String>;
+    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>, RunError>;
 
     /// Read the committed records of partition `p` of a changelog from `from` up to `end`, in
     /// batches: `visit` gets each batch with the position after it. Returns the position after
@@ -41,8 +42,8 @@ pub(crate) trait Backend {
         p: u32,
         from: Pos,
         end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), String>,
-    ) -> Result<Pos, String>;
+        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), RunError>,
+    ) -> Result<Pos, RunError>;
 
     /// Whether a changelog may hold records after its task's last commit (Kafka at least once:
     /// outputs and changelog are produced before the input offsets are committed). The embedded
@@ -52,5 +53,5 @@ pub(crate) trait Backend {
     /// Append records outside any task's commit, all or none (one transaction under
     /// exactly-once on Kafka): the tombstones of a sweep, the corrections of a restore. Returns,
     /// per append, the position after its last record.
-    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, String>;
+    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, RunError>;
 }

@@ -16,6 +16,7 @@
 //! A backend adds only step 2 and where its changelog ends come from.
 
 use crate::log::Pos;
+use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, TaskRun};
 use crate::runtime::task::Change;
 
@@ -53,7 +54,7 @@ impl<F: Feed> TaskRun<F> {
     /// Stage the committed changes for local state, and write local state when it is due (or
     /// `force`), checkpointed at `ends(store)`: each changelog's end once this commit is in.
     /// True if local state was written.
-    pub(crate) fn stage_local(&mut self, ends: &dyn Fn(usize) -> Pos, force: bool) -> Result<bool, String> {
+    pub(crate) fn stage_local(&mut self, ends: &dyn Fn(usize) -> Pos, force: bool) -> Result<bool, RunError> {
         self.trees.stage(&mut self.changes, &self.task);
         self.trees.commits += 1;
         if !(force || self.trees.due()) {

@@ -6,6 +6,7 @@
 use crate::control::{self, ControlRecord, Evaluator, Status};
 use crate::hir;
 use crate::log::Record;
+use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
 
 /// A backend's access to the control topic and the status topic.
@@ -13,9 +14,9 @@ pub(crate) trait ControlLog {
     /// The control records after those read so far (`next`: the offset after the last record
     /// the hub evaluated). With `to_end`, every record up to the topic's end as of now;
     /// otherwise what is at hand.
-    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>, String>;
+    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>, RunError>;
     /// Append status records; `next`: every status of a control record before it is written.
-    fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), String>;
+    fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), RunError>;
 }
 
 pub(crate) struct Hub {
@@ -28,15 +29,15 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    pub fn new(program: &hir::Program, opts: &RunOptions) -> Result<Hub, String> {
-        let trusted = control::trusted_keys(&opts.config.control.trusted_keys)?;
-        let ev = Evaluator::new(&opts.app, program.clone(), &opts.program_text, trusted)?;
+    pub fn new(program: &hir::Program, opts: &RunOptions) -> Result<Hub, RunError> {
+        let trusted = control::trusted_keys(&opts.config.control.trusted_keys).map_err(RunError::Control)?;
+        let ev = Evaluator::new(&opts.app, program.clone(), &opts.program_text, trusted).map_err(RunError::Control)?;
         Ok(Hub { ev, written: 0, unwritten: Vec::new(), verbose: false })
     }
 
     /// Read the control records that arrived, evaluate them and write their statuses. True if
     /// the program or a table changed.
-    pub fn poll(&mut self, log: &mut dyn ControlLog, to_end: bool) -> Result<bool, String> {
+    pub fn poll(&mut self, log: &mut dyn ControlLog, to_end: bool) -> Result<bool, RunError> {
         let records = log.read(self.ev.next, to_end)?;
         let changed = self.feed(&records);
         let statuses = self.status_records();

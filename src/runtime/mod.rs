@@ -9,6 +9,7 @@ pub(crate) mod backend;
 pub mod chaos;
 mod commit;
 pub mod embedded;
+pub mod error;
 pub(crate) mod hub;
 pub mod kafka;
 pub mod metrics;
@@ -25,4 +26,5 @@ pub mod topics;
 pub(crate) mod window;
 pub(crate) mod wire;
 
+pub use error::RunError;
 pub use run::{now_ms, value_record, Summary};

@@ -10,6 +10,7 @@ use crate::control::Stage;
 use crate::log::Pos;
 use crate::plan::physical::TaskSpec;
 use crate::runtime::backend::Backend;
+use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{correct_stale, log_restore, restore_store, RestoreWatch};
 use crate::runtime::run::{check_tenant_layout, TaskRun};
@@ -34,7 +35,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     meta: &serde_json::Value,
     positions: BTreeMap<String, Pos>,
     opts: &RunOptions,
-) -> Result<Opened<B::Feed>, String> {
+) -> Result<Opened<B::Feed>, RunError> {
     check_tenant_layout(&spec, meta)?;
     let feed = b.feed(&spec, p, &positions)?;
     let started = Instant::now();
@@ -94,7 +95,7 @@ pub(crate) fn catch_up<B: Backend + ?Sized>(
     stage: &Stage,
     meta_version: Option<u64>,
     opts: &RunOptions,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let spec = run.task.spec.clone();
     let p = run.task.partition;
     run.task.globals = stage.tables.clone();

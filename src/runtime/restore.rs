@@ -9,6 +9,7 @@ use indicatif::ProgressBar;
 
 use crate::log::{Append, Pos, Record};
 use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::error::{state, RunError};
 use crate::runtime::metrics::RestoreMetrics;
 use crate::runtime::options::RunOptions;
 use crate::runtime::run::{progress_bar, RECORDS};
@@ -51,11 +52,11 @@ impl RestoreWatch {
 
 /// Where a store's restore starts: its checkpoint if it is at or before the changelog's `end`,
 /// else (no checkpoint, or local state ahead of the changelog) nothing: the local state is wiped.
-pub(crate) fn restore_start(tree: &sled::Tree, end: u64) -> Result<Pos, String> {
+pub(crate) fn restore_start(tree: &sled::Tree, end: u64) -> Result<Pos, RunError> {
     match checkpoint(tree) {
         Some(cp) if cp.offset <= end => Ok(cp),
         _ => {
-            tree.clear().map_err(|e| format!("cannot reset local state: {e}"))?;
+            tree.clear().map_err(state("cannot reset local state"))?;
             Ok(Pos::default())
         }
     }
@@ -117,7 +118,7 @@ impl<'a> Restorer<'a> {
     /// after `embedded.restore_batch` records, or sooner once [`RESTORE_PENDING`] keys are
     /// pending (a changelog of many live keys: sled takes big batches badly, 37 k records/s and
     /// 5.8 GB for 1 M keys in one batch against 90 k/s and 400 MB in batches of 10 k keys).
-    pub(crate) fn write(&mut self, at: &Pos, force: bool) -> Result<(), String> {
+    pub(crate) fn write(&mut self, at: &Pos, force: bool) -> Result<(), RunError> {
         if !force && self.since_flush < self.watch.batch && self.pending.len() < RESTORE_PENDING {
             return Ok(());
         }
@@ -130,7 +131,7 @@ impl<'a> Restorer<'a> {
                     written.insert(k.to_vec());
                 }
             })
-            .map_err(|e| format!("cannot restore local state: {e}"))?;
+            .map_err(state("cannot restore local state"))?;
         self.bar.inc(self.since_flush);
         if let Some(m) = &self.watch.metrics {
             m.advance(self.since_flush);
@@ -140,7 +141,7 @@ impl<'a> Restorer<'a> {
     }
 
     /// Write the rest with the final checkpoint `at`; returns the records applied.
-    pub(crate) fn finish(mut self, at: &Pos) -> Result<u64, String> {
+    pub(crate) fn finish(mut self, at: &Pos) -> Result<u64, RunError> {
         self.write(at, true)?;
         self.bar.finish_and_clear();
         self.watch.done();
@@ -171,7 +172,7 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     p: u32,
     committed_end: Option<u64>,
     watch: &RestoreWatch,
-) -> Result<Restored, String> {
+) -> Result<Restored, RunError> {
     let extent = b.changelog_extent(changelog, p)?.unwrap_or(Extent { low: 0, end: Pos::default() });
     let high = extent.end;
     let end = committed_end.map_or(high.offset, |e| e.min(high.offset));
@@ -216,7 +217,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
     trees: &[sled::Tree],
     stale: Vec<BTreeMap<Vec<u8>, i64>>,
     checkpoints: &mut [Pos],
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     if stale.iter().all(|s| s.is_empty()) {
         return Ok(());
     }
@@ -229,7 +230,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
         }
         let mut records = Vec::new();
         for (k, ts) in keys {
-            let value = trees[i].get(&k).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec());
+            let value = trees[i].get(&k).map_err(state("cannot read local state"))?.map(|v| v.to_vec());
             records.push(Record { key: Some(k), value, timestamp: ts, headers: vec![] });
         }
         n += records.len();
@@ -255,8 +256,8 @@ pub(crate) fn sweep<B: Backend + ?Sized>(
     store: &str,
     changelog: &str,
     p: u32,
-) -> Result<usize, String> {
-    open_tree(db, store, p)?.clear().map_err(|e| format!("cannot clear local state of {store}: {e}"))?;
+) -> Result<usize, RunError> {
+    open_tree(db, store, p)?.clear().map_err(state(format!("cannot clear local state of {store}")))?;
     let Some(extent) = b.changelog_extent(changelog, p)? else { return Ok(0) };
     let mut live = BTreeMap::new();
     b.read_changelog(changelog, p, Pos { offset: extent.low, byte: 0 }, extent.end, &mut |batch, _| {
@@ -291,7 +292,7 @@ mod tests {
 
     struct NoFeed;
     impl Feed for NoFeed {
-        fn peek(&mut self, _: usize) -> Result<Next, String> {
+        fn peek(&mut self, _: usize) -> Result<Next, RunError> {
             Ok(Next::End)
         }
         fn take(&mut self, _: usize) -> Option<Stored> {
@@ -310,10 +311,10 @@ mod tests {
 
     impl Backend for Mem {
         type Feed = NoFeed;
-        fn feed(&self, _: &TaskSpec, _: u32, _: &BTreeMap<String, Pos>) -> Result<NoFeed, String> {
+        fn feed(&self, _: &TaskSpec, _: u32, _: &BTreeMap<String, Pos>) -> Result<NoFeed, RunError> {
             Ok(NoFeed)
         }
-        fn changelog_extent(&self, _: &str, _: u32) -> Result<Option<Extent>, String> {
+        fn changelog_extent(&self, _: &str, _: u32) -> Result<Option<Extent>, RunError> {
             let end = self.low + self.records.borrow().len() as u64;
             Ok(Some(Extent { low: self.low, end: Pos { offset: end, byte: 0 } }))
         }
@@ -323,8 +324,8 @@ mod tests {
             _: u32,
             from: Pos,
             end: Pos,
-            visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), String>,
-        ) -> Result<Pos, String> {
+            visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), RunError>,
+        ) -> Result<Pos, RunError> {
             assert!(from.offset >= self.low, "read from {} before the changelog's start {}", from.offset, self.low);
             let all = self.records.borrow().clone();
             let mut at = from.offset;
@@ -346,7 +347,7 @@ mod tests {
         fn changelog_may_pass_commit(&self) -> bool {
             true
         }
-        fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, String> {
+        fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, RunError> {
             let mut r = self.records.borrow_mut();
             Ok(appends
                 .into_iter()

@@ -12,6 +12,7 @@ use crate::hir;
 use crate::log::{Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::runtime::chaos::{Chaos, FailPoint};
+use crate::runtime::error::RunError;
 use crate::runtime::metrics::{TaskCounts, TaskMetrics};
 use crate::runtime::options::RunOptions;
 use crate::runtime::state::{empty_store, Pending, Trees};
@@ -100,7 +101,7 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
 /// [`TaskSpec::side_topics`] order.
 pub(crate) trait Feed {
     /// What is next on input `i`, without taking it.
-    fn peek(&mut self, i: usize) -> Result<Next, String>;
+    fn peek(&mut self, i: usize) -> Result<Next, RunError>;
     /// Take the record [`Feed::peek`] saw.
     fn take(&mut self, i: usize) -> Option<Stored>;
     /// The record [`Feed::peek`] saw, if it saw one.
@@ -180,14 +181,14 @@ pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) ->
 /// A tenant-scoped task's state must have been written with tenant-scoped keys: state committed
 /// by a streamc that did not scope them (its commit record does not say `tenant_scoped`) cannot
 /// be read as such.
-pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> Result<(), String> {
+pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> Result<(), RunError> {
     let committed = meta.get("inputs").and_then(|i| i.as_object()).is_some_and(|o| !o.is_empty());
     if spec.tenant
         && !spec.stores.is_empty()
         && committed
         && meta.get("tenant_scoped").and_then(|v| v.as_bool()) != Some(true)
     {
-        return Err(format!("{}: its state was written without tenant scoping (by an older streamc): start the application over with `streamc run --reset`", spec.name));
+        return Err(RunError::Incompatible(format!("{}: its state was written without tenant scoping (by an older streamc): start the application over with `streamc run --reset`", spec.name)));
     }
     Ok(())
 }
@@ -283,9 +284,9 @@ impl<F: Feed> TaskRun<F> {
         stage: &crate::control::Stage,
         restart: bool,
         fresh: &[String],
-        open: &dyn Fn(&str) -> Result<sled::Tree, String>,
+        open: &dyn Fn(&str) -> Result<sled::Tree, RunError>,
         opts: &RunOptions,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RunError> {
         let old = self.task.spec.clone();
         let p = self.task.partition;
         let mut old_trees: Vec<Option<(sled::Tree, Pending)>> = std::mem::take(&mut self.trees.trees)
@@ -380,7 +381,7 @@ impl<F: Feed> TaskRun<F> {
     /// tombstone each for the changelogs, committed with the new control offset; other tenants'
     /// keys are not touched. The task's in-memory state is rebuilt from the stores. Call at a
     /// commit boundary, before `self.control` moves on.
-    pub(crate) fn purge_since(&mut self, stage: &crate::control::Stage) -> Result<u64, String> {
+    pub(crate) fn purge_since(&mut self, stage: &crate::control::Stage) -> Result<u64, RunError> {
         if !self.task.spec.tenant {
             return Ok(0);
         }
@@ -406,7 +407,7 @@ impl<F: Feed> TaskRun<F> {
 
     /// The task's query was dropped: delete every key of its stores (tombstones to be
     /// committed, local state cleared). The driver commits, then forgets the task.
-    pub(crate) fn retire(&mut self) -> Result<(), String> {
+    pub(crate) fn retire(&mut self) -> Result<(), RunError> {
         for (i, (tree, pend)) in self.trees.trees.iter().zip(self.trees.pending.iter_mut()).enumerate() {
             empty_store(i, tree, pend, self.task.stream_time, &mut self.changes)?;
         }
@@ -437,7 +438,7 @@ impl<F: Feed> TaskRun<F> {
     /// Process up to `max` records in timestamp order across the inputs (side inputs first on
     /// ties); returns how many were processed. Stops early when an input's next record is not
     /// known yet.
-    pub(crate) fn step(&mut self, opts: &RunOptions, max: u64) -> Result<u64, String> {
+    pub(crate) fn step(&mut self, opts: &RunOptions, max: u64) -> Result<u64, RunError> {
         let p = self.task.partition;
         let spec = self.task.spec.clone();
         let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
@@ -597,10 +598,10 @@ impl<F: Feed> TaskRun<F> {
         s: &crate::log::Stored,
         e: RecordError,
         opts: &RunOptions,
-    ) -> Result<(), String> {
+    ) -> Result<(), RunError> {
         let p = self.task.partition;
         match opts.config.on_error {
-            OnError::Fail => Err(format!("{topic} partition {p} offset {}: {}", s.offset, e.0)),
+            OnError::Fail => Err(RunError::BadRecord(format!("{topic} partition {p} offset {}: {}", s.offset, e.0))),
             OnError::Skip => {
                 self.skipped += 1;
                 self.bar.suspend(|| eprintln!("skipped {topic} partition {p} offset {}: {}", s.offset, e.0));

@@ -7,6 +7,7 @@ use std::path::Path;
 use rustc_hash::FxHashMap;
 
 use crate::log::{Pos, Stored};
+use crate::runtime::error::{state, RunError};
 use crate::runtime::task::{Change, StoreRead, Task};
 
 pub(crate) const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
@@ -133,7 +134,7 @@ impl Trees {
         task: &Task,
         stream_time: i64,
         changes: &mut Vec<Change>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, RunError> {
         let mut n = 0;
         for (i, (tree, pending)) in self.trees.iter().zip(self.pending.iter_mut()).enumerate() {
             let mut keys = Vec::new();
@@ -158,9 +159,9 @@ impl Trees {
     }
 
     /// Write the pending changes with each store's checkpoint, one atomic batch per store.
-    pub(crate) fn write(&mut self, checkpoints: &[Pos]) -> Result<(), String> {
+    pub(crate) fn write(&mut self, checkpoints: &[Pos]) -> Result<(), RunError> {
         for ((tree, pending), cp) in self.trees.iter().zip(self.pending.iter_mut()).zip(checkpoints) {
-            pending.write(tree, cp, |_, _| {}).map_err(|e| format!("cannot write local state: {e}"))?;
+            pending.write(tree, cp, |_, _| {}).map_err(state("cannot write local state"))?;
         }
         self.commits = 0;
         Ok(())
@@ -202,29 +203,30 @@ impl StoreRead for Trees {
 }
 
 /// Open the sled tree of one store's shard.
-pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree, String> {
-    db.open_tree(format!("{store}#{p}")).map_err(|e| format!("cannot open store {store}: {e}"))
+pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree, RunError> {
+    db.open_tree(format!("{store}#{p}")).map_err(state(format!("cannot open store {store}")))
 }
 
 /// Open the local state. It is a cache of the changelogs: if sled cannot open it (damage after
 /// an abrupt stop), it is wiped and every store is restored from its changelog. Only a lock held
 /// by another process is an error.
-pub(crate) fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, String> {
+pub(crate) fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, RunError> {
     let open = || sled::Config::new().path(path).cache_capacity(64 << 20).open();
     match open() {
         Ok(db) => Ok(db),
-        Err(e) if e.to_string().contains("lock") => Err(format!(
-            "cannot open local state {}: {e} (is another `streamc run` of `{app}` using this state directory?)",
-            path.display()
-        )),
+        Err(e) if e.to_string().contains("lock") => {
+            Err(RunError::Locked { path: path.display().to_string(), app: app.to_string(), source: e })
+        }
         Err(e) => {
             eprintln!(
                 "local state {} cannot be opened ({e}): wiping it; the stores are restored from their changelogs",
                 path.display()
             );
-            std::fs::remove_dir_all(path)
-                .map_err(|e| format!("cannot remove damaged local state {}: {e}", path.display()))?;
-            open().map_err(|e| format!("cannot open local state {}: {e}", path.display()))
+            std::fs::remove_dir_all(path).map_err(|source| RunError::Io {
+                doing: format!("cannot remove damaged local state {}", path.display()),
+                source,
+            })?;
+            open().map_err(state(format!("cannot open local state {}", path.display())))
         }
     }
 }
@@ -248,11 +250,11 @@ pub(crate) fn empty_store(
     pending: &mut Pending,
     stream_time: i64,
     changes: &mut Vec<Change>,
-) -> Result<u64, String> {
+) -> Result<u64, RunError> {
     let mut keys = Vec::new();
     live_store_keys(tree, pending, |k| keys.push(k.to_vec()));
     *pending = Pending::default();
-    tree.clear().map_err(|e| format!("cannot clear local state: {e}"))?;
+    tree.clear().map_err(state("cannot clear local state"))?;
     let n = keys.len() as u64;
     changes.extend(keys.into_iter().map(|key| Change {
         store: i,

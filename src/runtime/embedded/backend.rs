@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Stored};
 use crate::plan::physical::TaskSpec;
 use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, Next};
 
 /// The embedded log, as the runtime core sees it.
@@ -22,7 +23,7 @@ pub(crate) struct EmbeddedFeed {
 }
 
 impl Feed for EmbeddedFeed {
-    fn peek(&mut self, i: usize) -> Result<Next, String> {
+    fn peek(&mut self, i: usize) -> Result<Next, RunError> {
         if self.peeks[i].is_none() {
             self.peeks[i] = self.readers[i].read(self.ends[i], 1)?.pop();
         }
@@ -58,11 +59,11 @@ const BATCH: usize = 10_000;
 impl Backend for Embedded<'_> {
     type Feed = EmbeddedFeed;
 
-    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<EmbeddedFeed, String> {
+    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<EmbeddedFeed, RunError> {
         Ok(embedded_feed(spec, p, self.log, positions))
     }
 
-    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>, String> {
+    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>, RunError> {
         if self.log.topic(topic)?.is_none_or(|m| p >= m.partitions) {
             return Ok(None);
         }
@@ -76,8 +77,8 @@ impl Backend for Embedded<'_> {
         p: u32,
         from: Pos,
         end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), String>,
-    ) -> Result<Pos, String> {
+        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), RunError>,
+    ) -> Result<Pos, RunError> {
         let mut r = self.log.reader(topic, p, from);
         loop {
             let batch = r.read(end, BATCH)?;
@@ -92,7 +93,7 @@ impl Backend for Embedded<'_> {
         false
     }
 
-    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, String> {
+    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, RunError> {
         let keys: Vec<(String, u32)> = appends.iter().map(|a| (a.topic.clone(), a.partition)).collect();
         let c = self.log.commit(appends, vec![])?;
         Ok(keys.iter().map(|(t, p)| c.end(t, *p)).collect())

@@ -23,6 +23,7 @@ use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader,
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::chaos::FailPoint;
+use crate::runtime::error::RunError;
 use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open;
 use crate::runtime::options::RunOptions;
@@ -155,7 +156,7 @@ impl EmbeddedControl {
 }
 
 impl ControlLog for (&EmbeddedLog, &mut EmbeddedControl) {
-    fn read(&mut self, _next: u64, _to_end: bool) -> Result<Vec<ControlRecord>, String> {
+    fn read(&mut self, _next: u64, _to_end: bool) -> Result<Vec<ControlRecord>, RunError> {
         let (log, c) = self;
         let end = log.committed()?.end(&c.topic, 0);
         let mut records = Vec::new();
@@ -179,7 +180,7 @@ impl ControlLog for (&EmbeddedLog, &mut EmbeddedControl) {
         Ok(records)
     }
 
-    fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), String> {
+    fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), RunError> {
         let (log, c) = self;
         log.commit(
             vec![Append { topic: c.status.clone(), partition: 0, records }],
@@ -194,7 +195,7 @@ impl ControlLog for (&EmbeddedLog, &mut EmbeddedControl) {
 /// statuses. True if the program or a table changed.
 fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut Hub) -> Result<bool, String> {
     let mut c = control.lock().map_err(|_| "control lock poisoned")?;
-    hub.poll(&mut (log, &mut *c), true)
+    Ok(hub.poll(&mut (log, &mut *c), true)?)
 }
 
 fn worker(
@@ -586,7 +587,7 @@ impl TaskRun<EmbeddedFeed> {
         for (i, t) in spec.side_topics().iter().enumerate() {
             self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
         }
-        self.step(opts, max)
+        Ok(self.step(opts, max)?)
     }
 }
 

@@ -38,6 +38,7 @@ use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::error::RunError;
 use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open;
 use crate::runtime::options::RunOptions;
@@ -47,6 +48,7 @@ use crate::runtime::state;
 use crate::runtime::topics::{self, TopicError, TopicKind};
 
 type Result<T> = std::result::Result<T, String>;
+type RunResult<T> = std::result::Result<T, RunError>;
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Records a task processes before the loop turns to the next task.
@@ -1038,7 +1040,7 @@ impl Engine {
 /// Write a task's committed changes to sled with the changelog checkpoints.
 fn write_local(t: &mut KTask) -> Result<()> {
     let cps: Vec<Pos> = t.cps.iter().map(|o| Pos { offset: *o, byte: 0 }).collect();
-    t.run.trees.write(&cps)
+    Ok(t.run.trees.write(&cps)?)
 }
 
 /// The readers of a task's inputs from its positions: one consumer per input, so that an
@@ -1102,7 +1104,20 @@ struct KafkaControl<'a> {
 }
 
 impl ControlLog for KafkaControl<'_> {
-    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
+    fn read(&mut self, next: u64, to_end: bool) -> RunResult<Vec<ControlRecord>> {
+        self.read_text(next, to_end).map_err(RunError::Backend)
+    }
+
+    fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> RunResult<()> {
+        let records: Vec<(u32, Record)> = records.into_iter().map(|r| (0, r)).collect();
+        self.kafka.produce(&control::status_topic(self.app), &records).map_err(RunError::Backend)?;
+        Ok(())
+    }
+}
+
+impl KafkaControl<'_> {
+    /// [`ControlLog::read`], with the Kafka backend's errors as text.
+    fn read_text(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
         let mut records = Vec::new();
         let started = Instant::now();
         let topic = control::control_topic(self.app);
@@ -1161,18 +1176,12 @@ impl ControlLog for KafkaControl<'_> {
         }
         Ok(records)
     }
-
-    fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> Result<()> {
-        let records: Vec<(u32, Record)> = records.into_iter().map(|r| (0, r)).collect();
-        self.kafka.produce(&control::status_topic(self.app), &records)?;
-        Ok(())
-    }
 }
 
 /// Read the control records that arrived into the hub (with `to_end`, until the end of the
 /// topic) and write their statuses. True if the program or a table changed.
 fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, to_end: bool) -> Result<bool> {
-    hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
+    Ok(hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)?)
 }
 
 fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
@@ -1242,9 +1251,9 @@ impl KafkaFeed {
 }
 
 impl Feed for KafkaFeed {
-    fn peek(&mut self, i: usize) -> std::result::Result<Next, String> {
+    fn peek(&mut self, i: usize) -> RunResult<Next> {
         if self.bufs[i].is_empty() {
-            self.fill(i)?;
+            self.fill(i).map_err(RunError::Backend)?;
         }
         if let Some(s) = self.bufs[i].front() {
             return Ok(Next::Record(s.record.timestamp));
@@ -1270,18 +1279,25 @@ const BATCH: usize = 1_000;
 impl Backend for Engine {
     type Feed = KafkaFeed;
 
-    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {
-        feed_for(&self.kafka, &self.opts, &self.startup, spec, p, positions)
+    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> RunResult<KafkaFeed> {
+        feed_for(&self.kafka, &self.opts, &self.startup, spec, p, positions).map_err(RunError::Backend)
     }
 
-    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>> {
-        if self.kafka.partitions(topic)?.is_none_or(|n| p >= n) {
-            return Ok(None);
+    fn changelog_extent(&self, topic: &str, p: u32) -> RunResult<Option<Extent>> {
+        // The metadata through a client already connected (Kafka::partitions makes one).
+        let md = self.control_reader.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| {
+            RunError::Backend(format!("cannot read metadata of `{topic}` from {}: {e}", self.kafka.servers()))
+        })?;
+        let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
+        match t.error().map(RDKafkaErrorCode::from) {
+            None if (p as usize) < t.partitions().len() => {}
+            None | Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(None),
+            Some(e) => return Err(RunError::Backend(format!("topic `{topic}`: {e:?}"))),
         }
         let (low, high) = self
             .control_reader
             .fetch_watermarks(topic, p as i32, TIMEOUT)
-            .map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+            .map_err(|e| RunError::Backend(format!("cannot read the offsets of `{topic}` partition {p}: {e}")))?;
         Ok(Some(Extent { low: low.max(0) as u64, end: Pos { offset: high.max(0) as u64, byte: 0 } }))
     }
 
@@ -1293,15 +1309,17 @@ impl Backend for Engine {
         p: u32,
         from: Pos,
         end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<()>,
-    ) -> Result<Pos> {
+        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> RunResult<()>,
+    ) -> RunResult<Pos> {
+        let backend = RunError::Backend;
         let mut config = reader_config(&self.kafka, &self.opts);
         // Fetches return at once at the end, so the end is known without waiting.
         config.set("fetch.wait.max.ms", "10");
-        let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let consumer: BaseConsumer = config.create().map_err(|e| backend(format!("Kafka consumer: {e}")))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64)).map_err(|e| e.to_string())?;
-        consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+        tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64))
+            .map_err(|e| backend(e.to_string()))?;
+        consumer.assign(&tpl).map_err(|e| backend(format!("cannot read `{topic}`: {e}")))?;
         let position =
             || match consumer.position().ok().and_then(|pos| pos.find_partition(topic, p as i32).map(|e| e.offset())) {
                 Some(Offset::Offset(o)) => Some(o.max(0) as u64),
@@ -1335,14 +1353,14 @@ impl Backend for Engine {
                         break;
                     }
                     if quiet.elapsed() > RESTORE_WAIT {
-                        return Err(format!(
+                        return Err(backend(format!(
                             "reading `{topic}` partition {p}: stuck at offset {at} of {} for {}s (an open transaction?)",
                             end.offset,
                             RESTORE_WAIT.as_secs()
-                        ));
+                        )));
                     }
                 }
-                Some(Err(e)) => return Err(format!("cannot read `{topic}` partition {p}: {e}")),
+                Some(Err(e)) => return Err(backend(format!("cannot read `{topic}` partition {p}: {e}"))),
             }
         }
         if !batch.is_empty() {
@@ -1356,7 +1374,14 @@ impl Backend for Engine {
         true
     }
 
-    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>> {
+    fn append_alone(&self, appends: Vec<Append>) -> RunResult<Vec<Pos>> {
+        self.append_alone_text(appends).map_err(RunError::Backend)
+    }
+}
+
+impl Engine {
+    /// [`Backend::append_alone`], with the Kafka backend's errors as text.
+    fn append_alone_text(&self, appends: Vec<Append>) -> Result<Vec<Pos>> {
         if self.eos {
             self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
         }
