@@ -40,6 +40,12 @@ pub enum RunError {
     /// A record the program cannot process, with `on_error: fail`: where it is and why.
     #[error("{0}")]
     BadRecord(String),
+    /// An input file (`--input`) that cannot be ingested as it is.
+    #[error("{0}")]
+    Input(String),
+    /// A failure of the process itself: a worker thread that panicked, a poisoned lock.
+    #[error("{0}")]
+    Internal(&'static str),
     /// Committed state that this program cannot run on (written without tenant scoping, …).
     #[error("{0}")]
     Incompatible(String),

@@ -23,7 +23,7 @@ use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader,
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::chaos::FailPoint;
-use crate::runtime::error::RunError;
+use crate::runtime::error::{state, RunError};
 use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open;
 use crate::runtime::options::RunOptions;
@@ -37,6 +37,10 @@ use backend::{embedded_feed, Embedded, EmbeddedFeed};
 
 /// Run the program on the embedded log until its input is drained (`--drain`) or forever.
 pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
+    Ok(run_typed(program, opts)?)
+}
+
+fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunError> {
     let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
     for (topic, path) in &opts.inputs {
         ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
@@ -90,7 +94,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         any: AtomicBool::new(false),
         bar: bar.clone(),
     };
-    let results: Vec<Result<Summary, String>> = std::thread::scope(|s| {
+    let results: Vec<Result<Summary, RunError>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .into_iter()
             .enumerate()
@@ -99,14 +103,17 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
                 s.spawn(move || worker(i == 0, &mut ts, shared, opts))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("a worker thread panicked".into()))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Internal("a worker thread panicked"))))
+            .collect()
     });
     bar.finish_and_clear();
     let mut total = Summary::default();
     for r in results {
         total.add_from(&r?);
     }
-    shared.db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+    shared.db.flush().map_err(state("cannot flush local state"))?;
     Ok(total)
 }
 
@@ -136,7 +143,7 @@ struct EmbeddedControl {
 }
 
 impl EmbeddedControl {
-    fn open(log: &EmbeddedLog, app: &str) -> Result<EmbeddedControl, String> {
+    fn open(log: &EmbeddedLog, app: &str) -> Result<EmbeddedControl, RunError> {
         let topic = control::control_topic(app);
         let status = control::status_topic(app);
         log.ensure_topic(&topic, 1)?;
@@ -193,9 +200,9 @@ impl ControlLog for (&EmbeddedLog, &mut EmbeddedControl) {
 
 /// Read the control records appended since the last poll into the hub, and write their
 /// statuses. True if the program or a table changed.
-fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut Hub) -> Result<bool, String> {
-    let mut c = control.lock().map_err(|_| "control lock poisoned")?;
-    Ok(hub.poll(&mut (log, &mut *c), true)?)
+fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut Hub) -> Result<bool, RunError> {
+    let mut c = control.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
+    hub.poll(&mut (log, &mut *c), true)
 }
 
 fn worker(
@@ -203,15 +210,15 @@ fn worker(
     tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
     sh: &Shared,
     opts: &RunOptions,
-) -> Result<Summary, String> {
+) -> Result<Summary, RunError> {
     let commit_every = opts.config.commit.records.max(1);
     let mut retired = Summary::default();
-    let result = (|| -> Result<(), String> {
+    let result = (|| -> Result<(), RunError> {
         let mut counts_for: Option<(u64, Vec<u32>)> = None;
         loop {
             let mut progress = false;
             let (stage, seen) = {
-                let mut hub = sh.hub.lock().map_err(|_| "control lock poisoned")?;
+                let mut hub = sh.hub.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
                 if leader && poll_control(&sh.log, &sh.control, &mut hub)? {
                     progress = true;
                 }
@@ -248,7 +255,7 @@ fn worker(
                 }
             }
             {
-                let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+                let mut live = sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
                 for i in gone.into_iter().rev() {
                     let t = tasks.remove(i);
                     retired.add_from(&t.summary());
@@ -260,7 +267,7 @@ fn worker(
             }
             // The leader opens the tasks of new queries (or of new sub-topologies), once every
             // task has applied the stage: none still runs a form that uses their stores.
-            let mut live = sh.live.lock().map_err(|_| "lock poisoned")?;
+            let mut live = sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
             if leader && live.values().all(|c| *c >= stage.next) {
                 // (`live` is held while they open, and released before the barrier below.)
                 let counts = match &counts_for {
@@ -318,22 +325,20 @@ fn setup_topics(
     topo: &Topology,
     specs: &[Arc<TaskSpec>],
     cfg: &Config,
-) -> Result<Vec<u32>, String> {
+) -> Result<Vec<u32>, RunError> {
     let plan = topics::plan(
         program,
         topo,
         specs,
         &mut |t| Ok(log.topic(t)?.map(|m| m.partitions)),
         Some(cfg.embedded.partitions.max(1)),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     topics::apply(&plan, &mut |t| {
         Ok(match log.topic(&t.name)? {
             Some(m) => m.partitions,
             None => log.create_topic(&t.name, t.partitions, t.kind == TopicKind::Changelog)?.partitions,
         })
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     Ok(plan.counts)
 }
 
@@ -348,7 +353,7 @@ fn ingest(
     path: &Path,
     cfg: &Config,
     progress: bool,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
     let group = format!("{app}#input#{topic}#{}", path.display());
@@ -357,7 +362,8 @@ fn ingest(
         Some(v) => (v["offset"].as_u64().unwrap_or(0), v["sha256"].as_str().unwrap_or("").to_string()),
         None => (0, String::new()),
     };
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = std::fs::File::open(path)
+        .map_err(|source| RunError::Io { doing: format!("cannot read {}", path.display()), source })?;
     let bar = if progress {
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         progress_bar(len, BYTES, format!("ingesting {}", path.display()))
@@ -369,12 +375,12 @@ fn ingest(
     if consumed > 0 {
         let mut prefix = (&mut reader).take(consumed);
         let n = std::io::copy(&mut prefix, &mut HashWriter(&mut hasher))
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            .map_err(|source| RunError::Io { doing: format!("cannot read {}", path.display()), source })?;
         if n != consumed || hex(&hasher.clone().finalize()) != prev_hash {
-            return Err(format!(
+            return Err(RunError::Input(format!(
                 "{}: the first {consumed} bytes changed since they were consumed; restore the file or run with a fresh state directory",
                 path.display()
-            ));
+            )));
         }
     }
     bar.set_position(consumed);
@@ -384,7 +390,9 @@ fn ingest(
     let mut line = Vec::new();
     loop {
         line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let n = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|source| RunError::Io { doing: format!("cannot read {}", path.display()), source })?;
         if n == 0 || line.last() != Some(&b'\n') {
             // An unterminated last line may still be being written: leave it for the next run.
             break;
@@ -426,14 +434,15 @@ fn commit_ingest(
     group: &str,
     consumed: u64,
     hasher: &Sha256,
-) -> Result<(), String> {
+) -> Result<(), RunError> {
     let appends = batch
         .iter_mut()
         .enumerate()
         .map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) })
         .collect();
     let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
-    log.commit(appends, vec![(group.to_string(), meta)]).map(|_| ()).map_err(String::from)
+    log.commit(appends, vec![(group.to_string(), meta)])?;
+    Ok(())
 }
 
 struct HashWriter<'a>(&'a mut Sha256);
@@ -460,7 +469,7 @@ impl TaskRun<EmbeddedFeed> {
         db: &sled::Db,
         c: &Committed,
         opts: &RunOptions,
-    ) -> Result<TaskRun<EmbeddedFeed>, String> {
+    ) -> Result<TaskRun<EmbeddedFeed>, RunError> {
         let group = group_name(opts, &spec.name, p);
         let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
         let positions = positions_of(&spec, p, &meta);
@@ -479,7 +488,7 @@ impl TaskRun<EmbeddedFeed> {
         db: &sled::Db,
         c: &Committed,
         opts: &RunOptions,
-    ) -> Result<TaskRun<EmbeddedFeed>, String> {
+    ) -> Result<TaskRun<EmbeddedFeed>, RunError> {
         let meta_version =
             c.groups.get(&group_name(opts, &spec.name, p)).and_then(|m| m.get("version")).and_then(|v| v.as_u64());
         let mut t = TaskRun::open(spec, p, log, db, c, opts)?;
@@ -496,7 +505,7 @@ impl TaskRun<EmbeddedFeed> {
         log: &EmbeddedLog,
         db: &sled::Db,
         opts: &RunOptions,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RunError> {
         let p = self.task.partition;
         let Some(spec) = stage.spec(&self.task.spec.name).cloned() else {
             self.retire()?;
@@ -528,7 +537,7 @@ impl TaskRun<EmbeddedFeed> {
     /// committed log and its local state, as a restarted process would.
     /// A task that had applied a control statement since its last commit goes back to the
     /// form of its query as of that commit, and applies the statement again.
-    fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), String> {
+    fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), RunError> {
         let c = log.committed()?;
         let fresh = match stage.spec(&self.task.spec.name).cloned() {
             Some(spec) => TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?,
@@ -580,21 +589,21 @@ impl TaskRun<EmbeddedFeed> {
         startup: &Committed,
         opts: &RunOptions,
         max: u64,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, RunError> {
         let spec = self.task.spec.clone();
         let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
         self.feed.ends[0] = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
         for (i, t) in spec.side_topics().iter().enumerate() {
             self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
         }
-        Ok(self.step(opts, max)?)
+        self.step(opts, max)
     }
 }
 
 impl TaskRun<EmbeddedFeed> {
     /// Flush and commit (see [`TaskRun::commit_batch`]), then report to the metrics.
     /// `last`: the final commit of the run, after which local state must be written.
-    fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), String> {
+    fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), RunError> {
         let started = Instant::now();
         let committed = self.commit_batch(log, opts, close_all, last)?;
         if let (true, Some(m)) = (committed, &self.metrics) {
@@ -613,7 +622,7 @@ impl TaskRun<EmbeddedFeed> {
         opts: &RunOptions,
         close_all: bool,
         last: bool,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RunError> {
         let p = self.task.partition;
         let work = self.flush_for_commit(close_all);
         if !work && !close_all {
@@ -667,7 +676,7 @@ impl TaskRun<EmbeddedFeed> {
 /// At start-up: the stores control statements removed since tasks last committed (queries
 /// dropped, clauses replaced away while the application was stopped) are deleted; a dropped
 /// query's tasks are marked as having applied the control log.
-fn sweep_removed(log: &EmbeddedLog, db: &sled::Db, stage: &Stage, app: &str) -> Result<(), String> {
+fn sweep_removed(log: &EmbeddedLog, db: &sled::Db, stage: &Stage, app: &str) -> Result<(), RunError> {
     let c = log.committed()?;
     let mut done = Vec::new();
     for (g, meta) in &c.groups {
