@@ -100,15 +100,6 @@ pub struct AggSpec {
     pub gap: i64,
 }
 
-impl AggSpec {
-    pub fn session(&self) -> bool {
-        matches!(self.window.map(|w| w.kind), Some(WindowKind::Session { .. }))
-    }
-    pub fn sliding(&self) -> bool {
-        matches!(self.window.map(|w| w.kind), Some(WindowKind::Sliding { .. }))
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct StoreSpec {
     pub name: String,

@@ -8,9 +8,17 @@ use crate::runtime::op::RecordError;
 use crate::value::Value;
 
 pub(crate) struct Fixed {
-    pub(crate) size: i64,
-    pub(crate) advance: i64,
-    pub(crate) grace: Duration,
+    size: i64,
+    advance: i64,
+    grace: Duration,
+    /// The windows of the record being added (reused: no allocation per record).
+    windows: Vec<(i64, i64)>,
+}
+
+impl Fixed {
+    pub(crate) fn new(size: i64, advance: i64, grace: Duration) -> Fixed {
+        Fixed { size, advance, grace, windows: Vec::new() }
+    }
 }
 
 impl Windowing for Fixed {
@@ -19,7 +27,8 @@ impl Windowing for Fixed {
         let close = cx.stream_time.saturating_sub(self.grace.0);
         let first = (ts - size + advance).max(0);
         let first = first - first.rem_euclid(advance);
-        let mut windows = Vec::new();
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.clear();
         let mut s = first;
         while s <= ts {
             let end = s.saturating_add(size);
@@ -35,6 +44,8 @@ impl Windowing for Fixed {
             }
             s += advance;
         }
-        cx.update_windows(&windows, &group, &kb, ts, &args)
+        let r = cx.update_windows(&windows, &group, &kb, ts, &args);
+        self.windows = windows;
+        r
     }
 }

@@ -141,10 +141,8 @@ pub(crate) fn for_agg(agg: &AggSpec) -> Box<dyn Windowing> {
     let Some(w) = agg.window else { return Box::new(none::Unwindowed) };
     let grace = w.grace.0;
     match w.kind {
-        WindowKind::Tumbling { size } => Box::new(fixed::Fixed { size: size.0, advance: size.0, grace: w.grace }),
-        WindowKind::Hopping { size, advance } => {
-            Box::new(fixed::Fixed { size: size.0, advance: advance.0, grace: w.grace })
-        }
+        WindowKind::Tumbling { size } => Box::new(fixed::Fixed::new(size.0, size.0, w.grace)),
+        WindowKind::Hopping { size, advance } => Box::new(fixed::Fixed::new(size.0, advance.0, w.grace)),
         WindowKind::Session { gap } => Box::new(session::Session::new(gap.0, grace)),
         WindowKind::Sliding { size } => Box::new(sliding::Sliding::new(size.0, grace)),
     }

@@ -45,7 +45,6 @@ impl Windowing for Session {
         let end = near.iter().map(|x| x.1).fold(ts, i64::max);
         if end.saturating_add(gap) <= close {
             let stream_time = cx.stream_time;
-            *cx.late_reason = None;
             cx.late(|| {
                 format!(
                     "late: its session [{start}, {end}] closed at stream time {stream_time} (gap {}, grace {})",

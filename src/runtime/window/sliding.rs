@@ -47,7 +47,6 @@ impl Windowing for Sliding {
         // A window [s, s + size] is closed once s + size + 1 <= close.
         let open = |s: i64| s.saturating_add(size).saturating_add(1) > close;
         if !open(ts) {
-            *cx.late_reason = None;
             cx.late(|| {
                 format!(
                     "late: every sliding window holding time {ts} closed at stream time {stream_time} (grace {})",

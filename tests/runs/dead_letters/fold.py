@@ -8,24 +8,16 @@ aggregated per ticker and 5 s tumbling window (the final table); a good record w
 has closed (stream time, the largest event time of the good records, >= its end; no grace) is
 late and dropped (none is, in this input)."""
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIZE = 5_000
 APP = HERE.name
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 def decode(raw):
     """The decoded trade, or None if the value does not fit the schema."""
@@ -52,7 +44,6 @@ def decode(raw):
         return None
     return {"ticker": tk, "price": float(price), "size": size, "ts": ts}
 
-
 def printed(raw):
     """A value as `streamc consume` prints it: JSON-decoded when it parses, else the text."""
     if isinstance(raw, str):
@@ -61,7 +52,6 @@ def printed(raw):
         except ValueError:
             return raw
     return raw
-
 
 windows = {}
 dlq = []

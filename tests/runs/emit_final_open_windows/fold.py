@@ -2,24 +2,13 @@
 """emit_final_open_windows: tumbling 1 m windows, grace 30 s, emit final, without
 --close-windows-at-end: only the windows that closed during the run (end + grace <= the final
 stream time, the largest event time seen) are emitted; the others stay open and are not."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE, GRACE = 60_000, 30_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
 windows = {}
 stream_time = None
 for rec in read_input("purchases"):

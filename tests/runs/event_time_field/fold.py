@@ -5,30 +5,19 @@ device, tumbling 1 h windows with a 10 m grace: a record whose window has closed
 >= end + grace) is dropped. Per kind, hopping 2 h windows advancing 1 h, grace 0: a record is
 dropped from each of its windows that has closed. Every window is emitted once (all closed at
 the end)."""
-import json
+import sys
 from datetime import datetime
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 H = 3_600_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 def ts_ms(x):
     if isinstance(x, int):
         return x
     return round(datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp() * 1000)
-
 
 hourly, kinds = {}, {}
 stream_time = None

@@ -3,24 +3,15 @@
 records whose window is open (stream time, the largest event time seen by the task, < end +
 grace); records for closed windows are late: written to <app>-late as they came in. The slow
 pings (ms > 100) are all emitted, whatever their time."""
-import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIZE, GRACE = 60_000, 10_000
 APP = HERE.name
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 windows, slow, late = {}, [], []
 stream_time = None

@@ -3,23 +3,13 @@
 (the input is in time order, so no partition sees a late record; the 1 h grace covers the
 repartition's interleaving). Per ticker and 10 s window: count, sum, max; per account:
 count, sum, min; trades of size >= 50, keyed by ticker."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE = 10_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 per_ticker, per_account, big = {}, {}, []
 for rec in read_input("stocks"):

@@ -3,24 +3,15 @@
 event time seen; a window closes (and is emitted, once) when stream time >= end + grace; a
 record whose window has closed is late: dropped and written to <app>-late as it came in, with
 its source topic, partition and offset headers. Windows open at the end are not emitted."""
-import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIZE, GRACE = 10_000, 5_000
 APP = HERE.name
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 windows = {}  # (sensor, start) -> [n, total]
 emitted = []

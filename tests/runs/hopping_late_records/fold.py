@@ -5,24 +5,13 @@ tests/embedded.rs stats_reference_with_late_records). A record belongs to every 
 whose end + 1 s grace is at or before stream time (the largest event time seen, this record
 included) and counted in the others. A record dropped from at least one window is written once
 to the late topic, as it came in."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE, ADVANCE, GRACE = 5_000, 1_000, 1_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
 acc = {}
 late_records = []
 stream_time = None

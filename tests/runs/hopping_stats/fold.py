@@ -4,24 +4,13 @@ hopping 5 s windows advancing 1 s, grace 1 s, over trades with price > 0, in inp
 record belongs to every window [s, s + 5 s) with s a multiple of 1 s and s <= ts < s + 5 s; it
 is late for a window when stream time (the largest event time so far) has reached the window's
 end plus grace. The result is the final table of (ticker, window)."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE, ADVANCE, GRACE = 5_000, 1_000, 1_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
 acc = {}
 stream_time = None
 late = 0

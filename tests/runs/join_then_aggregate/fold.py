@@ -2,23 +2,13 @@
 """join_then_aggregate: for each order, the payments with its id at most 10 minutes from it
 (in either direction); an order with at least one has a row: their count and the sum of their
 amounts (at most two per order here, so the order of addition cannot matter)."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 WITHIN = 10 * 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 pays = [r["value"] for r in read_input("payments")]
 rows = []

@@ -2,23 +2,13 @@
 """left_join_pending: each (order, payment) pair of one id at most 5 m apart; an order with no
 such payment is emitted with a null payment side only if the final stream time (the largest
 event time of both inputs; nothing closes windows at the end) is >= its time + 10 m."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 WITHIN = 5 * 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 orders = [r["value"] for r in read_input("orders")]
 pays = [r["value"] for r in read_input("payments")]

@@ -2,22 +2,11 @@
 """left_table_join: merge customers and orders by time (the table first on ties), keeping the
 current row per customer (null deletes); every order is emitted, keyed by its customer id, with the
 row's fields or nulls."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 customers, orders = read_input("customers"), read_input("orders")
 events = [(r["timestamp"], 0, i, r) for i, r in enumerate(customers)] + \

@@ -3,25 +3,16 @@
 window of `at`, the purchases with amount > 0: count, sum, max. Keys are [tenant, user]; the
 value ends with `tenant`; the streamc.tenant header is the tenant. A record whose tenant is
 missing or null is a dead letter. The input is in time order: nothing is late."""
-import json
+import sys
 from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 H = 3_600_000
 APP = HERE.name
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 windows = {}
 dlq = []

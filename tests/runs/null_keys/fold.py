@@ -2,23 +2,13 @@
 """null_keys: passthrough keeps each record's key (null included); per action: count and sum
 over all records (the final table) and count per 1 m tumbling window of the record timestamp
 (in order, nothing late; all closed at the end)."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE = 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 out, per, minute = [], {}, {}
 for rec in read_input("events"):

@@ -5,25 +5,14 @@
 - big-spenders: per customer and UTC day of `placed`, count, sum, mean and sample standard
   deviation (the stdlib's Welford update, in arrival order) of order totals; a row is in the
   final table while its sum exceeds 1000 (sums only grow, so the last row is the final one)."""
-import json
+import sys
 import math
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 WITHIN, DAY = 10 * 60_000, 86_400_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
 orders = [r["value"] for r in read_input("orders")]
 pays = [r["value"] for r in read_input("payments")]
 

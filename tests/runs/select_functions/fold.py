@@ -4,31 +4,19 @@
 Undocumented details this fold assumes: substr(s, start, length) takes a 0-based start, counted
 in characters; round(x, d) rounds to d decimals (no ties occur in the data); to_string of an int
 or bool is its JSON text."""
-import json
+import sys
 import math
 from datetime import datetime
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 def ts_ms(x):
     """A `timestamp` in JSON: epoch ms, or an RFC 3339 string."""
     if isinstance(x, int):
         return x
     return round(datetime.fromisoformat(x.replace("Z", "+00:00")).timestamp() * 1000)
-
 
 H, MS = 3_600_000, 1
 out = []

@@ -4,23 +4,13 @@ dwell_ms >= 0 sorted by time; a click more than 30 minutes after the previous on
 session. Each session: window_start/window_end (first and last click, inclusive), clicks,
 checkouts (pages ending in /checkout), avg_dwell, last_page (the greatest page). The disorder
 (under 4.5 min) is within the grace (5 min), so nothing is late."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 GAP = 30 * 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 by_user = {}
 for rec in read_input("clicks"):

@@ -3,45 +3,12 @@
 dwell_ms >= 0 sorted by time; a click more than 30 minutes after the previous one starts a new
 session. Each session: window_start/window_end (first and last click, inclusive), clicks,
 checkouts (pages ending in /checkout), avg_dwell, last_page (the greatest page). The disorder
-(2 min) is within the grace (5 min), so nothing is late."""
-import json
+(2 min) is within the grace (5 min), so nothing is late.
+
+The same fold as ../session_emit_changes/fold.py (run here, on this case's input)."""
+import os
+import runpy
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-GAP = 30 * 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
-by_user = {}
-for rec in read_input("clicks"):
-    v = rec["value"]
-    if v["dwell_ms"] >= 0:
-        by_user.setdefault(v["user"], []).append(v)
-
-rows = []
-for user, cs in by_user.items():
-    cs.sort(key=lambda c: c["at"])
-    i = 0
-    while i < len(cs):
-        j = i + 1
-        while j < len(cs) and cs[j]["at"] - cs[j - 1]["at"] <= GAP:
-            j += 1
-        s = cs[i:j]
-        rows.append({"key": user, "value": {
-            "window_start": s[0]["at"], "window_end": s[-1]["at"], "user": user,
-            "clicks": len(s),
-            "checkouts": sum(1 for c in s if c["page"].endswith("/checkout")),
-            "avg_dwell": float(sum(c["dwell_ms"] for c in s)) / len(s),
-            "last_page": max(c["page"] for c in s)}})
-        i = j
-write_expected("user-sessions", rows)
+os.environ["STREAMC_FOLD_CASE"] = str(Path(__file__).resolve().parent)
+runpy.run_path(str(Path(__file__).resolve().parent.parent / "session_emit_changes" / "fold.py"), run_name="__main__")

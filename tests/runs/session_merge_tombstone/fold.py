@@ -5,29 +5,17 @@ the gap (<=) of one or more open sessions of its user joins them all into one. A
 the new or changed session is emitted, and every session merged away whose start differs from
 the merged session's start is deleted by a tombstone with streamc.window.start/end headers
 (downstream, results are keyed by user and window_start)."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 GAP, GRACE = 10 * 60_000, 60 * 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
 def row(user, s):
     pages = [p for _, p in s["recs"]]
     return {"window_start": s["start"], "window_end": s["end"], "user": user,
             "clicks": len(pages), "first_page": min(pages), "last_page": max(pages)}
-
 
 sessions = {}  # user -> list of {start, end, recs}
 stream_time = None

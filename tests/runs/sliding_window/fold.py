@@ -3,23 +3,13 @@
 a window [t - 3 s, t] ends at every record, and a window [t + 1, t + 1 + 3 s] starts after every
 record that has a later one inside it; each holds every record between its bounds, inclusive.
 Nothing is late in this input, so every window is emitted once."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE = 3_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 records = read_input("stocks")
 by_ticker = {}

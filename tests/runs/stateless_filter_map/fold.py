@@ -4,22 +4,11 @@ flag the others (or those below 0 °C) keeping all their fields.
 
 The record key is not declared, so it passes through as the record carries it. A missing
 nullable field reads as null."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 out = []
 for rec in read_input("readings"):

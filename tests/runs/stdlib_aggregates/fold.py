@@ -4,32 +4,20 @@ count; avg = sum / n; variance and stddev by the stdlib's documented method (Wel
 in arrival order), null below two values; avg of clamp(temp, -10, 40); count_if(ok) and
 count_if(temp > 30); count and max of pct_change(open, close) = (close - open) / open * 100,
 null when open is 0 (count and max skip nulls; max of none is null)."""
-import json
+import sys
 import math
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 SIZE = 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 def clamp(x, lo, hi):
     return lo if x < lo else (hi if x > hi else x)
 
-
 def pct_change(old, new):
     return None if old == 0.0 else (new - old) / old * 100.0
-
 
 def welford(xs):
     n, mean, m2 = 0, 0.0, 0.0
@@ -40,13 +28,11 @@ def welford(xs):
         m2 = m2 + d * (x - mean)
     return None if n < 2 else m2 / (n - 1)
 
-
 def mean(xs):
     s = 0.0
     for x in xs:
         s += x
     return s / len(xs)
-
 
 groups = {}
 for rec in read_input("readings"):

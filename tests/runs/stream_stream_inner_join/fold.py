@@ -2,23 +2,13 @@
 """stream_stream_inner_join: every (trade, quote) pair with the same ticker and
 |trade.ts - quote.at| <= 2 s, once. Both inputs are in time order and merged by time, so no
 record is late."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 WITHIN = 2_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 out = []
 for tr in read_input("stocks"):

@@ -3,22 +3,11 @@
 (the table first on ties), keeping the table's current value per key (a null value deletes
 it); a trade whose ticker has a limit and whose price is above it is an alert (the reference of
 tests/embedded.rs alerts_example_joins_trades_with_the_limits_table_in_timestamp_order)."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 trades, limits = read_input("stocks"), read_input("limits")
 table = {}

@@ -2,40 +2,12 @@
 """stream_table_join_wallclock: merge the two inputs, each in its own order, taking the earlier head next
 (the table first on ties), keeping the table's current value per key (a null value deletes
 it); a trade whose ticker has a limit and whose price is above it is an alert (the reference of
-tests/embedded.rs alerts_example_joins_trades_with_the_limits_table_in_timestamp_order)."""
-import json
+tests/embedded.rs alerts_example_joins_trades_with_the_limits_table_in_timestamp_order).
+
+The same fold as ../stream_table_join/fold.py (run here, on this case's input)."""
+import os
+import runpy
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
-
-trades, limits = read_input("stocks"), read_input("limits")
-table = {}
-out = []
-li = ti = 0
-while ti < len(trades):
-    if li < len(limits) and limits[li]["timestamp"] <= trades[ti]["value"]["ts"]:
-        rec = limits[li]
-        if rec["value"] is None:
-            table.pop(rec["key"], None)
-        else:
-            table[rec["key"]] = float(rec["value"]["max_price"])
-        li += 1
-        continue
-    v = trades[ti]["value"]
-    limit = table.get(v["ticker"])
-    if limit is not None and float(v["price"]) > limit:
-        out.append({"key": v["ticker"], "value": {"ticker": v["ticker"], "price": float(v["price"]), "limit": limit, "at": v["ts"]}})
-    ti += 1
-write_expected("price-alerts", out)
+os.environ["STREAMC_FOLD_CASE"] = str(Path(__file__).resolve().parent)
+runpy.run_path(str(Path(__file__).resolve().parent.parent / "stream_table_join" / "fold.py"), run_name="__main__")

@@ -4,21 +4,11 @@ lines containing "ERROR", as text; line-lengths: len(line) as text (its digits, 
 prints as a JSON number); info-lines: lines starting with "INFO" as JSON objects. Keys pass
 through. (The lines are ASCII: character and byte lengths agree.)"""
 import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 def printed(text):
     """A value as `streamc consume` prints it: JSON-decoded when it parses, else the text."""
@@ -26,7 +16,6 @@ def printed(text):
         return json.loads(text)
     except ValueError:
         return text
-
 
 errors, lengths, info = [], [], []
 for rec in read_input("log-lines"):

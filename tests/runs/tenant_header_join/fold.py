@@ -3,23 +3,14 @@
 is keyed by (tenant, sku); an order (tenant from its x-tenant header) joins its own tenant's
 current row for its sku, if any. Results keyed [tenant, sku] with a trailing `tenant` field and
 the streamc.tenant header. An order without the header is a dead letter (as it came in)."""
-import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 APP = HERE.name
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 stock, orders = read_input("stock"), read_input("orders")
 events = [(r["timestamp"], 0, i, r) for i, r in enumerate(stock)] + [(r["value"]["at"], 1, i, r) for i, r in enumerate(orders)]

@@ -3,23 +3,13 @@
 range_of = max - min of price, weighted_mean = sum(price * size) / sum(size) or null when the
 sizes sum to 0, longest = the longest venue name (the first one on ties - lengths differ here).
 Nothing is late; every window is closed at the end."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 MINUTE = 60_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 def longest(words):
     best = ""
@@ -27,7 +17,6 @@ def longest(words):
         if len(w) > len(best):
             best = w
     return best
-
 
 trades = [r["value"] for r in read_input("stocks")]
 minutes = {}

@@ -3,23 +3,13 @@
 when the gap to the previous record exceeds 10 s); per session: count, range_of = max - min of
 price, longest = the longest venue name (lengths never tie within a session here), avg of
 price, min, max, sum of size. Nothing is late (grace 30 s); all sessions closed at the end."""
-import json
+import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import read_input, write_expected  # noqa: E402
+
 GAP = 10_000
-
-
-def read_input(topic):
-    with open(HERE / "in" / f"{topic}.jsonl") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def write_expected(topic, records):
-    (HERE / "expected").mkdir(exist_ok=True)
-    lines = sorted(json.dumps(r, ensure_ascii=False) for r in records)
-    (HERE / "expected" / f"{topic}.jsonl").write_text("".join(line + "\n" for line in lines))
-
 
 def longest(words):
     best = ""
@@ -27,7 +17,6 @@ def longest(words):
         if len(w) > len(best):
             best = w
     return best
-
 
 by_key = {}
 for rec in read_input("stocks"):
