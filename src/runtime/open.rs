@@ -1,6 +1,7 @@
 //! Opening a task, written once for both backends: its stores restored from their changelogs,
 //! changelog records past its last commit corrected, input resumed at its committed positions,
-//! and the task brought up to the program as of the control log ([`Stage`]).
+//! and the task brought up to the program as of the control log ([`Stage`]); and bringing a
+//! running task up to a newer stage ([`apply_stage`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,18 +14,12 @@ use crate::runtime::backend::Backend;
 use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{correct_stale, log_restore, restore_store, RestoreWatch};
-use crate::runtime::run::{check_tenant_layout, TaskRun};
+use crate::runtime::run::{check_tenant_layout, Feed, TaskRun};
 use crate::runtime::state::open_tree;
 
-/// A task as its last commit left it, with the changelog position each store's local state
-/// reflects.
-pub(crate) struct Opened<F: crate::runtime::run::Feed> {
-    pub(crate) run: TaskRun<F>,
-    pub(crate) checkpoints: Vec<Pos>,
-}
-
 /// Open a task from its commit record `meta` (Null: it never committed) and input `positions`:
-/// restore every store, correct changelog records written after the commit, resume input.
+/// restore every store, correct changelog records written after the commit, resume input. The
+/// task's changelog ends (`TaskRun::ends`) are where each store's restored state reaches.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn open_task<B: Backend + ?Sized>(
     b: &B,
@@ -35,7 +30,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     meta: &serde_json::Value,
     positions: BTreeMap<String, Pos>,
     opts: &RunOptions,
-) -> Result<Opened<B::Feed>, RunError> {
+) -> Result<TaskRun<B::Feed>, RunError> {
     check_tenant_layout(&spec, meta)?;
     let feed = b.feed(&spec, p, &positions)?;
     let started = Instant::now();
@@ -57,8 +52,9 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     log_restore(&spec.name, p, restored, started);
     let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
     correct_stale(b, &spec.name, &changelogs, p, &trees, stale, &mut checkpoints)?;
-    let run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, opts);
-    Ok(Opened { run, checkpoints })
+    let mut run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, opts);
+    run.ends = checkpoints;
+    Ok(run)
 }
 
 /// Per store: the changelog end as of the task's last commit, where the backend's changelog may
@@ -118,4 +114,52 @@ pub(crate) fn catch_up<B: Backend + ?Sized>(
         run.meta_changed = true;
     }
     Ok(())
+}
+
+/// What bringing a running task up to a stage did.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Applied {
+    /// Its query was dropped: the deletion of its state is queued; the task must be committed,
+    /// then forgotten.
+    Retired,
+    /// The task runs the stage's form of its query. `gone`: the stores of its old form that
+    /// the new one does not have, (store, changelog), for the backend to sweep
+    /// ([`crate::runtime::restore::sweep`]).
+    Running { gone: Vec<(String, String)> },
+}
+
+/// A new feed of a task's inputs (its spec, partition, positions).
+pub(crate) type MakeFeed<'a, F> = dyn Fn(&TaskSpec, u32, &BTreeMap<String, Pos>) -> Result<F, RunError> + 'a;
+
+/// Bring a running task, at a commit boundary (nothing uncommitted), up to `stage`; `feed` gives
+/// it a new feed when its inputs changed. The next commit records the control offset applied.
+pub(crate) fn apply_stage<F: Feed>(
+    run: &mut TaskRun<F>,
+    stage: &Stage,
+    db: &sled::Db,
+    opts: &RunOptions,
+    feed: &MakeFeed<'_, F>,
+) -> Result<Applied, RunError> {
+    let p = run.task.partition;
+    let Some(spec) = stage.spec(&run.task.spec.name).cloned() else {
+        run.retire()?;
+        run.control = stage.next;
+        return Ok(Applied::Retired);
+    };
+    run.purge_since(stage)?;
+    let cur = &run.task.spec;
+    if spec.version == cur.version && spec.epoch == cur.epoch {
+        // Only the control-managed tables changed (or a tenant was purged).
+        run.task.globals = stage.tables.clone();
+        run.control = stage.next;
+        run.meta_changed = true;
+        return Ok(Applied::Running { gone: Vec::new() });
+    }
+    let (restart, fresh) = stage.catch_up(&spec.query, cur.version).unwrap_or_default();
+    let gone = stage.gone_since(&cur.name, cur.version);
+    if run.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
+        let f = feed(&run.task.spec, p, &run.positions)?;
+        run.set_feed(f);
+    }
+    Ok(Applied::Running { gone })
 }

@@ -286,22 +286,9 @@ mod tests {
     use crate::config::Config;
     use crate::log::Stored;
     use crate::plan::physical::TaskSpec;
-    use crate::runtime::run::{Feed, Next};
+    use crate::runtime::run::testing::{options, NoFeed};
     use crate::runtime::state::CHECKPOINT;
     use std::cell::RefCell;
-
-    struct NoFeed;
-    impl Feed for NoFeed {
-        fn peek(&mut self, _: usize) -> Result<Next, RunError> {
-            Ok(Next::End)
-        }
-        fn take(&mut self, _: usize) -> Option<Stored> {
-            None
-        }
-        fn peeked(&self, _: usize) -> Option<&Stored> {
-            None
-        }
-    }
 
     /// One changelog partition: the records from offset `low` on.
     struct Mem {
@@ -392,19 +379,7 @@ mod tests {
     fn watch() -> RestoreWatch {
         let mut config = Config::default();
         config.embedded.restore_batch = 1;
-        let opts = RunOptions {
-            state_dir: Default::default(),
-            app: "t".into(),
-            threads: 1,
-            drain: true,
-            close_windows_at_end: false,
-            inputs: vec![],
-            config,
-            metrics: None,
-            progress: false,
-            chaos: None,
-            program_text: String::new(),
-        };
+        let opts = options("t", config);
         RestoreWatch::new(&opts, "0_0", "s", 0)
     }
 

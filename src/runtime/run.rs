@@ -158,6 +158,9 @@ pub(crate) struct TaskRun<F: Feed> {
     pub(crate) head_times: Vec<Option<(u64, i64)>>,
     /// The commit in progress carries something of the task (set by `flush_for_commit`).
     pub(crate) work: bool,
+    /// Per store: the changelog's end as of the last commit (what local state is checkpointed
+    /// at).
+    pub(crate) ends: Vec<Pos>,
 }
 
 /// Each input's committed position (`topic/partition` → position) from a task's commit record.
@@ -219,6 +222,7 @@ impl<F: Feed> TaskRun<F> {
         task.joins.seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
         trees.count_tenants(&task);
+        let ends = vec![Pos::default(); trees.trees.len()];
         TaskRun {
             task,
             group,
@@ -242,6 +246,7 @@ impl<F: Feed> TaskRun<F> {
             control_seen: (0, 0),
             head_times: Vec::new(),
             work: false,
+            ends,
         }
     }
 
@@ -296,9 +301,13 @@ impl<F: Feed> TaskRun<F> {
             .collect();
         let mut trees = Vec::new();
         let mut pending = Vec::new();
+        let mut ends = Vec::new();
         let mut emptied = 0u64;
         for (i, st) in spec.stores.iter().enumerate() {
-            let existing = old.stores.iter().position(|o| o.name == st.name).and_then(|j| old_trees[j].take());
+            let j = old.stores.iter().position(|o| o.name == st.name);
+            // A store the task did not have: nothing of it committed yet.
+            ends.push(j.and_then(|j| self.ends.get(j).copied()).unwrap_or_default());
+            let existing = j.and_then(|j| old_trees[j].take());
             let new_store = existing.is_none();
             let (tree, mut pend) = match existing {
                 Some(x) => x,
@@ -316,6 +325,7 @@ impl<F: Feed> TaskRun<F> {
         }
         self.trees.trees = trees;
         self.trees.pending = pending;
+        self.ends = ends;
         let topics = |s: &TaskSpec| -> Vec<String> {
             let mut t = vec![s.main.topic.clone()];
             t.extend(s.side_topics());
@@ -645,5 +655,44 @@ pub(crate) fn event_time(field: &RecordType, rec: &Record) -> Option<i64> {
     match decode_record(rec.value.as_deref()?, field).ok()?.first()? {
         Value::Ts(t) => Some(*t),
         _ => None,
+    }
+}
+
+/// What unit tests of the core share: a feed with nothing to read, and run options.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::config::Config;
+
+    /// A feed at the end of every input.
+    pub(crate) struct NoFeed;
+
+    impl Feed for NoFeed {
+        fn peek(&mut self, _: usize) -> Result<Next, RunError> {
+            Ok(Next::End)
+        }
+        fn take(&mut self, _: usize) -> Option<Stored> {
+            None
+        }
+        fn peeked(&self, _: usize) -> Option<&Stored> {
+            None
+        }
+    }
+
+    /// The options of a `--drain` run of application `app` with `config`.
+    pub(crate) fn options(app: &str, config: Config) -> RunOptions {
+        RunOptions {
+            state_dir: Default::default(),
+            app: app.into(),
+            threads: 1,
+            drain: true,
+            close_windows_at_end: false,
+            inputs: vec![],
+            config,
+            metrics: None,
+            progress: false,
+            chaos: None,
+            program_text: String::new(),
+        }
     }
 }

@@ -1,18 +1,70 @@
 //! The embedded log as a [`Backend`]: a feed reads each input with a [`PartitionReader`] up to
-//! an end the worker sets before each step; appends outside a task's commit are one atomic
-//! `log.commit`.
+//! an end the worker sets before each step; a task's commit ([`LogCommit`]) and appends outside
+//! a task's commit are each one atomic `log.commit`.
 
 use std::collections::BTreeMap;
 
-use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Stored};
+use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Record, Stored};
 use crate::plan::physical::TaskSpec;
 use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::commit::{Commit, Share};
 use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, Next};
 
 /// The embedded log, as the runtime core sees it.
 pub(crate) struct Embedded<'a> {
     pub(crate) log: &'a EmbeddedLog,
+}
+
+/// The embedded log's commit step: every share's outputs, changelog records and commit record
+/// in one `log.commit`.
+pub(crate) struct LogCommit<'a> {
+    pub(crate) log: &'a EmbeddedLog,
+    /// The partition count of an output topic the log does not have yet.
+    pub(crate) partitions: u32,
+}
+
+impl Commit for LogCommit<'_> {
+    fn commit(&mut self, shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>, RunError> {
+        let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        let mut metas = Vec::new();
+        let mut tasks = Vec::new();
+        for s in shares {
+            for (changelog, ch) in s.changelog() {
+                let rec = Record {
+                    key: Some(ch.key.clone()),
+                    value: ch.value.clone(),
+                    timestamp: ch.timestamp,
+                    headers: vec![],
+                };
+                appends.entry((changelog.to_string(), s.partition)).or_default().push(rec);
+            }
+            for o in s.outputs {
+                let parts = match counts.get(&o.topic) {
+                    Some(n) => *n,
+                    None => {
+                        let n = self.log.ensure_topic(&o.topic, self.partitions)?.partitions;
+                        counts.insert(o.topic.clone(), n);
+                        n
+                    }
+                };
+                let part = o.partition_in(parts);
+                appends.entry((o.topic, part)).or_default().push(o.record);
+            }
+            metas.push((s.group.to_string(), s.meta));
+            tasks.push((s.spec, s.partition));
+        }
+        let list =
+            appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
+        let c = self.log.commit(list, metas)?;
+        Ok(tasks.into_iter().map(|(spec, p)| spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect()).collect())
+    }
+
+    fn ends_now(&self, spec: &TaskSpec, p: u32, _known: &[Pos]) -> Result<Vec<Pos>, RunError> {
+        let c = self.log.committed()?;
+        Ok(spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect())
+    }
 }
 
 /// The embedded log's feed: one reader per input, each read up to an end set before a step.

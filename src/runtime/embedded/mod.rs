@@ -11,7 +11,6 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
-use std::time::Instant;
 
 use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
@@ -22,18 +21,18 @@ use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::runtime::chaos::FailPoint;
+use crate::runtime::commit;
 use crate::runtime::error::{state, RunError};
 use crate::runtime::hub::{ControlLog, Hub};
-use crate::runtime::open;
+use crate::runtime::open::{self, Applied};
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::sweep;
 use crate::runtime::run::{now_ms, positions_of, progress_bar, value_record, Summary, TaskRun, BYTES, RECORDS};
-use crate::runtime::state::{open_local_state, open_tree};
+use crate::runtime::state::open_local_state;
 use crate::runtime::topics::{self, TopicKind};
 
 mod backend;
-use backend::{embedded_feed, Embedded, EmbeddedFeed};
+use backend::{embedded_feed, Embedded, EmbeddedFeed, LogCommit};
 
 /// Run the program on the embedded log until its input is drained (`--drain`) or forever.
 pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
@@ -473,7 +472,7 @@ impl TaskRun<EmbeddedFeed> {
         let group = group_name(opts, &spec.name, p);
         let meta = c.groups.get(&group).cloned().unwrap_or(serde_json::Value::Null);
         let positions = positions_of(&spec, p, &meta);
-        Ok(open::open_task(&Embedded { log }, db, spec, p, group, &meta, positions, opts)?.run)
+        open::open_task(&Embedded { log }, db, spec, p, group, &meta, positions, opts)
     }
 
     /// Open a task of `stage` and bring it up to the stage: a task whose last commit ran an
@@ -496,8 +495,9 @@ impl TaskRun<EmbeddedFeed> {
         Ok(t)
     }
 
-    /// Bring a running task (at a commit boundary) up to `stage`. False if its query was
-    /// dropped: the task has queued the deletion of its state and must be committed, then
+    /// Bring a running task (at a commit boundary) up to `stage` ([`open::apply_stage`]); the
+    /// stores its old form had and the new one has not are deleted at once. False if its query
+    /// was dropped: the task has queued the deletion of its state and must be committed, then
     /// forgotten.
     fn apply_stage(
         &mut self,
@@ -506,31 +506,17 @@ impl TaskRun<EmbeddedFeed> {
         db: &sled::Db,
         opts: &RunOptions,
     ) -> Result<bool, RunError> {
-        let p = self.task.partition;
-        let Some(spec) = stage.spec(&self.task.spec.name).cloned() else {
-            self.retire()?;
-            self.control = stage.next;
-            return Ok(false);
-        };
-        self.purge_since(stage)?;
-        let cur = &self.task.spec;
-        if spec.version == cur.version && spec.epoch == cur.epoch {
-            // Only the control-managed tables changed (or a tenant was purged).
-            self.task.globals = stage.tables.clone();
-            self.control = stage.next;
-            self.meta_changed = true;
-            return Ok(true);
+        let feed =
+            |spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>| Ok(embedded_feed(spec, p, log, positions));
+        match open::apply_stage(self, stage, db, opts, &feed)? {
+            Applied::Retired => Ok(false),
+            Applied::Running { gone } => {
+                for (store, changelog) in gone {
+                    sweep(&Embedded { log }, db, &store, &changelog, self.task.partition)?;
+                }
+                Ok(true)
+            }
         }
-        let (restart, fresh) = stage.catch_up(&spec.query, cur.version).unwrap_or_default();
-        let gone = stage.gone_since(&self.task.spec.name, cur.version);
-        if self.upgrade(spec, stage, restart, &fresh, &|name| open_tree(db, name, p), opts)? {
-            let feed = embedded_feed(&self.task.spec, p, log, &self.positions);
-            self.set_feed(feed);
-        }
-        for (store, changelog) in gone {
-            sweep(&Embedded { log }, db, &store, &changelog, p)?;
-        }
-        Ok(true)
     }
 
     /// After an injected fault: drop everything uncommitted and reopen the task from the
@@ -601,75 +587,12 @@ impl TaskRun<EmbeddedFeed> {
 }
 
 impl TaskRun<EmbeddedFeed> {
-    /// Flush and commit (see [`TaskRun::commit_batch`]), then report to the metrics.
-    /// `last`: the final commit of the run, after which local state must be written.
+    /// Commit the task (`runtime::commit`) in one log commit. `last`: the final commit of the
+    /// run, after which local state must be written.
     fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), RunError> {
-        let started = Instant::now();
-        let committed = self.commit_batch(log, opts, close_all, last)?;
-        if let (true, Some(m)) = (committed, &self.metrics) {
-            m.observe_commit(started.elapsed().as_secs_f64());
-        }
-        self.publish();
+        let mut step = LogCommit { log, partitions: opts.config.embedded.partitions.max(1) };
+        commit::commit(&mut step, &mut [self], commit::How { close_all, force: close_all, last })?;
         Ok(())
-    }
-
-    /// Flush and commit (see `runtime::commit`): outputs, changelog records and positions in one
-    /// log commit, then the local state with its checkpoint (every few commits). False if there
-    /// was nothing to commit.
-    fn commit_batch(
-        &mut self,
-        log: &EmbeddedLog,
-        opts: &RunOptions,
-        close_all: bool,
-        last: bool,
-    ) -> Result<bool, RunError> {
-        let p = self.task.partition;
-        let work = self.flush_for_commit(close_all);
-        if !work && !close_all {
-            if last && self.trees.pending.iter().any(|p| p.len() > 0) {
-                let c = log.committed()?;
-                let cps: Vec<Pos> = self.task.spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect();
-                self.trees.write(&cps)?;
-            }
-            return Ok(false);
-        }
-        let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
-        let mut meta_cache: BTreeMap<String, u32> = BTreeMap::new();
-        for o in self.out.drain(..) {
-            let parts = match meta_cache.get(&o.topic) {
-                Some(n) => *n,
-                None => {
-                    let n = log.ensure_topic(&o.topic, opts.config.embedded.partitions.max(1))?.partitions;
-                    meta_cache.insert(o.topic.clone(), n);
-                    n
-                }
-            };
-            let part = o.partition_in(parts);
-            appends.entry((o.topic, part)).or_default().push(o.record);
-        }
-        for (changelog, p, ch) in self.changelog_records() {
-            let rec =
-                Record { key: Some(ch.key.clone()), value: ch.value.clone(), timestamp: ch.timestamp, headers: vec![] };
-            appends.entry((changelog.to_string(), p)).or_default().push(rec);
-        }
-        let meta = self.meta();
-        let list =
-            appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
-        // (No faults in the final commit, so a run always ends.)
-        if !last && self.inject(FailPoint::BeforeLogCommit) {
-            return Ok(false);
-        }
-        let c = log.commit(list, vec![(self.group.clone(), meta)])?;
-        self.mark_committed();
-        if !last && self.inject(FailPoint::AfterLogCommit) {
-            return Ok(work);
-        }
-        let stores = self.task.spec.stores.clone();
-        let wrote = self.stage_local(&|i| c.end(&stores[i].changelog, p), last)?;
-        if wrote && !last && self.inject(FailPoint::AfterStoreWrite) {
-            return Ok(work);
-        }
-        Ok(work)
     }
 }
 

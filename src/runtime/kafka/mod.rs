@@ -38,9 +38,10 @@ use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
 use crate::runtime::hub::{ControlLog, Hub};
-use crate::runtime::open;
+use crate::runtime::open::{self, Applied};
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
 use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
@@ -431,14 +432,8 @@ impl Producer {
     }
 }
 
-/// A task on Kafka with the changelog offsets its local state will be checkpointed at.
-struct KTask {
-    run: TaskRun<KafkaFeed>,
-    /// Per store: the changelog offset after the last committed change.
-    cps: Vec<u64>,
-    /// The same once the commit in progress succeeds.
-    next_cps: Vec<u64>,
-}
+/// A task on Kafka.
+type KTask = TaskRun<KafkaFeed>;
 
 /// Everything an instance runs; owned by the group consumer's context.
 struct Engine {
@@ -585,12 +580,14 @@ impl Engine {
             }
         }
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
-        let opened = open::open_task(self, &self.db, spec, p, group, meta, positions, &self.opts)?;
-        let mut run = opened.run;
+        let mut run = open::open_task(self, &self.db, spec, p, group, meta, positions, &self.opts)?;
+        // Offsets only: a Kafka position has no byte position.
+        for e in run.ends.iter_mut() {
+            e.byte = 0;
+        }
         let meta_version = meta.get("version").and_then(|v| v.as_u64());
         open::catch_up(self, &self.db, &mut run, &self.stage, meta_version, &self.opts)?;
-        let cps: Vec<u64> = opened.checkpoints.iter().map(|c| c.offset).collect();
-        Ok(KTask { run, next_cps: cps.clone(), cps })
+        Ok(run)
     }
 
     fn run_sweeps(&mut self) -> Result<()> {
@@ -606,25 +603,13 @@ impl Engine {
         let seen = (self.hub.ev.next, self.hub.ev.latest().next);
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                t.run.control_seen = seen;
-                if t.run.step(&self.opts, t.run.uncommitted + STEP)? > 0 {
+                t.control_seen = seen;
+                if t.step(&self.opts, t.uncommitted + STEP)? > 0 {
                     worked = true;
                 }
             }
         }
         Ok(worked)
-    }
-
-    fn partition_count(&mut self, topic: &str) -> Result<u32> {
-        if let Some(n) = self.partitions.get(topic) {
-            return Ok(*n);
-        }
-        let n = self
-            .kafka
-            .partitions(topic)?
-            .ok_or_else(|| format!("output topic `{topic}` does not exist on {}", self.kafka.servers()))?;
-        self.partitions.insert(topic.to_string(), n);
-        Ok(n)
     }
 
     /// Commit every task; false if the commit failed and every task went back to its committed
@@ -668,125 +653,30 @@ impl Engine {
     }
 
     fn try_commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<()> {
-        let mut any = false;
-        for tasks in self.units.values_mut() {
-            for t in tasks.iter_mut() {
-                any |= t.run.flush_for_commit(close_all);
-            }
-        }
         let metrics_due = self.last_metrics.elapsed() >= Duration::from_millis(self.opts.config.metrics.interval_ms);
-        if !any && !metrics_due {
-            return Ok(());
-        }
-        if self.eos {
-            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
-        }
-        // Outputs and changelog records, task by task.
-        let mut outputs = Vec::new();
-        for tasks in self.units.values_mut() {
-            for t in tasks.iter_mut() {
-                outputs.append(&mut t.run.out);
-                for (changelog, p, ch) in t.run.changelog_records() {
-                    self.producer.send_parts(changelog, p, Some(&ch.key), ch.value.as_deref(), ch.timestamp, &[])?;
-                }
-            }
-        }
-        for o in outputs {
-            let n = self.partition_count(&o.topic)?;
-            self.producer.send(&o.topic, o.partition_in(n), &o.record)?;
-        }
+        let mut extra = Vec::new();
         if metrics_due {
+            // Flushed first, so that the metrics count what this commit emits.
+            for t in self.units.values_mut().flat_map(|ts| ts.iter_mut()) {
+                t.flush_for_commit(close_all);
+            }
             self.last_metrics = Instant::now();
-            self.write_metrics()?;
+            let topic = format!("{}-metrics", self.opts.app);
+            extra = self.metrics_records().into_iter().map(|r| (topic.clone(), r)).collect();
         }
-        self.producer.flush()?;
-        // Where each changelog ends once this commit is in.
-        let mut delivered: BTreeMap<String, FxHashMap<i32, i64>> = BTreeMap::new();
-        for tasks in self.units.values_mut() {
-            for t in tasks.iter_mut() {
-                let p = t.run.task.partition as i32;
-                t.next_cps = t.cps.clone();
-                for (i, st) in t.run.task.spec.stores.iter().enumerate() {
-                    let d = delivered
-                        .entry(st.changelog.clone())
-                        .or_insert_with(|| self.producer.take_delivered(&st.changelog));
-                    if let Some(o) = d.get(&p) {
-                        t.next_cps[i] = t.next_cps[i].max(*o as u64 + 1);
-                    }
-                }
-            }
-        }
-        // The offsets, each with its tasks' commit records as metadata.
-        let mut tpl = TopicPartitionList::new();
-        for ((topic, p), tasks) in &self.units {
-            let key = format!("{topic}/{p}");
-            let offset = tasks.iter().filter_map(|t| t.run.positions.get(&key)).map(|p| p.offset).min().unwrap_or(0);
-            let meta: serde_json::Map<String, serde_json::Value> = tasks
-                .iter()
-                .map(|t| {
-                    let mut m = t.run.meta();
-                    let ends: serde_json::Map<String, serde_json::Value> = t
-                        .run
-                        .task
-                        .spec
-                        .stores
-                        .iter()
-                        .zip(&t.next_cps)
-                        .map(|(st, o)| (st.name.clone(), serde_json::json!(o)))
-                        .collect();
-                    m["changelogs"] = serde_json::Value::Object(ends);
-                    (t.run.task.spec.name.clone(), m)
-                })
-                .collect();
-            tpl.add_partition_offset(topic, *p as i32, Offset::Offset(offset as i64)).map_err(|e| e.to_string())?;
-            if let Some(mut el) = tpl.find_partition(topic, *p as i32) {
-                el.set_metadata(serde_json::Value::Object(meta).to_string());
-            }
-        }
-        if self.eos {
-            if tpl.count() > 0 {
-                let gm = consumer.group_metadata().ok_or("the consumer has no group metadata")?;
-                self.producer
-                    .inner
-                    .send_offsets_to_transaction(&tpl, &gm, TIMEOUT)
-                    .map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
-            }
-            self.producer
-                .inner
-                .commit_transaction(TIMEOUT)
-                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
-        } else if tpl.count() > 0 {
-            let mut tries = 0;
-            while let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
-                tries += 1;
-                let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
-                if !retriable || tries >= 5 {
-                    return Err(format!("cannot commit offsets: {e}"));
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
-        // Committed. Local state follows, checkpointed at the changelog offsets just written.
-        for tasks in self.units.values_mut() {
-            for t in tasks.iter_mut() {
-                t.cps = t.next_cps.clone();
-                t.run.mark_committed();
-                let cps = &t.cps;
-                t.run.stage_local(&|i| Pos { offset: cps[i], byte: 0 }, false)?;
-                t.run.publish();
-            }
-        }
+        let Engine { units, producer, kafka, partitions, eos, .. } = self;
+        let mut tasks: Vec<&mut KTask> = units.values_mut().flat_map(|ts| ts.iter_mut()).collect();
+        let mut step = TxnCommit { producer, kafka, partitions, consumer, eos: *eos, extra };
+        commit::commit(&mut step, &mut tasks, How { close_all, force: metrics_due, last: false })?;
         Ok(())
     }
 
-    /// One record per task to `<app>-metrics`: its counters and each input's consumer lag.
-    fn write_metrics(&mut self) -> Result<()> {
-        let topic = format!("{}-metrics", self.opts.app);
+    /// One record per task for `<app>-metrics`: its counters and each input's consumer lag.
+    fn metrics_records(&self) -> Vec<Record> {
         let now = run::now_ms();
         let mut recs = Vec::new();
         for tasks in self.units.values() {
-            for t in tasks {
-                let r = &t.run;
+            for r in tasks {
                 let c = &r.task.counters;
                 let mut lag = serde_json::Map::new();
                 let p = r.task.partition as i32;
@@ -818,10 +708,7 @@ impl Engine {
                 });
             }
         }
-        for r in &recs {
-            self.producer.send(&topic, 0, r)?;
-        }
-        Ok(())
+        recs
     }
 
     /// Partitions are being taken away: commit, then close their tasks, keeping local state.
@@ -857,38 +744,16 @@ impl Engine {
         setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
         let mut retired = false;
         let mut sweeps = Vec::new();
+        let (kafka, opts, startup) = (&self.kafka, &self.opts, &self.startup);
+        let feed = |spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>| {
+            feed_for(kafka, opts, startup, spec, p, positions).map_err(RunError::Backend)
+        };
         for ((_, p), tasks) in self.units.iter_mut() {
-            let p = *p;
             for t in tasks.iter_mut() {
-                let r = &mut t.run;
-                let Some(spec) = stage.spec(&r.task.spec.name).cloned() else {
-                    r.retire()?;
-                    r.control = stage.next;
-                    retired = true;
-                    continue;
-                };
-                r.purge_since(&stage)?;
-                if spec.version == r.task.spec.version && spec.epoch == r.task.spec.epoch {
-                    r.task.globals = stage.tables.clone();
-                    r.control = stage.next;
-                    r.meta_changed = true;
-                    continue;
+                match open::apply_stage(t, &stage, &self.db, opts, &feed)? {
+                    Applied::Retired => retired = true,
+                    Applied::Running { gone } => sweeps.extend(gone.into_iter().map(|(s, c)| (s, c, *p))),
                 }
-                let (restart, fresh) = stage.catch_up(&spec.query, r.task.spec.version).unwrap_or_default();
-                sweeps.extend(
-                    stage.gone_since(&r.task.spec.name, r.task.spec.version).into_iter().map(|(s, c)| (s, c, p)),
-                );
-                let old: Vec<String> = r.task.spec.stores.iter().map(|s| s.name.clone()).collect();
-                let db = &self.db;
-                if r.upgrade(spec.clone(), &stage, restart, &fresh, &|name| state::open_tree(db, name, p), &self.opts)?
-                {
-                    let feed = feed_for(&self.kafka, &self.opts, &self.startup, &spec, p, &r.positions)?;
-                    r.set_feed(feed);
-                }
-                let cps: Vec<u64> =
-                    spec.stores.iter().map(|s| old.iter().position(|o| *o == s.name).map_or(0, |i| t.cps[i])).collect();
-                t.cps = cps.clone();
-                t.next_cps = cps;
             }
         }
         // Swept after the next commit, which records that the statement is applied: an owner
@@ -898,7 +763,7 @@ impl Engine {
         let owned: Vec<(String, u32)> = self.units.keys().cloned().collect();
         for (topic, p) in owned {
             let have: BTreeSet<String> =
-                self.units[&(topic.clone(), p)].iter().map(|t| t.run.task.spec.name.clone()).collect();
+                self.units[&(topic.clone(), p)].iter().map(|t| t.task.spec.name.clone()).collect();
             for spec in stage.specs.iter().filter(|s| s.main.topic == topic && !have.contains(&s.name)) {
                 let t = self.open_task(spec.clone(), p, None, &serde_json::Value::Null)?;
                 if let Some(tasks) = self.units.get_mut(&(topic.clone(), p)) {
@@ -910,11 +775,10 @@ impl Engine {
             self.commit(consumer, false)?;
             for tasks in self.units.values_mut() {
                 let (keep, gone): (Vec<KTask>, Vec<KTask>) =
-                    std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.run.task.spec.name).is_some());
+                    std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.task.spec.name).is_some());
                 *tasks = keep;
                 for t in gone {
-                    let r = &t.run;
-                    self.closed.add_from(&r.summary());
+                    self.closed.add_from(&t.summary());
                 }
             }
         }
@@ -930,9 +794,8 @@ impl Engine {
     }
 
     fn close_task(&mut self, mut t: KTask) {
-        let r = &mut t.run;
-        (r.task.counters, r.skipped, r.read) = r.at_commit.clone();
-        self.closed.add_from(&r.summary());
+        (t.task.counters, t.skipped, t.read) = t.at_commit.clone();
+        self.closed.add_from(&t.summary());
     }
 
     /// Back to the last commit: close every task without writing local state (it holds only
@@ -957,45 +820,45 @@ impl Engine {
         }
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                if t.run.uncommitted > 0 || !t.run.out.is_empty() {
+                if t.uncommitted > 0 || !t.out.is_empty() {
                     return Ok(false);
                 }
-                let n = t.run.feed.readers.len();
+                let n = t.feed.readers.len();
                 for i in 0..n {
-                    if t.run.feed.peek(i)? != Next::End {
+                    if t.feed.peek(i)? != Next::End {
                         return Ok(false);
                     }
                 }
                 // At the end, past transaction markers (never delivered): commit that position.
-                let p = t.run.task.partition;
+                let p = t.task.partition;
                 let mut moved = false;
-                for (i, topic) in t.run.feed.topics.iter().enumerate() {
-                    let pos = t.run.positions.entry(format!("{topic}/{p}")).or_default();
-                    if t.run.feed.next[i] > pos.offset {
-                        pos.offset = t.run.feed.next[i];
+                for (i, topic) in t.feed.topics.iter().enumerate() {
+                    let pos = t.positions.entry(format!("{topic}/{p}")).or_default();
+                    if t.feed.next[i] > pos.offset {
+                        pos.offset = t.feed.next[i];
                         moved = true;
                     }
                 }
                 if moved {
-                    t.run.uncommitted = t.run.uncommitted.max(1);
+                    t.uncommitted = t.uncommitted.max(1);
                     return Ok(false);
                 }
                 // Internal inputs: read up to their end as of now.
-                if matches!(t.run.task.spec.main.decode, Decode::Internal { .. }) {
-                    let topic = t.run.task.spec.main.topic.clone();
-                    let p = t.run.task.partition as i32;
-                    let (_, high) = t.run.feed.readers[0]
+                if matches!(t.task.spec.main.decode, Decode::Internal { .. }) {
+                    let topic = t.task.spec.main.topic.clone();
+                    let p = t.task.partition as i32;
+                    let (_, high) = t.feed.readers[0]
                         .fetch_watermarks(&topic, p, TIMEOUT)
                         .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
-                    let pos = t.run.feed.readers[0]
+                    let pos = t.feed.readers[0]
                         .position()
                         .ok()
                         .and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
                     let at = match pos {
                         Some(Offset::Offset(o)) => o,
-                        _ => t.run.feed.next[0] as i64,
+                        _ => t.feed.next[0] as i64,
                     };
-                    if at.max(t.run.feed.next[0] as i64) < high {
+                    if at.max(t.feed.next[0] as i64) < high {
                         return Ok(false);
                     }
                 }
@@ -1037,10 +900,135 @@ impl Engine {
     }
 }
 
+/// The partition count of a topic written to, read once.
+fn partition_count(kafka: &Kafka, partitions: &mut BTreeMap<String, u32>, topic: &str) -> Result<u32> {
+    if let Some(n) = partitions.get(topic) {
+        return Ok(*n);
+    }
+    let n = kafka
+        .partitions(topic)?
+        .ok_or_else(|| format!("output topic `{topic}` does not exist on {}", kafka.servers()))?;
+    partitions.insert(topic.to_string(), n);
+    Ok(n)
+}
+
+/// A main partition's offset metadata: its tasks' commit records by task name.
+type CommitRecords = serde_json::Map<String, serde_json::Value>;
+
+/// Kafka's commit step: the changelog records and outputs produced, and once the broker has
+/// acknowledged them, each main partition's offset committed with its tasks' commit records
+/// (and the changelog ends they reach) as the offset's metadata. Under `exactly_once` all of
+/// it is one transaction.
+struct TxnCommit<'a> {
+    producer: &'a Producer,
+    kafka: &'a Kafka,
+    partitions: &'a mut BTreeMap<String, u32>,
+    consumer: &'a BaseConsumer<GroupCtx>,
+    eos: bool,
+    /// Records of the instance's own (metrics), produced with the commit: (topic, record) to
+    /// partition 0.
+    extra: Vec<(String, Record)>,
+}
+
+impl commit::Commit for TxnCommit<'_> {
+    fn commit(&mut self, shares: Vec<Share<'_>>) -> RunResult<Vec<Vec<Pos>>> {
+        self.commit_text(shares).map_err(RunError::Backend)
+    }
+
+    fn ends_now(&self, _spec: &TaskSpec, _p: u32, known: &[Pos]) -> RunResult<Vec<Pos>> {
+        Ok(known.to_vec())
+    }
+}
+
+impl TxnCommit<'_> {
+    fn commit_text(&mut self, mut shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
+        let producer = self.producer;
+        if self.eos {
+            producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+        }
+        for s in &shares {
+            for (changelog, ch) in s.changelog() {
+                producer.send_parts(changelog, s.partition, Some(&ch.key), ch.value.as_deref(), ch.timestamp, &[])?;
+            }
+        }
+        for s in shares.iter_mut() {
+            for o in std::mem::take(&mut s.outputs) {
+                let n = partition_count(self.kafka, self.partitions, &o.topic)?;
+                producer.send(&o.topic, o.partition_in(n), &o.record)?;
+            }
+        }
+        for (topic, r) in std::mem::take(&mut self.extra) {
+            producer.send(&topic, 0, &r)?;
+        }
+        producer.flush()?;
+        // Where each changelog ends once this commit is in.
+        let mut delivered: BTreeMap<&str, FxHashMap<i32, i64>> = BTreeMap::new();
+        let ends: Vec<Vec<Pos>> = shares
+            .iter()
+            .map(|s| {
+                s.spec
+                    .stores
+                    .iter()
+                    .zip(s.ends)
+                    .map(|(st, end)| {
+                        let d = delivered
+                            .entry(st.changelog.as_str())
+                            .or_insert_with(|| producer.take_delivered(&st.changelog));
+                        let offset = d.get(&(s.partition as i32)).map_or(end.offset, |o| end.offset.max(*o as u64 + 1));
+                        Pos { offset, byte: 0 }
+                    })
+                    .collect()
+            })
+            .collect();
+        // Per main partition: the lowest position of its tasks, with their commit records.
+        let mut units: BTreeMap<(&str, u32), (Option<u64>, CommitRecords)> = BTreeMap::new();
+        for (s, ends) in shares.into_iter().zip(&ends) {
+            let key = format!("{}/{}", s.spec.main.topic, s.partition);
+            let unit = units.entry((s.spec.main.topic.as_str(), s.partition)).or_default();
+            if let Some(pos) = s.positions.get(&key) {
+                unit.0 = Some(unit.0.map_or(pos.offset, |o| o.min(pos.offset)));
+            }
+            let mut meta = s.meta;
+            let changelogs: serde_json::Map<String, serde_json::Value> =
+                s.spec.stores.iter().zip(ends).map(|(st, e)| (st.name.clone(), serde_json::json!(e.offset))).collect();
+            meta["changelogs"] = serde_json::Value::Object(changelogs);
+            unit.1.insert(s.spec.name.clone(), meta);
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, p), (offset, meta)) in units {
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(offset.unwrap_or(0) as i64))
+                .map_err(|e| e.to_string())?;
+            if let Some(mut el) = tpl.find_partition(topic, p as i32) {
+                el.set_metadata(serde_json::Value::Object(meta).to_string());
+            }
+        }
+        if self.eos {
+            if tpl.count() > 0 {
+                let gm = self.consumer.group_metadata().ok_or("the consumer has no group metadata")?;
+                producer
+                    .inner
+                    .send_offsets_to_transaction(&tpl, &gm, TIMEOUT)
+                    .map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
+            }
+            producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+        } else if tpl.count() > 0 {
+            let mut tries = 0;
+            while let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
+                tries += 1;
+                let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
+                if !retriable || tries >= 5 {
+                    return Err(format!("cannot commit offsets: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        Ok(ends)
+    }
+}
+
 /// Write a task's committed changes to sled with the changelog checkpoints.
 fn write_local(t: &mut KTask) -> Result<()> {
-    let cps: Vec<Pos> = t.cps.iter().map(|o| Pos { offset: *o, byte: 0 }).collect();
-    Ok(t.run.trees.write(&cps)?)
+    Ok(t.write_local()?)
 }
 
 /// The readers of a task's inputs from its positions: one consumer per input, so that an
