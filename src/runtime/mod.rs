@@ -5,6 +5,7 @@
 //! two backends, each in a folder of its own, and neither imports the other.
 
 pub(crate) mod agg;
+pub(crate) mod aggregate;
 pub(crate) mod backend;
 pub mod chaos;
 mod commit;
@@ -20,6 +21,7 @@ pub(crate) mod restore;
 pub(crate) mod run;
 pub(crate) mod state;
 pub(crate) mod stream_join;
+pub(crate) mod tables;
 pub mod task;
 pub mod tenant;
 pub mod topics;

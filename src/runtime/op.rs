@@ -1,9 +1,10 @@
 //! What every operator of a task sees: decoded input records, output records, store changes,
-//! per-record errors, the task's counters, and read access to committed state.
+//! per-record errors, the task's counters, and read access to committed state; and what every
+//! stateful operator is ([`Operator`]).
 
 use std::collections::BTreeMap;
 
-use crate::eval::Row;
+use crate::eval::{Row, Tenant};
 use crate::log::Record;
 
 /// One decoded input record.
@@ -98,5 +99,42 @@ impl StoreRead for NoStores {
     }
     fn entries(&self, _: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         Vec::new()
+    }
+}
+
+/// The task's shared state an operator works with while it handles a record or a flush.
+pub(crate) struct Ctx<'a> {
+    pub(crate) counters: &'a mut Counters,
+    /// Why the record being processed is late, if it is.
+    pub(crate) late_reason: &'a mut Option<String>,
+    /// Store changes an operator makes as records arrive (tables, joins, a window kind's own),
+    /// flushed in order at the next commit.
+    pub(crate) changes: &'a mut Vec<Change>,
+    pub(crate) stores: &'a dyn StoreRead,
+}
+
+/// A stateful operator of a task (the aggregate, the stream–stream joins, the table inputs):
+/// it declares the stores it keeps, as the physical plan assigned them, knows how their keys
+/// are laid out, and rebuilds what it holds in memory from them when the task opens (after a
+/// restore) or is rebuilt (a control statement applied). How it handles records, stream time
+/// and flushes is its own: the task calls each where the plan puts it.
+pub(crate) trait Operator {
+    /// The stores it keeps (indices into `TaskSpec::stores`).
+    fn stores(&self) -> &[usize];
+
+    /// Rebuild its in-memory state from the committed stores.
+    fn restore(&mut self, stores: &dyn StoreRead);
+
+    /// In a tenant-scoped task: the tenant a key of one of its stores belongs to.
+    fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]>;
+}
+
+/// A key's bytes as the task's stores hold them: scoped to the record's tenant in a
+/// tenant-scoped task (`tenant_scoped`).
+pub(crate) fn scoped(tenant_scoped: bool, tenant: Option<&Tenant>, kb: Vec<u8>) -> Result<Vec<u8>, RecordError> {
+    match (tenant_scoped, tenant) {
+        (false, _) => Ok(kb),
+        (true, Some(t)) => Ok(crate::runtime::tenant::scope(t, &kb)),
+        (true, None) => Err(RecordError("the record has no tenant".into())),
     }
 }

@@ -14,7 +14,7 @@ use crate::codec::decode_visible;
 use crate::eval::Row;
 use crate::plan::physical::{StreamInput, TaskSpec};
 use crate::runtime::agg::{key_part, store_key};
-use crate::runtime::op::{Change, StoreRead};
+use crate::runtime::op::{Change, Operator, StoreRead};
 use crate::runtime::wire::{decode_key, split_wire, unscope, wire_row, write_record};
 use crate::value::{decode_record, Value};
 
@@ -26,15 +26,37 @@ pub(crate) struct StreamJoins {
     pub(crate) time: i64,
     /// Number of the next main-side row stored (committed).
     pub(crate) seq: u64,
+    spec: Arc<TaskSpec>,
+    /// Per join: its main side's store, then its joined stream's.
+    stores: Vec<usize>,
 }
 
 impl StreamJoins {
-    pub(crate) fn new(streams: usize) -> StreamJoins {
-        StreamJoins { sides: (0..streams).map(|_| JoinState::default()).collect(), time: i64::MIN, seq: 0 }
+    pub(crate) fn new(spec: Arc<TaskSpec>) -> StreamJoins {
+        let stores = spec.streams.iter().flat_map(|si| [si.left_store, si.right_store]).collect();
+        StreamJoins {
+            sides: spec.streams.iter().map(|_| JoinState::default()).collect(),
+            time: i64::MIN,
+            seq: 0,
+            spec,
+            stores,
+        }
+    }
+}
+
+impl Operator for StreamJoins {
+    fn stores(&self) -> &[usize] {
+        &self.stores
+    }
+
+    /// Both sides are keyed by the length-prefixed scoped key, then time and offset.
+    fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]> {
+        crate::runtime::tenant::split(key_part(key)).map(|(t, _)| t)
     }
 
     /// Rebuild both sides of every join from their stores.
-    pub(crate) fn restore(&mut self, spec: &TaskSpec, stores: &dyn StoreRead) {
+    fn restore(&mut self, stores: &dyn StoreRead) {
+        let spec = self.spec.clone();
         for (side, si) in spec.streams.iter().enumerate() {
             let js = &mut self.sides[side];
             *js = JoinState::default();
@@ -56,7 +78,9 @@ impl StreamJoins {
             }
         }
     }
+}
 
+impl StreamJoins {
     /// Stream time moves to `ts`; true if a record at `ts` is late for a join of `within`.
     pub(crate) fn advance(&mut self, ts: i64, within: i64) -> bool {
         self.time = self.time.max(ts);

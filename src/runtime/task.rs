@@ -7,19 +7,18 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
-
-use crate::ast::{EmitMode, Format};
-use crate::codec::{decode_tenanted, decode_visible};
+use crate::ast::Format;
+use crate::codec::decode_tenanted;
 use crate::eval::{eval, Row, Tenant};
 use crate::hir::{self, KeySpec};
 use crate::log::Record;
-use crate::plan::physical::{AggSpec, Decode, Op, StreamInput, TaskSpec};
-use crate::runtime::agg::*;
+use crate::plan::physical::{Decode, Op, StreamInput, TaskSpec};
+use crate::runtime::aggregate::{Aggregate, Emitted};
+use crate::runtime::op::{scoped, Ctx, Operator};
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, StoreRead, TenantCounts};
 use crate::runtime::stream_join::StreamJoins;
+use crate::runtime::tables::TableInputs;
 use crate::runtime::tenant::{self, H_TENANT};
-use crate::runtime::window::{self, Cx, Windowing};
 pub use crate::runtime::wire::decode_key;
 use crate::runtime::wire::{split_wire, wire_row, write_record};
 use crate::types::{RecordType, Type};
@@ -35,19 +34,16 @@ pub const H_VERSION: &str = "streamc.query.version";
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
 
-/// A decoded row of a table input.
-type TableRow = Arc<Vec<Value>>;
-
 pub struct Task {
     pub spec: Arc<TaskSpec>,
     pub partition: u32,
     /// Stream time of the aggregate processor.
     pub stream_time: i64,
     pub counters: Counters,
-    /// The aggregate's record cache.
-    cache: Cache,
-    /// The aggregate's window kind (None: the task has no aggregate).
-    windowing: Option<Box<dyn Windowing>>,
+    /// The aggregate (None: the task has none).
+    aggregate: Option<Aggregate>,
+    /// What the aggregate's last flush emitted (a buffer kept for reuse).
+    emitted: Vec<Emitted>,
     /// Why the record just processed was late (for one or more of its windows), if it was.
     pub late_reason: Option<String>,
     /// The control-managed tables as of the control offset the task applied.
@@ -56,71 +52,56 @@ pub struct Task {
     table_changes: Vec<Change>,
     /// The stream–stream joins: both sides' records, their stream time and row numbering.
     pub(crate) joins: StreamJoins,
-    /// Decoded table rows by (table input, key): each row is decoded once, when it arrives or
-    /// is first read from the store, and joins read it from here.
-    table_rows: FxHashMap<(usize, Vec<u8>), Option<TableRow>>,
+    /// The table inputs.
+    tables: TableInputs,
 }
 
 impl Task {
     pub fn new(spec: Arc<TaskSpec>, partition: u32, stream_time: i64) -> Task {
-        let nstreams = spec.streams.len();
         let counters = Counters { ops_in: vec![0; spec.ops.len() + spec.post.len()], ..Counters::default() };
-        let windowing = spec.agg.as_ref().map(window::for_agg);
+        let aggregate = Aggregate::new(&spec);
+        let joins = StreamJoins::new(spec.clone());
+        let tables = TableInputs::new(spec.clone());
         Task {
             spec,
             partition,
             stream_time,
             counters,
-            cache: Cache::default(),
-            windowing,
+            aggregate,
+            emitted: Vec::new(),
             late_reason: None,
             table_changes: Vec::new(),
             globals: Arc::default(),
-            joins: StreamJoins::new(nstreams),
-            table_rows: FxHashMap::default(),
+            joins,
+            tables,
         }
     }
 
-    /// Rebuild the open-window index from the restored store.
+    /// Rebuild the stateful operators' in-memory state from the restored stores.
     pub fn restore_index(&mut self, stores: &dyn StoreRead) {
-        self.cache.windows.clear();
-        let spec = self.spec.clone();
-        self.joins.restore(&spec, stores);
-        if let (Some(agg), Some(windowing)) = (&spec.agg, self.windowing.as_mut()) {
-            if agg.window.is_some() {
-                // Every open window lives in the cache: a window not in it does not exist, so
-                // the hot path never asks the store.
-                for (k, v) in stores.entries(agg.store) {
-                    if windowing.restore_own(&k, &v, agg) {
-                        continue;
-                    }
-                    if let Ok(e) = decode_entry(&v, agg) {
-                        self.cache.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
-                        windowing.restored(&k, &e);
-                        self.cache.slots.insert(k, Slot::new(Some(e), true));
-                    }
-                }
-                windowing.restored_all();
-            }
+        self.tables.restore(stores);
+        self.joins.restore(stores);
+        if let Some(a) = self.aggregate.as_mut() {
+            a.restore(stores);
         }
+    }
+
+    /// The task's stateful operators.
+    fn operators(&self) -> impl Iterator<Item = &dyn Operator> {
+        let ops: [Option<&dyn Operator>; 3] =
+            [Some(&self.tables), Some(&self.joins), self.aggregate.as_ref().map(|a| a as &dyn Operator)];
+        ops.into_iter().flatten()
+    }
+
+    /// The stateful operator that keeps store `store`.
+    fn owner(&self, store: usize) -> Option<&dyn Operator> {
+        self.operators().find(|op| op.stores().contains(&store))
     }
 
     /// A key's bytes as the task's stores hold them: scoped to the record's tenant in a
     /// tenant-scoped task.
     fn scoped(&self, tenant: Option<&Tenant>, kb: Vec<u8>) -> Result<Vec<u8>, RecordError> {
-        match (self.spec.tenant, tenant) {
-            (false, _) => Ok(kb),
-            (true, Some(t)) => Ok(tenant::scope(t, &kb)),
-            (true, None) => Err(RecordError("the record has no tenant".into())),
-        }
-    }
-
-    /// The tenant of an aggregate's store key (None in a task that is not tenant-scoped).
-    fn agg_tenant(&self, sk: &[u8]) -> Option<Tenant> {
-        if !self.spec.tenant {
-            return None;
-        }
-        tenant::split(key_part(sk)).map(|(t, _)| Arc::from(t))
+        scoped(self.spec.tenant, tenant, kb)
     }
 
     /// The tenant a key of store `store` belongs to, if the task is tenant-scoped (for purges
@@ -129,14 +110,7 @@ impl Task {
         if !self.spec.tenant {
             return None;
         }
-        let kb = if self.spec.tables.iter().any(|t| t.store == store) {
-            // Table stores are keyed by the scoped key bytes themselves.
-            key
-        } else {
-            // Aggregates (windows, sliding-window records) and join stores: length-prefixed.
-            key_part(key.strip_prefix(SLIDE_RECORDS).unwrap_or(key))
-        };
-        tenant::split(kb).map(|(t, _)| t)
+        self.owner(store)?.key_tenant(key)
     }
 
     /// The tenant of a record of one of the task's inputs, if it has a readable one: for
@@ -375,35 +349,7 @@ impl Task {
 
     /// Apply one record of a table input: the table is updated in timestamp order with the stream.
     pub fn process_table(&mut self, table: usize, rec: &Record) -> Result<(), RecordError> {
-        let ti = &self.spec.tables[table];
-        let store = ti.store;
-        let key =
-            rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
-        // Decoded now, so a bad row goes to the dead-letter topic and a join never meets one.
-        let (row, field) = match &rec.value {
-            None => (None, None),
-            Some(v) => {
-                let (row, field) = decode_tenanted(&ti.source, v).map_err(RecordError)?;
-                (Some(Arc::new(row)), field)
-            }
-        };
-        let key = match ti.source.tenant {
-            None => key,
-            Some(_) => {
-                let t = tenant::of_record(&ti.source, field.as_ref(), rec).map_err(RecordError)?;
-                self.counters.tenant(&t).records_in += 1;
-                tenant::scope(&t, &key)
-            }
-        };
-        self.table_rows.insert((table, key.clone()), row);
-        self.table_changes.push(Change {
-            store,
-            key,
-            value: rec.value.clone(),
-            timestamp: rec.timestamp,
-            existed: true,
-        });
-        Ok(())
+        self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes)
     }
 
     /// Run the operators from `spec.ops[start..]` on a row.
@@ -471,7 +417,7 @@ impl Task {
                 Op::JoinTable { table, global, on, left } => {
                     let k = eval(on, &row, &[]).map_err(err)?;
                     let found = match (table, global) {
-                        (Some(t), _) => self.table_row(*t, &k, row.tenant.as_ref(), stores)?.map(|r| (k, r)),
+                        (Some(t), _) => self.tables.row(*t, &k, row.tenant.as_ref(), stores)?.map(|r| (k, r)),
                         // Control-managed tables: as of the control offset the task applied.
                         (None, Some(name)) => {
                             let kb = crate::control::table_key(row.tenant.as_deref(), &k.key_bytes(&on.ty));
@@ -500,69 +446,22 @@ impl Task {
         Ok(())
     }
 
-    /// The current row of a table input for a key: from the decoded rows, else from the store.
-    fn table_row(
-        &mut self,
-        table: usize,
-        key: &Value,
-        tenant: Option<&Tenant>,
-        stores: &dyn StoreRead,
-    ) -> Result<Option<Arc<Vec<Value>>>, RecordError> {
-        let kb = self.scoped(tenant, key.key_bytes(&self.spec.tables[table].source.key_type()))?;
-        let ti = &self.spec.tables[table];
-        if let Some(r) = self.table_rows.get(&(table, kb.clone())) {
-            return Ok(r.clone());
-        }
-        let row = match stores.get(ti.store, &kb) {
-            Some(b) => Some(Arc::new(decode_visible(&ti.source, &b).map_err(RecordError)?)),
-            None => None,
-        };
-        if self.table_rows.len() >= 200_000 {
-            // Bounded: every row is also in the store.
-            self.table_rows.clear();
-        }
-        self.table_rows.insert((table, kb), row.clone());
-        Ok(row)
-    }
-
     fn aggregate(&mut self, row: Row, ts: i64, stores: &dyn StoreRead) -> Result<(), RecordError> {
-        let spec = self.spec.clone();
-        let Some(agg) = &spec.agg else { return Ok(()) };
-        let err = |e: String| RecordError(e);
-        let mut group = Vec::with_capacity(agg.group.len());
-        for g in &agg.group {
-            group.push(eval(g, &row, &[]).map_err(err)?);
-        }
-        if group.iter().any(Value::is_null) {
-            return Err(RecordError("the group key is null".into()));
-        }
-        let key = if group.len() == 1 { group[0].clone() } else { Value::List(Arc::new(group.clone())) };
-        let mut args: Vec<Vec<Value>> = Vec::with_capacity(agg.aggs.len());
-        for a in &agg.aggs {
-            let mut v = Vec::with_capacity(a.args.len());
-            for e in &a.args {
-                v.push(eval(e, &row, &[]).map_err(err)?);
-            }
-            args.push(v);
-        }
-        let kb = self.scoped(row.tenant.as_ref(), key.key_bytes(&agg.key_ty))?;
-        self.stream_time = self.stream_time.max(ts);
-        let Some(windowing) = self.windowing.as_mut() else { return Ok(()) };
-        let mut cx = Cx {
-            agg,
-            cache: &mut self.cache,
-            stream_time: self.stream_time,
+        let Some(agg) = self.aggregate.as_mut() else { return Ok(()) };
+        let mut cx = Ctx {
             counters: &mut self.counters,
             late_reason: &mut self.late_reason,
             changes: &mut self.table_changes,
             stores,
         };
-        windowing.add(&mut cx, group, kb, ts, args)
+        agg.add(row, ts, &mut self.stream_time, &mut cx)
     }
 
-    /// Flush the record cache: the store changes (for the changelog and the local store) and the
-    /// downstream records, in first-change order; then close the windows stream time has passed.
-    /// `close_all` closes every window (end of a finite input with `--close-windows-at-end`).
+    /// Flush the operators: the aggregate's record cache (the store changes, for the changelog
+    /// and the local store, and the downstream records, in first-change order; then the windows
+    /// stream time has passed), after the store changes tables and joins made since the last
+    /// flush. `close_all` closes every window (end of a finite input with
+    /// `--close-windows-at-end`).
     pub fn flush(
         &mut self,
         out: &mut Vec<Output>,
@@ -571,21 +470,14 @@ impl Task {
         stores: &dyn StoreRead,
     ) -> Vec<RecordError> {
         let mut errors = Vec::new();
-        if let (Some(agg), Some(windowing)) = (self.spec.agg.clone(), self.windowing.as_mut()) {
-            if close_all && agg.window.is_some() {
-                // `--close-windows-at-end`: stream time moves past every window, for good.
-                self.stream_time = i64::MAX;
-            }
-            let mut cx = Cx {
-                agg: &agg,
-                cache: &mut self.cache,
-                stream_time: self.stream_time,
+        if let Some(agg) = self.aggregate.as_mut() {
+            let mut cx = Ctx {
                 counters: &mut self.counters,
                 late_reason: &mut self.late_reason,
                 changes: &mut self.table_changes,
                 stores,
             };
-            windowing.advance(&mut cx);
+            agg.advance(&mut self.stream_time, close_all, &mut cx);
         }
         if close_all && !self.spec.streams.is_empty() {
             // `--close-windows-at-end`: every join window closes; left joins emit their
@@ -598,139 +490,43 @@ impl Task {
             }
         }
         changes.append(&mut self.table_changes);
+        let Some(agg) = self.aggregate.as_mut() else { return errors };
+        let mut emitted = std::mem::take(&mut self.emitted);
+        agg.flush(self.stream_time, changes, &mut emitted);
+        // The aggregate's results run down the rest of the query.
         let spec = self.spec.clone();
-        let Some(agg) = &spec.agg else { return errors };
-        let close = match &agg.window {
-            Some(w) => self.stream_time.saturating_sub(w.grace.0),
-            None => i64::MIN,
-        };
-        let dirty = std::mem::take(&mut self.cache.dirty);
-        for sk in dirty {
-            let Some(slot) = self.cache.slots.get_mut(&sk) else { continue };
-            slot.dirty = false;
-            if slot.deleted {
-                // A session merged into another: deleted from the store and downstream.
-                let (stored, emitted) = (slot.stored, slot.emitted);
-                let old = self.cache.slots.remove(&sk).and_then(|s| s.entry);
-                let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
-                if stored {
-                    changes.push(Change {
-                        store: agg.store,
-                        key: sk.clone(),
-                        value: None,
-                        timestamp: ts,
-                        existed: true,
-                    });
-                }
-                if emitted && agg.emit == EmitMode::Changes {
-                    if let Some(old) = &old {
-                        self.tombstone(old, self.agg_tenant(&sk), out);
+        for e in emitted.drain(..) {
+            match e {
+                Emitted::Row(row, ts) => {
+                    if let Err(e) = self.run_ops(&spec.post, spec.ops.len(), row, ts, out, &NoStores) {
+                        errors.push(e);
                     }
                 }
-                continue;
-            }
-            // Taken out of its slot while it is written and emitted (no copy), then put back.
-            let Some(entry) = slot.entry.take() else { continue };
-            // A window that closes in this flush and was never stored needs neither a store
-            // write nor a tombstone: the state after the commit does not hold it.
-            if slot.stored || entry.end.saturating_add(agg.gap) > close {
-                let existed = std::mem::replace(&mut slot.stored, true);
-                changes.push(Change {
-                    store: agg.store,
-                    key: sk.clone(),
-                    value: Some(encode_entry(&entry, agg)),
-                    timestamp: entry.max_ts,
-                    existed,
-                });
-            }
-            let changes = agg.emit == EmitMode::Changes;
-            slot.emitted |= changes;
-            let emitted = if changes { self.emit(agg, &entry, self.agg_tenant(&sk), out) } else { Ok(()) };
-            if let Some(slot) = self.cache.slots.get_mut(&sk) {
-                slot.entry = Some(entry);
-            }
-            if let Err(e) = emitted {
-                errors.push(e);
+                Emitted::Error(e) => errors.push(e),
+                Emitted::Deleted { key, start, end, ts, tenant } => self.tombstone(key, start, end, ts, tenant, out),
             }
         }
-        if agg.window.is_some() {
-            while let Some((end, _)) = self.cache.windows.first() {
-                if *end > close {
-                    break;
-                }
-                let Some((_, sk)) = self.cache.windows.pop_first() else { break };
-                if let Some(w) = self.windowing.as_mut() {
-                    w.closed(&sk);
-                }
-                let (entry, stored) = match self.cache.slots.remove(&sk) {
-                    Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
-                    _ => (None, false),
-                };
-                if agg.emit == EmitMode::Final {
-                    if let Some(e) = &entry {
-                        if let Err(err) = self.emit(agg, e, self.agg_tenant(&sk), out) {
-                            errors.push(err);
-                        }
-                    }
-                }
-                // Expired by stream time: deleted locally and in the changelog (a tombstone).
-                if stored {
-                    changes.push(Change {
-                        store: agg.store,
-                        key: sk,
-                        value: None,
-                        timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
-                        existed: true,
-                    });
-                }
-            }
-        }
-        // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
-        if agg.window.is_none() && self.cache.slots.len() > 200_000 {
-            self.cache.slots.retain(|_, s| s.dirty);
-        }
+        self.emitted = emitted;
         errors
-    }
-
-    fn emit(
-        &mut self,
-        agg: &AggSpec,
-        e: &AggEntry,
-        tenant: Option<Tenant>,
-        out: &mut Vec<Output>,
-    ) -> Result<(), RecordError> {
-        let mut value = Vec::with_capacity(2 + e.group.len() + e.states.len());
-        if agg.window.is_some() {
-            value.push(Value::Ts(e.start));
-            value.push(Value::Ts(e.end));
-        }
-        value.extend(e.group.iter().cloned());
-        for (a, st) in agg.aggs.iter().zip(&e.states) {
-            value.push(state_result(a, st).map_err(RecordError)?);
-        }
-        let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
-        let spec = self.spec.clone();
-        let stores = NoStores;
-        self.run_ops(&spec.post, spec.ops.len(), Row { key, value, joined: vec![], tenant }, e.max_ts, out, &stores)
     }
 }
 
 impl Task {
     /// Delete a merged-away session downstream: a tombstone for its key, the session's bounds in
     /// headers, written by the query's sink (filters and projections do not apply to deletions).
-    fn tombstone(&mut self, e: &AggEntry, tenant: Option<Tenant>, out: &mut Vec<Output>) {
+    #[allow(clippy::too_many_arguments)]
+    fn tombstone(&mut self, key: Value, start: i64, end: i64, ts: i64, tenant: Option<Tenant>, out: &mut Vec<Output>) {
         let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else {
             return;
         };
-        let key = if e.group.len() == 1 { e.group[0].clone() } else { Value::List(Arc::new(e.group.clone())) };
         let mut headers = out_headers(self.spec.version, tenant.as_deref());
-        headers.push((H_WINDOW_START.to_string(), e.start.to_string().into_bytes()));
-        headers.push((H_WINDOW_END.to_string(), e.end.to_string().into_bytes()));
+        headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
+        headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
         let key = output_key(&key, key_ty, tenant.as_deref());
         out.push(Output {
             topic: topic.clone(),
             partition: None,
-            record: Record { key, value: None, timestamp: e.max_ts, headers },
+            record: Record { key, value: None, timestamp: ts, headers },
         });
         self.counters.records_out += 1;
     }
@@ -845,4 +641,56 @@ fn sink_record(
         },
     };
     Ok(Output { topic: topic.to_string(), partition: None, record: Record { key, value, timestamp: ts, headers } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every store the physical plan gives a task is declared by exactly one of the task's
+    /// stateful operators, for every program of the runtime corpus and the examples (an
+    /// operator type that forgot one would leave its keys without a layout for purges and
+    /// per-tenant counts).
+    #[test]
+    fn every_store_has_exactly_one_operator() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(root.join("tests/runs"))
+            .unwrap()
+            .map(|e| e.unwrap().path().join("program.stream"))
+            .filter(|p| p.exists())
+            .collect();
+        files.extend(
+            std::fs::read_dir(root.join("examples"))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "stream")),
+        );
+        files.sort();
+        assert!(files.len() >= 20, "found only {} programs", files.len());
+        let mut stores = 0;
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            let program = crate::compile(&text).unwrap_or_else(|d| panic!("{}: {d:?}", f.display()));
+            let topo = crate::plan::lower(&program, "app");
+            for spec in crate::plan::physical::specs(&program, &topo).unwrap() {
+                let spec = Arc::new(spec);
+                let task = Task::new(spec.clone(), 0, i64::MIN);
+                let ops: Vec<&dyn Operator> = task.operators().collect();
+                for (i, st) in spec.stores.iter().enumerate() {
+                    let owners = ops.iter().filter(|op| op.stores().contains(&i)).count();
+                    assert_eq!(owners, 1, "{}: store {} of {} has {owners} operators", f.display(), st.name, spec.name);
+                    stores += 1;
+                }
+                let declared: usize = ops.iter().map(|op| op.stores().len()).sum();
+                assert_eq!(
+                    declared,
+                    spec.stores.len(),
+                    "{}: {} declares stores it does not have",
+                    f.display(),
+                    spec.name
+                );
+            }
+        }
+        assert!(stores > 20, "only {stores} stores seen");
+    }
 }

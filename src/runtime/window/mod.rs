@@ -2,8 +2,9 @@
 //! ([`Cache`]), in a file of its own. A kind assigns a record to its windows (creating,
 //! updating, merging them), keeps whatever index of its own it needs (sessions per key, the
 //! recent records of sliding windows), forgets a window stream time closed, and rebuilds its
-//! index from the store after a restore. Closing windows by stream time, emitting and writing
-//! the store are the aggregate's (`Task::flush`), the same for every kind.
+//! index from the store after a restore. Closing windows by stream time, results and writing
+//! the store are the aggregate's ([`crate::runtime::aggregate::Aggregate::flush`]), the same
+//! for every kind.
 //!
 //! Adding a window kind: its syntax and checks in the front end (`ast::WindowKind`), then one
 //! file here and one arm in [`for_agg`], and a case in `tests/runs/`.

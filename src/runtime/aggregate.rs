@@ -1,0 +1,271 @@
+//! The aggregate operator (`group by … [window …] aggregate { … }`): its record cache, its
+//! window kind ([`Windowing`], one type per kind in `runtime/window/`), and its one store.
+//!
+//! A record updates the entries of its key's windows in the cache. A flush writes every entry
+//! changed since the last flush to the store (one change per key and window, in first-change
+//! order), hands the task the result rows to emit (`emit changes`), and closes the windows
+//! stream time has passed, less the grace period (their result rows with `emit final`, and a
+//! store tombstone). A session merged into another is deleted from the store and, if it was
+//! emitted, downstream. The task runs what it gets back down the query's chain after the
+//! aggregate (`TaskSpec::post`), in order.
+
+use std::sync::Arc;
+
+use crate::ast::EmitMode;
+use crate::eval::{eval, Row, Tenant};
+use crate::plan::physical::{AggSpec, TaskSpec};
+use crate::runtime::agg::{decode_entry, encode_entry, key_part, state_result, AggEntry, Cache, Slot, SLIDE_RECORDS};
+use crate::runtime::op::{scoped, Change, Ctx, Operator, RecordError, StoreRead};
+use crate::runtime::tenant;
+use crate::runtime::window::{self, Cx, Windowing};
+use crate::value::Value;
+
+/// What a flush of the aggregate gives the task, in order.
+pub(crate) enum Emitted {
+    /// A result row at its time (the entry's latest event time), for the chain after the
+    /// aggregate.
+    Row(Row, i64),
+    /// A result that could not be computed.
+    Error(RecordError),
+    /// A merged-away session, deleted downstream: a tombstone for its key at the query's sink,
+    /// the session's bounds in headers.
+    Deleted { key: Value, start: i64, end: i64, ts: i64, tenant: Option<Tenant> },
+}
+
+/// The aggregate of a task.
+pub(crate) struct Aggregate {
+    spec: AggSpec,
+    /// Its one store.
+    stores: [usize; 1],
+    /// Keys are scoped to their tenant (a tenant-scoped task).
+    tenant_scoped: bool,
+    cache: Cache,
+    windowing: Box<dyn Windowing>,
+}
+
+impl Aggregate {
+    /// The aggregate of a task, if its sub-topology has one.
+    pub(crate) fn new(spec: &TaskSpec) -> Option<Aggregate> {
+        let agg = spec.agg.clone()?;
+        let windowing = window::for_agg(&agg);
+        Some(Aggregate {
+            stores: [agg.store],
+            spec: agg,
+            tenant_scoped: spec.tenant,
+            cache: Cache::default(),
+            windowing,
+        })
+    }
+
+    /// Add a record: its group key and aggregate arguments evaluated, then its windows updated.
+    /// `stream_time` moves to the record's time if it is later.
+    pub(crate) fn add(&mut self, row: Row, ts: i64, stream_time: &mut i64, cx: &mut Ctx) -> Result<(), RecordError> {
+        let agg = &self.spec;
+        let err = |e: String| RecordError(e);
+        let mut group = Vec::with_capacity(agg.group.len());
+        for g in &agg.group {
+            group.push(eval(g, &row, &[]).map_err(err)?);
+        }
+        if group.iter().any(Value::is_null) {
+            return Err(RecordError("the group key is null".into()));
+        }
+        let key = if group.len() == 1 { group[0].clone() } else { Value::List(Arc::new(group.clone())) };
+        let mut args: Vec<Vec<Value>> = Vec::with_capacity(agg.aggs.len());
+        for a in &agg.aggs {
+            let mut v = Vec::with_capacity(a.args.len());
+            for e in &a.args {
+                v.push(eval(e, &row, &[]).map_err(err)?);
+            }
+            args.push(v);
+        }
+        let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), key.key_bytes(&agg.key_ty))?;
+        *stream_time = (*stream_time).max(ts);
+        let mut wcx = window_cx(&self.spec, &mut self.cache, *stream_time, cx);
+        self.windowing.add(&mut wcx, group, kb, ts, args)
+    }
+
+    /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
+    /// window, for good; the window kind drops what no window can need any more.
+    pub(crate) fn advance(&mut self, stream_time: &mut i64, close_all: bool, cx: &mut Ctx) {
+        if close_all && self.spec.window.is_some() {
+            *stream_time = i64::MAX;
+        }
+        let mut wcx = window_cx(&self.spec, &mut self.cache, *stream_time, cx);
+        self.windowing.advance(&mut wcx);
+    }
+}
+
+/// What the window kind works with: the aggregate's spec and cache, and the task's context.
+fn window_cx<'a>(agg: &'a AggSpec, cache: &'a mut Cache, stream_time: i64, cx: &'a mut Ctx) -> Cx<'a> {
+    {
+        Cx {
+            agg,
+            cache,
+            stream_time,
+            counters: &mut *cx.counters,
+            late_reason: &mut *cx.late_reason,
+            changes: &mut *cx.changes,
+            stores: cx.stores,
+        }
+    }
+}
+
+impl Aggregate {
+    /// Flush the record cache at `stream_time`: store changes to `changes`, what to emit to
+    /// `emitted`, in first-change order; then close the windows stream time has passed.
+    pub(crate) fn flush(&mut self, stream_time: i64, changes: &mut Vec<Change>, emitted: &mut Vec<Emitted>) {
+        let agg = &self.spec;
+        let close = match &agg.window {
+            Some(w) => stream_time.saturating_sub(w.grace.0),
+            None => i64::MIN,
+        };
+        let emit_changes = agg.emit == EmitMode::Changes;
+        let scoped = self.tenant_scoped;
+        let dirty = std::mem::take(&mut self.cache.dirty);
+        for sk in dirty {
+            let Some(slot) = self.cache.slots.get_mut(&sk) else { continue };
+            slot.dirty = false;
+            if slot.deleted {
+                // A session merged into another: deleted from the store and downstream.
+                let (stored, was_emitted) = (slot.stored, slot.emitted);
+                let old = self.cache.slots.remove(&sk).and_then(|s| s.entry);
+                let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
+                if stored {
+                    changes.push(Change {
+                        store: agg.store,
+                        key: sk.clone(),
+                        value: None,
+                        timestamp: ts,
+                        existed: true,
+                    });
+                }
+                if let (true, true, Some(old)) = (was_emitted, emit_changes, old) {
+                    emitted.push(Emitted::Deleted {
+                        key: group_value(&old.group),
+                        start: old.start,
+                        end: old.end,
+                        ts: old.max_ts,
+                        tenant: tenant_of(scoped, &sk),
+                    });
+                }
+                continue;
+            }
+            let Some(entry) = slot.entry.as_ref() else { continue };
+            // A window that closes in this flush and was never stored needs neither a store
+            // write nor a tombstone: the state after the commit does not hold it.
+            if slot.stored || entry.end.saturating_add(agg.gap) > close {
+                let existed = std::mem::replace(&mut slot.stored, true);
+                changes.push(Change {
+                    store: agg.store,
+                    key: sk.clone(),
+                    value: Some(encode_entry(entry, agg)),
+                    timestamp: entry.max_ts,
+                    existed,
+                });
+            }
+            slot.emitted |= emit_changes;
+            if emit_changes {
+                emitted.push(result(agg, entry, tenant_of(scoped, &sk)));
+            }
+        }
+        if agg.window.is_some() {
+            while let Some((end, _)) = self.cache.windows.first() {
+                if *end > close {
+                    break;
+                }
+                let Some((_, sk)) = self.cache.windows.pop_first() else { break };
+                self.windowing.closed(&sk);
+                let (entry, stored) = match self.cache.slots.remove(&sk) {
+                    Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
+                    _ => (None, false),
+                };
+                if agg.emit == EmitMode::Final {
+                    if let Some(e) = &entry {
+                        emitted.push(result(agg, e, tenant_of(scoped, &sk)));
+                    }
+                }
+                // Expired by stream time: deleted locally and in the changelog (a tombstone).
+                if stored {
+                    changes.push(Change {
+                        store: agg.store,
+                        key: sk,
+                        value: None,
+                        timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
+                        existed: true,
+                    });
+                }
+            }
+        }
+        // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
+        if agg.window.is_none() && self.cache.slots.len() > 200_000 {
+            self.cache.slots.retain(|_, s| s.dirty);
+        }
+    }
+}
+
+/// The tenant of a store key (None in a task that is not tenant-scoped).
+fn tenant_of(tenant_scoped: bool, sk: &[u8]) -> Option<Tenant> {
+    if !tenant_scoped {
+        return None;
+    }
+    tenant::split(key_part(sk)).map(|(t, _)| Arc::from(t))
+}
+
+impl Operator for Aggregate {
+    fn stores(&self) -> &[usize] {
+        &self.stores
+    }
+
+    /// Windows (and a sliding window's records) are keyed by the length-prefixed scoped key.
+    fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]> {
+        tenant::split(key_part(key.strip_prefix(SLIDE_RECORDS).unwrap_or(key))).map(|(t, _)| t)
+    }
+
+    /// Every open window lives in the cache: a window not in it does not exist, so the hot path
+    /// never asks the store. An unwindowed aggregate reads its entries from the store on demand.
+    fn restore(&mut self, stores: &dyn StoreRead) {
+        self.cache.windows.clear();
+        let agg = &self.spec;
+        if agg.window.is_none() {
+            return;
+        }
+        for (k, v) in stores.entries(agg.store) {
+            if self.windowing.restore_own(&k, &v, agg) {
+                continue;
+            }
+            if let Ok(e) = decode_entry(&v, agg) {
+                self.cache.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
+                self.windowing.restored(&k, &e);
+                self.cache.slots.insert(k, Slot::new(Some(e), true));
+            }
+        }
+        self.windowing.restored_all();
+    }
+}
+
+/// The key of a result: the group value, or the list of group values.
+fn group_value(group: &[Value]) -> Value {
+    if group.len() == 1 {
+        group[0].clone()
+    } else {
+        Value::List(Arc::new(group.to_vec()))
+    }
+}
+
+/// The result row of an entry: window bounds (windowed), the group values, then each
+/// aggregate's result.
+fn result(agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>) -> Emitted {
+    let mut value = Vec::with_capacity(2 + e.group.len() + e.states.len());
+    if agg.window.is_some() {
+        value.push(Value::Ts(e.start));
+        value.push(Value::Ts(e.end));
+    }
+    value.extend(e.group.iter().cloned());
+    for (a, st) in agg.aggs.iter().zip(&e.states) {
+        match state_result(a, st) {
+            Ok(v) => value.push(v),
+            Err(e) => return Emitted::Error(RecordError(e)),
+        }
+    }
+    Emitted::Row(Row { key: group_value(&e.group), value, joined: vec![], tenant }, e.max_ts)
+}

@@ -1,0 +1,117 @@
+//! The table inputs of a task (`join <table>` on a co-partitioned table topic): each table's
+//! store holds its latest row per key, updated in timestamp order with the stream; joins read
+//! decoded rows from a bounded cache in front of the store.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::codec::{decode_tenanted, decode_visible};
+use crate::eval::Tenant;
+use crate::log::Record;
+use crate::plan::physical::TaskSpec;
+use crate::runtime::op::{scoped, Change, Counters, Operator, RecordError, StoreRead};
+use crate::runtime::tenant;
+use crate::value::Value;
+
+/// A decoded row of a table input.
+pub(crate) type TableRow = Arc<Vec<Value>>;
+
+/// Decoded rows kept in memory before the cache is dropped (every row is also in the store).
+const CACHED_ROWS: usize = 200_000;
+
+/// Every table input of a task.
+pub(crate) struct TableInputs {
+    spec: Arc<TaskSpec>,
+    stores: Vec<usize>,
+    /// Decoded rows by (table input, key as the store holds it): each row is decoded once,
+    /// when it arrives or is first read from the store.
+    rows: FxHashMap<(usize, Vec<u8>), Option<TableRow>>,
+}
+
+impl TableInputs {
+    pub(crate) fn new(spec: Arc<TaskSpec>) -> TableInputs {
+        let stores = spec.tables.iter().map(|t| t.store).collect();
+        TableInputs { spec, stores, rows: FxHashMap::default() }
+    }
+
+    /// Apply one record of table input `table` (a record without a value deletes its key). The
+    /// row is decoded now, so that a bad row goes to the dead-letter topic and a join never
+    /// meets one.
+    pub(crate) fn apply(
+        &mut self,
+        table: usize,
+        rec: &Record,
+        counters: &mut Counters,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), RecordError> {
+        let ti = &self.spec.tables[table];
+        let key =
+            rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
+        let (row, field) = match &rec.value {
+            None => (None, None),
+            Some(v) => {
+                let (row, field) = decode_tenanted(&ti.source, v).map_err(RecordError)?;
+                (Some(Arc::new(row)), field)
+            }
+        };
+        let key = match ti.source.tenant {
+            None => key,
+            Some(_) => {
+                let t = tenant::of_record(&ti.source, field.as_ref(), rec).map_err(RecordError)?;
+                counters.tenant(&t).records_in += 1;
+                tenant::scope(&t, &key)
+            }
+        };
+        self.rows.insert((table, key.clone()), row);
+        changes.push(Change {
+            store: ti.store,
+            key,
+            value: rec.value.clone(),
+            timestamp: rec.timestamp,
+            existed: true,
+        });
+        Ok(())
+    }
+
+    /// The current row of table input `table` for a key: from the decoded rows, else from the
+    /// store.
+    pub(crate) fn row(
+        &mut self,
+        table: usize,
+        key: &Value,
+        tenant: Option<&Tenant>,
+        stores: &dyn StoreRead,
+    ) -> Result<Option<TableRow>, RecordError> {
+        let ti = &self.spec.tables[table];
+        let kb = scoped(self.spec.tenant, tenant, key.key_bytes(&ti.source.key_type()))?;
+        if let Some(r) = self.rows.get(&(table, kb.clone())) {
+            return Ok(r.clone());
+        }
+        let row = match stores.get(ti.store, &kb) {
+            Some(b) => Some(Arc::new(decode_visible(&ti.source, &b).map_err(RecordError)?)),
+            None => None,
+        };
+        if self.rows.len() >= CACHED_ROWS {
+            self.rows.clear();
+        }
+        self.rows.insert((table, kb), row.clone());
+        Ok(row)
+    }
+}
+
+impl Operator for TableInputs {
+    fn stores(&self) -> &[usize] {
+        &self.stores
+    }
+
+    /// Rows are read from the stores on demand: nothing to rebuild but the cache to drop.
+    fn restore(&mut self, _stores: &dyn StoreRead) {
+        self.rows.clear();
+    }
+
+    /// Table stores are keyed by the scoped key bytes themselves.
+    fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]> {
+        tenant::split(key).map(|(t, _)| t)
+    }
+}
