@@ -20,8 +20,17 @@ pub struct Config {
     pub late: Late,
     pub instance: Instance,
     pub metrics: MetricsConfig,
+    pub topics: Topics,
     /// librdkafka properties, passed through unchanged.
     pub kafka: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Topics {
+    /// Topics a query may write to although they are reserved (`__…`, internal topics of this
+    /// or another application): each named exactly.
+    pub allow_internal_sinks: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -382,6 +382,8 @@ pub struct Evaluator {
     pub next: u64,
     /// The program as of `next`. Older stages are not kept: tasks always move to the latest.
     current: Arc<Stage>,
+    /// Reserved topics a query may write to nonetheless (`topics.allow_internal_sinks`).
+    allowed_sinks: Vec<String>,
 }
 
 impl Evaluator {
@@ -404,7 +406,29 @@ impl Evaluator {
         let stage =
             build_stage(app, 0, 0, Arc::new(program), Arc::new(queries), Arc::new(Tables::new()), Arc::new(Vec::new()))
                 .map_err(|e| format!("the program cannot run: {e}"))?;
-        Ok(Evaluator { app: app.to_string(), trusted, seqs: BTreeMap::new(), next: 0, current: Arc::new(stage) })
+        Ok(Evaluator {
+            app: app.to_string(),
+            trusted,
+            seqs: BTreeMap::new(),
+            next: 0,
+            current: Arc::new(stage),
+            allowed_sinks: Vec::new(),
+        })
+    }
+
+    /// Let queries write to these reserved topics (`topics.allow_internal_sinks`); a statement
+    /// whose query writes to any other reserved topic ([`plan::reserved_sink`]) is rejected.
+    pub fn allow_sinks(mut self, allowed: &[String]) -> Evaluator {
+        self.allowed_sinks = allowed.to_vec();
+        self
+    }
+
+    /// Refuse a query that writes to a reserved topic.
+    fn check_sink(&self, q: &hir::Query) -> Result<(), String> {
+        match plan::reserved_sink(&q.sink.topic, &self.current.topo, &self.allowed_sinks) {
+            Some(why) => Err(format!("query `{}` writes to `{}`, {why}", q.name, q.sink.topic)),
+            None => Ok(()),
+        }
     }
 
     pub fn latest(&self) -> &Arc<Stage> {
@@ -611,6 +635,7 @@ impl Evaluator {
             Control::NewQuery(q) => {
                 st.kind = Some("query".into());
                 st.target = Some(q.name.clone());
+                self.check_sink(&q)?;
                 version = self.next;
                 let body = match &ast.body {
                     crate::ast::StatementBody::NewQuery(a) => span_text(a.span),
@@ -630,6 +655,7 @@ impl Evaluator {
             Control::Replace { query: q, mode } => {
                 st.kind = Some("replace".into());
                 st.target = Some(q.name.clone());
+                self.check_sink(&q)?;
                 let old_topo = &latest.topo;
                 let mut next_prog = prog.clone();
                 if let Some(slot) = next_prog.queries.iter_mut().find(|x| x.name == q.name) {

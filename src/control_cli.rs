@@ -62,7 +62,7 @@ impl Topics {
             }
             Topics::Kafka(k) => {
                 k.ensure_topic_with(topic, 1, &control::topic_configs(topic))?;
-                k.produce(topic, &records.into_iter().map(|r| (0, r)).collect::<Vec<_>>())
+                Ok(k.produce(topic, &records.into_iter().map(|r| (0, r)).collect::<Vec<_>>())?)
             }
         }
     }
@@ -118,7 +118,8 @@ pub fn running(t: &Topics, app: &str, cfg: &config::Config, file: &Path) -> Resu
             d.first().map(|d| d.message.clone()).unwrap_or_default()
         )
     })?;
-    let mut ev = Evaluator::new(app, program, &text, control::trusted_keys(&cfg.control.trusted_keys)?)?;
+    let mut ev = Evaluator::new(app, program, &text, control::trusted_keys(&cfg.control.trusted_keys)?)?
+        .allow_sinks(&cfg.topics.allow_internal_sinks);
     let statuses = control::evaluate_all(&mut ev, &control_records(t, app)?);
     Ok((ev, statuses))
 }
@@ -259,9 +260,8 @@ pub fn control_cmd(
     if check {
         let (ev, _) = running(&t, &app, cfg, file)?;
         let program = &ev.latest().program;
-        if let Err(d) =
-            syntax::parse_statement(statement).and_then(|ast| streamc::check::check_statement(program, &ast, statement))
-        {
+        let allowed = &cfg.topics.allow_internal_sinks;
+        if let Err(d) = streamc::plan::check_statement_text(program, statement, &app, allowed) {
             eprint!("{}", diag::render(&d, "<statement>", statement, crate::render_options()));
             eprintln!(
                 "error: the statement does not compile against the running program of `{app}`; nothing was posted"

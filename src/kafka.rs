@@ -62,7 +62,56 @@ impl rdkafka::producer::ProducerContext for Deliveries {
     }
 }
 
-type Result<T> = std::result::Result<T, String>;
+/// An error of the Kafka client layer, with what was being done. The messages are the ones
+/// users see.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    /// A call of the Kafka client (librdkafka) failed.
+    #[error("{doing}: {source}")]
+    Client {
+        doing: String,
+        #[source]
+        source: KafkaError,
+    },
+    /// The broker answered one item of a request (a topic, a group) with an error code.
+    #[error("{doing}: {code:?}")]
+    Refused { doing: String, code: RDKafkaErrorCode },
+    /// A client call failed, with nothing to add to its error.
+    #[error(transparent)]
+    Bare(#[from] KafkaError),
+    /// The process itself (a runtime, a file): `doing` says what could not be done.
+    #[error("{doing}: {source}")]
+    Io {
+        doing: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The cluster is not as streamc needs it (a missing topic, refused records, an open
+    /// transaction holding a partition): the message says how.
+    #[error("{0}")]
+    State(String),
+}
+
+/// A client error while doing `doing`.
+pub(crate) fn client(doing: impl Into<String>) -> impl FnOnce(KafkaError) -> BrokerError {
+    let doing = doing.into();
+    move |source| BrokerError::Client { doing, source }
+}
+
+/// An I/O error while doing `doing`.
+pub(crate) fn io(doing: impl Into<String>) -> impl FnOnce(std::io::Error) -> BrokerError {
+    let doing = doing.into();
+    move |source| BrokerError::Io { doing, source }
+}
+
+/// The CLI prints errors as text.
+impl From<BrokerError> for String {
+    fn from(e: BrokerError) -> String {
+        e.to_string()
+    }
+}
+
+type Result<T> = std::result::Result<T, BrokerError>;
 
 /// Records read (partition, record) and the end offset of each partition they were read to.
 pub type Read = (Vec<(u32, Stored)>, Vec<i64>);
@@ -94,15 +143,15 @@ impl Kafka {
 
     /// The partition count of a topic, or None if it does not exist.
     pub fn partitions(&self, topic: &str) -> Result<Option<u32>> {
-        let consumer: BaseConsumer = self.config().create().map_err(|e| format!("Kafka client: {e}"))?;
+        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
         let md = consumer
             .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(|e| format!("cannot read metadata of `{topic}` from {}: {e}", self.servers()))?;
+            .map_err(client(format!("cannot read metadata of `{topic}` from {}", self.servers())))?;
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
         match t.error() {
             None => Ok(Some(t.partitions().len() as u32)),
             Some(e) if RDKafkaErrorCode::from(e) == RDKafkaErrorCode::UnknownTopicOrPartition => Ok(None),
-            Some(e) => Err(format!("topic `{topic}`: {:?}", RDKafkaErrorCode::from(e))),
+            Some(e) => Err(BrokerError::Refused { doing: format!("topic `{topic}`"), code: RDKafkaErrorCode::from(e) }),
         }
     }
 
@@ -117,22 +166,21 @@ impl Kafka {
         if let Some(n) = self.partitions(topic)? {
             return Ok(n);
         }
-        let admin: AdminClient<DefaultClientContext> =
-            self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
+        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
         let mut t = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
         for (k, v) in configs {
             t = t.set(k, v);
         }
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
         let results = rt
             .block_on(admin.create_topics(&[t], &AdminOptions::new().operation_timeout(Some(TIMEOUT))))
-            .map_err(|e| format!("cannot create topic `{topic}` on {}: {e}", self.servers()))?;
+            .map_err(client(format!("cannot create topic `{topic}` on {}", self.servers())))?;
         for r in results {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => return Err(format!("cannot create topic `{name}`: {code:?}")),
+                Err((name, code)) => {
+                    return Err(BrokerError::Refused { doing: format!("cannot create topic `{name}`"), code })
+                }
             }
         }
         // Metadata catches up with the creation shortly after.
@@ -142,50 +190,54 @@ impl Kafka {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Err(format!("topic `{topic}` was created but does not show in the metadata of {}", self.servers()))
+        Err(BrokerError::State(format!(
+            "topic `{topic}` was created but does not show in the metadata of {}",
+            self.servers()
+        )))
     }
 
     /// Every topic's name.
     pub fn topic_names(&self) -> Result<Vec<String>> {
-        let consumer: BaseConsumer = self.config().create().map_err(|e| format!("Kafka client: {e}"))?;
+        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
         let md = consumer
             .fetch_metadata(None, TIMEOUT)
-            .map_err(|e| format!("cannot read metadata from {}: {e}", self.servers()))?;
+            .map_err(client(format!("cannot read metadata from {}", self.servers())))?;
         Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
     }
 
     /// Delete topics and a consumer group (`run --reset`); waits until the topics are gone.
     pub fn delete(&self, topics: &[String], group: &str) -> Result<()> {
-        let admin: AdminClient<DefaultClientContext> =
-            self.config().create().map_err(|e| format!("Kafka admin client: {e}"))?;
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
         let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         if !names.is_empty() {
             for r in rt
                 .block_on(admin.delete_topics(&names, &opts))
-                .map_err(|e| format!("cannot delete topics on {}: {e}", self.servers()))?
+                .map_err(client(format!("cannot delete topics on {}", self.servers())))?
             {
                 match r {
                     Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
-                    Err((name, code)) => return Err(format!("cannot delete topic `{name}`: {code:?}")),
+                    Err((name, code)) => {
+                        return Err(BrokerError::Refused { doing: format!("cannot delete topic `{name}`"), code })
+                    }
                 }
             }
         }
         for r in rt
             .block_on(admin.delete_groups(&[group], &opts))
-            .map_err(|e| format!("cannot delete group `{group}` on {}: {e}", self.servers()))?
+            .map_err(client(format!("cannot delete group `{group}` on {}", self.servers())))?
         {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::GroupIdNotFound)) => {}
                 Err((_, RDKafkaErrorCode::NonEmptyGroup)) => {
-                    return Err(format!(
+                    return Err(BrokerError::State(format!(
                         "group `{group}` still has members: stop every instance of the application before `--reset`"
-                    ))
+                    )))
                 }
-                Err((g, code)) => return Err(format!("cannot delete group `{g}`: {code:?}")),
+                Err((g, code)) => {
+                    return Err(BrokerError::Refused { doing: format!("cannot delete group `{g}`"), code })
+                }
             }
         }
         for _ in 0..300 {
@@ -195,7 +247,7 @@ impl Kafka {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        Err(format!("the deleted topics still show in the metadata of {}", self.servers()))
+        Err(BrokerError::State(format!("the deleted topics still show in the metadata of {}", self.servers())))
     }
 
     /// Write records to their partitions and wait until the broker has them all. A record the
@@ -203,7 +255,7 @@ impl Kafka {
     /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
         let producer: BaseProducer<Deliveries> =
-            self.config().create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?;
+            self.config().create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?;
         for (p, r) in records {
             let mut headers = OwnedHeaders::new();
             for (k, v) in &r.headers {
@@ -223,21 +275,21 @@ impl Kafka {
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
                         producer.poll(Duration::from_millis(50));
                     }
-                    Err((e, _)) => return Err(format!("cannot produce to `{topic}`: {e}")),
+                    Err((e, _)) => return Err(client(format!("cannot produce to `{topic}`"))(e)),
                 }
             }
             producer.poll(Duration::ZERO);
         }
-        producer.flush(TIMEOUT).map_err(|e| format!("cannot deliver to `{topic}` on {}: {e}", self.servers()))?;
+        producer.flush(TIMEOUT).map_err(client(format!("cannot deliver to `{topic}` on {}", self.servers())))?;
         let failed = producer.context().failed.load(Ordering::Relaxed);
         let first = producer.context().first.lock().unwrap_or_else(|p| p.into_inner()).take();
         match first {
             Some(e) => {
-                Err(format!(
+                Err(BrokerError::State(format!(
                     "{failed} of {} records of this batch were refused by {} (records before them may have been written); the first: {e}",
                     records.len(),
                     self.servers()
-                ))
+                )))
             }
             None => Ok(()),
         }
@@ -257,13 +309,15 @@ impl Kafka {
     }
 
     fn read_parts(&self, topic: &str, from_beginning: bool, only: Option<u32>, partial_ok: bool) -> Result<Read> {
-        let n = self.partitions(topic)?.ok_or_else(|| format!("no topic `{topic}` on {}", self.servers()))?;
+        let n = self
+            .partitions(topic)?
+            .ok_or_else(|| BrokerError::State(format!("no topic `{topic}` on {}", self.servers())))?;
         let mut config = self.config();
         config
             .set("group.id", "streamc-consume")
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed");
-        let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
         let mut tpl = TopicPartitionList::new();
         let mut ends = Vec::new();
         for p in 0..n {
@@ -274,12 +328,12 @@ impl Kafka {
             }
             let (low, high) = consumer
                 .fetch_watermarks(topic, p as i32, TIMEOUT)
-                .map_err(|e| format!("cannot read the offsets of `{topic}` partition {p}: {e}"))?;
+                .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
             let from = if from_beginning { low } else { high };
-            tpl.add_partition_offset(topic, p as i32, Offset::Offset(from)).map_err(|e| e.to_string())?;
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(from))?;
             ends.push((from, high));
         }
-        consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+        consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
         let mut out: Vec<Vec<(u32, Stored)>> = (0..n).map(|_| Vec::new()).collect();
         let done = |out: &Vec<Vec<(u32, Stored)>>, ends: &Vec<(i64, i64)>| {
             // Under read_committed the last offsets may be transaction markers, never delivered.
@@ -291,7 +345,7 @@ impl Kafka {
                 None => {
                     // Under read_committed the last offsets may be transaction markers, which
                     // are never delivered but do move the consumer's position past them.
-                    let pos = consumer.position().map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+                    let pos = consumer.position().map_err(client(format!("cannot read `{topic}`")))?;
                     let at_end = ends.iter().enumerate().all(|(p, (from, high))| {
                         let read = out[p].last().map_or(*from, |(_, s)| s.offset as i64 + 1);
                         let at = match pos.find_partition(topic, p as i32).map(|e| e.offset()) {
@@ -307,12 +361,14 @@ impl Kafka {
                     if idle > 150 {
                         // (After 30 s without a record, an open transaction holds the rest.)
                         if !partial_ok {
-                            return Err(format!("cannot read `{topic}` to its end: an open transaction holds it"));
+                            return Err(BrokerError::State(format!(
+                                "cannot read `{topic}` to its end: an open transaction holds it"
+                            )));
                         }
                         break;
                     }
                 }
-                Some(Err(e)) => return Err(format!("cannot read `{topic}`: {e}")),
+                Some(Err(e)) => return Err(client(format!("cannot read `{topic}`"))(e)),
                 Some(Ok(m)) => {
                     idle = 0;
                     let p = m.partition() as u32;
@@ -333,16 +389,16 @@ impl Kafka {
             .set("group.id", "streamc-consume")
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed");
-        let consumer: BaseConsumer = config.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
         let mut tpl = TopicPartitionList::new();
         for (p, o) in next.iter().enumerate() {
-            tpl.add_partition_offset(topic, p as i32, Offset::Offset(*o)).map_err(|e| e.to_string())?;
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(*o))?;
         }
-        consumer.assign(&tpl).map_err(|e| format!("cannot read `{topic}`: {e}"))?;
+        consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
         loop {
             match consumer.poll(Duration::from_millis(500)) {
                 None => {}
-                Some(Err(e)) => return Err(format!("cannot read `{topic}`: {e}")),
+                Some(Err(e)) => return Err(client(format!("cannot read `{topic}`"))(e)),
                 Some(Ok(m)) => {
                     let s = stored(&m);
                     if !f(m.partition() as u32, &s) {

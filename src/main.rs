@@ -12,7 +12,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use streamc::diag::{self, RenderOptions};
 use streamc::explain::{self, ExplainFormat};
-use streamc::{check, config, hir, plan, syntax};
+use streamc::{config, hir, plan};
 
 mod control_cli;
 
@@ -251,6 +251,19 @@ pub(crate) fn compile_file(path: &Path, text: &str) -> Option<hir::Program> {
     }
 }
 
+/// Print the diagnostics of queries that write to reserved topics (`plan::reserved_sinks`) in
+/// application `app`; true if there were any.
+fn refuse_reserved_sinks(path: &Path, text: &str, p: &hir::Program, app: &str, cfg: &config::Config) -> bool {
+    let diags = plan::reserved_sinks(p, app, &cfg.topics.allow_internal_sinks);
+    if diags.is_empty() {
+        return false;
+    }
+    eprint!("{}", diag::render(&diags, &path.display().to_string(), text, render_options()));
+    let n = diags.len();
+    eprintln!("error: {} has {} error{}", path.display(), n, if n == 1 { "" } else { "s" });
+    true
+}
+
 fn run(cli: Cli) -> Result<ExitCode, String> {
     let cfg = load_config(&cli.global)?;
     match cli.command {
@@ -273,6 +286,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     failed = true;
                     continue;
                 };
+                // (A file whose name is no application id checks as a program alone.)
+                let app = config::application_id(&cfg, f).ok();
+                if app.as_deref().is_some_and(|app| refuse_reserved_sinks(f, &text, &p, app, &cfg)) {
+                    failed = true;
+                    continue;
+                }
                 let streams = p.sources.iter().filter(|s| s.kind == hir::SourceKind::Stream).count();
                 println!(
                     "{}: ok ({} stream{}, {} table{}, {} quer{})",
@@ -285,7 +304,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     if p.queries.len() == 1 { "y" } else { "ies" }
                 );
                 if let Some(stmt) = &statement {
-                    match syntax::parse_statement(stmt).and_then(|ast| check::check_statement(&p, &ast, stmt)) {
+                    let app = app.as_deref().unwrap_or("app");
+                    let checked = plan::check_statement_text(&p, stmt, app, &cfg.topics.allow_internal_sinks);
+                    match checked {
                         Ok(_) => println!("statement: ok"),
                         Err(diags) => {
                             eprint!("{}", diag::render(&diags, "<statement>", stmt, render_options()));
@@ -391,6 +412,9 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     let text = read(file)?;
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
+    if refuse_reserved_sinks(file, &text, &p, &app, &cfg) {
+        return Ok(ExitCode::from(1));
+    }
     let on_kafka = cfg.kafka.contains_key("bootstrap.servers");
     if on_kafka {
         if !inputs.is_empty() {
@@ -517,7 +541,7 @@ fn produce(
                     .enumerate()
                     .flat_map(|(p, r)| std::mem::take(r).into_iter().map(move |x| (p as u32, x)))
                     .collect();
-                k.produce(topic, &recs)
+                Ok(k.produce(topic, &recs)?)
             }
             (_, Some(l)) => {
                 let appends = batch

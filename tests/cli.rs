@@ -141,3 +141,57 @@ fn check_a_control_statement_against_a_program() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("E0700"), "{}", stderr(&o));
 }
+
+/// A query may not write into Kafka's own topics, the application's internal topics, or a
+/// topic named like another application's internal topics: `check` and `run` refuse the
+/// program with E0505 at its `to`, `check --statement` the statement; a topic listed in
+/// `topics.allow_internal_sinks` is allowed.
+#[test]
+fn writing_into_internal_topics_is_refused_unless_allowed() {
+    let dir = temp_dir("reserved");
+    let program = |sink: &str| {
+        format!(
+            "stream events from \"events\" {{\n  key user\n  value json {{ user: string, ts: timestamp }}\n  time ts\n}}\n\
+             query out {{\n  from events\n  select {{ user }}\n  to \"{sink}\"\n}}\n"
+        )
+    };
+    let file = dir.join("shop.stream");
+    let state = dir.join("state");
+    for (sink, why) in [
+        ("__consumer_offsets", "a topic of Kafka itself"),
+        ("shop-control", "this application's control topic"),
+        ("shop-control-status", "this application's control status topic"),
+        ("shop-dlq", "this application's dead letters topic"),
+        ("shop-metrics", "this application's metrics topic"),
+        ("billing-totals-aggregate-changelog", "named like a store's changelog"),
+        ("billing-by-user-repartition", "named like a repartition topic"),
+        ("billing-control", "named like a control topic"),
+    ] {
+        std::fs::write(&file, program(sink)).unwrap();
+        let f = file.to_str().unwrap();
+        let o = streamc(&["check", f]);
+        assert_eq!(o.status.code(), Some(1), "{sink}: {}", stderr(&o));
+        assert!(stderr(&o).contains("E0505") && stderr(&o).contains(why), "{sink}: {}", stderr(&o));
+        let o = streamc(&["--state-dir", state.to_str().unwrap(), "run", f, "--drain"]);
+        assert_eq!(o.status.code(), Some(1), "{sink}: {}", stderr(&o));
+        assert!(stderr(&o).contains(why), "{sink}: {}", stderr(&o));
+    }
+    // Allowed when listed, and only the topic listed.
+    std::fs::write(&file, program("__audit")).unwrap();
+    let f = file.to_str().unwrap();
+    let o = streamc(&["check", f, "--set", "topics.allow_internal_sinks=[__audit]"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = streamc(&["check", f, "--set", "topics.allow_internal_sinks=[__other]"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // Other names are the user's own: `-metrics` or `-late` of another application, a name
+    // that only contains a reserved word.
+    for sink in ["page-metrics", "orders-late", "changelog-of-orders", "control"] {
+        std::fs::write(&file, program(sink)).unwrap();
+        let o = streamc(&["check", file.to_str().unwrap()]);
+        assert!(o.status.success(), "{sink}: {}", stderr(&o));
+    }
+    // A statement that adds a query writing into the control topic.
+    let o = streamc(&["check", f, "--statement", "query loop { from events select { user } to \"shop-control\" }"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("E0505"), "{}", stderr(&o));
+}

@@ -6,8 +6,8 @@
 mod common;
 
 use common::control::{
-    changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped, scenario,
-    trades, two_inputs, Env,
+    changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped,
+    reserved_sink_statement_rejected, scenario, trades, two_inputs, Env,
 };
 use common::embedded::temp_dir;
 
@@ -129,4 +129,11 @@ fn a_query_added_while_stopped_reads_from_the_start() {
     let dir = temp_dir("control-new");
     let env = Env::new(&dir, "newq", vec![]);
     new_query_while_stopped(&env);
+}
+
+#[test]
+fn a_statement_writing_into_an_internal_topic_is_rejected() {
+    let dir = temp_dir("control-reserved");
+    let env = Env::new(&dir, "resv", vec![]);
+    reserved_sink_statement_rejected(&env);
 }

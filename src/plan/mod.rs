@@ -13,6 +13,9 @@
 //! [`physical::TaskSpec`] per sub-topology.
 
 pub mod physical;
+pub mod reserved;
+
+pub use reserved::{check_statement_text, reserved_sink, reserved_sink_diagnostic, reserved_sinks};
 
 use petgraph::algo::{is_cyclic_directed, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -228,13 +231,7 @@ pub fn lower(program: &hir::Program, app: &str) -> Topology {
             });
         }
     }
-    for (name, role) in [
-        ("dlq", TopicRole::DeadLetter),
-        ("late", TopicRole::Late),
-        ("control", TopicRole::Control),
-        ("control-status", TopicRole::ControlStatus),
-        ("metrics", TopicRole::Metrics),
-    ] {
+    for (name, role) in reserved::APP_TOPICS {
         l.topic(format!("{app}-{name}"), role, Partitions::Fixed(1), role == TopicRole::ControlStatus);
     }
     debug_assert!(!is_cyclic_directed(&l.graph), "queries lower to a DAG");

@@ -105,6 +105,7 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
             fault |= t.inject(FailPoint::BeforeLogCommit);
         }
         if fault {
+            publish(tasks);
             return Ok(false);
         }
     }
@@ -124,11 +125,9 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
         })
         .collect();
     let ends = backend.commit(shares)?;
-    let seconds = started.elapsed().as_secs_f64();
+    // Whose commit carried something (`mark_committed` takes it), for the latency histogram.
+    let worked: Vec<bool> = tasks.iter().map(|t| t.work).collect();
     for (t, ends) in tasks.iter_mut().zip(ends) {
-        if let (true, Some(m)) = (t.work, &t.metrics) {
-            m.observe_commit(seconds);
-        }
         t.mark_committed(ends);
         if !how.last && t.inject(FailPoint::AfterLogCommit) {
             continue;
@@ -136,6 +135,13 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
         let wrote = t.stage_local(how.last)?;
         if wrote && !how.last {
             t.inject(FailPoint::AfterStoreWrite);
+        }
+    }
+    // The whole commit, local state included.
+    let seconds = started.elapsed().as_secs_f64();
+    for (t, worked) in tasks.iter().zip(worked) {
+        if let (true, Some(m)) = (worked, &t.metrics) {
+            m.observe_commit(seconds);
         }
     }
     publish(tasks);

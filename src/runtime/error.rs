@@ -52,9 +52,9 @@ pub enum RunError {
     /// The control log: trusted keys, the program as statements left it.
     #[error("{0}")]
     Control(String),
-    /// A backend's own error, in its words (the Kafka backend's are not typed yet).
-    #[error("{0}")]
-    Backend(String),
+    /// A backend's own error (the Kafka backend's `kafka::BrokerError`), as it says it.
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// A sled error while doing `doing`.

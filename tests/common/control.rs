@@ -662,3 +662,39 @@ pub fn consume_headers(
         })
         .collect()
 }
+
+/// A statement adding a query that writes into the application's own control topic: `control`
+/// refuses to post it; posted anyway (`--no-check`), the application rejects it with the reason
+/// and runs on (a following statement is applied).
+pub fn reserved_sink_statement_rejected(env: &Env) {
+    let (a, _) = two_inputs(&env.dir, 50, 3, (3, 4));
+    let program = env.program.to_str().unwrap().to_string();
+    env.produce_trades(&a);
+    env.run(&["run", &program, "--drain"]);
+    let control_topic = control::control_topic(&env.app);
+    let q = format!("query feedback {{ from trades select {{ ticker }} to \"{control_topic}\" }}");
+    let (out, ok) = env.control(&q, &[]);
+    assert!(!ok && out.contains("E0505") && out.contains("nothing was posted"), "{out}");
+    let (out, ok) = env.control(&q, &["--no-check"]);
+    assert!(ok, "{out}");
+    let small = format!(
+        "query small {{ from trades where size < 100 select {{ ticker, size }} to \"{}\" }}",
+        env.topic("small")
+    );
+    let (out, ok) = env.control(&small, &[]);
+    assert!(ok, "{out}");
+    env.run(&["run", &program, "--drain"]);
+    let statuses = env.statuses();
+    let rejected: Vec<&serde_json::Value> =
+        statuses.values().filter(|s| s["statement"].as_str().is_some_and(|t| t.contains("feedback"))).collect();
+    assert_eq!(rejected.len(), 1, "{statuses:?}");
+    assert_eq!(rejected[0]["accepted"], false, "{:?}", rejected[0]);
+    let reason = rejected[0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("this application's control topic"), "{reason}");
+    let applied = statuses
+        .values()
+        .any(|s| s["statement"].as_str().is_some_and(|t| t.contains("query small")) && s["accepted"] == true);
+    assert!(applied, "{statuses:?}");
+    let want = trades(&a).into_iter().filter(|t| t.2 < 100).count();
+    assert_eq!(env.consume_versions("small").len(), want);
+}

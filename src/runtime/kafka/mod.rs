@@ -33,7 +33,7 @@ use rustc_hash::FxHashMap;
 use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::kafka::{stored, Deliveries, Kafka};
+use crate::kafka::{client, io, stored, BrokerError, Deliveries, Kafka};
 use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
@@ -48,8 +48,25 @@ use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
 use crate::runtime::topics::{self, TopicError, TopicKind};
 
-type Result<T> = std::result::Result<T, String>;
-type RunResult<T> = std::result::Result<T, RunError>;
+type Result<T> = std::result::Result<T, RunError>;
+
+/// The Kafka backend's errors reach the core as its own, typed.
+impl From<BrokerError> for RunError {
+    fn from(e: BrokerError) -> RunError {
+        RunError::Backend(Box::new(e))
+    }
+}
+
+impl From<KafkaError> for RunError {
+    fn from(e: KafkaError) -> RunError {
+        BrokerError::from(e).into()
+    }
+}
+
+/// An error the cluster's state causes (`BrokerError::State`).
+fn state_error(message: String) -> RunError {
+    BrokerError::State(message).into()
+}
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// Records a task processes before the loop turns to the next task.
@@ -61,7 +78,11 @@ const RESTORE_WAIT: Duration = Duration::from_secs(120);
 const MAX_FAILED_COMMITS: u32 = 10;
 
 /// Run the program on Kafka until `--drain` finds the input processed, or forever.
-pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary> {
+pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> std::result::Result<Summary, String> {
+    run_typed(program, opts).map_err(|e| e.to_string())
+}
+
+fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let kafka = Kafka::new(&opts.config.kafka);
     // The control log first, read in full: tasks start with the program as of its end.
     let mut hub = Hub::new(program, opts)?;
@@ -78,11 +99,10 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         .map(|o| o + 1)
         .max()
         .unwrap_or(0);
-    let control_reader: BaseConsumer =
-        reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+    let control_reader: BaseConsumer = reader_config(&kafka, opts).create().map_err(client("Kafka consumer"))?;
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&control_topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
-    control_reader.assign(&tpl).map_err(|e| format!("cannot read `{control_topic}`: {e}"))?;
+    tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
+    control_reader.assign(&tpl).map_err(client(format!("cannot read `{control_topic}`")))?;
     poll_control(&kafka, &control_reader, &mut hub, &opts.app, true)?;
     hub.verbose = true;
     let stage = hub.ev.latest().clone();
@@ -93,13 +113,13 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
     // The start-up end of every partition of every external input: `--drain` stops there.
     let mut startup = BTreeMap::new();
-    let probe: BaseConsumer = reader_config(&kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+    let probe: BaseConsumer = reader_config(&kafka, opts).create().map_err(client("Kafka consumer"))?;
     let external: BTreeSet<String> = specs.iter().flat_map(|s| external_inputs(s)).collect();
     for t in &external {
         for p in 0..kafka.partitions(t)?.unwrap_or(0) {
             let (_, high) = probe
                 .fetch_watermarks(t, p as i32, TIMEOUT)
-                .map_err(|e| format!("cannot read the end offsets of `{t}` partition {p}: {e}"))?;
+                .map_err(client(format!("cannot read the end offsets of `{t}` partition {p}")))?;
             startup.insert((t.clone(), p), high.max(0) as u64);
         }
     }
@@ -141,9 +161,9 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         cfg.set("group.instance.id", id);
     }
     let consumer: BaseConsumer<GroupCtx> =
-        cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(|e| format!("Kafka consumer: {e}"))?;
+        cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(client("Kafka consumer"))?;
     let topics: Vec<&str> = main_topics.iter().map(String::as_str).collect();
-    consumer.subscribe(&topics).map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
+    consumer.subscribe(&topics).map_err(client(format!("cannot subscribe to {topics:?}")))?;
     eprintln!(
         "instance {instance} of `{}` joining group `{}` on {} ({})",
         opts.app,
@@ -154,7 +174,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
     // SIGTERM or SIGINT: commit, write local state and leave the group.
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| format!("cannot handle signals: {e}"))?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(io("cannot handle signals"))?;
     }
     let mut idle = false;
     let mut windows_closed = false;
@@ -162,7 +182,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
         loop {
             match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
                 Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => {
-                    return Err("the Kafka consumer hit a fatal error".to_string())
+                    return Err(state_error("the Kafka consumer hit a fatal error".to_string()))
                 }
                 Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
                 // Fetched before its partition was paused: the task's own reader reads it.
@@ -247,10 +267,10 @@ fn instance_name(opts: &RunOptions) -> Result<String> {
             return Ok(s.trim().to_string());
         }
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
     let seed = format!("{}-{}-{:?}", run::now_ms(), std::process::id(), dir);
     let name = format!("i{:016x}", crate::runtime::chaos::fnv(seed.as_bytes()));
-    std::fs::write(&path, &name).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(&path, &name).map_err(io(format!("cannot write {}", path.display())))?;
     Ok(name)
 }
 
@@ -258,11 +278,11 @@ fn instance_name(opts: &RunOptions) -> Result<String> {
 /// missing source, co-partitioned inputs with different counts, or an internal topic with the
 /// wrong count are errors naming the topic.
 fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>]) -> Result<()> {
-    let plan = topics::plan(program, topo, specs, &mut |t| k.partitions(t), None).map_err(|e| match e {
+    let plan = topics::plan(program, topo, specs, &mut |t| Ok(k.partitions(t)?), None).map_err(|e| match e {
         TopicError::MissingSource { .. } => {
-            format!("{e} on {}; create it first (streamc produce creates topics)", k.servers())
+            state_error(format!("{e} on {}; create it first (streamc produce creates topics)", k.servers()))
         }
-        e => e.to_string(),
+        e => e.into(),
     })?;
     topics::apply(&plan, &mut |t| {
         // Changelogs are compacted, never deleted by time; repartition topics keep their
@@ -272,9 +292,9 @@ fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc
             TopicKind::Repartition => &[("retention.ms", "-1")],
             _ => &[],
         };
-        k.ensure_topic_with(&t.name, t.partitions, configs)
-    })
-    .map_err(|e| e.to_string())
+        Ok(k.ensure_topic_with(&t.name, t.partitions, configs)?)
+    })?;
+    Ok(())
 }
 
 /// The consumer group's context: it owns the engine, so that a revocation can commit and close
@@ -352,7 +372,7 @@ impl Producer {
             }
         }
         let mut p = Producer {
-            inner: config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?,
+            inner: config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?,
             eos,
             config,
         };
@@ -363,15 +383,14 @@ impl Producer {
     fn init(&mut self) -> Result<()> {
         if self.eos {
             // Fences any earlier producer with this transactional.id (a killed predecessor).
-            self.inner.init_transactions(TIMEOUT).map_err(|e| format!("cannot initialize transactions: {e}"))?;
+            self.inner.init_transactions(TIMEOUT).map_err(client("cannot initialize transactions"))?;
         }
         Ok(())
     }
 
     /// After a fatal error (fenced, …): a new producer with the same transactional.id.
     fn recreate(&mut self) -> Result<()> {
-        self.inner =
-            self.config.create_with_context(Deliveries::default()).map_err(|e| format!("Kafka producer: {e}"))?;
+        self.inner = self.config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?;
         self.init()
     }
 
@@ -412,16 +431,16 @@ impl Producer {
                     self.inner.poll(Duration::from_millis(10));
                     rec = back;
                 }
-                Err((e, _)) => return Err(format!("cannot produce to `{topic}`: {e}")),
+                Err((e, _)) => return Err(client(format!("cannot produce to `{topic}`"))(e).into()),
             }
         }
     }
 
     /// Wait until every record sent is acknowledged; the first delivery failure is an error.
     fn flush(&self) -> Result<()> {
-        self.inner.flush(TIMEOUT).map_err(|e| format!("cannot deliver the commit's records: {e}"))?;
+        self.inner.flush(TIMEOUT).map_err(client("cannot deliver the commit's records"))?;
         match self.inner.context().first.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(e) => Err(e),
+            Some(e) => Err(state_error(e)),
             None => Ok(()),
         }
     }
@@ -454,7 +473,7 @@ struct Engine {
     /// Assigned, not opened yet.
     assigned: Vec<(String, u32)>,
     /// An error from inside a rebalance callback, for the main loop.
-    error: Option<String>,
+    error: Option<RunError>,
     /// The run failed: nothing may be committed any more (closing the consumer revokes).
     failed: bool,
     /// The group has given this instance an assignment (possibly empty) at least once.
@@ -496,7 +515,7 @@ impl Engine {
         }
         let committed = consumer
             .committed_offsets(tpl, TIMEOUT)
-            .map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+            .map_err(client(format!("cannot read the committed offsets of group `{}`", self.opts.app)))?;
         // A task committed by an instance that had read more of the control log: catch up
         // first, so the task never runs an older form of its query than it committed with.
         let newest = committed
@@ -626,7 +645,7 @@ impl Engine {
             Err(e) => {
                 self.failed_commits += 1;
                 if self.failed_commits >= MAX_FAILED_COMMITS {
-                    return Err(format!("{MAX_FAILED_COMMITS} commits failed in a row; the last: {e}"));
+                    return Err(state_error(format!("{MAX_FAILED_COMMITS} commits failed in a row; the last: {e}")));
                 }
                 eprintln!("commit failed ({e}); the tasks resume from their last commit");
                 if self.eos {
@@ -746,7 +765,7 @@ impl Engine {
         let mut sweeps = Vec::new();
         let (kafka, opts, startup) = (&self.kafka, &self.opts, &self.startup);
         let feed = |spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>| {
-            feed_for(kafka, opts, startup, spec, p, positions).map_err(RunError::Backend)
+            feed_for(kafka, opts, startup, spec, p, positions)
         };
         for ((_, p), tasks) in self.units.iter_mut() {
             for t in tasks.iter_mut() {
@@ -786,7 +805,7 @@ impl Engine {
         if mains != self.subscribed {
             let topics: Vec<&str> = mains.iter().map(String::as_str).collect();
             eprintln!("the program's main inputs changed: subscribing to {topics:?} (a rebalance)");
-            consumer.subscribe(&topics).map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
+            consumer.subscribe(&topics).map_err(client(format!("cannot subscribe to {topics:?}")))?;
             self.main_external = mains.iter().filter(|t| self.startup.keys().any(|(x, _)| x == *t)).cloned().collect();
             self.subscribed = mains;
         }
@@ -849,7 +868,7 @@ impl Engine {
                     let p = t.task.partition as i32;
                     let (_, high) = t.feed.readers[0]
                         .fetch_watermarks(&topic, p, TIMEOUT)
-                        .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?;
+                        .map_err(client(format!("cannot read the end of `{topic}`")))?;
                     let pos = t.feed.readers[0]
                         .position()
                         .ok()
@@ -873,7 +892,7 @@ impl Engine {
         }
         let committed = consumer
             .committed_offsets(tpl, TIMEOUT)
-            .map_err(|e| format!("cannot read the committed offsets of group `{}`: {e}", self.opts.app))?;
+            .map_err(client(format!("cannot read the committed offsets of group `{}`", self.opts.app)))?;
         for el in committed.elements() {
             let end = self.startup.get(&(el.topic().to_string(), el.partition() as u32)).copied().unwrap_or(0);
             let at = match el.offset() {
@@ -895,7 +914,7 @@ impl Engine {
                 self.close_task(t);
             }
         }
-        self.db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+        self.db.flush().map_err(crate::runtime::error::state("cannot flush local state"))?;
         Ok(self.closed.clone())
     }
 }
@@ -907,7 +926,7 @@ fn partition_count(kafka: &Kafka, partitions: &mut BTreeMap<String, u32>, topic:
     }
     let n = kafka
         .partitions(topic)?
-        .ok_or_else(|| format!("output topic `{topic}` does not exist on {}", kafka.servers()))?;
+        .ok_or_else(|| state_error(format!("output topic `{topic}` does not exist on {}", kafka.servers())))?;
     partitions.insert(topic.to_string(), n);
     Ok(n)
 }
@@ -931,20 +950,20 @@ struct TxnCommit<'a> {
 }
 
 impl commit::Commit for TxnCommit<'_> {
-    fn commit(&mut self, shares: Vec<Share<'_>>) -> RunResult<Vec<Vec<Pos>>> {
-        self.commit_text(shares).map_err(RunError::Backend)
+    fn commit(&mut self, shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
+        self.commit_all(shares)
     }
 
-    fn ends_now(&self, _spec: &TaskSpec, _p: u32, known: &[Pos]) -> RunResult<Vec<Pos>> {
+    fn ends_now(&self, _spec: &TaskSpec, _p: u32, known: &[Pos]) -> Result<Vec<Pos>> {
         Ok(known.to_vec())
     }
 }
 
 impl TxnCommit<'_> {
-    fn commit_text(&mut self, mut shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
+    fn commit_all(&mut self, mut shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
         let producer = self.producer;
         if self.eos {
-            producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+            producer.inner.begin_transaction().map_err(client("cannot begin a transaction"))?;
         }
         for s in &shares {
             for (changelog, ch) in s.changelog() {
@@ -996,28 +1015,30 @@ impl TxnCommit<'_> {
         }
         let mut tpl = TopicPartitionList::new();
         for ((topic, p), (offset, meta)) in units {
-            tpl.add_partition_offset(topic, p as i32, Offset::Offset(offset.unwrap_or(0) as i64))
-                .map_err(|e| e.to_string())?;
+            tpl.add_partition_offset(topic, p as i32, Offset::Offset(offset.unwrap_or(0) as i64))?;
             if let Some(mut el) = tpl.find_partition(topic, p as i32) {
                 el.set_metadata(serde_json::Value::Object(meta).to_string());
             }
         }
         if self.eos {
             if tpl.count() > 0 {
-                let gm = self.consumer.group_metadata().ok_or("the consumer has no group metadata")?;
+                let gm = self
+                    .consumer
+                    .group_metadata()
+                    .ok_or_else(|| state_error("the consumer has no group metadata".to_string()))?;
                 producer
                     .inner
                     .send_offsets_to_transaction(&tpl, &gm, TIMEOUT)
-                    .map_err(|e| format!("cannot add the offsets to the transaction: {e}"))?;
+                    .map_err(client("cannot add the offsets to the transaction"))?;
             }
-            producer.inner.commit_transaction(TIMEOUT).map_err(|e| format!("cannot commit the transaction: {e}"))?;
+            producer.inner.commit_transaction(TIMEOUT).map_err(client("cannot commit the transaction"))?;
         } else if tpl.count() > 0 {
             let mut tries = 0;
             while let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
                 tries += 1;
                 let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
                 if !retriable || tries >= 5 {
-                    return Err(format!("cannot commit offsets: {e}"));
+                    return Err(client("cannot commit offsets")(e).into());
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -1028,7 +1049,7 @@ impl TxnCommit<'_> {
 
 /// Write a task's committed changes to sled with the changelog checkpoints.
 fn write_local(t: &mut KTask) -> Result<()> {
-    Ok(t.write_local()?)
+    t.write_local()
 }
 
 /// The readers of a task's inputs from its positions: one consumer per input, so that an
@@ -1048,10 +1069,10 @@ fn feed_for(
     let mut stop_at = Vec::new();
     for t in &topics {
         let pos = positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset);
-        let reader: BaseConsumer = reader_config(kafka, opts).create().map_err(|e| format!("Kafka consumer: {e}"))?;
+        let reader: BaseConsumer = reader_config(kafka, opts).create().map_err(client("Kafka consumer"))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64)).map_err(|e| e.to_string())?;
-        reader.assign(&tpl).map_err(|e| format!("cannot read `{t}` partition {p}: {e}"))?;
+        tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64))?;
+        reader.assign(&tpl).map_err(client(format!("cannot read `{t}` partition {p}")))?;
         readers.push(reader);
         next.push(pos);
         stop_at.push(if opts.drain { startup.get(&(t.clone(), p)).copied() } else { None });
@@ -1092,20 +1113,20 @@ struct KafkaControl<'a> {
 }
 
 impl ControlLog for KafkaControl<'_> {
-    fn read(&mut self, next: u64, to_end: bool) -> RunResult<Vec<ControlRecord>> {
-        self.read_text(next, to_end).map_err(RunError::Backend)
+    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
+        self.read_records(next, to_end)
     }
 
-    fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> RunResult<()> {
+    fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> Result<()> {
         let records: Vec<(u32, Record)> = records.into_iter().map(|r| (0, r)).collect();
-        self.kafka.produce(&control::status_topic(self.app), &records).map_err(RunError::Backend)?;
+        self.kafka.produce(&control::status_topic(self.app), &records)?;
         Ok(())
     }
 }
 
 impl KafkaControl<'_> {
     /// [`ControlLog::read`], with the Kafka backend's errors as text.
-    fn read_text(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
+    fn read_records(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
         let mut records = Vec::new();
         let started = Instant::now();
         let topic = control::control_topic(self.app);
@@ -1114,7 +1135,7 @@ impl KafkaControl<'_> {
         let end = if to_end {
             reader
                 .fetch_watermarks(&topic, 0, TIMEOUT)
-                .map_err(|e| format!("cannot read the end of `{topic}`: {e}"))?
+                .map_err(client(format!("cannot read the end of `{topic}`")))?
                 .1
                 .max(0) as u64
         } else {
@@ -1145,7 +1166,7 @@ impl KafkaControl<'_> {
                     });
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) => break,
-                Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read the control topic: {e}")),
+                Some(Err(e)) if is_fatal(&e) => return Err(client("cannot read the control topic")(e).into()),
                 Some(Err(e)) => {
                     // Transient (a broker connection dropped): librdkafka reconnects by itself.
                     eprintln!("reading `{topic}`: {e}");
@@ -1169,7 +1190,7 @@ impl KafkaControl<'_> {
 /// Read the control records that arrived into the hub (with `to_end`, until the end of the
 /// topic) and write their statuses. True if the program or a table changed.
 fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, to_end: bool) -> Result<bool> {
-    Ok(hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)?)
+    hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
 }
 
 fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
@@ -1226,7 +1247,9 @@ impl KafkaFeed {
                     }
                     break;
                 }
-                Some(Err(e)) if is_fatal(&e) => return Err(format!("cannot read `{}`: {e}", self.topics[i])),
+                Some(Err(e)) if is_fatal(&e) => {
+                    return Err(client(format!("cannot read `{}`", self.topics[i]))(e).into())
+                }
                 Some(Err(e)) => {
                     // Transient (a broker connection dropped): read on at the next step.
                     eprintln!("reading `{}`: {e}", self.topics[i]);
@@ -1239,9 +1262,9 @@ impl KafkaFeed {
 }
 
 impl Feed for KafkaFeed {
-    fn peek(&mut self, i: usize) -> RunResult<Next> {
+    fn peek(&mut self, i: usize) -> Result<Next> {
         if self.bufs[i].is_empty() {
-            self.fill(i).map_err(RunError::Backend)?;
+            self.fill(i)?;
         }
         if let Some(s) = self.bufs[i].front() {
             return Ok(Next::Record(s.record.timestamp));
@@ -1267,25 +1290,26 @@ const BATCH: usize = 1_000;
 impl Backend for Engine {
     type Feed = KafkaFeed;
 
-    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> RunResult<KafkaFeed> {
-        feed_for(&self.kafka, &self.opts, &self.startup, spec, p, positions).map_err(RunError::Backend)
+    fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {
+        feed_for(&self.kafka, &self.opts, &self.startup, spec, p, positions)
     }
 
-    fn changelog_extent(&self, topic: &str, p: u32) -> RunResult<Option<Extent>> {
+    fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>> {
         // The metadata through a client already connected (Kafka::partitions makes one).
-        let md = self.control_reader.fetch_metadata(Some(topic), TIMEOUT).map_err(|e| {
-            RunError::Backend(format!("cannot read metadata of `{topic}` from {}: {e}", self.kafka.servers()))
-        })?;
+        let md = self
+            .control_reader
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(client(format!("cannot read metadata of `{topic}` from {}", self.kafka.servers())))?;
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
         match t.error().map(RDKafkaErrorCode::from) {
             None if (p as usize) < t.partitions().len() => {}
             None | Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(None),
-            Some(e) => return Err(RunError::Backend(format!("topic `{topic}`: {e:?}"))),
+            Some(e) => return Err(BrokerError::Refused { doing: format!("topic `{topic}`"), code: e }.into()),
         }
         let (low, high) = self
             .control_reader
             .fetch_watermarks(topic, p as i32, TIMEOUT)
-            .map_err(|e| RunError::Backend(format!("cannot read the offsets of `{topic}` partition {p}: {e}")))?;
+            .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
         Ok(Some(Extent { low: low.max(0) as u64, end: Pos { offset: high.max(0) as u64, byte: 0 } }))
     }
 
@@ -1297,17 +1321,15 @@ impl Backend for Engine {
         p: u32,
         from: Pos,
         end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> RunResult<()>,
-    ) -> RunResult<Pos> {
-        let backend = RunError::Backend;
+        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<()>,
+    ) -> Result<Pos> {
         let mut config = reader_config(&self.kafka, &self.opts);
         // Fetches return at once at the end, so the end is known without waiting.
         config.set("fetch.wait.max.ms", "10");
-        let consumer: BaseConsumer = config.create().map_err(|e| backend(format!("Kafka consumer: {e}")))?;
+        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64))
-            .map_err(|e| backend(e.to_string()))?;
-        consumer.assign(&tpl).map_err(|e| backend(format!("cannot read `{topic}`: {e}")))?;
+        tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64)).map_err(BrokerError::from)?;
+        consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
         let position =
             || match consumer.position().ok().and_then(|pos| pos.find_partition(topic, p as i32).map(|e| e.offset())) {
                 Some(Offset::Offset(o)) => Some(o.max(0) as u64),
@@ -1341,14 +1363,14 @@ impl Backend for Engine {
                         break;
                     }
                     if quiet.elapsed() > RESTORE_WAIT {
-                        return Err(backend(format!(
+                        return Err(state_error(format!(
                             "reading `{topic}` partition {p}: stuck at offset {at} of {} for {}s (an open transaction?)",
                             end.offset,
                             RESTORE_WAIT.as_secs()
                         )));
                     }
                 }
-                Some(Err(e)) => return Err(backend(format!("cannot read `{topic}` partition {p}: {e}"))),
+                Some(Err(e)) => return Err(client(format!("cannot read `{topic}` partition {p}"))(e).into()),
             }
         }
         if !batch.is_empty() {
@@ -1362,16 +1384,16 @@ impl Backend for Engine {
         true
     }
 
-    fn append_alone(&self, appends: Vec<Append>) -> RunResult<Vec<Pos>> {
-        self.append_alone_text(appends).map_err(RunError::Backend)
+    fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>> {
+        self.append_all(appends)
     }
 }
 
 impl Engine {
     /// [`Backend::append_alone`], with the Kafka backend's errors as text.
-    fn append_alone_text(&self, appends: Vec<Append>) -> Result<Vec<Pos>> {
+    fn append_all(&self, appends: Vec<Append>) -> Result<Vec<Pos>> {
         if self.eos {
-            self.producer.inner.begin_transaction().map_err(|e| format!("cannot begin a transaction: {e}"))?;
+            self.producer.inner.begin_transaction().map_err(client("cannot begin a transaction"))?;
         }
         for a in &appends {
             for r in &a.records {
@@ -1387,10 +1409,7 @@ impl Engine {
         }
         self.producer.flush()?;
         if self.eos {
-            self.producer
-                .inner
-                .commit_transaction(TIMEOUT)
-                .map_err(|e| format!("cannot commit the transaction: {e}"))?;
+            self.producer.inner.commit_transaction(TIMEOUT).map_err(client("cannot commit the transaction"))?;
         }
         let mut delivered: BTreeMap<String, FxHashMap<i32, i64>> = BTreeMap::new();
         Ok(appends

@@ -1,0 +1,86 @@
+//! Topics a query may not write to: Kafka's own, the application's internal topics, and names
+//! shaped like another application's internal topics — refused by `streamc check`, `streamc run`
+//! and for control statements, unless `topics.allow_internal_sinks` lists them.
+
+use crate::check::{check_statement, Control};
+use crate::diag::{Code, Diagnostic};
+use crate::hir;
+use crate::plan::{lower, TopicRole, Topology};
+
+/// The topics of an application besides its changelogs and repartition topics:
+/// `<app>-<name>`.
+pub(crate) const APP_TOPICS: [(&str, TopicRole); 5] = [
+    ("dlq", TopicRole::DeadLetter),
+    ("late", TopicRole::Late),
+    ("control", TopicRole::Control),
+    ("control-status", TopicRole::ControlStatus),
+    ("metrics", TopicRole::Metrics),
+];
+
+/// Why a query of `topo`'s application may not write to `topic`: a topic of Kafka itself
+/// (`__…`), one of the application's own internal topics (changelogs, repartition topics, dead
+/// letters, late records, control, control status, metrics), or a name with the shape of
+/// another application's internal topics (`…-changelog`, `…-repartition`, `…-control`,
+/// `…-control-status`). None if it may, or if `allowed` (`topics.allow_internal_sinks`) lists
+/// it.
+pub fn reserved_sink(topic: &str, topo: &Topology, allowed: &[String]) -> Option<String> {
+    if allowed.iter().any(|a| a == topic) {
+        return None;
+    }
+    if topic.starts_with("__") {
+        return Some("a topic of Kafka itself".into());
+    }
+    let own = APP_TOPICS.iter().find(|(name, _)| topic.strip_prefix(topo.app.as_str()) == Some(&format!("-{name}")));
+    if let Some((_, role)) = own {
+        return Some(format!("this application's {} topic", role.as_str()));
+    }
+    if let Some(t) = topo.topics.iter().find(|t| t.name == topic && t.role.internal()) {
+        return Some(format!("this application's {} topic", t.role.as_str()));
+    }
+    let shapes = [
+        ("-changelog", "a store's changelog"),
+        ("-repartition", "a repartition topic"),
+        ("-control-status", "a control status topic"),
+        ("-control", "a control topic"),
+    ];
+    shapes
+        .iter()
+        .find(|(suffix, _)| topic.ends_with(suffix))
+        .map(|(_, what)| format!("named like {what} of a streamc or Kafka Streams application"))
+}
+
+/// The queries of `program` that write to a reserved topic ([`reserved_sink`]) in
+/// application `app`: one diagnostic each, at the query's `to`.
+pub fn reserved_sinks(program: &hir::Program, app: &str, allowed: &[String]) -> Vec<Diagnostic> {
+    let topo = lower(program, app);
+    program.queries.iter().filter_map(|q| reserved_sink_diagnostic(q, &topo, allowed)).collect()
+}
+
+/// The diagnostic of a query that writes to a reserved topic of `topo`'s application, if it does.
+pub fn reserved_sink_diagnostic(q: &hir::Query, topo: &Topology, allowed: &[String]) -> Option<Diagnostic> {
+    let why = reserved_sink(&q.sink.topic, topo, allowed)?;
+    Some(
+        Diagnostic::new(Code::BadTopic, q.sink.span, format!("query `{}` writes to `{}`, {why}", q.name, q.sink.topic))
+            .label("a reserved topic")
+            .help("write to a topic of your own; to write here anyway, list it in `topics.allow_internal_sinks`"),
+    )
+}
+
+/// Parse and check a control statement against the running program of application `app`, as
+/// `streamc check --statement` and `streamc control` do before anything is posted: a query it
+/// adds or replaces must not write to a reserved topic (the application refuses it too).
+pub fn check_statement_text(
+    program: &hir::Program,
+    text: &str,
+    app: &str,
+    allowed: &[String],
+) -> Result<(Option<String>, Control), Vec<Diagnostic>> {
+    let ast = crate::syntax::parse_statement(text)?;
+    let (tenant, ctl) = check_statement(program, &ast, text)?;
+    if let Control::NewQuery(q) | Control::Replace { query: q, .. } = &ctl {
+        if let Some(d) = reserved_sink_diagnostic(q, &lower(program, app), allowed) {
+            return Err(vec![d]);
+        }
+    }
+    Ok((tenant, ctl))
+}
