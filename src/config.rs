@@ -147,6 +147,8 @@ impl Default for MetricsConfig {
 /// Why a configuration cannot be loaded. Its text is what the CLI prints.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    #[error("`{key}` is {value}; it must be {}", bounds(.min, .max))]
+    OutOfRange { key: &'static str, value: u64, min: u64, max: u64 },
     #[error("cannot read config {path}: {source}")]
     Read {
         path: String,
@@ -217,7 +219,35 @@ pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, ConfigError>
     if let Some(id) = &cfg.application.id {
         validate_app_id(id)?;
     }
+    validate_ranges(&cfg)?;
     Ok(cfg)
+}
+
+fn bounds(min: &u64, max: &u64) -> String {
+    if *max == u64::MAX {
+        format!("at least {min}")
+    } else {
+        format!("between {min} and {max}")
+    }
+}
+
+/// The most partitions the embedded log gives a topic: each is a file and a reader per task, and
+/// a typo (`100000`) must be refused before anything is written.
+pub const MAX_EMBEDDED_PARTITIONS: u32 = 4096;
+
+/// Settings that must be within a range to mean anything: refused at load, before anything runs.
+fn validate_ranges(cfg: &Config) -> Result<(), ConfigError> {
+    let checks: [(&'static str, u64, u64, u64); 3] = [
+        ("embedded.partitions", cfg.embedded.partitions.into(), 1, MAX_EMBEDDED_PARTITIONS.into()),
+        ("commit.records", cfg.commit.records, 1, u64::MAX),
+        ("embedded.restore_batch", cfg.embedded.restore_batch, 1, u64::MAX),
+    ];
+    for (key, value, min, max) in checks {
+        if value < min || value > max {
+            return Err(ConfigError::OutOfRange { key, value, min, max });
+        }
+    }
+    Ok(())
 }
 
 /// Split dotted keys into nested mappings (except below `kafka`, whose keys are librdkafka
@@ -339,6 +369,26 @@ mod tests {
         assert_eq!(e.to_string(), "--set no-equals-sign: expected KEY=VALUE");
         let e = load(None, &["application.id=a".into(), "application.id.x=1".into()]).unwrap_err();
         assert!(matches!(e, ConfigError::NotASection { .. }), "{e}");
+    }
+
+    #[test]
+    fn settings_out_of_range_are_refused_with_the_key_and_range() {
+        for (set, key) in [
+            ("embedded.partitions=0", "embedded.partitions"),
+            ("embedded.partitions=100000", "embedded.partitions"),
+            ("commit.records=0", "commit.records"),
+            ("embedded.restore_batch=0", "embedded.restore_batch"),
+        ] {
+            let e = load(None, &[set.into()]).unwrap_err();
+            assert!(matches!(e, ConfigError::OutOfRange { key: k, .. } if k == key), "{set}: {e}");
+            assert!(e.to_string().starts_with(&format!("`{key}` is ")), "{e}");
+        }
+        let e = load(None, &["embedded.partitions=100000".into()]).unwrap_err();
+        assert_eq!(e.to_string(), "`embedded.partitions` is 100000; it must be between 1 and 4096");
+        let e = load(None, &["commit.records=0".into()]).unwrap_err();
+        assert_eq!(e.to_string(), "`commit.records` is 0; it must be at least 1");
+        assert_eq!(load(None, &["embedded.partitions=4096".into()]).unwrap().embedded.partitions, 4096);
+        assert_eq!(load(None, &["commit.records=1".into()]).unwrap().commit.records, 1);
     }
 
     #[test]

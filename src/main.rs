@@ -75,8 +75,8 @@ enum Command {
         #[arg(long)]
         close_windows_at_end: bool,
         /// Worker threads; tasks are spread over them.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        threads: u16,
         /// Serve Prometheus metrics on http://HOST:PORT/metrics while the run goes on.
         #[arg(long, value_name = "HOST:PORT")]
         metrics_addr: Option<String>,
@@ -103,7 +103,7 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         program: Option<PathBuf>,
         /// Partitions of the topic if it has to be created (default: `embedded.partitions`).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=streamc::config::MAX_EMBEDDED_PARTITIONS as i64))]
         partitions: Option<u32>,
     },
     /// Print a topic's committed records, one JSON object per line.
@@ -326,7 +326,15 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             })
         }
         Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr, chaos, reset } => {
-            let o = RunFlags { inputs, drain, close: close_windows_at_end, threads, metrics_addr, chaos, reset };
+            let o = RunFlags {
+                inputs,
+                drain,
+                close: close_windows_at_end,
+                threads: threads.into(),
+                metrics_addr,
+                chaos,
+                reset,
+            };
             run_program(&cli.global, cfg, &file, o)
         }
         Command::Keygen { keyfile, id } => control_cli::keygen(&keyfile, id.as_deref()),

@@ -195,3 +195,28 @@ fn writing_into_internal_topics_is_refused_unless_allowed() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("E0505"), "{}", stderr(&o));
 }
+
+/// Settings that cannot mean anything are refused before anything is written, naming the key
+/// and its range.
+#[test]
+fn settings_out_of_range_are_refused_before_anything_is_written() {
+    let dir = temp_dir("ranges");
+    let state = dir.join("state");
+    let s = state.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--set", "embedded.partitions=100000"], "`embedded.partitions` is 100000; it must be between 1 and 4096"),
+        (vec!["--set", "embedded.partitions=0"], "`embedded.partitions` is 0; it must be between 1 and 4096"),
+        (vec!["--set", "commit.records=0"], "`commit.records` is 0; it must be at least 1"),
+        (vec!["--threads", "0"], "--threads"),
+    ] {
+        let mut a = vec!["--state-dir", s, "run", "examples/stats.stream", "--drain"];
+        a.extend(args.iter().copied());
+        let o = streamc(&a);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+        assert!(!state.exists(), "{args:?} wrote {}", state.display());
+    }
+    let o = streamc(&["--state-dir", s, "produce", "stocks", "--partitions", "0"]);
+    assert!(!o.status.success() && stderr(&o).contains("--partitions"), "{}", stderr(&o));
+    assert!(!state.exists());
+}
