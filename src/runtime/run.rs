@@ -640,13 +640,49 @@ impl<F: Feed> TaskRun<F> {
 
 /// A copy of an input record for the dead-letter or late topic: the reason and where it came from
 /// in headers.
+///
+/// The copy always fits a broker's default message size (1 MB): a value longer than
+/// [`COPY_VALUE_MAX`] bytes or a key longer than [`COPY_KEY_MAX`] is cut there, with its
+/// original size and SHA-256 in headers (`streamc.value.size`, `streamc.value.sha256`, and
+/// likewise for the key), and the reason is cut at [`REASON_MAX`] bytes.
 pub(crate) fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: u64) -> Record {
-    let mut rec = r.clone();
+    let mut rec = Record { key: None, value: None, timestamp: r.timestamp, headers: r.headers.clone() };
+    rec.key = r.key.as_deref().map(|k| cut(k, COPY_KEY_MAX, "key", &mut rec.headers));
+    rec.value = r.value.as_deref().map(|v| cut(v, COPY_VALUE_MAX, "value", &mut rec.headers));
+    let mut reason = reason;
+    if reason.len() > REASON_MAX {
+        let mut at = REASON_MAX;
+        while !reason.is_char_boundary(at) {
+            at -= 1;
+        }
+        reason.truncate(at);
+        reason.push('…');
+    }
     rec.headers.push((H_ERROR.into(), reason.into_bytes()));
     rec.headers.push((H_TOPIC.into(), topic.as_bytes().to_vec()));
     rec.headers.push((H_PARTITION.into(), p.to_string().into_bytes()));
     rec.headers.push((H_OFFSET.into(), offset.to_string().into_bytes()));
     rec
+}
+
+/// The most bytes of a record's value a dead letter or late record copies.
+pub(crate) const COPY_VALUE_MAX: usize = 256 * 1024;
+/// The most bytes of a record's key a dead letter or late record copies.
+pub(crate) const COPY_KEY_MAX: usize = 16 * 1024;
+/// The most bytes of a dead letter's reason.
+pub(crate) const REASON_MAX: usize = 4 * 1024;
+
+/// `bytes`, or its first `max` bytes with its size and SHA-256 (hex) in headers
+/// `streamc.<what>.size` and `streamc.<what>.sha256`.
+fn cut(bytes: &[u8], max: usize, what: &str, headers: &mut Vec<(String, Vec<u8>)>) -> Vec<u8> {
+    if bytes.len() <= max {
+        return bytes.to_vec();
+    }
+    use sha2::{Digest, Sha256};
+    let digest = hex::encode(Sha256::digest(bytes));
+    headers.push((format!("streamc.{what}.size"), bytes.len().to_string().into_bytes()));
+    headers.push((format!("streamc.{what}.sha256"), digest.into_bytes()));
+    bytes[..max].to_vec()
 }
 
 /// A record's event time from its time field; None if it cannot be read (the record is then
