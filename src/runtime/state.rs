@@ -208,27 +208,43 @@ pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree
 }
 
 /// Open the local state. It is a cache of the changelogs: if sled cannot open it (damage after
-/// an abrupt stop), it is wiped and every store is restored from its changelog. Only a lock held
-/// by another process is an error.
+/// an abrupt stop, or bytes overwritten), it is wiped and every store is restored from its
+/// changelog. Only a lock held by another process is an error.
 pub(crate) fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, RunError> {
     let open = || sled::Config::new().path(path).cache_capacity(64 << 20).open();
-    match open() {
-        Ok(db) => Ok(db),
-        Err(e) if e.to_string().contains("lock") => {
-            Err(RunError::Locked { path: path.display().to_string(), app: app.to_string(), source: e })
+    let damage = match open_catching_panics(open) {
+        Ok(Ok(db)) => return Ok(db),
+        Ok(Err(e)) if e.to_string().contains("lock") => {
+            return Err(RunError::Locked { path: path.display().to_string(), app: app.to_string(), source: e });
         }
-        Err(e) => {
-            eprintln!(
-                "local state {} cannot be opened ({e}): wiping it; the stores are restored from their changelogs",
-                path.display()
-            );
-            std::fs::remove_dir_all(path).map_err(|source| RunError::Io {
-                doing: format!("cannot remove damaged local state {}", path.display()),
-                source,
-            })?;
-            open().map_err(state(format!("cannot open local state {}", path.display())))
-        }
-    }
+        Ok(Err(e)) => e.to_string(),
+        Err(panic) => format!("its files are damaged: {panic}"),
+    };
+    eprintln!(
+        "local state {} cannot be opened ({damage}): wiping it; the stores are restored from their changelogs",
+        path.display()
+    );
+    std::fs::remove_dir_all(path).map_err(|source| RunError::Io {
+        doing: format!("cannot remove damaged local state {}", path.display()),
+        source,
+    })?;
+    open().map_err(state(format!("cannot open local state {}", path.display())))
+}
+
+/// `open()`, or the message of the panic it stopped with: sled 0.34 panics on some damaged
+/// files instead of returning an error ("tried to serialize Uninitialized" while it reads its
+/// snapshot). The panic is not printed.
+fn open_catching_panics(open: impl Fn() -> sled::Result<sled::Db>) -> Result<sled::Result<sled::Db>, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&open));
+    std::panic::set_hook(hook);
+    r.map_err(|p| {
+        p.downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "sled stopped".into())
+    })
 }
 
 /// Read back the keys a batch just wrote. sled 0.34 consolidates a page's pending updates when
