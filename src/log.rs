@@ -6,7 +6,8 @@
 //! - `topics/<topic>/<p>.log` — frames, appended only under the writer lock;
 //! - `COMMITTED` — the committed end (offset, byte position) of every partition and the
 //!   committed metadata of every consumer group, replaced atomically (write + rename);
-//! - `LOCK` — an exclusive file lock held by one writer at a time.
+//! - `LOCK` — an exclusive file lock held by one writer at a time;
+//! - `RUN-<app>` — held by the one `streamc run` of application `app` for its whole life.
 //!
 //! A commit appends all its records, to any number of partitions, and then replaces
 //! `COMMITTED` in one rename: that rename is the commit point. Readers read only up to the
@@ -117,6 +118,9 @@ pub enum LogError {
     /// A frame of a partition file is damaged (a torn write past the committed end is not).
     #[error("{path}: a record at byte {byte} is damaged")]
     Damaged { path: String, byte: u64 },
+    /// Another process runs the application on this log.
+    #[error("another `streamc run` of `{app}` is using {dir} (it holds {lock}); stop it first")]
+    Busy { app: String, dir: String, lock: String },
 }
 
 impl From<LogError> for String {
@@ -201,6 +205,28 @@ impl EmbeddedLog {
         }
         out.sort();
         Ok(out)
+    }
+
+    /// Take the run lock of application `app`, held for as long as the returned file lives:
+    /// one `streamc run` of an application per log at a time, whatever happens to its local
+    /// state (other commands still append and read).
+    pub fn lock_run(&self, app: &str) -> Result<File> {
+        let path = self.dir.join(format!("RUN-{app}"));
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io(format!("cannot open {}", path.display())))?;
+        match f.try_lock() {
+            Ok(()) => Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => Err(LogError::Busy {
+                app: app.to_string(),
+                dir: self.dir.display().to_string(),
+                lock: path.display().to_string(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(format!("cannot lock {}", path.display()))(e)),
+        }
     }
 
     fn lock(&self) -> Result<File> {

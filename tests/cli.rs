@@ -220,3 +220,44 @@ fn settings_out_of_range_are_refused_before_anything_is_written() {
     assert!(!o.status.success() && stderr(&o).contains("--partitions"), "{}", stderr(&o));
     assert!(!state.exists());
 }
+
+/// One `streamc run` of an application per state directory: a second one is refused while the
+/// first runs, even after the first's local state was deleted under it; once the first has
+/// stopped, a run goes ahead.
+#[test]
+fn a_second_run_of_one_application_on_one_state_directory_is_refused() {
+    let dir = temp_dir("one-writer");
+    let state = dir.join("state");
+    let s = state.to_str().unwrap().to_string();
+    let input = dir.join("trades.jsonl");
+    let o = streamc(&["gen", "trades", "--count", "2000", "--seed", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&input, &o.stdout).unwrap();
+    let arg = format!("stocks={}", input.display());
+    // The first run: without --drain it runs until killed.
+    let mut first = Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .args(["--state-dir", &s, "run", "examples/stats.stream", "--input", &arg])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (generously) until it has committed results: it holds its lock by then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let o = streamc(&["--state-dir", &s, "consume", "stock-stats", "--from-beginning"]);
+        if o.status.success() && !o.stdout.is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the first run committed nothing in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::fs::remove_dir_all(state.join("apps")).unwrap();
+    let o = streamc(&["--state-dir", &s, "run", "examples/stats.stream", "--drain"]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another `streamc run` of `stats` is using"), "{}", stderr(&o));
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let o = streamc(&["--state-dir", &s, "run", "examples/stats.stream", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -41,6 +41,8 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Resul
 
 fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunError> {
     let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
+    // One run of the application on this log, for as long as this one lives.
+    let _run_lock = log.lock_run(&opts.app)?;
     for (topic, path) in &opts.inputs {
         ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
     }
