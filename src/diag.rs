@@ -213,12 +213,83 @@ impl RenderOptions {
 pub fn render(diags: &[Diagnostic], file_name: &str, source: &str, opts: RenderOptions) -> String {
     let theme = if opts.color { miette::GraphicalTheme::unicode() } else { miette::GraphicalTheme::unicode_nocolor() };
     let handler = miette::GraphicalReportHandler::new_themed(theme).with_width(opts.width).with_links(false);
+    // Control characters of the source (ESC, BEL, NUL, …) are shown, never sent to the terminal.
+    let (source, at) = visible(source);
+    let file_name = visible(file_name).0;
     let mut out = String::new();
     for d in diags {
-        let report = Report { diag: d, source: miette::NamedSource::new(file_name, source.to_string()) };
+        let moved = |s: Span| Span { start: at(s.start), end: at(s.end) };
+        let d = Diagnostic {
+            code: d.code,
+            message: visible(&d.message).0,
+            span: moved(d.span),
+            label: visible(&d.label).0,
+            help: d.help.as_deref().map(|h| visible(h).0),
+            related: d.related.iter().map(|(s, l)| (moved(*s), visible(l).0)).collect(),
+        };
+        let report = Report { diag: &d, source: miette::NamedSource::new(file_name.clone(), source.clone()) };
         if handler.render_report(&mut out, &report).is_err() {
             out.push_str(&format!("error[{}]: {}\n", d.code, d.message));
         }
     }
     out
+}
+
+/// `text` with every control character but newline and tab shown as its Unicode control picture
+/// (`␛` for ESC, `␇` for BEL, `␀` for NUL, `␡` for DEL) or as `\u{…}`, and a map from a byte
+/// offset of `text` to the same place in the result.
+fn visible(text: &str) -> (String, Box<dyn Fn(usize) -> usize>) {
+    let hidden = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(hidden) {
+        return (text.to_string(), Box::new(|i| i));
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    // The offset in `out` of each byte offset of `text` (and of its end).
+    let mut at = Vec::with_capacity(text.len() + 1);
+    for c in text.chars() {
+        let start = out.len();
+        if hidden(c) {
+            match c as u32 {
+                n @ 0..=0x1f => out.push(char::from_u32(0x2400 + n).unwrap_or('?')),
+                0x7f => out.push('\u{2421}'),
+                n => out.push_str(&format!("\\u{{{n:x}}}")),
+            }
+        } else {
+            out.push(c);
+        }
+        at.extend(std::iter::repeat_n(start, c.len_utf8()));
+    }
+    at.push(out.len());
+    (out, Box::new(move |i: usize| at.get(i).copied().unwrap_or(i)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Control characters of the source, the messages and the file name never reach the
+    /// terminal; the label still points at the same character.
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        let source = "stream s {\n  value json { k: string, \u{1b}[31mred\u{7} \u{0}\u{7f}\u{85} x }\n}\n";
+        let at = source.find('x').unwrap();
+        let d = Diagnostic::new(Code::Syntax, Span { start: at, end: at + 1 }, "unexpected `\u{1b}`")
+            .label("here \u{7}")
+            .help("no \u{0} please");
+        let out = render(&[d], "a\u{1b}b.stream", source, RenderOptions::plain());
+        let bad: Vec<char> = out.chars().filter(|c| c.is_control() && *c != '\n').collect();
+        assert!(bad.is_empty(), "{bad:?} in\n{out}");
+        for shown in
+            ["\u{241b}[31mred\u{2407}", "\u{2400}\u{2421}\\u{85}", "unexpected `\u{241b}`", "a\u{241b}b.stream"]
+        {
+            assert!(out.contains(shown), "{shown} not in\n{out}");
+        }
+        // The caret line points at `x`: its column in the shown line is the label's column.
+        let lines: Vec<&str> = out.lines().collect();
+        let src_line = lines.iter().position(|l| l.contains("red")).unwrap();
+        let col = |l: &str, c: char| l.chars().position(|x| x == c).unwrap();
+        let x_col = col(lines[src_line], 'x');
+        let caret = lines[src_line + 1..].iter().find(|l| l.contains('┬')).expect("a caret line");
+        assert_eq!(col(caret, '┬'), x_col, "\n{out}");
+    }
 }
