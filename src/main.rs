@@ -231,7 +231,15 @@ fn load_config(g: &Global) -> Result<config::Config, String> {
     if let Some(b) = &g.bootstrap_servers {
         sets.push(format!("kafka.bootstrap.servers={b}"));
     }
-    config::load(g.config.as_deref(), &sets).map_err(String::from)
+    let cfg = config::load(g.config.as_deref(), &sets).map_err(String::from)?;
+    if !cfg.kafka.is_empty() && !cfg.kafka.contains_key("bootstrap.servers") {
+        let keys: Vec<String> = cfg.kafka.keys().map(|k| format!("kafka.{k}")).collect();
+        eprintln!(
+            "warning: {} ignored: without kafka.bootstrap.servers, streamc works on the embedded log",
+            keys.join(", ")
+        );
+    }
+    Ok(cfg)
 }
 
 fn read(path: &Path) -> Result<String, String> {
@@ -449,6 +457,10 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     let mut ins = Vec::new();
     for i in &inputs {
         let (t, f) = i.split_once('=').ok_or_else(|| format!("--input {i}: expected TOPIC=FILE"))?;
+        if !p.sources.iter().any(|s| s.topic.as_deref() == Some(t)) {
+            let read: Vec<&str> = p.sources.iter().filter_map(|s| s.topic.as_deref()).collect();
+            return Err(format!("--input {i}: the program reads no topic `{t}` (it reads {})", read.join(", ")));
+        }
         ins.push((t.to_string(), PathBuf::from(f)));
     }
     // Served from before the restore (so a scrape shows its progress) until the run ends.
@@ -562,9 +574,11 @@ fn produce(
             _ => Ok(()),
         }
     };
+    let mut blank = 0u64;
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
         if line.trim().is_empty() {
+            blank += 1;
             continue;
         }
         let now = streamc::runtime::now_ms();
@@ -587,7 +601,11 @@ fn produce(
         }
     }
     flush(&mut batch)?;
-    eprintln!("produced {n} records to {topic}");
+    if blank > 0 {
+        eprintln!("produced {n} records to {topic} ({blank} blank line{} skipped)", if blank == 1 { "" } else { "s" });
+    } else {
+        eprintln!("produced {n} records to {topic}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

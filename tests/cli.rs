@@ -261,3 +261,39 @@ fn a_second_run_of_one_application_on_one_state_directory_is_refused() {
     let o = streamc(&["--state-dir", &s, "run", "examples/stats.stream", "--drain"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// Input is never dropped or ignored without a word: blank lines of `--input` and `produce` are
+/// counted and reported, `--input` for a topic the program does not read is refused, and
+/// `kafka.*` settings without a broker are named as ignored.
+#[test]
+fn ignored_input_and_settings_are_reported() {
+    let dir = temp_dir("said");
+    let state = dir.join("state");
+    let s = state.to_str().unwrap();
+    let input = dir.join("trades.jsonl");
+    let good = r#"{"ticker":"A","price":1.5,"size":2,"ts":1000}"#;
+    std::fs::write(&input, format!("{good}\n\n  \n{good}\n\n")).unwrap();
+    let arg = format!("stocks={}", input.display());
+    let o = streamc(&["--state-dir", s, "run", "examples/stats.stream", "--input", &arg, "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("3 blank lines skipped"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("processed 2 records"), "{}", stderr(&o));
+    let o = streamc(&[
+        "--state-dir",
+        s,
+        "produce",
+        "stocks",
+        input.to_str().unwrap(),
+        "--program",
+        "examples/stats.stream",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("produced 2 records to stocks (3 blank lines skipped)"), "{}", stderr(&o));
+    let other = format!("trades={}", input.display());
+    let o = streamc(&["--state-dir", s, "run", "examples/stats.stream", "--input", &other, "--drain"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("the program reads no topic `trades` (it reads stocks)"), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "run", "examples/stats.stream", "--drain", "--set", "kafka.linger.ms=5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning: kafka.linger.ms ignored"), "{}", stderr(&o));
+}

@@ -389,6 +389,8 @@ fn ingest(
     let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
     let mut pending = 0usize;
     let mut line = Vec::new();
+    // Blank lines are not records (as `streamc produce` reads them): skipped, and said.
+    let mut blank = 0u64;
     loop {
         line.clear();
         let n = reader
@@ -403,6 +405,7 @@ fn ingest(
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
         let text = text.strip_suffix(b"\r").unwrap_or(text);
         if text.iter().all(|b| b.is_ascii_whitespace()) {
+            blank += 1;
             continue;
         }
         let rec = value_record(source.as_ref(), text, now_ms());
@@ -425,7 +428,18 @@ fn ingest(
     }
     let r = commit_ingest(log, topic, &mut batch, &group, consumed, &hasher);
     bar.finish_and_clear();
+    if blank > 0 {
+        eprintln!("{}: {blank} blank line{} skipped (a blank line is not a record)", path.display(), plural(blank));
+    }
     r
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }
 
 fn commit_ingest(
