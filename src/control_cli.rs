@@ -18,7 +18,7 @@ pub enum Topics {
 impl Topics {
     pub fn open(state_dir: &Path, cfg: &config::Config) -> Result<Topics, String> {
         if cfg.kafka.contains_key("bootstrap.servers") {
-            Ok(Topics::Kafka(streamc::kafka::Kafka::new(&cfg.kafka)))
+            Ok(Topics::Kafka(streamc::kafka::Kafka::connect(&cfg.kafka)?))
         } else {
             Ok(Topics::Embedded(EmbeddedLog::open(state_dir, cfg.embedded.fsync)?))
         }

@@ -117,6 +117,8 @@ type Result<T> = std::result::Result<T, BrokerError>;
 pub type Read = (Vec<(u32, Stored)>, Vec<i64>);
 
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a command waits for a cluster to answer at all.
+pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A connection to a Kafka cluster, configured by the `kafka.*` properties.
 pub struct Kafka {
@@ -126,6 +128,21 @@ pub struct Kafka {
 impl Kafka {
     pub fn new(props: &BTreeMap<String, String>) -> Kafka {
         Kafka { props: props.clone() }
+    }
+
+    /// A connection to the cluster `kafka.bootstrap.servers` names, checked: a cluster that
+    /// does not answer within [`REACH_TIMEOUT`] is an error naming the address.
+    pub fn connect(props: &BTreeMap<String, String>) -> Result<Kafka> {
+        let k = Kafka::new(props);
+        let consumer: BaseConsumer = k.config().create().map_err(client("Kafka client"))?;
+        consumer.fetch_metadata(None, REACH_TIMEOUT).map_err(|e| {
+            BrokerError::State(format!(
+                "cannot reach Kafka at {} within {} s ({e}); check kafka.bootstrap.servers and that the brokers are up",
+                k.servers(),
+                REACH_TIMEOUT.as_secs()
+            ))
+        })?;
+        Ok(k)
     }
 
     /// A client configuration with every `kafka.*` property.

@@ -527,7 +527,10 @@ fn produce(
     use streamc::log::{partition_for, Append, Record};
     let create = partitions.unwrap_or(cfg.embedded.partitions).max(1);
     // The embedded log in the state directory, or Kafka when `kafka.bootstrap.servers` is set.
-    let kafka = cfg.kafka.contains_key("bootstrap.servers").then(|| streamc::kafka::Kafka::new(&cfg.kafka));
+    let kafka = match cfg.kafka.contains_key("bootstrap.servers") {
+        true => Some(streamc::kafka::Kafka::connect(&cfg.kafka)?),
+        false => None,
+    };
     let log = match &kafka {
         Some(_) => None,
         None => Some(log_of(g, cfg)?),
@@ -658,7 +661,7 @@ fn consume(
 ) -> Result<ExitCode, String> {
     use std::io::Write;
     if cfg.kafka.contains_key("bootstrap.servers") {
-        let k = streamc::kafka::Kafka::new(&cfg.kafka);
+        let k = streamc::kafka::Kafka::connect(&cfg.kafka)?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         let (recs, ends) = k.read_to_ends(topic, from_beginning)?;

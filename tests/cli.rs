@@ -297,3 +297,21 @@ fn ignored_input_and_settings_are_reported() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("warning: kafka.linger.ms ignored"), "{}", stderr(&o));
 }
+
+/// A broker that cannot be reached is an error naming its address (not an internal topic),
+/// from every command that talks to it.
+#[test]
+fn an_unreachable_broker_is_named() {
+    let dir = temp_dir("unreachable");
+    let s = dir.join("state");
+    let s = s.to_str().unwrap();
+    for args in [vec!["run", "examples/stats.stream", "--drain"], vec!["consume", "stock-stats"]] {
+        let mut a = vec!["--state-dir", s, "--bootstrap-servers", "127.0.0.1:1"];
+        a.extend(args.iter().copied());
+        let o = streamc(&a);
+        assert!(!o.status.success(), "{args:?}");
+        let e = stderr(&o);
+        assert!(e.contains("cannot reach Kafka at 127.0.0.1:1 within 10 s"), "{args:?}: {e}");
+        assert!(!e.contains("-control"), "{args:?} names an internal topic: {e}");
+    }
+}

@@ -83,7 +83,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> std::
 }
 
 fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
-    let kafka = Kafka::new(&opts.config.kafka);
+    let kafka = Kafka::connect(&opts.config.kafka)?;
     // The control log first, read in full: tasks start with the program as of its end.
     let mut hub = Hub::new(program, opts)?;
     let control_topic = control::control_topic(&opts.app);
