@@ -232,7 +232,7 @@ pub fn lower(program: &hir::Program, app: &str) -> Topology {
         }
     }
     for (name, role) in reserved::APP_TOPICS {
-        l.topic(format!("{app}-{name}"), role, Partitions::Fixed(1), role == TopicRole::ControlStatus);
+        l.topic(format!("{app}-{name}"), role, Partitions::Fixed(1), false);
     }
     debug_assert!(!is_cyclic_directed(&l.graph), "queries lower to a DAG");
     let order = toposort(&l.graph, None).unwrap_or_else(|_| l.graph.node_indices().collect());
