@@ -155,6 +155,12 @@ impl Task {
     /// Decode a record of the main input.
     pub fn decode_main(&self, rec: &Record) -> Result<Input, RecordError> {
         match &self.spec.main.decode {
+            // A task with state reads its input in the partitions its keys belong to.
+            Decode::Source(src) if !self.spec.stores.is_empty() => {
+                let input = decode_source(src, rec)?;
+                misplaced(src, rec)?;
+                Ok(input)
+            }
             Decode::Source(src) => decode_source(src, rec),
             Decode::Internal { key, wire, nvalue, joined_keys } => {
                 let key = decode_key(rec.key.as_deref(), key)?;
@@ -261,6 +267,7 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let input = decode_source(&si.source, rec)?;
+        misplaced(&si.source, rec)?;
         if let Some(t) = &input.row.tenant {
             self.counters.tenant(t).records_in += 1;
         }
@@ -538,6 +545,20 @@ fn group_key(exprs: &[hir::Expr], row: &Row) -> Result<Value, RecordError> {
         vals.push(eval(e, row, &[]).map_err(RecordError)?);
     }
     Ok(if vals.len() == 1 { vals.pop().unwrap_or(Value::Null) } else { Value::List(Arc::new(vals)) })
+}
+
+/// A record without a key (whose value decodes), of a source keyed by a field, read by a task
+/// that keeps state by that key: it is in whatever partition its producer chose, not necessarily the one its key
+/// belongs to, so its state would be split across tasks. Such a record is refused (dead
+/// letter), as a record whose key differs from its key field is.
+fn misplaced(src: &hir::Source, rec: &Record) -> Result<(), RecordError> {
+    match (&src.key, &rec.key) {
+        (KeySpec::Field(i), None) => Err(RecordError(format!(
+            "the record has no key, but `{}` is keyed by its `{}` field: a stateful query needs each record in the partition of its key (write records with their key)",
+            src.name, src.value.fields[*i].0
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
