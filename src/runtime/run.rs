@@ -639,14 +639,24 @@ impl<F: Feed> TaskRun<F> {
 }
 
 /// A copy of an input record for the dead-letter or late topic: the reason and where it came from
-/// in headers.
+/// in headers (the input's own `streamc.*` headers renamed `original.streamc.*`).
 ///
 /// The copy always fits a broker's default message size (1 MB): a value longer than
 /// [`COPY_VALUE_MAX`] bytes or a key longer than [`COPY_KEY_MAX`] is cut there, with its
 /// original size and SHA-256 in headers (`streamc.value.size`, `streamc.value.sha256`, and
 /// likewise for the key), and the reason is cut at [`REASON_MAX`] bytes.
 pub(crate) fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: u64) -> Record {
-    let mut rec = Record { key: None, value: None, timestamp: r.timestamp, headers: r.headers.clone() };
+    // The input's own `streamc.*` headers (a producer may write any) are kept under
+    // `original.`, so that the copy's `streamc.*` headers are streamc's alone.
+    let headers = r
+        .headers
+        .iter()
+        .map(|(k, v)| match k.starts_with("streamc.") {
+            true => (format!("original.{k}"), v.clone()),
+            false => (k.clone(), v.clone()),
+        })
+        .collect();
+    let mut rec = Record { key: None, value: None, timestamp: r.timestamp, headers };
     rec.key = r.key.as_deref().map(|k| cut(k, COPY_KEY_MAX, "key", &mut rec.headers));
     rec.value = r.value.as_deref().map(|v| cut(v, COPY_VALUE_MAX, "value", &mut rec.headers));
     let mut reason = reason;
