@@ -813,11 +813,30 @@ impl Builder {
             }
             *pos += 1;
             let (rhs, rh) = self.climb(toks, pos, prec + 1, depth + 1)?;
-            let sp = lhs.span.to(rhs.span);
-            h = h.max(rh) + 1;
-            lhs = Node::new(sp, Expr::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) });
+            if matches!(op, BinOp::And | BinOp::Or) {
+                // A run of one logical operator (`a == 1 or a == 2 or …`) is a list, not
+                // nesting: a long one is built as a balanced tree, so its height grows with the
+                // logarithm of its length. The result and the order operands are evaluated in
+                // are those of the left-nested chain (both operators are associative, and
+                // short-circuit left to right either way).
+                let mut operands = vec![(lhs, h), (rhs, rh)];
+                while let Some(next) = toks.get(*pos) {
+                    match infix(next.as_rule()) {
+                        Some((o, _)) if o == op => {
+                            *pos += 1;
+                            operands.push(self.climb(toks, pos, prec + 1, depth + 1)?);
+                        }
+                        _ => break,
+                    }
+                }
+                (lhs, h) = chain(op, operands);
+            } else {
+                let sp = lhs.span.to(rhs.span);
+                h = h.max(rh) + 1;
+                lhs = Node::new(sp, Expr::Binary { op, lhs: Box::new(lhs), rhs: Box::new(rhs) });
+            }
             if h > MAX_DEPTH {
-                self.check_depth(sp, h)?;
+                self.check_depth(lhs.span, h)?;
             }
         }
         Ok((lhs, h))
@@ -930,6 +949,38 @@ fn infix(rule: Rule) -> Option<(BinOp, u8)> {
         Rule::op_rem => (BinOp::Rem, 6),
         _ => return None,
     })
+}
+
+/// An expression with its height.
+type Measured = (Node<Expr>, usize);
+
+/// Chains of up to this many operands of one logical operator are left-nested, as written;
+/// longer ones are balanced.
+const LEFT_NESTED_CHAIN: usize = 32;
+
+/// `o1 op o2 op … op on` as a tree with its height: left-nested up to [`LEFT_NESTED_CHAIN`]
+/// operands, balanced beyond (the left half one larger, so that in-order is the written order).
+fn chain(op: BinOp, mut operands: Vec<Measured>) -> Measured {
+    let join = |(l, lh): Measured, (r, rh): Measured| {
+        let sp = l.span.to(r.span);
+        (Node::new(sp, Expr::Binary { op, lhs: Box::new(l), rhs: Box::new(r) }), lh.max(rh) + 1)
+    };
+    if operands.len() <= LEFT_NESTED_CHAIN {
+        let mut it = operands.into_iter();
+        let first = it.next().expect("a chain has operands");
+        return it.fold(first, join);
+    }
+    fn balanced(ops: &mut std::vec::IntoIter<Measured>, n: usize, join: &dyn Fn(Measured, Measured) -> Measured) -> Measured {
+        if n == 1 {
+            return ops.next().expect("n operands left");
+        }
+        let left = balanced(ops, n - n / 2, join);
+        let right = balanced(ops, n / 2, join);
+        join(left, right)
+    }
+    let n = operands.len();
+    let mut it = std::mem::take(&mut operands).into_iter();
+    balanced(&mut it, n, &join)
 }
 
 /// The height of an expression tree (bounded by [`MAX_DEPTH`] for every built tree). It is

@@ -59,6 +59,19 @@ fn long_operator_chains() {
     assert_too_deep(program(&format!("select {{ x = a{} }}", " + a".repeat(100_000))));
 }
 
+/// A run of one logical operator is a list, not nesting: 10,000 `or`ed comparisons (or `and`ed
+/// conditions) check fine on a small stack. Mixed with parentheses, nesting still counts.
+#[test]
+fn long_logical_chains_are_lists() {
+    let ors: Vec<String> = (0..N).map(|i| format!("a == {i}")).collect();
+    let codes = codes_of(program(&format!("where {}", ors.join(" or "))));
+    assert!(codes.is_empty(), "{codes:?}");
+    let ands: Vec<String> = (0..N).map(|i| format!("a != {i}")).collect();
+    let codes = codes_of(program(&format!("where {}", ands.join(" and "))));
+    assert!(codes.is_empty(), "{codes:?}");
+    assert_too_deep(program(&format!("where {}b{}", "(b or ".repeat(N), ")".repeat(N))));
+}
+
 #[test]
 fn nested_calls_lists_and_records() {
     assert_too_deep(program(&format!("select {{ x = {}a{} }}", "abs(".repeat(N), ")".repeat(N))));

@@ -976,3 +976,30 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+/// A `where` of 3,000 `or`ed comparisons (a balanced tree underneath) keeps exactly the records
+/// one of them matches, as a plain filter in the test says.
+#[test]
+fn a_long_or_chain_filters_like_a_set() {
+    let dir = temp_dir("or-chain");
+    let wanted: Vec<i64> = (0..3_000).map(|i| i * 2).collect();
+    let terms: Vec<String> = wanted.iter().map(|v| format!("a == {v}")).collect();
+    let program = dir.join("chain.stream");
+    std::fs::write(
+        &program,
+        format!(
+            "stream s from \"s\" {{ value json {{ a: int }} }}\nquery q {{\n  from s\n  where {}\n  to \"out\"\n}}\n",
+            terms.join(" or ")
+        ),
+    )
+    .unwrap();
+    let input = dir.join("s.jsonl");
+    let values: Vec<i64> = (0..4_000).map(|i| (i * 7) % 9_000).collect();
+    std::fs::write(&input, values.iter().map(|a| format!("{{\"a\":{a}}}\n")).collect::<String>()).unwrap();
+    let state = dir.join("state");
+    Run::new(program.to_str().unwrap(), &state).input("s", &input).go().unwrap();
+    let got: Vec<i64> = read_topic(&state, "out").iter().map(|r| r.value["a"].as_i64().unwrap()).collect();
+    let want: Vec<i64> = values.iter().copied().filter(|a| wanted.contains(a)).collect();
+    assert!(!want.is_empty() && want.len() < values.len());
+    assert_eq!(got, want);
+}
