@@ -970,7 +970,11 @@ fn chain(op: BinOp, mut operands: Vec<Measured>) -> Measured {
         let first = it.next().expect("a chain has operands");
         return it.fold(first, join);
     }
-    fn balanced(ops: &mut std::vec::IntoIter<Measured>, n: usize, join: &dyn Fn(Measured, Measured) -> Measured) -> Measured {
+    fn balanced(
+        ops: &mut std::vec::IntoIter<Measured>,
+        n: usize,
+        join: &dyn Fn(Measured, Measured) -> Measured,
+    ) -> Measured {
         if n == 1 {
             return ops.next().expect("n operands left");
         }
