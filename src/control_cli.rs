@@ -458,9 +458,10 @@ pub fn check_program_file(
         t.append(&status, vec![program_record(text)])?;
         return Ok(true);
     };
-    let mut old = Evaluator::new(app, old_program, &old_text, trusted.clone())?;
+    let allowed = &cfg.topics.allow_internal_sinks;
+    let mut old = Evaluator::new(app, old_program, &old_text, trusted.clone())?.allow_sinks(allowed);
     control::evaluate_all(&mut old, &records);
-    let mut new = Evaluator::new(app, program.clone(), text, trusted)?;
+    let mut new = Evaluator::new(app, program.clone(), text, trusted)?.allow_sinks(allowed);
     control::evaluate_all(&mut new, &records);
     let (a, b) = (old.latest(), new.latest());
     eprintln!("the program file changed since `{app}` first ran; state compatibility:");
@@ -501,7 +502,8 @@ pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::
     texts.push(text.to_string());
     for tx in &texts {
         let Ok(program) = streamc::compile(tx) else { continue };
-        let Ok(mut ev) = Evaluator::new(app, program, tx, trusted.clone()) else { continue };
+        let Ok(ev) = Evaluator::new(app, program, tx, trusted.clone()) else { continue };
+        let mut ev = ev.allow_sinks(&cfg.topics.allow_internal_sinks);
         let mut add = |stage: &control::Stage| {
             for topic in &stage.topo.topics {
                 if matches!(topic.role, streamc::plan::TopicRole::Changelog | streamc::plan::TopicRole::Repartition) {

@@ -239,16 +239,21 @@ pub fn render(diags: &[Diagnostic], file_name: &str, source: &str, opts: RenderO
 /// (`␛` for ESC, `␇` for BEL, `␀` for NUL, `␡` for DEL) or as `\u{…}`, and a map from a byte
 /// offset of `text` to the same place in the result.
 fn visible(text: &str) -> (String, Box<dyn Fn(usize) -> usize>) {
-    let hidden = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.chars().any(hidden) {
+    // A `\r` before `\n` ends a line (CRLF files); any other is shown.
+    let chars: Vec<char> = text.chars().collect();
+    let hidden = |i: usize| {
+        let c = chars[i];
+        c.is_control() && c != '\n' && c != '\t' && !(c == '\r' && chars.get(i + 1) == Some(&'\n'))
+    };
+    if !(0..chars.len()).any(hidden) {
         return (text.to_string(), Box::new(|i| i));
     }
     let mut out = String::with_capacity(text.len() + 16);
     // The offset in `out` of each byte offset of `text` (and of its end).
     let mut at = Vec::with_capacity(text.len() + 1);
-    for c in text.chars() {
+    for (i, &c) in chars.iter().enumerate() {
         let start = out.len();
-        if hidden(c) {
+        if hidden(i) {
             match c as u32 {
                 n @ 0..=0x1f => out.push(char::from_u32(0x2400 + n).unwrap_or('?')),
                 0x7f => out.push('\u{2421}'),
@@ -291,5 +296,21 @@ mod tests {
         let x_col = col(lines[src_line], 'x');
         let caret = lines[src_line + 1..].iter().find(|l| l.contains('┬')).expect("a caret line");
         assert_eq!(col(caret, '┬'), x_col, "\n{out}");
+    }
+
+    /// A CRLF file's line ends are line ends, not characters to show.
+    #[test]
+    fn crlf_line_ends_stay_invisible() {
+        let source = "stream s {\r\n  x\r\n}\r\n";
+        let at = source.find('x').unwrap();
+        let out = render(
+            &[Diagnostic::new(Code::Syntax, Span { start: at, end: at + 1 }, "no")],
+            "f",
+            source,
+            RenderOptions::plain(),
+        );
+        assert!(!out.contains('\u{240d}'), "{out}");
+        let (shown, _) = visible("a\rb\r\n");
+        assert_eq!(shown, "a\u{240d}b\r\n", "a lone carriage return is shown");
     }
 }

@@ -439,9 +439,13 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         if chaos.is_some() {
             return Err("--chaos is for the embedded log; on Kafka, kill instances instead".into());
         }
-    } else {
-        log_of(g, &cfg)?;
     }
+    // On the embedded log, no other run of the application may be live while this one resets
+    // it or records its program: the run lock is held until the run takes it over.
+    let run_lock = match on_kafka {
+        true => None,
+        false => Some(log_of(g, &cfg)?.lock_run(&app).map_err(String::from)?),
+    };
     // Version 0 of the running program: the file as the application first ran it.
     let topics = control_cli::Topics::open(&g.state_dir, &cfg)?;
     if reset {
@@ -492,6 +496,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     let sum = if on_kafka {
         streamc::runtime::kafka::run(&p, &topo, &opts)?
     } else {
+        drop(run_lock);
         streamc::runtime::embedded::run(&p, &topo, &opts)?
     };
     drop(server);

@@ -165,7 +165,7 @@ fn writing_into_internal_topics_is_refused_unless_allowed() {
         ("shop-metrics", "this application's metrics topic"),
         ("billing-totals-aggregate-changelog", "named like a store's changelog"),
         ("billing-by-user-repartition", "named like a repartition topic"),
-        ("billing-control", "named like a control topic"),
+        ("billing-control-status", "named like a control status topic"),
     ] {
         std::fs::write(&file, program(sink)).unwrap();
         let f = file.to_str().unwrap();
@@ -185,7 +185,7 @@ fn writing_into_internal_topics_is_refused_unless_allowed() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     // Other names are the user's own: `-metrics` or `-late` of another application, a name
     // that only contains a reserved word.
-    for sink in ["page-metrics", "orders-late", "changelog-of-orders", "control"] {
+    for sink in ["page-metrics", "orders-late", "changelog-of-orders", "control", "access-control"] {
         std::fs::write(&file, program(sink)).unwrap();
         let o = streamc(&["check", file.to_str().unwrap()]);
         assert!(o.status.success(), "{sink}: {}", stderr(&o));
@@ -256,6 +256,11 @@ fn a_second_run_of_one_application_on_one_state_directory_is_refused() {
     let o = streamc(&["--state-dir", &s, "run", "examples/stats.stream", "--drain"]);
     assert!(!o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("another `streamc run` of `stats` is using"), "{}", stderr(&o));
+    // Nor may a reset delete what the live run is writing.
+    let o = streamc(&["--state-dir", &s, "run", "examples/stats.stream", "--reset", "--drain"]);
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("another `streamc run` of `stats` is using"), "{}", stderr(&o));
+    assert!(state.join("log").join("topics").join("stats-stock_stats-aggregate-changelog").exists());
     first.kill().unwrap();
     first.wait().unwrap();
     let o = streamc(&["--state-dir", &s, "run", "examples/stats.stream", "--drain"]);

@@ -20,7 +20,7 @@ pub(crate) const APP_TOPICS: [(&str, TopicRole); 5] = [
 /// Why a query of `topo`'s application may not write to `topic`: a topic of Kafka itself
 /// (`__…`), one of the application's own internal topics (changelogs, repartition topics, dead
 /// letters, late records, control, control status, metrics), or a name with the shape of
-/// another application's internal topics (`…-changelog`, `…-repartition`, `…-control`,
+/// another application's internal topics (`…-changelog`, `…-repartition`,
 /// `…-control-status`). None if it may, or if `allowed` (`topics.allow_internal_sinks`) lists
 /// it.
 pub fn reserved_sink(topic: &str, topo: &Topology, allowed: &[String]) -> Option<String> {
@@ -37,16 +37,14 @@ pub fn reserved_sink(topic: &str, topo: &Topology, allowed: &[String]) -> Option
     if let Some(t) = topo.topics.iter().find(|t| t.name == topic && t.role.internal()) {
         return Some(format!("this application's {} topic", t.role.as_str()));
     }
+    // (A plain `-control` suffix is too common a name to refuse, `access-control` say: only this
+    // application's own control topic is.)
     let shapes = [
-        ("-changelog", "a store's changelog"),
-        ("-repartition", "a repartition topic"),
-        ("-control-status", "a control status topic"),
-        ("-control", "a control topic"),
+        ("-changelog", "a store's changelog of a streamc or Kafka Streams application"),
+        ("-repartition", "a repartition topic of a streamc or Kafka Streams application"),
+        ("-control-status", "a control status topic of a streamc application"),
     ];
-    shapes
-        .iter()
-        .find(|(suffix, _)| topic.ends_with(suffix))
-        .map(|(_, what)| format!("named like {what} of a streamc or Kafka Streams application"))
+    shapes.iter().find(|(suffix, _)| topic.ends_with(suffix)).map(|(_, what)| format!("named like {what}"))
 }
 
 /// The queries of `program` that write to a reserved topic ([`reserved_sink`]) in

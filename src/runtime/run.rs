@@ -78,6 +78,10 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
     let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
     let Some(src) = source else { return rec };
     if src.format != crate::ast::Format::Json {
+        // A `string` value is its one field: the line is the key if the stream is keyed by it.
+        if let hir::KeySpec::Field(i) = src.key {
+            rec.key = Some(Value::str(&String::from_utf8_lossy(line)).key_bytes(&src.value.fields[i].1));
+        }
         return rec;
     }
     if let Ok(fields) = crate::value::decode_record(line, &src.wire) {
@@ -592,11 +596,17 @@ impl<F: Feed> TaskRun<F> {
         }
     }
 
+    /// Whether `topic` is an input written by producers (not a repartition topic of the task).
+    fn external_input(&self, topic: &str) -> bool {
+        !(topic == self.task.spec.main.topic && matches!(self.task.spec.main.decode, Decode::Internal { .. }))
+    }
+
     /// If the record just processed was late, write it to `<app>-late` (with `late.to_topic`).
     fn late_record(&mut self, topic: &str, s: &crate::log::Stored, opts: &RunOptions) {
         if let Some(reason) = self.task.late_reason.take() {
             if opts.config.late.to_topic {
-                let rec = with_source_headers(&s.record, reason, topic, self.task.partition, s.offset);
+                let external = self.external_input(topic);
+                let rec = with_source_headers(&s.record, reason, topic, self.task.partition, s.offset, external);
                 self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
             }
         }
@@ -620,7 +630,7 @@ impl<F: Feed> TaskRun<F> {
             OnError::DeadLetter => {
                 let tenant = self.task.record_tenant(topic, &s.record);
                 self.task.dead_letter(tenant.as_deref());
-                let rec = with_source_headers(&s.record, e.0, topic, p, s.offset);
+                let rec = with_source_headers(&s.record, e.0, topic, p, s.offset, self.external_input(topic));
                 self.out.push(Output { topic: format!("{}-dlq", opts.app), partition: Some(0), record: rec });
                 Ok(())
             }
@@ -645,17 +655,31 @@ impl<F: Feed> TaskRun<F> {
 /// [`COPY_VALUE_MAX`] bytes or a key longer than [`COPY_KEY_MAX`] is cut there, with its
 /// original size and SHA-256 in headers (`streamc.value.size`, `streamc.value.sha256`, and
 /// likewise for the key), and the reason is cut at [`REASON_MAX`] bytes.
-pub(crate) fn with_source_headers(r: &Record, reason: String, topic: &str, p: u32, offset: u64) -> Record {
-    // The input's own `streamc.*` headers (a producer may write any) are kept under
-    // `original.`, so that the copy's `streamc.*` headers are streamc's alone.
-    let headers = r
-        .headers
-        .iter()
-        .map(|(k, v)| match k.starts_with("streamc.") {
-            true => (format!("original.{k}"), v.clone()),
-            false => (k.clone(), v.clone()),
-        })
-        .collect();
+pub(crate) fn with_source_headers(
+    r: &Record,
+    reason: String,
+    topic: &str,
+    p: u32,
+    offset: u64,
+    external: bool,
+) -> Record {
+    // An external input's own `streamc.*` headers (its producer may write any) are kept under
+    // `original.`, so that the copy's `streamc.*` headers are streamc's alone; a repartition
+    // topic's are streamc's already. Headers past COPY_HEADERS_MAX bytes are dropped and counted.
+    let mut headers = Vec::with_capacity(r.headers.len() + 6);
+    let (mut bytes, mut dropped) = (0usize, 0usize);
+    for (k, v) in &r.headers {
+        bytes += k.len() + v.len();
+        if bytes > COPY_HEADERS_MAX {
+            dropped += 1;
+            continue;
+        }
+        let k = if external && k.starts_with("streamc.") { format!("original.{k}") } else { k.clone() };
+        headers.push((k, v.clone()));
+    }
+    if dropped > 0 {
+        headers.push(("streamc.headers.dropped".to_string(), dropped.to_string().into_bytes()));
+    }
     let mut rec = Record { key: None, value: None, timestamp: r.timestamp, headers };
     rec.key = r.key.as_deref().map(|k| cut(k, COPY_KEY_MAX, "key", &mut rec.headers));
     rec.value = r.value.as_deref().map(|v| cut(v, COPY_VALUE_MAX, "value", &mut rec.headers));
@@ -679,6 +703,8 @@ pub(crate) fn with_source_headers(r: &Record, reason: String, topic: &str, p: u3
 pub(crate) const COPY_VALUE_MAX: usize = 256 * 1024;
 /// The most bytes of a record's key a dead letter or late record copies.
 pub(crate) const COPY_KEY_MAX: usize = 16 * 1024;
+/// The most bytes of a record's headers (names and values) a dead letter or late record copies.
+pub(crate) const COPY_HEADERS_MAX: usize = 64 * 1024;
 /// The most bytes of a dead letter's reason.
 pub(crate) const REASON_MAX: usize = 4 * 1024;
 
@@ -740,5 +766,27 @@ pub(crate) mod testing {
             chaos: None,
             program_text: String::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--input` and `produce --program` key a record by its declared key field, for a `string`
+    /// value (the line is the one field) as for `json`.
+    #[test]
+    fn input_lines_are_keyed_by_the_declared_field() {
+        let program = crate::compile(
+            "stream lines from \"lines\" {\n  key line\n  value string as line\n}\n\
+             stream events from \"events\" {\n  key user\n  value json { user: string, n: int }\n}\n",
+        )
+        .unwrap();
+        let rec = value_record(Some(&program.sources[0]), b"GET /index.html", 7);
+        assert_eq!(rec.key.as_deref(), Some(&b"GET /index.html"[..]));
+        assert_eq!(rec.timestamp, 7);
+        let rec = value_record(Some(&program.sources[1]), br#"{"user":"ann","n":1}"#, 7);
+        assert_eq!(rec.key.as_deref(), Some(&b"ann"[..]));
+        assert_eq!(value_record(None, b"x", 7).key, None);
     }
 }

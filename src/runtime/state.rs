@@ -235,6 +235,10 @@ pub(crate) fn open_local_state(path: &Path, app: &str) -> Result<sled::Db, RunEr
 /// files instead of returning an error ("tried to serialize Uninitialized" while it reads its
 /// snapshot). The panic is not printed.
 fn open_catching_panics(open: impl Fn() -> sled::Result<sled::Db>) -> Result<sled::Result<sled::Db>, String> {
+    // The panic hook is the process's: one swap at a time, so that the default one always comes
+    // back (a panic elsewhere during an open goes unprinted, not uncaught).
+    static SWAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = SWAP.lock().unwrap_or_else(|p| p.into_inner());
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&open));
