@@ -960,7 +960,7 @@ const LEFT_NESTED_CHAIN: usize = 32;
 
 /// `o1 op o2 op … op on` as a tree with its height: left-nested up to [`LEFT_NESTED_CHAIN`]
 /// operands, balanced beyond (the left half one larger, so that in-order is the written order).
-fn chain(op: BinOp, mut operands: Vec<Measured>) -> Measured {
+fn chain(op: BinOp, operands: Vec<Measured>) -> Measured {
     let join = |(l, lh): Measured, (r, rh): Measured| {
         let sp = l.span.to(r.span);
         (Node::new(sp, Expr::Binary { op, lhs: Box::new(l), rhs: Box::new(r) }), lh.max(rh) + 1)
@@ -983,8 +983,7 @@ fn chain(op: BinOp, mut operands: Vec<Measured>) -> Measured {
         join(left, right)
     }
     let n = operands.len();
-    let mut it = std::mem::take(&mut operands).into_iter();
-    balanced(&mut it, n, &join)
+    balanced(&mut operands.into_iter(), n, &join)
 }
 
 /// The height of an expression tree (bounded by [`MAX_DEPTH`] for every built tree). It is

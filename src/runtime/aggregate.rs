@@ -97,16 +97,14 @@ impl Aggregate {
 
 /// What the window kind works with: the aggregate's spec and cache, and the task's context.
 fn window_cx<'a>(agg: &'a AggSpec, cache: &'a mut Cache, stream_time: i64, cx: &'a mut Ctx) -> Cx<'a> {
-    {
-        Cx {
-            agg,
-            cache,
-            stream_time,
-            counters: &mut *cx.counters,
-            late_reason: &mut *cx.late_reason,
-            changes: &mut *cx.changes,
-            stores: cx.stores,
-        }
+    Cx {
+        agg,
+        cache,
+        stream_time,
+        counters: &mut *cx.counters,
+        late_reason: &mut *cx.late_reason,
+        changes: &mut *cx.changes,
+        stores: cx.stores,
     }
 }
 
