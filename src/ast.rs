@@ -288,6 +288,13 @@ pub enum Expr {
         lhs: Box<Node<Expr>>,
         rhs: Box<Node<Expr>>,
     },
+    /// A long run of arithmetic operators of one precedence (`a + b - c + …`), evaluated left
+    /// to right as the left-nested tree it stands for. Kept flat so that its length is not
+    /// nesting: no pass recurses once per operand.
+    Chain {
+        first: Box<Node<Expr>>,
+        rest: Vec<(BinOp, Node<Expr>)>,
+    },
     IsNull {
         expr: Box<Node<Expr>>,
         negated: bool,
@@ -597,6 +604,16 @@ impl fmt::Display for Expr {
             Expr::Unary { op: UnOp::Not, expr } => write!(f, "(not {})", expr.node),
             Expr::Unary { op: UnOp::Neg, expr } => write!(f, "(-{})", expr.node),
             Expr::Binary { op, lhs, rhs } => write!(f, "({} {} {})", lhs.node, op.symbol(), rhs.node),
+            Expr::Chain { first, rest } => {
+                for _ in rest {
+                    f.write_str("(")?;
+                }
+                write!(f, "{}", first.node)?;
+                for (op, e) in rest {
+                    write!(f, " {} {})", op.symbol(), e.node)?;
+                }
+                Ok(())
+            }
             Expr::IsNull { expr, negated } => {
                 write!(f, "({} is {}null)", expr.node, if *negated { "not " } else { "" })
             }

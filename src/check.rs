@@ -1759,6 +1759,33 @@ impl<'a> Checker<'a> {
                 };
                 mk(ExprKind::Binary(*op, Box::new(l), Box::new(r)), ty)
             }
+            ast::Expr::Chain { first, rest } => {
+                let first = self.expr(first, scope);
+                let mut ty = first.ty.clone();
+                let mut sp = first.span;
+                let mut items = Vec::with_capacity(rest.len());
+                for (op, e) in rest {
+                    let r = self.expr(e, scope);
+                    sp = sp.to(r.span);
+                    ty = match binary_type(*op, &ty, &r.ty) {
+                        Some(t) => t,
+                        None => {
+                            self.err(
+                                Diagnostic::new(
+                                    Code::BadOperands,
+                                    sp,
+                                    format!("`{}` cannot combine {} and {}", op.symbol(), ty, r.ty),
+                                )
+                                .label(format!("{} {} {}", ty, op.symbol(), r.ty))
+                                .help_opt(binary_help(*op, &ty, &r.ty)),
+                            );
+                            Type::Error
+                        }
+                    };
+                    items.push((*op, r));
+                }
+                mk(ExprKind::Chain(Box::new(first), items), ty)
+            }
             ast::Expr::IsNull { expr, negated } => {
                 let inner = self.expr(expr, scope);
                 mk(ExprKind::IsNull(Box::new(inner), *negated), Type::Bool)

@@ -69,6 +69,13 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
             }
         }
         ExprKind::Binary(op, l, r) => binary(*op, l, r, row, locals)?,
+        ExprKind::Chain(first, rest) => {
+            let mut acc = eval(first, row, locals)?;
+            for (op, e) in rest {
+                acc = apply_binary(*op, &acc, &eval(e, row, locals)?)?;
+            }
+            acc
+        }
         ExprKind::IsNull(inner, negated) => Value::Bool(eval(inner, row, locals)?.is_null() != *negated),
         ExprKind::If(c, a, b) => match eval(c, row, locals)? {
             Value::Bool(true) => eval(a, row, locals)?,

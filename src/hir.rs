@@ -321,6 +321,8 @@ pub enum ExprKind {
     Get(Box<Expr>, usize),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `first op1 e1 op2 e2 …` folded left to right (a long arithmetic run; see `ast::Expr::Chain`).
+    Chain(Box<Expr>, Vec<(BinOp, Expr)>),
     IsNull(Box<Expr>, bool),
     If(Box<Expr>, Box<Expr>, Box<Expr>),
     List(Vec<Expr>),

@@ -830,6 +830,21 @@ impl Builder {
                     }
                 }
                 (lhs, h) = chain(op, operands);
+            } else if prec >= 5 {
+                // A run of arithmetic operators of one precedence (`price + 1 - fee + …`) is a
+                // list too; a long one is kept flat (`Expr::Chain`), folded left to right as
+                // written, since `+` on floats is not associative and cannot be rebalanced.
+                let mut rest = vec![(op, (rhs, rh))];
+                while let Some(next) = toks.get(*pos) {
+                    match infix(next.as_rule()) {
+                        Some((o, p)) if p == prec => {
+                            *pos += 1;
+                            rest.push((o, self.climb(toks, pos, prec + 1, depth + 1)?));
+                        }
+                        _ => break,
+                    }
+                }
+                (lhs, h) = arithmetic_chain((lhs, h), rest);
             } else {
                 let sp = lhs.span.to(rhs.span);
                 h = h.max(rh) + 1;
@@ -986,6 +1001,28 @@ fn chain(op: BinOp, operands: Vec<Measured>) -> Measured {
     balanced(&mut operands.into_iter(), n, &join)
 }
 
+/// `first op1 e1 op2 e2 …`: left-nested binary nodes up to [`LEFT_NESTED_CHAIN`] operands, as
+/// written; one flat [`Expr::Chain`] beyond, whose height is that of its tallest operand plus one.
+fn arithmetic_chain(first: Measured, rest: Vec<(BinOp, Measured)>) -> Measured {
+    if rest.len() < LEFT_NESTED_CHAIN {
+        return rest.into_iter().fold(first, |(l, lh), (op, (r, rh))| {
+            let sp = l.span.to(r.span);
+            (Node::new(sp, Expr::Binary { op, lhs: Box::new(l), rhs: Box::new(r) }), lh.max(rh) + 1)
+        });
+    }
+    let (first, mut h) = first;
+    let mut sp = first.span;
+    let rest = rest
+        .into_iter()
+        .map(|(op, (e, eh))| {
+            h = h.max(eh);
+            sp = sp.to(e.span);
+            (op, e)
+        })
+        .collect();
+    (Node::new(sp, Expr::Chain { first: Box::new(first), rest }), h + 1)
+}
+
 /// The height of an expression tree (bounded by [`MAX_DEPTH`] for every built tree). It is
 /// computed iteratively on the spine so that it never recurses deeper than the tree allows.
 pub fn height(e: &Node<Expr>) -> usize {
@@ -994,6 +1031,7 @@ pub fn height(e: &Node<Expr>) -> usize {
         Expr::Call { args, .. } | Expr::List(args) => 1 + args.iter().map(height).max().unwrap_or(0),
         Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } => 1 + height(expr),
         Expr::Binary { lhs, rhs, .. } => 1 + height(lhs).max(height(rhs)),
+        Expr::Chain { first, rest } => 1 + rest.iter().map(|(_, e)| height(e)).fold(height(first), usize::max),
         Expr::If { cond, then, otherwise } => 1 + height(cond).max(height(then)).max(height(otherwise)),
         Expr::Record(fs) => 1 + fs.iter().map(|(_, e)| height(e)).max().unwrap_or(0),
     }

@@ -54,9 +54,20 @@ fn else_if_chains() {
     assert_too_deep(program(&format!("select {{ x = {chain}0 }}")));
 }
 
+/// A run of arithmetic operators of one precedence is a list too: 10,000 terms check fine on
+/// a small stack, and a type error deep inside is reported at its own operand.
 #[test]
-fn long_operator_chains() {
-    assert_too_deep(program(&format!("select {{ x = a{} }}", " + a".repeat(100_000))));
+fn long_operator_chains_are_lists() {
+    let codes = codes_of(program(&format!("select {{ x = a{} }}", " + a - 1".repeat(N))));
+    assert!(codes.is_empty(), "{codes:?}");
+    let codes = codes_of(program(&format!("select {{ x = a{} }}", " * 2 / a % 7".repeat(N))));
+    assert!(codes.is_empty(), "{codes:?}");
+    let mixed = format!("select {{ x = a{} + b{} }}", " + a".repeat(N), " + a".repeat(N));
+    let src = program(&mixed);
+    let errors = on_small_stack(move || common::compile(&src).err().unwrap_or_default());
+    assert_eq!(errors.iter().map(|d| d.code).collect::<Vec<_>>(), vec![Code::BadOperands], "{errors:?}");
+    assert!(errors[0].message.contains("int and bool"), "{}", errors[0].message);
+    assert_too_deep(program(&format!("select {{ x = {}a{} }}", "(a + ".repeat(N), ")".repeat(N))));
 }
 
 /// A run of one logical operator is a list, not nesting: 10,000 `or`ed comparisons (or `and`ed

@@ -982,6 +982,47 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// A `select` of 3,000 `+`/`-` terms (a flat chain underneath) computes what a left-to-right
+/// fold in the test computes, for ints and for floats (where grouping changes the rounding).
+#[test]
+fn a_long_arithmetic_chain_folds_left_to_right() {
+    let dir = temp_dir("sum-chain");
+    let terms: Vec<(char, i64)> = (0..3_000).map(|i| (if i % 3 == 0 { '-' } else { '+' }, (i * 37) % 1_000)).collect();
+    let int_chain: String = terms.iter().map(|(op, v)| format!(" {op} {v}")).collect();
+    let float_chain: String = terms.iter().map(|(op, v)| format!(" {op} {v}.1")).collect();
+    let program = dir.join("chain.stream");
+    std::fs::write(
+        &program,
+        format!(
+            "stream s from \"s\" {{ value json {{ a: int, f: float }} }}\nquery q {{\n  from s\n  select {{ i = a{int_chain}, x = f{float_chain} }}\n  to \"out\"\n}}\n"
+        ),
+    )
+    .unwrap();
+    let input = dir.join("s.jsonl");
+    let rows: Vec<(i64, f64)> = (0..50).map(|i| (i * 1_001 - 20_000, i as f64 * 0.37 - 5.0)).collect();
+    std::fs::write(&input, rows.iter().map(|(a, f)| format!("{{\"a\":{a},\"f\":{f}}}\n")).collect::<String>()).unwrap();
+    let state = dir.join("state");
+    Run::new(program.to_str().unwrap(), &state).input("s", &input).go().unwrap();
+    let got: Vec<(i64, f64)> = read_topic(&state, "out")
+        .iter()
+        .map(|r| (r.value["i"].as_i64().unwrap(), r.value["x"].as_f64().unwrap()))
+        .collect();
+    let want: Vec<(i64, f64)> = rows
+        .iter()
+        .map(|&(a, f)| {
+            terms.iter().fold((a, f), |(i, x), &(op, v)| {
+                let fv = format!("{v}.1").parse::<f64>().unwrap();
+                if op == '+' {
+                    (i + v, x + fv)
+                } else {
+                    (i - v, x - fv)
+                }
+            })
+        })
+        .collect();
+    assert_eq!(got, want);
+}
+
 /// A `where` of 3,000 `or`ed comparisons (a balanced tree underneath) keeps exactly the records
 /// one of them matches, as a plain filter in the test says.
 #[test]
