@@ -373,6 +373,7 @@ impl Stage {
 }
 
 /// Evaluates the control log, record by record, in order.
+#[derive(Clone)]
 pub struct Evaluator {
     app: String,
     trusted: Vec<Trusted>,

@@ -297,6 +297,8 @@ pub fn deploy(
     let (ev, _) = running(&t, &app, cfg, file)?;
     let stage = ev.latest().clone();
     let mut statements = Vec::new();
+    // Queries whose change needs `--reprocess` or `--fresh-state` that was not given.
+    let mut blocked = Vec::new();
     let suffix = mode.map(|m| format!(" with {m}")).unwrap_or_default();
     let new_topo = streamc::plan::lower(&new, &app);
     for q in &new.queries {
@@ -313,6 +315,7 @@ pub fn deploy(
                 print!("{}", r.render());
                 if incompatible && mode.is_none() {
                     println!("  => needs `--reprocess` or `--fresh-state`");
+                    blocked.push(q.name.clone());
                 }
                 statements.push(format!(
                     "replace {body}{}",
@@ -335,9 +338,62 @@ pub fn deploy(
         for s in &statements {
             println!("---\n{s}");
         }
+    }
+    // A deploy is all or nothing: refused before anything is posted if a change needs a mode
+    // that was not given, or if the application would reject one of the statements.
+    if !blocked.is_empty() {
+        eprintln!(
+            "error: {} cannot keep {} state: deploy again with `--reprocess` or `--fresh-state`; nothing was posted",
+            blocked.join(", "),
+            if blocked.len() == 1 { "its" } else { "their" },
+        );
+        return Ok(ExitCode::from(1));
+    }
+    if let Some(reason) = rejected(&ev, &app, &statements, o, cfg)? {
+        eprintln!("error: {reason}; nothing was posted");
+        return Ok(ExitCode::from(1));
+    }
+    if dry_run {
         return Ok(ExitCode::SUCCESS);
     }
     post(&t, &app, &statements, o, cfg)
+}
+
+/// Evaluate `statements`, in order and signed with the posting key, against a copy of the
+/// running application's control state: the first the application would reject, with its
+/// reason. Not checked (None) when the key is not in this command's `control.trusted_keys`.
+fn rejected(
+    ev: &Evaluator,
+    app: &str,
+    statements: &[String],
+    o: &Post,
+    cfg: &config::Config,
+) -> Result<Option<String>, String> {
+    let key = KeyFile::read(o.key)?;
+    if !cfg.control.trusted_keys.iter().any(|k| k.id == key.id) {
+        return Ok(None);
+    }
+    let mut sim = ev.clone();
+    let now = streamc::runtime::now_ms();
+    for (i, text) in statements.iter().enumerate() {
+        // A sequence above any the key can have signed, and a timestamp before expiry.
+        let seq = u64::MAX - statements.len() as u64 + i as u64;
+        let rec = ControlRecord {
+            offset: sim.next,
+            timestamp: now,
+            headers: key.sign(app, seq, now.saturating_add(3_600_000), o.tenant, text),
+            value: Some(text.clone().into_bytes()),
+        };
+        if let Some(st) = sim.apply(&rec).filter(|st| !st.accepted) {
+            let first = text.lines().next().unwrap_or_default();
+            let mut reason = format!("the application would reject `{first}`: {}", st.reason.unwrap_or_default());
+            if let Some(d) = st.diagnostic {
+                reason = format!("{d}{reason}");
+            }
+            return Ok(Some(reason));
+        }
+    }
+    Ok(None)
 }
 
 /// `streamc status FILE`: query versions, control offsets applied, recent rejections.

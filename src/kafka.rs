@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -211,6 +211,38 @@ impl Kafka {
             "topic `{topic}` was created but does not show in the metadata of {}",
             self.servers()
         )))
+    }
+
+    /// The configuration of each of `topics` as the broker reports it (set on the topic, or the
+    /// broker's default): name → value, for the topics that exist.
+    pub fn topic_configs(&self, topics: &[String]) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+        let mut out = BTreeMap::new();
+        if topics.is_empty() {
+            return Ok(out);
+        }
+        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        let specs: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
+        let results = rt
+            .block_on(admin.describe_configs(&specs, &AdminOptions::new().request_timeout(Some(TIMEOUT))))
+            .map_err(client(format!("cannot read topic configurations from {}", self.servers())))?;
+        for (topic, r) in topics.iter().zip(results) {
+            match r {
+                Ok(c) => {
+                    let entries =
+                        c.entries.into_iter().filter_map(|e| Some((e.name, e.value?))).collect::<BTreeMap<_, _>>();
+                    out.insert(topic.clone(), entries);
+                }
+                Err(RDKafkaErrorCode::UnknownTopicOrPartition) => {}
+                Err(code) => {
+                    return Err(BrokerError::Refused {
+                        doing: format!("cannot read the configuration of `{topic}`"),
+                        code,
+                    })
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Every topic's name.

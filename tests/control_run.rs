@@ -108,6 +108,69 @@ fn deploy_and_status() {
     assert!(!status.contains("watched:"), "{status}");
 }
 
+/// A deploy is all or nothing: a file whose change of `totals` cannot keep its state (a sum of
+/// another type) without `--reprocess`, one with a query the application would reject (a sink
+/// into its own control topic), or one that moves state to other tasks (a new group key, refused
+/// in any mode) posts nothing, not even its acceptable statements, and exits 1, `--dry-run`
+/// included. With `--reprocess` the first file deploys.
+#[test]
+fn deploy_is_all_or_nothing() {
+    let dir = temp_dir("control-deploy-all");
+    let env = Env::new(&dir, "depall", vec![]);
+    let (a, _) = two_inputs(&dir, 100, 3, (5, 6));
+    env.produce_trades(&a);
+    let program = env.program.to_str().unwrap().to_string();
+    env.run(&["run", &program, "--drain"]);
+    let text = std::fs::read_to_string(&env.program).unwrap();
+    let key = env.key.to_str().unwrap().to_string();
+    let deploy = |new_text: String, flags: &[&str]| {
+        let v = dir.join(format!("v{}", flags.len() + new_text.len()));
+        std::fs::create_dir_all(&v).unwrap();
+        let file = v.join(env.program.file_name().unwrap());
+        std::fs::write(&file, new_text).unwrap();
+        let f = file.to_str().unwrap().to_string();
+        let mut args = vec!["deploy", f.as_str(), "--key", key.as_str()];
+        args.extend_from_slice(flags);
+        std::process::Command::new(common::cli::bin())
+            .arg("--state-dir")
+            .arg(&env.state)
+            .args(env.args(&args))
+            .output()
+            .unwrap()
+    };
+    let retyped = text.replace("where size > 500", "where size > 900").replace("sum(size)", "sum(price)");
+    for flags in [&["--dry-run"][..], &[]] {
+        let out = deploy(retyped.clone(), flags);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(err.contains("totals cannot keep its state") && err.contains("nothing was posted"), "{err}");
+    }
+    let reserved =
+        format!("{text}query loop {{\n  from trades\n  select {{ ticker }}\n  to \"{}-control\"\n}}\n", env.app);
+    for flags in [&["--dry-run"][..], &[]] {
+        let out = deploy(reserved.clone(), flags);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(
+            err.contains("the application would reject `query loop") && err.contains("nothing was posted"),
+            "{err}"
+        );
+    }
+    // A new group key moves the state to other tasks: refused whatever the mode.
+    let regrouped = text.replace("where size > 500", "where size > 900").replace("group by ticker", "group by size");
+    let out = deploy(regrouped, &["--reprocess"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("E0703") && err.contains("would reject `replace query totals"), "{err}");
+    assert!(env.statuses().is_empty(), "nothing was posted: {:?}", env.statuses());
+    let out = deploy(retyped, &["--reprocess"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.run(&["run", &program, "--drain"]);
+    let st = env.statuses();
+    assert_eq!(st.len(), 2, "{st:?}");
+    assert!(st.values().all(|s| s["accepted"] == true), "{st:?}");
+}
+
 /// A program file changed since the application first ran: a compatible change runs (with the
 /// report), an incompatible one is refused until `--reset`, which reprocesses the input.
 #[test]

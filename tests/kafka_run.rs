@@ -628,3 +628,158 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
     let log = streamc(&state, &args);
     assert!(log.contains(" 0 restored"), "{log}");
 }
+
+/// Create `topic` (one partition) with topic-level `configs`, as an operator would beforehand.
+fn create_topic_with(bootstrap: &str, topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let mut t = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        t = t.set(k, v);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    for r in rt.block_on(admin.create_topics(&[t], &AdminOptions::new())).unwrap() {
+        r.unwrap_or_else(|(t, e)| panic!("create {t}: {e}"));
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// Records as a plain producer writes them (stamped when appended), two of them with event
+/// times far ahead of the clock, into an application whose aggregate sink takes no record more
+/// than an hour ahead (`message.timestamp.after.max.ms`, Kafka 4's default): under exactly-once
+/// the run ends normally, the two go to the dead-letter topic with the reason, the aggregate
+/// equals a fold over the others, and a stateless query into a topic without that bound still
+/// passes all of them.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_record_whose_results_the_broker_would_refuse_is_a_dead_letter() {
+    let b = require();
+    let dir = temp_dir("kafka-future");
+    let pfx = format!("future{}", std::process::id());
+    let app = format!("{pfx}-app");
+    let program = dir.join("pings.stream");
+    std::fs::write(
+        &program,
+        format!(
+            r#"stream pings from "{pfx}.pings" {{
+  key   host
+  value json {{ host: string, ms: int, at: timestamp }}
+  time  at
+}}
+query per_host {{
+  from pings
+  group by host
+  aggregate {{ n = count(), total = sum(ms) }}
+  to "{pfx}.per-host"
+}}
+query copy {{
+  from pings
+  select {{ host, ms, at }}
+  to "{pfx}.copy"
+}}
+"#
+        ),
+    )
+    .unwrap();
+    create_topic_with(&b, &format!("{pfx}.per-host"), &[("message.timestamp.after.max.ms", "3600000")]);
+    let now = now_ms();
+    let mut rows: Vec<(String, i64, i64)> =
+        (0..30).map(|i| (format!("h{}", i % 3), i * 7 % 50, now - 600_000 + i * 10_000)).collect();
+    rows.insert(12, ("h1".into(), 1_000, now + 7_200_000));
+    rows.insert(20, ("h2".into(), 2_000, 4_102_444_800_000));
+    let input = dir.join("pings.jsonl");
+    let lines: String = rows
+        .iter()
+        .map(|(h, ms, at)| format!("{}\n", serde_json::json!({"key": h, "value": {"host": h, "ms": ms, "at": at}})))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let state = dir.join("s");
+    let topic = format!("{pfx}.pings");
+    streamc(&state, &["produce", &topic, input.to_str().unwrap(), "--envelope", "--bootstrap-servers", &b]);
+    let sets = fast(&app);
+    let mut args = vec!["run", program.to_str().unwrap(), "--drain", "--bootstrap-servers", &b];
+    args.extend(["--set", "processing.guarantee=exactly_once"]);
+    with_sets(&mut args, &sets);
+    streamc(&state, &args);
+
+    let kafka = ["--bootstrap-servers", b.as_str()];
+    let mut want: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (h, ms, at) in &rows {
+        if *at < now + 3_600_000 {
+            let e = want.entry(format!("\"{h}\"")).or_default();
+            *e = (e.0 + 1, e.1 + ms);
+        }
+    }
+    let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for r in consume(&state, &format!("{pfx}.per-host"), &kafka) {
+        got.insert(r.key.to_string(), (r.value["n"].as_i64().unwrap(), r.value["total"].as_i64().unwrap()));
+    }
+    assert_eq!(got, want);
+    let copied = consume(&state, &format!("{pfx}.copy"), &kafka);
+    assert_eq!(copied.len(), rows.len(), "the stateless query writes to a topic without the bound");
+
+    let out = std::process::Command::new(common::cli::bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["consume", &format!("{app}-dlq"), "--from-beginning", "--headers", "--bootstrap-servers", &b])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dead: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let ats: Vec<i64> = dead.iter().map(|d| d["value"]["at"].as_i64().unwrap()).collect();
+    assert_eq!(ats, vec![now + 7_200_000, 4_102_444_800_000], "{dead:?}");
+    for d in &dead {
+        let reason = d["headers"]["streamc.error"].as_str().unwrap();
+        assert!(
+            reason.contains(&format!("topic `{pfx}.per-host`")) && reason.contains("message.timestamp.after.max.ms"),
+            "{reason}"
+        );
+    }
+}
+
+/// A changelog created beforehand with `cleanup.policy=delete` (the broker could delete state
+/// by time) is refused before anything runs, naming the topic and the setting.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_changelog_that_is_not_compacted_is_refused() {
+    let b = require();
+    let dir = temp_dir("kafka-policy");
+    let pfx = format!("policy{}", std::process::id());
+    let program = isolate("examples/stats.stream", &pfx, &dir);
+    let app = format!("{pfx}-app");
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 50, 4, 1, 0);
+    let state = dir.join("s");
+    let prog = program.to_str().unwrap();
+    streamc(
+        &state,
+        &[
+            "produce",
+            &format!("{pfx}.stocks"),
+            f.to_str().unwrap(),
+            "--program",
+            prog,
+            "--partitions",
+            "1",
+            "--bootstrap-servers",
+            &b,
+        ],
+    );
+    let changelog = format!("{app}-stock_stats-aggregate-changelog");
+    create_topic_with(&b, &changelog, &[("cleanup.policy", "delete")]);
+    let sets = fast(&app);
+    let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
+    with_sets(&mut args, &sets);
+    let out =
+        std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&state).args(&args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&format!("changelog `{changelog}` has cleanup.policy=delete")), "{err}");
+}

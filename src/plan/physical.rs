@@ -325,6 +325,19 @@ impl TaskSpec {
     pub fn side_topics(&self) -> Vec<String> {
         self.tables.iter().map(|t| t.topic.clone()).chain(self.streams.iter().map(|s| s.topic.clone())).collect()
     }
+
+    /// The topics the task writes records stamped with event times to: its sinks, repartition
+    /// topics and changelogs (dead letters and late records keep their input's timestamp).
+    pub fn written_topics(&self) -> Vec<String> {
+        let ops = self.ops.iter().chain(&self.post).filter_map(|op| match op {
+            Op::Sink { topic, .. } | Op::Repartition { topic, .. } => Some(topic.clone()),
+            _ => None,
+        });
+        let mut out: Vec<String> = ops.chain(self.stores.iter().map(|s| s.changelog.clone())).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 fn store_spec(topo: &Topology, node: &str) -> StoreSpec {

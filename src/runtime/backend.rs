@@ -10,6 +10,7 @@ use crate::log::{Append, Pos, Stored};
 use crate::plan::physical::TaskSpec;
 use crate::runtime::error::RunError;
 use crate::runtime::run::Feed;
+use crate::runtime::topics::TimestampLimits;
 
 /// A changelog partition's extent, as far as committed records go.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -49,6 +50,13 @@ pub(crate) trait Backend {
     /// outputs and changelog are produced before the input offsets are committed). The embedded
     /// log commits them in one step.
     fn changelog_may_pass_commit(&self) -> bool;
+
+    /// How far from the clock the event times of a task's records may be for the topics it
+    /// writes to take their results (Kafka: the topics' `message.timestamp.*.max.ms`); None:
+    /// no bound (the embedded log).
+    fn timestamp_limits(&self, _spec: &TaskSpec) -> Option<TimestampLimits> {
+        None
+    }
 
     /// Append records outside any task's commit, all or none (one transaction under
     /// exactly-once on Kafka): the tombstones of a sweep, the corrections of a restore. Returns,

@@ -52,8 +52,10 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     log_restore(&spec.name, p, restored, started);
     let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
     correct_stale(b, &spec.name, &changelogs, p, &trees, stale, &mut checkpoints)?;
+    let limits = b.timestamp_limits(&spec);
     let mut run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, opts);
     run.ends = checkpoints;
+    run.limits = limits;
     Ok(run)
 }
 

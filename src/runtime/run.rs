@@ -17,6 +17,7 @@ use crate::runtime::metrics::{TaskCounts, TaskMetrics};
 use crate::runtime::options::RunOptions;
 use crate::runtime::state::{empty_store, Pending, Trees};
 use crate::runtime::task::{self, Change, Input, Output, RecordError, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::runtime::topics::TimestampLimits;
 use crate::types::RecordType;
 use crate::value::{decode_record, Value};
 
@@ -165,6 +166,9 @@ pub(crate) struct TaskRun<F: Feed> {
     /// Per store: the changelog's end as of the last commit (what local state is checkpointed
     /// at).
     pub(crate) ends: Vec<Pos>,
+    /// The timestamp bounds of the topics the task's results go to (`Backend::timestamp_limits`):
+    /// an external record whose event time lies beyond them is a dead letter.
+    pub(crate) limits: Option<TimestampLimits>,
 }
 
 /// Each input's committed position (`topic/partition` → position) from a task's commit record.
@@ -251,6 +255,7 @@ impl<F: Feed> TaskRun<F> {
             head_times: Vec::new(),
             work: false,
             ends,
+            limits: None,
         }
     }
 
@@ -497,7 +502,7 @@ impl<F: Feed> TaskRun<F> {
                     Next::Unknown => break 'records,
                 }
             }
-            let Some((_, i)) = pick else { break };
+            let Some((head_time, i)) = pick else { break };
             if i == 0 && main_internal {
                 // Repartition records carry the version of the query that wrote them.
                 let v = self
@@ -535,13 +540,17 @@ impl<F: Feed> TaskRun<F> {
             let res = if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
                 r
             } else if i == 0 {
-                match self.task.decode_main(&s.record) {
-                    Ok(mut input) => {
-                        input.offset = s.offset;
-                        self.process(input)
+                self.task.decode_main(&s.record).and_then(|mut input| {
+                    if let Some(e) = self.refused(input.ts).filter(|_| !main_internal) {
+                        return Err(e);
                     }
-                    Err(e) => Err(e),
-                }
+                    input.offset = s.offset;
+                    self.process(input)
+                })
+            } else if let Some(e) = self.refused(head_time) {
+                // (A side input's head time is its event time: a task with several inputs
+                // reads their time fields to order them.)
+                Err(e)
             } else {
                 self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
             };
@@ -555,6 +564,14 @@ impl<F: Feed> TaskRun<F> {
         self.read += n;
         self.bar.inc(external);
         Ok(n)
+    }
+
+    /// Why an external record of event time `ts` is refused, if the topics the task writes
+    /// would refuse its results: the broker's clock bounds the timestamps it takes. On Kafka
+    /// this is the one reading of the clock in the result path (docs/conventions.md, "Timestamps
+    /// the broker refuses").
+    fn refused(&self, ts: i64) -> Option<RecordError> {
+        self.limits.as_ref()?.check(ts, now_ms()).err().map(RecordError)
     }
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {

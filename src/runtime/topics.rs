@@ -65,6 +65,10 @@ pub enum TopicError {
         "internal topic `{topic}` has {has} partitions, but the application needs {needs}; delete it (or reset the application) to have it re-created"
     )]
     WrongCount { topic: String, has: u32, needs: u32 },
+    #[error(
+        "changelog `{topic}` has cleanup.policy={policy}: the broker may delete the state it holds; set cleanup.policy=compact on it (kafka-configs.sh --alter --add-config cleanup.policy=compact), or delete it to have it re-created"
+    )]
+    NotCompacted { topic: String, policy: String },
     #[error("{0}")]
     Backend(String),
 }
@@ -169,6 +173,89 @@ pub fn apply(plan: &TopicPlan, ensure: &mut dyn FnMut(&PlannedTopic) -> Result<u
     Ok(())
 }
 
+/// Topic → its configuration (name → value), as a broker reports it.
+pub type TopicConfigs = BTreeMap<String, BTreeMap<String, String>>;
+
+/// How far from a broker's clock the timestamps of records it takes may be, as the topics a
+/// task writes to are configured (`message.timestamp.after.max.ms`, `…before.max.ms`, or the
+/// older `…difference.max.ms`; none for a topic stamped at append, `LogAppendTime`). A record
+/// whose event time lies beyond either bound leads to results no broker would take, so it is a
+/// dead letter at once instead of a commit that fails for ever (docs/conventions.md).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TimestampLimits {
+    /// The tightest bound ahead of the clock, in ms, and the topic that sets it.
+    pub ahead: Option<(i64, String)>,
+    /// The tightest bound behind the clock, in ms, and the topic that sets it.
+    pub behind: Option<(i64, String)>,
+}
+
+/// Bounds this large are no bound (the brokers' default is `Long.MAX_VALUE`).
+const UNBOUNDED_MS: i64 = i64::MAX / 4;
+
+impl TimestampLimits {
+    /// The limits of `configs` (topic → its configuration), None if no topic sets one.
+    pub fn of(configs: &TopicConfigs) -> Option<TimestampLimits> {
+        let mut l = TimestampLimits::default();
+        let tighter = |slot: &mut Option<(i64, String)>, ms: Option<i64>, topic: &str| {
+            if let Some(ms) = ms.filter(|ms| (0..UNBOUNDED_MS).contains(ms)) {
+                if slot.as_ref().is_none_or(|(m, _)| ms < *m) {
+                    *slot = Some((ms, topic.to_string()));
+                }
+            }
+        };
+        for (topic, c) in configs {
+            if c.get("message.timestamp.type").is_some_and(|t| t == "LogAppendTime") {
+                continue;
+            }
+            let ms = |k: &str| c.get(k).and_then(|v| v.trim().parse::<i64>().ok());
+            let difference = ms("message.timestamp.difference.max.ms");
+            tighter(&mut l.ahead, ms("message.timestamp.after.max.ms"), topic);
+            tighter(&mut l.ahead, difference, topic);
+            tighter(&mut l.behind, ms("message.timestamp.before.max.ms"), topic);
+            tighter(&mut l.behind, difference, topic);
+        }
+        (l != TimestampLimits::default()).then_some(l)
+    }
+
+    /// Whether a record of event time `ts`, read when the clock says `now`, leads to results
+    /// the topics take. A margin (a tenth of the bound, at most a minute ahead and five minutes
+    /// behind) leaves room for clocks that differ and for the time until the commit.
+    pub fn check(&self, ts: i64, now: i64) -> Result<(), String> {
+        if let Some((ms, topic)) = &self.ahead {
+            let limit = now.saturating_add(ms - (ms / 10).min(60_000));
+            if ts > limit {
+                return Err(format!(
+                    "the event time {ts} is {} ms ahead of this machine's clock ({now}): topic `{topic}` takes no record more than {ms} ms ahead of the broker's clock (message.timestamp.after.max.ms), so its results could never be written",
+                    ts - now
+                ));
+            }
+        }
+        if let Some((ms, topic)) = &self.behind {
+            let limit = now.saturating_sub(ms - (ms / 10).min(300_000));
+            if ts < limit {
+                return Err(format!(
+                    "the event time {ts} is {} ms behind this machine's clock ({now}): topic `{topic}` takes no record more than {ms} ms behind the broker's clock (message.timestamp.before.max.ms), so its results could never be written",
+                    now.saturating_sub(ts)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A changelog whose cleanup policy is not `compact` alone (`delete`, or `compact,delete`: the
+/// broker may delete state by time or size, and event times may be old) is refused, naming the
+/// topic and the setting.
+pub fn check_changelogs(changelogs: &[String], configs: &TopicConfigs) -> Result<(), TopicError> {
+    for t in changelogs {
+        let Some(policy) = configs.get(t).and_then(|c| c.get("cleanup.policy")) else { continue };
+        if !policy.split(',').all(|p| p.trim() == "compact") {
+            return Err(TopicError::NotCompacted { topic: t.clone(), policy: policy.clone() });
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,6 +312,46 @@ query views {
     fn co_partitioned_inputs_must_agree() {
         let e = plan_with(&[("clicks", 3), ("users", 2)], None).unwrap_err();
         assert!(matches!(e, TopicError::CoPartitioning { .. }), "{e}");
+    }
+
+    fn configs(entries: &[(&str, &[(&str, &str)])]) -> TopicConfigs {
+        entries
+            .iter()
+            .map(|(t, c)| (t.to_string(), c.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn timestamp_limits_are_the_tightest_of_the_written_topics() {
+        let max = i64::MAX.to_string();
+        let c = configs(&[
+            ("a", &[("message.timestamp.after.max.ms", "3600000"), ("message.timestamp.before.max.ms", &max)]),
+            (
+                "b",
+                &[("message.timestamp.after.max.ms", "7200000"), ("message.timestamp.difference.max.ms", "86400000")],
+            ),
+            ("c", &[("message.timestamp.after.max.ms", "1000"), ("message.timestamp.type", "LogAppendTime")]),
+        ]);
+        let l = TimestampLimits::of(&c).unwrap();
+        assert_eq!(l.ahead, Some((3_600_000, "a".to_string())));
+        assert_eq!(l.behind, Some((86_400_000, "b".to_string())));
+        let now = 1_700_000_000_000;
+        assert!(l.check(now + 3_500_000, now).is_ok());
+        let e = l.check(now + 3_590_000, now).unwrap_err();
+        assert!(e.contains("topic `a`") && e.contains("message.timestamp.after.max.ms"), "{e}");
+        assert!(l.check(now - 86_000_000, now).is_ok());
+        assert!(l.check(now - 86_300_000, now).unwrap_err().contains("before.max.ms"));
+        let unbounded = configs(&[("a", &[("message.timestamp.after.max.ms", &max)])]);
+        assert_eq!(TimestampLimits::of(&unbounded), None);
+    }
+
+    #[test]
+    fn a_changelog_that_is_not_compacted_is_refused() {
+        let names = vec!["cl".to_string()];
+        assert!(check_changelogs(&names, &configs(&[("cl", &[("cleanup.policy", "compact")])])).is_ok());
+        assert!(check_changelogs(&names, &configs(&[("cl", &[("cleanup.policy", "compact,delete")])])).is_err());
+        let e = check_changelogs(&names, &configs(&[("cl", &[("cleanup.policy", "delete")])])).unwrap_err();
+        assert!(e.to_string().contains("changelog `cl` has cleanup.policy=delete"), "{e}");
     }
 
     #[test]

@@ -46,7 +46,7 @@ use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
 use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
-use crate::runtime::topics::{self, TopicError, TopicKind};
+use crate::runtime::topics::{self, TimestampLimits, TopicConfigs, TopicError, TopicKind};
 
 type Result<T> = std::result::Result<T, RunError>;
 
@@ -107,7 +107,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     hub.verbose = true;
     let stage = hub.ev.latest().clone();
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
-    setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
+    let topic_configs = setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
     let db = state::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
@@ -150,6 +150,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         failed_commits: 0,
         rebalances: 0,
         sweeps: Vec::new(),
+        topic_configs,
     };
     let mut cfg = engine.kafka.config();
     cfg.set("group.id", &opts.app)
@@ -277,7 +278,11 @@ fn instance_name(opts: &RunOptions) -> Result<String> {
 /// Check the sources and create the other topics with the admin API (see [`topics::plan`]). A
 /// missing source, co-partitioned inputs with different counts, or an internal topic with the
 /// wrong count are errors naming the topic.
-fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>]) -> Result<()> {
+///
+/// Then reads the configuration of the topics written with event times: a changelog that is not
+/// compacted is refused, and the configurations are returned, for each task's timestamp bounds
+/// ([`limits_of`]): a task dead-letters records the broker would refuse the results of.
+fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc<TaskSpec>]) -> Result<TopicConfigs> {
     let plan = topics::plan(program, topo, specs, &mut |t| Ok(k.partitions(t)?), None).map_err(|e| match e {
         TopicError::MissingSource { .. } => {
             state_error(format!("{e} on {}; create it first (streamc produce creates topics)", k.servers()))
@@ -294,7 +299,18 @@ fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc
         };
         Ok(k.ensure_topic_with(&t.name, t.partitions, configs)?)
     })?;
-    Ok(())
+    let written: BTreeSet<String> = specs.iter().flat_map(|s| s.written_topics()).collect();
+    let configs = k.topic_configs(&written.into_iter().collect::<Vec<_>>())?;
+    let changelogs: Vec<String> = specs.iter().flat_map(|s| s.stores.iter().map(|st| st.changelog.clone())).collect();
+    topics::check_changelogs(&changelogs, &configs)?;
+    Ok(configs)
+}
+
+/// The timestamp bounds of the topics a task writes with event times.
+fn limits_of(configs: &TopicConfigs, spec: &TaskSpec) -> Option<TimestampLimits> {
+    let mine: TopicConfigs =
+        spec.written_topics().into_iter().filter_map(|t| Some((t.clone(), configs.get(&t)?.clone()))).collect();
+    TimestampLimits::of(&mine)
 }
 
 /// The consumer group's context: it owns the engine, so that a revocation can commit and close
@@ -493,6 +509,8 @@ struct Engine {
     /// Store partitions removed by control statements, to delete after the next commit:
     /// (store, changelog, partition).
     sweeps: Vec<(String, String, u32)>,
+    /// The configurations of the topics the stage writes with event times (see [`setup_topics`]).
+    topic_configs: TopicConfigs,
 }
 
 impl Engine {
@@ -760,7 +778,7 @@ impl Engine {
             return Ok(());
         }
         self.stage = stage.clone();
-        setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
+        self.topic_configs = setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
         let mut retired = false;
         let mut sweeps = Vec::new();
         let (kafka, opts, startup) = (&self.kafka, &self.opts, &self.startup);
@@ -774,6 +792,9 @@ impl Engine {
                     Applied::Running { gone } => sweeps.extend(gone.into_iter().map(|(s, c)| (s, c, *p))),
                 }
             }
+        }
+        for t in self.units.values_mut().flatten() {
+            t.limits = limits_of(&self.topic_configs, &t.task.spec);
         }
         // Swept after the next commit, which records that the statement is applied: an owner
         // that read the commit before the sweep ran would run the old form on emptied stores.
@@ -1289,6 +1310,10 @@ const BATCH: usize = 1_000;
 
 impl Backend for Engine {
     type Feed = KafkaFeed;
+
+    fn timestamp_limits(&self, spec: &TaskSpec) -> Option<TimestampLimits> {
+        limits_of(&self.topic_configs, spec)
+    }
 
     fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {
         feed_for(&self.kafka, &self.opts, &self.startup, spec, p, positions)
