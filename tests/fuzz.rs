@@ -4,7 +4,9 @@
 //!   diagnostic's span must lie in the text, and a mutant that checks must lower to a DAG that
 //!   renders in every format with no unresolved type in it;
 //! * generation: random expressions built to have a known type must check, and the checker
-//!   must infer exactly that type. The expected type comes from the generator, not the checker.
+//!   must infer exactly that type. The expected type comes from the generator, not the checker;
+//! * records: random records decode to the values they were built from, and mutated bytes never
+//!   panic a decoder of the ingestion path (what decodes has the declared types).
 
 mod common;
 
@@ -274,4 +276,147 @@ fn generated_expressions_check_with_the_type_they_were_built_for() {
         let want = format!("value {{out: {}}}", t.name());
         assert!(summary.contains(&want), "expected {want} for `{e}`, got:\n{summary}");
     }
+}
+
+// ------------------------------------------------------------------ records into decode
+
+const RECORD_PROGRAM: &str = r#"
+stream s from "s" {
+  key   id
+  value json { id: string, n: int, x: float, ok: bool, at: timestamp, d: duration,
+               tags: list<string>, inner: { a: int, b: string } }
+  time  at
+}
+query q { from s select { id, n } to "out" }
+"#;
+
+/// Whether a decoded value has the declared type (every field of a decoded record may be null).
+fn conforms(v: &streamc::value::Value, t: &streamc::types::Type) -> bool {
+    use streamc::types::Type as T;
+    use streamc::value::Value as V;
+    match (v, t) {
+        (V::Null, _) => true,
+        (_, T::Nullable(inner)) => conforms(v, inner),
+        (V::Int(_), T::Int) | (V::Float(_), T::Float) | (V::Bool(_), T::Bool) | (V::Str(_), T::String) => true,
+        (V::Ts(_), T::Timestamp) | (V::Dur(_), T::Duration) => true,
+        (V::List(items), T::List(e)) => items.iter().all(|i| conforms(i, e)),
+        (V::Record(fs), T::Record(rt)) => {
+            fs.len() == rt.fields.len() && fs.iter().zip(&rt.fields).all(|(f, (_, t))| conforms(f, t))
+        }
+        _ => false,
+    }
+}
+
+/// A random string with the characters producers trip over: quotes, backslashes, controls,
+/// non-ASCII and astral characters.
+fn random_text(rng: &mut Rng) -> String {
+    const PARTS: &[&str] = &["a", "Z", "9", " ", "\"", "\\", "\n", "\t", "\u{0}", "é", "\u{1F600}", "/", "{", "]"];
+    (0..rng.below(12)).map(|_| *rng.pick(PARTS)).collect()
+}
+
+const JUNK: &[&[u8]] = &[
+    b"\\u0000",
+    b"\\ud800",
+    b"1e400",
+    b"-",
+    b"null",
+    b"[",
+    b"{",
+    b"\"",
+    b"99999999999999999999",
+    b"\xff\xfe",
+    b",\"n\":2",
+    b"true",
+    b"1.5",
+    b"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+];
+
+fn mutate_bytes(rng: &mut Rng, b: &[u8]) -> Vec<u8> {
+    let mut v = b.to_vec();
+    for _ in 0..1 + rng.below(3) {
+        let at = rng.below(v.len() + 1);
+        match rng.below(4) {
+            0 => {
+                let end = (at + 1 + rng.below(8)).min(v.len());
+                v.drain(at..end);
+            }
+            1 => {
+                let junk = rng.pick(JUNK);
+                v.splice(at..at, junk.iter().copied());
+            }
+            2 => v.truncate(at),
+            _ => {
+                if let Some(x) = v.get_mut(at) {
+                    *x ^= 1 << rng.below(8);
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Random records feed the decoders of the runtime's ingestion path. A record built from
+/// random values decodes to exactly those values (the expectation comes from the generator);
+/// a mutated one never panics any decoder, and what decodes has the declared types.
+#[test]
+fn random_records_decode_as_built_or_are_refused() {
+    use streamc::value::Value;
+    let program = common::compile(RECORD_PROGRAM).unwrap();
+    let src = program.sources.iter().find(|s| s.name == "s").unwrap().clone();
+    let mut rng = Rng::new(0xdec0de);
+    let (mut decoded, mut refused) = (0, 0);
+    for _ in 0..20_000 {
+        let id = random_text(&mut rng);
+        let n = match rng.below(4) {
+            0 => i64::MIN,
+            1 => i64::MAX,
+            _ => rng.0.next_u64() as i64 >> rng.below(60),
+        };
+        let x = (rng.0.next_u64() as i64 >> rng.below(60)) as f64 / 7.0;
+        let ok = rng.below(2) == 1;
+        let at = (rng.0.next_u64() >> 22) as i64;
+        let d = rng.below(1 << 30) as i64;
+        let tags: Vec<String> = (0..rng.below(4)).map(|_| random_text(&mut rng)).collect();
+        let a = rng.0.next_u64() as i64 >> 1;
+        let b = random_text(&mut rng);
+        let json = serde_json::json!({
+            "id": id, "n": n, "x": x, "ok": ok, "at": at, "d": d, "tags": tags, "inner": {"a": a, "b": b}
+        });
+        let bytes = serde_json::to_vec(&json).unwrap();
+        let want = vec![
+            Value::str(&id),
+            Value::Int(n),
+            Value::Float(x),
+            Value::Bool(ok),
+            Value::Ts(at),
+            Value::Dur(d),
+            Value::List(std::sync::Arc::new(tags.iter().map(|t| Value::str(t)).collect())),
+            Value::Record(std::sync::Arc::new(vec![Value::Int(a), Value::str(&b)])),
+        ];
+        let got = streamc::codec::decode_visible(&src, &bytes).unwrap_or_else(|e| panic!("{e}: {json}"));
+        assert_eq!(got, want, "{json}");
+        let rec = streamc::runtime::value_record(Some(&src), &bytes, 0);
+        assert_eq!(rec.key.as_deref(), Some(id.as_bytes()), "the key is the id field");
+        assert_eq!(rec.timestamp, at, "the timestamp is the time field");
+
+        let bad = mutate_bytes(&mut rng, &bytes);
+        let _ = streamc::runtime::value_record(Some(&src), &bad, 0);
+        for ty in [streamc::types::Type::Int, streamc::types::Type::String, streamc::types::Type::Timestamp] {
+            let _ = streamc::runtime::task::decode_key(Some(&bad), &ty);
+        }
+        match streamc::codec::decode_visible(&src, &bad) {
+            Ok(fields) => {
+                decoded += 1;
+                assert_eq!(fields.len(), src.value.fields.len());
+                for (f, (name, t)) in fields.iter().zip(&src.value.fields) {
+                    assert!(conforms(f, t), "field {name}: {f:?} is not a {t}: {}", String::from_utf8_lossy(&bad));
+                }
+            }
+            Err(e) => {
+                refused += 1;
+                assert!(!e.is_empty());
+            }
+        }
+    }
+    assert!(decoded > 1_000 && refused > 1_000, "decoded {decoded}, refused {refused}");
 }
