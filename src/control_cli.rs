@@ -507,6 +507,18 @@ pub fn check_program_file(
     if old_text == text {
         return Ok(true);
     }
+    // Instances of one application run one program: a changed file is taken only when no
+    // instance runs (on the embedded log the run lock guarantees it).
+    if let Topics::Kafka(k) = t {
+        let members = k.group_members(app)?;
+        if members > 0 {
+            return Err(format!(
+                "this program file differs from the one the {members} running instance{} of `{app}` run{}: instances of one application run the same program; change a running application with `streamc deploy`, or stop every instance first",
+                if members == 1 { "" } else { "s" },
+                if members == 1 { "s" } else { "" }
+            ));
+        }
+    }
     let trusted = control::trusted_keys(&cfg.control.trusted_keys)?;
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {

@@ -245,6 +245,15 @@ impl Kafka {
         Ok(out)
     }
 
+    /// How many members consumer group `group` has now (0 if it is empty or unknown).
+    pub fn group_members(&self, group: &str) -> Result<usize> {
+        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
+        let groups = consumer
+            .fetch_group_list(Some(group), TIMEOUT)
+            .map_err(client(format!("cannot describe consumer group `{group}` on {}", self.servers())))?;
+        Ok(groups.groups().iter().filter(|g| g.name() == group).map(|g| g.members().len()).sum())
+    }
+
     /// Every topic's name.
     pub fn topic_names(&self) -> Result<Vec<String>> {
         let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;

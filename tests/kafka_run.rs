@@ -783,3 +783,59 @@ fn a_changelog_that_is_not_compacted_is_refused() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains(&format!("changelog `{changelog}` has cleanup.policy=delete")), "{err}");
 }
+
+/// A second instance started with another (compatible) program file while the first runs is
+/// refused: instances of one application run one program. Once the first has stopped, the
+/// changed file is taken (a compatible change).
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn an_instance_with_another_program_is_refused_while_one_runs() {
+    let b = require();
+    let dir = temp_dir("kafka-other-program");
+    let pfx = format!("other{}", std::process::id());
+    let prog = write_counts_program(&dir, &pfx);
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 500, 10, 2, 0);
+    let prog_s = prog.to_str().unwrap();
+    let src = format!("{pfx}.stocks");
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, f.to_str().unwrap(), "--program", prog_s, "--partitions", "2", "--bootstrap-servers", &b],
+    );
+    let app = format!("{pfx}-app");
+    let sets = fast(&app);
+    let mut args = vec!["run", prog_s, "--bootstrap-servers", &b];
+    with_sets(&mut args, &sets);
+    let log = dir.join("a.log");
+    let mut a = spawn(&dir.join("a"), &args, &log);
+    wait_for(120, "the first instance to join", || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("rebalance 1: assigned")
+    });
+    let other_dir = dir.join("other");
+    std::fs::create_dir_all(&other_dir).unwrap();
+    let other = other_dir.join("counts.stream");
+    let text = std::fs::read_to_string(&prog).unwrap().replace("where size > 900", "where size > 950");
+    std::fs::write(&other, text).unwrap();
+    let other_s = other.to_str().unwrap();
+    let mut args_b = vec!["run", other_s, "--drain", "--bootstrap-servers", &b];
+    with_sets(&mut args_b, &sets);
+    let out = std::process::Command::new(common::cli::bin())
+        .arg("--state-dir")
+        .arg(dir.join("b"))
+        .args(&args_b)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("differs from the one the 1 running instance") && err.contains("streamc deploy"), "{err}");
+    assert!(a.terminate(), "the first instance ran on");
+    wait_for(120, "the group to empty", || {
+        let out = std::process::Command::new(common::cli::bin())
+            .arg("--state-dir")
+            .arg(dir.join("b"))
+            .args(&args_b)
+            .output()
+            .unwrap();
+        out.status.success()
+    });
+}
