@@ -3,7 +3,10 @@
 //!
 //! Layout:
 //! - `topics/<topic>/meta.json` — partition count and cleanup policy;
-//! - `topics/<topic>/<p>.log` — frames, appended only under the writer lock;
+//! - `topics/<topic>/<p>.log` — frames, appended only under the writer lock; a compacted
+//!   topic's partition, once compacted, is `<p>.<gen>.compact` (the last record of every key
+//!   up to some offset, each frame after its offset) followed by `<p>.<gen>.log` (the frames
+//!   appended since), generation `gen` named in `COMMITTED`;
 //! - `COMMITTED` — the committed end (offset, byte position) of every partition and the
 //!   committed metadata of every consumer group, replaced atomically (write + rename);
 //! - `LOCK` — an exclusive file lock held by one writer at a time;
@@ -13,6 +16,15 @@
 //! `COMMITTED` in one rename: that rename is the commit point. Readers read only up to the
 //! committed ends, so a batch is visible whole or not at all, and bytes past a committed end
 //! (a writer killed mid-commit) are cut off by the next writer before it appends.
+//!
+//! Compaction (topics created compacted: changelogs) keeps, like Kafka's log cleaner, the last
+//! record of every key, tombstones included, at its own offset: a reader from any offset still
+//! ends with every key's latest value, and a full restore reads one record per key instead of
+//! every update. A partition is compacted inside a commit, once the frames since its last
+//! compaction exceed [`COMPACT_MIN_BYTES`] and the compacted part: its new generation's files
+//! are written first and become the partition in the same `COMMITTED` rename; the old ones are
+//! deleted after. Byte positions stay absolute (the new `.log` starts at the compacted end), so
+//! positions taken before a compaction remain valid.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -57,7 +69,25 @@ pub struct Committed {
     pub ends: BTreeMap<String, Pos>,
     /// group → its committed metadata (the runtime's commit record).
     pub groups: BTreeMap<String, serde_json::Value>,
+    /// `topic/partition` → its files, for a partition compacted at least once.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub bases: BTreeMap<String, Base>,
 }
+
+/// The files of a compacted partition: generation `gen`'s `.compact` holds the records before
+/// `start` (the last of each key), its `.log` the frames from `start` on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Base {
+    pub gen: u64,
+    /// Where the `.log` file begins: its first frame's offset and absolute byte position.
+    pub start: Pos,
+    /// The size of the `.compact` file.
+    pub compacted_bytes: u64,
+}
+
+/// A compacted topic's partition is compacted when the frames appended since its last
+/// compaction exceed this many bytes and the size of its compacted part.
+pub const COMPACT_MIN_BYTES: u64 = 8 << 20;
 
 impl Committed {
     pub fn end(&self, topic: &str, partition: u32) -> Pos {
@@ -151,8 +181,17 @@ impl EmbeddedLog {
         self.dir.join("topics").join(topic)
     }
 
-    fn data_path(&self, topic: &str, partition: u32) -> PathBuf {
-        self.topic_dir(topic).join(format!("{partition}.log"))
+    /// The frames of a partition from `base.start` on.
+    fn data_path(&self, topic: &str, partition: u32, base: &Base) -> PathBuf {
+        match base.gen {
+            0 => self.topic_dir(topic).join(format!("{partition}.log")),
+            g => self.topic_dir(topic).join(format!("{partition}.{g}.log")),
+        }
+    }
+
+    /// The compacted records of a partition before `base.start`.
+    fn compact_path(&self, topic: &str, partition: u32, gen: u64) -> PathBuf {
+        self.topic_dir(topic).join(format!("{partition}.{gen}.compact"))
     }
 
     pub fn topic(&self, topic: &str) -> Result<Option<TopicMeta>> {
@@ -254,6 +293,7 @@ impl EmbeddedLog {
         let _lock = self.lock()?;
         let mut c = self.committed()?;
         let mut buf = Vec::new();
+        let mut compact = BTreeMap::new();
         for a in appends {
             if a.records.is_empty() {
                 continue;
@@ -264,7 +304,8 @@ impl EmbeddedLog {
             }
             let key = part_key(&a.topic, a.partition);
             let mut end = c.ends.get(&key).copied().unwrap_or_default();
-            let path = self.data_path(&a.topic, a.partition);
+            let base = c.bases.get(&key).copied().unwrap_or_default();
+            let path = self.data_path(&a.topic, a.partition, &base);
             let mut f = OpenOptions::new()
                 .create(true)
                 .truncate(false)
@@ -273,8 +314,9 @@ impl EmbeddedLog {
                 .open(&path)
                 .map_err(io(format!("cannot open {}", path.display())))?;
             // Cut off whatever an interrupted writer left past the committed end.
-            f.set_len(end.byte).map_err(io(format!("cannot truncate {}", path.display())))?;
-            f.seek(SeekFrom::Start(end.byte)).map_err(io("seek"))?;
+            let at = end.byte - base.start.byte;
+            f.set_len(at).map_err(io(format!("cannot truncate {}", path.display())))?;
+            f.seek(SeekFrom::Start(at)).map_err(io("seek"))?;
             buf.clear();
             for r in &a.records {
                 encode(r, &mut buf);
@@ -285,10 +327,19 @@ impl EmbeddedLog {
             }
             end.byte += buf.len() as u64;
             end.offset += a.records.len() as u64;
-            c.ends.insert(key, end);
+            c.ends.insert(key.clone(), end);
+            if meta.compacted && end.byte - base.start.byte > COMPACT_MIN_BYTES.max(base.compacted_bytes) {
+                compact.insert((a.topic.clone(), a.partition), (base, end));
+            }
         }
         for (g, v) in groups {
             c.groups.insert(g, v);
+        }
+        let mut superseded = Vec::new();
+        for ((topic, p), (base, end)) in compact {
+            let next = self.compact(&topic, p, base, end)?;
+            c.bases.insert(part_key(&topic, p), next);
+            superseded.push((topic, p, base));
         }
         let tmp = self.dir.join("COMMITTED.tmp");
         let mut f = File::create(&tmp).map_err(io("cannot write COMMITTED"))?;
@@ -297,7 +348,65 @@ impl EmbeddedLog {
             f.sync_data().map_err(io("fsync"))?;
         }
         fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))?;
+        // Committed: the superseded generations' files go (a failure leaves garbage, not harm).
+        for (topic, p, old) in superseded {
+            let _ = fs::remove_file(self.data_path(&topic, p, &old));
+            if old.gen > 0 {
+                let _ = fs::remove_file(self.compact_path(&topic, p, old.gen));
+            }
+        }
         Ok(c)
+    }
+
+    /// Write generation `base.gen + 1` of a partition compacted up to `end`: every record of it
+    /// (the compacted part and the frames up to `end`, which may not be committed yet) is read
+    /// twice, once to find each key's last offset and once to keep that record. Returns the new
+    /// generation's base; the caller commits it.
+    fn compact(&self, topic: &str, p: u32, base: Base, end: Pos) -> Result<Base> {
+        let gen = base.gen + 1;
+        let mut last: rustc_hash::FxHashMap<Vec<u8>, u64> = rustc_hash::FxHashMap::default();
+        let mut r = PartitionReader::at(self.clone(), topic, p, Pos::default(), base)?;
+        loop {
+            let batch = r.read(end, 10_000)?;
+            if batch.is_empty() {
+                break;
+            }
+            for s in batch {
+                if let Some(k) = s.record.key {
+                    last.insert(k, s.offset);
+                }
+            }
+        }
+        let path = self.compact_path(topic, p, gen);
+        let file = File::create(&path).map_err(io(format!("cannot create {}", path.display())))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        let mut r = PartitionReader::at(self.clone(), topic, p, Pos::default(), base)?;
+        let mut buf = Vec::new();
+        let mut bytes = 0u64;
+        loop {
+            let batch = r.read(end, 10_000)?;
+            if batch.is_empty() {
+                break;
+            }
+            buf.clear();
+            for s in batch {
+                // Keyless records cannot be compacted away: they are kept.
+                if s.record.key.as_ref().is_none_or(|k| last.get(k) == Some(&s.offset)) {
+                    buf.extend_from_slice(&s.offset.to_le_bytes());
+                    encode(&s.record, &mut buf);
+                }
+            }
+            w.write_all(&buf).map_err(io(format!("cannot write {}", path.display())))?;
+            bytes += buf.len() as u64;
+        }
+        let file = w.into_inner().map_err(|e| io(format!("cannot write {}", path.display()))(e.into_error()))?;
+        if self.fsync {
+            file.sync_data().map_err(io("fsync"))?;
+        }
+        let next = Base { gen, start: end, compacted_bytes: bytes };
+        let log = self.data_path(topic, p, &next);
+        File::create(&log).map_err(io(format!("cannot create {}", log.display())))?;
+        Ok(next)
     }
 
     /// Delete topics and consumer-group metadata (`run --reset`): the groups `delete` says yes to.
@@ -307,6 +416,7 @@ impl EmbeddedLog {
         c.groups.retain(|g, _| !delete(g));
         for t in topics {
             c.ends.retain(|k, _| k.rsplit_once('/').is_none_or(|(topic, _)| topic != t));
+            c.bases.retain(|k, _| k.rsplit_once('/').is_none_or(|(topic, _)| topic != t));
             let d = self.topic_dir(t);
             if d.exists() {
                 fs::remove_dir_all(&d).map_err(io(format!("cannot delete {}", d.display())))?;
@@ -317,30 +427,130 @@ impl EmbeddedLog {
         fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))
     }
 
-    /// A reader of one partition, starting at `from`.
+    /// A reader of one partition, starting at `from`. It finds the partition's files (see
+    /// [`Base`]) when it first reads.
     pub fn reader(&self, topic: &str, partition: u32, from: Pos) -> PartitionReader {
-        PartitionReader { path: self.data_path(topic, partition), file: None, pos: from, buf: Vec::new(), start: 0 }
+        PartitionReader {
+            log: self.clone(),
+            topic: topic.to_string(),
+            partition,
+            base: None,
+            compacted: None,
+            path: PathBuf::new(),
+            file: None,
+            pos: from,
+            buf: Vec::new(),
+            start: 0,
+        }
     }
 }
 
-/// Reads one partition sequentially, never past the end it is given.
+/// A compacted record read ahead of a reader's end: its offset and the record.
+type Ahead = (u64, Record);
+
+/// Reads one partition sequentially, never past the end it is given: first, when it starts
+/// before a compacted partition's `.log`, the compacted records from its offset on, then the
+/// frames.
 pub struct PartitionReader {
+    log: EmbeddedLog,
+    topic: String,
+    partition: u32,
+    /// The partition's files, once looked up.
+    base: Option<Base>,
+    /// While reading the compacted part: its file, and a record read ahead of `end`.
+    compacted: Option<(std::io::BufReader<File>, Option<Ahead>)>,
     path: PathBuf,
     file: Option<File>,
     pos: Pos,
     buf: Vec<u8>,
-    /// Where `buf` starts in the file.
+    /// Where `buf` starts (an absolute byte position).
     start: u64,
 }
 
 impl PartitionReader {
+    /// A reader of a partition whose files are `base` (inside a commit, before they are).
+    fn at(log: EmbeddedLog, topic: &str, partition: u32, from: Pos, base: Base) -> Result<PartitionReader> {
+        let mut r = log.reader(topic, partition, from);
+        r.use_base(base)?;
+        Ok(r)
+    }
+
     pub fn position(&self) -> Pos {
         self.pos
     }
 
+    fn use_base(&mut self, base: Base) -> Result<()> {
+        self.path = self.log.data_path(&self.topic, self.partition, &base);
+        self.base = Some(base);
+        if self.pos.offset < base.start.offset && base.gen > 0 {
+            let path = self.log.compact_path(&self.topic, self.partition, base.gen);
+            let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+            self.compacted = Some((std::io::BufReader::with_capacity(1 << 20, f), None));
+        } else if self.pos.offset <= base.start.offset {
+            self.pos = base.start;
+        }
+        Ok(())
+    }
+
+    /// The next compacted record at or after the reader's offset and before `end`, if any.
+    fn next_compacted(&mut self, end: Pos) -> Result<Option<Stored>> {
+        let path = self.log.compact_path(&self.topic, self.partition, self.base.unwrap_or_default().gen);
+        let Some((f, ahead)) = self.compacted.as_mut() else { return Ok(None) };
+        loop {
+            let (offset, record) = match ahead.take() {
+                Some(x) => x,
+                None => {
+                    let mut head = [0u8; 12];
+                    match f.read_exact(&mut head) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+                        Err(e) => return Err(io(format!("cannot read {}", path.display()))(e)),
+                    }
+                    let offset = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
+                    let len = u32::from_le_bytes(head[8..].try_into().unwrap_or_default()) as usize;
+                    let mut frame = vec![0u8; 4 + len];
+                    frame[..4].copy_from_slice(&head[8..]);
+                    f.read_exact(&mut frame[4..]).map_err(io(format!("cannot read {}", path.display())))?;
+                    let (record, _) = decode(&frame)
+                        .ok_or_else(|| LogError::Damaged { path: path.display().to_string(), byte: 0 })?;
+                    (offset, record)
+                }
+            };
+            if offset < self.pos.offset {
+                continue;
+            }
+            if offset >= end.offset {
+                *ahead = Some((offset, record));
+                return Ok(None);
+            }
+            return Ok(Some(Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }));
+        }
+    }
+
     /// Up to `max` records before `end`.
     pub fn read(&mut self, end: Pos, max: usize) -> Result<Vec<Stored>> {
+        if self.base.is_none() {
+            let base = self.log.committed()?.bases.get(&part_key(&self.topic, self.partition)).copied();
+            self.use_base(base.unwrap_or_default())?;
+        }
         let mut out = Vec::new();
+        while self.compacted.is_some() && out.len() < max && self.pos.offset < end.offset {
+            match self.next_compacted(end)? {
+                Some(s) => {
+                    self.pos = s.next;
+                    out.push(s);
+                }
+                None if self.compacted.as_ref().is_some_and(|(_, ahead)| ahead.is_some()) => return Ok(out),
+                None => {
+                    // The compacted part is read: the frames follow.
+                    self.compacted = None;
+                    let start = self.base.unwrap_or_default().start;
+                    if self.pos.offset <= start.offset {
+                        self.pos = start;
+                    }
+                }
+            }
+        }
         while out.len() < max && self.pos.offset < end.offset {
             let rel = (self.pos.byte - self.start) as usize;
             match decode(&self.buf[rel.min(self.buf.len())..]) {
@@ -379,7 +589,8 @@ impl PartitionReader {
         self.start = self.pos.byte;
         let old = self.buf.len();
         self.buf.resize(want.max(old), 0);
-        f.seek(SeekFrom::Start(self.start + old as u64)).map_err(io("seek"))?;
+        let file_start = self.base.unwrap_or_default().start.byte;
+        f.seek(SeekFrom::Start(self.start + old as u64 - file_start)).map_err(io("seek"))?;
         let mut filled = old;
         while filled < self.buf.len() {
             let n = f.read(&mut self.buf[filled..]).map_err(io(format!("cannot read {}", self.path.display())))?;
@@ -568,7 +779,7 @@ mod tests {
             .unwrap();
         assert_eq!(c.end("t", 1).offset, 2);
         // A writer killed mid-commit leaves bytes past the committed end.
-        let mut f = OpenOptions::new().append(true).open(log.data_path("t", 1)).unwrap();
+        let mut f = OpenOptions::new().append(true).open(log.data_path("t", 1, &Base::default())).unwrap();
         f.write_all(b"garbage").unwrap();
         let c = log.commit(vec![Append { topic: "t".into(), partition: 1, records: vec![rec(3)] }], vec![]).unwrap();
         let mut r = log.reader("t", 1, Pos::default());
@@ -576,6 +787,92 @@ mod tests {
         assert_eq!(got, vec![1, 2, 3]);
         assert_eq!(c.groups["g"], serde_json::json!({"x": 1}));
         assert!(log.create_topic("t", 3, false).is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Everything a reader from `from` gets up to the committed end.
+    fn read_all(log: &EmbeddedLog, from: Pos) -> Vec<Stored> {
+        let end = log.committed().unwrap().end("cl", 0);
+        let mut r = log.reader("cl", 0, from);
+        let mut out = Vec::new();
+        loop {
+            let b = r.read(end, 777).unwrap();
+            if b.is_empty() {
+                assert_eq!(r.position(), end);
+                return out;
+            }
+            out.extend(b);
+        }
+    }
+
+    #[test]
+    fn compacted_topics_keep_the_last_record_of_each_key_at_its_offset() {
+        let dir = std::env::temp_dir().join(format!("streamc-log-compact-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        log.create_topic("cl", 1, true).unwrap();
+        // The fold the log must agree with: each key's last write (offset, value or deletion).
+        let mut last: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
+        let mut offset = 0u64;
+        let mut before = Vec::new();
+        let mut x = 1u64;
+        let mut write = |log: &EmbeddedLog, commits: usize, last: &mut BTreeMap<_, _>| {
+            for _ in 0..commits {
+                let mut records = Vec::new();
+                for _ in 0..100 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    let key = format!("k{}", (x >> 33) % 500).into_bytes();
+                    let value = (!(x >> 20).is_multiple_of(10)).then(|| vec![b'v'; 1000 + (x % 7) as usize]);
+                    last.insert(key.clone(), (offset, value.clone()));
+                    records.push(Record { key: Some(key), value, timestamp: offset as i64, headers: vec![] });
+                    offset += 1;
+                }
+                log.commit(vec![Append { topic: "cl".into(), partition: 0, records }], vec![]).unwrap();
+            }
+        };
+        write(&log, 40, &mut last);
+        let checkpoint = log.committed().unwrap().end("cl", 0);
+        before.extend(read_all(&log, Pos::default()));
+        assert_eq!(before.len(), 4_000, "not compacted below the threshold");
+        write(&log, 200, &mut last);
+        let c = log.committed().unwrap();
+        let base = c.bases["cl/0"];
+        assert!(base.gen >= 1 && base.start.offset > 0, "{base:?}");
+        assert!(!dir.join("log/topics/cl/0.log").exists(), "generation 0 deleted");
+
+        // From the start: one record per key written before the compaction point, at the
+        // offset of its last write, then every frame since; every key's last value.
+        let all = read_all(&log, Pos::default());
+        assert!(all.windows(2).all(|w| w[0].offset < w[1].offset));
+        assert!(all.len() < 24_000 / 2, "{} records", all.len());
+        let mut folded: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
+        for s in &all {
+            folded.insert(s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()));
+        }
+        assert_eq!(folded, last);
+        // From a checkpoint taken before the compaction (its byte position is no longer in a
+        // file): every key whose last write is at or after it, nothing before it.
+        let since = read_all(&log, checkpoint);
+        assert!(since.iter().all(|s| s.offset >= checkpoint.offset));
+        let want: Vec<&Vec<u8>> = last.iter().filter(|(_, (o, _))| *o >= checkpoint.offset).map(|(k, _)| k).collect();
+        let mut got: Vec<&Vec<u8>> = since.iter().map(|s| s.record.key.as_ref().unwrap()).collect();
+        got.sort();
+        got.dedup();
+        assert_eq!(got, want);
+        // From the compacted end on: exactly the frames appended since, by their byte positions.
+        let tail = read_all(&log, base.start);
+        assert_eq!(tail.first().map(|s| s.offset), Some(base.start.offset).filter(|_| !tail.is_empty()));
+        assert_eq!(tail.len() as u64, c.end("cl", 0).offset - base.start.offset);
+        // A second compaction replaces the first generation.
+        write(&log, 400, &mut last);
+        let next = log.committed().unwrap().bases["cl/0"];
+        assert!(next.gen > base.gen);
+        assert!(!dir.join(format!("log/topics/cl/0.{}.compact", base.gen)).exists());
+        let mut folded = BTreeMap::new();
+        for s in read_all(&log, Pos::default()) {
+            folded.insert(s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()));
+        }
+        assert_eq!(folded, last);
         let _ = fs::remove_dir_all(&dir);
     }
 }
