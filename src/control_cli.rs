@@ -381,7 +381,7 @@ fn rejected(
         let rec = ControlRecord {
             offset: sim.next,
             timestamp: now,
-            headers: key.sign(app, seq, now.saturating_add(3_600_000), o.tenant, text),
+            headers: key.sign(app, seq, now.saturating_add(o.expires_in_ms), o.tenant, text),
             value: Some(text.clone().into_bytes()),
         };
         if let Some(st) = sim.apply(&rec).filter(|st| !st.accepted) {
@@ -507,18 +507,6 @@ pub fn check_program_file(
     if old_text == text {
         return Ok(true);
     }
-    // Instances of one application run one program: a changed file is taken only when no
-    // instance runs (on the embedded log the run lock guarantees it).
-    if let Topics::Kafka(k) = t {
-        let members = k.group_members(app)?;
-        if members > 0 {
-            return Err(format!(
-                "this program file differs from the one the {members} running instance{} of `{app}` run{}: instances of one application run the same program; change a running application with `streamc deploy`, or stop every instance first",
-                if members == 1 { "" } else { "s" },
-                if members == 1 { "s" } else { "" }
-            ));
-        }
-    }
     let trusted = control::trusted_keys(&cfg.control.trusted_keys)?;
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {
@@ -532,6 +520,21 @@ pub fn check_program_file(
     let mut new = Evaluator::new(app, program.clone(), text, trusted)?.allow_sinks(allowed);
     control::evaluate_all(&mut new, &records);
     let (a, b) = (old.latest(), new.latest());
+    // Instances of one application run one program: a file whose queries (with the control log
+    // applied) differ from the application's is taken only when no instance runs (on the
+    // embedded log the run lock guarantees it). A file that a `deploy` made current runs as is.
+    let same = a.queries.len() == b.queries.len()
+        && a.queries.iter().all(|(n, q)| b.queries.get(n).is_some_and(|q2| q2.text.trim() == q.text.trim()));
+    if let (Topics::Kafka(k), false) = (t, same) {
+        let members = k.group_members(app)?;
+        if members > 0 {
+            return Err(format!(
+                "this program file's queries differ from those the {members} running instance{} of `{app}` run{}: instances of one application run the same program; change a running application with `streamc deploy`, or stop every instance first (a killed one leaves the group after `session.timeout.ms`)",
+                if members == 1 { "" } else { "s" },
+                if members == 1 { "s" } else { "" }
+            ));
+        }
+    }
     eprintln!("the program file changed since `{app}` first ran; state compatibility:");
     let mut ok = true;
     for name in b.queries.keys() {

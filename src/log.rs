@@ -83,6 +83,11 @@ pub struct Base {
     pub start: Pos,
     /// The size of the `.compact` file.
     pub compacted_bytes: u64,
+    /// Deletions (tombstones) before this offset may be gone: the compacted part keeps each
+    /// tombstone through one compaction after the one that first compacted it. A reader from
+    /// an earlier offset may miss deletions (a restore from such a checkpoint starts over).
+    #[serde(default)]
+    pub horizon: u64,
 }
 
 /// A compacted topic's partition is compacted when the frames appended since its last
@@ -364,6 +369,8 @@ impl EmbeddedLog {
     /// generation's base; the caller commits it.
     fn compact(&self, topic: &str, p: u32, base: Base, end: Pos) -> Result<Base> {
         let gen = base.gen + 1;
+        // Deletions compacted by the previous compaction go now.
+        let horizon = base.start.offset;
         let mut last: rustc_hash::FxHashMap<Vec<u8>, u64> = rustc_hash::FxHashMap::default();
         let mut r = PartitionReader::at(self.clone(), topic, p, Pos::default(), base)?;
         loop {
@@ -390,8 +397,11 @@ impl EmbeddedLog {
             }
             buf.clear();
             for s in batch {
-                // Keyless records cannot be compacted away: they are kept.
-                if s.record.key.as_ref().is_none_or(|k| last.get(k) == Some(&s.offset)) {
+                // Keyless records cannot be compacted away: they are kept. A key's last record
+                // stays, unless it is a deletion from before the horizon.
+                let latest = s.record.key.as_ref().is_none_or(|k| last.get(k) == Some(&s.offset));
+                let expired = s.record.value.is_none() && s.offset < horizon;
+                if latest && !expired {
                     buf.extend_from_slice(&s.offset.to_le_bytes());
                     encode(&s.record, &mut buf);
                 }
@@ -403,7 +413,7 @@ impl EmbeddedLog {
         if self.fsync {
             file.sync_data().map_err(io("fsync"))?;
         }
-        let next = Base { gen, start: end, compacted_bytes: bytes };
+        let next = Base { gen, start: end, compacted_bytes: bytes, horizon };
         let log = self.data_path(topic, p, &next);
         File::create(&log).map_err(io(format!("cannot create {}", log.display())))?;
         Ok(next)
@@ -485,9 +495,16 @@ impl PartitionReader {
         if self.pos.offset < base.start.offset && base.gen > 0 {
             let path = self.log.compact_path(&self.topic, self.partition, base.gen);
             let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+            let len = f.metadata().map_err(io(format!("cannot read {}", path.display())))?.len();
+            if len != base.compacted_bytes {
+                return Err(LogError::Damaged { path: path.display().to_string(), byte: len });
+            }
             self.compacted = Some((std::io::BufReader::with_capacity(1 << 20, f), None));
         } else if self.pos.offset <= base.start.offset {
             self.pos = base.start;
+        } else if self.pos.byte < base.start.byte {
+            // Not a position in this partition's frames.
+            return Err(LogError::Damaged { path: self.path.display().to_string(), byte: self.pos.byte });
         }
         Ok(())
     }
@@ -500,17 +517,19 @@ impl PartitionReader {
             let (offset, record) = match ahead.take() {
                 Some(x) => x,
                 None => {
-                    let mut head = [0u8; 12];
-                    match f.read_exact(&mut head) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-                        Err(e) => return Err(io(format!("cannot read {}", path.display()))(e)),
+                    use std::io::BufRead;
+                    if f.fill_buf().map_err(io(format!("cannot read {}", path.display())))?.is_empty() {
+                        return Ok(None);
                     }
+                    // A frame cut short is damage (the file's length was checked on opening).
+                    let damaged = |_| LogError::Damaged { path: path.display().to_string(), byte: 0 };
+                    let mut head = [0u8; 12];
+                    f.read_exact(&mut head).map_err(damaged)?;
                     let offset = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
                     let len = u32::from_le_bytes(head[8..].try_into().unwrap_or_default()) as usize;
                     let mut frame = vec![0u8; 4 + len];
                     frame[..4].copy_from_slice(&head[8..]);
-                    f.read_exact(&mut frame[4..]).map_err(io(format!("cannot read {}", path.display())))?;
+                    f.read_exact(&mut frame[4..]).map_err(damaged)?;
                     let (record, _) = decode(&frame)
                         .ok_or_else(|| LogError::Damaged { path: path.display().to_string(), byte: 0 })?;
                     (offset, record)
@@ -534,39 +553,66 @@ impl PartitionReader {
             self.use_base(base.unwrap_or_default())?;
         }
         let mut out = Vec::new();
-        while self.compacted.is_some() && out.len() < max && self.pos.offset < end.offset {
-            match self.next_compacted(end)? {
-                Some(s) => {
-                    self.pos = s.next;
-                    out.push(s);
-                }
-                None if self.compacted.as_ref().is_some_and(|(_, ahead)| ahead.is_some()) => return Ok(out),
-                None => {
-                    // The compacted part is read: the frames follow.
-                    self.compacted = None;
-                    let start = self.base.unwrap_or_default().start;
-                    if self.pos.offset <= start.offset {
-                        self.pos = start;
+        'files: loop {
+            while self.compacted.is_some() && out.len() < max && self.pos.offset < end.offset {
+                match self.next_compacted(end)? {
+                    Some(s) => {
+                        self.pos = s.next;
+                        out.push(s);
+                    }
+                    None if self.compacted.as_ref().is_some_and(|(_, ahead)| ahead.is_some()) => return Ok(out),
+                    None => {
+                        // The compacted part is read: the frames follow.
+                        self.compacted = None;
+                        let start = self.base.unwrap_or_default().start;
+                        if self.pos.offset <= start.offset {
+                            self.pos = start;
+                        }
                     }
                 }
             }
-        }
-        while out.len() < max && self.pos.offset < end.offset {
-            let rel = (self.pos.byte - self.start) as usize;
-            match decode(&self.buf[rel.min(self.buf.len())..]) {
-                Some((rec, len)) => {
-                    let next = Pos { offset: self.pos.offset + 1, byte: self.pos.byte + len as u64 };
-                    out.push(Stored { offset: self.pos.offset, next, record: rec });
-                    self.pos = next;
-                }
-                None => {
-                    if !self.fill(end)? {
+            while out.len() < max && self.pos.offset < end.offset {
+                let rel = (self.pos.byte - self.start) as usize;
+                match decode(&self.buf[rel.min(self.buf.len())..]) {
+                    Some((rec, len)) => {
+                        let next = Pos { offset: self.pos.offset + 1, byte: self.pos.byte + len as u64 };
+                        out.push(Stored { offset: self.pos.offset, next, record: rec });
+                        self.pos = next;
+                    }
+                    None => {
+                        let filled = match self.fill(end) {
+                            Ok(f) => f,
+                            Err(LogError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => false,
+                            Err(e) => return Err(e),
+                        };
+                        if filled {
+                            continue;
+                        }
+                        // A compaction since this reader looked made other files current.
+                        if self.rebase()? {
+                            continue 'files;
+                        }
                         return Err(LogError::Damaged { path: self.path.display().to_string(), byte: self.pos.byte });
                     }
                 }
             }
+            return Ok(out);
         }
-        Ok(out)
+    }
+
+    /// Look the partition's files up again; true if they changed (a compaction), and the reader
+    /// now reads the new ones from where it is.
+    fn rebase(&mut self) -> Result<bool> {
+        let now = self.log.committed()?.bases.get(&part_key(&self.topic, self.partition)).copied().unwrap_or_default();
+        if Some(now) == self.base {
+            return Ok(false);
+        }
+        self.file = None;
+        self.buf.clear();
+        self.start = self.pos.byte;
+        self.compacted = None;
+        self.use_base(now)?;
+        Ok(true)
     }
 
     /// Load the next chunk of the file (up to `end`); false if nothing more could be read.
@@ -813,7 +859,18 @@ mod tests {
         log.create_topic("cl", 1, true).unwrap();
         // The fold the log must agree with: each key's last write (offset, value or deletion).
         let mut last: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
-        let mut offset = 0u64;
+        // Keys deleted at once: their tombstones go after two compactions.
+        let gone: Vec<Record> = (0..100)
+            .flat_map(|i| {
+                let key = Some(format!("d{i}").into_bytes());
+                [
+                    Record { key: key.clone(), value: Some(b"x".to_vec()), timestamp: 0, headers: vec![] },
+                    Record { key, value: None, timestamp: 0, headers: vec![] },
+                ]
+            })
+            .collect();
+        log.commit(vec![Append { topic: "cl".into(), partition: 0, records: gone }], vec![]).unwrap();
+        let mut offset = 200u64;
         let mut before = Vec::new();
         let mut x = 1u64;
         let mut write = |log: &EmbeddedLog, commits: usize, last: &mut BTreeMap<_, _>| {
@@ -833,9 +890,26 @@ mod tests {
         write(&log, 40, &mut last);
         let checkpoint = log.committed().unwrap().end("cl", 0);
         before.extend(read_all(&log, Pos::default()));
-        assert_eq!(before.len(), 4_000, "not compacted below the threshold");
+        assert_eq!(before.len(), 4_200, "not compacted below the threshold");
+        // A reader that started before the compactions reads on across them.
+        let mut early = log.reader("cl", 0, Pos::default());
+        let mut early_read = early.read(checkpoint, 100).unwrap();
         write(&log, 200, &mut last);
         let c = log.committed().unwrap();
+        loop {
+            let b = early.read(c.end("cl", 0), 1000).unwrap();
+            if b.is_empty() {
+                break;
+            }
+            early_read.extend(b);
+        }
+        assert!(early_read.windows(2).all(|w| w[0].offset < w[1].offset));
+        let mut folded_early: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
+        for s in &early_read {
+            folded_early.insert(s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()));
+        }
+        folded_early.retain(|k, _| !k.starts_with(b"d"));
+        assert_eq!(folded_early, last);
         let base = c.bases["cl/0"];
         assert!(base.gen >= 1 && base.start.offset > 0, "{base:?}");
         assert!(!dir.join("log/topics/cl/0.log").exists(), "generation 0 deleted");
@@ -867,6 +941,9 @@ mod tests {
         write(&log, 400, &mut last);
         let next = log.committed().unwrap().bases["cl/0"];
         assert!(next.gen > base.gen);
+        assert!(next.horizon >= base.start.offset, "{next:?}");
+        // Deletions before the horizon are gone; every later one is still there.
+        last.retain(|_, (o, v)| v.is_some() || *o >= next.horizon);
         assert!(!dir.join(format!("log/topics/cl/0.{}.compact", base.gen)).exists());
         let mut folded = BTreeMap::new();
         for s in read_all(&log, Pos::default()) {

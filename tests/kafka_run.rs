@@ -827,7 +827,7 @@ fn an_instance_with_another_program_is_refused_while_one_runs() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    assert!(err.contains("differs from the one the 1 running instance") && err.contains("streamc deploy"), "{err}");
+    assert!(err.contains("differ from those the 1 running instance") && err.contains("streamc deploy"), "{err}");
     assert!(a.terminate(), "the first instance ran on");
     wait_for(120, "the group to empty", || {
         let out = std::process::Command::new(common::cli::bin())

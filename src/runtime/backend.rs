@@ -19,6 +19,9 @@ pub(crate) struct Extent {
     pub(crate) low: u64,
     /// The position after the last committed record.
     pub(crate) end: Pos,
+    /// Every deletion from this offset on is still held (compaction may drop older
+    /// tombstones): a local checkpoint before it cannot be brought up to date.
+    pub(crate) deletions_from: u64,
 }
 
 /// A log that tasks run over.

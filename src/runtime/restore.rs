@@ -52,9 +52,11 @@ impl RestoreWatch {
 
 /// Where a store's restore starts: its checkpoint if it is at or before the changelog's `end`,
 /// else (no checkpoint, or local state ahead of the changelog) nothing: the local state is wiped.
-pub(crate) fn restore_start(tree: &sled::Tree, end: u64) -> Result<Pos, RunError> {
+pub(crate) fn restore_start(tree: &sled::Tree, end: u64, deletions_from: u64) -> Result<Pos, RunError> {
     match checkpoint(tree) {
-        Some(cp) if cp.offset <= end => Ok(cp),
+        // A checkpoint before the changelog's start may have missed deletions that compaction
+        // (or retention) removed since: the store starts over, as Kafka Streams' does.
+        Some(cp) if cp.offset <= end && (cp.offset >= deletions_from || cp.offset == 0) => Ok(cp),
         _ => {
             tree.clear().map_err(state("cannot reset local state"))?;
             Ok(Pos::default())
@@ -173,10 +175,10 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     committed_end: Option<u64>,
     watch: &RestoreWatch,
 ) -> Result<Restored, RunError> {
-    let extent = b.changelog_extent(changelog, p)?.unwrap_or(Extent { low: 0, end: Pos::default() });
+    let extent = b.changelog_extent(changelog, p)?.unwrap_or(Extent { low: 0, end: Pos::default(), deletions_from: 0 });
     let high = extent.end;
     let end = committed_end.map_or(high.offset, |e| e.min(high.offset));
-    let from = restore_start(tree, end)?;
+    let from = restore_start(tree, end, extent.deletions_from)?;
     let mut stale = BTreeMap::new();
     if from.offset >= high.offset {
         watch.done();
@@ -303,7 +305,7 @@ mod tests {
         }
         fn changelog_extent(&self, _: &str, _: u32) -> Result<Option<Extent>, RunError> {
             let end = self.low + self.records.borrow().len() as u64;
-            Ok(Some(Extent { low: self.low, end: Pos { offset: end, byte: 0 } }))
+            Ok(Some(Extent { low: self.low, end: Pos { offset: end, byte: 0 }, deletions_from: self.low }))
         }
         fn read_changelog(
             &self,

@@ -541,15 +541,17 @@ impl<F: Feed> TaskRun<F> {
                 r
             } else if i == 0 {
                 self.task.decode_main(&s.record).and_then(|mut input| {
-                    if let Some(e) = self.refused(input.ts).filter(|_| !main_internal) {
+                    // (A repartition record too: this task's topics may bound more tightly.)
+                    if let Some(e) = self.refused(input.ts) {
                         return Err(e);
                     }
                     input.offset = s.offset;
                     self.process(input)
                 })
-            } else if let Some(e) = self.refused(head_time) {
-                // (A side input's head time is its event time: a task with several inputs
-                // reads their time fields to order them.)
+            } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time)).flatten() {
+                // A joined stream's record (its head time is its event time: a task with several
+                // inputs reads their time fields to order them). A table's record is stamped
+                // with its own timestamp in the table's changelog, which its topic took.
                 Err(e)
             } else {
                 self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)

@@ -119,8 +119,11 @@ impl Backend for Embedded<'_> {
         if self.log.topic(topic)?.is_none_or(|m| p >= m.partitions) {
             return Ok(None);
         }
-        // The log keeps every record (no compaction): it starts at offset 0.
-        Ok(Some(Extent { low: 0, end: self.log.committed()?.end(topic, p) }))
+        // A compacted changelog holds every key's last record from offset 0, and every deletion
+        // from its horizon on.
+        let c = self.log.committed()?;
+        let deletions_from = c.bases.get(&format!("{topic}/{p}")).map_or(0, |b| b.horizon);
+        Ok(Some(Extent { low: 0, end: c.end(topic, p), deletions_from }))
     }
 
     fn read_changelog(

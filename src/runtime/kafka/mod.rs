@@ -1335,7 +1335,8 @@ impl Backend for Engine {
             .control_reader
             .fetch_watermarks(topic, p as i32, TIMEOUT)
             .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
-        Ok(Some(Extent { low: low.max(0) as u64, end: Pos { offset: high.max(0) as u64, byte: 0 } }))
+        let low = low.max(0) as u64;
+        Ok(Some(Extent { low, end: Pos { offset: high.max(0) as u64, byte: 0 }, deletions_from: low }))
     }
 
     /// Committed records only (read_committed); returns once the position reaches `end`, which
