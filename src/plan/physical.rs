@@ -230,12 +230,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
                 }
                 NodeKind::JoinTable { global, left, on, table: name } => {
-                    // A topic-fed table is the task's last table input, declared by its table
-                    // source node just before.
+                    // A topic-fed table is the task's table input of that name, declared by its
+                    // table source node (which comes before the join in topological order).
                     let table = if *global {
                         None
                     } else {
-                        Some(spec.tables.len().checked_sub(1).ok_or("join without its table")?)
+                        Some(spec.tables.iter().rposition(|t| t.source.name == *name).ok_or("join without its table")?)
                     };
                     ops.push(Op::JoinTable {
                         table,
