@@ -320,6 +320,19 @@ fn store_named(topo: &Topology, name: &str) -> StoreSpec {
     StoreSpec { name: name.to_string(), changelog: s.and_then(|s| s.changelog.clone()).unwrap_or_default() }
 }
 
+impl AggSpec {
+    /// Where a window whose (last) end is `end` closes: the stream time (less grace) at or
+    /// past which it is closed. A tumbling or hopping window closes at its end, a sliding one
+    /// (whose end is inclusive) 1 ms after it; a session once stream time passes its end plus
+    /// gap (Kafka Streams' rule: on the boundary it is still open).
+    pub fn closes_at(&self, end: i64) -> i64 {
+        match self.window.as_ref().map(|w| &w.kind) {
+            Some(crate::ast::WindowKind::Session { .. }) => end.saturating_add(self.gap).saturating_add(1),
+            _ => end.saturating_add(self.gap),
+        }
+    }
+}
+
 impl TaskSpec {
     /// Topics read besides the main input, in side-input order: tables, then joined streams.
     pub fn side_topics(&self) -> Vec<String> {

@@ -151,7 +151,7 @@ impl Aggregate {
             let Some(entry) = slot.entry.as_ref() else { continue };
             // A window that closes in this flush and was never stored needs neither a store
             // write nor a tombstone: the state after the commit does not hold it.
-            if slot.stored || entry.end.saturating_add(agg.gap) > close {
+            if slot.stored || agg.closes_at(entry.end) > close {
                 let existed = std::mem::replace(&mut slot.stored, true);
                 changes.push(Change {
                     store: agg.store,
@@ -232,7 +232,7 @@ impl Operator for Aggregate {
                 continue;
             }
             if let Ok(e) = decode_entry(&v, agg) {
-                self.cache.windows.insert((e.end.saturating_add(agg.gap), k.clone()));
+                self.cache.windows.insert((agg.closes_at(e.end), k.clone()));
                 self.windowing.restored(&k, &e);
                 self.cache.slots.insert(k, Slot::new(Some(e), true));
             }

@@ -1,6 +1,7 @@
 //! Session windows: a key's records at most `gap` apart form one session `[first, last]`; a
 //! record between two sessions merges them (the merged-away session is deleted from the store
-//! and downstream at the next flush). A session closes at `last + gap + grace`.
+//! and downstream at the next flush). A session closes once stream time passes
+//! `last + gap + grace` (on the boundary it is still open, as in Kafka Streams).
 
 use rustc_hash::FxHashMap;
 
@@ -37,13 +38,11 @@ impl Windowing for Session {
         let near: Vec<(i64, i64)> = open
             .iter()
             .copied()
-            .filter(|(s, e)| {
-                *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && e.saturating_add(gap) > close
-            })
+            .filter(|(s, e)| *e >= ts.saturating_sub(gap) && *s <= ts.saturating_add(gap) && agg.closes_at(*e) > close)
             .collect();
         let start = near.iter().map(|x| x.0).fold(ts, i64::min);
         let end = near.iter().map(|x| x.1).fold(ts, i64::max);
-        if end.saturating_add(gap) <= close {
+        if agg.closes_at(end) <= close {
             let stream_time = cx.stream_time;
             cx.late(|| {
                 format!(
@@ -85,7 +84,7 @@ impl Windowing for Session {
         let cache = &mut *cx.cache;
         for (s, e) in &near {
             let sk = store_key(&kb, Some(*s));
-            cache.windows.remove(&(e.saturating_add(gap), sk.clone()));
+            cache.windows.remove(&(agg.closes_at(*e), sk.clone()));
             if *s == start {
                 continue;
             }
@@ -100,7 +99,7 @@ impl Windowing for Session {
             }
         }
         let sk = store_key(&kb, Some(start));
-        cache.windows.insert((end.saturating_add(gap), sk.clone()));
+        cache.windows.insert((agg.closes_at(end), sk.clone()));
         let slot = cache.slots.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;

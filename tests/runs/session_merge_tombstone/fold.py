@@ -25,12 +25,12 @@ for rec in read_input("clicks"):
     user, t = v["user"], v["at"]
     stream_time = t if stream_time is None else max(stream_time, t)
     mine = sessions.setdefault(user, [])
-    is_open = lambda s: stream_time < s["end"] + GAP + GRACE
+    is_open = lambda s: stream_time <= s["end"] + GAP + GRACE
     touching = [s for s in mine if is_open(s) and s["start"] - GAP <= t <= s["end"] + GAP]
     merged = {"start": min([t] + [s["start"] for s in touching]),
               "end": max([t] + [s["end"] for s in touching]),
               "recs": [r for s in touching for r in s["recs"]] + [(t, v["page"])]}
-    if not touching and not stream_time < t + GAP + GRACE:
+    if not touching and not stream_time <= t + GAP + GRACE:
         continue  # late (never happens here: the grace is an hour)
     for s in touching:
         mine.remove(s)
