@@ -371,44 +371,40 @@ impl EmbeddedLog {
         let gen = base.gen + 1;
         // Deletions compacted by the previous compaction go now.
         let horizon = base.start.offset;
+        // Pass 1: each key's last offset (frames are scanned, not decoded).
         let mut last: rustc_hash::FxHashMap<Vec<u8>, u64> = rustc_hash::FxHashMap::default();
-        let mut r = PartitionReader::at(self.clone(), topic, p, Pos::default(), base)?;
-        loop {
-            let batch = r.read(end, 10_000)?;
-            if batch.is_empty() {
-                break;
-            }
-            for s in batch {
-                if let Some(k) = s.record.key {
-                    last.insert(k, s.offset);
+        self.scan_frames(topic, p, base, end, &mut |offset, frame| {
+            if let Some((Some(k), _)) = frame_key(frame) {
+                match last.get_mut(k) {
+                    Some(o) => *o = offset,
+                    None => {
+                        last.insert(k.to_vec(), offset);
+                    }
                 }
             }
-        }
+            Ok(())
+        })?;
+        // Pass 2: the frames to keep, copied as they are after their offsets.
         let path = self.compact_path(topic, p, gen);
         let file = File::create(&path).map_err(io(format!("cannot create {}", path.display())))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        let mut r = PartitionReader::at(self.clone(), topic, p, Pos::default(), base)?;
-        let mut buf = Vec::new();
         let mut bytes = 0u64;
-        loop {
-            let batch = r.read(end, 10_000)?;
-            if batch.is_empty() {
-                break;
+        self.scan_frames(topic, p, base, end, &mut |offset, frame| {
+            // Keyless records cannot be compacted away: they are kept. A key's last record
+            // stays, unless it is a deletion from before the horizon.
+            let (latest, deletion) = match frame_key(frame) {
+                Some((Some(k), deletion)) => (last.get(k) == Some(&offset), deletion),
+                Some((None, deletion)) => (true, deletion),
+                None => (true, false),
+            };
+            if latest && !(deletion && offset < horizon) {
+                w.write_all(&offset.to_le_bytes())
+                    .and_then(|_| w.write_all(frame))
+                    .map_err(io(format!("cannot write {}", path.display())))?;
+                bytes += 8 + frame.len() as u64;
             }
-            buf.clear();
-            for s in batch {
-                // Keyless records cannot be compacted away: they are kept. A key's last record
-                // stays, unless it is a deletion from before the horizon.
-                let latest = s.record.key.as_ref().is_none_or(|k| last.get(k) == Some(&s.offset));
-                let expired = s.record.value.is_none() && s.offset < horizon;
-                if latest && !expired {
-                    buf.extend_from_slice(&s.offset.to_le_bytes());
-                    encode(&s.record, &mut buf);
-                }
-            }
-            w.write_all(&buf).map_err(io(format!("cannot write {}", path.display())))?;
-            bytes += buf.len() as u64;
-        }
+            Ok(())
+        })?;
         let file = w.into_inner().map_err(|e| io(format!("cannot write {}", path.display()))(e.into_error()))?;
         if self.fsync {
             file.sync_data().map_err(io("fsync"))?;
@@ -417,6 +413,56 @@ impl EmbeddedLog {
         let log = self.data_path(topic, p, &next);
         File::create(&log).map_err(io(format!("cannot create {}", log.display())))?;
         Ok(next)
+    }
+
+    /// Every frame of a partition up to `end`, in offset order, with its offset: the compacted
+    /// part of `base`, then its `.log` (which may hold frames not committed yet, up to `end`).
+    /// `visit` gets each whole frame (its length prefix included).
+    fn scan_frames(
+        &self,
+        topic: &str,
+        p: u32,
+        base: Base,
+        end: Pos,
+        visit: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut frame = Vec::new();
+        let read_frame = |r: &mut std::io::BufReader<File>, path: &Path, frame: &mut Vec<u8>| -> Result<()> {
+            let damaged = |_| LogError::Damaged { path: path.display().to_string(), byte: 0 };
+            let mut len = [0u8; 4];
+            r.read_exact(&mut len).map_err(damaged)?;
+            frame.clear();
+            frame.extend_from_slice(&len);
+            frame.resize(4 + u32::from_le_bytes(len) as usize, 0);
+            r.read_exact(&mut frame[4..]).map_err(damaged)
+        };
+        if base.gen > 0 {
+            let path = self.compact_path(topic, p, base.gen);
+            let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+            let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+            let mut read = 0u64;
+            while read < base.compacted_bytes {
+                let mut offset = [0u8; 8];
+                r.read_exact(&mut offset)
+                    .map_err(|_| LogError::Damaged { path: path.display().to_string(), byte: read })?;
+                read_frame(&mut r, &path, &mut frame)?;
+                read += 8 + frame.len() as u64;
+                visit(u64::from_le_bytes(offset), &frame)?;
+            }
+        }
+        let path = self.data_path(topic, p, &base);
+        let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+        let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+        let mut at = base.start;
+        while at.offset < end.offset && at.byte < end.byte {
+            read_frame(&mut r, &path, &mut frame)?;
+            visit(at.offset, &frame)?;
+            at = Pos { offset: at.offset + 1, byte: at.byte + frame.len() as u64 };
+        }
+        if at != end {
+            return Err(LogError::Damaged { path: path.display().to_string(), byte: at.byte });
+        }
+        Ok(())
     }
 
     /// Delete topics and consumer-group metadata (`run --reset`): the groups `delete` says yes to.
@@ -478,13 +524,6 @@ pub struct PartitionReader {
 }
 
 impl PartitionReader {
-    /// A reader of a partition whose files are `base` (inside a commit, before they are).
-    fn at(log: EmbeddedLog, topic: &str, partition: u32, from: Pos, base: Base) -> Result<PartitionReader> {
-        let mut r = log.reader(topic, partition, from);
-        r.use_base(base)?;
-        Ok(r)
-    }
-
     pub fn position(&self) -> Pos {
         self.pos
     }
@@ -675,6 +714,19 @@ fn encode(r: &Record, out: &mut Vec<u8>) {
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// The key of a whole frame (None: a null key) and whether it is a deletion (a null value);
+/// None if the frame is malformed.
+fn frame_key(frame: &[u8]) -> Option<(Option<&[u8]>, bool)> {
+    let u32_at = |i: usize| Some(u32::from_le_bytes(frame.get(i..i + 4)?.try_into().ok()?));
+    // Length, timestamp, then the key.
+    let klen = u32_at(12)?;
+    let (key, vat) = match klen {
+        u32::MAX => (None, 16),
+        n => (Some(frame.get(16..16 + n as usize)?), 16 + n as usize),
+    };
+    Some((key, u32_at(vat)? == u32::MAX))
 }
 
 /// Decode one frame from the front of `b`: the record and the frame's total length.
