@@ -18,9 +18,9 @@
 //! (a writer killed mid-commit) are cut off by the next writer before it appends.
 //!
 //! Compaction (topics created compacted: changelogs) keeps, like Kafka's log cleaner, the last
-//! record of every key, tombstones included, at its own offset: a reader from any offset still
-//! ends with every key's latest value, and a full restore reads one record per key instead of
-//! every update. A partition is compacted inside a commit, once the frames since its last
+//! record of every key at its own offset, and a deletion (tombstone) for one compaction more
+//! (the [`Base::horizon`]): a reader from any offset after the horizon still ends with every
+//! key's latest value, and a full restore reads one record per key instead of every update. A partition is compacted inside a commit, once the frames since its last
 //! compaction exceed [`COMPACT_MIN_BYTES`] and the compacted part: its new generation's files
 //! are written first and become the partition in the same `COMMITTED` rename; the old ones are
 //! deleted after. Byte positions stay absolute (the new `.log` starts at the compacted end), so
