@@ -1525,6 +1525,18 @@ impl<'a> Checker<'a> {
         (fields, out)
     }
 
+    /// The type of `l op r`, or a diagnostic at `span` and the error type.
+    fn binary_result(&mut self, op: BinOp, l: &Type, r: &Type, span: Span) -> Type {
+        binary_type(op, l, r).unwrap_or_else(|| {
+            self.err(
+                Diagnostic::new(Code::BadOperands, span, format!("`{}` cannot combine {l} and {r}", op.symbol()))
+                    .label(format!("{l} {} {r}", op.symbol()))
+                    .help_opt(binary_help(op, l, r)),
+            );
+            Type::Error
+        })
+    }
+
     fn expect_bool(&mut self, e: &hir::Expr, what: &str) {
         if !matches!(e.ty.base(), Type::Bool | Type::Error | Type::Null) {
             self.err(
@@ -1742,21 +1754,7 @@ impl<'a> Checker<'a> {
             ast::Expr::Binary { op, lhs, rhs } => {
                 let l = self.expr(lhs, scope);
                 let r = self.expr(rhs, scope);
-                let ty = match binary_type(*op, &l.ty, &r.ty) {
-                    Some(t) => t,
-                    None => {
-                        self.err(
-                            Diagnostic::new(
-                                Code::BadOperands,
-                                span,
-                                format!("`{}` cannot combine {} and {}", op.symbol(), l.ty, r.ty),
-                            )
-                            .label(format!("{} {} {}", l.ty, op.symbol(), r.ty))
-                            .help_opt(binary_help(*op, &l.ty, &r.ty)),
-                        );
-                        Type::Error
-                    }
-                };
+                let ty = self.binary_result(*op, &l.ty, &r.ty, span);
                 mk(ExprKind::Binary(*op, Box::new(l), Box::new(r)), ty)
             }
             ast::Expr::Chain { first, rest } => {
@@ -1767,21 +1765,7 @@ impl<'a> Checker<'a> {
                 for (op, e) in rest {
                     let r = self.expr(e, scope);
                     sp = sp.to(r.span);
-                    ty = match binary_type(*op, &ty, &r.ty) {
-                        Some(t) => t,
-                        None => {
-                            self.err(
-                                Diagnostic::new(
-                                    Code::BadOperands,
-                                    sp,
-                                    format!("`{}` cannot combine {} and {}", op.symbol(), ty, r.ty),
-                                )
-                                .label(format!("{} {} {}", ty, op.symbol(), r.ty))
-                                .help_opt(binary_help(*op, &ty, &r.ty)),
-                            );
-                            Type::Error
-                        }
-                    };
+                    ty = self.binary_result(*op, &ty, &r.ty, sp);
                     items.push((*op, r));
                 }
                 mk(ExprKind::Chain(Box::new(first), items), ty)

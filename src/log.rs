@@ -20,10 +20,10 @@
 //! Compaction (topics created compacted: changelogs) keeps, like Kafka's log cleaner, the last
 //! record of every key at its own offset, and a deletion (tombstone) for one compaction more
 //! (the [`Base::horizon`]): a reader from any offset after the horizon still ends with every
-//! key's latest value, and a full restore reads one record per key instead of every update. A partition is compacted inside a commit, once the frames since its last
-//! compaction exceed [`COMPACT_MIN_BYTES`] and the compacted part: its new generation's files
-//! are written first and become the partition in the same `COMMITTED` rename; the old ones are
-//! deleted after. Byte positions stay absolute (the new `.log` starts at the compacted end), so
+//! key's latest value, and a full restore reads one record per key instead of every update. A
+//! partition is compacted inside a commit, once the frames since its last compaction exceed
+//! [`COMPACT_MIN_BYTES`] and the compacted part: its new generation's files are written first
+//! and become the partition in the same `COMMITTED` rename; the old ones are deleted after. Byte positions stay absolute (the new `.log` starts at the compacted end), so
 //! positions taken before a compaction remain valid.
 
 use std::collections::BTreeMap;
@@ -426,36 +426,25 @@ impl EmbeddedLog {
         end: Pos,
         visit: &mut dyn FnMut(u64, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let mut frame = Vec::new();
-        let read_frame = |r: &mut std::io::BufReader<File>, path: &Path, frame: &mut Vec<u8>| -> Result<()> {
-            let damaged = |_| LogError::Damaged { path: path.display().to_string(), byte: 0 };
-            let mut len = [0u8; 4];
-            r.read_exact(&mut len).map_err(damaged)?;
-            frame.clear();
-            frame.extend_from_slice(&len);
-            frame.resize(4 + u32::from_le_bytes(len) as usize, 0);
-            r.read_exact(&mut frame[4..]).map_err(damaged)
-        };
         if base.gen > 0 {
-            let path = self.compact_path(topic, p, base.gen);
-            let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
-            let mut r = std::io::BufReader::with_capacity(1 << 20, f);
-            let mut read = 0u64;
-            while read < base.compacted_bytes {
-                let mut offset = [0u8; 8];
-                r.read_exact(&mut offset)
-                    .map_err(|_| LogError::Damaged { path: path.display().to_string(), byte: read })?;
-                read_frame(&mut r, &path, &mut frame)?;
-                read += 8 + frame.len() as u64;
-                visit(u64::from_le_bytes(offset), &frame)?;
+            let mut c = CompactedFrames::open(self.compact_path(topic, p, base.gen), base.compacted_bytes)?;
+            while let Some((offset, frame)) = c.next()? {
+                visit(offset, frame)?;
             }
         }
         let path = self.data_path(topic, p, &base);
         let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
         let mut r = std::io::BufReader::with_capacity(1 << 20, f);
         let mut at = base.start;
+        let mut frame = Vec::new();
         while at.offset < end.offset && at.byte < end.byte {
-            read_frame(&mut r, &path, &mut frame)?;
+            let damaged = |_| LogError::Damaged { path: path.display().to_string(), byte: at.byte };
+            let mut len = [0u8; 4];
+            r.read_exact(&mut len).map_err(damaged)?;
+            frame.clear();
+            frame.extend_from_slice(&len);
+            frame.resize(4 + u32::from_le_bytes(len) as usize, 0);
+            r.read_exact(&mut frame[4..]).map_err(damaged)?;
             visit(at.offset, &frame)?;
             at = Pos { offset: at.offset + 1, byte: at.byte + frame.len() as u64 };
         }
@@ -501,8 +490,54 @@ impl EmbeddedLog {
     }
 }
 
-/// A compacted record read ahead of a reader's end: its offset and the record.
-type Ahead = (u64, Record);
+/// Reads a `.compact` file: each frame after its offset. Its length must be the one
+/// `COMMITTED` recorded, and a frame cut short is damage, not an end.
+struct CompactedFrames {
+    path: PathBuf,
+    r: std::io::BufReader<File>,
+    /// The last frame read (reused).
+    frame: Vec<u8>,
+    /// Bytes read so far.
+    read: u64,
+}
+
+impl CompactedFrames {
+    fn open(path: PathBuf, len: u64) -> Result<CompactedFrames> {
+        let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+        let has = f.metadata().map_err(io(format!("cannot read {}", path.display())))?.len();
+        if has != len {
+            return Err(LogError::Damaged { path: path.display().to_string(), byte: has });
+        }
+        Ok(CompactedFrames { path, r: std::io::BufReader::with_capacity(1 << 20, f), frame: Vec::new(), read: 0 })
+    }
+
+    /// The next frame (its length prefix included) with its offset; None at the end.
+    fn next(&mut self) -> Result<Option<(u64, &[u8])>> {
+        use std::io::BufRead;
+        if self.r.fill_buf().map_err(io(format!("cannot read {}", self.path.display())))?.is_empty() {
+            return Ok(None);
+        }
+        let (path, read) = (&self.path, self.read);
+        let damaged = |_| LogError::Damaged { path: path.display().to_string(), byte: read };
+        let mut head = [0u8; 12];
+        self.r.read_exact(&mut head).map_err(damaged)?;
+        let len = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+        self.frame.clear();
+        self.frame.extend_from_slice(&head[8..]);
+        self.frame.resize(4 + len, 0);
+        self.r.read_exact(&mut self.frame[4..]).map_err(damaged)?;
+        self.read += 8 + self.frame.len() as u64;
+        let offset = u64::from_le_bytes([head[0], head[1], head[2], head[3], head[4], head[5], head[6], head[7]]);
+        Ok(Some((offset, &self.frame)))
+    }
+}
+
+/// The compacted part of a partition as a reader reads it: its frames, and a record read ahead
+/// of the reader's end.
+struct Compacted {
+    frames: CompactedFrames,
+    ahead: Option<(u64, Record)>,
+}
 
 /// Reads one partition sequentially, never past the end it is given: first, when it starts
 /// before a compacted partition's `.log`, the compacted records from its offset on, then the
@@ -513,8 +548,8 @@ pub struct PartitionReader {
     partition: u32,
     /// The partition's files, once looked up.
     base: Option<Base>,
-    /// While reading the compacted part: its file, and a record read ahead of `end`.
-    compacted: Option<(std::io::BufReader<File>, Option<Ahead>)>,
+    /// While reading the compacted part.
+    compacted: Option<Compacted>,
     path: PathBuf,
     file: Option<File>,
     pos: Pos,
@@ -533,12 +568,8 @@ impl PartitionReader {
         self.base = Some(base);
         if self.pos.offset < base.start.offset && base.gen > 0 {
             let path = self.log.compact_path(&self.topic, self.partition, base.gen);
-            let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
-            let len = f.metadata().map_err(io(format!("cannot read {}", path.display())))?.len();
-            if len != base.compacted_bytes {
-                return Err(LogError::Damaged { path: path.display().to_string(), byte: len });
-            }
-            self.compacted = Some((std::io::BufReader::with_capacity(1 << 20, f), None));
+            let frames = CompactedFrames::open(path, base.compacted_bytes)?;
+            self.compacted = Some(Compacted { frames, ahead: None });
         } else if self.pos.offset <= base.start.offset {
             self.pos = base.start;
         } else if self.pos.byte < base.start.byte {
@@ -550,35 +581,24 @@ impl PartitionReader {
 
     /// The next compacted record at or after the reader's offset and before `end`, if any.
     fn next_compacted(&mut self, end: Pos) -> Result<Option<Stored>> {
-        let path = self.log.compact_path(&self.topic, self.partition, self.base.unwrap_or_default().gen);
-        let Some((f, ahead)) = self.compacted.as_mut() else { return Ok(None) };
+        let Some(c) = self.compacted.as_mut() else { return Ok(None) };
         loop {
-            let (offset, record) = match ahead.take() {
+            let (offset, record) = match c.ahead.take() {
                 Some(x) => x,
-                None => {
-                    use std::io::BufRead;
-                    if f.fill_buf().map_err(io(format!("cannot read {}", path.display())))?.is_empty() {
-                        return Ok(None);
-                    }
-                    // A frame cut short is damage (the file's length was checked on opening).
-                    let damaged = |_| LogError::Damaged { path: path.display().to_string(), byte: 0 };
-                    let mut head = [0u8; 12];
-                    f.read_exact(&mut head).map_err(damaged)?;
-                    let offset = u64::from_le_bytes(head[..8].try_into().unwrap_or_default());
-                    let len = u32::from_le_bytes(head[8..].try_into().unwrap_or_default()) as usize;
-                    let mut frame = vec![0u8; 4 + len];
-                    frame[..4].copy_from_slice(&head[8..]);
-                    f.read_exact(&mut frame[4..]).map_err(damaged)?;
-                    let (record, _) = decode(&frame)
-                        .ok_or_else(|| LogError::Damaged { path: path.display().to_string(), byte: 0 })?;
-                    (offset, record)
-                }
+                None => match c.frames.next()? {
+                    None => return Ok(None),
+                    Some((offset, _)) if offset < self.pos.offset => continue,
+                    Some((offset, frame)) => match decode(frame) {
+                        Some((record, _)) => (offset, record),
+                        None => {
+                            let (path, byte) = (c.frames.path.display().to_string(), c.frames.read);
+                            return Err(LogError::Damaged { path, byte });
+                        }
+                    },
+                },
             };
-            if offset < self.pos.offset {
-                continue;
-            }
             if offset >= end.offset {
-                *ahead = Some((offset, record));
+                c.ahead = Some((offset, record));
                 return Ok(None);
             }
             return Ok(Some(Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }));
@@ -599,7 +619,7 @@ impl PartitionReader {
                         self.pos = s.next;
                         out.push(s);
                     }
-                    None if self.compacted.as_ref().is_some_and(|(_, ahead)| ahead.is_some()) => return Ok(out),
+                    None if self.compacted.as_ref().is_some_and(|c| c.ahead.is_some()) => return Ok(out),
                     None => {
                         // The compacted part is read: the frames follow.
                         self.compacted = None;
@@ -716,17 +736,13 @@ fn encode(r: &Record, out: &mut Vec<u8>) {
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
 }
 
-/// The key of a whole frame (None: a null key) and whether it is a deletion (a null value);
-/// None if the frame is malformed.
+/// The key of a whole frame (None: a null key) and whether it is a deletion (a null value),
+/// read without copying; None if the frame is malformed.
 fn frame_key(frame: &[u8]) -> Option<(Option<&[u8]>, bool)> {
-    let u32_at = |i: usize| Some(u32::from_le_bytes(frame.get(i..i + 4)?.try_into().ok()?));
-    // Length, timestamp, then the key.
-    let klen = u32_at(12)?;
-    let (key, vat) = match klen {
-        u32::MAX => (None, 16),
-        n => (Some(frame.get(16..16 + n as usize)?), 16 + n as usize),
-    };
-    Some((key, u32_at(vat)? == u32::MAX))
+    let mut c = Cursor { b: frame.get(4..)?, p: 0 };
+    c.take(8)?; // the timestamp
+    let key = c.opt_slice()?;
+    Some((key, c.opt_slice()?.is_none()))
 }
 
 /// Decode one frame from the front of `b`: the record and the frame's total length.
@@ -758,13 +774,16 @@ impl<'a> Cursor<'a> {
         self.p += n;
         Some(s)
     }
-    fn opt_bytes(&mut self) -> Option<Option<Vec<u8>>> {
+    fn opt_slice(&mut self) -> Option<Option<&'a [u8]>> {
         let n = u32::from_le_bytes(self.take(4)?.try_into().ok()?);
         if n == u32::MAX {
             Some(None)
         } else {
-            Some(Some(self.take(n as usize)?.to_vec()))
+            Some(Some(self.take(n as usize)?))
         }
+    }
+    fn opt_bytes(&mut self) -> Option<Option<Vec<u8>>> {
+        Some(self.opt_slice()?.map(<[u8]>::to_vec))
     }
 }
 

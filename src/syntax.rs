@@ -813,38 +813,25 @@ impl Builder {
             }
             *pos += 1;
             let (rhs, rh) = self.climb(toks, pos, prec + 1, depth + 1)?;
-            if matches!(op, BinOp::And | BinOp::Or) {
-                // A run of one logical operator (`a == 1 or a == 2 or …`) is a list, not
-                // nesting: a long one is built as a balanced tree, so its height grows with the
-                // logarithm of its length. The result and the order operands are evaluated in
-                // are those of the left-nested chain (both operators are associative, and
-                // short-circuit left to right either way).
-                let mut operands = vec![(lhs, h), (rhs, rh)];
-                while let Some(next) = toks.get(*pos) {
-                    match infix(next.as_rule()) {
-                        Some((o, _)) if o == op => {
-                            *pos += 1;
-                            operands.push(self.climb(toks, pos, prec + 1, depth + 1)?);
-                        }
-                        _ => break,
-                    }
-                }
-                (lhs, h) = chain(op, operands);
-            } else if prec >= 5 {
-                // A run of arithmetic operators of one precedence (`price + 1 - fee + …`) is a
-                // list too; a long one is kept flat (`Expr::Chain`), folded left to right as
-                // written, since `+` on floats is not associative and cannot be rebalanced.
+            if matches!(op, BinOp::And | BinOp::Or) || prec >= 5 {
+                // A run of operators of one precedence (`a == 1 or a == 2 or …`, `price + 1 -
+                // fee + …`) is a list, not nesting. `and` and `or` each have a precedence of
+                // their own; a long run of one is built as a balanced tree, so its height grows
+                // with the logarithm of its length (the result and the order operands are
+                // evaluated in are those of the left-nested chain: both are associative, and
+                // short-circuit left to right either way). A long arithmetic run is kept flat
+                // (`Expr::Chain`), folded left to right as written: `+` on floats is not
+                // associative and cannot be rebalanced.
                 let mut rest = vec![(op, (rhs, rh))];
-                while let Some(next) = toks.get(*pos) {
-                    match infix(next.as_rule()) {
-                        Some((o, p)) if p == prec => {
-                            *pos += 1;
-                            rest.push((o, self.climb(toks, pos, prec + 1, depth + 1)?));
-                        }
-                        _ => break,
-                    }
+                while let Some((o, _)) = toks.get(*pos).and_then(|t| infix(t.as_rule())).filter(|(_, p)| *p == prec) {
+                    *pos += 1;
+                    rest.push((o, self.climb(toks, pos, prec + 1, depth + 1)?));
                 }
-                (lhs, h) = arithmetic_chain((lhs, h), rest);
+                (lhs, h) = if matches!(op, BinOp::And | BinOp::Or) {
+                    chain(op, std::iter::once((lhs, h)).chain(rest.into_iter().map(|(_, m)| m)).collect())
+                } else {
+                    arithmetic_chain((lhs, h), rest)
+                };
             } else {
                 let sp = lhs.span.to(rhs.span);
                 h = h.max(rh) + 1;

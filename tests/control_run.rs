@@ -131,12 +131,7 @@ fn deploy_is_all_or_nothing() {
         let f = file.to_str().unwrap().to_string();
         let mut args = vec!["deploy", f.as_str(), "--key", key.as_str()];
         args.extend_from_slice(flags);
-        std::process::Command::new(common::cli::bin())
-            .arg("--state-dir")
-            .arg(&env.state)
-            .args(env.args(&args))
-            .output()
-            .unwrap()
+        common::cli::streamc_output(&env.state, &env.args(&args))
     };
     let retyped = text.replace("where size > 500", "where size > 900").replace("sum(size)", "sum(price)");
     for flags in [&["--dry-run"][..], &[]] {

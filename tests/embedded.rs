@@ -171,6 +171,14 @@ fn results_do_not_depend_on_partitions_threads_or_restarts() {
     assert_eq!(final_windows(&restart), want);
 }
 
+/// The entries of one store partition in an application's local state, not its checkpoint
+/// (whose key starts with 0xff).
+fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let db = sled::open(state.join("apps").join(app).join("state")).unwrap();
+    let tree = db.open_tree(tree).unwrap();
+    tree.iter().map(|kv| kv.unwrap()).filter(|(k, _)| k[0] != 0xff).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+}
+
 #[test]
 fn local_state_is_restored_from_the_changelog() {
     let dir = temp_dir("restore");
@@ -188,12 +196,7 @@ fn local_state_is_restored_from_the_changelog() {
         .close(false)
         .go()
         .unwrap();
-    let entries = |state: &Path| -> Vec<(Vec<u8>, Vec<u8>)> {
-        let db = sled::open(state.join("apps").join("stats").join("state")).unwrap();
-        let tree = db.open_tree("stock_stats-aggregate#0").unwrap();
-        // The entries, not the checkpoint (whose key starts with 0xff).
-        tree.iter().map(|kv| kv.unwrap()).filter(|(k, _)| k[0] != 0xff).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
-    };
+    let entries = |state: &Path| store_entries(state, "stats", "stock_stats-aggregate#0");
     let before = entries(&state);
     assert!(before.len() > 20, "{}", before.len());
     // Lose the local state entirely: the changelog is the source of truth. A small restore
@@ -253,11 +256,7 @@ fn a_compacted_changelog_restores_each_key_once() {
     let compacted =
         std::fs::read_dir(&topic).unwrap().any(|e| e.unwrap().path().extension().is_some_and(|x| x == "compact"));
     assert!(compacted, "the changelog was compacted");
-    let entries = |state: &Path| -> Vec<(Vec<u8>, Vec<u8>)> {
-        let db = sled::open(state.join("apps").join("keys").join("state")).unwrap();
-        let tree = db.open_tree("per_key-aggregate#0").unwrap();
-        tree.iter().map(|kv| kv.unwrap()).filter(|(k, _)| k[0] != 0xff).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
-    };
+    let entries = |state: &Path| store_entries(state, "keys", "per_key-aggregate#0");
     let before = entries(&state);
     assert_eq!(before.len(), 3_000);
     std::fs::remove_dir_all(state.join("apps").join("keys").join("state")).unwrap();

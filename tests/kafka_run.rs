@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::cli::{consume, isolate, results, spawn, streamc};
+use common::cli::{consume, isolate, results, spawn, streamc, streamc_fails, streamc_output};
 use common::data::{clicks, orders_and_payments, write_clicks, write_orders_and_payments};
 use common::embedded::{temp_dir, write_trades};
 use common::kafka::require;
@@ -212,14 +212,7 @@ fn a_missing_source_or_a_wrong_internal_partition_count_is_a_clear_error() {
     let sets = fast(&app);
     let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
     with_sets(&mut args, &sets);
-    let out = std::process::Command::new(common::cli::bin())
-        .arg("--state-dir")
-        .arg(dir.join("s"))
-        .args(&args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = streamc_fails(&dir.join("s"), &args);
     assert!(err.contains(&format!("source topic `{pfx}.stocks`")) && err.contains("does not exist"), "{err}");
 
     // The source with 3 partitions, the changelog made beforehand with 2.
@@ -232,14 +225,7 @@ fn a_missing_source_or_a_wrong_internal_partition_count_is_a_clear_error() {
     );
     let changelog = format!("{app}-stock_stats-aggregate-changelog");
     streamc(&dir.join("s"), &["produce", &changelog, "/dev/null", "--partitions", "2", "--bootstrap-servers", &b]);
-    let out = std::process::Command::new(common::cli::bin())
-        .arg("--state-dir")
-        .arg(dir.join("s"))
-        .args(&args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = streamc_fails(&dir.join("s"), &args);
     assert!(
         err.contains(&format!("internal topic `{changelog}` has 2 partitions, but the application needs 3")),
         "{err}"
@@ -724,12 +710,8 @@ query copy {{
     let copied = consume(&state, &format!("{pfx}.copy"), &kafka);
     assert_eq!(copied.len(), rows.len(), "the stateless query writes to a topic without the bound");
 
-    let out = std::process::Command::new(common::cli::bin())
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["consume", &format!("{app}-dlq"), "--from-beginning", "--headers", "--bootstrap-servers", &b])
-        .output()
-        .unwrap();
+    let dlq = format!("{app}-dlq");
+    let out = streamc_output(&state, &["consume", &dlq, "--from-beginning", "--headers", "--bootstrap-servers", &b]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let dead: Vec<serde_json::Value> =
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -777,10 +759,7 @@ fn a_changelog_that_is_not_compacted_is_refused() {
     let sets = fast(&app);
     let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
     with_sets(&mut args, &sets);
-    let out =
-        std::process::Command::new(common::cli::bin()).arg("--state-dir").arg(&state).args(&args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = streamc_fails(&state, &args);
     assert!(err.contains(&format!("changelog `{changelog}` has cleanup.policy=delete")), "{err}");
 }
 
@@ -819,23 +798,8 @@ fn an_instance_with_another_program_is_refused_while_one_runs() {
     let other_s = other.to_str().unwrap();
     let mut args_b = vec!["run", other_s, "--drain", "--bootstrap-servers", &b];
     with_sets(&mut args_b, &sets);
-    let out = std::process::Command::new(common::cli::bin())
-        .arg("--state-dir")
-        .arg(dir.join("b"))
-        .args(&args_b)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = streamc_fails(&dir.join("b"), &args_b);
     assert!(err.contains("differ from those the 1 running instance") && err.contains("streamc deploy"), "{err}");
     assert!(a.terminate(), "the first instance ran on");
-    wait_for(120, "the group to empty", || {
-        let out = std::process::Command::new(common::cli::bin())
-            .arg("--state-dir")
-            .arg(dir.join("b"))
-            .args(&args_b)
-            .output()
-            .unwrap();
-        out.status.success()
-    });
+    wait_for(120, "the group to empty", || streamc_output(&dir.join("b"), &args_b).status.success());
 }

@@ -467,6 +467,9 @@ impl<F: Feed> TaskRun<F> {
         // Records of external inputs, for the progress bar.
         let mut external = 0;
         let budget = max.saturating_sub(self.uncommitted).max(1);
+        // The clock, read once per step, for the broker's timestamp bounds (their margin is far
+        // longer than a step).
+        let now = if self.limits.is_some() { now_ms() } else { 0 };
         // Across several inputs, records go in event-time order (docs/language.md, "Joins"): the time
         // of each input's head is its declared time field (`TaskSpec::time_fields`), else its record
         // timestamp.
@@ -542,13 +545,13 @@ impl<F: Feed> TaskRun<F> {
             } else if i == 0 {
                 self.task.decode_main(&s.record).and_then(|mut input| {
                     // (A repartition record too: this task's topics may bound more tightly.)
-                    if let Some(e) = self.refused(input.ts) {
+                    if let Some(e) = self.refused(input.ts, now) {
                         return Err(e);
                     }
                     input.offset = s.offset;
                     self.process(input)
                 })
-            } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time)).flatten() {
+            } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
                 // A joined stream's record (its head time is its event time: a task with several
                 // inputs reads their time fields to order them). A table's record is stamped
                 // with its own timestamp in the table's changelog, which its topic took.
@@ -568,12 +571,12 @@ impl<F: Feed> TaskRun<F> {
         Ok(n)
     }
 
-    /// Why an external record of event time `ts` is refused, if the topics the task writes
-    /// would refuse its results: the broker's clock bounds the timestamps it takes. On Kafka
-    /// this is the one reading of the clock in the result path (docs/conventions.md, "Timestamps
-    /// the broker refuses").
-    fn refused(&self, ts: i64) -> Option<RecordError> {
-        self.limits.as_ref()?.check(ts, now_ms()).err().map(RecordError)
+    /// Why a record of event time `ts` is refused, if the topics the task writes would refuse
+    /// its results: the broker's clock (`now`) bounds the timestamps it takes. On Kafka this is
+    /// the one reading of the clock in the result path (docs/conventions.md, "Timestamps the
+    /// broker refuses").
+    fn refused(&self, ts: i64, now: i64) -> Option<RecordError> {
+        self.limits.as_ref()?.check(ts, now).err().map(RecordError)
     }
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {

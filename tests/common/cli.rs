@@ -32,6 +32,19 @@ pub fn streamc(state: &Path, args: &[&str]) -> String {
     err
 }
 
+/// `streamc --state-dir STATE ARGS…`, whatever its outcome.
+pub fn streamc_output(state: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin()).arg("--state-dir").arg(state).args(args).output().unwrap()
+}
+
+/// `streamc --state-dir STATE ARGS…`, which must fail: its stderr.
+pub fn streamc_fails(state: &Path, args: &[&str]) -> String {
+    let out = streamc_output(state, args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "streamc {args:?} succeeded:\n{err}");
+    err
+}
+
 /// `streamc --state-dir STATE ARGS…` in the background, stderr appended to `log`.
 pub fn spawn(state: &Path, args: &[&str], log: &Path) -> Background {
     let f = std::fs::OpenOptions::new().create(true).append(true).open(log).unwrap();
