@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::Format;
+use crate::ast::{EmitMode, Format};
 use crate::codec::decode_tenanted;
 use crate::eval::{eval, Row, Tenant};
 use crate::hir::{self, KeySpec};
@@ -54,6 +54,8 @@ pub struct Task {
     pub(crate) joins: StreamJoins,
     /// The table inputs.
     tables: TableInputs,
+    /// The window bounds of the windowed result row running down `post` (for its tombstone).
+    result_window: Option<(i64, i64)>,
 }
 
 impl Task {
@@ -74,6 +76,7 @@ impl Task {
             globals: Arc::default(),
             joins,
             tables,
+            result_window: None,
         }
     }
 
@@ -395,6 +398,10 @@ impl Task {
                         if base == 0 {
                             // A table query deletes a row that does not match downstream.
                             self.table_tombstone(&row, ts, out);
+                        } else if base == self.spec.ops.len() {
+                            // The chain after the aggregate (`post`, which starts at `ops.len()`):
+                            // a result row that does not match is deleted downstream.
+                            self.result_tombstone(row, ts, out);
                         }
                         return Ok(());
                     }
@@ -505,12 +512,18 @@ impl Task {
         for e in emitted.drain(..) {
             match e {
                 Emitted::Row(row, ts) => {
+                    self.result_window = match (&spec.agg, row.value.as_slice()) {
+                        (Some(a), [Value::Ts(s), Value::Ts(e), ..]) if a.window.is_some() => Some((*s, *e)),
+                        _ => None,
+                    };
                     if let Err(e) = self.run_ops(&spec.post, spec.ops.len(), row, ts, out, &NoStores) {
                         errors.push(e);
                     }
                 }
                 Emitted::Error(e) => errors.push(e),
-                Emitted::Deleted { key, start, end, ts, tenant } => self.tombstone(key, start, end, ts, tenant, out),
+                Emitted::Deleted { key, start, end, ts, tenant } => {
+                    self.tombstone(key, Some((start, end)), ts, tenant, out)
+                }
             }
         }
         self.emitted = emitted;
@@ -519,16 +532,37 @@ impl Task {
 }
 
 impl Task {
-    /// Delete a merged-away session downstream: a tombstone for its key, the session's bounds in
-    /// headers, written by the query's sink (filters and projections do not apply to deletions).
-    #[allow(clippy::too_many_arguments)]
-    fn tombstone(&mut self, key: Value, start: i64, end: i64, ts: i64, tenant: Option<Tenant>, out: &mut Vec<Output>) {
+    /// Delete an aggregate's result row that does not match a `where` after the aggregate
+    /// (the filter of a table): with `emit changes`, a tombstone for its key (and window) at the
+    /// query's sink, as Kafka Streams' table filter sends one for a row that does not pass
+    /// (it may never have matched: a delete of a key a table does not hold changes nothing).
+    /// With `emit final` a window's one result is simply not sent.
+    fn result_tombstone(&mut self, row: Row, ts: i64, out: &mut Vec<Output>) {
+        if self.spec.agg.as_ref().is_none_or(|a| a.emit != EmitMode::Changes) {
+            return;
+        }
+        let window = self.result_window;
+        self.tombstone(row.key, window, ts, row.tenant, out);
+    }
+
+    /// Delete a result downstream: a tombstone for its key at the query's sink, a window's
+    /// bounds in headers (filters and projections do not apply to deletions).
+    fn tombstone(
+        &mut self,
+        key: Value,
+        window: Option<(i64, i64)>,
+        ts: i64,
+        tenant: Option<Tenant>,
+        out: &mut Vec<Output>,
+    ) {
         let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else {
             return;
         };
         let mut headers = out_headers(self.spec.version, tenant.as_deref());
-        headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
-        headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
+        if let Some((start, end)) = window {
+            headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
+            headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
+        }
         let key = output_key(&key, key_ty, tenant.as_deref());
         out.push(Output {
             topic: topic.clone(),

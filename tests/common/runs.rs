@@ -324,8 +324,15 @@ fn canonical_number(v: &serde_json::Value) -> String {
 /// Run every case for `backend_name` and fail with every case that went wrong: a case must pass,
 /// or, if it is marked `known_failure`, must still fail (so a fix is noticed and the mark removed).
 pub fn run_all(backend_name: &str, make: &dyn Fn(&Case) -> (Backend<'static>, PathBuf)) {
-    let cases = cases();
+    let mut cases = cases();
     assert!(cases.len() >= 20, "the corpus has only {} cases", cases.len());
+    // A developer's focus on one case (`STREAMC_CASE=name cargo test --test runs`): said loudly,
+    // and a name that matches no case fails.
+    if let Ok(only) = std::env::var("STREAMC_CASE") {
+        cases.retain(|c| c.name == only);
+        assert!(!cases.is_empty(), "STREAMC_CASE={only} names no case");
+        eprintln!("runtime corpus: only case {only} (STREAMC_CASE)");
+    }
     let mut failures = Vec::new();
     let mut ran = 0;
     for case in cases.iter().filter(|c| c.runs_on(backend_name)) {
