@@ -144,11 +144,24 @@ pub enum Clause {
     Select(Vec<Node<SelectItem>>),
     KeyBy(Node<Expr>),
     GroupBy(Vec<GroupItem>),
-    Window { kind: WindowKind, grace: Option<Node<Duration>> },
+    Window {
+        kind: WindowKind,
+        grace: Option<Node<Duration>>,
+    },
     Aggregate(Vec<AggItem>),
     Emit(EmitMode),
-    Join { left: bool, other: Ident, within: Option<Node<Duration>>, on: Node<Expr> },
-    To { topic: Node<String>, format: Option<Node<Format>> },
+    Join {
+        left: bool,
+        other: Ident,
+        within: Option<Node<Duration>>,
+        on: Node<Expr>,
+    },
+    /// `windowed`: the span of the `windowed` word (the key written is the windowed key).
+    To {
+        topic: Node<String>,
+        format: Option<Node<Format>>,
+        windowed: Option<Span>,
+    },
 }
 
 impl Clause {
@@ -515,10 +528,11 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 let w = within.as_ref().map(|w| format!(" within {}", w.node)).unwrap_or_default();
                 format!("{}{w} on {}", other.node, on.node)
             }
-            Clause::To { topic, format } => format!(
-                "{:?}{}",
+            Clause::To { topic, format, windowed } => format!(
+                "{:?}{}{}",
                 topic.node,
-                format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default()
+                format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default(),
+                if windowed.is_some() { " windowed" } else { "" }
             ),
         };
         *o += &format!("  {} {body} @{}..{}\n", c.node.keyword(), c.span.start, c.span.end);

@@ -1197,7 +1197,7 @@ impl<'a> Checker<'a> {
                     };
                     push(self, kind, &format!("join-{}", slugify(&o.name)), shape.clone());
                 }
-                Clause::To { topic, format } => {
+                Clause::To { topic, format, windowed } => {
                     if let Some((_, gspan, _)) = &group {
                         self.err(group_without_aggregate(*gspan));
                         group = None;
@@ -1257,9 +1257,21 @@ impl<'a> Checker<'a> {
                             .help("`select` the one field to write, or write `json`"),
                         );
                     }
+                    if let (Some(wspan), false) = (windowed, shape.windowed) {
+                        self.err(
+                            Diagnostic::new(
+                                Code::WindowedKeyWithoutWindow,
+                                *wspan,
+                                "`windowed` needs the results of a windowed aggregate",
+                            )
+                            .label("these results have no window")
+                            .help("`to \"topic\" windowed` keys each result by [key, window_start, window_end]; add a `window` to the aggregate, or drop `windowed`"),
+                        );
+                    }
                     sink = Some(hir::Sink {
                         topic: topic.node.clone(),
                         format: fmt,
+                        windowed: windowed.is_some() && shape.windowed,
                         span: c.span,
                         line: self.line(c.span),
                         text: self.text(c.span),

@@ -48,6 +48,7 @@ pub enum Code {
     DuplicateClause = 410,
     MissingSink = 411,
     GroupNeedsName = 412,
+    WindowedKeyWithoutWindow = 413,
     // E05xx: declarations
     MissingValue = 500,
     BadKey = 501,

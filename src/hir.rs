@@ -223,6 +223,8 @@ impl AggFunc {
 pub struct Sink {
     pub topic: String,
     pub format: Format,
+    /// Keyed by the windowed key `[key, window_start, window_end]` (`to … windowed`).
+    pub windowed: bool,
     pub span: Span,
     pub line: usize,
     pub text: String,
@@ -412,7 +414,12 @@ impl Program {
                     if st.out.table { " (table)" } else { "" }
                 );
             }
-            o += &format!("  to {:?} {:?}\n", q.sink.topic, q.sink.format);
+            o += &format!(
+                "  to {:?} {:?}{}\n",
+                q.sink.topic,
+                q.sink.format,
+                if q.sink.windowed { " windowed" } else { "" }
+            );
         }
         for a in self.aggregates.iter().filter(|a| !a.stdlib) {
             o += &format!(

@@ -220,6 +220,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         grace | kw_grace => "`grace`",
         kw_changes => "`changes`",
         kw_final => "`final`",
+        kw_windowed | windowed_key => "`windowed`",
         kw_on => "`on`",
         within | kw_within => "`within`",
         kw_by => "`by`",
@@ -641,12 +642,16 @@ impl Builder {
             }
             Rule::to_clause => {
                 let topic = self.string(parts.remove(0))?;
+                let windowed = match parts.last() {
+                    Some(w) if w.as_rule() == Rule::windowed_key => parts.pop().map(|w| self.sp(&w)),
+                    _ => None,
+                };
                 let format = parts.pop().map(|f| {
                     let fsp = self.sp(&f);
                     let is_string = f.into_inner().any(|k| k.as_rule() == Rule::kw_string);
                     Node::new(fsp, if is_string { Format::String } else { Format::Json })
                 });
-                Clause::To { topic, format }
+                Clause::To { topic, format, windowed }
             }
             r => return self.unexpected(&p, r),
         })

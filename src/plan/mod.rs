@@ -115,6 +115,8 @@ pub enum NodeKind {
         topic: String,
         format: Format,
         tenant: bool,
+        /// Keyed by the windowed key (`to … windowed`).
+        windowed: bool,
     },
 }
 
@@ -576,7 +578,12 @@ impl Lowering<'_> {
             q,
             sub,
             format!("{}-to", q.name),
-            NodeKind::Sink { topic: sink_topic, format: q.sink.format, tenant: shape.tenant_scoped },
+            NodeKind::Sink {
+                topic: sink_topic,
+                format: q.sink.format,
+                tenant: shape.tenant_scoped,
+                windowed: q.sink.windowed,
+            },
             q.sink.line,
             q.sink.text.clone(),
         );
@@ -646,9 +653,14 @@ impl NodeKind {
             }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
             NodeKind::JoinStream { stream, within, .. } => format!("matches `{stream}` records at most {within} apart"),
-            NodeKind::Sink { topic, format, tenant } => format!(
-                "writes to topic {topic} as {}{}",
+            NodeKind::Sink { topic, format, tenant, windowed } => format!(
+                "writes to topic {topic} as {}{}{}",
                 if *format == Format::Json { "json" } else { "string" },
+                if *windowed {
+                    ", keyed by window: [key, window_start, window_end], partitioned by the key"
+                } else {
+                    ""
+                },
                 if *tenant {
                     "; per tenant: keyed [tenant, key], with a `tenant` field and the streamc.tenant header"
                 } else {

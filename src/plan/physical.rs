@@ -84,6 +84,8 @@ pub enum Op {
         format: Format,
         key_ty: Type,
         value_ty: RecordType,
+        /// Keyed by the windowed key `[key, window_start, window_end]`, partitioned by the key.
+        windowed: bool,
     },
 }
 
@@ -98,6 +100,9 @@ pub struct AggSpec {
     pub store: usize,
     /// Session windows: the gap (a session closes at end + gap + grace); 0 for time windows.
     pub gap: i64,
+    /// Its results are written keyed by window (`to … windowed`): a session sent with other
+    /// bounds is deleted downstream when it grows.
+    pub windowed_key: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -293,12 +298,17 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                             Some(WindowKind::Sliding { .. }) => 1,
                             _ => 0,
                         },
+                        windowed_key: false,
                     });
                 }
-                NodeKind::Sink { topic, format, .. } => {
+                NodeKind::Sink { topic, format, windowed, .. } => {
                     let e = incoming.ok_or("sink without input")?;
                     let Type::Record(value_ty) = e.value else { return Err("sink value is not a record".into()) };
-                    ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty });
+                    if let Some(a) = spec.agg.as_mut() {
+                        a.windowed_key = *windowed;
+                    }
+                    let windowed = *windowed;
+                    ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty, windowed });
                 }
             }
             if spec.ops.len() + spec.post.len() > nops {

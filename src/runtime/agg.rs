@@ -37,15 +37,18 @@ pub(crate) struct Slot {
     pub(crate) dirty: bool,
     /// The entry is in the local store and its changelog (so closing it needs a tombstone).
     pub(crate) stored: bool,
-    /// The entry was sent downstream (so deleting it needs a tombstone there).
-    pub(crate) emitted: bool,
+    /// The bounds the entry was last sent downstream with (so deleting it, or a session
+    /// moving to other bounds, needs a tombstone there naming them).
+    pub(crate) emitted: Option<(i64, i64)>,
     /// A session merged into another: deleted at the next flush (`entry` keeps its bounds).
     pub(crate) deleted: bool,
 }
 
 impl Slot {
     pub(crate) fn new(entry: Option<AggEntry>, stored: bool) -> Slot {
-        Slot { entry, dirty: false, stored, emitted: stored, deleted: false }
+        // A stored entry was sent as stored (with `emit changes` a flush sends what it stores).
+        let emitted = entry.as_ref().filter(|_| stored).map(|e| (e.start, e.end));
+        Slot { entry, dirty: false, stored, emitted, deleted: false }
     }
 
     /// Mark the slot changed since the last flush; true the first time (its key then goes on

@@ -137,11 +137,12 @@ impl Aggregate {
                         existed: true,
                     });
                 }
-                if let (true, true, Some(old)) = (was_emitted, emit_changes, old) {
+                // The session as it was last sent (it may have grown since).
+                if let (Some((start, end)), true, Some(old)) = (was_emitted, emit_changes, old) {
                     emitted.push(Emitted::Deleted {
                         key: group_value(&old.group),
-                        start: old.start,
-                        end: old.end,
+                        start,
+                        end,
                         ts: old.max_ts,
                         tenant: tenant_of(scoped, &sk),
                     });
@@ -161,8 +162,19 @@ impl Aggregate {
                     existed,
                 });
             }
-            slot.emitted |= emit_changes;
             if emit_changes {
+                let bounds = (entry.start, entry.end);
+                // Keyed by window, a session sent with other bounds is another key: delete it.
+                if let (true, Some((start, end))) = (agg.windowed_key, slot.emitted.filter(|b| *b != bounds)) {
+                    emitted.push(Emitted::Deleted {
+                        key: group_value(&entry.group),
+                        start,
+                        end,
+                        ts: entry.max_ts,
+                        tenant: tenant_of(scoped, &sk),
+                    });
+                }
+                slot.emitted = Some(bounds);
                 emitted.push(result(agg, entry, tenant_of(scoped, &sk)));
             }
         }

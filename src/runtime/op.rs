@@ -15,21 +15,36 @@ pub struct Input {
     pub offset: u64,
 }
 
-/// A record for the driver to write: topic, partition (None: by key), record.
+/// A record for the driver to write: topic, the partition it goes to, record.
 #[derive(Debug)]
 pub struct Output {
     pub topic: String,
-    pub partition: Option<u32>,
+    pub route: Route,
     pub record: Record,
 }
 
+/// Which partition of its topic an output record goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Its key's (no key: partition 0).
+    Key,
+    /// This one.
+    Partition(u32),
+    /// These bytes' (a windowed key goes where its key without the window goes, as Kafka
+    /// Streams' windowed partitioner does, so every window of a key is in one partition).
+    Bytes(Vec<u8>),
+}
+
 impl Output {
-    /// The partition it goes to in a topic of `partitions`: its own, else its key's (murmur2,
-    /// as Kafka's default partitioner), else 0.
+    /// The partition it goes to in a topic of `partitions` (murmur2 of the bytes routed by, as
+    /// Kafka's default partitioner).
     pub fn partition_in(&self, partitions: u32) -> u32 {
-        self.partition.unwrap_or_else(|| {
-            self.record.key.as_deref().map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
-        })
+        let by = match &self.route {
+            Route::Partition(p) => return *p,
+            Route::Key => self.record.key.as_deref(),
+            Route::Bytes(b) => Some(b.as_slice()),
+        };
+        by.map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
     }
 }
 

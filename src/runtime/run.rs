@@ -16,7 +16,9 @@ use crate::runtime::error::RunError;
 use crate::runtime::metrics::{TaskCounts, TaskMetrics};
 use crate::runtime::options::RunOptions;
 use crate::runtime::state::{empty_store, Pending, Trees};
-use crate::runtime::task::{self, Change, Input, Output, RecordError, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
+use crate::runtime::task::{
+    self, Change, Input, Output, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
+};
 use crate::runtime::topics::TimestampLimits;
 use crate::types::RecordType;
 use crate::value::{decode_record, Value};
@@ -629,7 +631,7 @@ impl<F: Feed> TaskRun<F> {
             if opts.config.late.to_topic {
                 let external = self.external_input(topic);
                 let rec = with_source_headers(&s.record, reason, topic, self.task.partition, s.offset, external);
-                self.out.push(Output { topic: format!("{}-late", opts.app), partition: Some(0), record: rec });
+                self.out.push(Output { topic: format!("{}-late", opts.app), route: Route::Partition(0), record: rec });
             }
         }
     }
@@ -653,7 +655,7 @@ impl<F: Feed> TaskRun<F> {
                 let tenant = self.task.record_tenant(topic, &s.record);
                 self.task.dead_letter(tenant.as_deref());
                 let rec = with_source_headers(&s.record, e.0, topic, p, s.offset, self.external_input(topic));
-                self.out.push(Output { topic: format!("{}-dlq", opts.app), partition: Some(0), record: rec });
+                self.out.push(Output { topic: format!("{}-dlq", opts.app), route: Route::Partition(0), record: rec });
                 Ok(())
             }
         }

@@ -15,7 +15,7 @@ use crate::log::Record;
 use crate::plan::physical::{Decode, Op, StreamInput, TaskSpec};
 use crate::runtime::aggregate::{Aggregate, Emitted};
 use crate::runtime::op::{scoped, Ctx, Operator};
-pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, StoreRead, TenantCounts};
+pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
 use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::TableInputs;
 use crate::runtime::tenant::{self, H_TENANT};
@@ -226,7 +226,7 @@ impl Task {
             timestamp: ts,
             headers: out_headers(self.spec.version, row.tenant.as_deref()),
         };
-        out.push(Output { topic: topic.to_string(), partition: None, record });
+        out.push(Output { topic: topic.to_string(), route: Route::Key, record });
         self.counters.records_out += 1;
     }
 
@@ -422,7 +422,7 @@ impl Task {
                     let headers = out_headers(self.spec.version, row.tenant.as_deref());
                     out.push(Output {
                         topic: topic.clone(),
-                        partition: None,
+                        route: Route::Key,
                         record: Record { key: Some(k.key_bytes(key_ty)), value: Some(value), timestamp: ts, headers },
                     });
                     self.counters.records_out += 1;
@@ -450,8 +450,14 @@ impl Task {
                 Op::Aggregate => {
                     return self.aggregate(row, ts, stores);
                 }
-                Op::Sink { topic, format, key_ty, value_ty } => {
-                    out.push(sink_record(topic, *format, key_ty, value_ty, &row, ts, self.spec.version)?);
+                Op::Sink { topic, format, key_ty, value_ty, windowed } => {
+                    let window = match (windowed, self.result_window) {
+                        (false, _) => None,
+                        (true, Some(w)) => Some(w),
+                        (true, None) => return Err(RecordError("a windowed key without a window".into())),
+                    };
+                    let key = sink_key(&row.key, key_ty, row.tenant.as_deref(), window);
+                    out.push(sink_record(topic, *format, value_ty, &row, ts, self.spec.version, key)?);
                     self.counters.records_out += 1;
                     return Ok(());
                 }
@@ -555,7 +561,9 @@ impl Task {
         tenant: Option<Tenant>,
         out: &mut Vec<Output>,
     ) {
-        let Some(Op::Sink { topic, key_ty, .. }) = self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. })) else {
+        let Some(Op::Sink { topic, key_ty, windowed, .. }) =
+            self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. }))
+        else {
             return;
         };
         let mut headers = out_headers(self.spec.version, tenant.as_deref());
@@ -563,12 +571,8 @@ impl Task {
             headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
             headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
         }
-        let key = output_key(&key, key_ty, tenant.as_deref());
-        out.push(Output {
-            topic: topic.clone(),
-            partition: None,
-            record: Record { key, value: None, timestamp: ts, headers },
-        });
+        let (key, route) = sink_key(&key, key_ty, tenant.as_deref(), window.filter(|_| *windowed));
+        out.push(Output { topic: topic.clone(), route, record: Record { key, value: None, timestamp: ts, headers } });
         self.counters.records_out += 1;
     }
 }
@@ -662,16 +666,26 @@ fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u
     }
 }
 
+/// A sink record's key and where it goes: the output key, or with a window (`to … windowed`)
+/// the windowed key `[key, window_start, window_end]`, routed by the key without the window.
+fn sink_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>, window: Option<(i64, i64)>) -> (Option<Vec<u8>>, Route) {
+    let plain = output_key(key, key_ty, tenant);
+    let Some((start, end)) = window else { return (plain, Route::Key) };
+    let wkey = Value::List(Arc::new(vec![key.clone(), Value::Ts(start), Value::Ts(end)]));
+    let wty = Type::Tuple(vec![key_ty.clone(), Type::Timestamp, Type::Timestamp]);
+    let route = plain.map(Route::Bytes).unwrap_or(Route::Partition(0));
+    (output_key(&wkey, &wty, tenant), route)
+}
+
 fn sink_record(
     topic: &str,
     format: Format,
-    key_ty: &Type,
     value_ty: &RecordType,
     row: &Row,
     ts: i64,
     version: u64,
+    (key, route): (Option<Vec<u8>>, Route),
 ) -> Result<Output, RecordError> {
-    let key = output_key(&row.key, key_ty, row.tenant.as_deref());
     let headers = out_headers(version, row.tenant.as_deref());
     let value = match format {
         Format::Json => {
@@ -695,7 +709,7 @@ fn sink_record(
             Some(v) => Some(v.to_string().into_bytes()),
         },
     };
-    Ok(Output { topic: topic.to_string(), partition: None, record: Record { key, value, timestamp: ts, headers } })
+    Ok(Output { topic: topic.to_string(), route, record: Record { key, value, timestamp: ts, headers } })
 }
 
 #[cfg(test)]

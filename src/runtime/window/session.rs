@@ -89,7 +89,7 @@ impl Windowing for Session {
                 continue;
             }
             let Some(slot) = cache.slots.get_mut(&sk) else { continue };
-            if !slot.stored && !slot.emitted {
+            if !slot.stored && slot.emitted.is_none() {
                 cache.slots.remove(&sk);
             } else {
                 slot.deleted = true;
