@@ -174,7 +174,19 @@ fn results_do_not_depend_on_partitions_threads_or_restarts() {
 /// The entries of one store partition in an application's local state, not its checkpoint
 /// (whose key starts with 0xff).
 fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let db = sled::open(state.join("apps").join(app).join("state")).unwrap();
+    // A run that just returned may still hold sled's file lock for a moment (its flusher
+    // thread ends after the last handle is dropped): wait for it, with a generous bound.
+    let path = state.join("apps").join(app).join("state");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let db = loop {
+        match sled::open(&path) {
+            Ok(db) => break db,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("cannot open {}: {e}", path.display()),
+        }
+    };
     let tree = db.open_tree(tree).unwrap();
     tree.iter().map(|kv| kv.unwrap()).filter(|(k, _)| k[0] != 0xff).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
 }

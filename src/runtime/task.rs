@@ -634,6 +634,11 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
         },
         None => rec.timestamp,
     };
+    if ts < 0 {
+        // Kafka takes no record timestamp before the epoch, and Kafka Streams skips such records:
+        // windows start at 0.
+        return Err(RecordError(format!("the event time {ts} is before the epoch (1970-01-01T00:00:00Z)")));
+    }
     Ok(Input { row: Row { key, value: wire, joined: vec![], tenant }, ts, offset: 0 })
 }
 

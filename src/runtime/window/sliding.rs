@@ -36,7 +36,7 @@ impl Sliding {
 
 impl Windowing for Sliding {
     /// A record at `t` updates the open windows that contain it, and creates (from the key's
-    /// recent records) its left window `[t − size, t]`, its right window `[t + 1, t + 1 + size]`
+    /// recent records) its left window `[t − size, t]` (`[0, size]` if `t < size`), its right window `[t + 1, t + 1 + size]`
     /// when a later record falls in it, and the right windows of earlier records that it now
     /// populates.
     fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
@@ -88,8 +88,10 @@ impl Windowing for Sliding {
         let mut rk = SLIDE_RECORDS.to_vec();
         rk.extend_from_slice(&store_key(&kb, Some(ts)));
         cx.changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
-        // 2–4. Windows the record brings into being.
-        let mut new_starts = vec![ts.saturating_sub(size)];
+        // 2–4. Windows the record brings into being. No window starts before the epoch (event
+        // times are not negative): the left window of a record within `size` of 0 is
+        // `[0, size]`, which holds every record up to `size`, as in Kafka Streams.
+        let mut new_starts = vec![ts.saturating_sub(size).max(0)];
         let later = recs.range(ts.saturating_add(1)..=ts.saturating_add(1).saturating_add(size)).next().is_some();
         if later {
             new_starts.push(ts.saturating_add(1));

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """sliding_window: offline enumeration of sliding windows (as in tests/embedded.rs): per ticker,
-a window [t - 3 s, t] ends at every record, and a window [t + 1, t + 1 + 3 s] starts after every
+a window [t - 3 s, t] ends at every record ([0, 3 s] for a record within 3 s of the epoch), and a window [t + 1, t + 1 + 3 s] starts after every
 record that has a later one inside it; each holds every record between its bounds, inclusive.
 Nothing is late in this input, so every window is emitted once."""
 import sys
@@ -20,7 +20,7 @@ rows = []
 for ticker, recs in by_ticker.items():
     starts = set()
     for _, v in recs:
-        starts.add(v["ts"] - SIZE)
+        starts.add(max(0, v["ts"] - SIZE))  # no window starts before the epoch
         if any(v["ts"] + 1 <= w["ts"] <= v["ts"] + 1 + SIZE for _, w in recs):
             starts.add(v["ts"] + 1)
     for s in starts:
