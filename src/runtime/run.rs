@@ -542,6 +542,7 @@ impl<F: Feed> TaskRun<F> {
             }
             self.positions.insert(format!("{topic}/{p}"), s.next);
             self.task.counters.counted = false;
+            self.task.late_reason = None;
             let res = if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
                 r
             } else if i == 0 {

@@ -335,6 +335,9 @@ impl Task {
     }
 
     fn join_late(&mut self, ts: i64, si: &StreamInput) {
+        if self.late_reason.is_some() {
+            return;
+        }
         self.counters.late += 1;
         self.late_reason = Some(format!(
             "late: its join window (time {ts} ± {}) closed at stream time {}",

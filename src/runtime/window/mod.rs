@@ -36,9 +36,11 @@ pub(crate) struct Cx<'a> {
 
 impl Cx<'_> {
     /// Count the record (or one of its windows) as late; the first reason is kept.
+    /// The record being added is late for a window: counted once per record however many of
+    /// its windows closed (a late record is one record dropped), the first reason kept.
     pub(crate) fn late(&mut self, reason: impl FnOnce() -> String) {
-        self.counters.late += 1;
         if self.late_reason.is_none() {
+            self.counters.late += 1;
             *self.late_reason = Some(reason());
         }
     }
