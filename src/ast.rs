@@ -154,6 +154,9 @@ pub enum Clause {
         left: bool,
         other: Ident,
         within: Option<Node<Duration>>,
+        /// `within D grace G`: how long after its window a stream–stream join still takes a
+        /// record (0 unless written).
+        grace: Option<Node<Duration>>,
         on: Node<Expr>,
     },
     /// `windowed`: the span of the `windowed` word (the key written is the windowed key).
@@ -524,8 +527,11 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 .collect::<Vec<_>>()
                 .join(", "),
             Clause::Emit(m) => format!("{m:?}").to_lowercase(),
-            Clause::Join { other, within, on, .. } => {
-                let w = within.as_ref().map(|w| format!(" within {}", w.node)).unwrap_or_default();
+            Clause::Join { other, within, grace, on, .. } => {
+                let mut w = within.as_ref().map(|w| format!(" within {}", w.node)).unwrap_or_default();
+                if let Some(g) = grace {
+                    w += &format!(" grace {}", g.node);
+                }
                 format!("{}{w} on {}", other.node, on.node)
             }
             Clause::To { topic, format, windowed } => format!(

@@ -1080,7 +1080,7 @@ impl<'a> Checker<'a> {
                         steps[i].span = steps[i].span.to(c.span);
                     }
                 }
-                Clause::Join { left, other, within, on } => {
+                Clause::Join { left, other, within, grace, on } => {
                     if in_group || aggregated.is_some() {
                         order_err(self, "`join` after `group by`", "join the stream before grouping it");
                         ok = false;
@@ -1190,6 +1190,7 @@ impl<'a> Checker<'a> {
                         SourceKind::Stream => StepKind::JoinStream {
                             stream: oi,
                             within: within.as_ref().map(|w| w.node).unwrap_or(Duration(0)),
+                            grace: grace.as_ref().map(|g| g.node).unwrap_or(Duration(0)),
                             on: he,
                             left: *left,
                             repartition,

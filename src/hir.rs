@@ -162,6 +162,8 @@ pub enum StepKind {
     JoinStream {
         stream: usize,
         within: Duration,
+        /// How long after its window closes a record is still joined (Kafka Streams' join grace).
+        grace: Duration,
         on: Expr,
         left: bool,
         repartition: bool,
@@ -392,8 +394,8 @@ impl Program {
                             if *repartition { " (repartition)" } else { "" }
                         )
                     }
-                    StepKind::JoinStream { stream, within, left, repartition, .. } => format!(
-                        "{}join stream {} within {within}{}",
+                    StepKind::JoinStream { stream, within, grace, left, repartition, .. } => format!(
+                        "{}join stream {} within {within} grace {grace}{}",
                         if *left { "left " } else { "" },
                         self.sources[*stream].name,
                         if *repartition { " (repartition)" } else { "" }

@@ -628,17 +628,24 @@ impl Builder {
                 let mut left = false;
                 let mut other = None;
                 let mut within = None;
+                let mut grace = None;
                 let mut on = None;
                 for c in parts {
                     match c.as_rule() {
                         Rule::left => left = true,
                         Rule::ident => other = Some(self.ident(c)),
-                        Rule::within => within = Some(self.duration(inner(c).next().ok_or(())?)?),
+                        Rule::within => {
+                            let mut w = inner(c);
+                            within = Some(self.duration(w.next().ok_or(())?)?);
+                            if let Some(g) = w.next() {
+                                grace = Some(self.duration(inner(g).next().ok_or(())?)?);
+                            }
+                        }
                         Rule::expr => on = Some(self.expr(c, 0)?),
                         r => return self.unexpected(&c, r),
                     }
                 }
-                Clause::Join { left, other: other.ok_or(())?, within, on: on.ok_or(())? }
+                Clause::Join { left, other: other.ok_or(())?, within, grace, on: on.ok_or(())? }
             }
             Rule::to_clause => {
                 let topic = self.string(parts.remove(0))?;

@@ -105,6 +105,7 @@ pub enum NodeKind {
     JoinStream {
         stream: String,
         within: Duration,
+        grace: Duration,
         left: bool,
         on: hir::Expr,
         value_fields: usize,
@@ -156,6 +157,7 @@ pub enum StoreKind {
     /// One side of a stream–stream join: records kept `within` of each other, plus grace.
     JoinWindow {
         within: Duration,
+        grace: Duration,
     },
     /// A control-managed table that every task sees whole.
     Global,
@@ -503,7 +505,7 @@ impl Lowering<'_> {
                     }
                     n
                 }
-                StepKind::JoinStream { stream, within, left, repartition, on } => {
+                StepKind::JoinStream { stream, within, grace, left, repartition, on } => {
                     let o = &program.sources[stream];
                     if repartition {
                         let mut cut = shape.clone();
@@ -526,6 +528,7 @@ impl Lowering<'_> {
                     let kind = NodeKind::JoinStream {
                         stream: o.name.clone(),
                         within,
+                        grace,
                         left,
                         on: on.clone(),
                         value_fields: shape.value.fields.len(),
@@ -552,7 +555,7 @@ impl Lowering<'_> {
                     self.store(
                         n,
                         format!("{name}-left"),
-                        StoreKind::JoinWindow { within },
+                        StoreKind::JoinWindow { within, grace },
                         shape.key.clone(),
                         Type::Record(shape.value.clone()),
                         scoped,
@@ -560,7 +563,7 @@ impl Lowering<'_> {
                     self.store(
                         n,
                         format!("{name}-right"),
-                        StoreKind::JoinWindow { within },
+                        StoreKind::JoinWindow { within, grace },
                         o.key_type(),
                         Type::Record(o.value.clone()),
                         scoped,
@@ -652,7 +655,10 @@ impl NodeKind {
                 format!("looks up the control-managed table `{table}` (global: every task sees all of it)")
             }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
-            NodeKind::JoinStream { stream, within, .. } => format!("matches `{stream}` records at most {within} apart"),
+            NodeKind::JoinStream { stream, within, grace, left, .. } => format!(
+                "matches `{stream}` records at most {within} apart (grace {grace}){}",
+                if *left { "; a record with no match is passed on once its window closes" } else { "" }
+            ),
             NodeKind::Sink { topic, format, tenant, windowed } => format!(
                 "writes to topic {topic} as {}{}{}",
                 if *format == Format::Json { "json" } else { "string" },

@@ -43,6 +43,10 @@ pub struct StreamInput {
     pub op: usize,
     /// Records match when their times are at most this far apart (ms).
     pub within: i64,
+    /// How long after its window closes a record still counts (ms): a side keeps its records
+    /// for `2 × within + grace` of its own stream time, and a left join's unmatched record is
+    /// passed on once stream time passes its time + within + grace.
+    pub grace: i64,
     pub left: bool,
     /// Over the main side, matched against this stream's key.
     pub on: hir::Expr,
@@ -249,7 +253,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         left: *left,
                     });
                 }
-                NodeKind::JoinStream { stream, within, left, on, value_fields, joined_keys } => {
+                NodeKind::JoinStream { stream, within, grace, left, on, value_fields, joined_keys } => {
                     let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
                     let side_source = format!("{}-source", node.name);
                     let e = topo
@@ -268,6 +272,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         source: Arc::new(src.clone()),
                         op: ops.len(),
                         within: within.0,
+                        grace: grace.0,
                         left: *left,
                         on: on.clone(),
                         left_store,

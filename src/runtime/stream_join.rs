@@ -1,9 +1,11 @@
-//! Stream–stream joins, one operator per joined stream: the records of both sides still inside
-//! their join windows, by key and time, mirrored in two changelogged stores (`StreamInput`'s
-//! `left_store` and `right_store`); the joins' stream time; the numbering of main-side rows. A
-//! record joins the other side's records within `within` of it; records expire at
-//! `t + 2 × within`, when a left join emits its unmatched main-side records once and for good.
-//! The task runs the joined rows down the rest of its operator chain.
+//! Stream–stream joins, one operator per joined stream, with Kafka Streams' semantics
+//! (`JoinWindows.ofTimeDifferenceAndGrace(within, grace)`): each side keeps its records for
+//! `2 × within + grace` of its own stream time, mirrored in two changelogged stores
+//! (`StreamInput`'s `left_store` and `right_store`). A record — however late — joins every record
+//! the other side still keeps within `within` of it. A left join's main-side record with no
+//! match is passed on with a null other side at once if its window already closed, otherwise
+//! once stream time passes its time + within + grace (unless a match came first). The task
+//! runs the joined rows down the rest of its operator chain.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -63,7 +65,11 @@ impl Operator for StreamJoins {
             for (k, v) in stores.entries(si.left_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
                 if let Ok(e) = decode_left(&v, kb, si, spec.tenant) {
-                    js.expiry.insert((t, 0, kb.to_vec(), off));
+                    js.main_expiry.insert((t, kb.to_vec(), off));
+                    js.main_time = js.main_time.max(t);
+                    if !e.matched {
+                        js.pending.insert((t, kb.to_vec(), off));
+                    }
                     js.left.entry(kb.to_vec()).or_default().insert((t, off), e);
                 }
             }
@@ -73,23 +79,61 @@ impl Operator for StreamJoins {
                 let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, &v)) else {
                     continue;
                 };
-                js.expiry.insert((t, 1, kb.to_vec(), off));
+                js.other_expiry.insert((t, kb.to_vec(), off));
+                js.other_time = js.other_time.max(t);
                 js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
             }
         }
     }
 }
 
+/// Which side of a join a record is on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JoinSide {
+    /// The query's own stream (the main side).
+    Main,
+    /// The joined stream.
+    Other,
+}
+
+/// How long a side keeps a record, measured by that side's stream time (Kafka Streams' join
+/// store retention): `2 × within + grace`.
+fn retention(si: &StreamInput) -> i64 {
+    si.within.saturating_mul(2).saturating_add(si.grace)
+}
+
+/// A side whose stream time is `side_time` still keeps (and matches against) a record at `t`.
+fn kept(t: i64, side_time: i64, si: &StreamInput) -> bool {
+    t.saturating_add(retention(si)) > side_time
+}
+
 impl StreamJoins {
-    /// Stream time moves to `ts`; true if a record at `ts` is late for a join of `within`.
-    pub(crate) fn advance(&mut self, ts: i64, within: i64) -> bool {
+    /// A record of join `side` at `ts` arrives on `which`: the joins' stream time and that
+    /// side's own move to it if it is later. True if it is at the joins' stream time (Kafka
+    /// Streams then passes on the unmatched records whose windows closed).
+    pub(crate) fn observe(&mut self, side: usize, which: JoinSide, ts: i64) -> bool {
         self.time = self.time.max(ts);
-        ts.saturating_add(within) <= self.time
+        let js = &mut self.sides[side];
+        match which {
+            JoinSide::Main => js.main_time = js.main_time.max(ts),
+            JoinSide::Other => js.other_time = js.other_time.max(ts),
+        }
+        ts == self.time
+    }
+
+    /// End of a finite input (`--close-windows-at-end`): every window closes.
+    pub(crate) fn close_all(&mut self) {
+        self.time = i64::MAX;
+        for js in &mut self.sides {
+            js.main_time = i64::MAX;
+            js.other_time = i64::MAX;
+        }
     }
 
     /// A record of joined stream `side` (key bytes `kb`, key, value, raw value bytes, time,
-    /// input offset): stored, and the main-side rows within `within` of it marked matched and
-    /// returned joined with it, in (time, offset) order, each with the time to emit it at.
+    /// input offset): stored if its side still keeps records that old, and joined with the
+    /// main-side records within `within` of it, in (time, offset) order, each with the time to
+    /// emit it at. A main-side record it matches is no longer pending. Also whether it was stored.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn right(
         &mut self,
@@ -102,17 +146,20 @@ impl StreamJoins {
         ts: i64,
         offset: u64,
         changes: &mut Vec<Change>,
-    ) -> Vec<(Row, i64)> {
-        changes.push(Change {
-            store: si.right_store,
-            key: join_store_key(&kb, ts, offset),
-            value: raw,
-            timestamp: ts,
-            existed: false,
-        });
+    ) -> (Vec<(Row, i64)>, bool) {
         let js = &mut self.sides[side];
-        js.expiry.insert((ts, 1, kb.clone(), offset));
-        js.right.entry(kb.clone()).or_default().insert((ts, offset), (key.clone(), value.clone()));
+        let stored = kept(ts, js.other_time, si);
+        if stored {
+            changes.push(Change {
+                store: si.right_store,
+                key: join_store_key(&kb, ts, offset),
+                value: raw,
+                timestamp: ts,
+                existed: false,
+            });
+            js.other_expiry.insert((ts, kb.clone(), offset));
+            js.right.entry(kb.clone()).or_default().insert((ts, offset), (key.clone(), value.clone()));
+        }
         let mut matched = Vec::new();
         if let Some(m) = js.left.get_mut(&kb) {
             for ((lt, loff), e) in
@@ -123,6 +170,7 @@ impl StreamJoins {
                 matched.push((row, (*lt).max(ts)));
                 if !e.matched {
                     e.matched = true;
+                    js.pending.remove(&(*lt, kb.clone(), *loff));
                     changes.push(Change {
                         store: si.left_store,
                         key: join_store_key(&kb, *lt, *loff),
@@ -133,13 +181,16 @@ impl StreamJoins {
                 }
             }
         }
-        matched
+        (matched, stored)
     }
 
     /// A main-side row of join `side` (key bytes `kb`, time): numbered (main-side rows come
     /// from either input, or from an earlier join: no input offset identifies them; the
-    /// counter is committed), stored, and returned joined with every record of the other side
-    /// within `within`, each with the time to emit it at.
+    /// counter is committed), stored if its side still keeps records that old, and returned
+    /// joined with every record of the other side within `within`, each with the time to emit
+    /// it at. A left join's row with no match is passed on at once, with a null other side, if
+    /// its window already closed (time + within before the joins' stream time); otherwise it
+    /// is pending until its window closes or a match arrives. Also whether it was stored.
     pub(crate) fn left(
         &mut self,
         side: usize,
@@ -148,78 +199,141 @@ impl StreamJoins {
         row: Row,
         ts: i64,
         changes: &mut Vec<Change>,
-    ) -> Vec<(Row, i64)> {
+    ) -> (Vec<(Row, i64)>, bool) {
         let offset = self.seq;
-        self.seq += 1;
+        let time = self.time;
         let js = &mut self.sides[side];
-        let matches: Vec<(i64, Value, Arc<Vec<Value>>)> = match js.right.get(&kb) {
+        let mut out: Vec<(Row, i64)> = match js.right.get(&kb) {
             Some(m) => m
                 .range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
-                .map(|((t, _), (k, v))| (*t, k.clone(), v.clone()))
+                .map(|((t, _), (k, v))| {
+                    let mut r = row.clone();
+                    r.joined.push(Some((k.clone(), v.clone())));
+                    (r, ts.max(*t))
+                })
                 .collect(),
             None => Vec::new(),
         };
-        let entry = LeftEntry { row: row.clone(), matched: !matches.is_empty() };
-        let v = encode_left(&entry.row, entry.matched, si);
-        js.expiry.insert((ts, 0, kb.clone(), offset));
-        js.left.entry(kb.clone()).or_default().insert((ts, offset), entry);
-        changes.push(Change {
-            store: si.left_store,
-            key: join_store_key(&kb, ts, offset),
-            value: Some(v),
-            timestamp: ts,
-            existed: false,
-        });
-        matches
-            .into_iter()
-            .map(|(rt, rk, rv)| {
-                let mut r = row.clone();
-                r.joined.push(Some((rk, rv)));
-                (r, ts.max(rt))
-            })
-            .collect()
+        let unmatched = si.left && out.is_empty();
+        let now = unmatched && ts.saturating_add(si.within) < time;
+        if now {
+            let mut r = row.clone();
+            r.joined.push(None);
+            out.push((r, ts));
+        }
+        let stored = kept(ts, js.main_time, si);
+        if stored {
+            self.seq += 1;
+            // `matched`: no null row is owed for it (matched, passed on already, or inner join).
+            let entry = LeftEntry { row, matched: !unmatched || now };
+            if !entry.matched {
+                js.pending.insert((ts, kb.clone(), offset));
+            }
+            changes.push(Change {
+                store: si.left_store,
+                key: join_store_key(&kb, ts, offset),
+                value: Some(encode_left(&entry.row, entry.matched, si)),
+                timestamp: ts,
+                existed: false,
+            });
+            js.main_expiry.insert((ts, kb.clone(), offset));
+            js.left.entry(kb).or_default().insert((ts, offset), entry);
+        } else if unmatched && !now {
+            // Too old to keep, yet its window is open by the joins' stream time (its side ran
+            // ahead of the other): nothing can be owed later, so it is passed on now.
+            let mut r = row;
+            r.joined.push(None);
+            out.push((r, ts));
+        }
+        (out, stored)
     }
 
-    /// The next stored record of join `side` no later record can match any more (time +
-    /// 2 × within ≤ stream time: a record that could match it would be late): removed, with a
-    /// store tombstone. `Some(Some((row, t)))` for an unmatched main-side record of a left join,
-    /// to emit now; `Some(None)` for any other; None when nothing expires.
-    pub(crate) fn expire_next(
+    /// The pending main-side records of left join `side` whose windows closed (time + within +
+    /// grace before the joins' stream time): passed on with a null other side, in time order,
+    /// and no longer pending.
+    pub(crate) fn closed_pending(
         &mut self,
         side: usize,
         si: &StreamInput,
         changes: &mut Vec<Change>,
-    ) -> Option<Option<(Row, i64)>> {
-        let horizon = self.time.saturating_sub(si.within.saturating_mul(2));
+    ) -> Vec<(Row, i64)> {
+        let time = self.time;
         let js = &mut self.sides[side];
-        let (t, _, _, _) = js.expiry.first()?;
-        if *t > horizon {
-            return None;
+        let mut out = Vec::new();
+        while let Some((t, _, _)) = js.pending.first() {
+            if t.saturating_add(si.within).saturating_add(si.grace) >= time {
+                break;
+            }
+            let Some((t, kb, off)) = js.pending.pop_first() else { break };
+            let Some(e) = js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+            e.matched = true;
+            changes.push(Change {
+                store: si.left_store,
+                key: join_store_key(&kb, t, off),
+                value: Some(encode_left(&e.row, true, si)),
+                timestamp: t,
+                existed: true,
+            });
+            let mut r = e.row.clone();
+            r.joined.push(None);
+            out.push((r, t));
         }
-        let (t, which, kb, off) = js.expiry.pop_first()?;
-        let store = if which == 0 { si.left_store } else { si.right_store };
-        changes.push(Change { store, key: join_store_key(&kb, t, off), value: None, timestamp: t, existed: true });
-        if which == 1 {
+        out
+    }
+
+    /// Drop the records each side of join `side` no longer keeps (older than `2 × within +
+    /// grace` before that side's stream time), with a store tombstone. A main-side record still
+    /// pending then (only possible with a zero `within`) is passed on with a null other side.
+    pub(crate) fn expire(&mut self, side: usize, si: &StreamInput, changes: &mut Vec<Change>) -> Vec<(Row, i64)> {
+        let js = &mut self.sides[side];
+        let mut out = Vec::new();
+        while let Some((t, _, _)) = js.other_expiry.first() {
+            if kept(*t, js.other_time, si) {
+                break;
+            }
+            let Some((t, kb, off)) = js.other_expiry.pop_first() else { break };
+            changes.push(Change {
+                store: si.right_store,
+                key: join_store_key(&kb, t, off),
+                value: None,
+                timestamp: t,
+                existed: true,
+            });
             if let Some(m) = js.right.get_mut(&kb) {
                 m.remove(&(t, off));
                 if m.is_empty() {
                     js.right.remove(&kb);
                 }
             }
-            return Some(None);
         }
-        let mut entry = None;
-        if let Some(m) = js.left.get_mut(&kb) {
-            entry = m.remove(&(t, off));
-            if m.is_empty() {
-                js.left.remove(&kb);
+        while let Some((t, _, _)) = js.main_expiry.first() {
+            if kept(*t, js.main_time, si) {
+                break;
+            }
+            let Some((t, kb, off)) = js.main_expiry.pop_first() else { break };
+            changes.push(Change {
+                store: si.left_store,
+                key: join_store_key(&kb, t, off),
+                value: None,
+                timestamp: t,
+                existed: true,
+            });
+            let mut entry = None;
+            if let Some(m) = js.left.get_mut(&kb) {
+                entry = m.remove(&(t, off));
+                if m.is_empty() {
+                    js.left.remove(&kb);
+                }
+            }
+            if js.pending.remove(&(t, kb, off)) {
+                if let Some(e) = entry {
+                    let mut r = e.row;
+                    r.joined.push(None);
+                    out.push((r, t));
+                }
             }
         }
-        Some(entry.filter(|e| si.left && !e.matched).map(|e| {
-            let mut r = e.row;
-            r.joined.push(None);
-            (r, t)
-        }))
+        out
     }
 }
 
@@ -227,7 +341,8 @@ impl StreamJoins {
 #[derive(Clone, Debug)]
 struct LeftEntry {
     row: Row,
-    /// Joined with at least one record of the other side (a left join then emits no null row).
+    /// No null row is owed for it: it was joined, or passed on with a null other side already,
+    /// or the join is inner. (False: pending in a left join.)
     matched: bool,
 }
 
@@ -235,12 +350,33 @@ struct LeftEntry {
 type RightEntry = (Value, Arc<Vec<Value>>);
 
 /// Both sides of one stream–stream join, by key bytes then (time, offset).
-#[derive(Default)]
 struct JoinState {
     left: FxHashMap<Vec<u8>, BTreeMap<(i64, u64), LeftEntry>>,
     right: FxHashMap<Vec<u8>, BTreeMap<(i64, u64), RightEntry>>,
-    /// Every stored record by (time, side: 0 main / 1 other, key bytes, offset).
-    expiry: BTreeSet<(i64, u8, Vec<u8>, u64)>,
+    /// Each side's stored records by (time, key bytes, offset), to expire them.
+    main_expiry: BTreeSet<(i64, Vec<u8>, u64)>,
+    other_expiry: BTreeSet<(i64, Vec<u8>, u64)>,
+    /// A left join's main-side records owed a null row if nothing matches them before their
+    /// window closes.
+    pending: BTreeSet<(i64, Vec<u8>, u64)>,
+    /// Each side's stream time (the largest time of its own records): how long it keeps its
+    /// records is measured by it, as a Kafka Streams join store's retention is.
+    main_time: i64,
+    other_time: i64,
+}
+
+impl Default for JoinState {
+    fn default() -> JoinState {
+        JoinState {
+            left: FxHashMap::default(),
+            right: FxHashMap::default(),
+            main_expiry: BTreeSet::new(),
+            other_expiry: BTreeSet::new(),
+            pending: BTreeSet::new(),
+            main_time: i64::MIN,
+            other_time: i64::MIN,
+        }
+    }
 }
 
 /// Join store keys: the key bytes (length-prefixed), the time (sign-flipped big-endian) and the

@@ -16,7 +16,7 @@ use crate::plan::physical::{Decode, Op, StreamInput, TaskSpec};
 use crate::runtime::aggregate::{Aggregate, Emitted};
 use crate::runtime::op::{scoped, Ctx, Operator};
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
-use crate::runtime::stream_join::StreamJoins;
+use crate::runtime::stream_join::{JoinSide, StreamJoins};
 use crate::runtime::tables::TableInputs;
 use crate::runtime::tenant::{self, H_TENANT};
 pub use crate::runtime::wire::decode_key;
@@ -275,16 +275,13 @@ impl Task {
             self.counters.tenant(t).records_in += 1;
         }
         let ts = input.ts;
-        if self.joins.advance(ts, si.within) {
-            self.join_late(ts, si);
-            return Ok(());
-        }
         if input.row.key.is_null() {
             return Err(RecordError("the join key is null".into()));
         }
+        self.join_time(side, JoinSide::Other, ts, out, stores)?;
         let kb = self.scoped(input.row.tenant.as_ref(), input.row.key.key_bytes(&si.on.ty))?;
         let value = Arc::new(input.row.value);
-        let matched = self.joins.right(
+        let (matched, stored) = self.joins.right(
             side,
             si,
             kb,
@@ -295,10 +292,13 @@ impl Task {
             offset,
             &mut self.table_changes,
         );
+        if !stored && matched.is_empty() {
+            self.join_late(ts, si);
+        }
         for (row, t) in matched {
             self.run_ops_at(si.op + 1, row, t, out, stores)?;
         }
-        self.expire_joins(side, out, stores)
+        Ok(())
     }
 
     /// The main side of a stream–stream join (the operator at `ops[at]`).
@@ -313,10 +313,7 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let rest = &spec.ops[si.op + 1..];
-        if self.joins.advance(ts, si.within) {
-            self.join_late(ts, si);
-            return Ok(());
-        }
+        self.join_time(side, JoinSide::Main, ts, out, stores)?;
         let k = eval(&si.on, &row, &[]).map_err(RecordError)?;
         if k.is_null() {
             // A null key matches nothing: a left join passes the record on at once.
@@ -325,39 +322,56 @@ impl Task {
                 r.joined.push(None);
                 self.run_ops(rest, si.op + 1, r, ts, out, stores)?;
             }
-            return self.expire_joins(side, out, stores);
+            return Ok(());
         }
         let kb = self.scoped(row.tenant.as_ref(), k.key_bytes(&si.on.ty))?;
-        for (r, t) in self.joins.left(side, si, kb, row, ts, &mut self.table_changes) {
+        let (rows, stored) = self.joins.left(side, si, kb, row, ts, &mut self.table_changes);
+        if !stored && rows.is_empty() {
+            self.join_late(ts, si);
+        }
+        for (r, t) in rows {
             self.run_ops(rest, si.op + 1, r, t, out, stores)?;
         }
-        self.expire_joins(side, out, stores)
+        Ok(())
     }
 
+    /// A record at `ts` reached join `side` on `which`: stream times move; if it is at the
+    /// joins' stream time, a left join passes on its pending records whose windows closed; each
+    /// side drops what it no longer keeps.
+    fn join_time(
+        &mut self,
+        side: usize,
+        which: JoinSide,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let si = &spec.streams[side];
+        let mut rows = Vec::new();
+        if self.joins.observe(side, which, ts) && si.left {
+            rows = self.joins.closed_pending(side, si, &mut self.table_changes);
+        }
+        rows.extend(self.joins.expire(side, si, &mut self.table_changes));
+        for (r, t) in rows {
+            self.run_ops_at(si.op + 1, r, t, out, stores)?;
+        }
+        Ok(())
+    }
+
+    /// A record too old for its side to keep that matched nothing: dropped, as late.
     fn join_late(&mut self, ts: i64, si: &StreamInput) {
         if self.late_reason.is_some() {
             return;
         }
         self.counters.late += 1;
         self.late_reason = Some(format!(
-            "late: its join window (time {ts} ± {}) closed at stream time {}",
+            "late: its join side keeps records for {} + {} + grace {} (time {ts}, stream time {})",
             crate::ast::Duration(si.within),
+            crate::ast::Duration(si.within),
+            crate::ast::Duration(si.grace),
             self.joins.time
         ));
-    }
-
-    /// Drop the records no later record can match any more (time + 2 × within ≤ stream time:
-    /// a record that could match them would be late), with a store tombstone; a left join
-    /// emits its unmatched main-side records then, once and for good.
-    fn expire_joins(&mut self, side: usize, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
-        let spec = self.spec.clone();
-        let si = &spec.streams[side];
-        while let Some(emit) = self.joins.expire_next(side, si, &mut self.table_changes) {
-            if let Some((r, t)) = emit {
-                self.run_ops_at(si.op + 1, r, t, out, stores)?;
-            }
-        }
-        Ok(())
     }
 
     /// Apply one record of a table input: the table is updated in timestamp order with the stream.
@@ -505,9 +519,9 @@ impl Task {
         if close_all && !self.spec.streams.is_empty() {
             // `--close-windows-at-end`: every join window closes; left joins emit their
             // unmatched records.
-            self.joins.time = i64::MAX;
+            self.joins.close_all();
             for side in 0..self.spec.streams.len() {
-                if let Err(e) = self.expire_joins(side, out, stores) {
+                if let Err(e) = self.join_time(side, JoinSide::Main, i64::MAX, out, stores) {
                     errors.push(e);
                 }
             }
