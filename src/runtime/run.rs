@@ -171,6 +171,13 @@ pub(crate) struct TaskRun<F: Feed> {
     /// The timestamp bounds of the topics the task's results go to (`Backend::timestamp_limits`):
     /// an external record whose event time lies beyond them is a dead letter.
     pub(crate) limits: Option<TimestampLimits>,
+    /// Set by the driver before a step: the main input is a repartition topic that a task still
+    /// at work may write to. At its end the task then waits rather than let its side inputs run
+    /// ahead (as Kafka Streams waits on an empty partition with known lag), so a repartitioned
+    /// stream meets a table as of its records' event times.
+    pub(crate) main_may_grow: bool,
+    /// The last step stopped because every input was at its end.
+    pub(crate) drained: bool,
 }
 
 /// Each input's committed position (`topic/partition` → position) from a task's commit record.
@@ -228,7 +235,11 @@ impl<F: Feed> TaskRun<F> {
             Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
         let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
-        task.joins.time = meta.get("join_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN);
+        let join_times: Vec<i64> = match meta.get("join_times").and_then(|v| v.as_array()) {
+            Some(a) => a.iter().filter_map(|v| v.as_i64()).collect(),
+            None => meta.get("join_time").and_then(|v| v.as_i64()).into_iter().collect(),
+        };
+        task.joins.set_times(&join_times);
         task.joins.seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
         trees.count_tenants(&task);
@@ -258,6 +269,8 @@ impl<F: Feed> TaskRun<F> {
             work: false,
             ends,
             limits: None,
+            main_may_grow: false,
+            drained: false,
         }
     }
 
@@ -272,7 +285,7 @@ impl<F: Feed> TaskRun<F> {
         let mut m = serde_json::json!({
             "inputs": self.positions,
             "stream_time": self.task.stream_time,
-            "join_time": self.task.joins.time,
+            "join_times": self.task.joins.times(),
             "join_seq": self.task.joins.seq,
             "control": self.control,
             "version": self.task.spec.version,
@@ -385,7 +398,7 @@ impl<F: Feed> TaskRun<F> {
         let old = &self.task;
         let mut task = Task::new(spec.clone(), old.partition, if restart { i64::MIN } else { old.stream_time });
         if !restart {
-            task.joins.time = old.joins.time;
+            task.joins.set_times(&old.joins.times());
             task.joins.seq = old.joins.seq;
         }
         let ops_in =
@@ -476,6 +489,7 @@ impl<F: Feed> TaskRun<F> {
         // of each input's head is its declared time field (`TaskSpec::time_fields`), else its record
         // timestamp.
         self.head_times.resize(topics.len(), None);
+        self.drained = false;
         'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
                 // Redelivery: everything read since the last commit will be read again.
@@ -503,11 +517,16 @@ impl<F: Feed> TaskRun<F> {
                             pick = Some((ts, i));
                         }
                     }
+                    // The repartition topic may still grow: side records wait for it.
+                    Next::End if i == 0 && self.main_may_grow && topics.len() > 1 => break 'records,
                     Next::End => {}
                     Next::Unknown => break 'records,
                 }
             }
-            let Some((head_time, i)) = pick else { break };
+            let Some((head_time, i)) = pick else {
+                self.drained = true;
+                break;
+            };
             if i == 0 && main_internal {
                 // Repartition records carry the version of the query that wrote them.
                 let v = self

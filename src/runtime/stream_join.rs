@@ -24,8 +24,6 @@ use crate::value::{decode_record, Value};
 pub(crate) struct StreamJoins {
     /// Per joined stream.
     sides: Vec<JoinState>,
-    /// Stream time of the joins.
-    pub(crate) time: i64,
     /// Number of the next main-side row stored (committed).
     pub(crate) seq: u64,
     spec: Arc<TaskSpec>,
@@ -36,13 +34,7 @@ pub(crate) struct StreamJoins {
 impl StreamJoins {
     pub(crate) fn new(spec: Arc<TaskSpec>) -> StreamJoins {
         let stores = spec.streams.iter().flat_map(|si| [si.left_store, si.right_store]).collect();
-        StreamJoins {
-            sides: spec.streams.iter().map(|_| JoinState::default()).collect(),
-            time: i64::MIN,
-            seq: 0,
-            spec,
-            stores,
-        }
+        StreamJoins { sides: spec.streams.iter().map(|_| JoinState::default()).collect(), seq: 0, spec, stores }
     }
 }
 
@@ -61,7 +53,7 @@ impl Operator for StreamJoins {
         let spec = self.spec.clone();
         for (side, si) in spec.streams.iter().enumerate() {
             let js = &mut self.sides[side];
-            *js = JoinState::default();
+            *js = JoinState { time: js.time, ..JoinState::default() };
             for (k, v) in stores.entries(si.left_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
                 if let Ok(e) = decode_left(&v, kb, si, spec.tenant) {
@@ -87,19 +79,11 @@ impl Operator for StreamJoins {
     }
 }
 
-/// Which side of a join a record is on.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JoinSide {
-    /// The query's own stream (the main side).
-    Main,
-    /// The joined stream.
-    Other,
-}
-
 /// How long a side keeps a record, measured by that side's stream time (Kafka Streams' join
-/// store retention): `2 × within + grace`.
+/// store retention): `2 × within + grace`, at least 1 ms (a record at its side's stream time is
+/// kept, also with `within 0ms`).
 fn retention(si: &StreamInput) -> i64 {
-    si.within.saturating_mul(2).saturating_add(si.grace)
+    si.within.saturating_mul(2).saturating_add(si.grace).max(1)
 }
 
 /// A side whose stream time is `side_time` still keeps (and matches against) a record at `t`.
@@ -108,26 +92,40 @@ fn kept(t: i64, side_time: i64, si: &StreamInput) -> bool {
 }
 
 impl StreamJoins {
-    /// A record of join `side` at `ts` arrives on `which`: the joins' stream time and that
-    /// side's own move to it if it is later. True if it is at the joins' stream time (Kafka
-    /// Streams then passes on the unmatched records whose windows closed).
-    pub(crate) fn observe(&mut self, side: usize, which: JoinSide, ts: i64) -> bool {
-        self.time = self.time.max(ts);
+    /// A record of either side of join `side` arrives at `ts`: the join's stream time (the
+    /// largest time of either side, one per join as in Kafka Streams) moves to it if it is
+    /// later. True if it is at the join's stream time (Kafka Streams then passes on the
+    /// unmatched records whose windows closed). A side's own time moves when it stores a record.
+    pub(crate) fn observe(&mut self, side: usize, ts: i64) -> bool {
         let js = &mut self.sides[side];
-        match which {
-            JoinSide::Main => js.main_time = js.main_time.max(ts),
-            JoinSide::Other => js.other_time = js.other_time.max(ts),
-        }
-        ts == self.time
+        js.time = js.time.max(ts);
+        ts == js.time
     }
 
-    /// End of a finite input (`--close-windows-at-end`): every window closes.
-    pub(crate) fn close_all(&mut self) {
-        self.time = i64::MAX;
-        for js in &mut self.sides {
-            js.main_time = i64::MAX;
-            js.other_time = i64::MAX;
+    /// The stream time of join `side`.
+    pub(crate) fn time(&self, side: usize) -> i64 {
+        self.sides[side].time
+    }
+
+    /// Every join's stream time (committed with the task).
+    pub(crate) fn times(&self) -> Vec<i64> {
+        self.sides.iter().map(|js| js.time).collect()
+    }
+
+    /// Set the joins' stream times from a commit record (one per join; a single time, as an
+    /// earlier streamc committed, is every join's).
+    pub(crate) fn set_times(&mut self, times: &[i64]) {
+        for (i, js) in self.sides.iter_mut().enumerate() {
+            js.time = times.get(i).or(times.last()).copied().unwrap_or(i64::MIN);
         }
+    }
+
+    /// End of a finite input (`--close-windows-at-end`): every window of join `side` closes.
+    pub(crate) fn close(&mut self, side: usize) {
+        let js = &mut self.sides[side];
+        js.time = i64::MAX;
+        js.main_time = i64::MAX;
+        js.other_time = i64::MAX;
     }
 
     /// A record of joined stream `side` (key bytes `kb`, key, value, raw value bytes, time,
@@ -148,6 +146,7 @@ impl StreamJoins {
         changes: &mut Vec<Change>,
     ) -> (Vec<(Row, i64)>, bool) {
         let js = &mut self.sides[side];
+        js.other_time = js.other_time.max(ts);
         let stored = kept(ts, js.other_time, si);
         if stored {
             changes.push(Change {
@@ -201,8 +200,9 @@ impl StreamJoins {
         changes: &mut Vec<Change>,
     ) -> (Vec<(Row, i64)>, bool) {
         let offset = self.seq;
-        let time = self.time;
         let js = &mut self.sides[side];
+        let time = js.time;
+        js.main_time = js.main_time.max(ts);
         let mut out: Vec<(Row, i64)> = match js.right.get(&kb) {
             Some(m) => m
                 .range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
@@ -257,8 +257,8 @@ impl StreamJoins {
         si: &StreamInput,
         changes: &mut Vec<Change>,
     ) -> Vec<(Row, i64)> {
-        let time = self.time;
         let js = &mut self.sides[side];
+        let time = js.time;
         let mut out = Vec::new();
         while let Some((t, _, _)) = js.pending.first() {
             if t.saturating_add(si.within).saturating_add(si.grace) >= time {
@@ -283,7 +283,8 @@ impl StreamJoins {
 
     /// Drop the records each side of join `side` no longer keeps (older than `2 × within +
     /// grace` before that side's stream time), with a store tombstone. A main-side record still
-    /// pending then (only possible with a zero `within`) is passed on with a null other side.
+    /// pending then (its window closed, but no record at the join's stream time came since) is
+    /// passed on with a null other side.
     pub(crate) fn expire(&mut self, side: usize, si: &StreamInput, changes: &mut Vec<Change>) -> Vec<(Row, i64)> {
         let js = &mut self.sides[side];
         let mut out = Vec::new();
@@ -363,6 +364,8 @@ struct JoinState {
     /// records is measured by it, as a Kafka Streams join store's retention is.
     main_time: i64,
     other_time: i64,
+    /// The join's stream time: the largest time of either side's records.
+    time: i64,
 }
 
 impl Default for JoinState {
@@ -375,6 +378,7 @@ impl Default for JoinState {
             pending: BTreeSet::new(),
             main_time: i64::MIN,
             other_time: i64::MIN,
+            time: i64::MIN,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::plan::physical::{Decode, Op, StreamInput, TaskSpec};
 use crate::runtime::aggregate::{Aggregate, Emitted};
 use crate::runtime::op::{scoped, Ctx, Operator};
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
-use crate::runtime::stream_join::{JoinSide, StreamJoins};
+use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::TableInputs;
 use crate::runtime::tenant::{self, H_TENANT};
 pub use crate::runtime::wire::decode_key;
@@ -56,6 +56,9 @@ pub struct Task {
     tables: TableInputs,
     /// The window bounds of the windowed result row running down `post` (for its tombstone).
     result_window: Option<(i64, i64)>,
+    /// Errors of rows no input record caused (a join's null rows passed on as stream time
+    /// moves), reported at the next flush.
+    orphan_errors: Vec<RecordError>,
 }
 
 impl Task {
@@ -77,6 +80,7 @@ impl Task {
             joins,
             tables,
             result_window: None,
+            orphan_errors: Vec::new(),
         }
     }
 
@@ -278,7 +282,7 @@ impl Task {
         if input.row.key.is_null() {
             return Err(RecordError("the join key is null".into()));
         }
-        self.join_time(side, JoinSide::Other, ts, out, stores)?;
+        self.join_time(side, ts, out, stores);
         let kb = self.scoped(input.row.tenant.as_ref(), input.row.key.key_bytes(&si.on.ty))?;
         let value = Arc::new(input.row.value);
         let (matched, stored) = self.joins.right(
@@ -293,7 +297,7 @@ impl Task {
             &mut self.table_changes,
         );
         if !stored && matched.is_empty() {
-            self.join_late(ts, si);
+            self.join_late(side, ts, si);
         }
         for (row, t) in matched {
             self.run_ops_at(si.op + 1, row, t, out, stores)?;
@@ -313,7 +317,7 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let rest = &spec.ops[si.op + 1..];
-        self.join_time(side, JoinSide::Main, ts, out, stores)?;
+        self.join_time(side, ts, out, stores);
         let k = eval(&si.on, &row, &[]).map_err(RecordError)?;
         if k.is_null() {
             // A null key matches nothing: a left join passes the record on at once.
@@ -327,7 +331,7 @@ impl Task {
         let kb = self.scoped(row.tenant.as_ref(), k.key_bytes(&si.on.ty))?;
         let (rows, stored) = self.joins.left(side, si, kb, row, ts, &mut self.table_changes);
         if !stored && rows.is_empty() {
-            self.join_late(ts, si);
+            self.join_late(side, ts, si);
         }
         for (r, t) in rows {
             self.run_ops(rest, si.op + 1, r, t, out, stores)?;
@@ -335,32 +339,32 @@ impl Task {
         Ok(())
     }
 
-    /// A record at `ts` reached join `side` on `which`: stream times move; if it is at the
-    /// joins' stream time, a left join passes on its pending records whose windows closed; each
-    /// side drops what it no longer keeps.
-    fn join_time(
-        &mut self,
-        side: usize,
-        which: JoinSide,
-        ts: i64,
-        out: &mut Vec<Output>,
-        stores: &dyn StoreRead,
-    ) -> Result<(), RecordError> {
+    /// A record at `ts` reached join `side`: the join's stream time moves; if the record is at
+    /// it, a left join passes on its pending records whose windows closed; each side drops what
+    /// it no longer keeps. Those rows are not the record's: an error evaluating one is reported
+    /// at the next flush (as a result's is), and lateness they meet is not the record's.
+    fn join_time(&mut self, side: usize, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let mut rows = Vec::new();
-        if self.joins.observe(side, which, ts) && si.left {
+        if self.joins.observe(side, ts) && si.left {
             rows = self.joins.closed_pending(side, si, &mut self.table_changes);
         }
         rows.extend(self.joins.expire(side, si, &mut self.table_changes));
-        for (r, t) in rows {
-            self.run_ops_at(si.op + 1, r, t, out, stores)?;
+        if rows.is_empty() {
+            return;
         }
-        Ok(())
+        let reason = self.late_reason.take();
+        for (r, t) in rows {
+            if let Err(e) = self.run_ops_at(si.op + 1, r, t, out, stores) {
+                self.orphan_errors.push(e);
+            }
+        }
+        self.late_reason = reason;
     }
 
     /// A record too old for its side to keep that matched nothing: dropped, as late.
-    fn join_late(&mut self, ts: i64, si: &StreamInput) {
+    fn join_late(&mut self, side: usize, ts: i64, si: &StreamInput) {
         if self.late_reason.is_some() {
             return;
         }
@@ -370,7 +374,7 @@ impl Task {
             crate::ast::Duration(si.within),
             crate::ast::Duration(si.within),
             crate::ast::Duration(si.grace),
-            self.joins.time
+            self.joins.time(side)
         ));
     }
 
@@ -517,15 +521,15 @@ impl Task {
             agg.advance(&mut self.stream_time, close_all, &mut cx);
         }
         if close_all && !self.spec.streams.is_empty() {
-            // `--close-windows-at-end`: every join window closes; left joins emit their
-            // unmatched records.
-            self.joins.close_all();
+            // `--close-windows-at-end`: every join window closes, one join after the other (a
+            // chained join still takes what the one before it passes on); left joins emit
+            // their unmatched records.
             for side in 0..self.spec.streams.len() {
-                if let Err(e) = self.join_time(side, JoinSide::Main, i64::MAX, out, stores) {
-                    errors.push(e);
-                }
+                self.joins.close(side);
+                self.join_time(side, i64::MAX, out, stores);
             }
         }
+        errors.append(&mut self.orphan_errors);
         changes.append(&mut self.table_changes);
         let Some(agg) = self.aggregate.as_mut() else { return errors };
         let mut emitted = std::mem::take(&mut self.emitted);

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
-use crate::plan::physical::{Decode, TaskSpec};
+use crate::plan::physical::{Decode, Op, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::commit;
 use crate::runtime::error::{state, RunError};
@@ -80,6 +80,12 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     let threads = opts.threads.max(1).min(tasks.len().max(1));
     let live: BTreeMap<(String, u32), u64> =
         tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
+    // Every writer of a repartition topic is at work until its first step says otherwise.
+    let busy: BTreeMap<(String, u32), Vec<String>> = tasks
+        .iter()
+        .map(|t| ((t.task.spec.name.clone(), t.task.partition), internal_writes(&t.task.spec)))
+        .filter(|(_, w)| !w.is_empty())
+        .collect();
     let mut groups: Vec<Vec<TaskRun<EmbeddedFeed>>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, t) in tasks.into_iter().enumerate() {
         groups[i % threads].push(t);
@@ -91,6 +97,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         hub: Mutex::new(hub),
         control,
         live: Mutex::new(live),
+        busy: Mutex::new(busy),
         barrier: Barrier::new(threads),
         any: AtomicBool::new(false),
         bar: bar.clone(),
@@ -128,6 +135,10 @@ struct Shared {
     /// Every task of the run, by (sub-topology input node, partition), with the control offset
     /// it applied.
     live: Mutex<BTreeMap<(String, u32), u64>>,
+    /// The tasks still at work (not at the end of every input, or with uncommitted records)
+    /// that write repartition topics, with those topics: a task reading one of them waits at
+    /// its end while a writer is at work ([`TaskRun::main_may_grow`]).
+    busy: Mutex<BTreeMap<(String, u32), Vec<String>>>,
     barrier: Barrier,
     any: AtomicBool,
     bar: ProgressBar,
@@ -229,7 +240,22 @@ fn worker(
             let mut gone = Vec::new();
             for (i, t) in tasks.iter_mut().enumerate() {
                 t.control_seen = (seen, stage.next);
-                if t.step_embedded(&committed, &sh.startup, opts, commit_every)? > 0 {
+                t.main_may_grow = {
+                    let busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+                    busy.values().any(|w| w.contains(&t.task.spec.main.topic))
+                };
+                // A task that reads a repartition topic beside other inputs sees what its writers
+                // committed up to now: a writer found idle has committed all it will write.
+                let fresh;
+                let c = if matches!(t.task.spec.main.decode, Decode::Internal { .. })
+                    && !t.task.spec.side_topics().is_empty()
+                {
+                    fresh = sh.log.committed()?;
+                    &fresh
+                } else {
+                    &committed
+                };
+                if t.step_embedded(c, &sh.startup, opts, commit_every)? > 0 {
                     progress = true;
                 }
                 // A step stops at `commit.records` uncommitted records or at the end of the
@@ -242,6 +268,15 @@ fn worker(
                     t.reopen(&sh.log, &sh.db, &stage, opts)?;
                     progress = true;
                 }
+                let writes = internal_writes(&t.task.spec);
+                let key = (t.task.spec.name.clone(), t.task.partition);
+                let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+                if writes.is_empty() || (t.drained && t.uncommitted == 0 && !t.failed) {
+                    busy.remove(&key);
+                } else {
+                    busy.insert(key, writes);
+                }
+                drop(busy);
                 // Control statements apply at commit boundaries.
                 if !t.failed && t.uncommitted == 0 && t.control < stage.next {
                     progress = true;
@@ -261,6 +296,10 @@ fn worker(
                     let t = tasks.remove(i);
                     retired.add_from(&t.summary());
                     live.remove(&(t.task.spec.name.clone(), t.task.partition));
+                    sh.busy
+                        .lock()
+                        .map_err(|_| RunError::Internal("lock poisoned"))?
+                        .remove(&(t.task.spec.name.clone(), t.task.partition));
                 }
                 for t in tasks.iter() {
                     live.insert((t.task.spec.name.clone(), t.task.partition), t.control);
@@ -286,6 +325,11 @@ fn worker(
                                 TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
                             t.bar = sh.bar.clone();
                             slot.insert(t.control);
+                            let writes = internal_writes(spec);
+                            if !writes.is_empty() {
+                                let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+                                busy.insert((spec.name.clone(), p), writes);
+                            }
                             tasks.push(t);
                             progress = true;
                         }
@@ -317,6 +361,18 @@ fn worker(
         s.add_from(&t.summary());
     }
     Ok(s)
+}
+
+/// The repartition topics a task writes.
+fn internal_writes(spec: &TaskSpec) -> Vec<String> {
+    spec.ops
+        .iter()
+        .chain(&spec.post)
+        .filter_map(|op| match op {
+            Op::Repartition { topic, .. } => Some(topic.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Create or check every topic the program needs; returns each sub-topology's task count.
