@@ -36,6 +36,10 @@ pub struct CaseFile {
     pub backends: Option<Vec<String>>,
     #[serde(default)]
     pub known_failure: Option<String>,
+    /// `--chaos` for the run on the embedded default (seeded redeliveries and failed commits):
+    /// the outputs must still equal the expected ones. (Chaos is embedded-only.)
+    #[serde(default)]
+    pub chaos: Option<String>,
 }
 
 pub struct Case {
@@ -161,6 +165,9 @@ fn run_and_compare(case: &Case, backend: &Backend, work: &Path) -> Result<Result
     let mut args = vec!["run".to_string(), prog.clone(), "--drain".to_string()];
     if case.file.close_windows_at_end {
         args.push("--close-windows-at-end".into());
+    }
+    if let (Some(chaos), Backend::Embedded) = (&case.file.chaos, backend) {
+        args.extend(["--chaos".to_string(), chaos.clone()]);
     }
     args.extend(common.iter().cloned());
     streamc(&state, &args)?;
