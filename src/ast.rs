@@ -152,6 +152,8 @@ pub enum Clause {
     Emit(EmitMode),
     Join {
         left: bool,
+        /// `outer join`: a full outer stream–stream join.
+        outer: bool,
         other: Ident,
         within: Option<Node<Duration>>,
         /// `within D grace G`: how long after its window a stream–stream join still takes a
@@ -179,6 +181,7 @@ impl Clause {
             Clause::Window { .. } => "window",
             Clause::Aggregate(_) => "aggregate",
             Clause::Emit(_) => "emit",
+            Clause::Join { outer: true, .. } => "outer join",
             Clause::Join { left: false, .. } => "join",
             Clause::Join { left: true, .. } => "left join",
             Clause::To { .. } => "to",

@@ -1080,7 +1080,7 @@ impl<'a> Checker<'a> {
                         steps[i].span = steps[i].span.to(c.span);
                     }
                 }
-                Clause::Join { left, other, within, grace, on } => {
+                Clause::Join { left, outer, other, within, grace, on } => {
                     if in_group || aggregated.is_some() {
                         order_err(self, "`join` after `group by`", "join the stream before grouping it");
                         ok = false;
@@ -1145,6 +1145,15 @@ impl<'a> Checker<'a> {
                             .label("not allowed here")
                             .help("a stream–table join looks up the table's current value; remove `within`"),
                         ),
+                        (SourceKind::Table, None) if *outer => self.err(
+                            Diagnostic::new(
+                                Code::JoinKind,
+                                c.span,
+                                format!("`{}` is a table: `outer join` is only for stream–stream joins", o.name),
+                            )
+                            .label("an outer join of a table")
+                            .help("use `left join` to keep every record of the stream"),
+                        ),
                         _ => {}
                     }
                     let okey = o.key_type();
@@ -1179,11 +1188,21 @@ impl<'a> Checker<'a> {
                         shape.key_name = None;
                         shape.partitioned = true;
                     }
+                    if *outer {
+                        // A record of the other side with no match comes with this side null:
+                        // every field so far may be null (the key is the join key either way).
+                        for (_, t) in shape.value.fields.iter_mut() {
+                            *t = t.clone().nullable();
+                        }
+                        for j in shape.joined.iter_mut() {
+                            j.optional = true;
+                        }
+                    }
                     shape.joined.push(Joined {
                         name: o.name.clone(),
                         value: o.value.clone(),
                         key: o.key_name().map(|n| (n.to_string(), okey.clone())),
-                        optional: *left,
+                        optional: *left || *outer,
                     });
                     let kind = match o.kind {
                         SourceKind::Table => StepKind::JoinTable { table: oi, on: he, left: *left, repartition },
@@ -1192,7 +1211,8 @@ impl<'a> Checker<'a> {
                             within: within.as_ref().map(|w| w.node).unwrap_or(Duration(0)),
                             grace: grace.as_ref().map(|g| g.node).unwrap_or(Duration(0)),
                             on: he,
-                            left: *left,
+                            left: *left || *outer,
+                            outer: *outer,
                             repartition,
                         },
                     };

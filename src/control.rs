@@ -878,6 +878,9 @@ fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
         (JoinWindow { within: a, .. }, JoinWindow { within: b, .. }) if a != b => {
             return Some("the join's `within` changed".into())
         }
+        (JoinWindow { outer: a, .. }, JoinWindow { outer: b, .. }) if a != b => {
+            return Some("the join changed to or from an outer join".into())
+        }
         (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => {
             return Some("the kind of state changed".into())
         }

@@ -166,6 +166,8 @@ pub enum StepKind {
         grace: Duration,
         on: Expr,
         left: bool,
+        /// A full outer join (`left` too): the other side's unmatched records pass as well.
+        outer: bool,
         repartition: bool,
     },
 }
@@ -394,9 +396,15 @@ impl Program {
                             if *repartition { " (repartition)" } else { "" }
                         )
                     }
-                    StepKind::JoinStream { stream, within, grace, left, repartition, .. } => format!(
+                    StepKind::JoinStream { stream, within, grace, left, outer, repartition, .. } => format!(
                         "{}join stream {} within {within} grace {grace}{}",
-                        if *left { "left " } else { "" },
+                        if *outer {
+                            "outer "
+                        } else if *left {
+                            "left "
+                        } else {
+                            ""
+                        },
                         self.sources[*stream].name,
                         if *repartition { " (repartition)" } else { "" }
                     ),

@@ -220,6 +220,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         grace | kw_grace => "`grace`",
         kw_changes => "`changes`",
         kw_final => "`final`",
+        kw_outer | outer => "`outer`",
         kw_windowed | windowed_key => "`windowed`",
         kw_on => "`on`",
         within | kw_within => "`within`",
@@ -626,6 +627,7 @@ impl Builder {
             }
             Rule::join_clause => {
                 let mut left = false;
+                let mut outer = false;
                 let mut other = None;
                 let mut within = None;
                 let mut grace = None;
@@ -633,6 +635,7 @@ impl Builder {
                 for c in parts {
                     match c.as_rule() {
                         Rule::left => left = true,
+                        Rule::outer => outer = true,
                         Rule::ident => other = Some(self.ident(c)),
                         Rule::within => {
                             let mut w = inner(c);
@@ -645,7 +648,7 @@ impl Builder {
                         r => return self.unexpected(&c, r),
                     }
                 }
-                Clause::Join { left, other: other.ok_or(())?, within, grace, on: on.ok_or(())? }
+                Clause::Join { left, outer, other: other.ok_or(())?, within, grace, on: on.ok_or(())? }
             }
             Rule::to_clause => {
                 let topic = self.string(parts.remove(0))?;

@@ -107,6 +107,7 @@ pub enum NodeKind {
         within: Duration,
         grace: Duration,
         left: bool,
+        outer: bool,
         on: hir::Expr,
         value_fields: usize,
         joined_keys: Vec<bool>,
@@ -158,6 +159,8 @@ pub enum StoreKind {
     JoinWindow {
         within: Duration,
         grace: Duration,
+        /// Of an outer join (its other side's records carry whether a null row is owed).
+        outer: bool,
     },
     /// A control-managed table that every task sees whole.
     Global,
@@ -505,7 +508,7 @@ impl Lowering<'_> {
                     }
                     n
                 }
-                StepKind::JoinStream { stream, within, grace, left, repartition, on } => {
+                StepKind::JoinStream { stream, within, grace, left, outer, repartition, on } => {
                     let o = &program.sources[stream];
                     if repartition {
                         let mut cut = shape.clone();
@@ -530,6 +533,7 @@ impl Lowering<'_> {
                         within,
                         grace,
                         left,
+                        outer,
                         on: on.clone(),
                         value_fields: shape.value.fields.len(),
                         joined_keys,
@@ -555,7 +559,7 @@ impl Lowering<'_> {
                     self.store(
                         n,
                         format!("{name}-left"),
-                        StoreKind::JoinWindow { within, grace },
+                        StoreKind::JoinWindow { within, grace, outer },
                         shape.key.clone(),
                         Type::Record(shape.value.clone()),
                         scoped,
@@ -563,7 +567,7 @@ impl Lowering<'_> {
                     self.store(
                         n,
                         format!("{name}-right"),
-                        StoreKind::JoinWindow { within, grace },
+                        StoreKind::JoinWindow { within, grace, outer },
                         o.key_type(),
                         Type::Record(o.value.clone()),
                         scoped,
@@ -612,6 +616,7 @@ impl NodeKind {
             NodeKind::TableSource { .. } => "table source",
             NodeKind::JoinTable { left: false, .. } => "stream-table join",
             NodeKind::JoinTable { left: true, .. } => "stream-table left join",
+            NodeKind::JoinStream { outer: true, .. } => "stream-stream outer join",
             NodeKind::JoinStream { left: false, .. } => "stream-stream join",
             NodeKind::JoinStream { left: true, .. } => "stream-stream left join",
             NodeKind::Sink { .. } => "sink",
@@ -655,9 +660,15 @@ impl NodeKind {
                 format!("looks up the control-managed table `{table}` (global: every task sees all of it)")
             }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
-            NodeKind::JoinStream { stream, within, grace, left, .. } => format!(
+            NodeKind::JoinStream { stream, within, grace, left, outer, .. } => format!(
                 "matches `{stream}` records at most {within} apart (grace {grace}){}",
-                if *left { "; a record with no match is passed on once its window closes" } else { "" }
+                if *outer {
+                    "; a record of either side with no match is passed on once its window closes"
+                } else if *left {
+                    "; a record with no match is passed on once its window closes"
+                } else {
+                    ""
+                }
             ),
             NodeKind::Sink { topic, format, tenant, windowed } => format!(
                 "writes to topic {topic} as {}{}{}",

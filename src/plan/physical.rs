@@ -48,6 +48,9 @@ pub struct StreamInput {
     /// passed on once stream time passes its time + within + grace.
     pub grace: i64,
     pub left: bool,
+    /// A full outer join: the joined stream's records with no match pass too, the main side
+    /// null (`left` is set as well).
+    pub outer: bool,
     /// Over the main side, matched against this stream's key.
     pub on: hir::Expr,
     /// Stores of the main side's and this side's records.
@@ -253,7 +256,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         left: *left,
                     });
                 }
-                NodeKind::JoinStream { stream, within, grace, left, on, value_fields, joined_keys } => {
+                NodeKind::JoinStream { stream, within, grace, left, outer, on, value_fields, joined_keys } => {
                     let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
                     let side_source = format!("{}-source", node.name);
                     let e = topo
@@ -274,6 +277,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         within: within.0,
                         grace: grace.0,
                         left: *left,
+                        outer: *outer,
                         on: on.clone(),
                         left_store,
                         right_store: left_store + 1,

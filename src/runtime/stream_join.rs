@@ -68,12 +68,24 @@ impl Operator for StreamJoins {
             for (k, v) in stores.entries(si.right_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
                 let Ok((_, inner)) = unscope(kb, spec.tenant) else { continue };
-                let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, &v)) else {
+                // An outer join's records carry whether a null row is still owed for them.
+                let (matched, raw) = match (si.outer, v.split_first()) {
+                    (true, Some((flag, raw))) => (*flag == MATCHED, raw),
+                    _ => (true, &v[..]),
+                };
+                let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, raw)) else {
                     continue;
                 };
                 js.other_expiry.insert((t, kb.to_vec(), off));
                 js.other_time = js.other_time.max(t);
-                js.right.entry(kb.to_vec()).or_default().insert((t, off), (key, Arc::new(row)));
+                if !matched {
+                    js.other_pending.insert((t, kb.to_vec(), off));
+                }
+                let raw = si.outer.then(|| raw.to_vec());
+                js.right
+                    .entry(kb.to_vec())
+                    .or_default()
+                    .insert((t, off), RightEntry { key, value: Arc::new(row), raw, matched });
             }
         }
     }
@@ -147,18 +159,8 @@ impl StreamJoins {
     ) -> (Vec<(Row, i64)>, bool) {
         let js = &mut self.sides[side];
         js.other_time = js.other_time.max(ts);
+        let time = js.time;
         let stored = kept(ts, js.other_time, si);
-        if stored {
-            changes.push(Change {
-                store: si.right_store,
-                key: join_store_key(&kb, ts, offset),
-                value: raw,
-                timestamp: ts,
-                existed: false,
-            });
-            js.other_expiry.insert((ts, kb.clone(), offset));
-            js.right.entry(kb.clone()).or_default().insert((ts, offset), (key.clone(), value.clone()));
-        }
         let mut matched = Vec::new();
         if let Some(m) = js.left.get_mut(&kb) {
             for ((lt, loff), e) in
@@ -179,6 +181,29 @@ impl StreamJoins {
                     });
                 }
             }
+        }
+        // An outer join passes an unmatched record on with the main side null: at once if its
+        // window already closed, else once it closes (unless a match comes first).
+        let unmatched = si.outer && matched.is_empty();
+        let now = unmatched && (ts.saturating_add(si.within) < time || !stored);
+        let entry =
+            RightEntry { key, value, raw: if si.outer { raw.clone() } else { None }, matched: !unmatched || now };
+        if now {
+            matched.push((other_only(si, &kb, &entry, self.spec.tenant), ts));
+        }
+        if stored {
+            changes.push(Change {
+                store: si.right_store,
+                key: join_store_key(&kb, ts, offset),
+                value: if si.outer { encode_right(&entry, si) } else { raw },
+                timestamp: ts,
+                existed: false,
+            });
+            js.other_expiry.insert((ts, kb.clone(), offset));
+            if !entry.matched {
+                js.other_pending.insert((ts, kb.clone(), offset));
+            }
+            js.right.entry(kb).or_default().insert((ts, offset), entry);
         }
         (matched, stored)
     }
@@ -203,17 +228,28 @@ impl StreamJoins {
         let js = &mut self.sides[side];
         let time = js.time;
         js.main_time = js.main_time.max(ts);
-        let mut out: Vec<(Row, i64)> = match js.right.get(&kb) {
-            Some(m) => m
-                .range((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
-                .map(|((t, _), (k, v))| {
-                    let mut r = row.clone();
-                    r.joined.push(Some((k.clone(), v.clone())));
-                    (r, ts.max(*t))
-                })
-                .collect(),
-            None => Vec::new(),
-        };
+        let mut out: Vec<(Row, i64)> = Vec::new();
+        if let Some(m) = js.right.get_mut(&kb) {
+            for ((t, off), e) in
+                m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
+            {
+                let mut r = row.clone();
+                r.joined.push(Some((e.key.clone(), e.value.clone())));
+                out.push((r, ts.max(*t)));
+                if !e.matched {
+                    // An outer join's pending record of the other side: matched now.
+                    e.matched = true;
+                    js.other_pending.remove(&(*t, kb.clone(), *off));
+                    changes.push(Change {
+                        store: si.right_store,
+                        key: join_store_key(&kb, *t, *off),
+                        value: encode_right(e, si),
+                        timestamp: *t,
+                        existed: true,
+                    });
+                }
+            }
+        }
         let unmatched = si.left && out.is_empty();
         let now = unmatched && ts.saturating_add(si.within) < time;
         if now {
@@ -278,6 +314,23 @@ impl StreamJoins {
             r.joined.push(None);
             out.push((r, t));
         }
+        while let Some((t, _, _)) = js.other_pending.first() {
+            if t.saturating_add(si.within).saturating_add(si.grace) >= time {
+                break;
+            }
+            let Some((t, kb, off)) = js.other_pending.pop_first() else { break };
+            let Some(e) = js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+            e.matched = true;
+            changes.push(Change {
+                store: si.right_store,
+                key: join_store_key(&kb, t, off),
+                value: encode_right(e, si),
+                timestamp: t,
+                existed: true,
+            });
+            out.push((other_only(si, &kb, e, self.spec.tenant), t));
+        }
+        out.sort_by_key(|(_, t)| *t);
         out
     }
 
@@ -300,10 +353,16 @@ impl StreamJoins {
                 timestamp: t,
                 existed: true,
             });
+            let mut entry = None;
             if let Some(m) = js.right.get_mut(&kb) {
-                m.remove(&(t, off));
+                entry = m.remove(&(t, off));
                 if m.is_empty() {
                     js.right.remove(&kb);
+                }
+            }
+            if js.other_pending.remove(&(t, kb.clone(), off)) {
+                if let Some(e) = entry {
+                    out.push((other_only(si, &kb, &e, self.spec.tenant), t));
                 }
             }
         }
@@ -347,8 +406,38 @@ struct LeftEntry {
     matched: bool,
 }
 
-/// A joined stream's record kept for a join: its key and value.
-type RightEntry = (Value, Arc<Vec<Value>>);
+/// A joined stream's record kept for a join: its key and value; in an outer join also its raw
+/// value (to rewrite its store entry) and whether a null row is no longer owed for it.
+struct RightEntry {
+    key: Value,
+    value: Arc<Vec<Value>>,
+    raw: Option<Vec<u8>>,
+    matched: bool,
+}
+
+/// The first byte of an outer join's stored other-side record: no null row is owed for it
+/// (`PENDING`: one is, if nothing matches it before its window closes).
+const MATCHED: u8 = b'm';
+const PENDING: u8 = b'p';
+
+/// An outer join's other-side record as stored: a flag byte, then its raw value.
+fn encode_right(e: &RightEntry, si: &StreamInput) -> Option<Vec<u8>> {
+    let raw = e.raw.as_deref()?;
+    debug_assert!(si.outer, "only an outer join keeps its other side's raw values");
+    let mut v = Vec::with_capacity(raw.len() + 1);
+    v.push(if e.matched { MATCHED } else { PENDING });
+    v.extend_from_slice(raw);
+    Some(v)
+}
+
+/// The row an outer join passes on for an unmatched record of the other side: the main side's
+/// fields (and the joins before it) null, the other side's record joined, keyed by its key.
+fn other_only(si: &StreamInput, kb: &[u8], e: &RightEntry, scoped: bool) -> Row {
+    let tenant = unscope(kb, scoped).ok().and_then(|(t, _)| t);
+    let mut joined: Vec<Option<(Value, Arc<Vec<Value>>)>> = vec![None; si.joined_keys.len()];
+    joined.push(Some((e.key.clone(), e.value.clone())));
+    Row { key: e.key.clone(), value: vec![Value::Null; si.nvalue], joined, tenant }
+}
 
 /// Both sides of one stream–stream join, by key bytes then (time, offset).
 struct JoinState {
@@ -360,6 +449,8 @@ struct JoinState {
     /// A left join's main-side records owed a null row if nothing matches them before their
     /// window closes.
     pending: BTreeSet<(i64, Vec<u8>, u64)>,
+    /// An outer join's other-side records owed a row with the main side null likewise.
+    other_pending: BTreeSet<(i64, Vec<u8>, u64)>,
     /// Each side's stream time (the largest time of its own records): how long it keeps its
     /// records is measured by it, as a Kafka Streams join store's retention is.
     main_time: i64,
@@ -376,6 +467,7 @@ impl Default for JoinState {
             main_expiry: BTreeSet::new(),
             other_expiry: BTreeSet::new(),
             pending: BTreeSet::new(),
+            other_pending: BTreeSet::new(),
             main_time: i64::MIN,
             other_time: i64::MIN,
             time: i64::MIN,
