@@ -108,6 +108,9 @@ pub enum NodeKind {
         grace: Duration,
         left: bool,
         outer: bool,
+        /// The value field of this side that holds its key, if one does (an outer join's row
+        /// from the other side alone fills it with the key).
+        key_field: Option<usize>,
         on: hir::Expr,
         value_fields: usize,
         joined_keys: Vec<bool>,
@@ -534,6 +537,11 @@ impl Lowering<'_> {
                         grace,
                         left,
                         outer,
+                        // The join key is this side's key: the value field `on` reads, if it is one.
+                        key_field: match &on.kind {
+                            hir::ExprKind::Field(hir::Root::Value, p) if p.len() == 1 => Some(p[0]),
+                            _ => None,
+                        },
                         on: on.clone(),
                         value_fields: shape.value.fields.len(),
                         joined_keys,

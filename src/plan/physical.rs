@@ -51,6 +51,8 @@ pub struct StreamInput {
     /// A full outer join: the joined stream's records with no match pass too, the main side
     /// null (`left` is set as well).
     pub outer: bool,
+    /// The main side's value field that holds its key, if one does.
+    pub key_field: Option<usize>,
     /// Over the main side, matched against this stream's key.
     pub on: hir::Expr,
     /// Stores of the main side's and this side's records.
@@ -256,7 +258,17 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         left: *left,
                     });
                 }
-                NodeKind::JoinStream { stream, within, grace, left, outer, on, value_fields, joined_keys } => {
+                NodeKind::JoinStream {
+                    stream,
+                    within,
+                    grace,
+                    left,
+                    outer,
+                    key_field,
+                    on,
+                    value_fields,
+                    joined_keys,
+                } => {
                     let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
                     let side_source = format!("{}-source", node.name);
                     let e = topo
@@ -278,6 +290,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         grace: grace.0,
                         left: *left,
                         outer: *outer,
+                        key_field: *key_field,
                         on: on.clone(),
                         left_store,
                         right_store: left_store + 1,

@@ -235,11 +235,9 @@ impl<F: Feed> TaskRun<F> {
             Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
         let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
-        let join_times: Vec<i64> = match meta.get("join_times").and_then(|v| v.as_array()) {
-            Some(a) => a.iter().filter_map(|v| v.as_i64()).collect(),
-            None => meta.get("join_time").and_then(|v| v.as_i64()).into_iter().collect(),
-        };
-        task.joins.set_times(&join_times);
+        let join_times: BTreeMap<String, i64> =
+            meta.get("join_times").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
+        task.joins.set_times(&join_times, meta.get("join_time").and_then(|v| v.as_i64()));
         task.joins.seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
         trees.count_tenants(&task);
@@ -398,7 +396,7 @@ impl<F: Feed> TaskRun<F> {
         let old = &self.task;
         let mut task = Task::new(spec.clone(), old.partition, if restart { i64::MIN } else { old.stream_time });
         if !restart {
-            task.joins.set_times(&old.joins.times());
+            task.joins.set_times(&old.joins.times(), None);
             task.joins.seq = old.joins.seq;
         }
         let ops_in =

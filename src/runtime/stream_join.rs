@@ -120,15 +120,23 @@ impl StreamJoins {
     }
 
     /// Every join's stream time (committed with the task).
-    pub(crate) fn times(&self) -> Vec<i64> {
-        self.sides.iter().map(|js| js.time).collect()
+    /// Each by the name of its main side's store, as state is kept by store name across a
+    /// changed query.
+    pub(crate) fn times(&self) -> BTreeMap<String, i64> {
+        self.spec
+            .streams
+            .iter()
+            .zip(&self.sides)
+            .map(|(si, js)| (self.spec.stores[si.left_store].name.clone(), js.time))
+            .collect()
     }
 
-    /// Set the joins' stream times from a commit record (one per join; a single time, as an
-    /// earlier streamc committed, is every join's).
-    pub(crate) fn set_times(&mut self, times: &[i64]) {
-        for (i, js) in self.sides.iter_mut().enumerate() {
-            js.time = times.get(i).or(times.last()).copied().unwrap_or(i64::MIN);
+    /// Set the joins' stream times from a commit record (by store name; a join with none
+    /// starts from nothing), or from the single time an earlier streamc committed for all.
+    pub(crate) fn set_times(&mut self, times: &BTreeMap<String, i64>, all: Option<i64>) {
+        for (si, js) in self.spec.streams.iter().zip(self.sides.iter_mut()) {
+            let name = &self.spec.stores[si.left_store].name;
+            js.time = times.get(name).copied().or(all).unwrap_or(i64::MIN);
         }
     }
 
@@ -436,7 +444,12 @@ fn other_only(si: &StreamInput, kb: &[u8], e: &RightEntry, scoped: bool) -> Row 
     let tenant = unscope(kb, scoped).ok().and_then(|(t, _)| t);
     let mut joined: Vec<Option<(Value, Arc<Vec<Value>>)>> = vec![None; si.joined_keys.len()];
     joined.push(Some((e.key.clone(), e.value.clone())));
-    Row { key: e.key.clone(), value: vec![Value::Null; si.nvalue], joined, tenant }
+    let mut value = vec![Value::Null; si.nvalue];
+    // The main side's key field is its key, which is the join key: it holds the key here too.
+    if let Some(v) = si.key_field.and_then(|i| value.get_mut(i)) {
+        *v = e.key.clone();
+    }
+    Row { key: e.key.clone(), value, joined, tenant }
 }
 
 /// Both sides of one stream–stream join, by key bytes then (time, offset).

@@ -271,8 +271,14 @@ fn worker(
                 let writes = internal_writes(&t.task.spec);
                 let key = (t.task.spec.name.clone(), t.task.partition);
                 let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-                if writes.is_empty() || (t.drained && t.uncommitted == 0 && !t.failed) {
-                    busy.remove(&key);
+                // Idle: at the end of every input, committed, and not reading a repartition topic
+                // whose own writers are still at work (busy carries down a chain of them).
+                if writes.is_empty() || (t.drained && t.uncommitted == 0 && !t.failed && !t.main_may_grow) {
+                    // A writer going idle lets its readers go on: that is progress (`--drain`
+                    // must not stop before they read what it committed).
+                    if busy.remove(&key).is_some() {
+                        progress = true;
+                    }
                 } else {
                     busy.insert(key, writes);
                 }
