@@ -371,6 +371,23 @@ impl TaskSpec {
         self.tables.iter().map(|t| t.topic.clone()).chain(self.streams.iter().map(|s| s.topic.clone())).collect()
     }
 
+    /// The task has inputs besides its main one.
+    pub fn has_side_inputs(&self) -> bool {
+        !self.tables.is_empty() || !self.streams.is_empty()
+    }
+
+    /// The repartition topics the task writes.
+    pub fn repartition_topics(&self) -> Vec<String> {
+        self.ops
+            .iter()
+            .chain(&self.post)
+            .filter_map(|op| match op {
+                Op::Repartition { topic, .. } => Some(topic.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The topics the task writes records stamped with event times to: its sinks, repartition
     /// topics and changelogs (dead letters and late records keep their input's timestamp).
     pub fn written_topics(&self) -> Vec<String> {

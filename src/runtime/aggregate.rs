@@ -138,14 +138,8 @@ impl Aggregate {
                     });
                 }
                 // The session as it was last sent (it may have grown since).
-                if let (Some((start, end)), true, Some(old)) = (was_emitted, emit_changes, old) {
-                    emitted.push(Emitted::Deleted {
-                        key: group_value(&old.group),
-                        start,
-                        end,
-                        ts: old.max_ts,
-                        tenant: tenant_of(scoped, &sk),
-                    });
+                if let (Some(bounds), true, Some(old)) = (was_emitted, emit_changes, old) {
+                    emitted.push(deleted(&old, bounds, scoped, &sk));
                 }
                 continue;
             }
@@ -165,14 +159,8 @@ impl Aggregate {
             if emit_changes {
                 let bounds = (entry.start, entry.end);
                 // Keyed by window, a session sent with other bounds is another key: delete it.
-                if let (true, Some((start, end))) = (agg.windowed_key, slot.emitted.filter(|b| *b != bounds)) {
-                    emitted.push(Emitted::Deleted {
-                        key: group_value(&entry.group),
-                        start,
-                        end,
-                        ts: entry.max_ts,
-                        tenant: tenant_of(scoped, &sk),
-                    });
+                if let (true, Some(sent)) = (agg.windowed_key, slot.emitted.filter(|b| *b != bounds)) {
+                    emitted.push(deleted(entry, sent, scoped, &sk));
                 }
                 slot.emitted = Some(bounds);
                 emitted.push(result(agg, entry, tenant_of(scoped, &sk)));
@@ -251,6 +239,11 @@ impl Operator for Aggregate {
         }
         self.windowing.restored_all();
     }
+}
+
+/// The deletion downstream of `e`'s result as it was sent, with the bounds `(start, end)`.
+fn deleted(e: &AggEntry, (start, end): (i64, i64), scoped: bool, sk: &[u8]) -> Emitted {
+    Emitted::Deleted { key: group_value(&e.group), start, end, ts: e.max_ts, tenant: tenant_of(scoped, sk) }
 }
 
 /// The key of a result: the group value, or the list of group values.

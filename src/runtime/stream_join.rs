@@ -261,9 +261,7 @@ impl StreamJoins {
         let unmatched = si.left && out.is_empty();
         let now = unmatched && ts.saturating_add(si.within) < time;
         if now {
-            let mut r = row.clone();
-            r.joined.push(None);
-            out.push((r, ts));
+            out.push((main_only(row.clone()), ts));
         }
         let stored = kept(ts, js.main_time, si);
         if stored {
@@ -285,9 +283,7 @@ impl StreamJoins {
         } else if unmatched && !now {
             // Too old to keep, yet its window is open by the joins' stream time (its side ran
             // ahead of the other): nothing can be owed later, so it is passed on now.
-            let mut r = row;
-            r.joined.push(None);
-            out.push((r, ts));
+            out.push((main_only(row), ts));
         }
         (out, stored)
     }
@@ -302,13 +298,9 @@ impl StreamJoins {
         changes: &mut Vec<Change>,
     ) -> Vec<(Row, i64)> {
         let js = &mut self.sides[side];
-        let time = js.time;
+        let due = |t: i64| t.saturating_add(si.within).saturating_add(si.grace) < js.time;
         let mut out = Vec::new();
-        while let Some((t, _, _)) = js.pending.first() {
-            if t.saturating_add(si.within).saturating_add(si.grace) >= time {
-                break;
-            }
-            let Some((t, kb, off)) = js.pending.pop_first() else { break };
+        for (t, kb, off) in pop_while(&mut js.pending, due) {
             let Some(e) = js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
             e.matched = true;
             changes.push(Change {
@@ -318,15 +310,9 @@ impl StreamJoins {
                 timestamp: t,
                 existed: true,
             });
-            let mut r = e.row.clone();
-            r.joined.push(None);
-            out.push((r, t));
+            out.push((main_only(e.row.clone()), t));
         }
-        while let Some((t, _, _)) = js.other_pending.first() {
-            if t.saturating_add(si.within).saturating_add(si.grace) >= time {
-                break;
-            }
-            let Some((t, kb, off)) = js.other_pending.pop_first() else { break };
+        for (t, kb, off) in pop_while(&mut js.other_pending, due) {
             let Some(e) = js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
             e.matched = true;
             changes.push(Change {
@@ -349,60 +335,54 @@ impl StreamJoins {
     pub(crate) fn expire(&mut self, side: usize, si: &StreamInput, changes: &mut Vec<Change>) -> Vec<(Row, i64)> {
         let js = &mut self.sides[side];
         let mut out = Vec::new();
-        while let Some((t, _, _)) = js.other_expiry.first() {
-            if kept(*t, js.other_time, si) {
-                break;
-            }
-            let Some((t, kb, off)) = js.other_expiry.pop_first() else { break };
-            changes.push(Change {
-                store: si.right_store,
-                key: join_store_key(&kb, t, off),
-                value: None,
-                timestamp: t,
-                existed: true,
-            });
-            let mut entry = None;
-            if let Some(m) = js.right.get_mut(&kb) {
-                entry = m.remove(&(t, off));
-                if m.is_empty() {
-                    js.right.remove(&kb);
-                }
-            }
-            if js.other_pending.remove(&(t, kb.clone(), off)) {
-                if let Some(e) = entry {
-                    out.push((other_only(si, &kb, &e, self.spec.tenant), t));
-                }
+        let (main_time, other_time) = (js.main_time, js.other_time);
+        for (t, kb, off) in pop_while(&mut js.other_expiry, |t| !kept(t, other_time, si)) {
+            changes.push(tombstone(si.right_store, &kb, t, off));
+            // Pending (owed a row): its `matched` flag says so, no set lookup needed otherwise.
+            if let Some(e) = take(&mut js.right, &kb, t, off).filter(|e| !e.matched) {
+                out.push((other_only(si, &kb, &e, self.spec.tenant), t));
+                js.other_pending.remove(&(t, kb, off));
             }
         }
-        while let Some((t, _, _)) = js.main_expiry.first() {
-            if kept(*t, js.main_time, si) {
-                break;
-            }
-            let Some((t, kb, off)) = js.main_expiry.pop_first() else { break };
-            changes.push(Change {
-                store: si.left_store,
-                key: join_store_key(&kb, t, off),
-                value: None,
-                timestamp: t,
-                existed: true,
-            });
-            let mut entry = None;
-            if let Some(m) = js.left.get_mut(&kb) {
-                entry = m.remove(&(t, off));
-                if m.is_empty() {
-                    js.left.remove(&kb);
-                }
-            }
-            if js.pending.remove(&(t, kb, off)) {
-                if let Some(e) = entry {
-                    let mut r = e.row;
-                    r.joined.push(None);
-                    out.push((r, t));
-                }
+        for (t, kb, off) in pop_while(&mut js.main_expiry, |t| !kept(t, main_time, si)) {
+            changes.push(tombstone(si.left_store, &kb, t, off));
+            if let Some(e) = take(&mut js.left, &kb, t, off).filter(|e| !e.matched) {
+                out.push((main_only(e.row), t));
+                js.pending.remove(&(t, kb, off));
             }
         }
         out
     }
+}
+
+/// Take the leading entries of a (time, key bytes, offset) set while `due(time)`.
+fn pop_while(set: &mut BTreeSet<(i64, Vec<u8>, u64)>, due: impl Fn(i64) -> bool) -> Vec<(i64, Vec<u8>, u64)> {
+    let mut out = Vec::new();
+    while set.first().is_some_and(|(t, _, _)| due(*t)) {
+        out.extend(set.pop_first());
+    }
+    out
+}
+
+/// Remove one stored record of a side (and its key's map once empty).
+fn take<E>(side: &mut FxHashMap<Vec<u8>, BTreeMap<(i64, u64), E>>, kb: &[u8], t: i64, off: u64) -> Option<E> {
+    let m = side.get_mut(kb)?;
+    let e = m.remove(&(t, off));
+    if m.is_empty() {
+        side.remove(kb);
+    }
+    e
+}
+
+/// The store tombstone of an expired join record.
+fn tombstone(store: usize, kb: &[u8], t: i64, off: u64) -> Change {
+    Change { store, key: join_store_key(kb, t, off), value: None, timestamp: t, existed: true }
+}
+
+/// A main-side row passed on unmatched: the other side null.
+fn main_only(mut row: Row) -> Row {
+    row.joined.push(None);
+    row
 }
 
 /// A main-side record kept for a stream–stream join.

@@ -19,7 +19,7 @@ use crate::config::Config;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
-use crate::plan::physical::{Decode, Op, TaskSpec};
+use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::runtime::commit;
 use crate::runtime::error::{state, RunError};
@@ -83,7 +83,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     // Every writer of a repartition topic is at work until its first step says otherwise.
     let busy: BTreeMap<(String, u32), Vec<String>> = tasks
         .iter()
-        .map(|t| ((t.task.spec.name.clone(), t.task.partition), internal_writes(&t.task.spec)))
+        .map(|t| ((t.task.spec.name.clone(), t.task.partition), t.task.spec.repartition_topics()))
         .filter(|(_, w)| !w.is_empty())
         .collect();
     let mut groups: Vec<Vec<TaskRun<EmbeddedFeed>>> = (0..threads).map(|_| Vec::new()).collect();
@@ -247,9 +247,7 @@ fn worker(
                 // A task that reads a repartition topic beside other inputs sees what its writers
                 // committed up to now: a writer found idle has committed all it will write.
                 let fresh;
-                let c = if matches!(t.task.spec.main.decode, Decode::Internal { .. })
-                    && !t.task.spec.side_topics().is_empty()
-                {
+                let c = if matches!(t.task.spec.main.decode, Decode::Internal { .. }) && t.task.spec.has_side_inputs() {
                     fresh = sh.log.committed()?;
                     &fresh
                 } else {
@@ -268,7 +266,7 @@ fn worker(
                     t.reopen(&sh.log, &sh.db, &stage, opts)?;
                     progress = true;
                 }
-                let writes = internal_writes(&t.task.spec);
+                let writes = t.task.spec.repartition_topics();
                 let key = (t.task.spec.name.clone(), t.task.partition);
                 let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
                 // Idle: at the end of every input, committed, and not reading a repartition topic
@@ -331,7 +329,7 @@ fn worker(
                                 TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
                             t.bar = sh.bar.clone();
                             slot.insert(t.control);
-                            let writes = internal_writes(spec);
+                            let writes = spec.repartition_topics();
                             if !writes.is_empty() {
                                 let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
                                 busy.insert((spec.name.clone(), p), writes);
@@ -367,18 +365,6 @@ fn worker(
         s.add_from(&t.summary());
     }
     Ok(s)
-}
-
-/// The repartition topics a task writes.
-fn internal_writes(spec: &TaskSpec) -> Vec<String> {
-    spec.ops
-        .iter()
-        .chain(&spec.post)
-        .filter_map(|op| match op {
-            Op::Repartition { topic, .. } => Some(topic.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Create or check every topic the program needs; returns each sub-topology's task count.
