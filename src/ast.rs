@@ -155,7 +155,10 @@ pub enum Clause {
         /// `outer join`: a full outer stream–stream join.
         outer: bool,
         other: Ident,
+        /// `within D`: the other side's records at most D before or after match; `within (B, A)`:
+        /// at most B before and A after (`within` holds B, `after` A).
         within: Option<Node<Duration>>,
+        after: Option<Node<Duration>>,
         /// `within D grace G`: how long after its window a stream–stream join still takes a
         /// record (0 unless written).
         grace: Option<Node<Duration>>,
@@ -530,8 +533,12 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 .collect::<Vec<_>>()
                 .join(", "),
             Clause::Emit(m) => format!("{m:?}").to_lowercase(),
-            Clause::Join { other, within, grace, on, .. } => {
-                let mut w = within.as_ref().map(|w| format!(" within {}", w.node)).unwrap_or_default();
+            Clause::Join { other, within, after, grace, on, .. } => {
+                let mut w = match (within, after) {
+                    (Some(b), Some(a)) => format!(" within ({}, {})", b.node, a.node),
+                    (Some(w), None) => format!(" within {}", w.node),
+                    _ => String::new(),
+                };
                 if let Some(g) = grace {
                     w += &format!(" grace {}", g.node);
                 }

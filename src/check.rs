@@ -1080,7 +1080,7 @@ impl<'a> Checker<'a> {
                         steps[i].span = steps[i].span.to(c.span);
                     }
                 }
-                Clause::Join { left, outer, other, within, grace, on } => {
+                Clause::Join { left, outer, other, within, after, grace, on } => {
                     if in_group || aggregated.is_some() {
                         order_err(self, "`join` after `group by`", "join the stream before grouping it");
                         ok = false;
@@ -1209,6 +1209,7 @@ impl<'a> Checker<'a> {
                         SourceKind::Stream => StepKind::JoinStream {
                             stream: oi,
                             within: within.as_ref().map(|w| w.node).unwrap_or(Duration(0)),
+                            after: after.as_ref().or(within.as_ref()).map(|w| w.node).unwrap_or(Duration(0)),
                             grace: grace.as_ref().map(|g| g.node).unwrap_or(Duration(0)),
                             on: he,
                             left: *left || *outer,

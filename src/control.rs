@@ -875,7 +875,7 @@ fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
             return Some(format!("the window changed from {} to {}", fmt_window(a), fmt_window(b)))
         }
         (Window { .. }, Window { .. }) => {}
-        (JoinWindow { within: a, .. }, JoinWindow { within: b, .. }) if a != b => {
+        (JoinWindow { within: a, after: x, .. }, JoinWindow { within: b, after: y, .. }) if a != b || x != y => {
             return Some("the join's `within` changed".into())
         }
         (JoinWindow { outer: a, .. }, JoinWindow { outer: b, .. }) if a != b => {

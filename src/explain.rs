@@ -96,8 +96,11 @@ fn store_kind(k: &StoreKind) -> String {
             crate::plan::window_desc(&window.kind),
             window.grace
         ),
-        StoreKind::JoinWindow { within, grace, .. } => {
+        StoreKind::JoinWindow { within, after, grace, .. } if within == after => {
             format!("join window store (records kept 2 × {within} + grace {grace}, by its side's stream time)")
+        }
+        StoreKind::JoinWindow { within, after, grace, .. } => {
+            format!("join window store (records kept {within} + {after} + grace {grace}, by its side's stream time)")
         }
         StoreKind::Global => "global key-value (every task sees all; rebuilt from the control topic)".into(),
     }
@@ -335,9 +338,10 @@ fn json(v: &View) -> serde_json::Value {
             let (kind, window) = match &s.kind {
                 StoreKind::KeyValue => ("key-value", serde_json::Value::Null),
                 StoreKind::Window { window } => ("window", serde_json::to_value(window).unwrap_or_default()),
-                StoreKind::JoinWindow { within, grace, outer } => {
-                    ("join-window", json!({"within_ms": within.0, "grace_ms": grace.0, "outer": outer}))
-                }
+                StoreKind::JoinWindow { within, after, grace, outer } => (
+                    "join-window",
+                    json!({"within_ms": within.0, "after_ms": after.0, "grace_ms": grace.0, "outer": outer}),
+                ),
                 StoreKind::Global => ("global", serde_json::Value::Null),
             };
             json!({"name": s.name, "kind": kind, "window": window, "changelog": s.changelog, "node": s.node,

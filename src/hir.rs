@@ -161,7 +161,10 @@ pub enum StepKind {
     },
     JoinStream {
         stream: usize,
+        /// How far before and after a main-side record the other side's records match
+        /// (`within D`: both D; `within (B, A)`).
         within: Duration,
+        after: Duration,
         /// How long after its window closes a record is still joined (Kafka Streams' join grace).
         grace: Duration,
         on: Expr,
@@ -396,8 +399,8 @@ impl Program {
                             if *repartition { " (repartition)" } else { "" }
                         )
                     }
-                    StepKind::JoinStream { stream, within, grace, left, outer, repartition, .. } => format!(
-                        "{}join stream {} within {within} grace {grace}{}",
+                    StepKind::JoinStream { stream, within, after, grace, left, outer, repartition, .. } => format!(
+                        "{}join stream {} within {} grace {grace}{}",
                         if *outer {
                             "outer "
                         } else if *left {
@@ -406,6 +409,7 @@ impl Program {
                             ""
                         },
                         self.sources[*stream].name,
+                        if within == after { within.to_string() } else { format!("({within}, {after})") },
                         if *repartition { " (repartition)" } else { "" }
                     ),
                 };

@@ -630,6 +630,7 @@ impl Builder {
                 let mut outer = false;
                 let mut other = None;
                 let mut within = None;
+                let mut after = None;
                 let mut grace = None;
                 let mut on = None;
                 for c in parts {
@@ -639,7 +640,14 @@ impl Builder {
                         Rule::ident => other = Some(self.ident(c)),
                         Rule::within => {
                             let mut w = inner(c);
-                            within = Some(self.duration(w.next().ok_or(())?)?);
+                            let first = w.next().ok_or(())?;
+                            if first.as_rule() == Rule::within_pair {
+                                let mut pair = inner(first);
+                                within = Some(self.duration(pair.next().ok_or(())?)?);
+                                after = Some(self.duration(pair.next().ok_or(())?)?);
+                            } else {
+                                within = Some(self.duration(first)?);
+                            }
                             if let Some(g) = w.next() {
                                 grace = Some(self.duration(inner(g).next().ok_or(())?)?);
                             }
@@ -648,7 +656,7 @@ impl Builder {
                         r => return self.unexpected(&c, r),
                     }
                 }
-                Clause::Join { left, outer, other: other.ok_or(())?, within, grace, on: on.ok_or(())? }
+                Clause::Join { left, outer, other: other.ok_or(())?, within, after, grace, on: on.ok_or(())? }
             }
             Rule::to_clause => {
                 let topic = self.string(parts.remove(0))?;

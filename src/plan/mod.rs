@@ -104,7 +104,9 @@ pub enum NodeKind {
     /// incoming edge's value, laid out like a repartition topic's (`value_fields`, `joined_keys`).
     JoinStream {
         stream: String,
+        /// How far before and after this side's record the other side's records match.
         within: Duration,
+        after: Duration,
         grace: Duration,
         left: bool,
         outer: bool,
@@ -160,7 +162,9 @@ pub enum StoreKind {
     },
     /// One side of a stream–stream join: records kept `within` of each other, plus grace.
     JoinWindow {
+        /// The join's bounds: before (`within`) and after a main-side record.
         within: Duration,
+        after: Duration,
         grace: Duration,
         /// Of an outer join (its other side's records carry whether a null row is owed).
         outer: bool,
@@ -511,7 +515,7 @@ impl Lowering<'_> {
                     }
                     n
                 }
-                StepKind::JoinStream { stream, within, grace, left, outer, repartition, on } => {
+                StepKind::JoinStream { stream, within, after, grace, left, outer, repartition, on } => {
                     let o = &program.sources[stream];
                     if repartition {
                         let mut cut = shape.clone();
@@ -534,6 +538,7 @@ impl Lowering<'_> {
                     let kind = NodeKind::JoinStream {
                         stream: o.name.clone(),
                         within,
+                        after,
                         grace,
                         left,
                         outer,
@@ -567,7 +572,7 @@ impl Lowering<'_> {
                     self.store(
                         n,
                         format!("{name}-left"),
-                        StoreKind::JoinWindow { within, grace, outer },
+                        StoreKind::JoinWindow { within, after, grace, outer },
                         shape.key.clone(),
                         Type::Record(shape.value.clone()),
                         scoped,
@@ -575,7 +580,7 @@ impl Lowering<'_> {
                     self.store(
                         n,
                         format!("{name}-right"),
-                        StoreKind::JoinWindow { within, grace, outer },
+                        StoreKind::JoinWindow { within, after, grace, outer },
                         o.key_type(),
                         Type::Record(o.value.clone()),
                         scoped,
@@ -668,8 +673,13 @@ impl NodeKind {
                 format!("looks up the control-managed table `{table}` (global: every task sees all of it)")
             }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
-            NodeKind::JoinStream { stream, within, grace, left, outer, .. } => format!(
-                "matches `{stream}` records at most {within} apart (grace {grace}){}",
+            NodeKind::JoinStream { stream, within, after, grace, left, outer, .. } => format!(
+                "matches `{stream}` records {} (grace {grace}){}",
+                if within == after {
+                    format!("at most {within} apart")
+                } else {
+                    format!("from {within} before to {after} after")
+                },
                 if *outer {
                     "; a record of either side with no match is passed on once its window closes"
                 } else if *left {

@@ -41,11 +41,13 @@ pub struct StreamInput {
     pub source: Arc<hir::Source>,
     /// Index of the join in the task's `ops`.
     pub op: usize,
-    /// Records match when their times are at most this far apart (ms).
-    pub within: i64,
+    /// A main-side record at `t` matches the joined stream's records in `[t − before, t +
+    /// after]` (ms; `within D` sets both to D).
+    pub before: i64,
+    pub after: i64,
     /// How long after its window closes a record still counts (ms): a side keeps its records
-    /// for `2 × within + grace` of its own stream time, and a left join's unmatched record is
-    /// passed on once stream time passes its time + within + grace.
+    /// for `before + after + grace` of its own stream time, and a left join's unmatched record
+    /// is passed on once stream time passes its time + after + grace.
     pub grace: i64,
     pub left: bool,
     /// A full outer join: the joined stream's records with no match pass too, the main side
@@ -261,6 +263,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 NodeKind::JoinStream {
                     stream,
                     within,
+                    after,
                     grace,
                     left,
                     outer,
@@ -286,7 +289,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         topic: src.topic.clone().unwrap_or_default(),
                         source: Arc::new(src.clone()),
                         op: ops.len(),
-                        within: within.0,
+                        before: within.0,
+                        after: after.0,
                         grace: grace.0,
                         left: *left,
                         outer: *outer,

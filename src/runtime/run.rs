@@ -237,7 +237,9 @@ impl<F: Feed> TaskRun<F> {
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
         let join_times: BTreeMap<String, i64> =
             meta.get("join_times").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
-        task.joins.set_times(&join_times, meta.get("join_time").and_then(|v| v.as_i64()));
+        let min_times: BTreeMap<String, i64> =
+            meta.get("join_min_times").and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default();
+        task.joins.set_times(&join_times, &min_times, meta.get("join_time").and_then(|v| v.as_i64()));
         task.joins.seq = meta.get("join_seq").and_then(|v| v.as_u64()).unwrap_or(0);
         task.restore_index(&trees);
         trees.count_tenants(&task);
@@ -284,6 +286,7 @@ impl<F: Feed> TaskRun<F> {
             "inputs": self.positions,
             "stream_time": self.task.stream_time,
             "join_times": self.task.joins.times(),
+            "join_min_times": self.task.joins.min_times(),
             "join_seq": self.task.joins.seq,
             "control": self.control,
             "version": self.task.spec.version,
@@ -396,7 +399,7 @@ impl<F: Feed> TaskRun<F> {
         let old = &self.task;
         let mut task = Task::new(spec.clone(), old.partition, if restart { i64::MIN } else { old.stream_time });
         if !restart {
-            task.joins.set_times(&old.joins.times(), None);
+            task.joins.set_times(&old.joins.times(), &old.joins.min_times(), None);
             task.joins.seq = old.joins.seq;
         }
         let ops_in =

@@ -1,11 +1,13 @@
 //! Stream–stream joins, one operator per joined stream, with Kafka Streams' semantics
-//! (`JoinWindows.ofTimeDifferenceAndGrace(within, grace)`): each side keeps its records for
-//! `2 × within + grace` of its own stream time, mirrored in two changelogged stores
-//! (`StreamInput`'s `left_store` and `right_store`). A record — however late — joins every record
-//! the other side still keeps within `within` of it. A left join's main-side record with no
+//! (`JoinWindows.ofTimeDifferenceAndGrace(D, grace)`, with `before`/`after` bounds): each side
+//! keeps its records for `before + after + grace` of its own stream time, mirrored in two
+//! changelogged stores (`StreamInput`'s `left_store` and `right_store`). A record — however
+//! late — joins every record the other side still keeps within its bounds (a main-side record at
+//! `t` the other side's in `[t − before, t + after]`). A left join's main-side record with no
 //! match is passed on with a null other side at once if its window already closed, otherwise
-//! once stream time passes its time + within + grace (unless a match came first). The task
-//! runs the joined rows down the rest of its operator chain.
+//! once stream time passes its time + after + grace (unless a match came first), at the next
+//! pass over the pending records that Kafka Streams' gate allows (see `closed_pending`). The
+//! task runs the joined rows down the rest of its operator chain.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -53,7 +55,7 @@ impl Operator for StreamJoins {
         let spec = self.spec.clone();
         for (side, si) in spec.streams.iter().enumerate() {
             let js = &mut self.sides[side];
-            *js = JoinState { time: js.time, ..JoinState::default() };
+            *js = JoinState { time: js.time, min_time: js.min_time, ..JoinState::default() };
             for (k, v) in stores.entries(si.left_store) {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
                 if let Ok(e) = decode_left(&v, kb, si, spec.tenant) {
@@ -92,10 +94,10 @@ impl Operator for StreamJoins {
 }
 
 /// How long a side keeps a record, measured by that side's stream time (Kafka Streams' join
-/// store retention): `2 × within + grace`, at least 1 ms (a record at its side's stream time is
-/// kept, also with `within 0ms`).
+/// store retention): `before + after + grace`, at least 1 ms (a record at its side's stream
+/// time is kept, also with `within 0ms`).
 fn retention(si: &StreamInput) -> i64 {
-    si.within.saturating_mul(2).saturating_add(si.grace).max(1)
+    si.before.saturating_add(si.after).saturating_add(si.grace).max(1)
 }
 
 /// A side whose stream time is `side_time` still keeps (and matches against) a record at `t`.
@@ -131,12 +133,29 @@ impl StreamJoins {
             .collect()
     }
 
-    /// Set the joins' stream times from a commit record (by store name; a join with none
-    /// starts from nothing), or from the single time an earlier streamc committed for all.
-    pub(crate) fn set_times(&mut self, times: &BTreeMap<String, i64>, all: Option<i64>) {
+    /// Every join's pass gate (`JoinState::min_time`), by the same names (committed too).
+    pub(crate) fn min_times(&self) -> BTreeMap<String, i64> {
+        self.spec
+            .streams
+            .iter()
+            .zip(&self.sides)
+            .map(|(si, js)| (self.spec.stores[si.left_store].name.clone(), js.min_time))
+            .collect()
+    }
+
+    /// Set the joins' stream times and pass gates from a commit record (by store name; a join
+    /// with none starts from nothing), or the time from the single one an earlier streamc
+    /// committed for all (its gate then open, as after a Kafka Streams restart).
+    pub(crate) fn set_times(
+        &mut self,
+        times: &BTreeMap<String, i64>,
+        min_times: &BTreeMap<String, i64>,
+        all: Option<i64>,
+    ) {
         for (si, js) in self.spec.streams.iter().zip(self.sides.iter_mut()) {
             let name = &self.spec.stores[si.left_store].name;
             js.time = times.get(name).copied().or(all).unwrap_or(i64::MIN);
+            js.min_time = min_times.get(name).copied().unwrap_or(i64::MAX);
         }
     }
 
@@ -150,7 +169,8 @@ impl StreamJoins {
 
     /// A record of joined stream `side` (key bytes `kb`, key, value, raw value bytes, time,
     /// input offset): stored if its side still keeps records that old, and joined with the
-    /// main-side records within `within` of it, in (time, offset) order, each with the time to
+    /// main-side records whose bounds hold it (a main-side record at `t` matches `[t − before,
+    /// t + after]`), in (time, offset) order, each with the time to
     /// emit it at. A main-side record it matches is no longer pending. Also whether it was stored.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn right(
@@ -172,7 +192,7 @@ impl StreamJoins {
         let mut matched = Vec::new();
         if let Some(m) = js.left.get_mut(&kb) {
             for ((lt, loff), e) in
-                m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
+                m.range_mut((ts.saturating_sub(si.after), 0)..=(ts.saturating_add(si.before), u64::MAX))
             {
                 let mut row = e.row.clone();
                 row.joined.push(Some((key.clone(), value.clone())));
@@ -193,7 +213,8 @@ impl StreamJoins {
         // An outer join passes an unmatched record on with the main side null: at once if its
         // window already closed, else once it closes (unless a match comes first).
         let unmatched = si.outer && matched.is_empty();
-        let now = unmatched && (ts.saturating_add(si.within) < time || !stored);
+        // Its window: main-side records up to `before` later match it.
+        let now = unmatched && (ts.saturating_add(si.before) < time || !stored);
         let entry =
             RightEntry { key, value, raw: if si.outer { raw.clone() } else { None }, matched: !unmatched || now };
         if now {
@@ -210,6 +231,7 @@ impl StreamJoins {
             js.other_expiry.insert((ts, kb.clone(), offset));
             if !entry.matched {
                 js.other_pending.insert((ts, kb.clone(), offset));
+                js.min_time = js.min_time.min(ts);
             }
             js.right.entry(kb).or_default().insert((ts, offset), entry);
         }
@@ -219,9 +241,9 @@ impl StreamJoins {
     /// A main-side row of join `side` (key bytes `kb`, time): numbered (main-side rows come
     /// from either input, or from an earlier join: no input offset identifies them; the
     /// counter is committed), stored if its side still keeps records that old, and returned
-    /// joined with every record of the other side within `within`, each with the time to emit
+    /// joined with every record of the other side in `[t − before, t + after]`, each with the time to emit
     /// it at. A left join's row with no match is passed on at once, with a null other side, if
-    /// its window already closed (time + within before the joins' stream time); otherwise it
+    /// its window already closed (time + after before the joins' stream time); otherwise it
     /// is pending until its window closes or a match arrives. Also whether it was stored.
     pub(crate) fn left(
         &mut self,
@@ -239,7 +261,7 @@ impl StreamJoins {
         let mut out: Vec<(Row, i64)> = Vec::new();
         if let Some(m) = js.right.get_mut(&kb) {
             for ((t, off), e) in
-                m.range_mut((ts.saturating_sub(si.within), 0)..=(ts.saturating_add(si.within), u64::MAX))
+                m.range_mut((ts.saturating_sub(si.before), 0)..=(ts.saturating_add(si.after), u64::MAX))
             {
                 let mut r = row.clone();
                 r.joined.push(Some((e.key.clone(), e.value.clone())));
@@ -259,7 +281,7 @@ impl StreamJoins {
             }
         }
         let unmatched = si.left && out.is_empty();
-        let now = unmatched && ts.saturating_add(si.within) < time;
+        let now = unmatched && ts.saturating_add(si.after) < time;
         if now {
             out.push((main_only(row.clone()), ts));
         }
@@ -270,6 +292,7 @@ impl StreamJoins {
             let entry = LeftEntry { row, matched: !unmatched || now };
             if !entry.matched {
                 js.pending.insert((ts, kb.clone(), offset));
+                js.min_time = js.min_time.min(ts);
             }
             changes.push(Change {
                 store: si.left_store,
@@ -288,47 +311,93 @@ impl StreamJoins {
         (out, stored)
     }
 
-    /// The pending main-side records of left join `side` whose windows closed (time + within +
-    /// grace before the joins' stream time): passed on with a null other side, in time order,
-    /// and no longer pending.
+    /// A pass over the pending records of join `side` (a record at the join's stream time
+    /// came; `main`: of the main side): those whose windows closed (a main-side record's time +
+    /// after + grace, the other side's time + before + grace, before the stream time) are
+    /// passed on with the other side null, in time order, and no longer pending.
+    ///
+    /// As in Kafka Streams (`KStreamKStreamJoin`, with its wall-clock throttle
+    /// `__emit.interval.ms.kstreams.outer.join.spurious.results.fix__` at 0), a pass runs only
+    /// when `min_time + grace` plus the triggering side's own bound (`after` for the main side,
+    /// `before` for the other) is before the stream time, and leaves `min_time` at the
+    /// time of the last pending record it looked at (records in time order; it stops at the
+    /// first record once both sides have one whose window is open, and a left join has only
+    /// one side). So a record whose window closed can wait for a later pass, and a match that
+    /// arrives meanwhile still takes it: results equal Kafka Streams', record for record.
     pub(crate) fn closed_pending(
         &mut self,
         side: usize,
         si: &StreamInput,
+        main: bool,
         changes: &mut Vec<Change>,
     ) -> Vec<(Row, i64)> {
         let js = &mut self.sides[side];
-        let due = |t: i64| t.saturating_add(si.within).saturating_add(si.grace) < js.time;
+        let gate = if main { si.after } else { si.before }.saturating_add(si.grace);
+        // `min_time` unset (no pending record since the last pass found none): the gate is open.
+        if js.min_time != i64::MAX && js.min_time.saturating_add(gate) >= js.time {
+            return Vec::new();
+        }
+        js.min_time = i64::MAX;
+        // Both sides' pending records merged in time order, the other side first on ties.
+        let mut due: Vec<(i64, bool, Vec<u8>, u64)> = Vec::new();
+        let (mut main_open, mut other_open) = (false, false);
+        let mut main = js.pending.iter().peekable();
+        let mut other = js.other_pending.iter().peekable();
+        loop {
+            let is_main = match (main.peek(), other.peek()) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(m), Some(o)) => m.0 < o.0,
+            };
+            let (t, kb, off) = if is_main { main.next() } else { other.next() }.unwrap();
+            js.min_time = *t;
+            if main_open && other_open {
+                break;
+            }
+            let bound = if is_main { si.after } else { si.before };
+            if t.saturating_add(bound).saturating_add(si.grace) >= js.time {
+                if is_main {
+                    main_open = true;
+                } else {
+                    other_open = true;
+                }
+                continue;
+            }
+            due.push((*t, is_main, kb.clone(), *off));
+        }
         let mut out = Vec::new();
-        for (t, kb, off) in pop_while(&mut js.pending, due) {
-            let Some(e) = js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
-            e.matched = true;
-            changes.push(Change {
-                store: si.left_store,
-                key: join_store_key(&kb, t, off),
-                value: Some(encode_left(&e.row, true, si)),
-                timestamp: t,
-                existed: true,
-            });
-            out.push((main_only(e.row.clone()), t));
+        for (t, is_main, kb, off) in due {
+            if is_main {
+                js.pending.remove(&(t, kb.clone(), off));
+                let Some(e) = js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+                e.matched = true;
+                changes.push(Change {
+                    store: si.left_store,
+                    key: join_store_key(&kb, t, off),
+                    value: Some(encode_left(&e.row, true, si)),
+                    timestamp: t,
+                    existed: true,
+                });
+                out.push((main_only(e.row.clone()), t));
+            } else {
+                js.other_pending.remove(&(t, kb.clone(), off));
+                let Some(e) = js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+                e.matched = true;
+                changes.push(Change {
+                    store: si.right_store,
+                    key: join_store_key(&kb, t, off),
+                    value: encode_right(e, si),
+                    timestamp: t,
+                    existed: true,
+                });
+                out.push((other_only(si, &kb, e, self.spec.tenant), t));
+            }
         }
-        for (t, kb, off) in pop_while(&mut js.other_pending, due) {
-            let Some(e) = js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
-            e.matched = true;
-            changes.push(Change {
-                store: si.right_store,
-                key: join_store_key(&kb, t, off),
-                value: encode_right(e, si),
-                timestamp: t,
-                existed: true,
-            });
-            out.push((other_only(si, &kb, e, self.spec.tenant), t));
-        }
-        out.sort_by_key(|(_, t)| *t);
         out
     }
 
-    /// Drop the records each side of join `side` no longer keeps (older than `2 × within +
+    /// Drop the records each side of join `side` no longer keeps (older than `before + after +
     /// grace` before that side's stream time), with a store tombstone. A main-side record still
     /// pending then (its window closed, but no record at the join's stream time came since) is
     /// passed on with a null other side.
@@ -450,6 +519,10 @@ struct JoinState {
     other_time: i64,
     /// The join's stream time: the largest time of either side's records.
     time: i64,
+    /// Kafka Streams' gate on passes over the pending records (its shared time tracker's
+    /// `minTime`): lowered to each record made pending, set by each pass (`closed_pending`);
+    /// `i64::MAX` when unset.
+    min_time: i64,
 }
 
 impl Default for JoinState {
@@ -464,6 +537,7 @@ impl Default for JoinState {
             main_time: i64::MIN,
             other_time: i64::MIN,
             time: i64::MIN,
+            min_time: i64::MAX,
         }
     }
 }

@@ -282,7 +282,7 @@ impl Task {
         if input.row.key.is_null() {
             return Err(RecordError("the join key is null".into()));
         }
-        self.join_time(side, ts, out, stores);
+        self.join_time(side, false, ts, out, stores);
         let kb = self.scoped(input.row.tenant.as_ref(), input.row.key.key_bytes(&si.on.ty))?;
         let value = Arc::new(input.row.value);
         let (matched, stored) = self.joins.right(
@@ -317,7 +317,7 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let rest = &spec.ops[si.op + 1..];
-        self.join_time(side, ts, out, stores);
+        self.join_time(side, true, ts, out, stores);
         let k = eval(&si.on, &row, &[]).map_err(RecordError)?;
         if k.is_null() {
             // A null key matches nothing: a left join passes the record on at once.
@@ -343,12 +343,13 @@ impl Task {
     /// it, a left join passes on its pending records whose windows closed; each side drops what
     /// it no longer keeps. Those rows are not the record's: an error evaluating one is reported
     /// at the next flush (as a result's is), and lateness they meet is not the record's.
-    fn join_time(&mut self, side: usize, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) {
+    /// (`main`: the record is the main side's.)
+    fn join_time(&mut self, side: usize, main: bool, ts: i64, out: &mut Vec<Output>, stores: &dyn StoreRead) {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let mut rows = Vec::new();
         if self.joins.observe(side, ts) && si.left {
-            rows = self.joins.closed_pending(side, si, &mut self.table_changes);
+            rows = self.joins.closed_pending(side, si, main, &mut self.table_changes);
         }
         rows.extend(self.joins.expire(side, si, &mut self.table_changes));
         if rows.is_empty() {
@@ -371,8 +372,8 @@ impl Task {
         self.counters.late += 1;
         self.late_reason = Some(format!(
             "late: its join side keeps records for {} + {} + grace {} (time {ts}, stream time {})",
-            crate::ast::Duration(si.within),
-            crate::ast::Duration(si.within),
+            crate::ast::Duration(si.before),
+            crate::ast::Duration(si.after),
             crate::ast::Duration(si.grace),
             self.joins.time(side)
         ));
@@ -526,7 +527,7 @@ impl Task {
             // their unmatched records.
             for side in 0..self.spec.streams.len() {
                 self.joins.close(side);
-                self.join_time(side, i64::MAX, out, stores);
+                self.join_time(side, true, i64::MAX, out, stores);
             }
         }
         errors.append(&mut self.orphan_errors);

@@ -3,8 +3,10 @@
 simulated record by record. The inputs are merged by event time (heads compared, a payment
 first on ties), each in file order. Stream time T is the largest event time of either side;
 each side's own time is the largest of its records. Per record at t:
-1. T and the side's time move; if t == T, every pending order with time + W + G < T is passed
-   on with a null payment;
+1. T and the side's time move; if t == T and the gate min_t allows (min_t unset, or
+   min_t + W + G < T), a pass: every pending order with time + W + G < T is passed on with a
+   null payment, and min_t becomes the time of the last pending order looked at (Kafka Streams'
+   minTime; an order made pending lowers it to its time);
 2. each side drops the records older than its own time - (2W + G) (a pending order dropped is
    passed on with a null payment);
 3. an order is kept if t + 2W + G > the orders' time; it joins every kept payment of its id at
@@ -25,6 +27,7 @@ orders = [(i, r) for i, r in enumerate(read_input("orders"))]
 payments = [(i, r) for i, r in enumerate(read_input("payments"))]
 NEG = -(1 << 62)
 T = main_t = other_t = NEG
+min_t = None
 kept_orders = []    # [t, id, value, pending]
 kept_payments = []  # [t, id, value]
 out, late = [], []
@@ -46,9 +49,11 @@ while orders or payments:
         other_t = max(other_t, t)
     else:
         main_t = max(main_t, t)
-    if t == T:
-        for o in sorted(kept_orders, key=lambda o: o[0]):
-            if o[3] and o[0] + W + G < T:
+    if t == T and (min_t is None or min_t + W + G < T):
+        min_t = None
+        for o in sorted((o for o in kept_orders if o[3]), key=lambda o: o[0]):
+            min_t = o[0]
+            if o[0] + W + G < T:
                 o[3] = False
                 out.append(row(o[2], None))
                 stats["null_closed"] += 1
@@ -83,6 +88,8 @@ while orders or payments:
             stats["null_now"] += 1
         if t + R > main_t:
             kept_orders.append([t, v["id"], v, not matches and not now])
+            if not matches and not now:
+                min_t = t if min_t is None else min(min_t, t)
 assert all(n > 0 for n in stats.values()), stats
 write_expected("settled", out)
 write_expected(f"{HERE.name}-late", late)
