@@ -19,6 +19,9 @@ pub enum Mode {
     All,
     /// Records folded as a compacted table by (key, window start): the live rows must be equal.
     Final,
+    /// Records folded by key alone, as a compacted topic holds them (for keys that carry their
+    /// window, `to … windowed`): the live rows must be equal.
+    Table,
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -204,7 +207,7 @@ fn run_and_compare(case: &Case, backend: &Backend, work: &Path) -> Result<Result
     }
 }
 
-fn streamc(state: &Path, args: &[String]) -> Result<String, String> {
+pub fn streamc(state: &Path, args: &[String]) -> Result<String, String> {
     let out = Command::new(bin()).arg("--state-dir").arg(state).args(args).output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("streamc {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr)));
@@ -212,7 +215,7 @@ fn streamc(state: &Path, args: &[String]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
-fn streamc_stdout(state: &Path, args: &[String]) -> Result<String, String> {
+pub fn streamc_stdout(state: &Path, args: &[String]) -> Result<String, String> {
     let out = Command::new(bin()).arg("--state-dir").arg(state).args(args).output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("streamc {} failed:\n{}", args.join(" "), String::from_utf8_lossy(&out.stderr)));
@@ -264,7 +267,8 @@ fn row(rec: &serde_json::Value, header_names: Option<&serde_json::Map<String, se
     s
 }
 
-fn compare(topic: &str, mode: Mode, got: &[serde_json::Value], want: &[serde_json::Value]) -> Option<String> {
+/// How `got` differs from `want` (`None`: equal), as lines naming the records missing and unexpected.
+pub fn compare(topic: &str, mode: Mode, got: &[serde_json::Value], want: &[serde_json::Value]) -> Option<String> {
     let (g, w): (BTreeMap<String, i64>, BTreeMap<String, i64>) = match mode {
         Mode::All => {
             let mut w = BTreeMap::new();
@@ -280,16 +284,15 @@ fn compare(topic: &str, mode: Mode, got: &[serde_json::Value], want: &[serde_jso
             }
             (g, w)
         }
-        Mode::Final => {
+        Mode::Final | Mode::Table => {
             let fold = |recs: &[serde_json::Value]| {
-                let mut table: BTreeMap<String, String> = BTreeMap::new();
+                let mut table: BTreeMap<(String, Option<String>), String> = BTreeMap::new();
                 for r in recs {
                     let window = r["value"]
                         .get("window_start")
                         .map(canonical)
-                        .or_else(|| r.pointer("/headers/streamc.window.start").map(canonical_number))
-                        .unwrap_or_default();
-                    let k = format!("{} @{window}", canonical(&r["key"]));
+                        .or_else(|| r.pointer("/headers/streamc.window.start").map(canonical_number));
+                    let k = (canonical(&r["key"]), if mode == Mode::Table { None } else { window });
                     if r["value"].is_null() {
                         table.remove(&k);
                     } else {
