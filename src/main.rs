@@ -15,6 +15,7 @@ use streamc::explain::{self, ExplainFormat};
 use streamc::{config, hir, plan};
 
 mod control_cli;
+mod test_cli;
 
 #[derive(Parser)]
 #[command(name = "streamc", version, about = "A stream processor for a small declarative language")]
@@ -89,6 +90,15 @@ enum Command {
         /// control log is kept (its statements apply again). Stop every instance first.
         #[arg(long)]
         reset: bool,
+    },
+    /// Run a program on fixtures (YAML: input records per topic, expected outputs) on a fresh
+    /// embedded log each, and print what differs; exit code 1 if any fixture fails.
+    Test {
+        /// The program.
+        program: PathBuf,
+        /// Fixture files (see docs/conventions.md, "Fixtures").
+        #[arg(required = true)]
+        fixtures: Vec<PathBuf>,
     },
     /// Append records to a topic: one JSON value per line (or an envelope with --envelope).
     Produce {
@@ -345,6 +355,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             };
             run_program(&cli.global, cfg, &file, o)
         }
+        Command::Test { program, fixtures } => test_cli::test(&cli.global, &program, &fixtures),
         Command::Keygen { keyfile, id } => control_cli::keygen(&keyfile, id.as_deref()),
         Command::Control { file, statement, sign, no_check } => {
             let post = control_cli::Post {

@@ -320,3 +320,54 @@ fn an_unreachable_broker_is_named() {
         assert!(!e.contains("-control"), "{args:?} names an internal topic: {e}");
     }
 }
+
+/// Every example ships a fixture, and `streamc test` passes it (the expected outputs in the
+/// fixtures are worked out by hand, see their comments).
+#[test]
+fn every_example_passes_its_fixture() {
+    let mut n = 0;
+    for e in std::fs::read_dir("examples").unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "stream") {
+            let fixture = p.with_extension("test.yaml");
+            assert!(fixture.exists(), "{} has no fixture {}", p.display(), fixture.display());
+            let o = streamc(&["test", p.to_str().unwrap(), fixture.to_str().unwrap()]);
+            let err = stderr(&o);
+            assert!(o.status.success(), "{}: {err}", fixture.display());
+            assert!(err.contains(": ok") && err.contains("1 fixture, 0 failed"), "{err}");
+            n += 1;
+        }
+    }
+    assert!(n >= 5, "only {n} examples");
+}
+
+/// A fixture that expects something else fails with exit code 1 and shows both sides; a
+/// malformed fixture is an error naming the file.
+#[test]
+fn a_failing_fixture_shows_what_differs() {
+    let dir = temp_dir("fixture");
+    let wrong = std::fs::read_to_string("examples/alerts.test.yaml")
+        .unwrap()
+        .replace("price: 151.5, limit: 150.0", "price: 151.5, limit: 149.0");
+    let f = dir.join("wrong.test.yaml");
+    std::fs::write(&f, wrong).unwrap();
+    let o = streamc(&["test", "examples/alerts.stream", f.to_str().unwrap(), "examples/alerts.test.yaml"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("wrong.test.yaml: FAILED"), "{err}");
+    assert!(err.contains(r#"- 2: key: "A", value: {"ticker":"A","price":151.5,"limit":149.0,"at":6000}"#), "{err}");
+    assert!(err.contains(r#"+ 2: key: "A", value: {"ticker":"A","price":151.5,"limit":150.0,"at":6000}"#), "{err}");
+    assert!(err.contains("alerts.test.yaml: ok"), "the other fixture still runs: {err}");
+    assert!(err.contains("2 fixtures, 1 failed"), "{err}");
+
+    let bad = dir.join("bad.test.yaml");
+    std::fs::write(&bad, "inputs:\n  stocks:\n    - {valeu: 1}\n").unwrap();
+    let o = streamc(&["test", "examples/alerts.stream", bad.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad.test.yaml") && err.contains("unknown field `valeu`"), "{err}");
+    let o = streamc(&["test", "examples/alerts.stream", "examples/sessions.test.yaml"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("sessions.test.yaml: `inputs`: the program reads no topic `clicks`"), "{err}");
+}
