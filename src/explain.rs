@@ -340,7 +340,7 @@ fn json(v: &View) -> serde_json::Value {
                 StoreKind::Window { window } => ("window", serde_json::to_value(window).unwrap_or_default()),
                 StoreKind::JoinWindow { within, after, grace, outer } => (
                     "join-window",
-                    json!({"within_ms": within.0, "after_ms": after.0, "grace_ms": grace.0, "outer": outer}),
+                    json!({"before_ms": within.0, "after_ms": after.0, "grace_ms": grace.0, "outer": outer}),
                 ),
                 StoreKind::Global => ("global", serde_json::Value::Null),
             };

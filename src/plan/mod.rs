@@ -99,7 +99,8 @@ pub enum NodeKind {
         left: bool,
         global: bool,
     },
-    /// Joins the other stream's records within `within` of each other. `on` (over this side)
+    /// Joins the other stream's records from `within` before to `after` after each of this
+    /// side's (`within D`: both D). `on` (over this side)
     /// is matched against the other side's key; this side's rows are stored as records of the
     /// incoming edge's value, laid out like a repartition topic's (`value_fields`, `joined_keys`).
     JoinStream {
@@ -160,7 +161,7 @@ pub enum StoreKind {
     Window {
         window: hir::Window,
     },
-    /// One side of a stream–stream join: records kept `within` of each other, plus grace.
+    /// One side of a stream–stream join: records kept for `within + after + grace`.
     JoinWindow {
         /// The join's bounds: before (`within`) and after a main-side record.
         within: Duration,

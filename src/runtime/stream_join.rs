@@ -56,18 +56,30 @@ impl Operator for StreamJoins {
         for (side, si) in spec.streams.iter().enumerate() {
             let js = &mut self.sides[side];
             *js = JoinState { time: js.time, min_time: js.min_time, ..JoinState::default() };
-            for (k, v) in stores.entries(si.left_store) {
+            let lefts = stores.entries(si.left_store);
+            js.main_time =
+                lefts.iter().filter_map(|(k, _)| join_key_parts(k)).map(|(_, t, _)| t).max().unwrap_or(i64::MIN);
+            for (k, v) in lefts {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
-                if let Ok(e) = decode_left(&v, kb, si, spec.tenant) {
-                    js.main_expiry.insert((t, kb.to_vec(), off));
-                    js.main_time = js.main_time.max(t);
+                if let Ok(mut e) = decode_left(&v, kb, si, spec.tenant) {
+                    // Past its side's retention: kept only while a null row is still owed.
+                    e.expired = !kept(t, js.main_time, si);
+                    if e.expired && e.matched {
+                        continue;
+                    }
+                    if !e.expired {
+                        js.main_expiry.insert((t, kb.to_vec(), off));
+                    }
                     if !e.matched {
                         js.pending.insert((t, kb.to_vec(), off));
                     }
                     js.left.entry(kb.to_vec()).or_default().insert((t, off), e);
                 }
             }
-            for (k, v) in stores.entries(si.right_store) {
+            let rights = stores.entries(si.right_store);
+            js.other_time =
+                rights.iter().filter_map(|(k, _)| join_key_parts(k)).map(|(_, t, _)| t).max().unwrap_or(i64::MIN);
+            for (k, v) in rights {
                 let Some((kb, t, off)) = join_key_parts(&k) else { continue };
                 let Ok((_, inner)) = unscope(kb, spec.tenant) else { continue };
                 // An outer join's records carry whether a null row is still owed for them.
@@ -78,8 +90,13 @@ impl Operator for StreamJoins {
                 let (Ok(key), Ok(row)) = (decode_key(Some(inner), &si.on.ty), decode_visible(&si.source, raw)) else {
                     continue;
                 };
-                js.other_expiry.insert((t, kb.to_vec(), off));
-                js.other_time = js.other_time.max(t);
+                let expired = !kept(t, js.other_time, si);
+                if expired && matched {
+                    continue;
+                }
+                if !expired {
+                    js.other_expiry.insert((t, kb.to_vec(), off));
+                }
                 if !matched {
                     js.other_pending.insert((t, kb.to_vec(), off));
                 }
@@ -87,7 +104,7 @@ impl Operator for StreamJoins {
                 js.right
                     .entry(kb.to_vec())
                     .or_default()
-                    .insert((t, off), RightEntry { key, value: Arc::new(row), raw, matched });
+                    .insert((t, off), RightEntry { key, value: Arc::new(row), raw, matched, expired });
             }
         }
     }
@@ -191,8 +208,9 @@ impl StreamJoins {
         let stored = kept(ts, js.other_time, si);
         let mut matched = Vec::new();
         if let Some(m) = js.left.get_mut(&kb) {
-            for ((lt, loff), e) in
-                m.range_mut((ts.saturating_sub(si.after), 0)..=(ts.saturating_add(si.before), u64::MAX))
+            for ((lt, loff), e) in m
+                .range_mut((ts.saturating_sub(si.after), 0)..=(ts.saturating_add(si.before), u64::MAX))
+                .filter(|(_, e)| !e.expired)
             {
                 let mut row = e.row.clone();
                 row.joined.push(Some((key.clone(), value.clone())));
@@ -213,14 +231,22 @@ impl StreamJoins {
         // An outer join passes an unmatched record on with the main side null: at once if its
         // window already closed, else once it closes (unless a match comes first).
         let unmatched = si.outer && matched.is_empty();
-        // Its window: main-side records up to `before` later match it.
-        let now = unmatched && (ts.saturating_add(si.before) < time || !stored);
-        let entry =
-            RightEntry { key, value, raw: if si.outer { raw.clone() } else { None }, matched: !unmatched || now };
+        // Its window: main-side records up to `before` later match it. Too old for its side to
+        // keep but with its window open, it is owed a row all the same (Kafka Streams keeps it
+        // in the outer join's own store): it waits for a pass, matching nothing.
+        let now = unmatched && ts.saturating_add(si.before) < time;
+        let entry = RightEntry {
+            key,
+            value,
+            raw: if si.outer { raw.clone() } else { None },
+            matched: !unmatched || now,
+            expired: !stored,
+        };
         if now {
             matched.push((other_only(si, &kb, &entry, self.spec.tenant), ts));
         }
-        if stored {
+        let kept = stored || !entry.matched;
+        if kept {
             changes.push(Change {
                 store: si.right_store,
                 key: join_store_key(&kb, ts, offset),
@@ -228,14 +254,16 @@ impl StreamJoins {
                 timestamp: ts,
                 existed: false,
             });
-            js.other_expiry.insert((ts, kb.clone(), offset));
+            if stored {
+                js.other_expiry.insert((ts, kb.clone(), offset));
+            }
             if !entry.matched {
                 js.other_pending.insert((ts, kb.clone(), offset));
                 js.min_time = js.min_time.min(ts);
             }
             js.right.entry(kb).or_default().insert((ts, offset), entry);
         }
-        (matched, stored)
+        (matched, kept)
     }
 
     /// A main-side row of join `side` (key bytes `kb`, time): numbered (main-side rows come
@@ -260,8 +288,9 @@ impl StreamJoins {
         js.main_time = js.main_time.max(ts);
         let mut out: Vec<(Row, i64)> = Vec::new();
         if let Some(m) = js.right.get_mut(&kb) {
-            for ((t, off), e) in
-                m.range_mut((ts.saturating_sub(si.before), 0)..=(ts.saturating_add(si.after), u64::MAX))
+            for ((t, off), e) in m
+                .range_mut((ts.saturating_sub(si.before), 0)..=(ts.saturating_add(si.after), u64::MAX))
+                .filter(|(_, e)| !e.expired)
             {
                 let mut r = row.clone();
                 r.joined.push(Some((e.key.clone(), e.value.clone())));
@@ -286,11 +315,15 @@ impl StreamJoins {
             out.push((main_only(row.clone()), ts));
         }
         let stored = kept(ts, js.main_time, si);
-        if stored {
+        // Too old for its side to keep but with its window open (its side ran ahead of the
+        // other), an unmatched record is owed a null row all the same (Kafka Streams keeps it in
+        // the outer join's own store): it is kept, matching nothing, until a pass.
+        let owed = unmatched && !now;
+        if stored || owed {
             self.seq += 1;
             // `matched`: no null row is owed for it (matched, passed on already, or inner join).
-            let entry = LeftEntry { row, matched: !unmatched || now };
-            if !entry.matched {
+            let entry = LeftEntry { row, matched: !owed, expired: !stored };
+            if owed {
                 js.pending.insert((ts, kb.clone(), offset));
                 js.min_time = js.min_time.min(ts);
             }
@@ -301,14 +334,12 @@ impl StreamJoins {
                 timestamp: ts,
                 existed: false,
             });
-            js.main_expiry.insert((ts, kb.clone(), offset));
+            if stored {
+                js.main_expiry.insert((ts, kb.clone(), offset));
+            }
             js.left.entry(kb).or_default().insert((ts, offset), entry);
-        } else if unmatched && !now {
-            // Too old to keep, yet its window is open by the joins' stream time (its side ran
-            // ahead of the other): nothing can be owed later, so it is passed on now.
-            out.push((main_only(row), ts));
         }
-        (out, stored)
+        (out, stored || owed)
     }
 
     /// A pass over the pending records of join `side` (a record at the join's stream time
@@ -371,6 +402,13 @@ impl StreamJoins {
             if is_main {
                 js.pending.remove(&(t, kb.clone(), off));
                 let Some(e) = js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+                if e.expired {
+                    // Past its side's retention: nothing keeps it once its row is sent.
+                    let e = take(&mut js.left, &kb, t, off).expect("looked up above");
+                    changes.push(tombstone(si.left_store, &kb, t, off));
+                    out.push((main_only(e.row), t));
+                    continue;
+                }
                 e.matched = true;
                 changes.push(Change {
                     store: si.left_store,
@@ -383,6 +421,12 @@ impl StreamJoins {
             } else {
                 js.other_pending.remove(&(t, kb.clone(), off));
                 let Some(e) = js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+                if e.expired {
+                    let e = take(&mut js.right, &kb, t, off).expect("looked up above");
+                    changes.push(tombstone(si.right_store, &kb, t, off));
+                    out.push((other_only(si, &kb, &e, self.spec.tenant), t));
+                    continue;
+                }
                 e.matched = true;
                 changes.push(Change {
                     store: si.right_store,
@@ -398,29 +442,32 @@ impl StreamJoins {
     }
 
     /// Drop the records each side of join `side` no longer keeps (older than `before + after +
-    /// grace` before that side's stream time), with a store tombstone. A main-side record still
-    /// pending then (its window closed, but no record at the join's stream time came since) is
-    /// passed on with a null other side.
-    pub(crate) fn expire(&mut self, side: usize, si: &StreamInput, changes: &mut Vec<Change>) -> Vec<(Row, i64)> {
+    /// grace` before that side's stream time), with a store tombstone. A record still pending
+    /// then (its window closed, but no pass has come since) stays, matching nothing, until a
+    /// pass sends its null row: Kafka Streams keeps such records in the outer join's own store,
+    /// which has no retention.
+    pub(crate) fn expire(&mut self, side: usize, si: &StreamInput, changes: &mut Vec<Change>) {
         let js = &mut self.sides[side];
-        let mut out = Vec::new();
         let (main_time, other_time) = (js.main_time, js.other_time);
         for (t, kb, off) in pop_while(&mut js.other_expiry, |t| !kept(t, other_time, si)) {
-            changes.push(tombstone(si.right_store, &kb, t, off));
             // Pending (owed a row): its `matched` flag says so, no set lookup needed otherwise.
-            if let Some(e) = take(&mut js.right, &kb, t, off).filter(|e| !e.matched) {
-                out.push((other_only(si, &kb, &e, self.spec.tenant), t));
-                js.other_pending.remove(&(t, kb, off));
+            match js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) {
+                Some(e) if !e.matched => e.expired = true,
+                _ => {
+                    changes.push(tombstone(si.right_store, &kb, t, off));
+                    take(&mut js.right, &kb, t, off);
+                }
             }
         }
         for (t, kb, off) in pop_while(&mut js.main_expiry, |t| !kept(t, main_time, si)) {
-            changes.push(tombstone(si.left_store, &kb, t, off));
-            if let Some(e) = take(&mut js.left, &kb, t, off).filter(|e| !e.matched) {
-                out.push((main_only(e.row), t));
-                js.pending.remove(&(t, kb, off));
+            match js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) {
+                Some(e) if !e.matched => e.expired = true,
+                _ => {
+                    changes.push(tombstone(si.left_store, &kb, t, off));
+                    take(&mut js.left, &kb, t, off);
+                }
             }
         }
-        out
     }
 }
 
@@ -461,6 +508,8 @@ struct LeftEntry {
     /// No null row is owed for it: it was joined, or passed on with a null other side already,
     /// or the join is inner. (False: pending in a left join.)
     matched: bool,
+    /// Past its side's retention (kept only while pending): it matches nothing.
+    expired: bool,
 }
 
 /// A joined stream's record kept for a join: its key and value; in an outer join also its raw
@@ -470,6 +519,8 @@ struct RightEntry {
     value: Arc<Vec<Value>>,
     raw: Option<Vec<u8>>,
     matched: bool,
+    /// Past its side's retention (kept only while pending): it matches nothing.
+    expired: bool,
 }
 
 /// The first byte of an outer join's stored other-side record: no null row is owed for it
@@ -585,5 +636,5 @@ fn decode_left(b: &[u8], kb: &[u8], si: &StreamInput, scoped: bool) -> Result<Le
     // to its tenant.
     let (tenant, kb) = unscope(kb, scoped)?;
     let key = decode_key(Some(kb), &si.on.ty).map_err(|e| e.0)?;
-    Ok(LeftEntry { row: Row { key, value, joined, tenant }, matched: raw.m })
+    Ok(LeftEntry { row: Row { key, value, joined, tenant }, matched: raw.m, expired: false })
 }

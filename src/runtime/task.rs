@@ -262,7 +262,7 @@ impl Task {
     }
 
     /// A record of a joined stream: stored for later records of the main side, and joined with
-    /// the main side's stored records within `within` of it.
+    /// the main side's stored records whose bounds hold it.
     fn join_right(
         &mut self,
         side: usize,
@@ -317,10 +317,11 @@ impl Task {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let rest = &spec.ops[si.op + 1..];
-        self.join_time(side, true, ts, out, stores);
         let k = eval(&si.on, &row, &[]).map_err(RecordError)?;
         if k.is_null() {
-            // A null key matches nothing: a left join passes the record on at once.
+            // A null key matches nothing: a left join passes the record on at once. Its time
+            // counts, but (as in Kafka Streams) it brings no pass over the pending records.
+            self.joins.observe(side, ts);
             if si.left {
                 let mut r = row;
                 r.joined.push(None);
@@ -328,6 +329,7 @@ impl Task {
             }
             return Ok(());
         }
+        self.join_time(side, true, ts, out, stores);
         let kb = self.scoped(row.tenant.as_ref(), k.key_bytes(&si.on.ty))?;
         let (rows, stored) = self.joins.left(side, si, kb, row, ts, &mut self.table_changes);
         if !stored && rows.is_empty() {
@@ -351,7 +353,7 @@ impl Task {
         if self.joins.observe(side, ts) && si.left {
             rows = self.joins.closed_pending(side, si, main, &mut self.table_changes);
         }
-        rows.extend(self.joins.expire(side, si, &mut self.table_changes));
+        self.joins.expire(side, si, &mut self.table_changes);
         if rows.is_empty() {
             return;
         }
