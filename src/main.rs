@@ -47,6 +47,7 @@ struct Global {
 enum Command {
     /// Check programs and report every problem found.
     Check {
+        /// Program files (`.stream`).
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// Also check a control statement against the (single) program.
@@ -55,15 +56,18 @@ enum Command {
     },
     /// Print the processor DAG: sub-topologies, processors, stores, changelog and repartition topics.
     Explain {
+        /// The program file.
         file: PathBuf,
         /// Only this query.
         #[arg(long)]
         query: Option<String>,
+        /// text for reading, dot (Graphviz) or mermaid for a picture, json for tools.
         #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
         format: ExplainFormat,
     },
     /// Run a program (on the embedded log in the state directory).
     Run {
+        /// The program file.
         file: PathBuf,
         /// Append a file's lines (JSON values) to a topic before processing: TOPIC=FILE.
         /// Resumable: a re-run appends only lines added since.
@@ -102,6 +106,7 @@ enum Command {
     },
     /// Append records to a topic: one JSON value per line (or an envelope with --envelope).
     Produce {
+        /// The topic to append to (created if missing).
         topic: String,
         /// A file of lines, or `-` (the default) for standard input.
         file: Option<PathBuf>,
@@ -118,17 +123,21 @@ enum Command {
     },
     /// Print a topic's committed records, one JSON object per line.
     Consume {
+        /// The topic to read.
         topic: String,
+        /// Start at the first record (default: only records committed from now on, with --follow).
         #[arg(long)]
         from_beginning: bool,
         /// Keep printing new records.
         #[arg(long)]
         follow: bool,
+        /// Print each record's headers too.
         #[arg(long)]
         headers: bool,
     },
     /// Write a new Ed25519 signing key for control statements; prints the public key to trust.
     Keygen {
+        /// Where to write the new private key (must not exist).
         keyfile: PathBuf,
         /// The key's id in `control.trusted_keys` (default: the file's stem).
         #[arg(long)]
@@ -138,6 +147,7 @@ enum Command {
     Control {
         /// The program file: names the application.
         file: PathBuf,
+        /// The statement, in the language (e.g. 'update watch["AAPL"] = { … }').
         statement: String,
         #[command(flatten)]
         sign: SignArgs,
@@ -148,6 +158,7 @@ enum Command {
     /// Make the running queries those of FILE: prints the state-compatibility report, then
     /// signs and posts `query`, `replace query` and `drop query` statements.
     Deploy {
+        /// The program file whose queries should run.
         file: PathBuf,
         #[command(flatten)]
         sign: SignArgs,
@@ -162,7 +173,10 @@ enum Command {
         fresh_state: bool,
     },
     /// Show the running program: query versions, control offsets applied, recent rejections.
-    Status { file: PathBuf },
+    Status {
+        /// The program file: names the application.
+        file: PathBuf,
+    },
     /// Generate deterministic test data.
     Gen {
         #[command(subcommand)]
@@ -205,10 +219,13 @@ fn parse_duration_ms(s: &str) -> Result<i64, String> {
 enum GenWhat {
     /// Stock trades: {"ticker", "price", "size", "ts"} per line.
     Trades {
+        /// How many trades.
         #[arg(long, default_value_t = 1000)]
         count: u64,
+        /// How many distinct tickers (T0000, T0001, …).
         #[arg(long, default_value_t = 10)]
         tickers: u64,
+        /// The random seed: the same seed, the same trades.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Trades per second of event time.
@@ -594,6 +611,7 @@ fn produce(
         }
     };
     let mut blank = 0u64;
+    let mut keyless = 0u64;
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
         if line.trim().is_empty() {
@@ -609,6 +627,7 @@ fn produce(
         let p = match &rec.key {
             Some(k) => partition_for(k, nparts),
             None => {
+                keyless += 1;
                 rr = (rr + 1) % nparts;
                 rr
             }
@@ -624,6 +643,20 @@ fn produce(
         eprintln!("produced {n} records to {topic} ({blank} blank line{} skipped)", if blank == 1 { "" } else { "s" });
     } else {
         eprintln!("produced {n} records to {topic}");
+    }
+    // A table's rows need keys: say so when the lines gave none (a key declared outside the
+    // value cannot come from a plain line).
+    if let Some(src) = source.as_ref().filter(|s| s.kind == hir::SourceKind::Table && keyless > 0) {
+        let how = match &src.key {
+            hir::KeySpec::Named(name, _) => format!(
+                "its key `{name}` is not in the value, so a plain line cannot give it: write the rows with --envelope ({{\"key\": …, \"value\": …}})"
+            ),
+            _ => "give each row a key (--envelope, or the value's key field)".to_string(),
+        };
+        eprintln!(
+            "warning: {keyless} of these records have no key, and `{}` is a table: a run dead-letters them; {how}",
+            src.name
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

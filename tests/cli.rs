@@ -371,3 +371,163 @@ fn a_failing_fixture_shows_what_differs() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("sessions.test.yaml: `inputs`: the program reads no topic `clicks`"), "{err}");
 }
+
+/// An embedded run without `--drain` says what it does when it starts, and SIGTERM stops it
+/// cleanly: exit 0, its summary printed, what it processed committed.
+#[test]
+fn an_embedded_run_says_it_waits_and_stops_cleanly_on_sigterm() {
+    let dir = temp_dir("sigterm");
+    let state = dir.join("state");
+    let _ = std::fs::remove_dir_all(&state);
+    let trades: String =
+        (0..5).map(|i| format!("{{\"ticker\":\"T{i}\",\"price\":10.0,\"size\":1,\"ts\":{}}}\n", 1_000 + i)).collect();
+    let input = dir.join("trades.jsonl");
+    std::fs::write(&input, trades).unwrap();
+    let s = state.to_str().unwrap();
+    let o = streamc(&[
+        "--state-dir",
+        s,
+        "produce",
+        "stocks",
+        input.to_str().unwrap(),
+        "--program",
+        "examples/stats.stream",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = dir.join("run.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .args(["--state-dir", s, "run", "examples/stats.stream"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Wait (on conditions, with a generous bound) for the start line and for the five trades'
+    // results to be committed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let out = streamc(&["--state-dir", s, "consume", "stock-stats", "--from-beginning"]);
+        if text.contains("waiting for input (Ctrl-C stops it)") && stdout(&out).lines().count() >= 5 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run did not start or process its input:\n{text}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status:?}\n{text}");
+    assert!(text.contains("running `stats` on the embedded log in "), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("processed 5 records in ")), "{text}");
+    // Stopped cleanly: a second run finds everything committed and processes nothing again.
+    let o = streamc(&["--state-dir", s, "run", "examples/stats.stream", "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).lines().any(|l| l.starts_with("processed 0 records in ")), "{}", stderr(&o));
+}
+
+/// Every argument and option of every command has a line of help.
+#[test]
+fn every_argument_and_option_has_help() {
+    let commands: &[&[&str]] = &[
+        &["check"],
+        &["explain"],
+        &["run"],
+        &["test"],
+        &["produce"],
+        &["consume"],
+        &["keygen"],
+        &["control"],
+        &["deploy"],
+        &["status"],
+        &["gen", "trades"],
+    ];
+    for c in commands {
+        let mut args = c.to_vec();
+        args.push("--help");
+        let o = streamc(&args);
+        assert!(o.status.success(), "{c:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        let mut section = false;
+        for line in out.lines() {
+            if line == "Arguments:" || line == "Options:" {
+                section = true;
+                continue;
+            }
+            if line.is_empty() {
+                section = false;
+                continue;
+            }
+            // An entry is `  <NAME>  help` or `  -x, --name <V>  help`: a name with nothing after it
+            // (a continuation line starts deeper) has no help.
+            if section && line.starts_with("  ") && !line.starts_with("          ") {
+                let entry = line.trim_start();
+                let help = entry.split("  ").skip(1).map(str::trim).find(|s| !s.is_empty());
+                assert!(help.is_some(), "`streamc {}`: `{entry}` has no help\n{out}", c.join(" "));
+            }
+        }
+    }
+}
+
+/// `produce` warns when rows of a table get no key (its key is not in the value), and not when
+/// an envelope gives them one.
+#[test]
+fn produce_warns_when_table_rows_have_no_key() {
+    let dir = temp_dir("keyless");
+    let state = dir.join("state");
+    let _ = std::fs::remove_dir_all(&state);
+    let plain = dir.join("plain.jsonl");
+    std::fs::write(&plain, "{\"max_price\": 10.0}\n").unwrap();
+    let s = state.to_str().unwrap();
+    let o = streamc(&[
+        "--state-dir",
+        s,
+        "produce",
+        "limits",
+        plain.to_str().unwrap(),
+        "--program",
+        "examples/alerts.stream",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: 1 of these records have no key, and `limits` is a table")
+            && stderr(&o).contains("--envelope"),
+        "{}",
+        stderr(&o)
+    );
+    let env = dir.join("env.jsonl");
+    std::fs::write(&env, "{\"key\": \"A\", \"value\": {\"max_price\": 10.0}}\n").unwrap();
+    let o = streamc(&[
+        "--state-dir",
+        s,
+        "produce",
+        "limits",
+        env.to_str().unwrap(),
+        "--envelope",
+        "--program",
+        "examples/alerts.stream",
+    ]);
+    assert!(o.status.success() && !stderr(&o).contains("warning"), "{}", stderr(&o));
+}
+
+/// `--input` remembers what of a file is in a topic for the log, not for one application: a
+/// second program reading the same topic from the same file appends nothing again.
+#[test]
+fn input_bookkeeping_is_per_topic_and_file() {
+    let dir = temp_dir("input-per-topic");
+    let state = dir.join("state");
+    let _ = std::fs::remove_dir_all(&state);
+    let s = state.to_str().unwrap();
+    let input = format!("stocks={}", Path::new("examples/data/trades.jsonl").display());
+    let o = streamc(&["--state-dir", s, "run", "examples/stats.stream", "--input", &input, "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "run", "examples/alerts.stream", "--input", &input, "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "stocks", "--from-beginning"]);
+    let lines =
+        std::fs::read_to_string("examples/data/trades.jsonl").unwrap().lines().filter(|l| !l.trim().is_empty()).count();
+    assert_eq!(stdout(&o).lines().count(), lines, "the file was appended once");
+}

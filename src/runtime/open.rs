@@ -40,16 +40,20 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let mut checkpoints = Vec::new();
     let mut stale = Vec::new();
     let mut restored = 0;
+    let mut into = Vec::new();
     for (st, end) in spec.stores.iter().zip(ends) {
         let tree = open_tree(db, &st.name, p)?;
         let watch = RestoreWatch::new(opts, &task_id, &st.name, p);
         let r = restore_store(b, &tree, &st.changelog, p, end, &watch)?;
         restored += r.records;
+        if r.records > 0 {
+            into.push(st.name.as_str());
+        }
         checkpoints.push(r.checkpoint);
         stale.push(r.stale);
         trees.push(tree);
     }
-    log_restore(&spec.name, p, restored, started);
+    log_restore(&into.join(", "), p, restored, started);
     let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
     correct_stale(b, &spec.name, &changelogs, p, &trees, stale, &mut checkpoints)?;
     let limits = b.timestamp_limits(&spec);

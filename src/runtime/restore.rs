@@ -15,11 +15,12 @@ use crate::runtime::options::RunOptions;
 use crate::runtime::run::{progress_bar, RECORDS};
 use crate::runtime::state::{checkpoint, live_keys, open_tree, Pending};
 
-pub(crate) fn log_restore(name: &str, p: u32, restored: u64, started: Instant) {
+/// `stores`: the names of the stores restored (as `explain` lists them).
+pub(crate) fn log_restore(stores: &str, p: u32, restored: u64, started: Instant) {
     if restored > 0 {
         let secs = started.elapsed().as_secs_f64();
         eprintln!(
-            "restored {restored} records into {name} partition {p} in {secs:.2}s ({:.0} records/s)",
+            "restored {restored} records into {stores} partition {p} in {secs:.2}s ({:.0} records/s)",
             restored as f64 / secs.max(1e-9)
         );
     }

@@ -78,6 +78,21 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         t.bar = bar.clone();
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
+    eprintln!(
+        "running `{}` on the embedded log in {}: {} task{} on {threads} thread{}, {}",
+        opts.app,
+        opts.state_dir.display(),
+        tasks.len(),
+        if tasks.len() == 1 { "" } else { "s" },
+        if threads == 1 { "" } else { "s" },
+        if opts.drain { "until its input is processed (--drain)" } else { "waiting for input (Ctrl-C stops it)" }
+    );
+    // SIGTERM or SIGINT: every task commits what it processed, and the run ends with its summary.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| RunError::Io { doing: "cannot handle signals".into(), source: e })?;
+    }
     let live: BTreeMap<(String, u32), u64> =
         tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
     // Every writer of a repartition topic is at work until its first step says otherwise.
@@ -100,6 +115,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         busy: Mutex::new(busy),
         barrier: Barrier::new(threads),
         any: AtomicBool::new(false),
+        stop,
+        halt: AtomicBool::new(false),
         bar: bar.clone(),
     };
     let results: Vec<Result<Summary, RunError>> = std::thread::scope(|s| {
@@ -141,6 +158,10 @@ struct Shared {
     busy: Mutex<BTreeMap<(String, u32), Vec<String>>>,
     barrier: Barrier,
     any: AtomicBool,
+    /// Set by SIGINT or SIGTERM.
+    stop: Arc<AtomicBool>,
+    /// `--drain`: the leader's reading of `stop` for the round, the same for every thread.
+    halt: AtomicBool,
     bar: ProgressBar,
 }
 
@@ -343,8 +364,13 @@ fn worker(
             drop(live);
             if opts.drain {
                 sh.any.fetch_or(progress, Ordering::SeqCst);
+                // A signal stops every thread at the same round: the leader reads it, all the
+                // threads read its verdict after the barrier.
+                if leader && sh.stop.load(Ordering::SeqCst) {
+                    sh.halt.store(true, Ordering::SeqCst);
+                }
                 sh.barrier.wait();
-                let done = !sh.any.load(Ordering::SeqCst);
+                let done = !sh.any.load(Ordering::SeqCst) || sh.halt.load(Ordering::SeqCst);
                 sh.barrier.wait();
                 if leader {
                     sh.any.store(false, Ordering::SeqCst);
@@ -353,6 +379,9 @@ fn worker(
                 if done {
                     return Ok(());
                 }
+            } else if sh.stop.load(Ordering::SeqCst) {
+                // Every task committed what it processed in this round (above).
+                return Ok(());
             } else if !progress {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -405,8 +434,17 @@ fn ingest(
 ) -> Result<(), RunError> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
-    let group = format!("{app}#input#{topic}#{}", path.display());
-    let prev = log.committed()?.groups.get(&group).cloned();
+    // What of the file is in the topic is the log's, not one application's: a second program
+    // reading the same topic from the same file appends nothing again. (Before, it was kept per
+    // application: that record still counts.)
+    let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let group = format!("input#{topic}#{}", canonical.display());
+    let committed = log.committed()?;
+    let prev = committed
+        .groups
+        .get(&group)
+        .or_else(|| committed.groups.get(&format!("{app}#input#{topic}#{}", path.display())))
+        .cloned();
     let (mut consumed, prev_hash) = match &prev {
         Some(v) => (v["offset"].as_u64().unwrap_or(0), v["sha256"].as_str().unwrap_or("").to_string()),
         None => (0, String::new()),
