@@ -183,15 +183,15 @@ fn text(v: &View) -> String {
     for tp in v.topics() {
         let created = if tp.partitions != Partitions::External { ", created by streamc" } else { "" };
         let compact = if tp.compacted { ", compacted" } else { "" };
-        let _ = writeln!(
-            o,
-            "  {:width$}  {} ({}{}{})",
-            tp.name,
-            tp.role.as_str(),
-            partitions_desc(t, &tp.partitions),
-            compact,
-            created
-        );
+        // A topic of the user's: what streamc expects of it (not whether it exists now).
+        let partitions = match (&tp.partitions, tp.role) {
+            (Partitions::External, crate::plan::TopicRole::Source) => {
+                "yours: must exist on Kafka; the embedded log creates it".to_string()
+            }
+            (Partitions::External, crate::plan::TopicRole::Sink) => "yours: created if missing".to_string(),
+            (p, _) => partitions_desc(t, p),
+        };
+        let _ = writeln!(o, "  {:width$}  {} ({}{}{})", tp.name, tp.role.as_str(), partitions, compact, created);
     }
     o
 }
