@@ -32,8 +32,16 @@ pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
     let lib = stdlib::load().map_err(|d| d.clone())?;
     let (ast, diags) = syntax::parse(source);
     if !diags.is_empty() {
-        // Later stages would mostly repeat what the syntax errors already say.
-        return Err(diags);
+        // The items that parsed are still checked, so that a syntax error hides no other
+        // mistake; what the checker says of the items that did not parse (by name) would only
+        // repeat the syntax errors.
+        let broken = syntax::broken_names(source, &diags);
+        let mut all = diags;
+        if let Err(more) = check::check(&ast, source, lib) {
+            all.extend(more.into_iter().filter(|d| !broken.iter().any(|n| d.message.contains(&format!("`{n}`")))));
+        }
+        all.sort_by_key(|d| d.span.start);
+        return Err(all);
     }
     check::check(&ast, source, lib)
 }

@@ -80,6 +80,29 @@ fn too_large(len: usize) -> Diagnostic {
         .help(format!("programs are limited to {} bytes; split the work into several applications", MAX_SOURCE_BYTES))
 }
 
+/// The names declared by the items in which a syntax error lies (the word after `stream`,
+/// `table`, `query`, `function` or `aggregate`): what the checker says about them would only
+/// repeat the syntax error.
+pub fn broken_names(source: &str, diags: &[Diagnostic]) -> Vec<String> {
+    split_items(source)
+        .into_iter()
+        .filter(|(offset, chunk)| {
+            let end = offset + chunk.len();
+            // An item cut short is reported at its end ("unexpected end of input").
+            diags.iter().any(|d| {
+                (*offset..end).contains(&d.span.start) || (d.span.start == end && d.message.contains("end of input"))
+            })
+        })
+        .filter_map(|(_, chunk)| {
+            let mut words = chunk
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty() && !w.starts_with('#'));
+            let first = words.next()?;
+            starts_item(&format!("{first} x")).then(|| words.next().map(str::to_string)).flatten()
+        })
+        .collect()
+}
+
 /// Split the source into runs that each start with a top-level keyword at column 0, so that a
 /// syntax error in one item does not hide the errors of the others.
 fn split_items(source: &str) -> Vec<(usize, &str)> {
@@ -176,6 +199,27 @@ fn syntax_help(text: &str, pos: usize) -> Option<String> {
         return Some("comparison is written `==`; `=` names a field in `select`, `aggregate` and records".into());
     }
     let word = found_token(text, pos);
+    let before = text[..pos.min(text.len())].trim_end();
+    if before.ends_with("distinct") && before[..before.len() - "distinct".len()].trim_end().ends_with("count(") {
+        return Some("a distinct count is written `count_distinct(x)`".into());
+    }
+    let line_start = before.is_empty() || text[..pos.min(text.len())].ends_with('\n');
+    match word.to_ascii_lowercase().as_str() {
+        "create" | "insert" if line_start || word.chars().all(|c| c.is_ascii_uppercase()) => {
+            return Some(
+                "streamc is not SQL: a source is declared `stream clicks from \"clicks\" { key user; value json { user: string, page: string } }` \
+                 (or `table`), and a query is `query name { from clicks where … select { … } to \"topic\" }` (see docs/language.md)"
+                    .into(),
+            );
+        }
+        "select" if word == "SELECT" || line_start => {
+            return Some(
+                "a query is written `query name { from S where … select { a, b = expr } to \"topic\" }`: `from` comes first (see docs/language.md)"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
     if ["and", "or", "not", "in", "is", "if", "then", "else", "true", "false", "null"].contains(&word) {
         return Some(format!("`{word}` is an expression keyword; write `` `{word}` `` to use it as a field name"));
     }
@@ -554,6 +598,11 @@ impl Builder {
                         2 => {
                             let e = self.expr(c.remove(1), 0)?;
                             SelectItem::Named(self.ident(c.remove(0)), e)
+                        }
+                        // `expr as name` (as SQL and ksqlDB write it): `name = expr`.
+                        3 => {
+                            let e = self.expr(c.remove(0), 0)?;
+                            SelectItem::Named(self.ident(c.remove(1)), e)
                         }
                         _ => {
                             let first = c.remove(0);
