@@ -1,4 +1,5 @@
-//! Render a [`Topology`] as text, Graphviz dot, Mermaid or JSON. Every form is built from the
+//! Render a [`Topology`] as text, Graphviz dot, Mermaid, JSON or SVG (the dot rendering laid
+//! out and drawn by layout-rs, in pure Rust). Every form is built from the
 //! same walk: sub-topologies in order, nodes in topological order, each node described by
 //! [`NodeKind::describe`].
 
@@ -15,6 +16,8 @@ pub enum ExplainFormat {
     Dot,
     Mermaid,
     Json,
+    /// A picture: the dot rendering laid out and drawn here (no Graphviz needed).
+    Svg,
 }
 
 /// Render the topology, or only the parts of one query.
@@ -25,7 +28,31 @@ pub fn render(t: &Topology, query: Option<&str>, format: ExplainFormat) -> Strin
         ExplainFormat::Dot => dot(&view),
         ExplainFormat::Mermaid => mermaid(&view),
         ExplainFormat::Json => serde_json::to_string_pretty(&json(&view)).unwrap_or_default() + "\n",
+        ExplainFormat::Svg => svg(&dot(&view)),
     }
+}
+
+/// The dot rendering laid out (layered, top to bottom) and drawn as SVG by layout-rs.
+fn svg(dot: &str) -> String {
+    use layout::backends::svg::SVGWriter;
+    use layout::gv::{DotParser, GraphBuilder};
+    let mut parser = DotParser::new(dot);
+    let graph = match parser.process() {
+        Ok(g) => g,
+        // The dot text is this module's own: a failure here is a bug, said in the picture.
+        Err(e) => {
+            let e = e.replace('&', "&amp;").replace('<', "&lt;");
+            return format!(
+                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"40\"><text x=\"10\" y=\"25\">cannot lay out the topology: {e}</text></svg>\n"
+            );
+        }
+    };
+    let mut builder = GraphBuilder::new();
+    builder.visit_graph(&graph);
+    let mut visual = builder.get();
+    let mut writer = SVGWriter::new();
+    visual.do_it(false, false, false, &mut writer);
+    writer.finalize()
 }
 
 /// The selected part of a topology.

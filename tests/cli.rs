@@ -531,3 +531,15 @@ fn input_bookkeeping_is_per_topic_and_file() {
         std::fs::read_to_string("examples/data/trades.jsonl").unwrap().lines().filter(|l| !l.trim().is_empty()).count();
     assert_eq!(stdout(&o).lines().count(), lines, "the file was appended once");
 }
+
+/// The README's picture of the stats example is what `explain --format svg` draws today.
+#[test]
+fn the_readme_picture_is_current() {
+    let o = streamc(&["explain", "examples/stats.stream", "--format", "svg"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = std::fs::read_to_string("docs/stats.svg").unwrap();
+    assert!(
+        stdout(&o) == want,
+        "docs/stats.svg is out of date: streamc explain examples/stats.stream --format svg > docs/stats.svg"
+    );
+}

@@ -29,9 +29,12 @@ fn good_program(path: &Path) {
     let topo = common::topology(&program, &app);
     let dot = common::explain(&program, &app, ExplainFormat::Dot);
     let mermaid = common::explain(&program, &app, ExplainFormat::Mermaid);
+    let svg = common::explain(&program, &app, ExplainFormat::Svg);
+    assert!(svg.starts_with("<?xml") && svg.contains("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
     for n in topo.graph.node_weights() {
         assert!(dot.contains(&format!("\"{}\"", n.name)), "dot lacks {}", n.name);
         assert!(mermaid.contains(&n.name), "mermaid lacks {}", n.name);
+        assert!(svg.contains(&format!(">{}<", n.name)), "the picture lacks {}", n.name);
     }
 }
 
