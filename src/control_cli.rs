@@ -424,11 +424,31 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
         println!("control-managed tables: {}", tables.join(", "));
     }
     println!("tasks (control offset applied, query version):");
-    for (task, control, version) in applied(&t, &app, stage, cfg)? {
+    let tasks = applied(&t, &app, stage, cfg)?;
+    let mut behind = 0;
+    for (task, control, version) in &tasks {
+        // A task applies statements at its commit points: until then it runs the older form.
+        let lag = match control {
+            Some(c) if *c < stage.next => {
+                behind += 1;
+                format!(
+                    " — not yet at the latest program: {} control record{} to apply at its next commit",
+                    stage.next - c,
+                    if stage.next - c == 1 { "" } else { "s" }
+                )
+            }
+            _ => String::new(),
+        };
         println!(
-            "  {task}: {}, version {}",
+            "  {task}: {}, version {}{lag}",
             control.map_or("-".into(), |c| c.to_string()),
             version.map_or("-".into(), |v| v.to_string())
+        );
+    }
+    if behind > 0 {
+        println!(
+            "{behind} of {} tasks have not yet applied the latest statements (a running application applies them within a commit interval; a stopped one when it next runs)",
+            tasks.len()
         );
     }
     let written = statuses(&t, &app)?;

@@ -77,8 +77,24 @@ fn deploy_and_status() {
     }
     assert!(common::control::Env::statuses(&env).is_empty(), "--dry-run posts nothing");
     env.run(&["deploy", &f2, "--key", &key]);
+    let status_now = || {
+        let o = std::process::Command::new(common::cli::bin())
+            .arg("--state-dir")
+            .arg(&env.state)
+            .args(env.args(&["status", &program]))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    // Posted while the application is stopped: its tasks have not applied the statements yet,
+    // and status says so (rather than show the old versions as if current).
+    let before = status_now();
+    assert!(before.contains("not yet at the latest program: 3 control records to apply"), "{before}");
+    assert!(before.contains("have not yet applied the latest statements"), "{before}");
     env.produce_trades(&b);
     env.run(&["run", &program, "--drain"]);
+    assert!(!status_now().contains("not yet"), "after a run every task has applied them");
     let st = env.statuses();
     assert_eq!(st.len(), 3);
     assert!(st.values().all(|s| s["accepted"] == true), "{st:?}");
