@@ -451,22 +451,25 @@ fn every_argument_and_option_has_help() {
         let o = streamc(&args);
         assert!(o.status.success(), "{c:?}: {}", stderr(&o));
         let out = stdout(&o);
+        let lines: Vec<&str> = out.lines().collect();
         let mut section = false;
-        for line in out.lines() {
-            if line == "Arguments:" || line == "Options:" {
+        for (i, line) in lines.iter().enumerate() {
+            if *line == "Arguments:" || *line == "Options:" {
                 section = true;
                 continue;
             }
-            if line.is_empty() {
-                section = false;
+            if line.trim().is_empty() {
+                // (In clap's long layout a blank line separates entries; a new heading ends it.)
+                section = section && !lines.get(i + 1).is_some_and(|n| !n.starts_with(' '));
                 continue;
             }
-            // An entry is `  <NAME>  help` or `  -x, --name <V>  help`: a name with nothing after it
-            // (a continuation line starts deeper) has no help.
+            // An entry is `  <NAME>  help` or `  -x, --name <V>  help`, or (clap's long layout)
+            // the entry alone with its help on the next, deeper line.
             if section && line.starts_with("  ") && !line.starts_with("          ") {
                 let entry = line.trim_start();
-                let help = entry.split("  ").skip(1).map(str::trim).find(|s| !s.is_empty());
-                assert!(help.is_some(), "`streamc {}`: `{entry}` has no help\n{out}", c.join(" "));
+                let inline = entry.split("  ").skip(1).map(str::trim).find(|s| !s.is_empty());
+                let below = lines.get(i + 1).filter(|n| n.starts_with("          ") && !n.trim().is_empty());
+                assert!(inline.is_some() || below.is_some(), "`streamc {}`: `{entry}` has no help\n{out}", c.join(" "));
             }
         }
     }

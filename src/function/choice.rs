@@ -54,8 +54,8 @@ pub static GREATEST: Extreme = Extreme {
     largest: true,
     doc: &Doc {
         signature: "greatest(T, ...) -> T, T ordered",
-        summary: "the largest argument (null if any is null)",
-        examples: &[("greatest(3, 7.5, 5)", "7.5"), ("greatest(\"b\", \"a\")", "\"b\"")],
+        summary: "the largest argument that is not null (null only if all are), as ksqlDB and PostgreSQL do",
+        examples: &[("greatest(3, 7.5, 5)", "7.5"), ("greatest(\"b\", \"a\")", "\"b\""), ("greatest(null, 2, 1)", "2")],
     },
 };
 pub static LEAST: Extreme = Extreme {
@@ -63,8 +63,8 @@ pub static LEAST: Extreme = Extreme {
     largest: false,
     doc: &Doc {
         signature: "least(T, ...) -> T, T ordered",
-        summary: "the smallest argument (null if any is null)",
-        examples: &[("least(3, 1, 2)", "1")],
+        summary: "the smallest argument that is not null (null only if all are)",
+        examples: &[("least(3, 1, 2)", "1"), ("least(4, null)", "4")],
     },
 };
 
@@ -80,11 +80,14 @@ impl Function for Extreme {
         if !u.is_ordered() {
             return Err(format!("takes ordered values, not {u}"));
         }
-        Ok(u)
+        // Nulls are skipped: the result is null only if every argument may be.
+        let any_non_null = a.types.iter().any(|t| !t.is_nullable());
+        Ok(u.base().clone().nullable_if(!any_non_null))
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
         let largest = self.largest;
         Ok(v.into_iter()
+            .filter(|v| !v.is_null())
             .reduce(|a, b| {
                 let o = b.cmp_total(&a);
                 if (largest && o.is_gt()) || (!largest && o.is_lt()) {
@@ -94,5 +97,8 @@ impl Function for Extreme {
                 }
             })
             .unwrap_or(Value::Null))
+    }
+    fn sees_nulls(&self) -> bool {
+        true
     }
 }

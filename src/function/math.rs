@@ -87,6 +87,70 @@ pub static CEIL: Unary = Unary {
     },
 };
 
+pub static TRUNC: Unary = Unary {
+    name: "trunc",
+    f: f64::trunc,
+    doc: &Doc {
+        signature: "trunc(number) -> float",
+        summary: "the whole part, toward zero",
+        examples: &[("trunc(-1.7)", "-1.0"), ("trunc(2.9)", "2.0")],
+    },
+};
+pub static EXP: Unary = Unary {
+    name: "exp",
+    f: f64::exp,
+    doc: &Doc {
+        signature: "exp(number) -> float",
+        summary: "e to the power of the number (a non-finite result is an error)",
+        examples: &[("exp(0)", "1.0")],
+    },
+};
+pub static LN: Unary = Unary {
+    name: "ln",
+    f: f64::ln,
+    doc: &Doc {
+        signature: "ln(number) -> float",
+        summary: "the natural logarithm (of zero or a negative number: an error)",
+        examples: &[("ln(1)", "0.0")],
+    },
+};
+pub static LOG10: Unary = Unary {
+    name: "log10",
+    f: f64::log10,
+    doc: &Doc {
+        signature: "log10(number) -> float",
+        summary: "the base-10 logarithm (of zero or a negative number: an error)",
+        examples: &[("log10(1000)", "3.0")],
+    },
+};
+pub static SIN: Unary = Unary {
+    name: "sin",
+    f: f64::sin,
+    doc: &Doc {
+        signature: "sin(number) -> float",
+        summary: "the sine of an angle in radians",
+        examples: &[("sin(0)", "0.0")],
+    },
+};
+pub static COS: Unary = Unary {
+    name: "cos",
+    f: f64::cos,
+    doc: &Doc {
+        signature: "cos(number) -> float",
+        summary: "the cosine of an angle in radians",
+        examples: &[("cos(0)", "1.0")],
+    },
+};
+pub static TAN: Unary = Unary {
+    name: "tan",
+    f: f64::tan,
+    doc: &Doc {
+        signature: "tan(number) -> float",
+        summary: "the tangent of an angle in radians",
+        examples: &[("tan(0)", "0.0")],
+    },
+};
+
 impl Function for Unary {
     fn name(&self) -> &'static str {
         self.name
@@ -151,5 +215,35 @@ impl Function for Pow {
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
         finite(number(&v[0]).powf(number(&v[1])), "pow")
+    }
+}
+
+pub struct Sign;
+
+impl Function for Sign {
+    fn name(&self) -> &'static str {
+        "sign"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "sign(number) -> int",
+            summary: "-1, 0 or 1 as the number is negative, zero or positive",
+            examples: &[("sign(-2.5)", "-1"), ("sign(0)", "0"), ("sign(7)", "1")],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(1)?;
+        a.all(&is_number, "a number")?;
+        Ok(Type::Int.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let x = number(&v[0]);
+        Ok(Value::Int(if x > 0.0 {
+            1
+        } else if x < 0.0 {
+            -1
+        } else {
+            0
+        }))
     }
 }

@@ -1,12 +1,16 @@
 //! Built-in functions. Each is a type implementing [`Function`] — its signature check, its
 //! evaluation and its documentation with worked examples — so that a function lives in one
-//! place; related functions share a file (`text`, `math`, `choice`, `convert`, `time`).
+//! place; related functions share a file (`text`, `pattern`, `json`, `math`, `choice`,
+//! `convert`, `time`, `calendar`).
 //! `tests/functions.rs` runs every example through the engine and checks that every signature
 //! is in docs/language.md. Nothing here reads the clock, randomness or the environment.
 
+pub mod calendar;
 pub mod choice;
 pub mod convert;
+pub mod json;
 pub mod math;
+pub mod pattern;
 pub mod text;
 pub mod time;
 
@@ -26,12 +30,25 @@ pub static ALL: &[&dyn Function] = &[
     &text::CONTAINS,
     &text::STARTS_WITH,
     &text::ENDS_WITH,
+    &pattern::RegexpMatches,
+    &pattern::RegexpExtract,
+    &pattern::RegexpReplace,
+    &pattern::Split,
+    &json::JsonExtract,
     &math::Abs,
     &math::Round,
     &math::FLOOR,
     &math::CEIL,
     &math::Sqrt,
     &math::Pow,
+    &math::TRUNC,
+    &math::Sign,
+    &math::EXP,
+    &math::LN,
+    &math::LOG10,
+    &math::SIN,
+    &math::COS,
+    &math::TAN,
     &choice::Coalesce,
     &choice::GREATEST,
     &choice::LEAST,
@@ -41,6 +58,8 @@ pub static ALL: &[&dyn Function] = &[
     &time::EpochMs,
     &time::FromEpochMs,
     &time::Millis,
+    &calendar::FormatTimestamp,
+    &calendar::ParseTimestamp,
 ];
 
 /// The built-in function called `name`.

@@ -1,0 +1,102 @@
+//! Timestamps as calendar text, in a time zone: strftime-style patterns (`%Y-%m-%d %H:%M:%S`,
+//! `%z`, `%Z`, …, as the jiff crate implements them) and IANA zone names (`Europe/Paris`) from
+//! the database bundled with streamc, not the machine's, so results do not depend on where a
+//! program runs. A zone or pattern that is not valid, or text that does not match its pattern,
+//! is an evaluation error.
+
+use jiff::fmt::strtime;
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
+
+use super::{is_string, text, Args, Doc, Function};
+use crate::types::Type;
+use crate::value::Value;
+
+fn zone(v: Option<&Value>) -> Result<TimeZone, String> {
+    match v {
+        None => Ok(TimeZone::UTC),
+        Some(z) => TimeZone::get(text(z)).map_err(|e| format!("unknown time zone {:?}: {e}", text(z))),
+    }
+}
+
+/// The arguments after the first: a pattern, then an optional zone; both strings.
+fn check_pattern_zone(a: &Args, first: &dyn Fn(&Type) -> bool, what: &str) -> Result<(), String> {
+    if !(2..=3).contains(&a.len()) {
+        return Err(format!("takes 2 or 3 arguments, not {}", a.len()));
+    }
+    let ok = |t: &Type| *t == Type::Null;
+    if !(first(a.types[0].base()) || ok(a.types[0])) || !a.types[1..].iter().all(|t| is_string(t.base()) || ok(t)) {
+        return Err(format!("takes ({what}, string pattern[, string zone])"));
+    }
+    Ok(())
+}
+
+pub struct FormatTimestamp;
+
+impl Function for FormatTimestamp {
+    fn name(&self) -> &'static str {
+        "format_timestamp"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "format_timestamp(timestamp, pattern: string[, zone: string]) -> string",
+            summary: "the timestamp as text by a strftime pattern, in an IANA time zone (default UTC)",
+            examples: &[
+                ("format_timestamp(from_epoch_ms(1700000000000), \"%Y-%m-%d %H:%M:%S\")", "\"2023-11-14 22:13:20\""),
+                (
+                    "format_timestamp(from_epoch_ms(1700000000000), \"%Y-%m-%d %H:%M %Z\", \"Europe/Paris\")",
+                    "\"2023-11-14 23:13 CET\"",
+                ),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        check_pattern_zone(a, &|t| *t == Type::Timestamp, "timestamp")?;
+        Ok(Type::String.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let Value::Ts(ms) = v[0] else { return Ok(Value::Null) };
+        let ts = Timestamp::from_millisecond(ms).map_err(|e| format!("timestamp {ms} out of range: {e}"))?;
+        let zoned = ts.to_zoned(zone(v.get(2))?);
+        strtime::format(text(&v[1]), &zoned)
+            .map(|s| Value::str(&s))
+            .map_err(|e| format!("cannot format with {:?}: {e}", text(&v[1])))
+    }
+}
+
+pub struct ParseTimestamp;
+
+impl Function for ParseTimestamp {
+    fn name(&self) -> &'static str {
+        "parse_timestamp"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "parse_timestamp(string, pattern: string[, zone: string]) -> timestamp",
+            summary: "the text read by a strftime pattern; a time without an offset (`%z`) is in the zone given (default UTC)",
+            examples: &[
+                ("epoch_ms(parse_timestamp(\"2023-11-14 22:13:20\", \"%Y-%m-%d %H:%M:%S\"))", "1700000000000"),
+                ("epoch_ms(parse_timestamp(\"2023-11-14 23:13:20\", \"%Y-%m-%d %H:%M:%S\", \"Europe/Paris\"))", "1700000000000"),
+                ("epoch_ms(parse_timestamp(\"14/11/2023 22:13 +0000\", \"%d/%m/%Y %H:%M %z\"))", "1699999980000"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        check_pattern_zone(a, &is_string, "string")?;
+        Ok(Type::Timestamp.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let (input, pattern) = (text(&v[0]), text(&v[1]));
+        let bad = |e: jiff::Error| format!("{input:?} does not match {pattern:?}: {e}");
+        let parsed = strtime::parse(pattern, input).map_err(bad)?;
+        let ts = match parsed.to_timestamp() {
+            Ok(ts) => ts,
+            // No offset in the text: a civil time in the zone given.
+            Err(_) => {
+                let tz = zone(v.get(2))?;
+                parsed.to_datetime().and_then(|dt| dt.to_zoned(tz)).map_err(bad)?.timestamp()
+            }
+        };
+        Ok(Value::Ts(ts.as_millisecond()))
+    }
+}
