@@ -460,7 +460,7 @@ fn every_argument_and_option_has_help() {
             }
             if line.trim().is_empty() {
                 // (In clap's long layout a blank line separates entries; a new heading ends it.)
-                section = section && !lines.get(i + 1).is_some_and(|n| !n.starts_with(' '));
+                section = section && lines.get(i + 1).is_none_or(|n| n.starts_with(' '));
                 continue;
             }
             // An entry is `  <NAME>  help` or `  -x, --name <V>  help`, or (clap's long layout)
