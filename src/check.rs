@@ -860,9 +860,77 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    let (fields, out) = self.select(items, &shape, &from_name);
+                    // `name = explode(list)`: a flat map, one record per item.
+                    let explodes: Vec<(usize, &Node<ast::Expr>)> = items
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, it)| match &it.node {
+                            ast::SelectItem::Named(_, e) => exploded(e).map(|arg| (i, arg)),
+                            _ => None,
+                        })
+                        .collect();
+                    let Some(&(at_item, arg)) = explodes.first() else {
+                        let (fields, out) = self.select(items, &shape, &from_name);
+                        shape = out;
+                        push(self, StepKind::Map(fields), "select", shape.clone());
+                        continue;
+                    };
+                    let span = items[at_item].span;
+                    let refuse = |this: &mut Self, span: Span, msg: &str, help: &str| {
+                        this.err(
+                            Diagnostic::new(Code::Explode, span, msg.to_string()).label("here").help(help.to_string()),
+                        );
+                    };
+                    if explodes.len() > 1 {
+                        refuse(
+                            self,
+                            items[explodes[1].0].span,
+                            "a second `explode` in one `select`",
+                            "explode one list per `select`; a second `select` can explode another",
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    if shape.table || aggregated.is_some() {
+                        refuse(self, span, "`explode` on a table", "a table's rows (and an aggregate's results) are one per key: explode the records of a stream");
+                        ok = false;
+                        continue;
+                    }
+                    // The list itself in the item's place, then its item type for the field.
+                    let mut plain = items.to_vec();
+                    if let ast::SelectItem::Named(n, _) = &items[at_item].node {
+                        plain[at_item] = Node::new(span, ast::SelectItem::Named(n.clone(), arg.clone()));
+                    }
+                    let name = match &items[at_item].node {
+                        ast::SelectItem::Named(n, _) => n.node.clone(),
+                        _ => unreachable!("only named items explode"),
+                    };
+                    let (fields, mut out) = self.select(&plain, &shape, &from_name);
+                    let Some(at) = fields.iter().position(|(n, _)| *n == name) else {
+                        ok = false;
+                        continue;
+                    };
+                    let item = match fields[at].1.ty.base() {
+                        Type::List(t) => Some((**t).clone()),
+                        Type::Error => Some(Type::Error),
+                        _ => None,
+                    };
+                    let Some(item) = item else {
+                        refuse(
+                            self,
+                            arg.span,
+                            &format!("`explode` takes a list, not a {}", fields[at].1.ty),
+                            "explode a list field, or `split(text, \",\")`",
+                        );
+                        ok = false;
+                        continue;
+                    };
+                    out.value.fields[at].1 = item;
+                    if out.key_field == Some(at) {
+                        out.key_field = None;
+                    }
                     shape = out;
-                    push(self, StepKind::Map(fields), "select", shape.clone());
+                    push(self, StepKind::Explode { fields, at }, "select", shape.clone());
                 }
                 Clause::KeyBy(e) => {
                     if in_group || shape.table {
@@ -1932,6 +2000,14 @@ impl<'a> Checker<'a> {
             let ty = if ok { f.result_type.clone() } else { Type::Error };
             return hir::Expr { kind: ExprKind::Function(f, args), ty, span };
         }
+        if name == "explode" {
+            self.err(
+                Diagnostic::new(Code::Explode, func.span, "`explode` is not a function of one value")
+                    .label("makes one record per item of a list")
+                    .help("it can only be a whole `select` item: `select { id, tag = explode(tags) }`"),
+            );
+            return err_expr(span);
+        }
         let help = if aggregate::lookup(name).is_some() || self.aggregates.iter().any(|a| a.name == name) {
             format!("`{name}` is an aggregate; use it inside `aggregate {{ x = {name}(…) }}`")
         } else if self.all_defs.contains(name) {
@@ -2211,4 +2287,12 @@ fn binary_help(op: BinOp, l: &Type, r: &Type) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// The argument of `explode(arg)` when the expression is exactly that call.
+fn exploded(e: &Node<ast::Expr>) -> Option<&Node<ast::Expr>> {
+    match &e.node {
+        ast::Expr::Call { func, args } if func.node == "explode" && args.len() == 1 => Some(&args[0]),
+        _ => None,
+    }
 }

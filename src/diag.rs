@@ -49,6 +49,9 @@ pub enum Code {
     MissingSink = 411,
     GroupNeedsName = 412,
     WindowedKeyWithoutWindow = 413,
+    /// `explode` where it cannot fan records out: not a whole `select` item, twice in one
+    /// `select`, on a table or after `aggregate`, or of something that is not a list.
+    Explode = 414,
     // E05xx: declarations
     MissingValue = 500,
     BadKey = 501,

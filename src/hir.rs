@@ -148,6 +148,13 @@ pub struct Step {
 pub enum StepKind {
     Filter(Expr),
     Map(Vec<(String, Expr)>),
+    /// A `select` with an `explode(list)` item (a flat map): one record per item of the list
+    /// `fields[at]` evaluates to, that field holding the item (no record for an empty or null
+    /// list).
+    Explode {
+        fields: Vec<(String, Expr)>,
+        at: usize,
+    },
     /// `key by`: the key becomes this expression; stateful steps after it repartition.
     Rekey(Expr),
     /// Group and aggregate, optionally windowed. `repartition` when the group key is not the
@@ -378,6 +385,7 @@ impl Program {
                 let what = match &st.kind {
                     StepKind::Filter(_) => "filter".to_string(),
                     StepKind::Map(_) => "map".to_string(),
+                    StepKind::Explode { fields, at } => format!("flat map (explode `{}`)", fields[*at].0),
                     StepKind::Rekey(_) => "rekey".to_string(),
                     StepKind::Aggregate(a) => format!(
                         "aggregate by {}{}{} [{}] emit {:?}",

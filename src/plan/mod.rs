@@ -70,6 +70,11 @@ pub enum NodeKind {
         fields: Vec<(String, hir::Expr)>,
         table: bool,
     },
+    /// A flat map: one record per item of the list `fields[at]` evaluates to.
+    Explode {
+        fields: Vec<(String, hir::Expr)>,
+        at: usize,
+    },
     Rekey {
         key: hir::Expr,
     },
@@ -436,6 +441,9 @@ impl Lowering<'_> {
                 StepKind::Map(fields) => {
                     self.node(q, sub, name, NodeKind::Map { fields, table: shape.table }, line, clause)
                 }
+                StepKind::Explode { fields, at } => {
+                    self.node(q, sub, name, NodeKind::Explode { fields, at }, line, clause)
+                }
                 StepKind::Rekey(key) => self.node(q, sub, name, NodeKind::Rekey { key }, line, clause),
                 StepKind::Aggregate(a) => {
                     if a.repartition {
@@ -622,6 +630,7 @@ impl NodeKind {
             NodeKind::Filter { table: true, .. } => "table filter",
             NodeKind::Map { table: false, .. } => "map",
             NodeKind::Map { table: true, .. } => "table map",
+            NodeKind::Explode { .. } => "flat map",
             NodeKind::Rekey { .. } => "rekey",
             NodeKind::RepartitionSink { .. } => "repartition sink",
             NodeKind::RepartitionSource { .. } => "repartition source",
@@ -648,6 +657,11 @@ impl NodeKind {
             NodeKind::Map { fields, .. } => {
                 format!("value {{{}}}", fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))
             }
+            NodeKind::Explode { fields, at } => format!(
+                "one record per item of `{}`: value {{{}}}",
+                fields[*at].0,
+                fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
+            ),
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
             NodeKind::RepartitionSink { topic, key } if key.len() > 1 => {
                 format!("writes to {topic}, keyed by the composite group key")

@@ -70,6 +70,11 @@ pub struct StreamInput {
 pub enum Op {
     Filter(hir::Expr),
     Map(Vec<hir::Expr>),
+    /// A map whose field `at` is a list: one record per item, that field holding the item.
+    Explode {
+        fields: Vec<hir::Expr>,
+        at: usize,
+    },
     Rekey(hir::Expr),
     Repartition {
         topic: String,
@@ -234,6 +239,9 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 }
                 NodeKind::Filter { pred, .. } => ops.push(Op::Filter(pred.clone())),
                 NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
+                NodeKind::Explode { fields, at } => {
+                    ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: *at })
+                }
                 NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
                 NodeKind::RepartitionSink { topic, key } => {
                     let e = topo
@@ -445,7 +453,7 @@ fn table_sink(spec: &TaskSpec) -> Option<usize> {
     let mut sink = None;
     for (i, op) in spec.ops.iter().enumerate() {
         match op {
-            Op::Filter(_) | Op::Map(_) | Op::JoinTable { .. } => {}
+            Op::Filter(_) | Op::Map(_) | Op::Explode { .. } | Op::JoinTable { .. } => {}
             Op::Sink { .. } => sink = Some(i),
             _ => return None,
         }

@@ -438,6 +438,26 @@ impl Task {
                     row.value = v;
                     row.joined.clear();
                 }
+                Op::Explode { fields, at } => {
+                    let mut v = Vec::with_capacity(fields.len());
+                    for f in fields {
+                        v.push(eval(f, &row, &[]).map_err(err)?);
+                    }
+                    let items = match std::mem::replace(&mut v[*at], Value::Null) {
+                        Value::List(items) => items,
+                        // A null list: no record.
+                        _ => return Ok(()),
+                    };
+                    row.value = v;
+                    row.joined.clear();
+                    // Each item goes down the rest of the chain as a record of its own.
+                    for item in items.iter() {
+                        let mut r = row.clone();
+                        r.value[*at] = item.clone();
+                        self.run_ops(&ops[i + 1..], base + i + 1, r, ts, out, stores)?;
+                    }
+                    return Ok(());
+                }
                 Op::Rekey(e) => row.key = eval(e, &row, &[]).map_err(err)?,
                 Op::Repartition { topic, key, key_ty, wire } => {
                     let k = group_key(key, &row)?;
