@@ -478,7 +478,8 @@ impl<'a> Checker<'a> {
     }
 
     fn define(&mut self, name: &ast::Ident, what: &str) -> bool {
-        if function::lookup(&name.node).is_some() || aggregate::lookup(&name.node).is_some() {
+        // (`explode` is the flat map of `select`: a built-in too.)
+        if function::lookup(&name.node).is_some() || aggregate::lookup(&name.node).is_some() || name.node == "explode" {
             self.err(
                 Diagnostic::new(
                     Code::Duplicate,

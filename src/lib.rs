@@ -38,7 +38,10 @@ pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
         let broken = syntax::broken_names(source, &diags);
         let mut all = diags;
         if let Err(more) = check::check(&ast, source, lib) {
-            all.extend(more.into_iter().filter(|d| !broken.iter().any(|n| d.message.contains(&format!("`{n}`")))));
+            // Only "unknown …" diagnostics naming a broken item are the syntax error's echo.
+            all.extend(more.into_iter().filter(|d| {
+                !(d.message.starts_with("unknown ") && broken.iter().any(|n| d.message.ends_with(&format!("`{n}`"))))
+            }));
         }
         all.sort_by_key(|d| d.span.start);
         return Err(all);

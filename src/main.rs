@@ -544,6 +544,12 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     if opts.chaos.is_some() {
         eprintln!("chaos: {} faults injected", sum.faults);
     }
+    if sum.interrupted && opts.drain {
+        eprintln!(
+            "stopped by a signal before the input was drained: what was processed is committed; run again to go on"
+        );
+        return Ok(ExitCode::from(130));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -88,15 +88,18 @@ pub fn broken_names(source: &str, diags: &[Diagnostic]) -> Vec<String> {
         .into_iter()
         .filter(|(offset, chunk)| {
             let end = offset + chunk.len();
-            // An item cut short is reported at its end ("unexpected end of input").
+            // An item cut short is reported at its end ("unexpected end of input"): that is the
+            // item that ends there, not the one that starts there.
             diags.iter().any(|d| {
-                (*offset..end).contains(&d.span.start) || (d.span.start == end && d.message.contains("end of input"))
+                let cut = d.message.contains("end of input");
+                ((*offset..end).contains(&d.span.start) && !(cut && d.span.start == *offset && *offset > 0))
+                    || (cut && d.span.start == end)
             })
         })
         .filter_map(|(_, chunk)| {
-            let mut words = chunk
-                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                .filter(|w| !w.is_empty() && !w.starts_with('#'));
+            // The item's first line (the first chunk may start with comments).
+            let line = chunk.lines().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))?;
+            let mut words = line.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty());
             let first = words.next()?;
             starts_item(&format!("{first} x")).then(|| words.next().map(str::to_string)).flatten()
         })

@@ -3,14 +3,15 @@
 
 use std::cell::RefCell;
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use rustc_hash::FxHashMap;
 
 use super::{int, is_int, is_string, text, Args, Doc, Function};
 use crate::types::Type;
 use crate::value::Value;
 
-/// The compiled pattern (patterns are usually literals: each is compiled once per thread).
+/// The compiled pattern (patterns are usually literals: each is compiled once per thread; at
+/// most 64 are kept, compiled programs of at most 1 MiB).
 fn regex(pattern: &str) -> Result<Regex, String> {
     thread_local! {
         static CACHE: RefCell<FxHashMap<String, Regex>> = RefCell::new(FxHashMap::default());
@@ -19,9 +20,13 @@ fn regex(pattern: &str) -> Result<Regex, String> {
         if let Some(r) = c.borrow().get(pattern) {
             return Ok(r.clone());
         }
-        let r = Regex::new(pattern).map_err(|e| format!("bad regular expression {pattern:?}: {e}"))?;
+        // Patterns can come from records: each compiled program is kept small.
+        let r = RegexBuilder::new(pattern)
+            .size_limit(1 << 20)
+            .build()
+            .map_err(|e| format!("bad regular expression {pattern:?}: {e}"))?;
         let mut c = c.borrow_mut();
-        if c.len() >= 256 {
+        if c.len() >= 64 {
             c.clear();
         }
         c.insert(pattern.to_string(), r.clone());

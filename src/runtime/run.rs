@@ -37,6 +37,9 @@ pub struct Summary {
     pub cache_misses: u64,
     /// Faults injected by `--chaos`.
     pub faults: u64,
+    /// Stopped by SIGINT or SIGTERM (an embedded run): what it processed is committed, but with
+    /// `--drain` its input may not have been read to the end.
+    pub interrupted: bool,
 }
 
 impl Summary {
@@ -51,6 +54,7 @@ impl Summary {
         self.cache_hits += o.cache_hits;
         self.cache_misses += o.cache_misses;
         self.faults += o.faults;
+        self.interrupted |= o.interrupted;
     }
 }
 
@@ -638,6 +642,7 @@ impl<F: Feed> TaskRun<F> {
             cache_hits: c.cache_hits,
             cache_misses: c.cache_misses,
             faults: self.chaos.as_ref().map_or(0, |c| c.faults),
+            interrupted: false,
         }
     }
 

@@ -24,6 +24,10 @@ use crate::runtime::wire::{split_wire, wire_row, write_record};
 use crate::types::{RecordType, Type};
 use crate::value::{decode_record, Value};
 
+/// The most records `explode` makes of one record: past it, the record is bad input (a
+/// dead letter with the reason), not an unbounded fan-out.
+pub(crate) const MAX_EXPLODE: usize = 100_000;
+
 /// Header names of docs/conventions.md.
 pub const H_ERROR: &str = "streamc.error";
 pub const H_TOPIC: &str = "streamc.source.topic";
@@ -448,6 +452,12 @@ impl Task {
                         // A null list: no record.
                         _ => return Ok(()),
                     };
+                    if items.len() > MAX_EXPLODE {
+                        return Err(RecordError(format!(
+                            "explode: {} items, more than the {MAX_EXPLODE} one record may become",
+                            items.len()
+                        )));
+                    }
                     row.value = v;
                     row.joined.clear();
                     // Each item goes down the rest of the chain as a record of its own.

@@ -89,10 +89,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     );
     // SIGTERM or SIGINT: every task commits what it processed, and the run ends with its summary.
     let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| RunError::Io { doing: "cannot handle signals".into(), source: e })?;
-    }
+    let _signals = on_signals(&stop)?;
     let live: BTreeMap<(String, u32), u64> =
         tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
     // Every writer of a repartition topic is at work until its first step says otherwise.
@@ -138,6 +135,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     for r in results {
         total.add_from(&r?);
     }
+    total.interrupted = shared.stop.load(Ordering::SeqCst);
     shared.db.flush().map_err(state("cannot flush local state"))?;
     Ok(total)
 }
@@ -389,11 +387,39 @@ fn worker(
     })();
     result?;
     let mut s = retired;
+    // Stopped by a signal, the input may not be at its end: closing every window now would
+    // make the rest late for good. They close at the end of a run that drains it.
+    let close = opts.close_windows_at_end && !sh.stop.load(Ordering::SeqCst);
     for t in tasks.iter_mut() {
-        t.commit(&sh.log, opts, opts.close_windows_at_end, true)?;
+        t.commit(&sh.log, opts, close, true)?;
         s.add_from(&t.summary());
     }
     Ok(s)
+}
+
+/// The signal handlers of a run, removed when it ends (so `streamc test`'s next fixture, or
+/// whatever the process does next, is not left with them).
+struct Signals(Vec<signal_hook::SigId>);
+
+impl Drop for Signals {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// SIGTERM and SIGINT set `stop` (the run commits and ends with its summary); a second one, with
+/// `stop` already set, exits at once (143 or 130), as a stuck run must still be stoppable.
+fn on_signals(stop: &Arc<AtomicBool>) -> Result<Signals, RunError> {
+    let io = |e| RunError::Io { doing: "cannot handle signals".into(), source: e };
+    let mut ids = Vec::new();
+    for (sig, code) in [(signal_hook::consts::SIGTERM, 143), (signal_hook::consts::SIGINT, 130)] {
+        // Registered first, so it runs before the flag is set: the first signal only sets it.
+        ids.push(signal_hook::flag::register_conditional_shutdown(sig, code, stop.clone()).map_err(io)?);
+        ids.push(signal_hook::flag::register(sig, stop.clone()).map_err(io)?);
+    }
+    Ok(Signals(ids))
 }
 
 /// Create or check every topic the program needs; returns each sub-topology's task count.
@@ -438,7 +464,8 @@ fn ingest(
     // reading the same topic from the same file appends nothing again. (Before, it was kept per
     // application: that record still counts.)
     let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    let group = format!("input#{topic}#{}", canonical.display());
+    // (`#` first: no application id contains one, so no application's records are these.)
+    let group = format!("#input#{topic}#{}", canonical.display());
     let committed = log.committed()?;
     let prev = committed
         .groups
