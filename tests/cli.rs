@@ -546,3 +546,38 @@ fn the_readme_picture_is_current() {
         "docs/stats.svg is out of date: streamc explain examples/stats.stream --format svg > docs/stats.svg"
     );
 }
+
+/// `explode` makes at most 100,000 records of one record: a longer list makes it a dead letter
+/// with the reason, and the records around it go on.
+#[test]
+fn explode_past_its_cap_is_a_dead_letter() {
+    let dir = temp_dir("explode-cap");
+    let state = dir.join("state");
+    let _ = std::fs::remove_dir_all(&state);
+    let program = dir.join("chars.stream");
+    std::fs::write(
+        &program,
+        "stream lines from \"lines\" {\n  key id\n  value json { id: string, text: string }\n}\n\nquery chars {\n  from lines\n  select { id, c = explode(split(text, \"\")) }\n  to \"chars\"\n}\n",
+    )
+    .unwrap();
+    let input = dir.join("lines.jsonl");
+    let long = "x".repeat(100_001);
+    std::fs::write(
+        &input,
+        format!("{{\"id\":\"a\",\"text\":\"ab\"}}\n{{\"id\":\"b\",\"text\":\"{long}\"}}\n{{\"id\":\"c\",\"text\":\"cd\"}}\n"),
+    )
+    .unwrap();
+    let s = state.to_str().unwrap();
+    let p = program.to_str().unwrap();
+    let o = streamc(&["--state-dir", s, "run", p, "--input", &format!("lines={}", input.display()), "--drain"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&streamc(&["--state-dir", s, "consume", "chars", "--from-beginning"]));
+    assert_eq!(out.lines().count(), 4, "a, b of `ab` and c, d of `cd`:\n{out}");
+    let dlq = stdout(&streamc(&["--state-dir", s, "consume", "chars-dlq", "--from-beginning", "--headers"]));
+    assert_eq!(dlq.lines().count(), 1, "{dlq}");
+    assert!(
+        dlq.contains("explode: 100001 items, more than the 100000 one record may become"),
+        "{}",
+        &dlq[..dlq.len().min(600)]
+    );
+}
