@@ -1494,7 +1494,14 @@ impl<'a> Checker<'a> {
         }
         if let Some(native) = aggregate::lookup(fname) {
             let types: Vec<Type> = args.iter().map(|e| e.ty.clone()).collect();
-            return match native.signature(&types) {
+            let literals: Vec<Option<&Literal>> = args
+                .iter()
+                .map(|e| match &e.kind {
+                    ExprKind::Lit(l) => Some(l),
+                    _ => None,
+                })
+                .collect();
+            return match native.signature(&types).and_then(|sig| native.check_literals(&literals).map(|()| sig)) {
                 Ok(sig) => Some(hir::AggCall {
                     name: a.name.node.clone(),
                     func: AggFunc::Native(native),
@@ -1510,6 +1517,7 @@ impl<'a> Checker<'a> {
                     let code = match problem {
                         ArgProblem::NotNumeric => Code::NotNumeric,
                         ArgProblem::NotOrdered => Code::NotOrdered,
+                        ArgProblem::NotConstant => Code::NotConstant,
                     };
                     let span = a.args.get(arg).map(|e| e.span).unwrap_or(a.span);
                     self.err(Diagnostic::new(code, span, message).label(label).help(help));

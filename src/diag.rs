@@ -34,6 +34,8 @@ pub enum Code {
     NotOrdered = 304,
     NotBool = 305,
     NotNumeric = 306,
+    /// An aggregate's argument that must be a literal in a range (`top_k`'s k).
+    NotConstant = 307,
     // E04xx: query structure
     WindowWithoutGroup = 400,
     AggregateWithoutGroup = 401,

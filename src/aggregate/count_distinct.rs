@@ -1,8 +1,11 @@
-//! `count_distinct(x)`: the exact number of distinct non-null values of `x`.
+//! `count_distinct(x)`: the exact number of distinct non-null values of `x`; `collect_set(x)`:
+//! those values themselves, as a list in the language's order (at most [`SET_LIMIT`]).
 //!
 //! The state is the set of values seen, kept as a list sorted by the language's order, so it
-//! is stored and restored like any list and two sets merge by a sorted union. Its size grows
-//! with the number of distinct values in a group (or window): bound it with a window.
+//! is stored and restored like any list and two sets merge by a sorted union. For
+//! `count_distinct` its size grows with the number of distinct values in a group (or window):
+//! bound it with a window. `collect_set` keeps the [`SET_LIMIT`] smallest values, so its result
+//! does not depend on the order records arrive in or on how sessions merge.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -11,7 +14,38 @@ use super::{not_ordered, one_arg, Doc, Example, Native, Signature, SignatureErro
 use crate::types::Type;
 use crate::value::Value;
 
-pub struct CountDistinct;
+/// The most values `collect_set` keeps (ksqlDB's `collect_set` default limit).
+pub const SET_LIMIT: usize = 1000;
+
+/// The set of distinct values, and what is made of it.
+pub struct Distinct {
+    name: &'static str,
+    doc: &'static Doc,
+    /// The result is the set itself, capped at [`SET_LIMIT`] values (`collect_set`); otherwise
+    /// its size (`count_distinct`, uncapped).
+    collect: bool,
+}
+
+pub static COUNT_DISTINCT: Distinct = Distinct { name: "count_distinct", doc: &DOC, collect: false };
+pub static COLLECT_SET: Distinct = Distinct { name: "collect_set", doc: &SET_DOC, collect: true };
+
+static SET_DOC: Doc = Doc {
+    signature: "collect_set(x) -> list<the type of x>",
+    summary: "the distinct non-null values of `x`, smallest first (at most 1,000: the smallest)",
+    example: Example {
+        arg_type: "string?",
+        call: "collect_set(x)",
+        records: &[
+            (1000, "\"home\""),
+            (4000, "\"home\""),
+            (5000, "\"pay\""),
+            (2000, "\"cart\""),
+            (2500, "null"),
+            (3000, "\"home\""),
+        ],
+        result: "[\"cart\", \"home\", \"pay\"]",
+    },
+};
 
 static DOC: Doc = Doc {
     signature: "count_distinct(x) -> int",
@@ -31,36 +65,45 @@ static DOC: Doc = Doc {
     },
 };
 
-impl Native for CountDistinct {
+impl Native for Distinct {
     fn name(&self) -> &'static str {
-        "count_distinct"
+        self.name
     }
     fn doc(&self) -> &'static Doc {
-        &DOC
+        self.doc
     }
     fn signature(&self, args: &[Type]) -> Result<Signature, SignatureError> {
         let t = one_arg(args)?;
         if !t.is_ordered() {
-            return Err(not_ordered("count_distinct", t));
+            return Err(not_ordered(self.name, t));
         }
-        Ok(Signature { result: Type::Int, state: Type::List(Box::new(t.base().clone())) })
+        let set = Type::List(Box::new(t.base().clone()));
+        let result = if self.collect { set.clone() } else { Type::Int };
+        Ok(Signature { result, state: set })
     }
     fn init(&self) -> Value {
         Value::List(Arc::new(Vec::new()))
     }
     fn update(&self, state: &mut Value, args: &[Value], _ts: i64) -> Result<(), String> {
-        let Some(x) = args.first() else { return Err("`count_distinct` without its argument".into()) };
+        let Some(x) = args.first() else { return Err(format!("`{}` without its argument", self.name)) };
         if x.is_null() {
             return Ok(());
         }
         let set = list(state)?;
         if let Err(at) = set.binary_search_by(|v| v.cmp_total(x)) {
-            Arc::make_mut(set).insert(at, x.clone());
+            if self.collect && at >= SET_LIMIT {
+                return Ok(());
+            }
+            let set = Arc::make_mut(set);
+            set.insert(at, x.clone());
+            if self.collect {
+                set.truncate(SET_LIMIT);
+            }
         }
         Ok(())
     }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
-        let Value::List(b) = other else { return Err("a count_distinct state is not a list".into()) };
+        let Value::List(b) = other else { return Err(format!("a {} state is not a list", self.name)) };
         let a = list(state)?;
         let mut out = Vec::with_capacity(a.len() + b.len());
         let (mut i, mut j) = (0, 0);
@@ -83,12 +126,17 @@ impl Native for CountDistinct {
         }
         out.extend_from_slice(&a[i..]);
         out.extend_from_slice(&b[j..]);
+        if self.collect {
+            out.truncate(SET_LIMIT);
+        }
         *a = Arc::new(out);
         Ok(())
     }
     fn result(&self, state: &Value) -> Value {
         match state {
+            Value::List(_) if self.collect => state.clone(),
             Value::List(set) => Value::Int(set.len() as i64),
+            _ if self.collect => Value::List(Arc::new(Vec::new())),
             _ => Value::Null,
         }
     }
@@ -97,6 +145,6 @@ impl Native for CountDistinct {
 fn list(state: &mut Value) -> Result<&mut Arc<Vec<Value>>, String> {
     match state {
         Value::List(set) => Ok(set),
-        _ => Err("a count_distinct state is not a list".into()),
+        _ => Err("a distinct-values state is not a list".into()),
     }
 }

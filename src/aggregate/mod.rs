@@ -8,14 +8,17 @@
 //! Adding one: write `src/aggregate/<name>.rs` implementing [`Native`], list it in [`ALL`], and
 //! document it in docs/language.md (the test requires its signature there).
 
+pub mod collect_list;
 pub mod count;
 pub mod count_distinct;
 pub mod earliest_latest;
 pub mod min_max;
 pub mod sum;
+pub mod top_k;
 
 use std::fmt;
 
+use crate::ast::Literal;
 use crate::types::Type;
 use crate::value::Value;
 
@@ -25,9 +28,13 @@ pub static ALL: &[&dyn Native] = &[
     &sum::Sum,
     &min_max::MIN,
     &min_max::MAX,
-    &count_distinct::CountDistinct,
+    &count_distinct::COUNT_DISTINCT,
     &earliest_latest::EARLIEST,
     &earliest_latest::LATEST,
+    &collect_list::CollectList,
+    &count_distinct::COLLECT_SET,
+    &top_k::TOP_K,
+    &top_k::TOP_K_DISTINCT,
 ];
 
 /// The native aggregate called `name`.
@@ -48,6 +55,12 @@ pub trait Native: Sync + Send {
     fn doc(&self) -> &'static Doc;
     /// Check a call's argument types: the result type and the state type, or why not.
     fn signature(&self, args: &[Type]) -> Result<Signature, SignatureError>;
+    /// Check the arguments that must be written as literals (`top_k`'s k): each argument's
+    /// literal, or None where it is an expression. Called after [`Native::signature`] accepted
+    /// the types.
+    fn check_literals(&self, _args: &[Option<&Literal>]) -> Result<(), SignatureError> {
+        Ok(())
+    }
     /// The state of a group (or window) before any record.
     fn init(&self) -> Value;
     /// Add one record's argument values, at event time `ts`.
@@ -90,6 +103,8 @@ pub enum SignatureError {
 pub enum ArgProblem {
     NotNumeric,
     NotOrdered,
+    /// An argument that must be a literal in a range (`top_k`'s k), or of the wrong type.
+    NotConstant,
 }
 
 /// Reference documentation of an aggregate, rendered in docs/language.md.

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""1,200 clicks of ten users on one site (same LCG as ../session_emit_final/gen.py, seed 11):
+bursts of activity with now and then a pause over 40 minutes, delivered with up to 2 minutes of
+disorder; about one page in eight null; now and then a click at the same event time as the
+user's previous one if that is under 2 minutes old (ties, which collect_list keeps in arrival order). The record timestamp is
+the arrival time. Every click falls in one 7-day window, [1699488000000, 1700092800000)."""
+import json
+from pathlib import Path
+
+N, SEED, MAX_LAG = 1200, 11, 120_000
+WEEK_START, WEEK = 1_699_488_000_000, 7 * 86_400_000
+MASK = (1 << 64) - 1
+x = SEED
+
+
+def nxt(m):
+    global x
+    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
+    return (x >> 33) % m
+
+
+pages = ["/home", "/search", "/item", "/cart", "/checkout", "/help"]
+clock = WEEK_START + 3_600_000
+last_at = {}
+lines = []
+for _ in range(N):
+    clock += 40 * 60_000 + nxt(3_600_000) if nxt(20) == 0 else nxt(300_000)
+    user = f"u{nxt(10)}"
+    page = None if nxt(8) == 0 else pages[nxt(len(pages))]
+    dwell = nxt(60_000)
+    lag = nxt(MAX_LAG)
+    recent = user in last_at and clock - last_at[user] <= MAX_LAG
+    at = last_at[user] if recent and nxt(2) == 0 else clock - lag
+    last_at[user] = at
+    value = {"user": user, "site": "shop", "page": page, "dwell_ms": dwell, "at": at}
+    lines.append({"key": user, "value": value, "timestamp": clock})
+assert all(WEEK_START <= r["value"]["at"] < WEEK_START + WEEK for r in lines)
+(Path(__file__).resolve().parent / "in" / "clicks.jsonl").write_text("".join(json.dumps(v) + "\n" for v in lines))
