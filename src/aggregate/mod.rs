@@ -8,6 +8,8 @@
 //! Adding one: write `src/aggregate/<name>.rs` implementing [`Native`], list it in [`ALL`], and
 //! document it in docs/language.md (the test requires its signature there).
 
+pub mod approx_count_distinct;
+pub mod approx_percentile;
 pub mod collect_list;
 pub mod count;
 pub mod count_distinct;
@@ -35,6 +37,8 @@ pub static ALL: &[&dyn Native] = &[
     &count_distinct::COLLECT_SET,
     &top_k::TOP_K,
     &top_k::TOP_K_DISTINCT,
+    &approx_count_distinct::ApproxCountDistinct,
+    &approx_percentile::ApproxPercentile,
 ];
 
 /// The native aggregate called `name`.
