@@ -264,10 +264,19 @@ pub struct AggregateDecl {
     pub name: Ident,
     pub params: Vec<Param>,
     pub result_type: Node<TypeExpr>,
-    pub init: Vec<(Ident, Node<Expr>)>,
+    pub init: Vec<InitField>,
     pub update: Vec<Node<Stmt>>,
     pub merge: Option<Vec<Node<Stmt>>>,
     pub result: Node<Expr>,
+}
+
+/// A state field of a user-defined aggregate: `name [: TYPE] = EXPR` in its `init`.
+#[derive(Clone, Debug)]
+pub struct InitField {
+    pub name: Ident,
+    /// The type written, if any (an empty list needs one).
+    pub ty: Option<Node<TypeExpr>>,
+    pub value: Node<Expr>,
 }
 
 /// `function NAME(params) -> TYPE = EXPR`.
@@ -448,7 +457,15 @@ pub fn outline(p: &Program) -> String {
             Item::Query(q) => outline_query(&mut o, q, ""),
             Item::Aggregate(a) => {
                 o += &format!("aggregate {}({}) -> {}\n", a.name.node, params(&a.params), a.result_type.node);
-                o += &format!("  init {}\n", record(&a.init));
+                let init: Vec<String> = a
+                    .init
+                    .iter()
+                    .map(|f| match &f.ty {
+                        Some(t) => format!("{}: {} = {}", f.name.node, t.node, f.value.node),
+                        None => format!("{} = {}", f.name.node, f.value.node),
+                    })
+                    .collect();
+                o += &format!("  init {{{}}}\n", init.join(", "));
                 o += &format!("  update {}\n", stmts(&a.update));
                 if let Some(m) = &a.merge {
                     o += &format!("  merge {}\n", stmts(m));

@@ -534,8 +534,34 @@ impl<'a> Checker<'a> {
         let result_type = self.type_expr(&a.result_type);
         let mut state: Vec<(String, Type)> = Vec::new();
         let mut init = Vec::new();
-        for (name, e) in &a.init {
-            let he = self.expr(e, &NO_LOCALS);
+        for ast::InitField { name, ty, value: e } in &a.init {
+            let mut he = self.expr(e, &NO_LOCALS);
+            let empty_list = matches!(&e.node, ast::Expr::List(items) if items.is_empty());
+            if let Some(t) = ty {
+                let want = self.type_expr(t);
+                if !he.ty.assignable_to(&want) {
+                    self.err(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            e.span,
+                            format!("`{}` is declared {want}, but its initial value is a {}", name.node, he.ty),
+                        )
+                        .label(format!("a {}", he.ty))
+                        .related(t.span, "declared here"),
+                    );
+                }
+                he.ty = want;
+            } else if empty_list {
+                self.err(
+                    Diagnostic::new(
+                        Code::TypeMismatch,
+                        e.span,
+                        format!("the initial value of `{}` has no type", name.node),
+                    )
+                    .label("an empty list of what?")
+                    .help(format!("write the state field's type: `{}: list<string> = []`", name.node)),
+                );
+            }
             if he.ty == Type::Null {
                 self.err(
                     Diagnostic::new(
@@ -2254,6 +2280,8 @@ pub fn binary_type(op: BinOp, l: &Type, r: &Type) -> Option<Type> {
             (T::String, T::String) => T::String,
             (T::Timestamp, T::Duration) | (T::Duration, T::Timestamp) => T::Timestamp,
             (T::Duration, T::Duration) => T::Duration,
+            // Concatenation: `xs + [x]` (a user-defined aggregate's growing list).
+            (T::List(a), T::List(b)) => T::List(Box::new(a.unify(b)?)),
             _ => return None,
         }
         .nullable_if(nullable),

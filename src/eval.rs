@@ -27,6 +27,10 @@ pub type Tenant = Arc<[u8]>;
 
 pub type EvalResult = Result<Value, String>;
 
+/// The most items a list made by `+` may hold: a user-defined aggregate's growing list stops
+/// with an error (the record is a dead letter with the reason) rather than growing without end.
+pub const MAX_LIST: usize = 10_000;
+
 /// Evaluate over a row (locals unused) or over locals (aggregate and function bodies).
 pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
     Ok(match &e.kind {
@@ -173,6 +177,19 @@ fn apply_binary(op: BinOp, a: &Value, b: &Value) -> EvalResult {
             (Str(x), Str(y)) => Value::str(&format!("{x}{y}")),
             (Ts(t), Dur(d)) | (Dur(d), Ts(t)) => Ts(t.checked_add(*d).ok_or("timestamp overflow in `+`")?),
             (Dur(x), Dur(y)) => Dur(x.checked_add(*y).ok_or("duration overflow in `+`")?),
+            (List(x), List(y)) => {
+                if x.len() + y.len() > MAX_LIST {
+                    return Err(format!(
+                        "`+` of lists of {} and {} items: more than the {MAX_LIST} a list may hold",
+                        x.len(),
+                        y.len()
+                    ));
+                }
+                let mut out = Vec::with_capacity(x.len() + y.len());
+                out.extend_from_slice(x);
+                out.extend_from_slice(y);
+                List(Arc::new(out))
+            }
             _ => finite(num(a).ok_or("bad operands")? + num(b).ok_or("bad operands")?, "the result of `+`")?,
         },
         BinOp::Sub => match (a, b) {

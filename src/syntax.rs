@@ -290,10 +290,12 @@ fn describe(rule: Rule) -> Option<&'static str> {
         op_or | op_and | op_eq | op_ne | op_le | op_ge | op_lt | op_gt | op_in | op_not_in | op_add | op_sub
         | op_mul | op_div | op_rem => "an operator",
         op_is_null | op_is_not_null => "`is null`",
+        // Not listed where an expression may go on: "expected an operator" says enough.
+        op_between | kw_between | op_index => return None,
         select_item | star => "a field",
         agg_item => "`name = aggregate(...)`",
         stmt | let_stmt | assign_stmt => "a statement",
-        field_decl | record_field => "a field",
+        field_decl | record_field | init_field => "a field",
         param | params => "a parameter",
         _ => return None,
     })
@@ -762,8 +764,18 @@ impl Builder {
         for c in it {
             match c.as_rule() {
                 Rule::agg_init => {
-                    let rec = inner(c).next().ok_or(())?;
-                    init = self.record_fields(rec, 0)?;
+                    for f in inner(c).filter(|f| f.as_rule() == Rule::init_field) {
+                        let mut it = f.into_inner();
+                        let name = self.ident(it.next().ok_or(())?);
+                        let mut next = it.next().ok_or(())?;
+                        let mut ty = None;
+                        if next.as_rule() == Rule::type_expr {
+                            ty = Some(self.type_expr(next, 1)?);
+                            next = it.next().ok_or(())?;
+                        }
+                        let value = self.expr(next, 1)?;
+                        init.push(InitField { name, ty, value });
+                    }
                 }
                 Rule::agg_update => update = self.stmts(c)?,
                 Rule::agg_merge => merge = Some(self.stmts(c)?),
@@ -882,6 +894,27 @@ impl Builder {
                 h += 1;
                 continue;
             }
+            if rule == Rule::op_index {
+                // Binds tighter than any operator: `-xs[1]` is `-(xs[1])`.
+                *pos += 1;
+                let sp = lhs.span.to(self.sp(t));
+                let Some(inner) = t.clone().into_inner().next() else { return Err(()) };
+                let index = self.expr(inner, depth + 1)?;
+                let func = Node::new(self.sp(t), "element_at".to_string());
+                lhs = Node::new(sp, Expr::Call { func, args: vec![lhs, index] });
+                h += 1;
+                continue;
+            }
+            if rule == Rule::op_between {
+                // A comparison: `a + 1 between 2 and 3` is `(a + 1) between 2 and 3`.
+                if 4 < min_prec {
+                    break;
+                }
+                *pos += 1;
+                lhs = self.between(lhs, t.clone(), depth)?;
+                h += 2;
+                continue;
+            }
             let Some((op, prec)) = infix(rule) else { break };
             if prec < min_prec {
                 break;
@@ -917,6 +950,35 @@ impl Builder {
             }
         }
         Ok((lhs, h))
+    }
+
+    /// `x between lo and hi` as `x >= lo and x <= hi`; `x not between lo and hi` as
+    /// `x < lo or x > hi` (SQL's meaning, nulls included).
+    fn between(&mut self, x: Node<Expr>, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
+        let sp = x.span.to(self.sp(&p));
+        let mut negated = false;
+        let mut bounds = Vec::new();
+        for part in p.into_inner() {
+            match part.as_rule() {
+                Rule::kw_not => negated = true,
+                Rule::between_bound => {
+                    let toks: Vec<Pair<Rule>> = part.into_inner().collect();
+                    let mut pos = 0;
+                    let (e, _) = self.climb(&toks, &mut pos, 0, depth + 1)?;
+                    bounds.push(e);
+                }
+                _ => {}
+            }
+        }
+        let [lo, hi] = <[Node<Expr>; 2]>::try_from(bounds).map_err(|_| ())?;
+        let (low_op, high_op, join) =
+            if negated { (BinOp::Lt, BinOp::Gt, BinOp::Or) } else { (BinOp::Ge, BinOp::Le, BinOp::And) };
+        let cmp = |op, bound: Node<Expr>| {
+            let s = x.span.to(bound.span);
+            Node::new(s, Expr::Binary { op, lhs: Box::new(x.clone()), rhs: Box::new(bound) })
+        };
+        let (l, r) = (cmp(low_op, lo), cmp(high_op, hi));
+        Ok(Node::new(sp, Expr::Binary { op: join, lhs: Box::new(l), rhs: Box::new(r) }))
     }
 
     fn operand(&mut self, p: Pair<Rule>, depth: usize) -> R<(Node<Expr>, usize)> {

@@ -60,3 +60,51 @@ fn names_are_unique_and_not_aggregates() {
         assert!(streamc::aggregate::lookup(name).is_none(), "`{name}` is both a function and an aggregate");
     }
 }
+
+/// `between` and `xs[i]` parse with the precedence docs/language.md gives, and mean what it
+/// says: each expression here evaluated through the engine, its expected value worked out by
+/// hand.
+#[test]
+fn between_and_indexing_by_their_documented_precedence() {
+    let cases: &[(&str, &str)] = &[
+        // Comparison level: arithmetic binds tighter, `and`/`or`/`not` looser.
+        ("1 + 1 between 2 and 3", "true"),
+        ("4 between 1 + 1 and 2 * 2", "true"),
+        ("5 between 1 and 4 or true", "true"),
+        ("not 3 between 1 and 2", "true"),
+        ("3 not between 1 and 2 and 1 == 1", "true"),
+        ("2 between 2 and 2", "true"),
+        ("2.5 between 1 and 2", "false"),
+        ("\"b\" between \"a\" and \"c\"", "true"),
+        ("null between 1 and 2", "null"),
+        ("0 between 1 and null", "false"),
+        ("5 not between 1 and null", "null"),
+        ("0 not between 1 and null", "true"),
+        // Indexing binds tighter than unary minus and any operator.
+        ("-[1, 2, 3][2]", "-2"),
+        ("[1, 2, 3][1] + [10, 20][-1]", "21"),
+        ("[[1, 2], [3]][2][1]", "3"),
+        ("[1, 2, 3][0]", "null"),
+        ("[1, 2, 3][-4]", "null"),
+        ("[1, 2][1 + 1]", "2"),
+        ("len([1] + [2, 3] + [])", "3"),
+    ];
+    let fields: Vec<String> = cases.iter().enumerate().map(|(i, (e, _))| format!("e{i} = {e}")).collect();
+    let program = format!(
+        "stream s from \"in\" {{\n  key k\n  value json {{ k: string }}\n}}\n\nquery q {{\n  from s\n  select {{\n    {}\n  }}\n  to \"out\" json\n}}\n",
+        fields.join(",\n    ")
+    );
+    let dir = temp_dir("between-index");
+    let prog = dir.join("p.stream");
+    std::fs::write(&prog, &program).unwrap();
+    let input = dir.join("in.jsonl");
+    std::fs::write(&input, "{\"k\":\"a\"}\n").unwrap();
+    let state = dir.join("state");
+    let summary = Run::new(prog.to_str().unwrap(), &state).input("in", &input).go().unwrap();
+    assert_eq!(summary.dead_letters, 0, "a case failed to evaluate:\n{program}");
+    let out = read_topic(&state, "out");
+    for (i, (expr, want)) in cases.iter().enumerate() {
+        let want: serde_json::Value = serde_json::from_str(want).unwrap();
+        assert_eq!(out[0].value[format!("e{i}")], want, "{expr}");
+    }
+}

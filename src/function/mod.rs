@@ -1,6 +1,6 @@
 //! Built-in functions. Each is a type implementing [`Function`] — its signature check, its
 //! evaluation and its documentation with worked examples — so that a function lives in one
-//! place; related functions share a file (`text`, `pattern`, `json`, `math`, `choice`,
+//! place; related functions share a file (`text`, `pattern`, `json`, `list`, `math`, `choice`,
 //! `convert`, `time`, `calendar`).
 //! `tests/functions.rs` runs every example through the engine and checks that every signature
 //! is in docs/language.md. Nothing here reads the clock, randomness or the environment.
@@ -9,6 +9,7 @@ pub mod calendar;
 pub mod choice;
 pub mod convert;
 pub mod json;
+pub mod list;
 pub mod math;
 pub mod pattern;
 pub mod text;
@@ -35,6 +36,12 @@ pub static ALL: &[&dyn Function] = &[
     &pattern::RegexpReplace,
     &pattern::Split,
     &json::JsonExtract,
+    &list::ElementAt,
+    &list::ArrayContains,
+    &list::Slice,
+    &list::ArraySort,
+    &list::ArrayDistinct,
+    &list::ArrayJoin,
     &math::Abs,
     &math::Round,
     &math::FLOOR,

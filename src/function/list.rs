@@ -1,0 +1,252 @@
+//! Functions of lists (ksqlDB's array functions): an item by position (`xs[i]` is
+//! `element_at(xs, i)`), membership, a slice, sorting, distinct items and joining into text.
+//! Positions count from 1, and from the end when negative, as ksqlDB and SQL arrays do; a
+//! position past either end gives null, not an error.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use super::{int, is_int, is_string, text, Args, Doc, Function};
+use crate::types::Type;
+use crate::value::Value;
+
+/// The item type of argument `i`, which must be a list (or the `null` literal).
+fn item_type(a: &Args, i: usize, what: &str) -> Result<Type, String> {
+    match a.types[i].base() {
+        Type::List(t) => Ok((**t).clone()),
+        Type::Null => Ok(Type::Null),
+        t => Err(format!("takes {what}, not {t}")),
+    }
+}
+
+fn items(v: &Value) -> &[Value] {
+    match v {
+        Value::List(l) => l,
+        _ => &[],
+    }
+}
+
+/// The 0-based index of 1-based position `pos` (negative: from the end) in a list of `n`.
+fn index(pos: i64, n: usize) -> Option<usize> {
+    let n = n as i64;
+    let i = if pos > 0 { pos - 1 } else { n + pos };
+    (pos != 0 && (0..n).contains(&i)).then_some(i as usize)
+}
+
+pub struct ElementAt;
+
+impl Function for ElementAt {
+    fn name(&self) -> &'static str {
+        "element_at"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "element_at(list<T>, position: int) -> T?",
+            summary: "the item at a position: 1 is the first, -1 the last; null past either end (`xs[i]` is the same)",
+            examples: &[
+                ("element_at([10, 20, 30], 1)", "10"),
+                ("[10, 20, 30][-1]", "30"),
+                ("[10, 20, 30][4]", "null"),
+                ("split(\"a,b,c\", \",\")[2]", "\"b\""),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(2)?;
+        let item = item_type(a, 0, "a list and a position")?;
+        if !is_int(a.types[1].base()) && *a.types[1] != Type::Null {
+            return Err(format!("takes a list and an int position, not {}", a.types[1]));
+        }
+        Ok(item.nullable())
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let xs = items(&v[0]);
+        Ok(index(int(&v[1]), xs.len()).map(|i| xs[i].clone()).unwrap_or(Value::Null))
+    }
+}
+
+pub struct ArrayContains;
+
+impl Function for ArrayContains {
+    fn name(&self) -> &'static str {
+        "array_contains"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "array_contains(list<T>, T) -> bool",
+            summary: "whether the list has an item equal to the value (`x in xs` asks the same)",
+            examples: &[("array_contains([\"a\", \"b\"], \"b\")", "true"), ("array_contains([1, 2], 3)", "false")],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(2)?;
+        let item = item_type(a, 0, "a list and a value")?;
+        if item.unify(a.types[1]).is_none() {
+            return Err(format!("takes a list and a value of its item type, not {} and {}", a.types[0], a.types[1]));
+        }
+        Ok(Type::Bool.nullable_if(a.types[0].is_nullable() || a.types[1].is_nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        Ok(Value::Bool(items(&v[0]).iter().any(|x| x.equals(&v[1]))))
+    }
+}
+
+pub struct Slice;
+
+impl Function for Slice {
+    fn name(&self) -> &'static str {
+        "slice"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "slice(list<T>, from: int, to: int) -> list<T>",
+            summary: "the items from position `from` to `to`, both included (1 is the first, -1 the last); positions past the ends are clamped",
+            examples: &[
+                ("slice([1, 2, 3, 4], 2, 3)", "[2, 3]"),
+                ("slice([1, 2, 3, 4], -2, -1)", "[3, 4]"),
+                ("slice([1, 2, 3], 3, 1)", "[]"),
+                ("slice([1, 2, 3], 0, 9)", "[1, 2, 3]"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(3)?;
+        let item = item_type(a, 0, "a list and two positions")?;
+        a.types[1..]
+            .iter()
+            .all(|t| is_int(t.base()) || **t == Type::Null)
+            .then_some(())
+            .ok_or_else(|| format!("takes a list and two int positions, not {} and {}", a.types[1], a.types[2]))?;
+        Ok(Type::List(Box::new(item)).nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let xs = items(&v[0]);
+        let n = xs.len() as i64;
+        // Positions as 0-based offsets, clamped to the list.
+        let at = |pos: i64| {
+            if pos > 0 {
+                pos - 1
+            } else if pos < 0 {
+                n + pos
+            } else {
+                0
+            }
+        };
+        let (from, to) = (at(int(&v[1])).max(0), at(int(&v[2])).min(n - 1));
+        let out = if from <= to { xs[from as usize..=to as usize].to_vec() } else { Vec::new() };
+        Ok(Value::List(Arc::new(out)))
+    }
+}
+
+pub struct ArraySort;
+
+impl Function for ArraySort {
+    fn name(&self) -> &'static str {
+        "array_sort"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "array_sort(list<T>[, descending: bool]) -> list<T>, T ordered",
+            summary: "the items sorted, smallest first (largest first when `descending` is true); nulls last",
+            examples: &[
+                ("array_sort([3, 1, 2])", "[1, 2, 3]"),
+                ("array_sort([\"b\", null, \"a\"], true)", "[\"b\", \"a\", null]"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        if !(1..=2).contains(&a.len()) {
+            return Err(format!("takes a list and optionally a bool, not {}", super::plural(a.len(), "argument")));
+        }
+        let item = item_type(a, 0, "a list")?;
+        if !item.is_ordered() && *item.base() != Type::Null {
+            return Err(format!("takes a list of an ordered type, not {}", a.types[0]));
+        }
+        if a.len() == 2 && *a.types[1].base() != Type::Bool {
+            return Err(format!("takes a bool as its second argument, not {}", a.types[1]));
+        }
+        Ok(Type::List(Box::new(item)).nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let descending = matches!(v.get(1), Some(Value::Bool(true)));
+        let mut out = items(&v[0]).to_vec();
+        out.sort_by(|a, b| match (a.is_null(), b.is_null()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => Ordering::Greater,
+            (false, true) => Ordering::Less,
+            _ if descending => b.cmp_total(a),
+            _ => a.cmp_total(b),
+        });
+        Ok(Value::List(Arc::new(out)))
+    }
+}
+
+pub struct ArrayDistinct;
+
+impl Function for ArrayDistinct {
+    fn name(&self) -> &'static str {
+        "array_distinct"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "array_distinct(list<T>) -> list<T>",
+            summary: "the items without repeats, each where it first appears",
+            examples: &[("array_distinct([2, 1, 2, 3, 1])", "[2, 1, 3]")],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(1)?;
+        let item = item_type(a, 0, "a list")?;
+        Ok(Type::List(Box::new(item)).nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let mut out: Vec<Value> = Vec::new();
+        // Quadratic, but lists are short; `equals` is the language's equality (1 == 1.0).
+        for x in items(&v[0]) {
+            if !out.iter().any(|y| y.equals(x) || (y.is_null() && x.is_null())) {
+                out.push(x.clone());
+            }
+        }
+        Ok(Value::List(Arc::new(out)))
+    }
+}
+
+pub struct ArrayJoin;
+
+impl Function for ArrayJoin {
+    fn name(&self) -> &'static str {
+        "array_join"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "array_join(list<T>[, separator: string]) -> string",
+            summary: "the items as text (as `to_string` writes them), joined by the separator (default `,`); null items are left out",
+            examples: &[
+                ("array_join([\"a\", \"b\", null, \"c\"], \"-\")", "\"a-b-c\""),
+                ("array_join([1, 2])", "\"1,2\""),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        if !(1..=2).contains(&a.len()) {
+            return Err(format!("takes a list and optionally a separator, not {}", super::plural(a.len(), "argument")));
+        }
+        item_type(a, 0, "a list")?;
+        if a.len() == 2 && !is_string(a.types[1].base()) && *a.types[1] != Type::Null {
+            return Err(format!("takes a string separator, not {}", a.types[1]));
+        }
+        Ok(Type::String.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let sep = v.get(1).map(text).unwrap_or(",");
+        let parts: Vec<String> = items(&v[0])
+            .iter()
+            .filter(|x| !x.is_null())
+            .map(|x| match x {
+                Value::Str(s) => s.to_string(),
+                x => x.to_string(),
+            })
+            .collect();
+        Ok(Value::str(&parts.join(sep)))
+    }
+}
