@@ -165,10 +165,13 @@ pub enum Clause {
         on: Node<Expr>,
     },
     /// `windowed`: the span of the `windowed` word (the key written is the windowed key).
+    /// `when C`: a branch, taking the records for which C is true (the others go on to the
+    /// next `to`).
     To {
         topic: Node<String>,
         format: Option<Node<Format>>,
         windowed: Option<Span>,
+        when: Option<Node<Expr>>,
     },
 }
 
@@ -561,11 +564,12 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 }
                 format!("{}{w} on {}", other.node, on.node)
             }
-            Clause::To { topic, format, windowed } => format!(
-                "{:?}{}{}",
+            Clause::To { topic, format, windowed, when } => format!(
+                "{:?}{}{}{}",
                 topic.node,
                 format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default(),
-                if windowed.is_some() { " windowed" } else { "" }
+                if windowed.is_some() { " windowed" } else { "" },
+                when.as_ref().map(|w| format!(" when {}", w.node)).unwrap_or_default()
             ),
         };
         *o += &format!("  {} {body} @{}..{}\n", c.node.keyword(), c.span.start, c.span.end);

@@ -817,18 +817,31 @@ impl<'a> Checker<'a> {
         let mut emitted = false;
         // A rejected `group by` makes the `window` and `aggregate` after it follow-on errors.
         let mut group_rejected = false;
-        let mut sink: Option<hir::Sink> = None;
+        let mut sinks: Vec<hir::Sink> = Vec::new();
         let mut ok = true;
 
         for c in clauses {
-            if sink.is_some() {
-                self.err(
-                    Diagnostic::new(Code::ClauseOrder, c.span, format!("`{}` after `to`", c.node.keyword()))
-                        .label("nothing can follow `to`")
-                        .help("`to` is the last clause of a query"),
-                );
-                ok = false;
-                continue;
+            if let Some(last) = sinks.last() {
+                let another_to = matches!(c.node, Clause::To { .. });
+                if !another_to {
+                    self.err(
+                        Diagnostic::new(Code::ClauseOrder, c.span, format!("`{}` after `to`", c.node.keyword()))
+                            .label("nothing can follow `to`")
+                            .help("`to` is the last clause of a query (several `to … when` branches may end it)"),
+                    );
+                    ok = false;
+                    continue;
+                }
+                if last.when.is_none() {
+                    self.err(
+                        Diagnostic::new(Code::ClauseOrder, c.span, "this `to` is never reached")
+                            .label("every record went to the `to` before it")
+                            .related(last.span, "this `to` takes every record")
+                            .help("branch with conditions: `to \"big\" when amount > 1000` before the `to` that takes the rest"),
+                    );
+                    ok = false;
+                    continue;
+                }
             }
             let in_group = group.is_some();
             let order_err = |this: &mut Self, msg: &str, help: &str| {
@@ -1314,7 +1327,7 @@ impl<'a> Checker<'a> {
                     };
                     push(self, kind, &format!("join-{}", slugify(&o.name)), shape.clone());
                 }
-                Clause::To { topic, format, windowed } => {
+                Clause::To { topic, format, windowed, when } => {
                     if let Some((_, gspan, _)) = &group {
                         self.err(group_without_aggregate(*gspan));
                         group = None;
@@ -1385,10 +1398,40 @@ impl<'a> Checker<'a> {
                             .help("`to \"topic\" windowed` keys each result by [key, window_start, window_end]; add a `window` to the aggregate, or drop `windowed`"),
                         );
                     }
-                    sink = Some(hir::Sink {
+                    let when = when.as_ref().map(|e| {
+                        let he = self.expr(e, &Scope::Row { shape: &shape, from: &from_name });
+                        self.expect_bool(&he, "`when`");
+                        he
+                    });
+                    if when.is_some() && src.kind == SourceKind::Table && aggregated.is_none() {
+                        self.err(
+                            Diagnostic::new(Code::ClauseOrder, c.span, "a query over the table `".to_string() + &from_name + "` writes one table")
+                                .label("a branch of a table")
+                                .help("filter it with `where` (rows it drops are deleted downstream), or write one query per branch"),
+                        );
+                        ok = false;
+                    }
+                    let windowed = windowed.is_some() && shape.windowed;
+                    if let Some(first) = sinks.first() {
+                        if first.windowed != windowed {
+                            self.err(
+                                Diagnostic::new(
+                                    Code::WindowedKeyWithoutWindow,
+                                    c.span,
+                                    "branches of one query key their results alike",
+                                )
+                                .label(if windowed { "windowed here" } else { "not windowed here" })
+                                .related(first.span, if first.windowed { "windowed here" } else { "not windowed here" })
+                                .help("write `windowed` on every `to` of the query, or on none"),
+                            );
+                            ok = false;
+                        }
+                    }
+                    sinks.push(hir::Sink {
                         topic: topic.node.clone(),
                         format: fmt,
-                        windowed: windowed.is_some() && shape.windowed,
+                        windowed,
+                        when,
                         span: c.span,
                         line: self.line(c.span),
                         text: self.text(c.span),
@@ -1400,7 +1443,7 @@ impl<'a> Checker<'a> {
             self.err(group_without_aggregate(gspan));
             return None;
         }
-        let Some(sink) = sink else {
+        if sinks.is_empty() {
             if ok {
                 self.err(
                     Diagnostic::new(Code::MissingSink, q.name.span, format!("query `{}` has no `to`", q.name.node))
@@ -1409,7 +1452,7 @@ impl<'a> Checker<'a> {
                 );
             }
             return None;
-        };
+        }
         if !ok {
             return None;
         }
@@ -1421,7 +1464,7 @@ impl<'a> Checker<'a> {
             from_line,
             input,
             steps,
-            sink,
+            sinks,
         })
     }
 

@@ -426,10 +426,12 @@ impl Evaluator {
 
     /// Refuse a query that writes to a reserved topic.
     fn check_sink(&self, q: &hir::Query) -> Result<(), String> {
-        match plan::reserved_sink(&q.sink.topic, &self.current.topo, &self.allowed_sinks) {
-            Some(why) => Err(format!("query `{}` writes to `{}`, {why}", q.name, q.sink.topic)),
-            None => Ok(()),
+        for sink in &q.sinks {
+            if let Some(why) = plan::reserved_sink(&sink.topic, &self.current.topo, &self.allowed_sinks) {
+                return Err(format!("query `{}` writes to `{}`, {why}", q.name, sink.topic));
+            }
         }
+        Ok(())
     }
 
     pub fn latest(&self) -> &Arc<Stage> {

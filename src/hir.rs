@@ -128,7 +128,9 @@ pub struct Query {
     /// Index into [`Program::sources`].
     pub input: usize,
     pub steps: Vec<Step>,
-    pub sink: Sink,
+    /// Where its results go: one `to`, or several branches (`to … when C`), tried in order,
+    /// the first whose condition is true taking the record.
+    pub sinks: Vec<Sink>,
 }
 
 #[derive(Clone, Debug)]
@@ -239,6 +241,9 @@ pub struct Sink {
     pub format: Format,
     /// Keyed by the windowed key `[key, window_start, window_end]` (`to … windowed`).
     pub windowed: bool,
+    /// A branch's condition (`to … when C`): the records for which it is not true go on to the
+    /// next `to`.
+    pub when: Option<Expr>,
     pub span: Span,
     pub line: usize,
     pub text: String,
@@ -436,12 +441,15 @@ impl Program {
                     if st.out.table { " (table)" } else { "" }
                 );
             }
-            o += &format!(
-                "  to {:?} {:?}{}\n",
-                q.sink.topic,
-                q.sink.format,
-                if q.sink.windowed { " windowed" } else { "" }
-            );
+            for sink in &q.sinks {
+                o += &format!(
+                    "  to {:?} {:?}{}{}\n",
+                    sink.topic,
+                    sink.format,
+                    if sink.windowed { " windowed" } else { "" },
+                    if sink.when.is_some() { " when …" } else { "" }
+                );
+            }
         }
         for a in self.aggregates.iter().filter(|a| !a.stdlib) {
             o += &format!(

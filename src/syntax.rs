@@ -269,6 +269,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         kw_final => "`final`",
         kw_outer | outer => "`outer`",
         kw_windowed | windowed_key => "`windowed`",
+        kw_when | to_when => "`when`",
         kw_on => "`on`",
         within | kw_within => "`within`",
         kw_by => "`by`",
@@ -714,6 +715,13 @@ impl Builder {
             }
             Rule::to_clause => {
                 let topic = self.string(parts.remove(0))?;
+                let when = match parts.last() {
+                    Some(w) if w.as_rule() == Rule::to_when => {
+                        let w = parts.pop().ok_or(())?;
+                        Some(self.expr(inner(w).next().ok_or(())?, 1)?)
+                    }
+                    _ => None,
+                };
                 let windowed = match parts.last() {
                     Some(w) if w.as_rule() == Rule::windowed_key => parts.pop().map(|w| self.sp(&w)),
                     _ => None,
@@ -723,7 +731,7 @@ impl Builder {
                     let is_string = f.into_inner().any(|k| k.as_rule() == Rule::kw_string);
                     Node::new(fsp, if is_string { Format::String } else { Format::Json })
                 });
-                Clause::To { topic, format, windowed }
+                Clause::To { topic, format, windowed, when }
             }
             r => return self.unexpected(&p, r),
         })

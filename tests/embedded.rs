@@ -1116,3 +1116,51 @@ fn a_long_or_chain_filters_like_a_set() {
     assert!(!want.is_empty() && want.len() < values.len());
     assert_eq!(got, want);
 }
+
+/// Branches after a session aggregate with `emit changes`, keyed by window: when sessions merge,
+/// the tombstone for each session as it was last sent goes to every branch (the result it
+/// deletes may be in either), and the merged session goes to the branch its count picks. Three records of one key, the
+/// third bridging the first two sessions, each run committing its outputs (so the first two
+/// sessions are emitted before they merge).
+#[test]
+fn a_merged_session_is_deleted_from_every_branch() {
+    let dir = temp_dir("branch-sessions");
+    let prog = dir.join("p.stream");
+    std::fs::write(
+        &prog,
+        "stream s from \"in\" {\n  key k\n  value json { k: string, ts: timestamp }\n  time ts\n}\n\n\
+         query q {\n  from s\n  group by k\n  window session gap 5s grace 1m\n  aggregate { n = count() }\n  emit changes\n  \
+         to \"busy\" windowed when n >= 3\n  to \"quiet\" windowed\n}\n",
+    )
+    .unwrap();
+    let input = dir.join("in.jsonl");
+    let state = dir.join("state");
+    let line = |t: i64| format!("{{\"k\":\"a\",\"ts\":{}}}\n", 1_700_000_000_000 + t);
+    std::fs::write(&input, line(0) + &line(10_000)).unwrap();
+    Run::new(prog.to_str().unwrap(), &state).input("in", &input).close(false).go().unwrap();
+    std::fs::write(&input, line(0) + &line(10_000) + &line(5_000)).unwrap();
+    Run::new(prog.to_str().unwrap(), &state).input("in", &input).close(false).go().unwrap();
+    let t0 = 1_700_000_000_000i64;
+    let describe = |topic: &str| -> Vec<String> {
+        read_topic(&state, topic)
+            .iter()
+            .map(|o| match o.value.as_object() {
+                Some(v) => format!(
+                    "{}..{} n={}",
+                    v["window_start"].as_i64().unwrap() - t0,
+                    v["window_end"].as_i64().unwrap() - t0,
+                    v["n"]
+                ),
+                None => format!("delete {}", o.headers["streamc.window.start"].parse::<i64>().unwrap() - t0),
+            })
+            .collect()
+    };
+    // In the order written: the two sessions, then (in whichever order the merge deletes them)
+    // both as they were sent, then the merged session in its branch.
+    let sorted = |mut v: Vec<String>, from: usize, to: usize| {
+        v[from..to].sort();
+        v
+    };
+    assert_eq!(sorted(describe("quiet"), 2, 4), ["0..0 n=1", "10000..10000 n=1", "delete 0", "delete 10000"]);
+    assert_eq!(sorted(describe("busy"), 0, 2), ["delete 0", "delete 10000", "0..10000 n=3"]);
+}

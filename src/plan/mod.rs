@@ -15,7 +15,7 @@
 pub mod physical;
 pub mod reserved;
 
-pub use reserved::{check_statement_text, reserved_sink, reserved_sink_diagnostic, reserved_sinks};
+pub use reserved::{check_statement_text, reserved_sink, reserved_sink_diagnostics, reserved_sinks};
 
 use petgraph::algo::{is_cyclic_directed, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -130,6 +130,9 @@ pub enum NodeKind {
         tenant: bool,
         /// Keyed by the windowed key (`to … windowed`).
         windowed: bool,
+        /// A branch (`to … when C`): it takes the records for which C is true; the others go on
+        /// to the next sink of the chain.
+        when: Option<hir::Expr>,
     },
 }
 
@@ -601,22 +604,27 @@ impl Lowering<'_> {
             prev = n;
             shape = step.out.clone();
         }
-        let sink_topic = q.sink.topic.clone();
-        self.topic(sink_topic.clone(), TopicRole::Sink, Partitions::External, false);
-        let n = self.node(
-            q,
-            sub,
-            format!("{}-to", q.name),
-            NodeKind::Sink {
-                topic: sink_topic,
-                format: q.sink.format,
-                tenant: shape.tenant_scoped,
-                windowed: q.sink.windowed,
-            },
-            q.sink.line,
-            q.sink.text.clone(),
-        );
-        self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
+        // Branches are a chain: the records a `to … when` does not take go on to the next `to`.
+        for (i, sink) in q.sinks.iter().enumerate() {
+            self.topic(sink.topic.clone(), TopicRole::Sink, Partitions::External, false);
+            let name = if i == 0 { format!("{}-to", q.name) } else { format!("{}-to-{}", q.name, i + 1) };
+            let n = self.node(
+                q,
+                sub,
+                name,
+                NodeKind::Sink {
+                    topic: sink.topic.clone(),
+                    format: sink.format,
+                    tenant: shape.tenant_scoped,
+                    windowed: sink.windowed,
+                    when: sink.when.clone(),
+                },
+                sink.line,
+                sink.text.clone(),
+            );
+            self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
+            prev = n;
+        }
     }
 }
 
@@ -703,8 +711,13 @@ impl NodeKind {
                     ""
                 }
             ),
-            NodeKind::Sink { topic, format, tenant, windowed } => format!(
-                "writes to topic {topic} as {}{}{}",
+            NodeKind::Sink { topic, format, tenant, windowed, when } => format!(
+                "{}writes to topic {topic} as {}{}{}",
+                if when.is_some() {
+                    "a branch: the records for which its condition is true (the others go on to the next `to`); "
+                } else {
+                    ""
+                },
                 if *format == Format::Json { "json" } else { "string" },
                 if *windowed {
                     ", keyed by window: [key, window_start, window_end], partitioned by the key"

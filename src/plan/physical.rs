@@ -102,6 +102,9 @@ pub enum Op {
         value_ty: RecordType,
         /// Keyed by the windowed key `[key, window_start, window_end]`, partitioned by the key.
         windowed: bool,
+        /// A branch: it takes the rows for which this is true; the others go on to the next op
+        /// (the next branch's sink).
+        when: Option<hir::Expr>,
     },
 }
 
@@ -335,14 +338,22 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         windowed_key: false,
                     });
                 }
-                NodeKind::Sink { topic, format, windowed, .. } => {
+                NodeKind::Sink { topic, format, windowed, when, .. } => {
                     let e = incoming.ok_or("sink without input")?;
                     let Type::Record(value_ty) = e.value else { return Err("sink value is not a record".into()) };
                     if let Some(a) = spec.agg.as_mut() {
                         a.windowed_key = *windowed;
                     }
                     let windowed = *windowed;
-                    ops.push(Op::Sink { topic: topic.clone(), format: *format, key_ty: e.key, value_ty, windowed });
+                    let when = when.clone();
+                    ops.push(Op::Sink {
+                        topic: topic.clone(),
+                        format: *format,
+                        key_ty: e.key,
+                        value_ty,
+                        windowed,
+                        when,
+                    });
                 }
             }
             if spec.ops.len() + spec.post.len() > nops {

@@ -47,21 +47,30 @@ pub fn reserved_sink(topic: &str, topo: &Topology, allowed: &[String]) -> Option
     shapes.iter().find(|(suffix, _)| topic.ends_with(suffix)).map(|(_, what)| format!("named like {what}"))
 }
 
-/// The queries of `program` that write to a reserved topic ([`reserved_sink`]) in
-/// application `app`: one diagnostic each, at the query's `to`.
+/// The `to`s of `program` that write to a reserved topic ([`reserved_sink`]) in application
+/// `app`: one diagnostic each.
 pub fn reserved_sinks(program: &hir::Program, app: &str, allowed: &[String]) -> Vec<Diagnostic> {
     let topo = lower(program, app);
-    program.queries.iter().filter_map(|q| reserved_sink_diagnostic(q, &topo, allowed)).collect()
+    program.queries.iter().flat_map(|q| reserved_sink_diagnostics(q, &topo, allowed)).collect()
 }
 
-/// The diagnostic of a query that writes to a reserved topic of `topo`'s application, if it does.
-pub fn reserved_sink_diagnostic(q: &hir::Query, topo: &Topology, allowed: &[String]) -> Option<Diagnostic> {
-    let why = reserved_sink(&q.sink.topic, topo, allowed)?;
-    Some(
-        Diagnostic::new(Code::BadTopic, q.sink.span, format!("query `{}` writes to `{}`, {why}", q.name, q.sink.topic))
-            .label("a reserved topic")
-            .help("write to a topic of your own; to write here anyway, list it in `topics.allow_internal_sinks`"),
-    )
+/// The diagnostics of a query's `to`s that write to a reserved topic of `topo`'s application.
+pub fn reserved_sink_diagnostics(q: &hir::Query, topo: &Topology, allowed: &[String]) -> Vec<Diagnostic> {
+    q.sinks
+        .iter()
+        .filter_map(|sink| {
+            let why = reserved_sink(&sink.topic, topo, allowed)?;
+            Some(
+                Diagnostic::new(
+                    Code::BadTopic,
+                    sink.span,
+                    format!("query `{}` writes to `{}`, {why}", q.name, sink.topic),
+                )
+                .label("a reserved topic")
+                .help("write to a topic of your own; to write here anyway, list it in `topics.allow_internal_sinks`"),
+            )
+        })
+        .collect()
 }
 
 /// Parse and check a control statement against the running program of application `app`, as
@@ -76,8 +85,9 @@ pub fn check_statement_text(
     let ast = crate::syntax::parse_statement(text)?;
     let (tenant, ctl) = check_statement(program, &ast, text)?;
     if let Control::NewQuery(q) | Control::Replace { query: q, .. } = &ctl {
-        if let Some(d) = reserved_sink_diagnostic(q, &lower(program, app), allowed) {
-            return Err(vec![d]);
+        let diags = reserved_sink_diagnostics(q, &lower(program, app), allowed);
+        if !diags.is_empty() {
+            return Err(diags);
         }
     }
     Ok((tenant, ctl))

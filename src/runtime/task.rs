@@ -504,7 +504,13 @@ impl Task {
                 Op::Aggregate => {
                     return self.aggregate(row, ts, stores);
                 }
-                Op::Sink { topic, format, key_ty, value_ty, windowed } => {
+                Op::Sink { topic, format, key_ty, value_ty, windowed, when } => {
+                    // A branch that does not take the row passes it on to the next `to`.
+                    if let Some(c) = when {
+                        if !matches!(eval(c, &row, &[]).map_err(err)?, Value::Bool(true)) {
+                            continue;
+                        }
+                    }
                     let window = match (windowed, self.result_window) {
                         (false, _) => None,
                         (true, Some(w)) => Some(w),
@@ -615,19 +621,24 @@ impl Task {
         tenant: Option<Tenant>,
         out: &mut Vec<Output>,
     ) {
-        let Some(Op::Sink { topic, key_ty, windowed, .. }) =
-            self.spec.post.iter().find(|o| matches!(o, Op::Sink { .. }))
-        else {
-            return;
-        };
-        let mut headers = out_headers(self.spec.version, tenant.as_deref());
-        if let Some((start, end)) = window {
-            headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
-            headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
+        // With branches, the result it deletes may have gone to any of them: each gets the
+        // tombstone.
+        let spec = self.spec.clone();
+        for op in &spec.post {
+            let Op::Sink { topic, key_ty, windowed, .. } = op else { continue };
+            let mut headers = out_headers(self.spec.version, tenant.as_deref());
+            if let Some((start, end)) = window {
+                headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
+                headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
+            }
+            let (key, route) = sink_key(&key, key_ty, tenant.as_deref(), window.filter(|_| *windowed));
+            out.push(Output {
+                topic: topic.clone(),
+                route,
+                record: Record { key, value: None, timestamp: ts, headers },
+            });
+            self.counters.records_out += 1;
         }
-        let (key, route) = sink_key(&key, key_ty, tenant.as_deref(), window.filter(|_| *windowed));
-        out.push(Output { topic: topic.clone(), route, record: Record { key, value: None, timestamp: ts, headers } });
-        self.counters.records_out += 1;
     }
 }
 
