@@ -139,7 +139,8 @@ pub struct QueryDecl {
 
 #[derive(Clone, Debug)]
 pub enum Clause {
-    From(Ident),
+    /// `from a` or, merging several streams, `from a, b, …` (the first is the main input).
+    From(Vec<Ident>),
     Where(Node<Expr>),
     Select(Vec<Node<SelectItem>>),
     KeyBy(Node<Expr>),
@@ -517,7 +518,7 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
     *o += &format!("{prefix}query {} @{}..{}\n", q.name.node, q.span.start, q.span.end);
     for c in &q.clauses {
         let body = match &c.node {
-            Clause::From(s) => s.node.clone(),
+            Clause::From(s) => s.iter().map(|n| n.node.as_str()).collect::<Vec<_>>().join(", "),
             Clause::Where(e) | Clause::KeyBy(e) => e.node.to_string(),
             Clause::Select(items) => items
                 .iter()

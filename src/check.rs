@@ -749,11 +749,95 @@ impl<'a> Checker<'a> {
         None
     }
 
+    /// The other streams of `from a, b, …`: each a stream (not a table) of the first one's key
+    /// and value types, read once, with the same tenant scoping.
+    fn merged_inputs(&mut self, input: usize, names: &[ast::Ident]) -> Option<Vec<usize>> {
+        let mut merged: Vec<usize> = Vec::new();
+        let mut ok = true;
+        let main = self.sources[input].clone();
+        if !names.is_empty() && main.kind != SourceKind::Stream {
+            self.err(
+                Diagnostic::new(
+                    Code::NotAStreamOrTable,
+                    names[0].span,
+                    format!("`{}` is a table: only streams merge", main.name),
+                )
+                .label("merged with a table")
+                .help("merge streams; a table's updates can be joined (`join`) instead"),
+            );
+            return None;
+        }
+        for name in names {
+            let Some(i) = self.lookup_source(name) else {
+                ok = false;
+                continue;
+            };
+            let other = self.sources[i].clone();
+            let mut problem = |this: &mut Self, code: Code, msg: String, label: &str, help: String| {
+                this.err(Diagnostic::new(code, name.span, msg).label(label.to_string()).help(help));
+                ok = false;
+            };
+            if i == input || merged.contains(&i) {
+                problem(
+                    self,
+                    Code::Duplicate,
+                    format!("`{}` is merged twice", other.name),
+                    "already read",
+                    "name each stream once".into(),
+                );
+                continue;
+            }
+            if other.kind != SourceKind::Stream {
+                let what = if other.is_global() { "a control-managed table" } else { "a table" };
+                problem(
+                    self,
+                    Code::NotAStreamOrTable,
+                    format!("`{}` is {what}: only streams merge", other.name),
+                    "not a stream",
+                    "join a table instead: `join T on …`".into(),
+                );
+                continue;
+            }
+            if other.key != main.key || other.key_type() != main.key_type() {
+                problem(
+                    self,
+                    Code::TypeMismatch,
+                    format!("`{}` is keyed by {}, `{}` by {}", other.name, key_desc(&other), main.name, key_desc(&main)),
+                    "another key",
+                    "merged streams are keyed alike: declare the same `key`, or merge after `key by` in a query of each".into(),
+                );
+                continue;
+            }
+            if other.value != main.value {
+                problem(
+                    self,
+                    Code::TypeMismatch,
+                    format!("`{}` has values {}, `{}` has {}", other.name, other.value, main.name, main.value),
+                    "another value type",
+                    "merged streams have one value type, field for field in the same order; `select` each into one shape in a query of its own first".into(),
+                );
+                continue;
+            }
+            if other.tenant.is_some() != main.tenant.is_some() {
+                problem(
+                    self,
+                    Code::BadTenant,
+                    format!("`{}` and `{}` differ in tenant scoping", other.name, main.name),
+                    "tenant-scoped on one side only",
+                    "merge streams that are both tenant-scoped, or neither".into(),
+                );
+                continue;
+            }
+            merged.push(i);
+        }
+        ok.then_some(merged)
+    }
+
     fn query(&mut self, q: &ast::QueryDecl) -> Option<hir::Query> {
         let mut clauses = q.clauses.iter();
         let first = clauses.next();
-        let from = match first.map(|c| &c.node) {
-            Some(Clause::From(name)) => name,
+        let (from, merge_names) = match first.map(|c| &c.node) {
+            Some(Clause::From(names)) if !names.is_empty() => (&names[0], &names[1..]),
             Some(other) => {
                 let first = first.map(|c| c.span).unwrap_or(q.name.span);
                 self.err(
@@ -790,6 +874,7 @@ impl<'a> Checker<'a> {
             );
             return None;
         }
+        let merged = self.merged_inputs(input, merge_names)?;
         let mut shape = Shape {
             key: src.key_type(),
             value: src.value.clone(),
@@ -872,7 +957,7 @@ impl<'a> Checker<'a> {
                     self.err(
                         Diagnostic::new(Code::DuplicateClause, c.span, "a query has one `from`")
                             .label("second `from`")
-                            .help("combine inputs with `join`"),
+                            .help("combine inputs with `join`, or merge streams in the first: `from a, b`"),
                     );
                     ok = false;
                 }
@@ -1463,6 +1548,7 @@ impl<'a> Checker<'a> {
             line: self.line(q.span),
             from_line,
             input,
+            merged,
             steps,
             sinks,
         })
@@ -2374,5 +2460,14 @@ fn exploded(e: &Node<ast::Expr>) -> Option<&Node<ast::Expr>> {
     match &e.node {
         ast::Expr::Call { func, args } if func.node == "explode" && args.len() == 1 => Some(&args[0]),
         _ => None,
+    }
+}
+
+/// How a source's key is declared, for a diagnostic.
+fn key_desc(s: &hir::Source) -> String {
+    match &s.key {
+        KeySpec::Field(i) => format!("its field `{}` ({})", s.value.fields[*i].0, s.value.fields[*i].1),
+        KeySpec::Named(n, t) => format!("`{n}: {t}`"),
+        KeySpec::Raw => "the record key as it is".into(),
     }
 }

@@ -127,6 +127,10 @@ pub struct Query {
     pub from_line: usize,
     /// Index into [`Program::sources`].
     pub input: usize,
+    /// `from a, b, …`: the other streams merged with the input (indices into
+    /// [`Program::sources`]), of its key and value types; their records go through the query
+    /// like the input's, in event-time order across them.
+    pub merged: Vec<usize>,
     pub steps: Vec<Step>,
     /// Where its results go: one `to`, or several branches (`to … when C`), tried in order,
     /// the first whose condition is true taking the record.

@@ -593,7 +593,7 @@ impl Builder {
         let rule = p.as_rule();
         let mut parts: Vec<Pair<Rule>> = inner(p.clone()).collect();
         Ok(match rule {
-            Rule::from_clause => Clause::From(self.ident(parts.remove(0))),
+            Rule::from_clause => Clause::From(parts.into_iter().map(|p| self.ident(p)).collect()),
             Rule::where_clause => Clause::Where(self.expr(parts.remove(0), 0)?),
             Rule::select_clause => {
                 let mut items = Vec::new();

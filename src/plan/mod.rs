@@ -57,6 +57,11 @@ pub struct Node {
 
 #[derive(Clone, Debug)]
 pub enum NodeKind {
+    /// `from a, b, …`: the records of several streams (their source nodes, in `inputs` order)
+    /// as one stream, in event-time order across them.
+    Merge {
+        inputs: Vec<String>,
+    },
     Source {
         topic: String,
         from: String,
@@ -423,6 +428,36 @@ impl Lowering<'_> {
             q.from_line,
             format!("from {}", input.name),
         );
+        if !q.merged.is_empty() {
+            // `from a, b, …`: every stream's source node in this sub-topology (its tasks read
+            // partition p of each), into one merge node.
+            let mut names = vec![input.name.clone()];
+            let mut sources = vec![prev];
+            for (k, &m) in q.merged.iter().enumerate() {
+                let other = &program.sources[m];
+                let topic = other.topic.clone().unwrap_or_default();
+                self.topic(topic.clone(), TopicRole::Source, Partitions::External, false);
+                self.subs[sub].sources.push(topic.clone());
+                let n = self.node(
+                    q,
+                    sub,
+                    format!("{}-from-{}", q.name, k + 2),
+                    NodeKind::Source { topic, from: other.name.clone(), table: false },
+                    q.from_line,
+                    format!("from {}", other.name),
+                );
+                names.push(other.name.clone());
+                sources.push(n);
+            }
+            let text = format!("from {}", names.join(", "));
+            let merge =
+                self.node(q, sub, format!("{}-merge", q.name), NodeKind::Merge { inputs: names }, q.from_line, text);
+            let e = Edge { key: input.key_type(), value: Type::Record(input.value.clone()), mode: EdgeMode::Forward };
+            for n in sources {
+                self.graph.add_edge(n, merge, e.clone());
+            }
+            prev = merge;
+        }
         let mut shape = Shape {
             key: input.key_type(),
             value: input.value.clone(),
@@ -632,6 +667,7 @@ impl NodeKind {
     /// The node's kind, as explain names it.
     pub fn kind_name(&self) -> &'static str {
         match self {
+            NodeKind::Merge { .. } => "merge",
             NodeKind::Source { table: false, .. } => "source",
             NodeKind::Source { table: true, .. } => "table source",
             NodeKind::Filter { table: false, .. } => "filter",
@@ -657,6 +693,10 @@ impl NodeKind {
     /// A one-line description of what the node does.
     pub fn describe(&self) -> String {
         match self {
+            NodeKind::Merge { inputs } => format!(
+                "the records of {} as one stream, in event-time order across them (partition p of each topic in task p)",
+                inputs.iter().map(|i| format!("`{i}`")).collect::<Vec<_>>().join(", ")
+            ),
             NodeKind::Source { topic, from, .. } => format!("reads `{from}` from topic {topic}"),
             NodeKind::Filter { table: true, .. } => {
                 "keeps rows that match; a row that stops matching is deleted (tombstone)".into()

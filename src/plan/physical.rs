@@ -140,6 +140,9 @@ pub struct TaskSpec {
     pub main: InputSpec,
     pub tables: Vec<TableInput>,
     pub streams: Vec<StreamInput>,
+    /// Streams merged with the main input (`from a, b, …`): their records run the task's
+    /// operators like the main input's.
+    pub merged: Vec<InputSpec>,
     pub ops: Vec<Op>,
     /// Operators after the aggregate, run on its emitted rows.
     pub post: Vec<Op>,
@@ -185,6 +188,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             },
             tables: Vec::new(),
             streams: Vec::new(),
+            merged: Vec::new(),
             ops: Vec::new(),
             post: Vec::new(),
             agg: None,
@@ -210,6 +214,17 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                 _ => None,
             })
             .collect();
+        // The streams merged into the main input (`from a, b, …`): their source nodes are
+        // inputs read like the main one.
+        let merged: Vec<&str> = sub
+            .nodes
+            .iter()
+            .filter_map(|&n| match &topo.graph[n].kind {
+                NodeKind::Merge { inputs } => Some(inputs.iter().skip(1).map(String::as_str)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         for &n in &sub.nodes {
             let node = &topo.graph[n];
             let incoming =
@@ -218,6 +233,11 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
             match &node.kind {
                 NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
+                NodeKind::Source { topic, from, .. } if merged.contains(&from.as_str()) => {
+                    let (_, src) = program.source(from).ok_or_else(|| format!("unknown source {from}"))?;
+                    spec.merged.push(InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) });
+                }
+                NodeKind::Merge { .. } => {}
                 NodeKind::Source { topic, from, .. } => {
                     if !spec.name.is_empty() {
                         return Err(format!("{}: a sub-topology with two main inputs", node.name));
@@ -389,14 +409,20 @@ impl AggSpec {
 }
 
 impl TaskSpec {
-    /// Topics read besides the main input, in side-input order: tables, then joined streams.
+    /// Topics read besides the main input, in side-input order: tables, then joined streams, then
+    /// merged streams.
     pub fn side_topics(&self) -> Vec<String> {
-        self.tables.iter().map(|t| t.topic.clone()).chain(self.streams.iter().map(|s| s.topic.clone())).collect()
+        self.tables
+            .iter()
+            .map(|t| t.topic.clone())
+            .chain(self.streams.iter().map(|s| s.topic.clone()))
+            .chain(self.merged.iter().map(|m| m.topic.clone()))
+            .collect()
     }
 
     /// The task has inputs besides its main one.
     pub fn has_side_inputs(&self) -> bool {
-        !self.tables.is_empty() || !self.streams.is_empty()
+        !self.tables.is_empty() || !self.streams.is_empty() || !self.merged.is_empty()
     }
 
     /// The repartition topics the task writes.
@@ -440,9 +466,14 @@ fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
         Decode::Source(s) => Some(s.as_ref()),
         Decode::Internal { .. } => None,
     };
+    let merged = spec.merged.iter().map(|m| match &m.decode {
+        Decode::Source(s) => Some(s.as_ref()),
+        Decode::Internal { .. } => None,
+    });
     std::iter::once(main)
         .chain(spec.tables.iter().map(|t| Some(t.source.as_ref())))
         .chain(spec.streams.iter().map(|s| Some(s.source.as_ref())))
+        .chain(merged)
         .collect()
 }
 

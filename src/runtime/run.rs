@@ -578,6 +578,15 @@ impl<F: Feed> TaskRun<F> {
                     input.offset = s.offset;
                     self.process(input)
                 })
+            } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.streams.len()) {
+                // A stream merged with the main input: through the query like the main input's.
+                self.task.decode_merged(k, &s.record).and_then(|mut input| {
+                    if let Some(e) = self.refused(input.ts, now) {
+                        return Err(e);
+                    }
+                    input.offset = s.offset;
+                    self.process(input)
+                })
             } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
                 // A joined stream's record (its head time is its event time: a task with several
                 // inputs reads their time fields to order them). A table's record is stamped

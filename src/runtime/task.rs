@@ -163,6 +163,20 @@ impl Task {
         }
     }
 
+    /// Decode a record of the `k`-th stream merged with the main input (`from a, b, …`).
+    pub fn decode_merged(&self, k: usize, rec: &Record) -> Result<Input, RecordError> {
+        match self.spec.merged.get(k).map(|m| &m.decode) {
+            Some(Decode::Source(src)) => {
+                let input = decode_source(src, rec)?;
+                if !self.spec.stores.is_empty() {
+                    misplaced(src, rec)?;
+                }
+                Ok(input)
+            }
+            _ => Err(RecordError("a merged input that is not a stream".into())),
+        }
+    }
+
     /// Decode a record of the main input.
     pub fn decode_main(&self, rec: &Record) -> Result<Input, RecordError> {
         match &self.spec.main.decode {
