@@ -150,7 +150,9 @@ pub enum Clause {
         grace: Option<Node<Duration>>,
     },
     Aggregate(Vec<AggItem>),
-    Emit(EmitMode),
+    /// `emit changes`, `emit final`, or `emit final idle D` (windows close after D of wall-clock
+    /// time without input as well).
+    Emit(EmitMode, Option<Node<Duration>>),
     Join {
         left: bool,
         /// `outer join`: a full outer stream–stream join.
@@ -187,7 +189,7 @@ impl Clause {
             Clause::GroupBy(_) => "group by",
             Clause::Window { .. } => "window",
             Clause::Aggregate(_) => "aggregate",
-            Clause::Emit(_) => "emit",
+            Clause::Emit(..) => "emit",
             Clause::Join { outer: true, .. } => "outer join",
             Clause::Join { left: false, .. } => "join",
             Clause::Join { left: true, .. } => "left join",
@@ -332,6 +334,13 @@ pub enum Expr {
     },
     IsNull {
         expr: Box<Node<Expr>>,
+        negated: bool,
+    },
+    /// `x [not] between lo and hi`: `x` evaluated once.
+    Between {
+        expr: Box<Node<Expr>>,
+        lo: Box<Node<Expr>>,
+        hi: Box<Node<Expr>>,
         negated: bool,
     },
     If {
@@ -553,7 +562,10 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
-            Clause::Emit(m) => format!("{m:?}").to_lowercase(),
+            Clause::Emit(m, idle) => {
+                format!("{m:?}").to_lowercase()
+                    + &idle.as_ref().map(|d| format!(" idle {}", d.node)).unwrap_or_default()
+            }
             Clause::Join { other, within, after, grace, on, .. } => {
                 let mut w = match (within, after) {
                     (Some(b), Some(a)) => format!(" within ({}, {})", b.node, a.node),
@@ -668,6 +680,9 @@ impl fmt::Display for Expr {
             }
             Expr::IsNull { expr, negated } => {
                 write!(f, "({} is {}null)", expr.node, if *negated { "not " } else { "" })
+            }
+            Expr::Between { expr, lo, hi, negated } => {
+                write!(f, "({} {}between {} and {})", expr.node, if *negated { "not " } else { "" }, lo.node, hi.node)
             }
             Expr::If { cond, then, otherwise } => {
                 write!(f, "(if {} then {} else {})", cond.node, then.node, otherwise.node)

@@ -535,8 +535,11 @@ impl<'a> Checker<'a> {
         let mut state: Vec<(String, Type)> = Vec::new();
         let mut init = Vec::new();
         for ast::InitField { name, ty, value: e } in &a.init {
+            let reported = self.diags.len();
             let mut he = self.expr(e, &NO_LOCALS);
-            let empty_list = matches!(&e.node, ast::Expr::List(items) if items.is_empty());
+            // An empty list (`[]`, `[] + []`, `if c then [] else []`) has no item type; an
+            // error type from a mistake already reported is not one.
+            let empty_list = self.diags.len() == reported && has_error(&he.ty);
             if let Some(t) = ty {
                 let want = self.type_expr(t);
                 if !he.ty.assignable_to(&want) {
@@ -550,6 +553,7 @@ impl<'a> Checker<'a> {
                         .related(t.span, "declared here"),
                     );
                 }
+                he = widen(he, &want);
                 he.ty = want;
             } else if empty_list {
                 self.err(
@@ -667,7 +671,7 @@ impl<'a> Checker<'a> {
                             .help("the state's types come from the values in `init`"),
                         );
                     }
-                    out.push(hir::Stmt::Set(state_base + i, he));
+                    out.push(hir::Stmt::Set(state_base + i, widen(he, want)));
                 }
                 None if locals.iter().any(|(n, _)| *n == target.node) => {
                     self.err(
@@ -1234,13 +1238,14 @@ impl<'a> Checker<'a> {
                         window: win.map(|w| w.0),
                         aggs,
                         emit: EmitMode::Changes,
+                        idle: None,
                     };
                     push(self, StepKind::Aggregate(Box::new(step)), "aggregate", shape.clone());
                     aggregated = Some(steps.len() - 1);
                     // The aggregate's rows are a new table: the input stream's name is out of scope.
                     from_name.clear();
                 }
-                Clause::Emit(mode) => {
+                Clause::Emit(mode, idle) => {
                     if emitted {
                         self.err(
                             Diagnostic::new(Code::DuplicateClause, c.span, "a second `emit`")
@@ -1270,6 +1275,19 @@ impl<'a> Checker<'a> {
                             ok = false;
                         }
                         a.emit = *mode;
+                        if let Some(d) = idle {
+                            if d.node.0 <= 0 {
+                                self.err(
+                                    Diagnostic::new(Code::BadDuration, d.span, "an idle time of zero")
+                                        .label("must be positive")
+                                        .help(
+                                            "how long without input before windows close by the clock, e.g. `idle 30s`",
+                                        ),
+                                );
+                                ok = false;
+                            }
+                            a.idle = Some(d.node.0);
+                        }
                         steps[i].span = steps[i].span.to(c.span);
                     }
                 }
@@ -1719,6 +1737,7 @@ impl<'a> Checker<'a> {
                 return None;
             }
         }
+        let args = args.into_iter().zip(&def.params).map(|(he, (_, pt))| widen(he, pt)).collect();
         Some(hir::AggCall {
             name: a.name.node.clone(),
             func: AggFunc::User(def.clone()),
@@ -2040,6 +2059,30 @@ impl<'a> Checker<'a> {
                 let inner = self.expr(expr, scope);
                 mk(ExprKind::IsNull(Box::new(inner), *negated), Type::Bool)
             }
+            ast::Expr::Between { expr, lo, hi, negated } => {
+                let x = self.expr(expr, scope);
+                let l = self.expr(lo, scope);
+                let h = self.expr(hi, scope);
+                let nullable = x.ty.is_nullable() || l.ty.is_nullable() || h.ty.is_nullable();
+                let u = x.ty.unify(&l.ty).and_then(|t| t.unify(&h.ty));
+                if !u.as_ref().is_some_and(|t| t.is_ordered() || *t.base() == Type::Null) {
+                    self.err(
+                        Diagnostic::new(
+                            Code::BadOperands,
+                            e.span,
+                            format!(
+                                "`between` compares values of one ordered type, not {}, {} and {}",
+                                x.ty, l.ty, h.ty
+                            ),
+                        )
+                        .label(format!("{} between {} and {}", x.ty, l.ty, h.ty))
+                        .help(
+                            "numbers, strings, timestamps, durations or bools, all of one type: `n between 1 and 10`",
+                        ),
+                    );
+                }
+                mk(ExprKind::Between(Box::new(x), Box::new(l), Box::new(h), *negated), Type::Bool.nullable_if(nullable))
+            }
             ast::Expr::If { cond, then, otherwise } => {
                 let c = self.expr(cond, scope);
                 self.expect_bool(&c, "`if`");
@@ -2162,6 +2205,12 @@ impl<'a> Checker<'a> {
                 }
             }
             let ty = if ok { f.result_type.clone() } else { Type::Error };
+            let args = args.into_iter().zip(f.params.iter().map(|(_, t)| Some(t)).chain(std::iter::repeat(None)));
+            let args = args.map(|(a, pt)| match pt {
+                Some(pt) => widen(a, pt),
+                None => a,
+            });
+            let args = args.collect();
             return hir::Expr { kind: ExprKind::Function(f, args), ty, span };
         }
         if name == "explode" {
@@ -2469,5 +2518,28 @@ fn key_desc(s: &hir::Source) -> String {
         KeySpec::Field(i) => format!("its field `{}` ({})", s.value.fields[*i].0, s.value.fields[*i].1),
         KeySpec::Named(n, t) => format!("`{n}: {t}`"),
         KeySpec::Raw => "the record key as it is".into(),
+    }
+}
+
+/// An int expression where a float is wanted (a state field, a parameter), converted: a float
+/// slot never holds an int, which `/` would divide as an integer and a restored state would
+/// hold as a float.
+fn widen(e: hir::Expr, want: &Type) -> hir::Expr {
+    if *e.ty.base() == Type::Int && *want.base() == Type::Float {
+        let (span, ty) = (e.span, Type::Float.nullable_if(e.ty.is_nullable()));
+        hir::Expr { kind: ExprKind::Builtin(&crate::function::convert::TO_FLOAT, vec![e]), ty, span }
+    } else {
+        e
+    }
+}
+
+/// Whether a type has the error type in it (an empty list's item type, or a reported mistake).
+fn has_error(t: &Type) -> bool {
+    match t {
+        Type::Error => true,
+        Type::Nullable(t) | Type::List(t) => has_error(t),
+        Type::Record(r) => r.fields.iter().any(|(_, t)| has_error(t)),
+        Type::Tuple(ts) => ts.iter().any(has_error),
+        _ => false,
     }
 }

@@ -81,6 +81,25 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
             acc
         }
         ExprKind::IsNull(inner, negated) => Value::Bool(eval(inner, row, locals)?.is_null() != *negated),
+        ExprKind::Between(x, lo, hi, negated) => {
+            // `x >= lo and x <= hi` (or `x < lo or x > hi`), three-valued, `x` evaluated once.
+            let x = eval(x, row, locals)?;
+            let truth = |v: Value| match v {
+                Value::Bool(b) => Some(b),
+                _ => None,
+            };
+            let above = truth(apply_binary(BinOp::Ge, &x, &eval(lo, row, locals)?)?);
+            let below = truth(apply_binary(BinOp::Le, &x, &eval(hi, row, locals)?)?);
+            let inside = match (above, below) {
+                (Some(false), _) | (_, Some(false)) => Some(false),
+                (Some(true), Some(true)) => Some(true),
+                _ => None,
+            };
+            match inside {
+                Some(b) => Value::Bool(b != *negated),
+                None => Value::Null,
+            }
+        }
         ExprKind::If(c, a, b) => match eval(c, row, locals)? {
             Value::Bool(true) => eval(a, row, locals)?,
             _ => eval(b, row, locals)?,

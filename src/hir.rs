@@ -198,6 +198,8 @@ pub struct AggregateStep {
     pub window: Option<Window>,
     pub aggs: Vec<AggCall>,
     pub emit: EmitMode,
+    /// `emit final idle D` (ms): windows also close after D of wall-clock time without input.
+    pub idle: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -349,6 +351,8 @@ pub enum ExprKind {
     /// `first op1 e1 op2 e2 …` folded left to right (a long arithmetic run; see `ast::Expr::Chain`).
     Chain(Box<Expr>, Vec<(BinOp, Expr)>),
     IsNull(Box<Expr>, bool),
+    /// `x [not] between lo and hi` (negated when true).
+    Between(Box<Expr>, Box<Expr>, Box<Expr>, bool),
     If(Box<Expr>, Box<Expr>, Box<Expr>),
     List(Vec<Expr>),
     Record(Vec<(String, Expr)>),

@@ -252,6 +252,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         window_clause | kw_window => "`window`",
         aggregate_clause | kw_aggregate => "`aggregate`",
         emit_clause | kw_emit => "`emit`",
+        idle_close | kw_idle => "`idle`",
         join_clause | kw_join | left => "`join`",
         to_clause | kw_to => "`to`",
         key_decl | kw_key => "`key`",
@@ -678,7 +679,11 @@ impl Builder {
             }
             Rule::emit_clause => {
                 let final_ = p.clone().into_inner().any(|c| c.as_rule() == Rule::kw_final);
-                Clause::Emit(if final_ { EmitMode::Final } else { EmitMode::Changes })
+                let idle = match p.clone().into_inner().find(|c| c.as_rule() == Rule::idle_close) {
+                    Some(i) => Some(self.duration(inner(i).next().ok_or(())?)?),
+                    None => None,
+                };
+                Clause::Emit(if final_ { EmitMode::Final } else { EmitMode::Changes }, idle)
             }
             Rule::join_clause => {
                 let mut left = false;
@@ -903,14 +908,32 @@ impl Builder {
                 continue;
             }
             if rule == Rule::op_index {
-                // Binds tighter than any operator: `-xs[1]` is `-(xs[1])`.
+                // Binds tighter than any operator: `-xs[1]` is `-(xs[1])`. On a line of its
+                // own, `[` would silently index the line before (in `select { a = xs` then
+                // `[b] as c }`): refused.
+                // (A token's span may end with the whitespace after it.)
+                let prev = &toks[pos.saturating_sub(1)];
+                let prev_end = prev.as_span().start() + prev.as_str().trim_end().len();
+                let gap = t.get_input().get(prev_end..t.as_span().start()).unwrap_or("");
+                if gap.contains('\n') {
+                    self.err(
+                        Diagnostic::new(Code::Syntax, self.sp(t), "`[` at the start of a line")
+                            .label("this would index the line before")
+                            .help("write an index on the line of what it indexes (`xs[1]`); a list that starts an item goes after a name or a `,`: `name = [..]`"),
+                    );
+                    return Err(());
+                }
                 *pos += 1;
-                let sp = lhs.span.to(self.sp(t));
+                let isp = self.sp(t);
+                let sp = lhs.span.to(isp);
                 let Some(inner) = t.clone().into_inner().next() else { return Err(()) };
-                let index = self.expr(inner, depth + 1)?;
-                let func = Node::new(self.sp(t), "element_at".to_string());
+                let toks: Vec<Pair<Rule>> = inner.into_inner().collect();
+                let mut ipos = 0;
+                let (index, ih) = self.climb(&toks, &mut ipos, 0, depth + 1)?;
+                let func = Node::new(isp, "element_at".to_string());
                 lhs = Node::new(sp, Expr::Call { func, args: vec![lhs, index] });
-                h += 1;
+                h = h.max(ih) + 1;
+                self.check_depth(sp, h)?;
                 continue;
             }
             if rule == Rule::op_between {
@@ -919,8 +942,10 @@ impl Builder {
                     break;
                 }
                 *pos += 1;
-                lhs = self.between(lhs, t.clone(), depth)?;
-                h += 2;
+                let (e, bh) = self.between(lhs, t.clone(), depth)?;
+                lhs = e;
+                h = h.max(bh) + 1;
+                self.check_depth(lhs.span, h)?;
                 continue;
             }
             let Some((op, prec)) = infix(rule) else { break };
@@ -960,33 +985,28 @@ impl Builder {
         Ok((lhs, h))
     }
 
-    /// `x between lo and hi` as `x >= lo and x <= hi`; `x not between lo and hi` as
-    /// `x < lo or x > hi` (SQL's meaning, nulls included).
-    fn between(&mut self, x: Node<Expr>, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
+    /// `x [not] between lo and hi`, and the taller of its bounds' heights.
+    fn between(&mut self, x: Node<Expr>, p: Pair<Rule>, depth: usize) -> R<(Node<Expr>, usize)> {
         let sp = x.span.to(self.sp(&p));
         let mut negated = false;
         let mut bounds = Vec::new();
+        let mut h = 0;
         for part in p.into_inner() {
             match part.as_rule() {
                 Rule::kw_not => negated = true,
                 Rule::between_bound => {
                     let toks: Vec<Pair<Rule>> = part.into_inner().collect();
                     let mut pos = 0;
-                    let (e, _) = self.climb(&toks, &mut pos, 0, depth + 1)?;
+                    let (e, eh) = self.climb(&toks, &mut pos, 0, depth + 1)?;
+                    h = h.max(eh);
                     bounds.push(e);
                 }
                 _ => {}
             }
         }
         let [lo, hi] = <[Node<Expr>; 2]>::try_from(bounds).map_err(|_| ())?;
-        let (low_op, high_op, join) =
-            if negated { (BinOp::Lt, BinOp::Gt, BinOp::Or) } else { (BinOp::Ge, BinOp::Le, BinOp::And) };
-        let cmp = |op, bound: Node<Expr>| {
-            let s = x.span.to(bound.span);
-            Node::new(s, Expr::Binary { op, lhs: Box::new(x.clone()), rhs: Box::new(bound) })
-        };
-        let (l, r) = (cmp(low_op, lo), cmp(high_op, hi));
-        Ok(Node::new(sp, Expr::Binary { op: join, lhs: Box::new(l), rhs: Box::new(r) }))
+        let e = Expr::Between { expr: Box::new(x), lo: Box::new(lo), hi: Box::new(hi), negated };
+        Ok((Node::new(sp, e), h))
     }
 
     fn operand(&mut self, p: Pair<Rule>, depth: usize) -> R<(Node<Expr>, usize)> {
@@ -1162,6 +1182,7 @@ pub fn height(e: &Node<Expr>) -> usize {
         Expr::Lit(_) | Expr::Path(_) => 1,
         Expr::Call { args, .. } | Expr::List(args) => 1 + args.iter().map(height).max().unwrap_or(0),
         Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } => 1 + height(expr),
+        Expr::Between { expr, lo, hi, .. } => 1 + height(expr).max(height(lo)).max(height(hi)),
         Expr::Binary { lhs, rhs, .. } => 1 + height(lhs).max(height(rhs)),
         Expr::Chain { first, rest } => 1 + rest.iter().map(|(_, e)| height(e)).fold(height(first), usize::max),
         Expr::If { cond, then, otherwise } => 1 + height(cond).max(height(then)).max(height(otherwise)),

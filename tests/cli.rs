@@ -581,3 +581,61 @@ fn explode_past_its_cap_is_a_dead_letter() {
         &dlq[..dlq.len().min(600)]
     );
 }
+
+/// `emit final idle 1s`: on an input that stops, a window closes once the run has had no input
+/// for a second of wall-clock time (without it, it would wait for stream time to pass its end
+/// forever). Waits on the condition, with a generous bound.
+#[test]
+fn emit_final_idle_closes_windows_when_the_input_stops() {
+    let dir = temp_dir("idle");
+    let state = dir.join("state");
+    let _ = std::fs::remove_dir_all(&state);
+    let prog = dir.join("idle.stream");
+    std::fs::write(
+        &prog,
+        "stream clicks from \"clicks\" {\n  key user\n  value json { user: string, at: timestamp }\n  time at\n}\n\n\
+         query per_minute {\n  from clicks\n  group by user\n  window tumbling 1m\n  aggregate { n = count() }\n  \
+         emit final idle 1s\n  to \"counts\"\n}\n",
+    )
+    .unwrap();
+    let input = dir.join("clicks.jsonl");
+    let lines = [("a", 1_000), ("b", 5_000), ("a", 30_000), ("a", 59_000)];
+    let text: String =
+        lines.iter().map(|(u, t)| format!("{{\"user\":\"{u}\",\"at\":{}}}\n", 1_700_000_040_000i64 + t)).collect();
+    std::fs::write(&input, text).unwrap();
+    let s = state.to_str().unwrap();
+    let p = prog.to_str().unwrap();
+    let o = streamc(&["--state-dir", s, "produce", "clicks", input.to_str().unwrap(), "--program", p]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = dir.join("run.log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .args(["--state-dir", s, "run", p])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let got = loop {
+        let out = streamc(&["--state-dir", s, "consume", "counts", "--from-beginning"]);
+        let got: Vec<serde_json::Value> = stdout(&out).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        if got.len() >= 2 {
+            break got;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("no window closed:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut counts: Vec<(String, i64)> = got
+        .iter()
+        .map(|r| (r["value"]["user"].as_str().unwrap().to_string(), r["value"]["n"].as_i64().unwrap()))
+        .collect();
+    counts.sort();
+    // The window [1700000040000, 1700000100000): a's three clicks, b's one.
+    assert_eq!(counts, [("a".to_string(), 3), ("b".to_string(), 1)]);
+    assert!(got.iter().all(|r| r["value"]["window_start"] == 1_700_000_040_000i64), "{got:?}");
+}

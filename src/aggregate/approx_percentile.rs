@@ -4,7 +4,8 @@
 //! smallest and largest value for p = 0 and p = 1. Values within 10⁻⁹ of zero count as zero.
 //!
 //! The sketch counts values in buckets whose bounds grow by a factor of (1 + 1%) / (1 − 1%),
-//! the mapping of `sketches-ddsketch` (the Rust port of DataDog's DDSketch): `Config::key` gives a
+//! the mapping of `sketches-ddsketch` (the Rust port of DataDog's DDSketch; pinned, since the mapping
+//! is stored state, and checked by a test): `Config::key` gives a
 //! value's bucket, `Config::value` a bucket's representative value. At most 2,048 buckets per
 //! sign are kept (past that the buckets nearest zero collapse into one, as DDSketch's collapsing
 //! store does), so the state stays a few KB whatever the number of values. Two sketches merge
@@ -218,10 +219,6 @@ impl<'a> Sketch<'a> {
         match self.0[i] {
             Value::Float(x) => Ok(x),
             Value::Int(n) => Ok(n as f64),
-            // Infinite bounds of an empty sketch: JSON has no infinities, so they are stored
-            // as null.
-            Value::Null if i == MIN => Ok(f64::INFINITY),
-            Value::Null if i == MAX => Ok(f64::NEG_INFINITY),
             _ => Err("a damaged approx_percentile state".into()),
         }
     }
@@ -404,6 +401,17 @@ mod tests {
         let exact = sorted[(0.99 * 4_999.0) as usize];
         let Value::Float(got) = a.result(&state) else { panic!("no result") };
         assert!((got - exact).abs() <= ACCURACY * exact, "{got} against {exact}");
+    }
+
+    /// The bucket mapping is stored state: a restored or merged sketch relies on it. Computed
+    /// independently (Python: γ = 1.01 / 0.99; ⌊ln 30 / ln γ⌋ = 170; γ¹⁷⁰ · 2γ / (1 + γ)), so a
+    /// change in the crate's mapping fails here rather than shifting restored buckets.
+    #[test]
+    fn the_bucket_mapping_is_the_documented_one() {
+        assert_eq!(config().key(30.0), 170);
+        assert_eq!(config().value(170), 30.267171338721898);
+        assert_eq!(config().key(1.0), 0);
+        assert_eq!(config().key(0.5), -35);
     }
 
     #[test]

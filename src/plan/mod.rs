@@ -722,9 +722,13 @@ impl NodeKind {
                     Some(w) => format!("{}, grace {} (effective), ", window_desc(&w.kind), w.grace),
                     None => String::new(),
                 };
-                let emit = match a.emit {
-                    EmitMode::Changes => "emit changes",
-                    EmitMode::Final => "emit final",
+                let emit = match (a.emit, a.idle) {
+                    (EmitMode::Changes, _) => "emit changes".to_string(),
+                    (EmitMode::Final, None) => "emit final".to_string(),
+                    (EmitMode::Final, Some(d)) => format!(
+                        "emit final; after {} of wall-clock time without input, stream time moves with the clock (windows close)",
+                        crate::ast::Duration(d)
+                    ),
                 };
                 let group: Vec<&str> = a.group.iter().map(|(n, _)| n.as_str()).collect();
                 let how =

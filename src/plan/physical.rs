@@ -116,6 +116,9 @@ pub struct AggSpec {
     pub window: Option<hir::Window>,
     pub aggs: Vec<hir::AggCall>,
     pub emit: EmitMode,
+    /// `emit final idle D` (ms): after D of wall-clock time without input, the task's stream
+    /// time moves with the clock, so that windows close (see `runtime::run::Idle`).
+    pub idle: Option<i64>,
     pub store: usize,
     /// Session windows: the gap (a session closes at end + gap + grace); 0 for time windows.
     pub gap: i64,
@@ -348,6 +351,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         window: a.window,
                         aggs: a.aggs.clone(),
                         emit: a.emit,
+                        idle: a.idle,
                         store,
                         gap: match a.window.map(|w| w.kind) {
                             Some(WindowKind::Session { gap }) => gap.0,

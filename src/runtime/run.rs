@@ -182,6 +182,32 @@ pub(crate) struct TaskRun<F: Feed> {
     pub(crate) main_may_grow: bool,
     /// The last step stopped because every input was at its end.
     pub(crate) drained: bool,
+    /// `emit final idle D`: the wall-clock time of the task's last record or idle advance.
+    pub(crate) idle_since: Option<i64>,
+}
+
+/// `emit final idle D` (`after` = D): a step at wall-clock time `now` that processed `records`
+/// and stopped at the end of every input (`drained`) or not. Once the task has had no record for
+/// D, stream time moves on by the wall-clock time elapsed since its last record (or since it
+/// last moved this way): the returned ms. The only place the clock moves stream time
+/// (docs/language.md, "Aggregation and emit modes").
+pub(crate) fn idle_advance(since: &mut Option<i64>, after: i64, now: i64, records: u64, drained: bool) -> Option<i64> {
+    if records > 0 {
+        *since = Some(now);
+        return None;
+    }
+    // Waiting on a fetch is not idleness.
+    if !drained {
+        return None;
+    }
+    let last = *since.get_or_insert(now);
+    let elapsed = now.saturating_sub(last);
+    if elapsed >= after {
+        *since = Some(now);
+        Some(elapsed)
+    } else {
+        None
+    }
 }
 
 /// Each input's committed position (`topic/partition` → position) from a task's commit record.
@@ -275,6 +301,7 @@ impl<F: Feed> TaskRun<F> {
             limits: None,
             main_may_grow: false,
             drained: false,
+            idle_since: None,
         }
     }
 
@@ -604,6 +631,16 @@ impl<F: Feed> TaskRun<F> {
         }
         self.read += n;
         self.bar.inc(external);
+        // `emit final idle D` (not with `--drain`, which reads a finite input to its end).
+        if let (Some(after), false) = (spec.agg.as_ref().and_then(|a| a.idle), opts.drain) {
+            if let Some(elapsed) = idle_advance(&mut self.idle_since, after, now_ms(), n, self.drained) {
+                if self.task.stream_time != i64::MIN {
+                    self.task.stream_time = self.task.stream_time.saturating_add(elapsed);
+                    // Committed (and flushed: the windows stream time has passed close).
+                    self.meta_changed = true;
+                }
+            }
+        }
         Ok(n)
     }
 
@@ -831,6 +868,30 @@ pub(crate) mod testing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `emit final idle D` with an injected clock: stream time moves only after D without
+    /// records at the end of every input, by the time elapsed, then again every D; a record
+    /// starts the count over; waiting on a fetch is not idleness.
+    #[test]
+    fn idle_time_moves_stream_time_by_the_clock() {
+        let mut since = None;
+        let d = 30_000;
+        assert_eq!(idle_advance(&mut since, d, 1_000, 5, true), None);
+        assert_eq!(idle_advance(&mut since, d, 20_000, 0, true), None);
+        // Not at the end of its inputs: not idle, however long.
+        assert_eq!(idle_advance(&mut since, d, 90_000, 0, false), None);
+        assert_eq!(idle_advance(&mut since, d, 91_000, 0, true), Some(90_000));
+        assert_eq!(idle_advance(&mut since, d, 100_000, 0, true), None);
+        assert_eq!(idle_advance(&mut since, d, 121_000, 0, true), Some(30_000));
+        // A record: the count starts over.
+        assert_eq!(idle_advance(&mut since, d, 130_000, 1, true), None);
+        assert_eq!(idle_advance(&mut since, d, 159_999, 0, true), None);
+        assert_eq!(idle_advance(&mut since, d, 160_000, 0, true), Some(30_000));
+        // A task that starts idle counts from its first step.
+        let mut fresh = None;
+        assert_eq!(idle_advance(&mut fresh, d, 5_000, 0, true), None);
+        assert_eq!(idle_advance(&mut fresh, d, 35_000, 0, true), Some(30_000));
+    }
 
     /// `--input` and `produce --program` key a record by its declared key field, for a `string`
     /// value (the line is the one field) as for `json`.
