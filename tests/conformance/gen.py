@@ -111,6 +111,32 @@ def views(seed, n):
     ]
 
 
+def merge_clicks(seed, n):
+    """Clicks of 8 users on two topics, web and app (their sum is what the merge counts); up to 4 s
+    of disorder, within the 5 s grace, so that the results do not depend on how the engines
+    interleave the two topics."""
+    rng = random.Random(seed)
+    t = BASE
+    web, app = [], []
+    for _ in range(n):
+        t += rng.randint(0, 300)
+        u = f"u{rng.randrange(8)}"
+        rec = {"key": u, "value": {"user": u, "page": rng.choice(["/home", "/cart", "/item"]), "ms": rng.randint(0, 9_000), "at": t - rng.randint(0, 4_000)}}
+        (web if rng.random() < 0.5 else app).append(rec)
+    return web, app
+
+
+def region_orders(seed, n):
+    """Orders in six regions (one, zz, that no branch takes), amounts from -50 to 2,000."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        oid = f"o{i:04d}"
+        region = rng.choice(["fr", "de", "es", "us", "jp", "zz"])
+        out.append({"key": oid, "value": {"id": oid, "region": region, "amount": rng.randint(-5_000, 200_000) / 100, "at": BASE + i * 50}})
+    return out
+
+
 def main():
     write("hopping_final", "stocks", trades(1, 3000, 0.1, 4000))
     write("tumbling_changes", "stocks", trades(2, 3000, 0.1, 6000))
@@ -125,6 +151,10 @@ def main():
         write(case, "payments", p)
     write("table_filter_map", "accounts", accounts(11, 800))
     write("group_by_repartition", "views", views(12, 1500))
+    web, app = merge_clicks(14, 2000)
+    write("merge_windows", "web", web)
+    write("merge_windows", "app", app)
+    write("branch_routes", "orders", region_orders(15, 1500))
 
 
 if __name__ == "__main__":

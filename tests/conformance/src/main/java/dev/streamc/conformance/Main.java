@@ -42,6 +42,7 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.KeyValue;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.kstream.Branched;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
 import org.apache.kafka.streams.kstream.Grouped;
@@ -348,6 +349,35 @@ public final class Main {
           return (JsonNode) o;
         })
         .to(t.out("per-user"), Produced.with(S, J))));
+    // `from web, app`: KStream#merge, then a windowed count and sum, each window once.
+    CASES.put("merge_windows", new Case(List.of("per-user"), (b, t) -> stream(b, t, "web")
+        .merge(stream(b, t, "app"))
+        .groupByKey(Grouped.with(S, J))
+        .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(10), Duration.ofSeconds(5)))
+        .aggregate(ViewStats::new, (u, v, s) -> s.add(v), Materialized.with(S, json(ViewStats.class)))
+        .suppress(Suppressed.untilWindowCloses(Suppressed.BufferConfig.unbounded()))
+        .toStream()
+        .map((w, s) -> {
+          ObjectNode o = JSON.createObjectNode();
+          o.put("window_start", w.window().start());
+          o.put("window_end", w.window().end());
+          o.put("user", w.key());
+          o.put("n", s.views);
+          o.put("total", s.totalMs);
+          return KeyValue.pair(w.key(), (JsonNode) o);
+        })
+        .to(t.out("per-user"), Produced.with(S, J))));
+    // Branches (`to … when`, first match wins): split().branch(…), records no branch takes dropped.
+    CASES.put("branch_routes", new Case(List.of("big", "eu", "other"), (b, t) -> stream(b, t, "orders")
+        .filter((id, o) -> o.get("amount").asDouble() > 0)
+        .split()
+        .branch((id, o) -> o.get("amount").asDouble() >= 1000,
+            Branched.withConsumer(s -> s.to(t.out("big"), Produced.with(S, J))))
+        .branch((id, o) -> Set.of("fr", "de", "es").contains(o.get("region").asText()),
+            Branched.withConsumer(s -> s.to(t.out("eu"), Produced.with(S, J))))
+        .branch((id, o) -> !o.get("region").asText().equals("zz"),
+            Branched.withConsumer(s -> s.to(t.out("other"), Produced.with(S, J))))
+        .noDefaultBranch()));
   }
 
   /** The input topics of a case: one per file of its in/ folder. */
