@@ -2205,12 +2205,14 @@ impl<'a> Checker<'a> {
                 }
             }
             let ty = if ok { f.result_type.clone() } else { Type::Error };
-            let args = args.into_iter().zip(f.params.iter().map(|(_, t)| Some(t)).chain(std::iter::repeat(None)));
-            let args = args.map(|(a, pt)| match pt {
-                Some(pt) => widen(a, pt),
-                None => a,
-            });
-            let args = args.collect();
+            let args = args
+                .into_iter()
+                .enumerate()
+                .map(|(i, a)| match f.params.get(i) {
+                    Some((_, pt)) => widen(a, pt),
+                    None => a,
+                })
+                .collect();
             return hir::Expr { kind: ExprKind::Function(f, args), ty, span };
         }
         if name == "explode" {

@@ -83,19 +83,36 @@ impl Native for ApproxCountDistinct {
             *state = text(dense);
             return Ok(());
         }
-        let entries = sparse(bytes)?;
-        let at = entries.partition_point(|(i, _)| *i < index);
-        if let Some((i, r)) = entries.get(at) {
-            if *i == index && *r >= rank {
-                return Ok(());
+        // Sparse: the register looked up in place (entries sorted by index, three bytes each);
+        // a new state is built only when the register grows.
+        if !bytes.len().is_multiple_of(3) {
+            return Err("a damaged approx_count_distinct state".into());
+        }
+        let index_at = |k: usize| -> Result<usize, String> {
+            Ok((rank_of(bytes[3 * k])? as usize) << 6 | rank_of(bytes[3 * k + 1])? as usize)
+        };
+        let (mut lo, mut hi) = (0, bytes.len() / 3);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if index_at(mid)? < index {
+                lo = mid + 1;
+            } else {
+                hi = mid;
             }
         }
-        let mut entries = entries;
-        match entries.get_mut(at) {
-            Some(e) if e.0 == index => e.1 = rank,
-            _ => entries.insert(at, (index, rank)),
+        let found = lo < bytes.len() / 3 && index_at(lo)? == index;
+        if found && rank_of(bytes[3 * lo + 2])? >= rank {
+            return Ok(());
         }
-        *state = encode(&entries);
+        // The bytes carried over are checked here, where a new state is made of them.
+        if let Some(bad) = bytes.iter().find(|b| rank_of(**b).is_err()) {
+            return Err(format!("a damaged approx_count_distinct state (byte {bad})"));
+        }
+        let mut out = Vec::with_capacity(bytes.len() + 3);
+        out.extend_from_slice(&bytes[..3 * lo]);
+        out.extend_from_slice(&[DIGITS[index >> 6], DIGITS[index & 63], DIGITS[rank as usize]]);
+        out.extend_from_slice(&bytes[3 * lo + if found { 3 } else { 0 }..]);
+        *state = if out.len() / 3 > SPARSE_MAX { encode(&sparse(&out)?) } else { text(out) };
         Ok(())
     }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
@@ -150,8 +167,16 @@ fn hash(x: &Value) -> Option<u64> {
     })
 }
 
+/// The value of one of [`DIGITS`].
 fn rank_of(c: u8) -> Result<u8, String> {
-    DIGITS.iter().position(|d| *d == c).map(|p| p as u8).ok_or_else(|| "a damaged approx_count_distinct state".into())
+    Ok(match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        b'_' => 63,
+        _ => return Err("a damaged approx_count_distinct state".into()),
+    })
 }
 
 /// The set registers of a sparse state, by index.
@@ -259,6 +284,13 @@ mod tests {
         // A whole float equals its int, as `==` and `count_distinct` have it.
         a.update(&mut s, &[Value::Float(1.0)], 0).unwrap();
         assert_eq!(a.result(&s), Value::Int(5));
+    }
+
+    #[test]
+    fn every_digit_reads_back_as_its_value() {
+        for (v, d) in DIGITS.iter().enumerate() {
+            assert_eq!(rank_of(*d), Ok(v as u8));
+        }
     }
 
     #[test]

@@ -166,27 +166,25 @@ impl Task {
     /// Decode a record of the `k`-th stream merged with the main input (`from a, b, …`).
     pub fn decode_merged(&self, k: usize, rec: &Record) -> Result<Input, RecordError> {
         match self.spec.merged.get(k).map(|m| &m.decode) {
-            Some(Decode::Source(src)) => {
-                let input = decode_source(src, rec)?;
-                if !self.spec.stores.is_empty() {
-                    misplaced(src, rec)?;
-                }
-                Ok(input)
-            }
+            Some(Decode::Source(src)) => self.decode_stream(src, rec),
             _ => Err(RecordError("a merged input that is not a stream".into())),
         }
+    }
+
+    /// Decode a record of a source the task's chain runs on (its main input or a merged one).
+    fn decode_stream(&self, src: &hir::Source, rec: &Record) -> Result<Input, RecordError> {
+        let input = decode_source(src, rec)?;
+        // A task with state reads its input in the partitions its keys belong to.
+        if !self.spec.stores.is_empty() {
+            misplaced(src, rec)?;
+        }
+        Ok(input)
     }
 
     /// Decode a record of the main input.
     pub fn decode_main(&self, rec: &Record) -> Result<Input, RecordError> {
         match &self.spec.main.decode {
-            // A task with state reads its input in the partitions its keys belong to.
-            Decode::Source(src) if !self.spec.stores.is_empty() => {
-                let input = decode_source(src, rec)?;
-                misplaced(src, rec)?;
-                Ok(input)
-            }
-            Decode::Source(src) => decode_source(src, rec),
+            Decode::Source(src) => self.decode_stream(src, rec),
             Decode::Internal { key, wire, nvalue, joined_keys } => {
                 let key = decode_key(rec.key.as_deref(), key)?;
                 let bytes =
