@@ -50,8 +50,8 @@ pub enum RunError {
     #[error("{0}")]
     Incompatible(String),
     /// The control log: trusted keys, the program as statements left it.
-    #[error("{0}")]
-    Control(String),
+    #[error(transparent)]
+    Control(#[from] crate::control::ControlError),
     /// A backend's own error (the Kafka backend's `kafka::BrokerError`), as it says it.
     #[error(transparent)]
     Backend(Box<dyn std::error::Error + Send + Sync>),

@@ -30,9 +30,8 @@ pub(crate) struct Hub {
 
 impl Hub {
     pub fn new(program: &hir::Program, opts: &RunOptions) -> Result<Hub, RunError> {
-        let trusted = control::trusted_keys(&opts.config.control.trusted_keys).map_err(RunError::Control)?;
-        let ev = Evaluator::new(&opts.app, program.clone(), &opts.program_text, trusted)
-            .map_err(RunError::Control)?
+        let trusted = control::trusted_keys(&opts.config.control.trusted_keys)?;
+        let ev = Evaluator::new(&opts.app, program.clone(), &opts.program_text, trusted)?
             .allow_sinks(&opts.config.topics.allow_internal_sinks);
         Ok(Hub { ev, written: 0, unwritten: Vec::new(), verbose: false })
     }

@@ -5,7 +5,6 @@
 //! two backends, each in a folder of its own, and neither imports the other.
 
 pub(crate) mod agg;
-pub(crate) mod aggregate;
 pub(crate) mod backend;
 pub mod chaos;
 mod commit;
@@ -16,6 +15,7 @@ pub mod kafka;
 pub mod metrics;
 pub(crate) mod op;
 pub(crate) mod open;
+pub(crate) mod ops;
 pub mod options;
 pub(crate) mod restore;
 pub(crate) mod run;

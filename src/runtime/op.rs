@@ -1,6 +1,6 @@
 //! What every operator of a task sees: decoded input records, output records, store changes,
-//! per-record errors, the task's counters, and read access to committed state; and what every
-//! stateful operator is ([`Operator`]).
+//! per-record errors, the task's counters, read access to committed state, and what an
+//! operator's state is ([`Stateful`]). The operators themselves are in `runtime::ops`.
 
 use std::collections::BTreeMap;
 
@@ -117,31 +117,25 @@ impl StoreRead for NoStores {
     }
 }
 
-/// The task's shared state an operator works with while it handles a record or a flush.
-pub(crate) struct Ctx<'a> {
-    pub(crate) counters: &'a mut Counters,
-    /// Why the record being processed is late, if it is.
-    pub(crate) late_reason: &'a mut Option<String>,
-    /// Store changes an operator makes as records arrive (tables, joins, a window kind's own),
-    /// flushed in order at the next commit.
-    pub(crate) changes: &'a mut Vec<Change>,
-    pub(crate) stores: &'a dyn StoreRead,
-}
-
-/// A stateful operator of a task (the aggregate, the stream–stream joins, the table inputs):
-/// it declares the stores it keeps, as the physical plan assigned them, knows how their keys
-/// are laid out, and rebuilds what it holds in memory from them when the task opens (after a
-/// restore) or is rebuilt (a control statement applied). How it handles records, stream time
-/// and flushes is its own: the task calls each where the plan puts it.
-pub(crate) trait Operator {
+/// The state an operator keeps, if any: it declares the stores it keeps, as the physical plan
+/// assigned them, knows how their keys are laid out, and rebuilds what it holds in memory from
+/// them when the task opens (after a restore) or is rebuilt (a control statement applied).
+/// Stateless operators keep the defaults. The task's side inputs — its topic-fed tables
+/// (`runtime::tables::TableInputs`) and the other sides of its stream–stream joins (`runtime::stream_join::StreamJoins`) — are
+/// state of this kind that takes records of their own inputs, not rows of the chain.
+pub(crate) trait Stateful {
     /// The stores it keeps (indices into `TaskSpec::stores`).
-    fn stores(&self) -> &[usize];
+    fn stores(&self) -> &[usize] {
+        &[]
+    }
 
     /// Rebuild its in-memory state from the committed stores.
-    fn restore(&mut self, stores: &dyn StoreRead);
+    fn restore(&mut self, _stores: &dyn StoreRead) {}
 
     /// In a tenant-scoped task: the tenant a key of one of its stores belongs to.
-    fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]>;
+    fn key_tenant<'a>(&self, _key: &'a [u8]) -> Option<&'a [u8]> {
+        None
+    }
 }
 
 /// A key's bytes as the task's stores hold them: scoped to the record's tenant in a

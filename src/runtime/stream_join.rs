@@ -18,7 +18,7 @@ use crate::codec::decode_visible;
 use crate::eval::Row;
 use crate::plan::physical::{StreamInput, TaskSpec};
 use crate::runtime::agg::{key_part, store_key};
-use crate::runtime::op::{Change, Operator, StoreRead};
+use crate::runtime::op::{Change, Stateful, StoreRead};
 use crate::runtime::wire::{decode_key, split_wire, unscope, wire_row, write_record};
 use crate::value::{decode_record, Value};
 
@@ -40,7 +40,7 @@ impl StreamJoins {
     }
 }
 
-impl Operator for StreamJoins {
+impl Stateful for StreamJoins {
     fn stores(&self) -> &[usize] {
         &self.stores
     }

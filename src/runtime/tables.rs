@@ -10,7 +10,7 @@ use crate::codec::{decode_tenanted, decode_visible};
 use crate::eval::Tenant;
 use crate::log::Record;
 use crate::plan::physical::TaskSpec;
-use crate::runtime::op::{scoped, Change, Counters, Operator, RecordError, StoreRead};
+use crate::runtime::op::{scoped, Change, Counters, RecordError, Stateful, StoreRead};
 use crate::runtime::tenant;
 use crate::value::Value;
 
@@ -100,7 +100,7 @@ impl TableInputs {
     }
 }
 
-impl Operator for TableInputs {
+impl Stateful for TableInputs {
     fn stores(&self) -> &[usize] {
         &self.stores
     }

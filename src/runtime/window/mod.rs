@@ -3,7 +3,7 @@
 //! updating, merging them), keeps whatever index of its own it needs (sessions per key, the
 //! recent records of sliding windows), forgets a window stream time closed, and rebuilds its
 //! index from the store after a restore. Closing windows by stream time, results and writing
-//! the store are the aggregate's ([`crate::runtime::aggregate::Aggregate::flush`]), the same
+//! the store are the aggregate operator's flush (`runtime/ops/aggregate.rs`), the same
 //! for every kind.
 //!
 //! Adding a window kind: its syntax and checks in the front end (`ast::WindowKind`), then one

@@ -15,7 +15,9 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{decode_entry, encode_entry, key_part, state_result, AggEntry, Cache, Slot, SLIDE_RECORDS};
-use crate::runtime::op::{scoped, Change, Ctx, Operator, RecordError, StoreRead};
+use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
+use crate::runtime::ops::sink::PostSinks;
+use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant;
 use crate::runtime::window::{self, Cx, Windowing};
 use crate::value::Value;
@@ -41,11 +43,15 @@ pub(crate) struct Aggregate {
     tenant_scoped: bool,
     cache: Cache,
     windowing: Box<dyn Windowing>,
+    /// What the last flush emitted (a buffer kept for reuse).
+    emitted: Vec<Emitted>,
+    /// The sinks after it, where a deleted result is deleted.
+    sinks: Arc<PostSinks>,
 }
 
 impl Aggregate {
     /// The aggregate of a task, if its sub-topology has one.
-    pub(crate) fn new(spec: &TaskSpec) -> Option<Aggregate> {
+    pub(crate) fn new(spec: &TaskSpec, sinks: Arc<PostSinks>) -> Option<Aggregate> {
         let agg = spec.agg.clone()?;
         let windowing = window::for_agg(&agg);
         Some(Aggregate {
@@ -54,12 +60,14 @@ impl Aggregate {
             tenant_scoped: spec.tenant,
             cache: Cache::default(),
             windowing,
+            emitted: Vec::new(),
+            sinks,
         })
     }
 
     /// Add a record: its group key and aggregate arguments evaluated, then its windows updated.
     /// `stream_time` moves to the record's time if it is later.
-    pub(crate) fn add(&mut self, row: Row, ts: i64, stream_time: &mut i64, cx: &mut Ctx) -> Result<(), RecordError> {
+    fn add(&mut self, row: Row, ts: i64, stream_time: &mut i64, cx: &mut Ctx) -> Result<(), RecordError> {
         let agg = &self.spec;
         let err = |e: String| RecordError(e);
         let mut group = Vec::with_capacity(agg.group.len());
@@ -86,7 +94,7 @@ impl Aggregate {
 
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
     /// window, for good; the window kind drops what no window can need any more.
-    pub(crate) fn advance(&mut self, stream_time: &mut i64, close_all: bool, cx: &mut Ctx) {
+    fn advance_time(&mut self, stream_time: &mut i64, close_all: bool, cx: &mut Ctx) {
         if close_all && self.spec.window.is_some() {
             *stream_time = i64::MAX;
         }
@@ -111,7 +119,7 @@ fn window_cx<'a>(agg: &'a AggSpec, cache: &'a mut Cache, stream_time: i64, cx: &
 impl Aggregate {
     /// Flush the record cache at `stream_time`: store changes to `changes`, what to emit to
     /// `emitted`, in first-change order; then close the windows stream time has passed.
-    pub(crate) fn flush(&mut self, stream_time: i64, changes: &mut Vec<Change>, emitted: &mut Vec<Emitted>) {
+    fn flush_cache(&mut self, stream_time: i64, changes: &mut Vec<Change>, emitted: &mut Vec<Emitted>) {
         let agg = &self.spec;
         let close = match &agg.window {
             Some(w) => stream_time.saturating_sub(w.grace.0),
@@ -209,7 +217,7 @@ fn tenant_of(tenant_scoped: bool, sk: &[u8]) -> Option<Tenant> {
     tenant::split(key_part(sk)).map(|(t, _)| Arc::from(t))
 }
 
-impl Operator for Aggregate {
+impl Stateful for Aggregate {
     fn stores(&self) -> &[usize] {
         &self.stores
     }
@@ -238,6 +246,47 @@ impl Operator for Aggregate {
             }
         }
         self.windowing.restored_all();
+    }
+}
+
+impl Operator for Aggregate {
+    fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
+        let mut stream_time = *cx.stream_time;
+        let r = self.add(row, ts, &mut stream_time, cx);
+        *cx.stream_time = stream_time;
+        r
+    }
+
+    fn advance(&mut self, close_all: bool, cx: &mut Ctx, _down: &mut Down) {
+        let mut stream_time = *cx.stream_time;
+        self.advance_time(&mut stream_time, close_all, cx);
+        *cx.stream_time = stream_time;
+    }
+
+    /// The record cache's changes to the store, and its results down the rest of the query
+    /// (`TaskSpec::post`), in order; an error computing or emitting one is reported with the
+    /// commit.
+    fn flush(&mut self, cx: &mut Ctx, down: &mut Down) {
+        let mut emitted = std::mem::take(&mut self.emitted);
+        self.flush_cache(*cx.stream_time, cx.changes, &mut emitted);
+        for e in emitted.drain(..) {
+            match e {
+                Emitted::Row(row, ts) => {
+                    *cx.result_window = match row.value.as_slice() {
+                        [Value::Ts(s), Value::Ts(e), ..] if self.spec.window.is_some() => Some((*s, *e)),
+                        _ => None,
+                    };
+                    if let Err(e) = down.emit(row, ts, cx) {
+                        cx.orphans.push(e);
+                    }
+                }
+                Emitted::Error(e) => cx.orphans.push(e),
+                Emitted::Deleted { key, start, end, ts, tenant } => {
+                    self.sinks.delete(&key, Some((start, end)), ts, tenant.as_deref(), cx)
+                }
+            }
+        }
+        self.emitted = emitted;
     }
 }
 

@@ -1,0 +1,67 @@
+//! `where`: rows for which the predicate is true go on; the others stop here, and in a table
+//! (a table query, or the results of an aggregate with `emit changes`) are deleted downstream.
+
+use std::sync::Arc;
+
+use crate::eval::{eval, Row};
+use crate::hir;
+use crate::runtime::op::{RecordError, Stateful};
+use crate::runtime::ops::sink::{tombstone, PostSinks};
+use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::types::Type;
+use crate::value::Value;
+
+/// What a row that does not match becomes downstream.
+pub(crate) enum Dropped {
+    /// Nothing (a stream).
+    Nothing,
+    /// A table query's row: a tombstone for its key at the query's sink, as Kafka Streams'
+    /// table filter sends one for a row that does not pass (it may never have matched: a
+    /// delete of a key a table does not hold changes nothing).
+    TableRow { topic: String, key_ty: Type },
+    /// An aggregate's result row (`emit changes`): a tombstone for its key and window at every
+    /// sink of the query. With `emit final` a window's one result is simply not sent.
+    Result(Arc<PostSinks>),
+}
+
+pub(crate) struct Filter {
+    pred: hir::Expr,
+    dropped: Dropped,
+}
+
+impl Filter {
+    pub(crate) fn new(pred: hir::Expr, dropped: Dropped) -> Filter {
+        Filter { pred, dropped }
+    }
+}
+
+impl Stateful for Filter {}
+
+impl Operator for Filter {
+    fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
+        if eval(&self.pred, &row, &[]).map_err(RecordError)? == Value::Bool(true) {
+            return down.emit(row, ts, cx);
+        }
+        match &self.dropped {
+            Dropped::Nothing => {}
+            Dropped::TableRow { topic, key_ty } => {
+                cx.out.push(tombstone(
+                    topic,
+                    key_ty,
+                    false,
+                    &row.key,
+                    None,
+                    ts,
+                    row.tenant.as_deref(),
+                    cx.spec.version,
+                ));
+                cx.counters.records_out += 1;
+            }
+            Dropped::Result(sinks) => {
+                let window = *cx.result_window;
+                sinks.delete(&row.key, window, ts, row.tenant.as_deref(), cx);
+            }
+        }
+        Ok(())
+    }
+}

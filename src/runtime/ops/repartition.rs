@@ -1,0 +1,55 @@
+//! The end of a sub-topology whose next one keeps state by another key: each row is written
+//! to the repartition topic keyed by its group key (the next sub-topology's tasks read it in
+//! the partition of that key), its value in the internal wire format.
+
+use std::sync::Arc;
+
+use crate::eval::{eval, Row};
+use crate::hir;
+use crate::log::Record;
+use crate::runtime::op::{Output, RecordError, Route, Stateful};
+use crate::runtime::ops::sink::out_headers;
+use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::wire::{wire_row, write_record};
+use crate::types::{RecordType, Type};
+use crate::value::Value;
+
+pub(crate) struct Repartition {
+    topic: String,
+    key: Vec<hir::Expr>,
+    key_ty: Type,
+    wire: RecordType,
+}
+
+impl Repartition {
+    pub(crate) fn new(topic: String, key: Vec<hir::Expr>, key_ty: Type, wire: RecordType) -> Repartition {
+        Repartition { topic, key, key_ty, wire }
+    }
+}
+
+impl Stateful for Repartition {}
+
+impl Operator for Repartition {
+    fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
+        let k = group_key(&self.key, &row)?;
+        let mut value = Vec::with_capacity(128);
+        write_record(&wire_row(&row, &self.wire), &self.wire, &mut value);
+        let headers = out_headers(cx.spec.version, row.tenant.as_deref());
+        cx.out.push(Output {
+            topic: self.topic.clone(),
+            route: Route::Key,
+            record: Record { key: Some(k.key_bytes(&self.key_ty)), value: Some(value), timestamp: ts, headers },
+        });
+        cx.counters.records_out += 1;
+        Ok(())
+    }
+}
+
+/// The group key of a row: the value of its one expression, or the list of several.
+fn group_key(exprs: &[hir::Expr], row: &Row) -> Result<Value, RecordError> {
+    let mut vals = Vec::with_capacity(exprs.len());
+    for e in exprs {
+        vals.push(eval(e, row, &[]).map_err(RecordError)?);
+    }
+    Ok(if vals.len() == 1 { vals.pop().unwrap_or(Value::Null) } else { Value::List(Arc::new(vals)) })
+}

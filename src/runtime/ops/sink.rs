@@ -1,0 +1,192 @@
+//! `to "topic"` (and a branch, `to "topic" when c`): a row becomes an output record — its key's
+//! text (or, keyed by window, `[key, window_start, window_end]`), its value encoded as the
+//! sink's format, the query's version and the row's tenant in headers. Also how a deletion
+//! reaches the query's sinks (tombstones).
+
+use std::sync::Arc;
+
+use crate::ast::Format;
+use crate::eval::{eval, Row};
+use crate::hir;
+use crate::log::Record;
+use crate::plan::physical::{Op, TaskSpec};
+use crate::runtime::op::{Output, RecordError, Route, Stateful};
+use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::task::{H_VERSION, H_WINDOW_END, H_WINDOW_START};
+use crate::runtime::tenant::{self, H_TENANT};
+use crate::runtime::wire::{wire_row, write_record};
+use crate::types::{RecordType, Type};
+use crate::value::Value;
+
+pub(crate) struct Sink {
+    topic: String,
+    format: Format,
+    key_ty: Type,
+    value_ty: RecordType,
+    /// Keyed by the windowed key `[key, window_start, window_end]`, partitioned by the key.
+    windowed: bool,
+    /// A branch: it takes the rows for which this is true; the others go on to the next
+    /// operator (the next branch's sink). First match wins, as Kafka Streams' split/branch.
+    when: Option<hir::Expr>,
+}
+
+impl Sink {
+    pub(crate) fn new(
+        topic: String,
+        format: Format,
+        key_ty: Type,
+        value_ty: RecordType,
+        windowed: bool,
+        when: Option<hir::Expr>,
+    ) -> Sink {
+        Sink { topic, format, key_ty, value_ty, windowed, when }
+    }
+}
+
+impl Stateful for Sink {}
+
+impl Operator for Sink {
+    fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
+        if let Some(c) = &self.when {
+            if !matches!(eval(c, &row, &[]).map_err(RecordError)?, Value::Bool(true)) {
+                return down.emit(row, ts, cx);
+            }
+        }
+        let window = match (self.windowed, *cx.result_window) {
+            (false, _) => None,
+            (true, Some(w)) => Some(w),
+            (true, None) => return Err(RecordError("a windowed key without a window".into())),
+        };
+        let key = sink_key(&row.key, &self.key_ty, row.tenant.as_deref(), window);
+        cx.out.push(sink_record(&self.topic, self.format, &self.value_ty, &row, ts, cx.spec.version, key)?);
+        cx.counters.records_out += 1;
+        Ok(())
+    }
+}
+
+/// The sinks of the chain after a task's aggregate: a result deleted (a session merged away,
+/// a result row a filter no longer passes) is deleted at each, since with branches it may
+/// have gone to any of them.
+pub(crate) struct PostSinks {
+    sinks: Vec<(String, Type, bool)>,
+}
+
+impl PostSinks {
+    pub(crate) fn of(spec: &TaskSpec) -> PostSinks {
+        let sinks = spec
+            .post
+            .iter()
+            .filter_map(|op| match op {
+                Op::Sink { topic, key_ty, windowed, .. } => Some((topic.clone(), key_ty.clone(), *windowed)),
+                _ => None,
+            })
+            .collect();
+        PostSinks { sinks }
+    }
+
+    /// Delete a result downstream: a tombstone for its key (and window) at every sink, a
+    /// window's bounds in headers (filters and projections do not apply to deletions).
+    pub(crate) fn delete(&self, key: &Value, window: Option<(i64, i64)>, ts: i64, tenant: Option<&[u8]>, cx: &mut Ctx) {
+        for (topic, key_ty, windowed) in &self.sinks {
+            cx.out.push(tombstone(topic, key_ty, *windowed, key, window, ts, tenant, cx.spec.version));
+            cx.counters.records_out += 1;
+        }
+    }
+}
+
+/// A tombstone for `key` at a sink; with a window, its bounds in headers (and in the key, if
+/// the sink is keyed by window).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tombstone(
+    topic: &str,
+    key_ty: &Type,
+    windowed: bool,
+    key: &Value,
+    window: Option<(i64, i64)>,
+    ts: i64,
+    tenant: Option<&[u8]>,
+    version: u64,
+) -> Output {
+    let mut headers = out_headers(version, tenant);
+    if let Some((start, end)) = window {
+        headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
+        headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
+    }
+    let (key, route) = sink_key(key, key_ty, tenant, window.filter(|_| windowed));
+    Output { topic: topic.to_string(), route, record: Record { key, value: None, timestamp: ts, headers } }
+}
+
+/// The headers of a record a task writes: the version of the query that wrote it, and the
+/// record's tenant (raw bytes) in a tenant-scoped query.
+pub(crate) fn out_headers(version: u64, tenant: Option<&[u8]>) -> Vec<(String, Vec<u8>)> {
+    let mut h = Vec::with_capacity(2);
+    h.push((H_VERSION.to_string(), version.to_string().into_bytes()));
+    if let Some(t) = tenant {
+        h.push((H_TENANT.to_string(), t.to_vec()));
+    }
+    h
+}
+
+/// An output record's key: the key's text (docs/conventions.md), or for a tenant's record the JSON
+/// array `[tenant, key]`, so that different tenants' results never share a key.
+fn output_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>) -> Option<Vec<u8>> {
+    match tenant {
+        None if key.is_null() => None,
+        None => Some(key.key_bytes(key_ty)),
+        Some(t) => {
+            let mut b = Vec::with_capacity(t.len() + 32);
+            b.push(b'[');
+            tenant::write_json(t, &mut b);
+            b.push(b',');
+            key.write_json(key_ty, &mut b);
+            b.push(b']');
+            Some(b)
+        }
+    }
+}
+
+/// A sink record's key and where it goes: the output key, or with a window (`to … windowed`)
+/// the windowed key `[key, window_start, window_end]`, routed by the key without the window.
+fn sink_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>, window: Option<(i64, i64)>) -> (Option<Vec<u8>>, Route) {
+    let plain = output_key(key, key_ty, tenant);
+    let Some((start, end)) = window else { return (plain, Route::Key) };
+    let wkey = Value::List(Arc::new(vec![key.clone(), Value::Ts(start), Value::Ts(end)]));
+    let wty = Type::Tuple(vec![key_ty.clone(), Type::Timestamp, Type::Timestamp]);
+    let route = plain.map(Route::Bytes).unwrap_or(Route::Partition(0));
+    (output_key(&wkey, &wty, tenant), route)
+}
+
+fn sink_record(
+    topic: &str,
+    format: Format,
+    value_ty: &RecordType,
+    row: &Row,
+    ts: i64,
+    version: u64,
+    (key, route): (Option<Vec<u8>>, Route),
+) -> Result<Output, RecordError> {
+    let headers = out_headers(version, row.tenant.as_deref());
+    let value = match format {
+        Format::Json => {
+            let mut b = Vec::with_capacity(128);
+            write_record(&wire_row(row, value_ty), value_ty, &mut b);
+            if let Some(t) = &row.tenant {
+                // The tenant, as the last field `tenant` (the checker keeps the name free).
+                b.pop();
+                if b.len() > 1 {
+                    b.push(b',');
+                }
+                b.extend_from_slice(b"\"tenant\":");
+                tenant::write_json(t, &mut b);
+                b.push(b'}');
+            }
+            Some(b)
+        }
+        Format::String => match row.value.first() {
+            Some(Value::Str(s)) => Some(s.as_bytes().to_vec()),
+            Some(Value::Null) | None => None,
+            Some(v) => Some(v.to_string().into_bytes()),
+        },
+    };
+    Ok(Output { topic: topic.to_string(), route, record: Record { key, value, timestamp: ts, headers } })
+}
