@@ -9,7 +9,7 @@
 //! statement never reaches the parser.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
@@ -25,6 +25,73 @@ use crate::plan::physical::{self, TaskSpec};
 use crate::plan::{self, Topology};
 use crate::syntax;
 use crate::value::Value;
+
+/// Why a signing key, the trusted keys or the program file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("no randomness for a key: {0}")]
+    NoRandomness(String),
+    #[error("cannot create {}: {source}", path.display())]
+    CreateKeyFile { path: PathBuf, source: std::io::Error },
+    #[error("cannot write {}: {source}", path.display())]
+    WriteKeyFile { path: PathBuf, source: std::io::Error },
+    #[error("cannot read key file {}: {source}", path.display())]
+    ReadKeyFile { path: PathBuf, source: std::io::Error },
+    #[error("{} is not a streamc key file: {reason}", path.display())]
+    NotAKeyFile { path: PathBuf, reason: String },
+    #[error("{}: `secret` is not 32 bytes of hex", path.display())]
+    BadSecret { path: PathBuf },
+    #[error("control.trusted_keys: the public key of `{id}` is not 32 bytes of hex")]
+    TrustedKeyNotHex { id: String },
+    #[error("control.trusted_keys: `{id}` is not an Ed25519 public key: {reason}")]
+    TrustedKeyInvalid { id: String, reason: String },
+    /// The program file (version 0) cannot be planned.
+    #[error("the program cannot run: {0}")]
+    ProgramCannotRun(String),
+}
+
+/// Why a control statement is rejected: the reason its status record gives (with a rendered
+/// diagnostic beside it where the text is at fault).
+#[derive(Debug, thiserror::Error)]
+pub enum Rejection {
+    #[error("unsigned: no streamc.sig header")]
+    Unsigned,
+    #[error("header {0} is not UTF-8")]
+    HeaderNotUtf8(&'static str),
+    /// A header of the envelope is missing or malformed (the text says which).
+    #[error("{0}")]
+    Envelope(&'static str),
+    #[error("key `{0}` is not in control.trusted_keys")]
+    UnknownKey(String),
+    #[error("the signature does not verify with key `{key_id}` for application `{app}` (signed for another application, or text or headers altered)")]
+    NotVerified { key_id: String, app: String },
+    #[error("sequence {seq} of key `{key_id}` is not above {last} (a replayed or reordered statement)")]
+    Replayed { seq: u64, key_id: String, last: u64 },
+    #[error("expired: streamc.expires {expires} is before the record's timestamp {timestamp}")]
+    Expired { expires: i64, timestamp: i64 },
+    #[error("key `{key_id}` may only sign for tenants {}", allowed.join(", "))]
+    TenantNotAllowed { key_id: String, allowed: Vec<String> },
+    #[error("the statement is not UTF-8")]
+    NotUtf8,
+    #[error("the statement does not compile")]
+    DoesNotCompile,
+    #[error("the text is for tenant `{text}` but was signed for tenant `{signed}`")]
+    TenantMismatch { text: String, signed: String },
+    #[error("the {what} cannot be evaluated: {reason}")]
+    Eval { what: &'static str, reason: String },
+    #[error("the value does not fit `{table}`: {reason}")]
+    DoesNotFit { table: String, reason: String },
+    #[error("`purge` deletes one tenant's state: write `for tenant \"t\" purge`")]
+    PurgeWithoutTenant,
+    #[error("incompatible state change without `with reprocess` or `with fresh state`")]
+    IncompatibleState,
+    #[error("query `{query}` writes to `{topic}`, {why}")]
+    ReservedSink { query: String, topic: String, why: String },
+    #[error("the runtime cannot run it: {0}")]
+    CannotRun(String),
+    #[error("the replacement {0}")]
+    Replacement(String),
+}
 
 pub const H_KEY_ID: &str = "streamc.key_id";
 pub const H_SEQ: &str = "streamc.seq";
@@ -83,9 +150,9 @@ struct KeyFileText {
 }
 
 impl KeyFile {
-    pub fn generate(id: &str) -> Result<KeyFile, String> {
+    pub fn generate(id: &str) -> Result<KeyFile, ControlError> {
         let mut secret = [0u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| format!("no randomness for a key: {e}"))?;
+        getrandom::fill(&mut secret).map_err(|e| ControlError::NoRandomness(e.to_string()))?;
         Ok(KeyFile { id: id.to_string(), key: SigningKey::from_bytes(&secret) })
     }
 
@@ -94,32 +161,33 @@ impl KeyFile {
     }
 
     /// Write the key to a new file, readable by its owner only.
-    pub fn write(&self, path: &Path) -> Result<(), String> {
+    pub fn write(&self, path: &Path) -> Result<(), ControlError> {
         use std::io::Write;
         let mut o = std::fs::OpenOptions::new();
         o.write(true).create_new(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-        let mut f = o.open(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let mut f = o.open(path).map_err(|source| ControlError::CreateKeyFile { path: path.to_path_buf(), source })?;
         let text = KeyFileText {
             id: self.id.clone(),
             secret: hex::encode(self.key.to_bytes()),
             public_key: self.public_hex(),
         };
-        let yaml = serde_yaml::to_string(&text).map_err(|e| e.to_string())?;
+        let yaml = serde_yaml::to_string(&text)
+            .map_err(|e| ControlError::NotAKeyFile { path: path.to_path_buf(), reason: e.to_string() })?;
         f.write_all(format!("# streamc control signing key: keep it secret\n{yaml}").as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            .map_err(|source| ControlError::WriteKeyFile { path: path.to_path_buf(), source })
     }
 
-    pub fn read(path: &Path) -> Result<KeyFile, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
-        let k: KeyFileText =
-            serde_yaml::from_str(&text).map_err(|e| format!("{} is not a streamc key file: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<KeyFile, ControlError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ControlError::ReadKeyFile { path: path.to_path_buf(), source })?;
+        let k: KeyFileText = serde_yaml::from_str(&text)
+            .map_err(|e| ControlError::NotAKeyFile { path: path.to_path_buf(), reason: e.to_string() })?;
         let bytes: [u8; 32] = hex::decode(k.secret.trim())
             .ok()
             .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| format!("{}: `secret` is not 32 bytes of hex", path.display()))?;
+            .ok_or_else(|| ControlError::BadSecret { path: path.to_path_buf() })?;
         Ok(KeyFile { id: k.id, key: SigningKey::from_bytes(&bytes) })
     }
 
@@ -160,15 +228,15 @@ pub struct Trusted {
     tenants: Option<Vec<String>>,
 }
 
-pub fn trusted_keys(keys: &[TrustedKey]) -> Result<Vec<Trusted>, String> {
+pub fn trusted_keys(keys: &[TrustedKey]) -> Result<Vec<Trusted>, ControlError> {
     keys.iter()
         .map(|k| {
             let bytes: [u8; 32] = hex::decode(k.public_key.trim())
                 .ok()
                 .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| format!("control.trusted_keys: the public key of `{}` is not 32 bytes of hex", k.id))?;
+                .ok_or_else(|| ControlError::TrustedKeyNotHex { id: k.id.clone() })?;
             let key = VerifyingKey::from_bytes(&bytes)
-                .map_err(|e| format!("control.trusted_keys: `{}` is not an Ed25519 public key: {e}", k.id))?;
+                .map_err(|e| ControlError::TrustedKeyInvalid { id: k.id.clone(), reason: e.to_string() })?;
             Ok(Trusted { id: k.id.clone(), key, tenants: k.tenants.clone() })
         })
         .collect()
@@ -389,7 +457,7 @@ pub struct Evaluator {
 
 impl Evaluator {
     /// Start from the program file (version 0).
-    pub fn new(app: &str, program: hir::Program, text: &str, trusted: Vec<Trusted>) -> Result<Evaluator, String> {
+    pub fn new(app: &str, program: hir::Program, text: &str, trusted: Vec<Trusted>) -> Result<Evaluator, ControlError> {
         let queries = program
             .queries
             .iter()
@@ -406,7 +474,7 @@ impl Evaluator {
             .collect();
         let stage =
             build_stage(app, 0, 0, Arc::new(program), Arc::new(queries), Arc::new(Tables::new()), Arc::new(Vec::new()))
-                .map_err(|e| format!("the program cannot run: {e}"))?;
+                .map_err(ControlError::ProgramCannotRun)?;
         Ok(Evaluator {
             app: app.to_string(),
             trusted,
@@ -425,10 +493,10 @@ impl Evaluator {
     }
 
     /// Refuse a query that writes to a reserved topic.
-    fn check_sink(&self, q: &hir::Query) -> Result<(), String> {
+    fn check_sink(&self, q: &hir::Query) -> Result<(), Rejection> {
         for sink in &q.sinks {
             if let Some(why) = plan::reserved_sink(&sink.topic, &self.current.topo, &self.allowed_sinks) {
-                return Err(format!("query `{}` writes to `{}`, {why}", q.name, sink.topic));
+                return Err(Rejection::ReservedSink { query: q.name.clone(), topic: sink.topic.clone(), why });
             }
         }
         Ok(())
@@ -493,7 +561,7 @@ impl Evaluator {
                 st.accepted = true;
                 st.version = self.current.version;
             }
-            Err(reason) => st.reason = Some(reason),
+            Err(reason) => st.reason = Some(reason.to_string()),
         }
         // Bounded, like the statement: a status record stays small whatever the text.
         if let Some(d) = st.diagnostic.as_mut().filter(|d| d.len() > 16_000) {
@@ -504,64 +572,60 @@ impl Evaluator {
         Some(st)
     }
 
-    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<(), String> {
+    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<(), Rejection> {
         // The envelope, before anything looks at the text.
         let header = |name: &str| r.headers.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
-        let text_header = |name: &str| -> Result<Option<String>, String> {
+        let text_header = |name: &'static str| -> Result<Option<String>, Rejection> {
             match header(name) {
                 None => Ok(None),
-                Some(v) => String::from_utf8(v.to_vec()).map(Some).map_err(|_| format!("header {name} is not UTF-8")),
+                Some(v) => String::from_utf8(v.to_vec()).map(Some).map_err(|_| Rejection::HeaderNotUtf8(name)),
             }
         };
         let sig = match header(H_SIG) {
-            None => return Err("unsigned: no streamc.sig header".into()),
+            None => return Err(Rejection::Unsigned),
             Some(s) => s,
         };
-        let key_id = text_header(H_KEY_ID)?.ok_or("no streamc.key_id header")?;
+        let key_id = text_header(H_KEY_ID)?.ok_or(Rejection::Envelope("no streamc.key_id header"))?;
         st.key_id = Some(key_id.clone());
-        let seq: u64 =
-            text_header(H_SEQ)?.and_then(|s| s.parse().ok()).ok_or("streamc.seq is missing or not a number")?;
+        let seq: u64 = text_header(H_SEQ)?
+            .and_then(|s| s.parse().ok())
+            .ok_or(Rejection::Envelope("streamc.seq is missing or not a number"))?;
         st.seq = Some(seq);
-        let expires: i64 =
-            text_header(H_EXPIRES)?.and_then(|s| s.parse().ok()).ok_or("streamc.expires is missing or not a number")?;
+        let expires: i64 = text_header(H_EXPIRES)?
+            .and_then(|s| s.parse().ok())
+            .ok_or(Rejection::Envelope("streamc.expires is missing or not a number"))?;
         let tenant = text_header(H_TENANT)?.unwrap_or_default();
         if !tenant.is_empty() {
             st.tenant = Some(tenant.clone());
         }
-        let trusted = self
-            .trusted
-            .iter()
-            .find(|t| t.id == key_id)
-            .ok_or_else(|| format!("key `{key_id}` is not in control.trusted_keys"))?;
+        let trusted =
+            self.trusted.iter().find(|t| t.id == key_id).ok_or_else(|| Rejection::UnknownKey(key_id.clone()))?;
         let sig: [u8; 64] = std::str::from_utf8(sig)
             .ok()
             .and_then(|s| hex::decode(s).ok())
             .and_then(|b| b.try_into().ok())
-            .ok_or("streamc.sig is not 64 bytes of hex")?;
-        let value = r.value.as_deref().ok_or("no statement: the record has no value")?;
+            .ok_or(Rejection::Envelope("streamc.sig is not 64 bytes of hex"))?;
+        let value = r.value.as_deref().ok_or(Rejection::Envelope("no statement: the record has no value"))?;
         let msg = message(&self.app, &key_id, seq, expires, &tenant, value);
         trusted
             .key
             .verify_strict(&msg, &Signature::from_bytes(&sig))
-            .map_err(|_| format!("the signature does not verify with key `{key_id}` for application `{}` (signed for another application, or text or headers altered)", self.app))?;
+            .map_err(|_| Rejection::NotVerified { key_id: key_id.clone(), app: self.app.clone() })?;
         // Authentic from here on.
         let last = self.seqs.get(&key_id).copied();
         if last.is_some_and(|l| seq <= l) {
-            return Err(format!(
-                "sequence {seq} of key `{key_id}` is not above {} (a replayed or reordered statement)",
-                last.unwrap_or(0)
-            ));
+            return Err(Rejection::Replayed { seq, key_id, last: last.unwrap_or(0) });
         }
         self.seqs.insert(key_id.clone(), seq);
         if expires < r.timestamp {
-            return Err(format!("expired: streamc.expires {expires} is before the record's timestamp {}", r.timestamp));
+            return Err(Rejection::Expired { expires, timestamp: r.timestamp });
         }
         if let Some(allowed) = &trusted.tenants {
             if tenant.is_empty() || !allowed.contains(&tenant) {
-                return Err(format!("key `{key_id}` may only sign for tenants {}", allowed.join(", ")));
+                return Err(Rejection::TenantNotAllowed { key_id, allowed: allowed.clone() });
             }
         }
-        let text = std::str::from_utf8(value).map_err(|_| "the statement is not UTF-8".to_string())?;
+        let text = std::str::from_utf8(value).map_err(|_| Rejection::NotUtf8)?;
         // The text.
         let latest = self.latest().clone();
         let program = &latest.program;
@@ -575,15 +639,15 @@ impl Evaluator {
         };
         let ast = syntax::parse_statement(text).map_err(|d| {
             st.diagnostic = Some(rendered(&d));
-            "the statement does not compile".to_string()
+            Rejection::DoesNotCompile
         })?;
         let stmt_tenant = ast.tenant.as_ref().map(|t| t.node.clone()).unwrap_or_default();
         if stmt_tenant != tenant {
-            return Err(format!("the text is for tenant `{stmt_tenant}` but was signed for tenant `{tenant}`"));
+            return Err(Rejection::TenantMismatch { text: stmt_tenant, signed: tenant });
         }
         let (_, control) = check::check_statement(program, &ast, text).map_err(|d| {
             st.diagnostic = Some(rendered(&d));
-            "the statement does not compile".to_string()
+            Rejection::DoesNotCompile
         })?;
         // The checker refused `for tenant` on anything but `update`, `delete` and `purge`.
         let scoped = (!tenant.is_empty()).then_some(tenant.as_bytes());
@@ -595,12 +659,12 @@ impl Evaluator {
                 st.kind = Some("update".into());
                 st.target = Some(src.name.clone());
                 let row = Row::default();
-                let k = eval(key, &row, &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
-                let v = eval(value, &row, &[]).map_err(|e| format!("the value cannot be evaluated: {e}"))?;
+                let k = eval(key, &row, &[]).map_err(|e| Rejection::Eval { what: "key", reason: e })?;
+                let v = eval(value, &row, &[]).map_err(|e| Rejection::Eval { what: "value", reason: e })?;
                 let mut json = Vec::new();
                 v.write_json(&value.ty, &mut json);
                 let fields = codec::decode_visible(src, &json)
-                    .map_err(|e| format!("the value does not fit `{}`: {e}", src.name))?;
+                    .map_err(|e| Rejection::DoesNotFit { table: src.name.clone(), reason: e })?;
                 let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
                 drop(latest);
                 self.set_row(&name, kb, Some(Arc::new(fields)));
@@ -610,7 +674,7 @@ impl Evaluator {
                 let src = &program.sources[*table];
                 st.kind = Some("delete".into());
                 st.target = Some(src.name.clone());
-                let k = eval(key, &Row::default(), &[]).map_err(|e| format!("the key cannot be evaluated: {e}"))?;
+                let k = eval(key, &Row::default(), &[]).map_err(|e| Rejection::Eval { what: "key", reason: e })?;
                 let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
                 drop(latest);
                 self.set_row(&name, kb, None);
@@ -620,7 +684,7 @@ impl Evaluator {
                 st.kind = Some("purge".into());
                 st.target = Some(tenant.clone());
                 if tenant.is_empty() {
-                    return Err("`purge` deletes one tenant's state: write `for tenant \"t\" purge`".into());
+                    return Err(Rejection::PurgeWithoutTenant);
                 }
                 drop(latest);
                 self.purge(r.offset, &tenant);
@@ -693,7 +757,7 @@ impl Evaluator {
                             .help("add `with reprocess` to rebuild it from the start of the input, or `with fresh state` to start it empty from now");
                         st.diagnostic = Some(rendered(&[d]));
                         st.report = Some(report);
-                        return Err("incompatible state change without `with reprocess` or `with fresh state`".into());
+                        return Err(Rejection::IncompatibleState);
                     }
                     None => {}
                     Some(crate::ast::ReplaceMode::Reprocess) => {
@@ -748,7 +812,7 @@ impl Evaluator {
                         format!("the runtime cannot run this: {e}"),
                     )
                     .label("here")]));
-                    format!("the runtime cannot run it: {e}")
+                    Rejection::CannotRun(e)
                 })?;
         if st.kind.as_deref() == Some("replace") {
             if let Some(why) = st.target.as_deref().and_then(|q| moved(&latest.specs, &stage.specs, q)) {
@@ -760,7 +824,7 @@ impl Evaluator {
                     .label("tasks would change")
                     .help("a task is its sub-topology's input partition: add the new form as a new query (`query NEW { … }`) and drop this one");
                 st.diagnostic = Some(rendered(&[d]));
-                return Err(format!("the replacement {why}"));
+                return Err(Rejection::Replacement(why));
             }
         }
         stage.purges = latest.purges.clone();

@@ -118,8 +118,14 @@ pub fn running(t: &Topics, app: &str, cfg: &config::Config, file: &Path) -> Resu
             d.first().map(|d| d.message.clone()).unwrap_or_default()
         )
     })?;
-    let mut ev = Evaluator::new(app, program, &text, control::trusted_keys(&cfg.control.trusted_keys)?)?
-        .allow_sinks(&cfg.topics.allow_internal_sinks);
+    let mut ev = Evaluator::new(
+        app,
+        program,
+        &text,
+        control::trusted_keys(&cfg.control.trusted_keys).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?
+    .allow_sinks(&cfg.topics.allow_internal_sinks);
     let statuses = control::evaluate_all(&mut ev, &control_records(t, app)?);
     Ok((ev, statuses))
 }
@@ -128,8 +134,8 @@ pub fn keygen(path: &Path, id: Option<&str>) -> Result<ExitCode, String> {
     let id = id
         .map(str::to_string)
         .unwrap_or_else(|| path.file_stem().and_then(|s| s.to_str()).unwrap_or("key").to_string());
-    let k = KeyFile::generate(&id)?;
-    k.write(path)?;
+    let k = KeyFile::generate(&id).map_err(|e| e.to_string())?;
+    k.write(path).map_err(|e| e.to_string())?;
     eprintln!("wrote the private key `{id}` to {} (keep it secret); trust its public key with:", path.display());
     println!("control:\n  trusted_keys:\n    - id: {id}\n      public_key: {}", k.public_hex());
     Ok(ExitCode::SUCCESS)
@@ -147,7 +153,7 @@ pub struct Post<'a> {
 /// Sign and post statements; with `wait_secs`, wait for their statuses. Exit code 1 if one was
 /// rejected.
 fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Config) -> Result<ExitCode, String> {
-    let key = KeyFile::read(o.key)?;
+    let key = KeyFile::read(o.key).map_err(|e| e.to_string())?;
     if !cfg.control.trusted_keys.iter().any(|k| k.id == key.id) {
         eprintln!("warning: key `{}` is not in this command's control.trusted_keys: the check here does not know the statements it signed; the application verifies with its own configuration", key.id);
     }
@@ -369,7 +375,7 @@ fn rejected(
     o: &Post,
     cfg: &config::Config,
 ) -> Result<Option<String>, String> {
-    let key = KeyFile::read(o.key)?;
+    let key = KeyFile::read(o.key).map_err(|e| e.to_string())?;
     if !cfg.control.trusted_keys.iter().any(|k| k.id == key.id) {
         return Ok(None);
     }
@@ -527,7 +533,7 @@ pub fn check_program_file(
     if old_text == text {
         return Ok(true);
     }
-    let trusted = control::trusted_keys(&cfg.control.trusted_keys)?;
+    let trusted = control::trusted_keys(&cfg.control.trusted_keys).map_err(|e| e.to_string())?;
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {
         eprintln!("the program the application ran before no longer compiles: treating {app}'s program as new");
@@ -535,9 +541,10 @@ pub fn check_program_file(
         return Ok(true);
     };
     let allowed = &cfg.topics.allow_internal_sinks;
-    let mut old = Evaluator::new(app, old_program, &old_text, trusted.clone())?.allow_sinks(allowed);
+    let mut old =
+        Evaluator::new(app, old_program, &old_text, trusted.clone()).map_err(|e| e.to_string())?.allow_sinks(allowed);
     control::evaluate_all(&mut old, &records);
-    let mut new = Evaluator::new(app, program.clone(), text, trusted)?.allow_sinks(allowed);
+    let mut new = Evaluator::new(app, program.clone(), text, trusted).map_err(|e| e.to_string())?.allow_sinks(allowed);
     control::evaluate_all(&mut new, &records);
     let (a, b) = (old.latest(), new.latest());
     // Instances of one application run one program: a file whose queries (with the control log
@@ -587,7 +594,7 @@ pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::
     // control log applied statement by statement), never a name pattern that another
     // application's topics could match.
     let mut names = std::collections::BTreeSet::new();
-    let trusted = control::trusted_keys(&cfg.control.trusted_keys)?;
+    let trusted = control::trusted_keys(&cfg.control.trusted_keys).map_err(|e| e.to_string())?;
     let records = control_records(t, app)?;
     let mut texts = stored_programs(t, app)?;
     texts.push(text.to_string());
