@@ -4,7 +4,8 @@
 //! records written after a task's last commit, and sweeps of removed stores are written once, in
 //! the core, over this interface; the commit protocol's steps are in `runtime::commit`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::log::{Append, Pos, Stored};
 use crate::plan::physical::TaskSpec;
@@ -65,4 +66,65 @@ pub(crate) trait Backend {
     /// exactly-once on Kafka): the tombstones of a sweep, the corrections of a restore. Returns,
     /// per append, the position after its last record.
     fn append_alone(&self, appends: Vec<Append>) -> Result<Vec<Pos>, RunError>;
+}
+
+/// Group membership: which partitions of the application's main inputs this instance runs.
+/// The embedded log has one process, which owns every partition; on Kafka the consumer group
+/// decides, and its rebalance callbacks say when that changes (a revocation commits and closes
+/// the partition's tasks inside the callback, before the partitions move).
+pub(crate) trait Membership {
+    /// The main-input partitions (topic, partition) this instance owns now.
+    fn owned(&self) -> Result<BTreeSet<(String, u32)>, RunError>;
+}
+
+/// The tasks an instance runs on the partitions it owns: for each sub-topology of the plan, in
+/// plan order, one task per owned partition of its main input, in partition order. Written once
+/// for both backends.
+pub(crate) fn tasks_on(specs: &[Arc<TaskSpec>], owned: &BTreeSet<(String, u32)>) -> Vec<(Arc<TaskSpec>, u32)> {
+    let mut tasks = Vec::new();
+    for spec in specs {
+        for (_, p) in owned.range((spec.main.topic.clone(), 0)..=(spec.main.topic.clone(), u32::MAX)) {
+            tasks.push((spec.clone(), *p));
+        }
+    }
+    tasks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_on_owned_partitions_in_plan_then_partition_order() {
+        let program = crate::compile(
+            r#"
+stream a from "a" { key k value json { k: string, v: int } }
+stream b from "b" { key k value json { k: string, v: int } }
+query qa { from a to "oa" }
+query qb { from b to "ob" }
+query qc { from a where v > 1 to "oc" }
+"#,
+        )
+        .unwrap_or_else(|d| panic!("{d:?}"));
+        let topo = crate::plan::lower(&program, "app");
+        let specs: Vec<Arc<TaskSpec>> =
+            crate::plan::physical::specs(&program, &topo).unwrap().into_iter().map(Arc::new).collect();
+        let owned: BTreeSet<(String, u32)> =
+            [("a".to_string(), 2), ("a".to_string(), 0), ("b".to_string(), 1), ("c".to_string(), 0)].into();
+        let got: Vec<(String, String, u32)> =
+            tasks_on(&specs, &owned).into_iter().map(|(s, p)| (s.query.clone(), s.main.topic.clone(), p)).collect();
+        let mut want = Vec::new();
+        for s in &specs {
+            let ps: &[u32] = match s.main.topic.as_str() {
+                "a" => &[0, 2],
+                "b" => &[1],
+                _ => &[],
+            };
+            for p in ps {
+                want.push((s.query.clone(), s.main.topic.clone(), *p));
+            }
+        }
+        assert_eq!(got, want);
+        assert_eq!(got.len(), 5);
+    }
 }

@@ -2,11 +2,12 @@
 //! an end the worker sets before each step; a task's commit ([`LogCommit`]) and appends outside
 //! a task's commit are each one atomic `log.commit`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Record, Stored};
 use crate::plan::physical::TaskSpec;
-use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::backend::{Backend, Extent, Membership};
 use crate::runtime::commit::{Commit, Share};
 use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, Next};
@@ -152,5 +153,23 @@ impl Backend for Embedded<'_> {
         let keys: Vec<(String, u32)> = appends.iter().map(|a| (a.topic.clone(), a.partition)).collect();
         let c = self.log.commit(appends, vec![])?;
         Ok(keys.iter().map(|(t, p)| c.end(t, *p)).collect())
+    }
+}
+
+/// The embedded log's membership: one process, which owns every partition of every main input
+/// (the partition counts as topic set-up left them, per sub-topology).
+pub(crate) struct WholeLog<'a> {
+    pub(crate) specs: &'a [Arc<TaskSpec>],
+    pub(crate) counts: &'a [u32],
+}
+
+impl Membership for WholeLog<'_> {
+    fn owned(&self) -> Result<BTreeSet<(String, u32)>, RunError> {
+        let mut owned = BTreeSet::new();
+        for spec in self.specs {
+            let n = self.counts.get(spec.sub).copied().unwrap_or(0);
+            owned.extend((0..n).map(|p| (spec.main.topic.clone(), p)));
+        }
+        Ok(owned)
     }
 }

@@ -21,6 +21,7 @@ use crate::hir;
 use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
+use crate::runtime::backend::{tasks_on, Membership};
 use crate::runtime::commit;
 use crate::runtime::error::{state, RunError};
 use crate::runtime::hub::{ControlLog, Hub};
@@ -32,7 +33,7 @@ use crate::runtime::state::open_local_state;
 use crate::runtime::topics::{self, TopicKind};
 
 mod backend;
-use backend::{embedded_feed, Embedded, EmbeddedFeed, LogCommit};
+use backend::{embedded_feed, Embedded, EmbeddedFeed, LogCommit, WholeLog};
 
 /// Run the program on the embedded log until its input is drained (`--drain`) or forever.
 pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> Result<Summary, String> {
@@ -62,10 +63,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     // The end of every external input as of start-up: `--drain` stops there.
     let startup = committed.clone();
     let mut tasks = Vec::new();
-    for spec in stage.specs.iter() {
-        for p in 0..counts[spec.sub] {
-            tasks.push(TaskRun::open_at(spec.clone(), p, &stage, &log, &db, &committed, opts)?);
-        }
+    let owned = WholeLog { specs: &stage.specs, counts: &counts }.owned()?;
+    for (spec, p) in tasks_on(&stage.specs, &owned) {
+        tasks.push(TaskRun::open_at(spec, p, &stage, &log, &db, &committed, opts)?);
     }
     // With `--drain`, a bar of the records of the external inputs up to their start-up ends.
     let bar = if opts.drain && opts.progress {
@@ -341,21 +341,20 @@ fn worker(
                         c
                     }
                 };
-                for spec in stage.specs.iter() {
-                    for p in 0..counts[spec.sub] {
-                        if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
-                            let mut t =
-                                TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
-                            t.bar = sh.bar.clone();
-                            slot.insert(t.control);
-                            let writes = spec.repartition_topics();
-                            if !writes.is_empty() {
-                                let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-                                busy.insert((spec.name.clone(), p), writes);
-                            }
-                            tasks.push(t);
-                            progress = true;
+                let owned = WholeLog { specs: &stage.specs, counts: &counts }.owned()?;
+                for (spec, p) in tasks_on(&stage.specs, &owned) {
+                    if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
+                        let writes = spec.repartition_topics();
+                        let mut t =
+                            TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
+                        t.bar = sh.bar.clone();
+                        slot.insert(t.control);
+                        if !writes.is_empty() {
+                            let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+                            busy.insert((spec.name.clone(), p), writes);
                         }
+                        tasks.push(t);
+                        progress = true;
                     }
                 }
             }

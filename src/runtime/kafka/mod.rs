@@ -37,7 +37,7 @@ use crate::kafka::{client, io, stored, BrokerError, Deliveries, Kafka};
 use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::runtime::backend::{Backend, Extent};
+use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
 use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
 use crate::runtime::hub::{ControlLog, Hub};
@@ -355,6 +355,14 @@ impl ConsumerContext for GroupCtx {
     }
 }
 
+/// On Kafka the consumer group decides which main-input partitions this instance owns.
+impl Membership for BaseConsumer<GroupCtx> {
+    fn owned(&self) -> Result<BTreeSet<(String, u32)>> {
+        let tpl = self.assignment().map_err(client("cannot read the consumer group's assignment".to_string()))?;
+        Ok(parts_of(&tpl).into_iter().collect())
+    }
+}
+
 fn parts_of(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
     tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition() as u32)).collect()
 }
@@ -521,8 +529,7 @@ impl Engine {
             return Ok(false);
         }
         // Only what is still assigned (a revocation may have come in between).
-        let owned: BTreeSet<(String, u32)> =
-            consumer.assignment().map(|tpl| parts_of(&tpl).into_iter().collect()).unwrap_or_default();
+        let owned = consumer.owned().unwrap_or_default();
         let parts: BTreeSet<(String, u32)> = std::mem::take(&mut self.assigned)
             .into_iter()
             .filter(|k| !self.units.contains_key(k) && owned.contains(k))
@@ -588,7 +595,8 @@ impl Engine {
                 }
             }
             let mut tasks = Vec::new();
-            for spec in self.stage.specs.iter().filter(|s| s.main.topic == t) {
+            let here = BTreeSet::from([(t.clone(), p)]);
+            for (spec, p) in tasks_on(&self.stage.specs, &here) {
                 tasks.push(self.open_task(
                     spec.clone(),
                     p,
@@ -800,15 +808,15 @@ impl Engine {
         // that read the commit before the sweep ran would run the old form on emptied stores.
         self.sweeps.extend(sweeps);
         // New queries (or sub-topologies) on the partitions this instance owns.
-        let owned: Vec<(String, u32)> = self.units.keys().cloned().collect();
-        for (topic, p) in owned {
-            let have: BTreeSet<String> =
-                self.units[&(topic.clone(), p)].iter().map(|t| t.task.spec.name.clone()).collect();
-            for spec in stage.specs.iter().filter(|s| s.main.topic == topic && !have.contains(&s.name)) {
-                let t = self.open_task(spec.clone(), p, None, &serde_json::Value::Null)?;
-                if let Some(tasks) = self.units.get_mut(&(topic.clone(), p)) {
-                    tasks.push(t);
-                }
+        let owned: BTreeSet<(String, u32)> = self.units.keys().cloned().collect();
+        for (spec, p) in tasks_on(&stage.specs, &owned) {
+            let key = (spec.main.topic.clone(), p);
+            if self.units.get(&key).is_some_and(|ts| ts.iter().any(|t| t.task.spec.name == spec.name)) {
+                continue;
+            }
+            let t = self.open_task(spec, p, None, &serde_json::Value::Null)?;
+            if let Some(tasks) = self.units.get_mut(&key) {
+                tasks.push(t);
             }
         }
         if retired {
