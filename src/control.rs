@@ -37,6 +37,8 @@ pub enum ControlError {
     WriteKeyFile { path: PathBuf, source: std::io::Error },
     #[error("cannot read key file {}: {source}", path.display())]
     ReadKeyFile { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    EncodeKeyFile(String),
     #[error("{} is not a streamc key file: {reason}", path.display())]
     NotAKeyFile { path: PathBuf, reason: String },
     #[error("{}: `secret` is not 32 bytes of hex", path.display())]
@@ -47,7 +49,7 @@ pub enum ControlError {
     TrustedKeyInvalid { id: String, reason: String },
     /// The program file (version 0) cannot be planned.
     #[error("the program cannot run: {0}")]
-    ProgramCannotRun(String),
+    ProgramCannotRun(physical::PlanError),
 }
 
 /// Why a control statement is rejected: the reason its status record gives (with a rendered
@@ -88,7 +90,7 @@ pub enum Rejection {
     #[error("query `{query}` writes to `{topic}`, {why}")]
     ReservedSink { query: String, topic: String, why: String },
     #[error("the runtime cannot run it: {0}")]
-    CannotRun(String),
+    CannotRun(physical::PlanError),
     #[error("the replacement {0}")]
     Replacement(String),
 }
@@ -173,8 +175,7 @@ impl KeyFile {
             secret: hex::encode(self.key.to_bytes()),
             public_key: self.public_hex(),
         };
-        let yaml = serde_yaml::to_string(&text)
-            .map_err(|e| ControlError::NotAKeyFile { path: path.to_path_buf(), reason: e.to_string() })?;
+        let yaml = serde_yaml::to_string(&text).map_err(|e| ControlError::EncodeKeyFile(e.to_string()))?;
         f.write_all(format!("# streamc control signing key: keep it secret\n{yaml}").as_bytes())
             .map_err(|source| ControlError::WriteKeyFile { path: path.to_path_buf(), source })
     }
@@ -884,7 +885,7 @@ fn build_stage(
     queries: Arc<BTreeMap<String, QueryState>>,
     tables: Arc<Tables>,
     events: Arc<Vec<Event>>,
-) -> Result<Stage, String> {
+) -> Result<Stage, physical::PlanError> {
     let topo = plan::lower(&program, app);
     let specs = physical::specs(&program, &topo)?
         .into_iter()

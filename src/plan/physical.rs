@@ -172,8 +172,20 @@ pub struct TaskSpec {
     pub table_sink: Option<usize>,
 }
 
+/// Why a topology cannot become a physical plan: what the runtime cannot run, or a topology
+/// the planner did not make.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown {kind} {name}")]
+    Unknown { kind: &'static str, name: String },
+    #[error("{0}: a sub-topology with two main inputs")]
+    TwoMainInputs(String),
+    #[error("{0}")]
+    Inconsistent(&'static str),
+}
+
 /// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
-pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, String> {
+pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, PlanError> {
     let mut out = Vec::new();
     for sub in &topo.subtopologies {
         let mut spec = TaskSpec {
@@ -237,28 +249,36 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
             match &node.kind {
                 NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
                 NodeKind::Source { topic, from, .. } if merged.contains(&from.as_str()) => {
-                    let (_, src) = program.source(from).ok_or_else(|| format!("unknown source {from}"))?;
+                    let (_, src) = program
+                        .source(from)
+                        .ok_or_else(|| PlanError::Unknown { kind: "source", name: from.clone() })?;
                     spec.merged.push(InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) });
                 }
                 NodeKind::Merge { .. } => {}
                 NodeKind::Source { topic, from, .. } => {
                     if !spec.name.is_empty() {
-                        return Err(format!("{}: a sub-topology with two main inputs", node.name));
+                        return Err(PlanError::TwoMainInputs(node.name.clone()));
                     }
-                    let (_, src) = program.source(from).ok_or_else(|| format!("unknown source {from}"))?;
+                    let (_, src) = program
+                        .source(from)
+                        .ok_or_else(|| PlanError::Unknown { kind: "source", name: from.clone() })?;
                     spec.name = node.name.clone();
                     spec.main = InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) };
                 }
                 NodeKind::RepartitionSource { topic, value_fields, joined_keys } => {
-                    let e = incoming.ok_or("repartition source without input")?;
-                    let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
+                    let e = incoming.ok_or(PlanError::Inconsistent("repartition source without input"))?;
+                    let Type::Record(wire) = e.value else {
+                        return Err(PlanError::Inconsistent("repartition value is not a record"));
+                    };
                     spec.name = node.name.clone();
                     let decode =
                         Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
                     spec.main = InputSpec { topic: topic.clone(), decode };
                 }
                 NodeKind::TableSource { topic, table } => {
-                    let (_, src) = program.source(table).ok_or_else(|| format!("unknown table {table}"))?;
+                    let (_, src) = program
+                        .source(table)
+                        .ok_or_else(|| PlanError::Unknown { kind: "table", name: table.clone() })?;
                     let store = spec.stores.len();
                     spec.stores.push(store_spec(topo, &node.name));
                     spec.tables.push(TableInput { topic: topic.clone(), source: Arc::new(src.clone()), store });
@@ -275,8 +295,10 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                         .edges_directed(n, petgraph::Direction::Outgoing)
                         .next()
                         .map(|e| e.weight().clone())
-                        .ok_or("repartition sink without output")?;
-                    let Type::Record(wire) = e.value else { return Err("repartition value is not a record".into()) };
+                        .ok_or(PlanError::Inconsistent("repartition sink without output"))?;
+                    let Type::Record(wire) = e.value else {
+                        return Err(PlanError::Inconsistent("repartition value is not a record"));
+                    };
                     ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
                 }
                 NodeKind::JoinTable { global, left, on, table: name } => {
@@ -285,7 +307,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     let table = if *global {
                         None
                     } else {
-                        Some(spec.tables.iter().rposition(|t| t.source.name == *name).ok_or("join without its table")?)
+                        Some(
+                            spec.tables
+                                .iter()
+                                .rposition(|t| t.source.name == *name)
+                                .ok_or(PlanError::Inconsistent("join without its table"))?,
+                        )
                     };
                     ops.push(Op::JoinTable {
                         table,
@@ -306,15 +333,19 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     value_fields,
                     joined_keys,
                 } => {
-                    let (_, src) = program.source(stream).ok_or_else(|| format!("unknown stream {stream}"))?;
+                    let (_, src) = program
+                        .source(stream)
+                        .ok_or_else(|| PlanError::Unknown { kind: "stream", name: stream.clone() })?;
                     let side_source = format!("{}-source", node.name);
                     let e = topo
                         .graph
                         .edges_directed(n, petgraph::Direction::Incoming)
                         .find(|e| topo.graph[petgraph::visit::EdgeRef::source(e)].name != side_source)
                         .map(|e| e.weight().clone())
-                        .ok_or("join without its input")?;
-                    let Type::Record(wire) = e.value else { return Err("join input is not a record".into()) };
+                        .ok_or(PlanError::Inconsistent("join without its input"))?;
+                    let Type::Record(wire) = e.value else {
+                        return Err(PlanError::Inconsistent("join input is not a record"));
+                    };
                     let left_store = spec.stores.len();
                     spec.stores.push(store_named(topo, &format!("{}-left", node.name)));
                     spec.stores.push(store_named(topo, &format!("{}-right", node.name)));
@@ -363,8 +394,10 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, S
                     });
                 }
                 NodeKind::Sink { topic, format, windowed, when, .. } => {
-                    let e = incoming.ok_or("sink without input")?;
-                    let Type::Record(value_ty) = e.value else { return Err("sink value is not a record".into()) };
+                    let e = incoming.ok_or(PlanError::Inconsistent("sink without input"))?;
+                    let Type::Record(value_ty) = e.value else {
+                        return Err(PlanError::Inconsistent("sink value is not a record"));
+                    };
                     if let Some(a) = spec.agg.as_mut() {
                         a.windowed_key = *windowed;
                     }
