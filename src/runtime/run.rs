@@ -210,6 +210,16 @@ pub(crate) fn idle_advance(since: &mut Option<i64>, after: i64, now: i64, record
     }
 }
 
+/// Record that input `key` (`topic/partition`) is read up to `pos`.
+fn set_position(positions: &mut BTreeMap<String, Pos>, key: &str, pos: Pos) {
+    match positions.get_mut(key) {
+        Some(v) => *v = pos,
+        None => {
+            positions.insert(key.to_string(), pos);
+        }
+    }
+}
+
 /// Each input's committed position (`topic/partition` → position) from a task's commit record.
 pub(crate) fn positions_of(spec: &TaskSpec, p: u32, meta: &serde_json::Value) -> BTreeMap<String, Pos> {
     let mut topics = vec![spec.main.topic.clone()];
@@ -510,6 +520,8 @@ impl<F: Feed> TaskRun<F> {
         let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
         let mut topics = vec![spec.main.topic.clone()];
         topics.extend(spec.side_topics());
+        // Each input's key in `positions` (made once per step, not per record).
+        let keys: Vec<String> = topics.iter().map(|t| format!("{t}/{p}")).collect();
         let mut n = 0;
         // Records of external inputs, for the progress bar.
         let mut external = 0;
@@ -577,7 +589,7 @@ impl<F: Feed> TaskRun<F> {
                     if v < spec.epoch {
                         // Written for a form of the query whose state was started over.
                         if let Some(s) = self.feed.take(0) {
-                            self.positions.insert(format!("{topic}/{p}", topic = topics[0]), s.next);
+                            set_position(&mut self.positions, &keys[0], s.next);
                             self.skipped += 1;
                             self.uncommitted += 1;
                             n += 1;
@@ -591,7 +603,7 @@ impl<F: Feed> TaskRun<F> {
             if i > 0 || !main_internal {
                 external += 1;
             }
-            self.positions.insert(format!("{topic}/{p}"), s.next);
+            set_position(&mut self.positions, &keys[i], s.next);
             self.task.counters.counted = false;
             self.task.late_reason = None;
             let res = if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
