@@ -35,9 +35,10 @@ fn layer_of(module: &str) -> Option<usize> {
 /// Every module path a file refers to through `crate::`, outside comments.
 fn references(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for line in text.lines() {
-        let code = line.split("//").next().unwrap_or("");
-        let mut rest = code;
+    // The code of every line, comments cut, as one text (a `use` group may span lines).
+    let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    {
+        let mut rest = code.as_str();
         while let Some(i) = rest.find("crate::") {
             rest = &rest[i + "crate::".len()..];
             if let Some(group) = rest.strip_prefix('{') {
@@ -52,10 +53,43 @@ fn references(text: &str) -> BTreeSet<String> {
                 continue;
             }
             let path: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':').collect();
+            if path.ends_with("::") && rest[path.len()..].starts_with('{') {
+                // `use crate::a::b::{c, d::{e, f}}`: `a::b::c` and `a::b::d` (each resolves to
+                // its longest prefix that is a module).
+                for item in group_items(&rest[path.len() + 1..]) {
+                    out.insert(format!("{path}{item}").trim_end_matches(':').to_string());
+                }
+            }
             out.insert(path.trim_end_matches(':').to_string());
         }
     }
     out
+}
+
+/// The leading path of each item of a `{…}` group (its text after the `{`), up to its own
+/// nested group: `c, d::{e, f}}` → `c`, `d::`.
+fn group_items(text: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let (mut depth, mut item, mut taking) = (0usize, String::new(), true);
+    for c in text.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                taking = false;
+            }
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut item));
+                taking = true;
+            }
+            c if taking && (c.is_alphanumeric() || c == '_' || c == ':') => item.push(c),
+            c if !c.is_whitespace() => taking = false,
+            _ => {}
+        }
+    }
+    items.push(item);
+    items.into_iter().map(|i| i.trim().to_string()).filter(|i| !i.is_empty()).collect()
 }
 
 fn sources() -> BTreeMap<String, String> {

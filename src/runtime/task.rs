@@ -28,10 +28,7 @@ pub const H_ERROR: &str = "streamc.error";
 pub const H_TOPIC: &str = "streamc.source.topic";
 pub const H_PARTITION: &str = "streamc.source.partition";
 pub const H_OFFSET: &str = "streamc.source.offset";
-pub const H_VERSION: &str = "streamc.query.version";
-/// On the tombstone of a merged-away session: which session it deletes.
-pub const H_WINDOW_START: &str = "streamc.window.start";
-pub const H_WINDOW_END: &str = "streamc.window.end";
+pub use crate::runtime::ops::sink::{H_VERSION, H_WINDOW_END, H_WINDOW_START};
 
 pub struct Task {
     pub spec: Arc<TaskSpec>,

@@ -12,11 +12,16 @@ use crate::log::Record;
 use crate::plan::physical::{Op, TaskSpec};
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
-use crate::runtime::task::{H_VERSION, H_WINDOW_END, H_WINDOW_START};
 use crate::runtime::tenant::{self, H_TENANT};
 use crate::runtime::wire::{wire_row, write_record};
 use crate::types::{RecordType, Type};
 use crate::value::Value;
+
+/// The version of the query that wrote a record (docs/conventions.md).
+pub const H_VERSION: &str = "streamc.query.version";
+/// On the tombstone of a merged-away session: which session it deletes.
+pub const H_WINDOW_START: &str = "streamc.window.start";
+pub const H_WINDOW_END: &str = "streamc.window.end";
 
 pub(crate) struct Sink {
     topic: String,
