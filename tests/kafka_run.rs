@@ -191,11 +191,8 @@ fn routing_example_gives_the_embedded_results() {
     // in one hour: behind a repartition the backends interleave records differently, and with the
     // example's grace of 0 a record behind an hour's end would be late on one and not the other.
     let dir = temp_dir("kafka-routing-in");
-    let mut x: u64 = 19;
-    let mut next = |m: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (x >> 33) % m
-    };
+    let mut rng = common::control::Lcg(19);
+    let mut next = |m: u64| rng.below(m);
     let regions = ["fr", "de", "es", "us", "jp"];
     let (mut web, mut app) = (Vec::new(), Vec::new());
     for i in 0..4_000u64 {

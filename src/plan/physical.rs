@@ -76,36 +76,48 @@ pub enum Op {
         at: usize,
     },
     Rekey(hir::Expr),
-    Repartition {
-        topic: String,
-        key: Vec<hir::Expr>,
-        key_ty: Type,
-        wire: RecordType,
-    },
-    /// Look up the task's `table`-th table input (None: a control-managed table).
-    /// `table`: a topic-fed table input; `global`: a control-managed table, by name.
-    JoinTable {
-        table: Option<usize>,
-        global: Option<String>,
-        on: hir::Expr,
-        left: bool,
-    },
+    Repartition(RepartitionSpec),
+    JoinTable(TableJoinSpec),
     /// Join with the task's `side`-th stream input.
     JoinStream {
         side: usize,
     },
     Aggregate,
-    Sink {
-        topic: String,
-        format: Format,
-        key_ty: Type,
-        value_ty: RecordType,
-        /// Keyed by the windowed key `[key, window_start, window_end]`, partitioned by the key.
-        windowed: bool,
-        /// A branch: it takes the rows for which this is true; the others go on to the next op
-        /// (the next branch's sink).
-        when: Option<hir::Expr>,
-    },
+    Sink(SinkSpec),
+}
+
+/// The end of a sub-topology whose next one keeps state by another key: rows written to
+/// `topic` keyed by `key` (of type `key_ty`), their value as `wire`.
+#[derive(Clone, Debug)]
+pub struct RepartitionSpec {
+    pub topic: String,
+    pub key: Vec<hir::Expr>,
+    pub key_ty: Type,
+    pub wire: RecordType,
+}
+
+/// A stream–table join: look up the task's `table`-th table input (topic-fed), or the
+/// control-managed table `global` (by name), for the key `on`.
+#[derive(Clone, Debug)]
+pub struct TableJoinSpec {
+    pub table: Option<usize>,
+    pub global: Option<String>,
+    pub on: hir::Expr,
+    pub left: bool,
+}
+
+/// A `to`: the topic, the value's format and type, the key's type.
+#[derive(Clone, Debug)]
+pub struct SinkSpec {
+    pub topic: String,
+    pub format: Format,
+    pub key_ty: Type,
+    pub value_ty: RecordType,
+    /// Keyed by the windowed key `[key, window_start, window_end]`, partitioned by the key.
+    pub windowed: bool,
+    /// A branch: it takes the rows for which this is true; the others go on to the next op
+    /// (the next branch's sink).
+    pub when: Option<hir::Expr>,
 }
 
 #[derive(Clone, Debug)]
@@ -299,7 +311,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     let Type::Record(wire) = e.value else {
                         return Err(PlanError::Inconsistent("repartition value is not a record"));
                     };
-                    ops.push(Op::Repartition { topic: topic.clone(), key: key.clone(), key_ty: e.key, wire });
+                    ops.push(Op::Repartition(RepartitionSpec {
+                        topic: topic.clone(),
+                        key: key.clone(),
+                        key_ty: e.key,
+                        wire,
+                    }));
                 }
                 NodeKind::JoinTable { global, left, on, table: name } => {
                     // A topic-fed table is the task's table input of that name, declared by its
@@ -314,12 +331,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                                 .ok_or(PlanError::Inconsistent("join without its table"))?,
                         )
                     };
-                    ops.push(Op::JoinTable {
+                    ops.push(Op::JoinTable(TableJoinSpec {
                         table,
                         global: global.then(|| name.clone()),
                         on: on.clone(),
                         left: *left,
-                    });
+                    }));
                 }
                 NodeKind::JoinStream {
                     stream,
@@ -403,14 +420,14 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     }
                     let windowed = *windowed;
                     let when = when.clone();
-                    ops.push(Op::Sink {
+                    ops.push(Op::Sink(SinkSpec {
                         topic: topic.clone(),
                         format: *format,
                         key_ty: e.key,
                         value_ty,
                         windowed,
                         when,
-                    });
+                    }));
                 }
             }
             if spec.ops.len() + spec.post.len() > nops {
@@ -462,13 +479,29 @@ impl TaskSpec {
         !self.tables.is_empty() || !self.streams.is_empty() || !self.merged.is_empty()
     }
 
+    /// The sink of a query that keeps a table a table ([`TaskSpec::table_sink`]).
+    pub fn table_sink_spec(&self) -> Option<&SinkSpec> {
+        match self.ops.get(self.table_sink?)? {
+            Op::Sink(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The sinks of the chain after the aggregate (with branches, several).
+    pub fn post_sinks(&self) -> impl Iterator<Item = &SinkSpec> {
+        self.post.iter().filter_map(|op| match op {
+            Op::Sink(s) => Some(s),
+            _ => None,
+        })
+    }
+
     /// The repartition topics the task writes.
     pub fn repartition_topics(&self) -> Vec<String> {
         self.ops
             .iter()
             .chain(&self.post)
             .filter_map(|op| match op {
-                Op::Repartition { topic, .. } => Some(topic.clone()),
+                Op::Repartition(r) => Some(r.topic.clone()),
                 _ => None,
             })
             .collect()
@@ -478,7 +511,7 @@ impl TaskSpec {
     /// topics and changelogs (dead letters and late records keep their input's timestamp).
     pub fn written_topics(&self) -> Vec<String> {
         let ops = self.ops.iter().chain(&self.post).filter_map(|op| match op {
-            Op::Sink { topic, .. } | Op::Repartition { topic, .. } => Some(topic.clone()),
+            Op::Sink(SinkSpec { topic, .. }) | Op::Repartition(RepartitionSpec { topic, .. }) => Some(topic.clone()),
             _ => None,
         });
         let mut out: Vec<String> = ops.chain(self.stores.iter().map(|s| s.changelog.clone())).collect();
@@ -532,8 +565,8 @@ fn table_sink(spec: &TaskSpec) -> Option<usize> {
     let mut sink = None;
     for (i, op) in spec.ops.iter().enumerate() {
         match op {
-            Op::Filter(_) | Op::Map(_) | Op::Explode { .. } | Op::JoinTable { .. } => {}
-            Op::Sink { .. } => sink = Some(i),
+            Op::Filter(_) | Op::Map(_) | Op::Explode { .. } | Op::JoinTable(_) => {}
+            Op::Sink(_) => sink = Some(i),
             _ => return None,
         }
     }

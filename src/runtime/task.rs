@@ -11,7 +11,7 @@ use crate::codec::decode_tenanted;
 use crate::eval::{Row, Tenant};
 use crate::hir::{self, KeySpec};
 use crate::log::Record;
-use crate::plan::physical::{Decode, Op, TaskSpec};
+use crate::plan::physical::{Decode, TaskSpec};
 use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
 use crate::runtime::ops::{self, sink::tombstone, Ctx, Down, Operator};
@@ -20,7 +20,6 @@ use crate::runtime::tables::TableInputs;
 use crate::runtime::tenant;
 pub use crate::runtime::wire::decode_key;
 use crate::runtime::wire::split_wire;
-use crate::types::Type;
 use crate::value::{decode_record, Value};
 
 /// Header names of docs/conventions.md.
@@ -207,14 +206,6 @@ impl Task {
         }
     }
 
-    /// The sink of a query that keeps a table a table ([`TaskSpec::table_sink`]).
-    fn table_sink(&self) -> Option<(&str, &Type)> {
-        match self.spec.ops.get(self.spec.table_sink?)? {
-            Op::Sink { topic, key_ty, .. } => Some((topic.as_str(), key_ty)),
-            _ => None,
-        }
-    }
-
     /// A deletion (a record without a value) of the table a table query reads: a tombstone for
     /// its key downstream. None if the main input is not such a table.
     pub fn table_deletion(&mut self, rec: &Record, out: &mut Vec<Output>) -> Option<Result<(), RecordError>> {
@@ -222,7 +213,7 @@ impl Task {
             return None;
         }
         let Decode::Source(src) = &self.spec.main.decode else { return None };
-        let (topic, key_ty) = self.table_sink()?;
+        let sink = self.spec.table_sink_spec()?;
         let key = match &src.key {
             KeySpec::Field(i) => decode_key(rec.key.as_deref(), &src.value.fields[*i].1),
             KeySpec::Named(_, t) => decode_key(rec.key.as_deref(), t),
@@ -239,7 +230,7 @@ impl Task {
             Err(e) => return Some(Err(e)),
         };
         // A deletion has no time field: its time is the record timestamp.
-        let tomb = tombstone(topic, key_ty, false, &key, None, rec.timestamp, tenant.as_deref(), self.spec.version);
+        let tomb = tombstone(sink, &key, None, rec.timestamp, tenant.as_deref(), self.spec.version);
         out.push(tomb);
         self.counters.records_in += 1;
         if let Some(t) = &tenant {

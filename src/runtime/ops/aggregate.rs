@@ -66,8 +66,8 @@ impl Aggregate {
     }
 
     /// Add a record: its group key and aggregate arguments evaluated, then its windows updated.
-    /// `stream_time` moves to the record's time if it is later.
-    fn add(&mut self, row: Row, ts: i64, stream_time: &mut i64, cx: &mut Ctx) -> Result<(), RecordError> {
+    /// The task's stream time moves to the record's time if it is later.
+    fn add(&mut self, row: Row, ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
         let agg = &self.spec;
         let err = |e: String| RecordError(e);
         let mut group = Vec::with_capacity(agg.group.len());
@@ -87,28 +87,28 @@ impl Aggregate {
             args.push(v);
         }
         let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), key.key_bytes(&agg.key_ty))?;
-        *stream_time = (*stream_time).max(ts);
-        let mut wcx = window_cx(&self.spec, &mut self.cache, *stream_time, cx);
+        *cx.stream_time = (*cx.stream_time).max(ts);
+        let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
         self.windowing.add(&mut wcx, group, kb, ts, args)
     }
 
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
     /// window, for good; the window kind drops what no window can need any more.
-    fn advance_time(&mut self, stream_time: &mut i64, close_all: bool, cx: &mut Ctx) {
+    fn advance_time(&mut self, close_all: bool, cx: &mut Ctx) {
         if close_all && self.spec.window.is_some() {
-            *stream_time = i64::MAX;
+            *cx.stream_time = i64::MAX;
         }
-        let mut wcx = window_cx(&self.spec, &mut self.cache, *stream_time, cx);
+        let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
         self.windowing.advance(&mut wcx);
     }
 }
 
 /// What the window kind works with: the aggregate's spec and cache, and the task's context.
-fn window_cx<'a>(agg: &'a AggSpec, cache: &'a mut Cache, stream_time: i64, cx: &'a mut Ctx) -> Cx<'a> {
+fn window_cx<'a>(agg: &'a AggSpec, cache: &'a mut Cache, cx: &'a mut Ctx) -> Cx<'a> {
     Cx {
         agg,
         cache,
-        stream_time,
+        stream_time: *cx.stream_time,
         counters: &mut *cx.counters,
         late_reason: &mut *cx.late_reason,
         changes: &mut *cx.changes,
@@ -251,16 +251,11 @@ impl Stateful for Aggregate {
 
 impl Operator for Aggregate {
     fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
-        let mut stream_time = *cx.stream_time;
-        let r = self.add(row, ts, &mut stream_time, cx);
-        *cx.stream_time = stream_time;
-        r
+        self.add(row, ts, cx)
     }
 
     fn advance(&mut self, close_all: bool, cx: &mut Ctx, _down: &mut Down) {
-        let mut stream_time = *cx.stream_time;
-        self.advance_time(&mut stream_time, close_all, cx);
-        *cx.stream_time = stream_time;
+        self.advance_time(close_all, cx);
     }
 
     /// The record cache's changes to the store, and its results down the rest of the query

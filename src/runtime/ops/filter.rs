@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use crate::eval::{eval, Row};
 use crate::hir;
+use crate::plan::physical::SinkSpec;
 use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::sink::{tombstone, PostSinks};
 use crate::runtime::ops::{Ctx, Down, Operator};
-use crate::types::Type;
 use crate::value::Value;
 
 /// What a row that does not match becomes downstream.
@@ -18,7 +18,7 @@ pub(crate) enum Dropped {
     /// A table query's row: a tombstone for its key at the query's sink, as Kafka Streams'
     /// table filter sends one for a row that does not pass (it may never have matched: a
     /// delete of a key a table does not hold changes nothing).
-    TableRow { topic: String, key_ty: Type },
+    TableRow(SinkSpec),
     /// An aggregate's result row (`emit changes`): a tombstone for its key and window at every
     /// sink of the query. With `emit final` a window's one result is simply not sent.
     Result(Arc<PostSinks>),
@@ -44,17 +44,8 @@ impl Operator for Filter {
         }
         match &self.dropped {
             Dropped::Nothing => {}
-            Dropped::TableRow { topic, key_ty } => {
-                cx.out.push(tombstone(
-                    topic,
-                    key_ty,
-                    false,
-                    &row.key,
-                    None,
-                    ts,
-                    row.tenant.as_deref(),
-                    cx.spec.version,
-                ));
+            Dropped::TableRow(sink) => {
+                cx.out.push(tombstone(sink, &row.key, None, ts, row.tenant.as_deref(), cx.spec.version));
                 cx.counters.records_out += 1;
             }
             Dropped::Result(sinks) => {

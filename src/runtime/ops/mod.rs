@@ -112,10 +112,7 @@ impl<'c> Down<'c> {
 /// index of each is its plan index (`StreamInput::op`, the operator counts).
 pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
     let post_sinks = Arc::new(PostSinks::of(spec));
-    let table_sink = spec.table_sink.and_then(|i| match spec.ops.get(i) {
-        Some(Op::Sink { topic, key_ty, .. }) => Some((topic.clone(), key_ty.clone())),
-        _ => None,
-    });
+    let table_sink = spec.table_sink_spec();
     let emit_changes = spec.agg.as_ref().is_some_and(|a| a.emit == EmitMode::Changes);
     let mut chain: Vec<Box<dyn Operator>> = Vec::with_capacity(spec.ops.len() + spec.post.len());
     // Rows after an explode are items of a record, not the record: a filter that drops one
@@ -128,16 +125,14 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
         }
         chain.push(match op {
             Op::Filter(pred) => {
-                let dropped = match (&table_sink, in_post, exploded) {
+                let dropped = match (table_sink, in_post, exploded) {
                     (_, _, true) => Dropped::Nothing,
                     // The chain after an aggregate: a result row that does not match is deleted
                     // downstream (`emit changes`).
                     (_, true, false) if emit_changes => Dropped::Result(post_sinks.clone()),
                     (_, true, false) => Dropped::Nothing,
                     // A table query deletes a row that does not match downstream.
-                    (Some((topic, key_ty)), false, false) => {
-                        Dropped::TableRow { topic: topic.clone(), key_ty: key_ty.clone() }
-                    }
+                    (Some(sink), false, false) => Dropped::TableRow(sink.clone()),
                     (None, false, false) => Dropped::Nothing,
                 };
                 Box::new(Filter::new(pred.clone(), dropped))
@@ -148,25 +143,14 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
                 Box::new(explode::Explode::new(fields.clone(), *at))
             }
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
-            Op::Repartition { topic, key, key_ty, wire } => {
-                Box::new(repartition::Repartition::new(topic.clone(), key.clone(), key_ty.clone(), wire.clone()))
-            }
-            Op::JoinTable { table, global, on, left } => {
-                Box::new(table_join::TableJoin::new(*table, global.clone(), on.clone(), *left))
-            }
+            Op::Repartition(r) => Box::new(repartition::Repartition(r.clone())),
+            Op::JoinTable(j) => Box::new(table_join::TableJoin(j.clone())),
             Op::JoinStream { side } => Box::new(JoinStep::new(*side)),
             Op::Aggregate => match Aggregate::new(spec, post_sinks.clone()) {
                 Some(a) => Box::new(a),
                 None => Box::new(Unplanned("an aggregate step without an aggregate")),
             },
-            Op::Sink { topic, format, key_ty, value_ty, windowed, when } => Box::new(sink::Sink::new(
-                topic.clone(),
-                *format,
-                key_ty.clone(),
-                value_ty.clone(),
-                *windowed,
-                when.clone(),
-            )),
+            Op::Sink(sink) => Box::new(sink::Sink(sink.clone())),
         });
     }
     chain

@@ -7,38 +7,29 @@ use std::sync::Arc;
 use crate::eval::{eval, Row};
 use crate::hir;
 use crate::log::Record;
+use crate::plan::physical::RepartitionSpec;
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::sink::out_headers;
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::wire::{wire_row, write_record};
-use crate::types::{RecordType, Type};
 use crate::value::Value;
 
-pub(crate) struct Repartition {
-    topic: String,
-    key: Vec<hir::Expr>,
-    key_ty: Type,
-    wire: RecordType,
-}
-
-impl Repartition {
-    pub(crate) fn new(topic: String, key: Vec<hir::Expr>, key_ty: Type, wire: RecordType) -> Repartition {
-        Repartition { topic, key, key_ty, wire }
-    }
-}
+/// A repartition of the chain: the plan's [`RepartitionSpec`].
+pub(crate) struct Repartition(pub(crate) RepartitionSpec);
 
 impl Stateful for Repartition {}
 
 impl Operator for Repartition {
     fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
-        let k = group_key(&self.key, &row)?;
+        let r = &self.0;
+        let k = group_key(&r.key, &row)?;
         let mut value = Vec::with_capacity(128);
-        write_record(&wire_row(&row, &self.wire), &self.wire, &mut value);
+        write_record(&wire_row(&row, &r.wire), &r.wire, &mut value);
         let headers = out_headers(cx.spec.version, row.tenant.as_deref());
         cx.out.push(Output {
-            topic: self.topic.clone(),
+            topic: r.topic.clone(),
             route: Route::Key,
-            record: Record { key: Some(k.key_bytes(&self.key_ty)), value: Some(value), timestamp: ts, headers },
+            record: Record { key: Some(k.key_bytes(&r.key_ty)), value: Some(value), timestamp: ts, headers },
         });
         cx.counters.records_out += 1;
         Ok(())

@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use crate::ast::Format;
 use crate::eval::{eval, Row};
-use crate::hir;
 use crate::log::Record;
-use crate::plan::physical::{Op, TaskSpec};
+use crate::plan::physical::{SinkSpec, TaskSpec};
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant::{self, H_TENANT};
@@ -23,47 +22,26 @@ pub const H_VERSION: &str = "streamc.query.version";
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
 
-pub(crate) struct Sink {
-    topic: String,
-    format: Format,
-    key_ty: Type,
-    value_ty: RecordType,
-    /// Keyed by the windowed key `[key, window_start, window_end]`, partitioned by the key.
-    windowed: bool,
-    /// A branch: it takes the rows for which this is true; the others go on to the next
-    /// operator (the next branch's sink). First match wins, as Kafka Streams' split/branch.
-    when: Option<hir::Expr>,
-}
-
-impl Sink {
-    pub(crate) fn new(
-        topic: String,
-        format: Format,
-        key_ty: Type,
-        value_ty: RecordType,
-        windowed: bool,
-        when: Option<hir::Expr>,
-    ) -> Sink {
-        Sink { topic, format, key_ty, value_ty, windowed, when }
-    }
-}
+/// A sink of the chain: the plan's [`SinkSpec`].
+pub(crate) struct Sink(pub(crate) SinkSpec);
 
 impl Stateful for Sink {}
 
 impl Operator for Sink {
     fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
-        if let Some(c) = &self.when {
+        let sink = &self.0;
+        if let Some(c) = &sink.when {
             if !matches!(eval(c, &row, &[]).map_err(RecordError)?, Value::Bool(true)) {
                 return down.emit(row, ts, cx);
             }
         }
-        let window = match (self.windowed, *cx.result_window) {
+        let window = match (sink.windowed, *cx.result_window) {
             (false, _) => None,
             (true, Some(w)) => Some(w),
             (true, None) => return Err(RecordError("a windowed key without a window".into())),
         };
-        let key = sink_key(&row.key, &self.key_ty, row.tenant.as_deref(), window);
-        cx.out.push(sink_record(&self.topic, self.format, &self.value_ty, &row, ts, cx.spec.version, key)?);
+        let key = sink_key(&row.key, &sink.key_ty, row.tenant.as_deref(), window);
+        cx.out.push(sink_record(&sink.topic, sink.format, &sink.value_ty, &row, ts, cx.spec.version, key)?);
         cx.counters.records_out += 1;
         Ok(())
     }
@@ -72,28 +50,18 @@ impl Operator for Sink {
 /// The sinks of the chain after a task's aggregate: a result deleted (a session merged away,
 /// a result row a filter no longer passes) is deleted at each, since with branches it may
 /// have gone to any of them.
-pub(crate) struct PostSinks {
-    sinks: Vec<(String, Type, bool)>,
-}
+pub(crate) struct PostSinks(Vec<SinkSpec>);
 
 impl PostSinks {
     pub(crate) fn of(spec: &TaskSpec) -> PostSinks {
-        let sinks = spec
-            .post
-            .iter()
-            .filter_map(|op| match op {
-                Op::Sink { topic, key_ty, windowed, .. } => Some((topic.clone(), key_ty.clone(), *windowed)),
-                _ => None,
-            })
-            .collect();
-        PostSinks { sinks }
+        PostSinks(spec.post_sinks().cloned().collect())
     }
 
     /// Delete a result downstream: a tombstone for its key (and window) at every sink, a
     /// window's bounds in headers (filters and projections do not apply to deletions).
     pub(crate) fn delete(&self, key: &Value, window: Option<(i64, i64)>, ts: i64, tenant: Option<&[u8]>, cx: &mut Ctx) {
-        for (topic, key_ty, windowed) in &self.sinks {
-            cx.out.push(tombstone(topic, key_ty, *windowed, key, window, ts, tenant, cx.spec.version));
+        for sink in &self.0 {
+            cx.out.push(tombstone(sink, key, window, ts, tenant, cx.spec.version));
             cx.counters.records_out += 1;
         }
     }
@@ -101,11 +69,8 @@ impl PostSinks {
 
 /// A tombstone for `key` at a sink; with a window, its bounds in headers (and in the key, if
 /// the sink is keyed by window).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn tombstone(
-    topic: &str,
-    key_ty: &Type,
-    windowed: bool,
+    sink: &SinkSpec,
     key: &Value,
     window: Option<(i64, i64)>,
     ts: i64,
@@ -117,8 +82,8 @@ pub(crate) fn tombstone(
         headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
         headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
     }
-    let (key, route) = sink_key(key, key_ty, tenant, window.filter(|_| windowed));
-    Output { topic: topic.to_string(), route, record: Record { key, value: None, timestamp: ts, headers } }
+    let (key, route) = sink_key(key, &sink.key_ty, tenant, window.filter(|_| sink.windowed));
+    Output { topic: sink.topic.clone(), route, record: Record { key, value: None, timestamp: ts, headers } }
 }
 
 /// The headers of a record a task writes: the version of the query that wrote it, and the

@@ -4,39 +4,28 @@
 //! match; a left join passes it on with the table's side null).
 
 use crate::eval::{eval, Row};
-use crate::hir;
+use crate::plan::physical::TableJoinSpec;
 use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 
-pub(crate) struct TableJoin {
-    /// The task's `table`-th table input (None: a control-managed table).
-    table: Option<usize>,
-    /// A control-managed table, by name.
-    global: Option<String>,
-    on: hir::Expr,
-    left: bool,
-}
-
-impl TableJoin {
-    pub(crate) fn new(table: Option<usize>, global: Option<String>, on: hir::Expr, left: bool) -> TableJoin {
-        TableJoin { table, global, on, left }
-    }
-}
+/// A stream–table join of the chain: the plan's [`TableJoinSpec`].
+pub(crate) struct TableJoin(pub(crate) TableJoinSpec);
 
 impl Stateful for TableJoin {}
 
 impl Operator for TableJoin {
     fn on_row(&mut self, mut row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
-        let k = eval(&self.on, &row, &[]).map_err(RecordError)?;
-        let found = match (self.table, &self.global) {
+        let j = &self.0;
+        let k = eval(&j.on, &row, &[]).map_err(RecordError)?;
+        let found = match (j.table, &j.global) {
             (Some(t), _) => cx.tables.row(t, &k, row.tenant.as_ref(), cx.stores)?.map(|r| (k, r)),
             (None, Some(name)) => {
-                let kb = crate::control::table_key(row.tenant.as_deref(), &k.key_bytes(&self.on.ty));
+                let kb = crate::control::table_key(row.tenant.as_deref(), &k.key_bytes(&j.on.ty));
                 cx.globals.get(name).and_then(|t| t.get(&kb)).cloned().map(|r| (k, r))
             }
             (None, None) => None,
         };
-        if found.is_none() && !self.left {
+        if found.is_none() && !j.left {
             return Ok(());
         }
         row.joined.push(found);
