@@ -236,7 +236,10 @@ fn apply_binary(op: BinOp, a: &Value, b: &Value) -> EvalResult {
                     if y == 0.0 {
                         return Err(format!("division by zero in `{sym}`"));
                     }
-                    finite(if div { x / y } else { x % y }, &format!("the result of `{sym}`"))?
+                    finite(
+                        if div { x / y } else { x % y },
+                        if div { "the result of `/`" } else { "the result of `%`" },
+                    )?
                 }
             }
         }

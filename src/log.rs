@@ -118,11 +118,24 @@ pub struct Append {
     pub records: Vec<Record>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct EmbeddedLog {
     dir: PathBuf,
     fsync: bool,
+    /// The frames of a commit are encoded here and written in chunks of [`WRITE_CHUNK`]: one
+    /// buffer kept for the log's life, not one the size of each commit.
+    scratch: std::sync::Mutex<Vec<u8>>,
 }
+
+impl Clone for EmbeddedLog {
+    /// The same log (a scratch buffer of its own).
+    fn clone(&self) -> EmbeddedLog {
+        EmbeddedLog { dir: self.dir.clone(), fsync: self.fsync, scratch: Default::default() }
+    }
+}
+
+/// Bytes of frames written to a partition's file at a time by a commit.
+const WRITE_CHUNK: usize = 1 << 20;
 
 /// What can go wrong with the embedded log. Callers that report errors as text get the same
 /// messages through `Display` (and `From<LogError> for String`).
@@ -170,6 +183,15 @@ fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> LogError {
     move |source| LogError::Io { what: what.to_string(), source }
 }
 
+/// What was being done to a file, formatted only if it failed (hot loops pass it per frame).
+struct At<'a>(&'static str, &'a Path);
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.0, self.1.display())
+    }
+}
+
 fn corrupt(what: impl std::fmt::Display) -> impl FnOnce(serde_json::Error) -> LogError {
     move |source| LogError::Corrupt { what: what.to_string(), source }
 }
@@ -178,8 +200,8 @@ impl EmbeddedLog {
     /// Open (creating if needed) the log in `<state_dir>/log`.
     pub fn open(state_dir: &Path, fsync: bool) -> Result<EmbeddedLog> {
         let dir = state_dir.join("log");
-        fs::create_dir_all(dir.join("topics")).map_err(io(format!("cannot create {}", dir.display())))?;
-        Ok(EmbeddedLog { dir, fsync })
+        fs::create_dir_all(dir.join("topics")).map_err(io(At("cannot create", &dir)))?;
+        Ok(EmbeddedLog { dir, fsync, scratch: Default::default() })
     }
 
     fn topic_dir(&self, topic: &str) -> PathBuf {
@@ -204,7 +226,7 @@ impl EmbeddedLog {
         match fs::read(&p) {
             Ok(b) => serde_json::from_slice(&b).map(Some).map_err(corrupt(format!("corrupt {}", p.display()))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(format!("cannot read {}", p.display()))(e)),
+            Err(e) => Err(io(At("cannot read", &p))(e)),
         }
     }
 
@@ -226,7 +248,7 @@ impl EmbeddedLog {
         }
         let meta = TopicMeta { partitions: partitions.max(1), compacted };
         let d = self.topic_dir(topic);
-        fs::create_dir_all(&d).map_err(io(format!("cannot create {}", d.display())))?;
+        fs::create_dir_all(&d).map_err(io(At("cannot create", &d)))?;
         let tmp = d.join("meta.json.tmp");
         fs::write(&tmp, serde_json::to_vec(&meta).unwrap_or_default()).map_err(io("cannot write topic metadata"))?;
         fs::rename(&tmp, d.join("meta.json")).map_err(io("cannot write topic metadata"))?;
@@ -261,7 +283,7 @@ impl EmbeddedLog {
             .truncate(false)
             .write(true)
             .open(&path)
-            .map_err(io(format!("cannot open {}", path.display())))?;
+            .map_err(io(At("cannot open", &path)))?;
         match f.try_lock() {
             Ok(()) => Ok(f),
             Err(std::fs::TryLockError::WouldBlock) => Err(LogError::Busy {
@@ -269,7 +291,7 @@ impl EmbeddedLog {
                 dir: self.dir.display().to_string(),
                 lock: path.display().to_string(),
             }),
-            Err(std::fs::TryLockError::Error(e)) => Err(io(format!("cannot lock {}", path.display()))(e)),
+            Err(std::fs::TryLockError::Error(e)) => Err(io(At("cannot lock", &path))(e)),
         }
     }
 
@@ -297,7 +319,7 @@ impl EmbeddedLog {
     pub fn commit(&self, appends: Vec<Append>, groups: Vec<(String, serde_json::Value)>) -> Result<Committed> {
         let _lock = self.lock()?;
         let mut c = self.committed()?;
-        let mut buf = Vec::new();
+        let mut buf = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         let mut compact = BTreeMap::new();
         for a in appends {
             if a.records.is_empty() {
@@ -317,20 +339,29 @@ impl EmbeddedLog {
                 .read(true)
                 .write(true)
                 .open(&path)
-                .map_err(io(format!("cannot open {}", path.display())))?;
+                .map_err(io(At("cannot open", &path)))?;
             // Cut off whatever an interrupted writer left past the committed end.
             let at = end.byte - base.start.byte;
-            f.set_len(at).map_err(io(format!("cannot truncate {}", path.display())))?;
+            f.set_len(at).map_err(io(At("cannot truncate", &path)))?;
             f.seek(SeekFrom::Start(at)).map_err(io("seek"))?;
+            let mut written = 0u64;
             buf.clear();
-            for r in &a.records {
+            for (i, r) in a.records.iter().enumerate() {
                 encode(r, &mut buf);
+                if buf.len() >= WRITE_CHUNK || i + 1 == a.records.len() {
+                    f.write_all(&buf).map_err(io(At("cannot append to", &path)))?;
+                    written += buf.len() as u64;
+                    buf.clear();
+                }
             }
-            f.write_all(&buf).map_err(io(format!("cannot append to {}", path.display())))?;
+            // (A record far larger than a chunk does not keep its size in memory.)
+            if buf.capacity() > 4 * WRITE_CHUNK {
+                buf.shrink_to(WRITE_CHUNK);
+            }
             if self.fsync {
                 f.sync_data().map_err(io("fsync"))?;
             }
-            end.byte += buf.len() as u64;
+            end.byte += written;
             end.offset += a.records.len() as u64;
             c.ends.insert(key.clone(), end);
             if meta.compacted && end.byte - base.start.byte > COMPACT_MIN_BYTES.max(base.compacted_bytes) {
@@ -386,7 +417,7 @@ impl EmbeddedLog {
         })?;
         // Pass 2: the frames to keep, copied as they are after their offsets.
         let path = self.compact_path(topic, p, gen);
-        let file = File::create(&path).map_err(io(format!("cannot create {}", path.display())))?;
+        let file = File::create(&path).map_err(io(At("cannot create", &path)))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         let mut bytes = 0u64;
         self.scan_frames(topic, p, base, end, &mut |offset, frame| {
@@ -400,18 +431,18 @@ impl EmbeddedLog {
             if latest && !(deletion && offset < horizon) {
                 w.write_all(&offset.to_le_bytes())
                     .and_then(|_| w.write_all(frame))
-                    .map_err(io(format!("cannot write {}", path.display())))?;
+                    .map_err(io(At("cannot write", &path)))?;
                 bytes += 8 + frame.len() as u64;
             }
             Ok(())
         })?;
-        let file = w.into_inner().map_err(|e| io(format!("cannot write {}", path.display()))(e.into_error()))?;
+        let file = w.into_inner().map_err(|e| io(At("cannot write", &path))(e.into_error()))?;
         if self.fsync {
             file.sync_data().map_err(io("fsync"))?;
         }
         let next = Base { gen, start: end, compacted_bytes: bytes, horizon };
         let log = self.data_path(topic, p, &next);
-        File::create(&log).map_err(io(format!("cannot create {}", log.display())))?;
+        File::create(&log).map_err(io(At("cannot create", &log)))?;
         Ok(next)
     }
 
@@ -433,7 +464,7 @@ impl EmbeddedLog {
             }
         }
         let path = self.data_path(topic, p, &base);
-        let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
+        let f = File::open(&path).map_err(io(At("cannot open", &path)))?;
         let mut r = std::io::BufReader::with_capacity(1 << 20, f);
         let mut at = base.start;
         let mut frame = Vec::new();
@@ -464,7 +495,7 @@ impl EmbeddedLog {
             c.bases.retain(|k, _| k.rsplit_once('/').is_none_or(|(topic, _)| topic != t));
             let d = self.topic_dir(t);
             if d.exists() {
-                fs::remove_dir_all(&d).map_err(io(format!("cannot delete {}", d.display())))?;
+                fs::remove_dir_all(&d).map_err(io(At("cannot delete", &d)))?;
             }
         }
         let tmp = self.dir.join("COMMITTED.tmp");
@@ -503,8 +534,8 @@ struct CompactedFrames {
 
 impl CompactedFrames {
     fn open(path: PathBuf, len: u64) -> Result<CompactedFrames> {
-        let f = File::open(&path).map_err(io(format!("cannot open {}", path.display())))?;
-        let has = f.metadata().map_err(io(format!("cannot read {}", path.display())))?.len();
+        let f = File::open(&path).map_err(io(At("cannot open", &path)))?;
+        let has = f.metadata().map_err(io(At("cannot read", &path)))?.len();
         if has != len {
             return Err(LogError::Damaged { path: path.display().to_string(), byte: has });
         }
@@ -514,7 +545,7 @@ impl CompactedFrames {
     /// The next frame (its length prefix included) with its offset; None at the end.
     fn next(&mut self) -> Result<Option<(u64, &[u8])>> {
         use std::io::BufRead;
-        if self.r.fill_buf().map_err(io(format!("cannot read {}", self.path.display())))?.is_empty() {
+        if self.r.fill_buf().map_err(io(At("cannot read", &self.path)))?.is_empty() {
             return Ok(None);
         }
         let (path, read) = (&self.path, self.read);
@@ -677,7 +708,7 @@ impl PartitionReader {
     /// Load the next chunk of the file (up to `end`); false if nothing more could be read.
     fn fill(&mut self, end: Pos) -> Result<bool> {
         if self.file.is_none() {
-            self.file = Some(File::open(&self.path).map_err(io(format!("cannot open {}", self.path.display())))?);
+            self.file = Some(File::open(&self.path).map_err(io(At("cannot open", &self.path)))?);
         }
         let Some(f) = self.file.as_mut() else { return Ok(false) };
         let want = (end.byte.saturating_sub(self.pos.byte)).min(4 << 20) as usize;
@@ -698,7 +729,7 @@ impl PartitionReader {
         f.seek(SeekFrom::Start(self.start + old as u64 - file_start)).map_err(io("seek"))?;
         let mut filled = old;
         while filled < self.buf.len() {
-            let n = f.read(&mut self.buf[filled..]).map_err(io(format!("cannot read {}", self.path.display())))?;
+            let n = f.read(&mut self.buf[filled..]).map_err(io(At("cannot read", &self.path)))?;
             if n == 0 {
                 break;
             }

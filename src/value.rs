@@ -221,6 +221,39 @@ pub fn decode_record(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String
     Ok(v)
 }
 
+/// Decode only the fields of a JSON record at `want` (indexes into `rt`): the others are
+/// skipped as JSON, their types not checked. Returns those fields' values, in `rt`'s order
+/// (None where absent). Used where a record's key and time are needed before its task decodes
+/// it in full.
+pub fn decode_fields(bytes: &[u8], rt: &RecordType, want: &[usize]) -> Result<Vec<Option<Value>>, String> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let v = de::Deserializer::deserialize_map(&mut de, FieldsVisitor(rt, want)).map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(v)
+}
+
+struct FieldsVisitor<'a>(&'a RecordType, &'a [usize]);
+
+impl<'de> Visitor<'de> for FieldsVisitor<'_> {
+    type Value = Vec<Option<Value>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a JSON object {}", self.0)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (rt, want) = (self.0, self.1);
+        let mut out: Vec<Option<Value>> = vec![None; rt.fields.len()];
+        while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+            match rt.index_of(&k).filter(|i| want.contains(i)) {
+                Some(i) => out[i] = Some(map.next_value_seed(TypeSeed(&rt.fields[i].1))?),
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// Decode one JSON value of type `ty` (used for keys and for state in changelogs).
 pub fn decode_value(bytes: &[u8], ty: &Type) -> Result<Value, String> {
     let mut de = serde_json::Deserializer::from_slice(bytes);

@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap;
 use crate::eval::{uda_init, uda_merge, uda_result, uda_update};
 use crate::hir::{self, AggFunc};
 use crate::plan::physical::AggSpec;
+use crate::runtime::bin;
 use crate::types::Type;
 use crate::value::{decode_value, Value};
 
@@ -178,45 +179,68 @@ pub(crate) fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, Str
     })
 }
 
-/// Entries are stored (locally and in the changelog) as JSON:
-/// `{"g": [group values], "s": start, "e": end, "t": max event time, "a": [states]}`.
-pub(crate) fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
+/// The first byte of an entry in the binary encoding (version 1). Entries written before it are
+/// JSON (their first byte is `{`) and are still read.
+const ENTRY_V1: u8 = 1;
+
+/// Entries are stored (locally and in the changelog) in a binary encoding ([`crate::runtime::bin`]):
+/// the version byte 1; start, end and the latest event time (i64 LE each); the group values
+/// (a count, then each); a count of states, then each state: 0 and its value (a built-in
+/// aggregate's) or 1 and its values (a user-defined aggregate's).
+pub(crate) fn encode_entry(e: &AggEntry) -> Vec<u8> {
     let mut o = Vec::with_capacity(96);
-    o.extend_from_slice(b"{\"g\":[");
-    for (i, (v, g)) in e.group.iter().zip(&agg.group).enumerate() {
-        if i > 0 {
-            o.push(b',');
-        }
-        v.write_json(&g.ty, &mut o);
+    o.push(ENTRY_V1);
+    for t in [e.start, e.end, e.max_ts] {
+        o.extend_from_slice(&t.to_le_bytes());
     }
-    o.extend_from_slice(b"],\"s\":");
-    Value::Int(e.start).write_json(&Type::Int, &mut o);
-    o.extend_from_slice(b",\"e\":");
-    Value::Int(e.end).write_json(&Type::Int, &mut o);
-    o.extend_from_slice(b",\"t\":");
-    Value::Int(e.max_ts).write_json(&Type::Int, &mut o);
-    o.extend_from_slice(b",\"a\":[");
-    for (i, (s, c)) in e.states.iter().zip(&agg.aggs).enumerate() {
-        if i > 0 {
-            o.push(b',');
-        }
-        match (s, &c.func) {
-            (AggState::Native(v), _) => v.write_json(&c.state_ty, &mut o),
-            (AggState::User(vals), AggFunc::User(d)) => {
-                o.push(b'[');
-                for (j, (v, (_, t))) in vals.iter().zip(&d.state).enumerate() {
-                    if j > 0 {
-                        o.push(b',');
-                    }
-                    v.write_json(t, &mut o);
-                }
-                o.push(b']');
+    bin::write_values(&e.group, &mut o);
+    bin::write_len(&mut o, e.states.len());
+    for st in &e.states {
+        match st {
+            AggState::Native(v) => {
+                o.push(0);
+                bin::write_value(v, &mut o);
             }
-            _ => o.extend_from_slice(b"null"),
+            AggState::User(vals) => {
+                o.push(1);
+                bin::write_values(vals, &mut o);
+            }
         }
     }
-    o.extend_from_slice(b"]}");
     o
+}
+
+/// An entry in the binary encoding, checked against the aggregate's shape (group values,
+/// aggregates, each state's kind and size).
+fn decode_entry_v1(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
+    let mut r = bin::Reader { b };
+    let (start, end, max_ts) = (r.i64()?, r.i64()?, r.i64()?);
+    let group = r.values()?;
+    if group.len() != agg.group.len() {
+        return Err(format!("{} group values, not {}", group.len(), agg.group.len()));
+    }
+    let n = r.len()?;
+    if n != agg.aggs.len() {
+        return Err(format!("{n} aggregate states, not {}", agg.aggs.len()));
+    }
+    let mut states = Vec::with_capacity(n);
+    for c in &agg.aggs {
+        states.push(match (r.u8()?, &c.func) {
+            (0, AggFunc::Native(_)) => AggState::Native(r.value()?),
+            (1, AggFunc::User(d)) => {
+                let vals = r.values()?;
+                if vals.len() != d.state.len() {
+                    return Err(format!("`{}` has {} state values, not {}", c.name, vals.len(), d.state.len()));
+                }
+                AggState::User(vals)
+            }
+            (k, _) => return Err(format!("state kind {k} does not match `{}`", c.name)),
+        });
+    }
+    if !r.is_empty() {
+        return Err("bytes after the entry".into());
+    }
+    Ok(AggEntry { group, start, end, max_ts, states })
 }
 
 /// The stored form of an entry, parsed once; each part is then decoded by its type.
@@ -232,6 +256,15 @@ pub(crate) struct StoredEntry<'a> {
 }
 
 pub(crate) fn decode_entry(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
+    match b.first() {
+        Some(&ENTRY_V1) => decode_entry_v1(&b[1..], agg).map_err(|e| format!("damaged state entry: {e}")),
+        _ => decode_entry_json(b, agg),
+    }
+}
+
+/// An entry as JSON, as it was stored before the binary encoding:
+/// `{"g": [group values], "s": start, "e": end, "t": max event time, "a": [states]}`.
+fn decode_entry_json(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
     let raw: StoredEntry = serde_json::from_slice(b).map_err(|e| format!("damaged state entry: {e}"))?;
     let part = |r: &serde_json::value::RawValue, ty: &Type| decode_value(r.get().as_bytes(), ty);
     let group = raw.g.iter().zip(&agg.group).map(|(x, e)| part(x, &e.ty)).collect::<Result<Vec<_>, _>>()?;
@@ -267,6 +300,16 @@ pub(crate) struct Cache {
     pub(crate) windows: BTreeSet<(i64, Vec<u8>)>,
     /// Scratch space for store keys on the hot path.
     pub(crate) key_buf: Vec<u8>,
+    /// The states of a new entry, computed once (initial states are constants).
+    pub(crate) init: Option<Result<Vec<AggState>, String>>,
+}
+
+/// The states of a new entry of `agg`: `init`, computed the first time.
+pub(crate) fn initial_states(
+    init: &mut Option<Result<Vec<AggState>, String>>,
+    agg: &AggSpec,
+) -> Result<Vec<AggState>, String> {
+    init.get_or_insert_with(|| init_states(agg)).clone()
 }
 
 impl Cache {

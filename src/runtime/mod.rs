@@ -6,6 +6,7 @@
 
 pub(crate) mod agg;
 pub(crate) mod backend;
+pub(crate) mod bin;
 pub mod chaos;
 mod commit;
 pub mod embedded;

@@ -91,18 +91,29 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
         }
         return rec;
     }
-    if let Ok(fields) = crate::value::decode_record(line, &src.wire) {
-        if let hir::KeySpec::Field(i) = src.key {
-            let name = &src.value.fields[i].0;
-            if let Some(wi) = src.wire.index_of(name) {
-                rec.key = Some(fields[wi].key_bytes(&src.value.fields[i].1));
-            }
+    // Only the key and time fields are decoded: the task decodes the whole record.
+    let wire_index = |i: usize| src.wire.index_of(&src.value.fields[i].0);
+    let key_at = match src.key {
+        hir::KeySpec::Field(i) => wire_index(i).map(|wi| (i, wi)),
+        _ => None,
+    };
+    let time_at = src.time.and_then(wire_index);
+    let want: Vec<usize> = key_at.map(|(_, wi)| wi).into_iter().chain(time_at).collect();
+    if want.is_empty() {
+        return rec;
+    }
+    if let Ok(fields) = crate::value::decode_fields(line, &src.wire, &want) {
+        if let Some((i, wi)) = key_at {
+            // (An absent field of a nullable type is null, as the full decode has it.)
+            let ty = &src.value.fields[i].1;
+            rec.key = match &fields[wi] {
+                Some(v) => Some(v.key_bytes(ty)),
+                None if ty.is_nullable() => Some(Value::Null.key_bytes(ty)),
+                None => None,
+            };
         }
-        if let Some(ti) = src.time {
-            let name = &src.value.fields[ti].0;
-            if let Some(Value::Ts(t)) = src.wire.index_of(name).map(|wi| &fields[wi]) {
-                rec.timestamp = *t;
-            }
+        if let Some(Some(Value::Ts(t))) = time_at.map(|wi| &fields[wi]) {
+            rec.timestamp = *t;
         }
     }
     rec

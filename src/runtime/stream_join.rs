@@ -19,7 +19,7 @@ use crate::eval::Row;
 use crate::plan::physical::{StreamInput, TaskSpec};
 use crate::runtime::agg::{key_part, store_key};
 use crate::runtime::op::{Change, Stateful, StoreRead};
-use crate::runtime::wire::{decode_key, split_wire, unscope, wire_row, write_record};
+use crate::runtime::wire::{decode_key, split_wire, unscope, write_row};
 use crate::value::{decode_record, Value};
 
 /// The stream–stream joins of a task.
@@ -616,7 +616,7 @@ fn join_key_parts(sk: &[u8]) -> Option<(&[u8], i64, u64)> {
 fn encode_left(row: &Row, matched: bool, si: &StreamInput) -> Vec<u8> {
     let mut o = Vec::with_capacity(128);
     o.extend_from_slice(if matched { b"{\"m\":true,\"r\":" } else { b"{\"m\":false,\"r\":" });
-    write_record(&wire_row(row, &si.wire), &si.wire, &mut o);
+    write_row(row, &si.wire, &mut o);
     o.push(b'}');
     o
 }

@@ -54,6 +54,16 @@ pub(crate) fn write_record(fields: &[Value], rt: &RecordType, out: &mut Vec<u8>)
     out.push(b'}');
 }
 
+/// Write a row as it travels through a topic (see [`wire_row`]): straight from the row when
+/// nothing is joined to it.
+pub(crate) fn write_row(row: &Row, wire: &RecordType, out: &mut Vec<u8>) {
+    if row.joined.is_empty() {
+        write_record(&row.value, wire, out);
+    } else {
+        write_record(&wire_row(row, wire), wire, out);
+    }
+}
+
 /// The row as it travels through a topic (see [`plan::wire_value`]): the value, then each joined
 /// side as a record with its named key last when the key is not one of its fields.
 pub(crate) fn wire_row(row: &Row, wire: &RecordType) -> Vec<Value> {

@@ -2,6 +2,7 @@
 //! an end the worker sets before each step; a task's commit ([`LogCommit`]) and appends outside
 //! a task's commit are each one atomic `log.commit`.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -32,14 +33,27 @@ impl Commit for LogCommit<'_> {
         let mut metas = Vec::new();
         let mut tasks = Vec::new();
         for s in shares {
-            for (changelog, ch) in s.changelog() {
+            // Per store first, so that a topic name is copied once per store, not per record.
+            let mut per_store: Vec<Vec<Record>> = s.spec.stores.iter().map(|_| Vec::new()).collect();
+            for ch in s.changes {
                 let rec = Record {
                     key: Some(ch.key.clone()),
                     value: ch.value.clone(),
                     timestamp: ch.timestamp,
                     headers: vec![],
                 };
-                appends.entry((changelog.to_string(), s.partition)).or_default().push(rec);
+                per_store[ch.store].push(rec);
+            }
+            for (st, records) in s.spec.stores.iter().zip(per_store) {
+                if records.is_empty() {
+                    continue;
+                }
+                match appends.entry((st.changelog.clone(), s.partition)) {
+                    Entry::Vacant(v) => {
+                        v.insert(records);
+                    }
+                    Entry::Occupied(mut o) => o.get_mut().extend(records),
+                }
             }
             for o in s.outputs {
                 let parts = match counts.get(&o.topic) {

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
-use crate::runtime::agg::{decode_entry, encode_entry, key_part, state_result, AggEntry, Cache, Slot, SLIDE_RECORDS};
+use crate::runtime::agg::{
+    decode_entry, encode_entry, key_part, state_result, AggArgs, AggEntry, Cache, Slot, SLIDE_RECORDS,
+};
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::sink::PostSinks;
 use crate::runtime::ops::{Ctx, Down, Operator};
@@ -47,6 +49,9 @@ pub(crate) struct Aggregate {
     emitted: Vec<Emitted>,
     /// The sinks after it, where a deleted result is deleted.
     sinks: Arc<PostSinks>,
+    /// The group values and aggregate arguments of the record being added (buffers reused).
+    group: Vec<Value>,
+    args: AggArgs,
 }
 
 impl Aggregate {
@@ -62,6 +67,8 @@ impl Aggregate {
             windowing,
             emitted: Vec::new(),
             sinks,
+            group: Vec::new(),
+            args: Vec::new(),
         })
     }
 
@@ -70,26 +77,30 @@ impl Aggregate {
     fn add(&mut self, row: Row, ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
         let agg = &self.spec;
         let err = |e: String| RecordError(e);
-        let mut group = Vec::with_capacity(agg.group.len());
+        // The group values and the arguments go in buffers kept for the next record.
+        let (group, args) = (&mut self.group, &mut self.args);
+        group.clear();
         for g in &agg.group {
             group.push(eval(g, &row, &[]).map_err(err)?);
         }
         if group.iter().any(Value::is_null) {
             return Err(RecordError("the group key is null".into()));
         }
-        let key = if group.len() == 1 { group[0].clone() } else { Value::List(Arc::new(group.clone())) };
-        let mut args: Vec<Vec<Value>> = Vec::with_capacity(agg.aggs.len());
-        for a in &agg.aggs {
-            let mut v = Vec::with_capacity(a.args.len());
+        let kb = match group.as_slice() {
+            [one] => one.key_bytes(&agg.key_ty),
+            _ => Value::List(Arc::new(group.clone())).key_bytes(&agg.key_ty),
+        };
+        args.resize_with(agg.aggs.len(), Vec::new);
+        for (a, v) in agg.aggs.iter().zip(args.iter_mut()) {
+            v.clear();
             for e in &a.args {
                 v.push(eval(e, &row, &[]).map_err(err)?);
             }
-            args.push(v);
         }
-        let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), key.key_bytes(&agg.key_ty))?;
+        let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), kb)?;
         *cx.stream_time = (*cx.stream_time).max(ts);
         let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
-        self.windowing.add(&mut wcx, group, kb, ts, args)
+        self.windowing.add(&mut wcx, &self.group, &kb, ts, &self.args)
     }
 
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
@@ -159,7 +170,7 @@ impl Aggregate {
                 changes.push(Change {
                     store: agg.store,
                     key: sk.clone(),
-                    value: Some(encode_entry(entry, agg)),
+                    value: Some(encode_entry(entry)),
                     timestamp: entry.max_ts,
                     existed,
                 });

@@ -11,7 +11,7 @@ use crate::plan::physical::RepartitionSpec;
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::sink::out_headers;
 use crate::runtime::ops::{Ctx, Down, Operator};
-use crate::runtime::wire::{wire_row, write_record};
+use crate::runtime::wire::write_row;
 use crate::value::Value;
 
 /// A repartition of the chain: the plan's [`RepartitionSpec`].
@@ -24,7 +24,7 @@ impl Operator for Repartition {
         let r = &self.0;
         let k = group_key(&r.key, &row)?;
         let mut value = Vec::with_capacity(128);
-        write_record(&wire_row(&row, &r.wire), &r.wire, &mut value);
+        write_row(&row, &r.wire, &mut value);
         let headers = out_headers(cx.spec.version, row.tenant.as_deref());
         cx.out.push(Output {
             topic: r.topic.clone(),

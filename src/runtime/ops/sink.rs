@@ -12,7 +12,7 @@ use crate::plan::physical::{SinkSpec, TaskSpec};
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant::{self, H_TENANT};
-use crate::runtime::wire::{wire_row, write_record};
+use crate::runtime::wire::write_row;
 use crate::types::{RecordType, Type};
 use crate::value::Value;
 
@@ -90,7 +90,7 @@ pub(crate) fn tombstone(
 /// record's tenant (raw bytes) in a tenant-scoped query.
 pub(crate) fn out_headers(version: u64, tenant: Option<&[u8]>) -> Vec<(String, Vec<u8>)> {
     let mut h = Vec::with_capacity(2);
-    h.push((H_VERSION.to_string(), version.to_string().into_bytes()));
+    h.push((H_VERSION.to_string(), itoa::Buffer::new().format(version).as_bytes().to_vec()));
     if let Some(t) = tenant {
         h.push((H_TENANT.to_string(), t.to_vec()));
     }
@@ -139,7 +139,7 @@ fn sink_record(
     let value = match format {
         Format::Json => {
             let mut b = Vec::with_capacity(128);
-            write_record(&wire_row(row, value_ty), value_ty, &mut b);
+            write_row(row, value_ty, &mut b);
             if let Some(t) = &row.tenant {
                 // The tenant, as the last field `tenant` (the checker keeps the name free).
                 b.pop();

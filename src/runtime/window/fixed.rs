@@ -22,7 +22,7 @@ impl Fixed {
 }
 
 impl Windowing for Fixed {
-    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
+    fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
         let (size, advance) = (self.size, self.advance);
         let close = cx.stream_time.saturating_sub(self.grace.0);
         let first = (ts - size + advance).max(0);
@@ -44,7 +44,7 @@ impl Windowing for Fixed {
             }
             s += advance;
         }
-        let r = cx.update_windows(&windows, &group, &kb, ts, &args);
+        let r = cx.update_windows(&windows, group, kb, ts, args);
         self.windows = windows;
         r
     }

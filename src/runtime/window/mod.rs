@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, init_states, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{decode_entry, initial_states, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -95,7 +95,7 @@ impl Cx<'_> {
                             start,
                             end,
                             max_ts: i64::MIN,
-                            states: init_states(agg).map_err(err)?,
+                            states: initial_states(&mut self.cache.init, agg).map_err(err)?,
                         })
                     }
                 };
@@ -118,7 +118,7 @@ impl Cx<'_> {
 pub(crate) trait Windowing: Send {
     /// Add a record (its group values, its key's bytes as the store holds them, its event time
     /// and its aggregate arguments) to its windows.
-    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError>;
+    fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError>;
 
     /// Before a flush, stream time having advanced: drop what no window can need any more.
     fn advance(&mut self, _cx: &mut Cx) {}

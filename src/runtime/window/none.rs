@@ -8,7 +8,7 @@ use crate::value::Value;
 pub(crate) struct Unwindowed;
 
 impl Windowing for Unwindowed {
-    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
-        cx.update_windows(&[(0, 0)], &group, &kb, ts, &args)
+    fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
+        cx.update_windows(&[(0, 0)], group, kb, ts, args)
     }
 }

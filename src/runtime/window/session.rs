@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 use super::{Cx, Windowing};
 use crate::ast::Duration;
 use crate::runtime::agg::{
-    init_states, key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
+    initial_states, key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
 };
 use crate::runtime::op::RecordError;
 use crate::value::Value;
@@ -28,11 +28,11 @@ impl Session {
 
 impl Windowing for Session {
     /// A new session, or the merge of every open session within `gap` of the record.
-    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
+    fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
         let (gap, grace, agg) = (self.gap, self.grace, cx.agg);
         let err = RecordError;
         let close = cx.stream_time.saturating_sub(grace);
-        let open: &[(i64, i64)] = self.sessions.get(&kb).map(|v| v.as_slice()).unwrap_or(&[]);
+        let open: &[(i64, i64)] = self.sessions.get(kb).map(|v| v.as_slice()).unwrap_or(&[]);
         // Sessions within `gap` of the record, closed ones excepted (they may not have been
         // flushed yet: results must not depend on where commits fall).
         let near: Vec<(i64, i64)> = open
@@ -57,7 +57,7 @@ impl Windowing for Session {
         // failing user aggregate) leaves the key's sessions as they were.
         let mut merged: Option<AggEntry> = None;
         for (s, _) in &near {
-            let Some(Some(old)) = cx.cache.slots.get(&store_key(&kb, Some(*s))).map(|slot| slot.entry.clone()) else {
+            let Some(Some(old)) = cx.cache.slots.get(&store_key(kb, Some(*s))).map(|slot| slot.entry.clone()) else {
                 continue;
             };
             merged = Some(match merged {
@@ -71,19 +71,25 @@ impl Windowing for Session {
         }
         let mut entry = match merged {
             Some(m) => m,
-            None => AggEntry { group, start, end, max_ts: i64::MIN, states: init_states(agg).map_err(err)? },
+            None => AggEntry {
+                group: group.to_vec(),
+                start,
+                end,
+                max_ts: i64::MIN,
+                states: initial_states(&mut cx.cache.init, agg).map_err(err)?,
+            },
         };
         entry.start = start;
         entry.end = end;
         entry.max_ts = entry.max_ts.max(ts);
-        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&args) {
+        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
             update_state(a, st, argv, ts).map_err(err)?;
         }
         // Now the indexes: merged-away sessions are deleted (at the next flush).
         let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();
         let cache = &mut *cx.cache;
         for (s, e) in &near {
-            let sk = store_key(&kb, Some(*s));
+            let sk = store_key(kb, Some(*s));
             cache.windows.remove(&(agg.closes_at(*e), sk.clone()));
             if *s == start {
                 continue;
@@ -98,7 +104,7 @@ impl Windowing for Session {
                 }
             }
         }
-        let sk = store_key(&kb, Some(start));
+        let sk = store_key(kb, Some(start));
         cache.windows.insert((agg.closes_at(end), sk.clone()));
         let slot = cache.slots.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
@@ -108,7 +114,7 @@ impl Windowing for Session {
         }
         rest.push((start, end));
         rest.sort_unstable();
-        self.sessions.insert(kb, rest);
+        self.sessions.insert(kb.to_vec(), rest);
         Ok(())
     }
 

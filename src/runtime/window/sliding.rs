@@ -11,7 +11,7 @@ use super::{Cx, Windowing};
 use crate::ast::Duration;
 use crate::plan::physical::AggSpec;
 use crate::runtime::agg::{
-    decode_slide_records, encode_slide_records, init_states, key_part, start_part, store_key, update_state, AggArgs,
+    decode_slide_records, encode_slide_records, initial_states, key_part, start_part, store_key, update_state, AggArgs,
     AggEntry, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{Change, RecordError};
@@ -39,7 +39,7 @@ impl Windowing for Sliding {
     /// recent records) its left window `[t − size, t]` (`[0, size]` if `t < size`), its right window `[t + 1, t + 1 + size]`
     /// when a later record falls in it, and the right windows of earlier records that it now
     /// populates.
-    fn add(&mut self, cx: &mut Cx, group: Vec<Value>, kb: Vec<u8>, ts: i64, args: AggArgs) -> Result<(), RecordError> {
+    fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
         let (size, grace, agg) = (self.size, self.grace, cx.agg);
         let err = RecordError;
         let stream_time = cx.stream_time;
@@ -57,7 +57,7 @@ impl Windowing for Sliding {
         }
         // 1. Open windows that contain the record.
         let existing: Vec<i64> =
-            self.windows.get(&kb).map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect()).unwrap_or_default();
+            self.windows.get(kb).map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect()).unwrap_or_default();
         for s in &existing {
             if !open(*s) {
                 cx.late(|| {
@@ -69,24 +69,24 @@ impl Windowing for Sliding {
                 });
                 continue;
             }
-            let sk = store_key(&kb, Some(*s));
+            let sk = store_key(kb, Some(*s));
             if let Some(Some(e)) = cx.cache.slots.get_mut(&sk).map(|slot| slot.entry.as_mut()) {
                 e.max_ts = e.max_ts.max(ts);
-                for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(&args) {
+                for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(args) {
                     update_state(a, st, argv, ts).map_err(err)?;
                 }
             }
             cx.cache.mark_dirty(sk);
         }
         // The record joins the key's recent records.
-        let recs = self.records.entry(kb.clone()).or_default();
+        let recs = self.records.entry(kb.to_vec()).or_default();
         let list = recs.entry(ts).or_default();
         let existed = !list.is_empty();
-        list.push(args);
+        list.push(args.clone());
         let value = encode_slide_records(list, agg);
-        self.expiry.insert((ts, kb.clone()));
+        self.expiry.insert((ts, kb.to_vec()));
         let mut rk = SLIDE_RECORDS.to_vec();
-        rk.extend_from_slice(&store_key(&kb, Some(ts)));
+        rk.extend_from_slice(&store_key(kb, Some(ts)));
         cx.changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
         // 2–4. Windows the record brings into being. No window starts before the epoch (event
         // times are not negative): the left window of a record within `size` of 0 is
@@ -102,12 +102,12 @@ impl Windowing for Sliding {
         new_starts.sort_unstable();
         new_starts.dedup();
         for s in new_starts {
-            let known = self.windows.get(&kb).is_some_and(|w| w.contains(&s));
+            let known = self.windows.get(kb).is_some_and(|w| w.contains(&s));
             if known || !open(s) {
                 continue;
             }
-            let recs = &self.records[&kb];
-            let mut states = init_states(agg).map_err(err)?;
+            let recs = &self.records[kb];
+            let mut states = initial_states(&mut cx.cache.init, agg).map_err(err)?;
             let mut max_ts = i64::MIN;
             for (t, list) in recs.range(s..=s.saturating_add(size)) {
                 for argv in list {
@@ -121,12 +121,12 @@ impl Windowing for Sliding {
                 continue;
             }
             let end = s.saturating_add(size);
-            let sk = store_key(&kb, Some(s));
+            let sk = store_key(kb, Some(s));
             cx.cache.windows.insert((end.saturating_add(1), sk.clone()));
-            self.windows.entry(kb.clone()).or_default().insert(s);
+            self.windows.entry(kb.to_vec()).or_default().insert(s);
             cx.cache.slots.insert(
                 sk.clone(),
-                Slot::new(Some(AggEntry { group: group.clone(), start: s, end, max_ts, states }), false),
+                Slot::new(Some(AggEntry { group: group.to_vec(), start: s, end, max_ts, states }), false),
             );
             cx.cache.mark_dirty(sk);
         }
