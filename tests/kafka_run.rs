@@ -603,7 +603,10 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
     let log = streamc(&state, &args);
     let changelog = format!("{app}-counts-aggregate-changelog");
     let total: usize = consume(&dir.join("p"), &changelog, &["--bootstrap-servers", &b]).len();
-    assert!(total > 1_000, "the changelog has {total} records:\n{log}");
+    // How many windows are open at a commit depends on when commits fall (every 200 ms of wall
+    // clock, so on the machine's speed); the windows still open at the end of the input (those
+    // of its last second: about 1,000 trades over 2,000 tickers) are in it whatever the timing.
+    assert!(total > 300, "the changelog has {total} records:\n{log}");
 
     // A clean stop wrote local state at the changelog's end: nothing to restore.
     let log = streamc(&state, &args);

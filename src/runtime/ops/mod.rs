@@ -150,7 +150,7 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
                 Some(a) => Box::new(a),
                 None => Box::new(Unplanned("an aggregate step without an aggregate")),
             },
-            Op::Sink(sink) => Box::new(sink::Sink(sink.clone())),
+            Op::Sink(sink) => Box::new(sink::Sink::new(sink.clone())),
         });
     }
     chain

@@ -12,8 +12,8 @@ use crate::plan::physical::{SinkSpec, TaskSpec};
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant::{self, H_TENANT};
-use crate::runtime::wire::write_row;
-use crate::types::{RecordType, Type};
+use crate::runtime::wire::RecordWriter;
+use crate::types::Type;
 use crate::value::Value;
 
 /// The version of the query that wrote a record (docs/conventions.md).
@@ -22,8 +22,15 @@ pub const H_VERSION: &str = "streamc.query.version";
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
 
-/// A sink of the chain: the plan's [`SinkSpec`].
-pub(crate) struct Sink(pub(crate) SinkSpec);
+/// A sink of the chain: the plan's [`SinkSpec`], and the writer of its JSON values.
+pub(crate) struct Sink(SinkSpec, RecordWriter);
+
+impl Sink {
+    pub(crate) fn new(spec: SinkSpec) -> Sink {
+        let writer = RecordWriter::new(&spec.value_ty);
+        Sink(spec, writer)
+    }
+}
 
 impl Stateful for Sink {}
 
@@ -41,7 +48,7 @@ impl Operator for Sink {
             (true, None) => return Err(RecordError("a windowed key without a window".into())),
         };
         let key = sink_key(&row.key, &sink.key_ty, row.tenant.as_deref(), window);
-        cx.out.push(sink_record(&sink.topic, sink.format, &sink.value_ty, &row, ts, cx.spec.version, key)?);
+        cx.out.push(sink_record(sink, &self.1, &row, ts, cx.spec.version, key)?);
         cx.counters.records_out += 1;
         Ok(())
     }
@@ -127,19 +134,18 @@ fn sink_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>, window: Option<(i
 }
 
 fn sink_record(
-    topic: &str,
-    format: Format,
-    value_ty: &RecordType,
+    sink: &SinkSpec,
+    writer: &RecordWriter,
     row: &Row,
     ts: i64,
     version: u64,
     (key, route): (Option<Vec<u8>>, Route),
 ) -> Result<Output, RecordError> {
     let headers = out_headers(version, row.tenant.as_deref());
-    let value = match format {
+    let value = match sink.format {
         Format::Json => {
             let mut b = Vec::with_capacity(128);
-            write_row(row, value_ty, &mut b);
+            writer.write_row(row, &sink.value_ty, &mut b);
             if let Some(t) = &row.tenant {
                 // The tenant, as the last field `tenant` (the checker keeps the name free).
                 b.pop();
@@ -158,5 +164,5 @@ fn sink_record(
             Some(v) => Some(v.to_string().into_bytes()),
         },
     };
-    Ok(Output { topic: topic.to_string(), route, record: Record { key, value, timestamp: ts, headers } })
+    Ok(Output { topic: sink.topic.clone(), route, record: Record { key, value, timestamp: ts, headers } })
 }
