@@ -3,7 +3,7 @@
 //! a task's commit are each one atomic `log.commit`.
 
 use std::collections::btree_map::Entry;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Record, Stored};
@@ -82,25 +82,30 @@ impl Commit for LogCommit<'_> {
     }
 }
 
-/// The embedded log's feed: one reader per input, each read up to an end set before a step.
+/// The embedded log's feed: one reader per input, each read up to an end set before a step (ends
+/// only grow), a few records ahead at a time.
 pub(crate) struct EmbeddedFeed {
     pub(crate) readers: Vec<PartitionReader>,
-    pub(crate) peeks: Vec<Option<Stored>>,
+    /// Per input: records read and not taken yet, in order.
+    pub(crate) ahead: Vec<VecDeque<Stored>>,
     pub(crate) ends: Vec<Pos>,
 }
 
+/// Records an input's reader reads at once.
+const READ_AHEAD: usize = 64;
+
 impl Feed for EmbeddedFeed {
     fn peek(&mut self, i: usize) -> Result<Next, RunError> {
-        if self.peeks[i].is_none() {
-            self.peeks[i] = self.readers[i].read(self.ends[i], 1)?.pop();
+        if self.ahead[i].is_empty() {
+            self.ahead[i].extend(self.readers[i].read(self.ends[i], READ_AHEAD)?);
         }
-        Ok(self.peeks[i].as_ref().map_or(Next::End, |s| Next::Record(s.record.timestamp)))
+        Ok(self.ahead[i].front().map_or(Next::End, |s| Next::Record(s.record.timestamp)))
     }
     fn take(&mut self, i: usize) -> Option<Stored> {
-        self.peeks[i].take()
+        self.ahead[i].pop_front()
     }
     fn peeked(&self, i: usize) -> Option<&Stored> {
-        self.peeks[i].as_ref()
+        self.ahead[i].front()
     }
 }
 
@@ -117,7 +122,11 @@ pub(crate) fn embedded_feed(
         .iter()
         .map(|t| log.reader(t, p, positions.get(&format!("{t}/{p}")).copied().unwrap_or_default()))
         .collect();
-    EmbeddedFeed { readers, peeks: topics.iter().map(|_| None).collect(), ends: vec![Pos::default(); topics.len()] }
+    EmbeddedFeed {
+        readers,
+        ahead: topics.iter().map(|_| VecDeque::new()).collect(),
+        ends: vec![Pos::default(); topics.len()],
+    }
 }
 
 /// Batches of changelog records read at once.
