@@ -310,7 +310,43 @@ pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Re
 /// when interpreted.
 fn update_in_place(steps: &[crate::hir::InPlace], state: &mut [Value], args: &[Value]) -> Result<(), String> {
     use crate::hir::Operand;
+    /// A number operand, read without cloning.
+    enum Num {
+        I(i64),
+        F(f64),
+    }
+    let num = |v: Option<&Value>| match v {
+        Some(Value::Int(x)) => Some(Num::I(*x)),
+        Some(Value::Float(x)) => Some(Num::F(*x)),
+        _ => None,
+    };
     for step in steps {
+        // `+` of two ints or two floats (counts and sums: most updates) in place, with
+        // `apply_binary`'s checks and messages; everything else through it.
+        if step.op == BinOp::Add {
+            let operand = match &step.operand {
+                Operand::Param(i) => num(args.get(*i)),
+                Operand::State(i) => num(state.get(*i)),
+                Operand::Lit(Literal::Int(x)) => Some(Num::I(*x)),
+                Operand::Lit(Literal::Float(x)) => Some(Num::F(*x)),
+                Operand::Lit(_) => None,
+            };
+            match (state.get_mut(step.state), operand) {
+                (Some(Value::Int(a)), Some(Num::I(b))) => {
+                    *a = a.checked_add(b).ok_or("integer overflow in `+`")?;
+                    continue;
+                }
+                (Some(Value::Float(a)), Some(Num::F(b))) => {
+                    let sum = *a + b;
+                    if !sum.is_finite() {
+                        return Err("the result of `+` is not a finite number".into());
+                    }
+                    *a = sum;
+                    continue;
+                }
+                _ => {}
+            }
+        }
         // Slots out of range read as null, as the interpreter's locals do.
         let at = |v: &[Value], i: usize| v.get(i).cloned().unwrap_or(Value::Null);
         let operand = match &step.operand {
