@@ -2,7 +2,7 @@
 //! and the record cache every window kind works on (entries, the keys changed since the last
 //! flush in first-change order, and the open windows by the time they close).
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
@@ -295,13 +295,42 @@ pub(crate) struct Cache {
     pub(crate) slots: FxHashMap<Vec<u8>, Slot>,
     /// Keys changed since the last flush, in first-change order.
     pub(crate) dirty: Vec<Vec<u8>>,
-    /// Open windows by the time they close: (end [+ gap for sessions, + 1 for sliding], store
-    /// key).
-    pub(crate) windows: BTreeSet<(i64, Vec<u8>)>,
+    /// Open windows by the time they close (end [+ gap for sessions, + 1 for sliding]).
+    pub(crate) windows: Expiry,
     /// Scratch space for store keys on the hot path.
     pub(crate) key_buf: Vec<u8>,
     /// The states of a new entry, computed once (initial states are constants).
     pub(crate) init: Option<Result<Vec<AggState>, String>>,
+}
+
+/// Store keys of open windows by the time they close, in one bucket per time: adding one
+/// compares no keys, and a bucket is sorted by key when it closes (so windows close in (time,
+/// key) order). Entries are not removed: a key whose window no longer closes at its bucket's
+/// time (a session that grew, or one merged away or closed before) is skipped when the bucket
+/// closes ([`Expiry::pop_due`]'s caller checks), and a key added twice is one.
+#[derive(Default)]
+pub(crate) struct Expiry(BTreeMap<i64, Vec<Vec<u8>>>);
+
+impl Expiry {
+    pub(crate) fn insert(&mut self, at: i64, sk: Vec<u8>) {
+        self.0.entry(at).or_default().push(sk);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// The first bucket if it closes at or before `close`: its time and keys, sorted, each once.
+    pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<Vec<u8>>)> {
+        let first = self.0.first_key_value().map(|(at, _)| *at)?;
+        if first > close {
+            return None;
+        }
+        let (at, mut keys) = self.0.pop_first()?;
+        keys.sort_unstable();
+        keys.dedup();
+        Some((at, keys))
+    }
 }
 
 /// The states of a new entry of `agg`: `init`, computed the first time.

@@ -185,37 +185,49 @@ impl Aggregate {
                 emitted.push(result(agg, entry, tenant_of(scoped, &sk)));
             }
         }
-        if agg.window.is_some() {
-            while let Some((end, _)) = self.cache.windows.first() {
-                if *end > close {
-                    break;
-                }
-                let Some((_, sk)) = self.cache.windows.pop_first() else { break };
-                self.windowing.closed(&sk);
-                let (entry, stored) = match self.cache.slots.remove(&sk) {
-                    Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
-                    _ => (None, false),
-                };
-                if agg.emit == EmitMode::Final {
-                    if let Some(e) = &entry {
-                        emitted.push(result(agg, e, tenant_of(scoped, &sk)));
+        if self.spec.window.is_some() {
+            while let Some((at, keys)) = self.cache.windows.pop_due(close) {
+                for sk in keys {
+                    // A window that no longer closes at this time is not this bucket's (see
+                    // `Expiry`).
+                    match self.cache.slots.get(&sk) {
+                        None => continue,
+                        Some(Slot { entry: Some(e), .. }) if self.spec.closes_at(e.end) != at => continue,
+                        Some(_) => {}
                     }
-                }
-                // Expired by stream time: deleted locally and in the changelog (a tombstone).
-                if stored {
-                    changes.push(Change {
-                        store: agg.store,
-                        key: sk,
-                        value: None,
-                        timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
-                        existed: true,
-                    });
+                    self.close_window(sk, emitted, changes);
                 }
             }
         }
         // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
-        if agg.window.is_none() && self.cache.slots.len() > 200_000 {
+        if self.spec.window.is_none() && self.cache.slots.len() > 200_000 {
             self.cache.slots.retain(|_, s| s.dirty);
+        }
+    }
+
+    /// Close the window stored at `sk`: its result (`emit final`), and its deletion from the
+    /// store and changelog if it was stored.
+    fn close_window(&mut self, sk: Vec<u8>, emitted: &mut Vec<Emitted>, changes: &mut Vec<Change>) {
+        let agg = &self.spec;
+        self.windowing.closed(&sk);
+        let (entry, stored) = match self.cache.slots.remove(&sk) {
+            Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
+            _ => (None, false),
+        };
+        if agg.emit == EmitMode::Final {
+            if let Some(e) = &entry {
+                emitted.push(result(agg, e, tenant_of(self.tenant_scoped, &sk)));
+            }
+        }
+        // Expired by stream time: deleted locally and in the changelog (a tombstone).
+        if stored {
+            changes.push(Change {
+                store: agg.store,
+                key: sk,
+                value: None,
+                timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
+                existed: true,
+            });
         }
     }
 }
@@ -251,7 +263,7 @@ impl Stateful for Aggregate {
                 continue;
             }
             if let Ok(e) = decode_entry(&v, agg) {
-                self.cache.windows.insert((agg.closes_at(e.end), k.clone()));
+                self.cache.windows.insert(agg.closes_at(e.end), k.clone());
                 self.windowing.restored(&k, &e);
                 self.cache.slots.insert(k, Slot::new(Some(e), true));
             }

@@ -88,7 +88,7 @@ impl Cx<'_> {
                     Some(e) => e,
                     None => {
                         if agg.window.is_some() {
-                            self.cache.windows.insert((end, sk.clone()));
+                            self.cache.windows.insert(end, sk.clone());
                         }
                         slot.entry.insert(AggEntry {
                             group: group.to_vec(),

@@ -122,7 +122,7 @@ impl Windowing for Sliding {
             }
             let end = s.saturating_add(size);
             let sk = store_key(kb, Some(s));
-            cx.cache.windows.insert((end.saturating_add(1), sk.clone()));
+            cx.cache.windows.insert(end.saturating_add(1), sk.clone());
             self.windows.entry(kb.to_vec()).or_default().insert(s);
             cx.cache.slots.insert(
                 sk.clone(),
