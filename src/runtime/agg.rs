@@ -2,7 +2,7 @@
 //! and the record cache every window kind works on (entries, the keys changed since the last
 //! flush in first-change order, and the open windows by the time they close).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 
@@ -303,33 +303,58 @@ pub(crate) struct Cache {
     pub(crate) init: Option<Result<Vec<AggState>, String>>,
 }
 
-/// Store keys of open windows by the time they close, in one bucket per time: adding one
-/// compares no keys, and a bucket is sorted by key when it closes (so windows close in (time,
-/// key) order). Entries are not removed: a key whose window no longer closes at its bucket's
-/// time (a session that grew, or one merged away or closed before) is skipped when the bucket
-/// closes ([`Expiry::pop_due`]'s caller checks), and a key added twice is one.
+/// Store keys of open windows by the time they close. Windows whose close time never changes
+/// (tumbling, hopping, sliding) go in one bucket per time: adding one compares no keys, and a
+/// bucket is sorted by key when it closes (so windows close in (time, key) order; a key added
+/// twice is one). Sessions, whose close time moves as they grow, go in an ordered set they are
+/// removed from and added back to ([`Expiry::insert_movable`], [`Expiry::remove`]): left in
+/// buckets, a long gap would keep every record's stale entry until its time passed. The flush
+/// that closes a bucket still skips a key whose slot no longer closes at its time.
 #[derive(Default)]
-pub(crate) struct Expiry(BTreeMap<i64, Vec<Vec<u8>>>);
+pub(crate) struct Expiry {
+    buckets: BTreeMap<i64, Vec<Vec<u8>>>,
+    movable: BTreeSet<(i64, Vec<u8>)>,
+}
 
 impl Expiry {
+    /// A window that closes at `at`, for good.
     pub(crate) fn insert(&mut self, at: i64, sk: Vec<u8>) {
-        self.0.entry(at).or_default().push(sk);
+        self.buckets.entry(at).or_default().push(sk);
+    }
+
+    /// A window that closes at `at` unless it is removed (a session).
+    pub(crate) fn insert_movable(&mut self, at: i64, sk: Vec<u8>) {
+        self.movable.insert((at, sk));
+    }
+
+    pub(crate) fn remove(&mut self, at: i64, sk: &[u8]) {
+        self.movable.remove(&(at, sk.to_vec()));
     }
 
     pub(crate) fn clear(&mut self) {
-        self.0.clear();
+        self.buckets.clear();
+        self.movable.clear();
     }
 
-    /// The first bucket if it closes at or before `close`: its time and keys, sorted, each once.
+    /// The windows of the first close time if it is at or before `close`: that time and their
+    /// keys, sorted, each once.
     pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<Vec<u8>>)> {
-        let first = self.0.first_key_value().map(|(at, _)| *at)?;
+        let first = [self.buckets.first_key_value().map(|(at, _)| *at), self.movable.first().map(|(at, _)| *at)]
+            .into_iter()
+            .flatten()
+            .min()?;
         if first > close {
             return None;
         }
-        let (at, mut keys) = self.0.pop_first()?;
+        let mut keys = self.buckets.remove(&first).unwrap_or_default();
+        while self.movable.first().is_some_and(|(at, _)| *at == first) {
+            if let Some((_, sk)) = self.movable.pop_first() {
+                keys.push(sk);
+            }
+        }
         keys.sort_unstable();
         keys.dedup();
-        Some((at, keys))
+        Some((first, keys))
     }
 }
 

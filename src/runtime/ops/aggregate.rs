@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::EmitMode;
+use crate::ast::{EmitMode, WindowKind};
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
@@ -263,7 +263,11 @@ impl Stateful for Aggregate {
                 continue;
             }
             if let Ok(e) = decode_entry(&v, agg) {
-                self.cache.windows.insert(agg.closes_at(e.end), k.clone());
+                if matches!(agg.window.map(|w| w.kind), Some(WindowKind::Session { .. })) {
+                    self.cache.windows.insert_movable(agg.closes_at(e.end), k.clone());
+                } else {
+                    self.cache.windows.insert(agg.closes_at(e.end), k.clone());
+                }
                 self.windowing.restored(&k, &e);
                 self.cache.slots.insert(k, Slot::new(Some(e), true));
             }

@@ -90,8 +90,7 @@ impl Windowing for Session {
         let cache = &mut *cx.cache;
         for (s, e) in &near {
             let sk = store_key(kb, Some(*s));
-            // (Its entry in `cache.windows` stays: it is skipped when its time comes.)
-            let _ = e;
+            cache.windows.remove(agg.closes_at(*e), &sk);
             if *s == start {
                 continue;
             }
@@ -106,7 +105,7 @@ impl Windowing for Session {
             }
         }
         let sk = store_key(kb, Some(start));
-        cache.windows.insert(agg.closes_at(end), sk.clone());
+        cache.windows.insert_movable(agg.closes_at(end), sk.clone());
         let slot = cache.slots.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;
