@@ -18,6 +18,10 @@ use std::sync::Arc;
 
 use crate::value::Value;
 
+/// Lists and records nested deeper than this are refused when read (as serde_json refuses JSON
+/// nested deeper than 128).
+pub(crate) const MAX_DEPTH: usize = 128;
+
 pub(crate) fn write_value(v: &Value, out: &mut Vec<u8>) {
     match v {
         Value::Null => out.push(0),
@@ -91,6 +95,15 @@ impl<'a> Reader<'a> {
     }
 
     pub(crate) fn value(&mut self) -> Result<Value, String> {
+        self.value_at(0)
+    }
+
+    /// A value nested `depth` lists or records deep: past [`MAX_DEPTH`] the bytes are damaged
+    /// (no state nests so deep), and reading them would exhaust the stack.
+    fn value_at(&mut self, depth: usize) -> Result<Value, String> {
+        if depth > MAX_DEPTH {
+            return Err(format!("values nested more than {MAX_DEPTH} deep"));
+        }
         Ok(match self.u8()? {
             0 => Value::Null,
             1 => Value::Bool(false),
@@ -104,15 +117,19 @@ impl<'a> Reader<'a> {
             }
             6 => Value::Ts(self.i64()?),
             7 => Value::Dur(self.i64()?),
-            8 => Value::List(Arc::new(self.values()?)),
-            9 => Value::Record(Arc::new(self.values()?)),
+            8 => Value::List(Arc::new(self.values_at(depth + 1)?)),
+            9 => Value::Record(Arc::new(self.values_at(depth + 1)?)),
             t => return Err(format!("unknown value tag {t}")),
         })
     }
 
     pub(crate) fn values(&mut self) -> Result<Vec<Value>, String> {
+        self.values_at(0)
+    }
+
+    fn values_at(&mut self, depth: usize) -> Result<Vec<Value>, String> {
         let n = self.len()?;
-        (0..n).map(|_| self.value()).collect()
+        (0..n).map(|_| self.value_at(depth)).collect()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -166,5 +183,20 @@ mod tests {
         assert!(Reader { b: &[0xff, 0xff, 0xff, 0x7f] }.values().is_err());
         assert!(Reader { b: &[1, 0, 0, 0, 42] }.values().is_err());
         assert!(Reader { b: &[1, 0, 0, 0, 5, 1, 0, 0, 0, 0xff] }.values().is_err());
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_damage_not_a_stack_overflow() {
+        let nested = |depth: usize| {
+            let mut b = Vec::new();
+            for _ in 0..depth {
+                b.extend_from_slice(&[8, 1, 0, 0, 0]);
+            }
+            b.push(0);
+            b
+        };
+        assert!(Reader { b: &nested(MAX_DEPTH) }.value().is_ok());
+        assert!(Reader { b: &nested(MAX_DEPTH + 2) }.value().is_err());
+        assert!(Reader { b: &nested(100_000) }.value().is_err());
     }
 }
