@@ -1222,20 +1222,8 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, 
     hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
 }
 
-/// The input readers' defaults, each overridden by a `kafka.<property>` setting. Every task
-/// has a reader per input, and librdkafka keeps up to `queued.min.messages` fetched records
-/// per reader (100,000 by default, at several hundred bytes of overhead each): the stats example
-/// over 4 partitions peaked at 780 MB with it, 346 MB with 20,000 (and 230 MB with 10,000, at
-/// a third less throughput: the readers ran dry between fetches).
-const READER_DEFAULTS: &[(&str, &str)] = &[("queued.min.messages", "20000")];
-
 fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
     let mut c = k.config();
-    for (key, value) in READER_DEFAULTS {
-        if !opts.config.kafka.contains_key(*key) {
-            c.set(*key, *value);
-        }
-    }
     c.set("group.id", format!("{}.reader", opts.app))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
