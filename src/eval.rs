@@ -192,7 +192,8 @@ fn apply_binary(op: BinOp, a: &Value, b: &Value) -> EvalResult {
             Bool(found == (op == BinOp::In))
         }
         BinOp::Add => match (a, b) {
-            (Int(x), Int(y)) => Int(x.checked_add(*y).ok_or("integer overflow in `+`")?),
+            (Int(x), Int(y)) => Int(add_ints(*x, *y)?),
+            (Float(x), Float(y)) => add_floats(*x, *y)?,
             (Str(x), Str(y)) => Value::str(&format!("{x}{y}")),
             (Ts(t), Dur(d)) | (Dur(d), Ts(t)) => Ts(t.checked_add(*d).ok_or("timestamp overflow in `+`")?),
             (Dur(x), Dur(y)) => Dur(x.checked_add(*y).ok_or("duration overflow in `+`")?),
@@ -305,6 +306,16 @@ pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Re
     })
 }
 
+/// `x + y` of two ints, as `+` computes it.
+fn add_ints(x: i64, y: i64) -> Result<i64, String> {
+    x.checked_add(y).ok_or_else(|| "integer overflow in `+`".into())
+}
+
+/// `x + y` of two floats, as `+` computes it.
+fn add_floats(x: f64, y: f64) -> EvalResult {
+    finite(x + y, "the result of `+`")
+}
+
 /// Run an update found to be [`InPlace`](crate::hir::InPlace) steps directly on the state,
 /// with `binary`'s arithmetic. On an error the state keeps what the steps before assigned, as
 /// when interpreted.
@@ -321,8 +332,8 @@ fn update_in_place(steps: &[crate::hir::InPlace], state: &mut [Value], args: &[V
         _ => None,
     };
     for step in steps {
-        // `+` of two ints or two floats (counts and sums: most updates) in place, with
-        // `apply_binary`'s checks and messages; everything else through it.
+        // `+` of two ints or two floats (counts and sums: most updates) without cloning the
+        // operand, by `apply_binary`'s own additions; everything else through it.
         if step.op == BinOp::Add {
             let operand = match &step.operand {
                 Operand::Param(i) => num(args.get(*i)),
@@ -331,20 +342,14 @@ fn update_in_place(steps: &[crate::hir::InPlace], state: &mut [Value], args: &[V
                 Operand::Lit(Literal::Float(x)) => Some(Num::F(*x)),
                 Operand::Lit(_) => None,
             };
-            match (state.get_mut(step.state), operand) {
-                (Some(Value::Int(a)), Some(Num::I(b))) => {
-                    *a = a.checked_add(b).ok_or("integer overflow in `+`")?;
-                    continue;
-                }
-                (Some(Value::Float(a)), Some(Num::F(b))) => {
-                    let sum = *a + b;
-                    if !sum.is_finite() {
-                        return Err("the result of `+` is not a finite number".into());
-                    }
-                    *a = sum;
-                    continue;
-                }
-                _ => {}
+            let sum = match (state.get(step.state), operand) {
+                (Some(Value::Int(a)), Some(Num::I(b))) => Some(Value::Int(add_ints(*a, b)?)),
+                (Some(Value::Float(a)), Some(Num::F(b))) => Some(add_floats(*a, b)?),
+                _ => None,
+            };
+            if let (Some(sum), Some(current)) = (sum, state.get_mut(step.state)) {
+                *current = sum;
+                continue;
             }
         }
         // Slots out of range read as null, as the interpreter's locals do.

@@ -618,6 +618,7 @@ fn produce(
     };
     let mut blank = 0u64;
     let mut keyless = 0u64;
+    let placer = streamc::runtime::LinePlacer::new(source.as_ref());
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
         if line.trim().is_empty() {
@@ -628,7 +629,7 @@ fn produce(
         let rec = if envelope {
             envelope_record(&line, now).map_err(|e| format!("line {}: {e}", i + 1))?
         } else {
-            streamc::runtime::value_record(source.as_ref(), line.as_bytes(), now)
+            placer.record(line.as_bytes(), now)
         };
         let p = match &rec.key {
             Some(k) => partition_for(k, nparts),

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 
+use crate::ast::WindowKind;
 use crate::eval::{uda_init, uda_merge, uda_result, uda_update};
 use crate::hir::{self, AggFunc};
 use crate::plan::physical::AggSpec;
@@ -150,7 +151,7 @@ pub(crate) fn merge_states(agg: &AggSpec, into: &mut [AggState], other: Vec<AggS
     Ok(())
 }
 
-pub(crate) fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
+fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
     agg.aggs
         .iter()
         .map(|a| {
@@ -290,7 +291,6 @@ fn decode_entry_json(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
 
 /// An aggregate's record cache: every open window (loaded at start, so a window missing from
 /// it does not exist) and recently used unwindowed entries.
-#[derive(Default)]
 pub(crate) struct Cache {
     pub(crate) slots: FxHashMap<Vec<u8>, Slot>,
     /// Keys changed since the last flush, in first-change order.
@@ -299,71 +299,73 @@ pub(crate) struct Cache {
     pub(crate) windows: Expiry,
     /// Scratch space for store keys on the hot path.
     pub(crate) key_buf: Vec<u8>,
-    /// The states of a new entry, computed once (initial states are constants).
-    pub(crate) init: Option<Result<Vec<AggState>, String>>,
+    /// The states of a new entry (`init` is constant: evaluated once, here).
+    pub(crate) init: Result<Vec<AggState>, String>,
+}
+
+impl Cache {
+    pub(crate) fn new(agg: &AggSpec) -> Cache {
+        let sessions = matches!(agg.window.map(|w| w.kind), Some(WindowKind::Session { .. }));
+        Cache {
+            slots: FxHashMap::default(),
+            dirty: Vec::new(),
+            windows: Expiry { movable: sessions, buckets: BTreeMap::new(), sets: BTreeMap::new() },
+            key_buf: Vec::new(),
+            init: init_states(agg),
+        }
+    }
 }
 
 /// Store keys of open windows by the time they close. Windows whose close time never changes
 /// (tumbling, hopping, sliding) go in one bucket per time: adding one compares no keys, and a
 /// bucket is sorted by key when it closes (so windows close in (time, key) order; a key added
-/// twice is one). Sessions, whose close time moves as they grow, go in an ordered set they are
-/// removed from and added back to ([`Expiry::insert_movable`], [`Expiry::remove`]): left in
-/// buckets, a long gap would keep every record's stale entry until its time passed. The flush
-/// that closes a bucket still skips a key whose slot no longer closes at its time.
-#[derive(Default)]
+/// twice is one). Sessions, whose close time moves as they grow or merge, go in an ordered set
+/// per time that they are removed from ([`Expiry::remove`]).
 pub(crate) struct Expiry {
+    /// Close times move (sessions): keys are kept in `sets`, not `buckets`.
+    movable: bool,
     buckets: BTreeMap<i64, Vec<Vec<u8>>>,
-    movable: BTreeSet<(i64, Vec<u8>)>,
+    sets: BTreeMap<i64, BTreeSet<Vec<u8>>>,
 }
 
 impl Expiry {
-    /// A window that closes at `at`, for good.
+    /// The window stored at `sk` closes at `at`.
     pub(crate) fn insert(&mut self, at: i64, sk: Vec<u8>) {
-        self.buckets.entry(at).or_default().push(sk);
+        if self.movable {
+            self.sets.entry(at).or_default().insert(sk);
+        } else {
+            self.buckets.entry(at).or_default().push(sk);
+        }
     }
 
-    /// A window that closes at `at` unless it is removed (a session).
-    pub(crate) fn insert_movable(&mut self, at: i64, sk: Vec<u8>) {
-        self.movable.insert((at, sk));
-    }
-
+    /// The window stored at `sk` no longer closes at `at` (a session that grew or merged).
     pub(crate) fn remove(&mut self, at: i64, sk: &[u8]) {
-        self.movable.remove(&(at, sk.to_vec()));
+        if let Some(set) = self.sets.get_mut(&at) {
+            set.remove(sk);
+            if set.is_empty() {
+                self.sets.remove(&at);
+            }
+        }
     }
 
     pub(crate) fn clear(&mut self) {
         self.buckets.clear();
-        self.movable.clear();
+        self.sets.clear();
     }
 
     /// The windows of the first close time if it is at or before `close`: that time and their
     /// keys, sorted, each once.
     pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<Vec<u8>>)> {
-        let first = [self.buckets.first_key_value().map(|(at, _)| *at), self.movable.first().map(|(at, _)| *at)]
-            .into_iter()
-            .flatten()
-            .min()?;
-        if first > close {
-            return None;
+        if self.movable {
+            let at = *self.sets.first_key_value().filter(|(at, _)| **at <= close)?.0;
+            return self.sets.remove(&at).map(|set| (at, set.into_iter().collect()));
         }
-        let mut keys = self.buckets.remove(&first).unwrap_or_default();
-        while self.movable.first().is_some_and(|(at, _)| *at == first) {
-            if let Some((_, sk)) = self.movable.pop_first() {
-                keys.push(sk);
-            }
-        }
+        let at = *self.buckets.first_key_value().filter(|(at, _)| **at <= close)?.0;
+        let mut keys = self.buckets.remove(&at)?;
         keys.sort_unstable();
         keys.dedup();
-        Some((first, keys))
+        Some((at, keys))
     }
-}
-
-/// The states of a new entry of `agg`: `init`, computed the first time.
-pub(crate) fn initial_states(
-    init: &mut Option<Result<Vec<AggState>, String>>,
-    agg: &AggSpec,
-) -> Result<Vec<AggState>, String> {
-    init.get_or_insert_with(|| init_states(agg)).clone()
 }
 
 impl Cache {

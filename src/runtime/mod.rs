@@ -30,4 +30,4 @@ pub(crate) mod window;
 pub(crate) mod wire;
 
 pub use error::RunError;
-pub use run::{now_ms, value_record, Summary};
+pub use run::{now_ms, value_record, LinePlacer, Summary};

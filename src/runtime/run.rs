@@ -80,43 +80,66 @@ pub fn now_ms() -> i64 {
 
 /// A record for one JSON value line: the key from the stream's `key FIELD`, the timestamp from
 /// its `time` field, else `append_time`. A line that does not decode is still appended (the
-/// task sends it to the dead-letter topic with the reason).
+/// task sends it to the dead-letter topic with the reason). For many lines of one source, make
+/// a [`LinePlacer`] once.
 pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
-    let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
-    let Some(src) = source else { return rec };
-    if src.format != crate::ast::Format::Json {
-        // A `string` value is its one field: the line is the key if the stream is keyed by it.
-        if let hir::KeySpec::Field(i) = src.key {
-            rec.key = Some(Value::str(&String::from_utf8_lossy(line)).key_bytes(&src.value.fields[i].1));
-        }
-        return rec;
+    LinePlacer::new(source).record(line, append_time)
+}
+
+/// Places the value lines of one source (see [`value_record`]): where its key and time fields
+/// are in the record as written is found once, and each line decodes only those two fields
+/// (its task decodes the whole record).
+pub struct LinePlacer<'a> {
+    source: Option<&'a hir::Source>,
+    /// The key field: its index in the declared value, and in the record as written.
+    key: Option<(usize, usize)>,
+    /// The wire indexes to decode: the key's, then the time's.
+    want: Vec<usize>,
+    time: Option<usize>,
+}
+
+impl<'a> LinePlacer<'a> {
+    pub fn new(source: Option<&'a hir::Source>) -> LinePlacer<'a> {
+        let Some(src) = source else { return LinePlacer { source, key: None, want: vec![], time: None } };
+        let wire_index = |i: usize| src.wire.index_of(&src.value.fields[i].0);
+        let key = match src.key {
+            hir::KeySpec::Field(i) => wire_index(i).map(|wi| (i, wi)),
+            _ => None,
+        };
+        let time = src.time.and_then(wire_index);
+        let want = key.map(|(_, wi)| wi).into_iter().chain(time).collect();
+        LinePlacer { source, key, want, time }
     }
-    // Only the key and time fields are decoded: the task decodes the whole record.
-    let wire_index = |i: usize| src.wire.index_of(&src.value.fields[i].0);
-    let key_at = match src.key {
-        hir::KeySpec::Field(i) => wire_index(i).map(|wi| (i, wi)),
-        _ => None,
-    };
-    let time_at = src.time.and_then(wire_index);
-    let want: Vec<usize> = key_at.map(|(_, wi)| wi).into_iter().chain(time_at).collect();
-    if want.is_empty() {
-        return rec;
-    }
-    if let Ok(fields) = crate::value::decode_fields(line, &src.wire, &want) {
-        if let Some((i, wi)) = key_at {
-            // (An absent field of a nullable type is null, as the full decode has it.)
-            let ty = &src.value.fields[i].1;
-            rec.key = match &fields[wi] {
-                Some(v) => Some(v.key_bytes(ty)),
-                None if ty.is_nullable() => Some(Value::Null.key_bytes(ty)),
-                None => None,
-            };
+
+    pub fn record(&self, line: &[u8], append_time: i64) -> Record {
+        let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
+        let Some(src) = self.source else { return rec };
+        if src.format != crate::ast::Format::Json {
+            // A `string` value is its one field: the line is the key if the stream is keyed by it.
+            if let hir::KeySpec::Field(i) = src.key {
+                rec.key = Some(Value::str(&String::from_utf8_lossy(line)).key_bytes(&src.value.fields[i].1));
+            }
+            return rec;
         }
-        if let Some(Some(Value::Ts(t))) = time_at.map(|wi| &fields[wi]) {
-            rec.timestamp = *t;
+        if self.want.is_empty() {
+            return rec;
         }
+        if let Ok(fields) = crate::value::decode_fields(line, &src.wire, &self.want) {
+            if let Some((i, wi)) = self.key {
+                // (An absent field of a nullable type is null, as the full decode has it.)
+                let ty = &src.value.fields[i].1;
+                rec.key = match &fields[wi] {
+                    Some(v) => Some(v.key_bytes(ty)),
+                    None if ty.is_nullable() => Some(Value::Null.key_bytes(ty)),
+                    None => None,
+                };
+            }
+            if let Some(Some(Value::Ts(t))) = self.time.map(|wi| &fields[wi]) {
+                rec.timestamp = *t;
+            }
+        }
+        rec
     }
-    rec
 }
 
 /// Where a task's records come from: input 0 is the main input, then the side inputs in

@@ -28,7 +28,7 @@ use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open::{self, Applied};
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::sweep;
-use crate::runtime::run::{now_ms, positions_of, progress_bar, value_record, Summary, TaskRun, BYTES, RECORDS};
+use crate::runtime::run::{now_ms, positions_of, progress_bar, LinePlacer, Summary, TaskRun, BYTES, RECORDS};
 use crate::runtime::state::open_local_state;
 use crate::runtime::topics::{self, TopicKind};
 
@@ -497,6 +497,7 @@ fn ingest(
         }
     }
     bar.set_position(consumed);
+    let placer = LinePlacer::new(source.as_ref());
     let mut round_robin = 0u32;
     let mut batch: Vec<Vec<Record>> = vec![Vec::new(); meta.partitions as usize];
     let mut pending = 0usize;
@@ -520,7 +521,7 @@ fn ingest(
             blank += 1;
             continue;
         }
-        let rec = value_record(source.as_ref(), text, now_ms());
+        let rec = placer.record(text, now_ms());
         let p = match &rec.key {
             Some(k) => partition_for(k, meta.partitions),
             None => {

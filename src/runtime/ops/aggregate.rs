@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use crate::ast::{EmitMode, WindowKind};
+use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
@@ -59,11 +59,12 @@ impl Aggregate {
     pub(crate) fn new(spec: &TaskSpec, sinks: Arc<PostSinks>) -> Option<Aggregate> {
         let agg = spec.agg.clone()?;
         let windowing = window::for_agg(&agg);
+        let cache = Cache::new(&agg);
         Some(Aggregate {
             stores: [agg.store],
             spec: agg,
             tenant_scoped: spec.tenant,
-            cache: Cache::default(),
+            cache,
             windowing,
             emitted: Vec::new(),
             sinks,
@@ -186,15 +187,8 @@ impl Aggregate {
             }
         }
         if self.spec.window.is_some() {
-            while let Some((at, keys)) = self.cache.windows.pop_due(close) {
+            while let Some((_, keys)) = self.cache.windows.pop_due(close) {
                 for sk in keys {
-                    // A window that no longer closes at this time is not this bucket's (see
-                    // `Expiry`).
-                    match self.cache.slots.get(&sk) {
-                        None => continue,
-                        Some(Slot { entry: Some(e), .. }) if self.spec.closes_at(e.end) != at => continue,
-                        Some(_) => {}
-                    }
                     self.close_window(sk, emitted, changes);
                 }
             }
@@ -263,11 +257,7 @@ impl Stateful for Aggregate {
                 continue;
             }
             if let Ok(e) = decode_entry(&v, agg) {
-                if matches!(agg.window.map(|w| w.kind), Some(WindowKind::Session { .. })) {
-                    self.cache.windows.insert_movable(agg.closes_at(e.end), k.clone());
-                } else {
-                    self.cache.windows.insert(agg.closes_at(e.end), k.clone());
-                }
+                self.cache.windows.insert(agg.closes_at(e.end), k.clone());
                 self.windowing.restored(&k, &e);
                 self.cache.slots.insert(k, Slot::new(Some(e), true));
             }

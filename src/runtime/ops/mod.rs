@@ -143,7 +143,7 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
                 Box::new(explode::Explode::new(fields.clone(), *at))
             }
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
-            Op::Repartition(r) => Box::new(repartition::Repartition(r.clone())),
+            Op::Repartition(r) => Box::new(repartition::Repartition::new(r.clone())),
             Op::JoinTable(j) => Box::new(table_join::TableJoin(j.clone())),
             Op::JoinStream { side } => Box::new(JoinStep::new(*side)),
             Op::Aggregate => match Aggregate::new(spec, post_sinks.clone()) {

@@ -11,11 +11,18 @@ use crate::plan::physical::RepartitionSpec;
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::sink::out_headers;
 use crate::runtime::ops::{Ctx, Down, Operator};
-use crate::runtime::wire::write_row;
+use crate::runtime::wire::RecordWriter;
 use crate::value::Value;
 
-/// A repartition of the chain: the plan's [`RepartitionSpec`].
-pub(crate) struct Repartition(pub(crate) RepartitionSpec);
+/// A repartition of the chain: the plan's [`RepartitionSpec`], and the writer of its rows.
+pub(crate) struct Repartition(RepartitionSpec, RecordWriter);
+
+impl Repartition {
+    pub(crate) fn new(spec: RepartitionSpec) -> Repartition {
+        let writer = RecordWriter::new(&spec.wire);
+        Repartition(spec, writer)
+    }
+}
 
 impl Stateful for Repartition {}
 
@@ -24,7 +31,7 @@ impl Operator for Repartition {
         let r = &self.0;
         let k = group_key(&r.key, &row)?;
         let mut value = Vec::with_capacity(128);
-        write_row(&row, &r.wire, &mut value);
+        self.1.write_row(&row, &r.wire, &mut value);
         let headers = out_headers(cx.spec.version, row.tenant.as_deref());
         cx.out.push(Output {
             topic: r.topic.clone(),

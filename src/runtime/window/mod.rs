@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, initial_states, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{decode_entry, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -95,7 +95,7 @@ impl Cx<'_> {
                             start,
                             end,
                             max_ts: i64::MIN,
-                            states: initial_states(&mut self.cache.init, agg).map_err(err)?,
+                            states: self.cache.init.clone().map_err(err)?,
                         })
                     }
                 };

@@ -7,9 +7,7 @@ use rustc_hash::FxHashMap;
 
 use super::{Cx, Windowing};
 use crate::ast::Duration;
-use crate::runtime::agg::{
-    initial_states, key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
-};
+use crate::runtime::agg::{key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot};
 use crate::runtime::op::RecordError;
 use crate::value::Value;
 
@@ -76,7 +74,7 @@ impl Windowing for Session {
                 start,
                 end,
                 max_ts: i64::MIN,
-                states: initial_states(&mut cx.cache.init, agg).map_err(err)?,
+                states: cx.cache.init.clone().map_err(err)?,
             },
         };
         entry.start = start;
@@ -105,7 +103,7 @@ impl Windowing for Session {
             }
         }
         let sk = store_key(kb, Some(start));
-        cache.windows.insert_movable(agg.closes_at(end), sk.clone());
+        cache.windows.insert(agg.closes_at(end), sk.clone());
         let slot = cache.slots.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;

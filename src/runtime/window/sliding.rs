@@ -11,8 +11,8 @@ use super::{Cx, Windowing};
 use crate::ast::Duration;
 use crate::plan::physical::AggSpec;
 use crate::runtime::agg::{
-    decode_slide_records, encode_slide_records, initial_states, key_part, start_part, store_key, update_state, AggArgs,
-    AggEntry, Slot, SLIDE_RECORDS,
+    decode_slide_records, encode_slide_records, key_part, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
+    SLIDE_RECORDS,
 };
 use crate::runtime::op::{Change, RecordError};
 use crate::value::Value;
@@ -107,7 +107,7 @@ impl Windowing for Sliding {
                 continue;
             }
             let recs = &self.records[kb];
-            let mut states = initial_states(&mut cx.cache.init, agg).map_err(err)?;
+            let mut states = cx.cache.init.clone().map_err(err)?;
             let mut max_ts = i64::MIN;
             for (t, list) in recs.range(s..=s.saturating_add(size)) {
                 for argv in list {
