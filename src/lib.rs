@@ -13,6 +13,7 @@ pub mod control;
 pub mod diag;
 pub mod eval;
 pub mod explain;
+pub mod fmt;
 pub mod function;
 pub mod gen;
 pub mod hir;

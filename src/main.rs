@@ -15,6 +15,7 @@ use streamc::explain::{self, ExplainFormat};
 use streamc::{config, hir, plan};
 
 mod control_cli;
+mod fmt_cli;
 mod test_cli;
 
 #[derive(Parser)]
@@ -53,6 +54,15 @@ enum Command {
         /// Also check a control statement against the (single) program.
         #[arg(long, value_name = "TEXT")]
         statement: Option<String>,
+    },
+    /// Rewrite program files in the canonical layout (idempotent; comments and tokens kept).
+    Fmt {
+        /// Program files (`.stream`); `-` formats standard input to standard output.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// Change nothing: print a diff for each file that is not formatted and exit with 1.
+        #[arg(long)]
+        check: bool,
     },
     /// Print the processor DAG: sub-topologies, processors, stores, changelog and repartition topics.
     Explain {
@@ -300,7 +310,9 @@ fn refuse_reserved_sinks(path: &Path, text: &str, p: &hir::Program, app: &str, c
 }
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
-    let cfg = load_config(&cli.global)?;
+    // (Formatting needs no configuration: a broken one must not stop it.)
+    let cfg =
+        if matches!(cli.command, Command::Fmt { .. }) { config::Config::default() } else { load_config(&cli.global)? };
     match cli.command {
         Command::Check { files, statement } => {
             if statement.is_some() && files.len() != 1 {
@@ -416,6 +428,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 Err(e) => Err(format!("cannot write: {e}")),
             }
         }
+        Command::Fmt { files, check } => fmt_cli::fmt(&files, check),
         Command::Explain { file, query, format } => {
             let text = read(&file)?;
             let Some(p) = compile_file(&file, &text) else { return Ok(ExitCode::from(1)) };

@@ -13,7 +13,7 @@ use crate::diag::{Code, Diagnostic, Diagnostics};
 
 #[derive(pest_derive::Parser)]
 #[grammar = "../grammar/stream.pest"]
-struct StreamParser;
+pub(crate) struct StreamParser;
 
 /// The largest program text accepted.
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
@@ -139,7 +139,7 @@ fn starts_item(line: &str) -> bool {
     }
 }
 
-fn syntax_error(e: &pest::error::Error<Rule>, text: &str) -> Diagnostic {
+pub(crate) fn syntax_error(e: &pest::error::Error<Rule>, text: &str) -> Diagnostic {
     let (start, end) = match e.location {
         pest::error::InputLocation::Pos(p) => (p, p),
         pest::error::InputLocation::Span((s, end)) => (s, end),

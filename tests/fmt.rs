@@ -1,0 +1,297 @@
+//! `streamc fmt`: the layout, and what formatting must never change (the program, its
+//! comments), checked on every program in the repository, on hand-written cases and on
+//! whitespace-scrambled copies.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use proptest::prelude::*;
+use streamc::fmt::format;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.stream` file of the repository that parses (tests/errors holds some that do not).
+fn programs() -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for dir in ["examples", "stdlib", "tests/programs", "tests/errors"] {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "stream"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).unwrap();
+            if streamc::syntax::parse(&text).1.is_empty() {
+                out.push((f, text));
+            }
+        }
+    }
+    assert!(out.len() >= 20, "only {} programs found", out.len());
+    out
+}
+
+/// The program as the parser sees it, without positions: equal for two texts that differ only
+/// in layout.
+fn meaning(text: &str) -> String {
+    let (ast, diags) = streamc::syntax::parse(text);
+    assert!(diags.is_empty(), "{diags:?}");
+    let spans = regex::Regex::new(r"Span \{ start: \d+, end: \d+ \}").unwrap();
+    spans.replace_all(&format!("{ast:?}"), "Span").into_owned()
+}
+
+/// The comments of a text, in order (a plain scan: `#` outside strings and backquoted names).
+fn comments(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let (mut in_str, mut in_tick, mut escaped) = (false, false, false);
+        for (i, c) in line.char_indices() {
+            if escaped {
+                escaped = false;
+                continue;
+            }
+            match c {
+                '\\' if in_str => escaped = true,
+                '"' if !in_tick => in_str = !in_str,
+                '`' if !in_str => in_tick = !in_tick,
+                '#' if !in_str && !in_tick => {
+                    out.push(line[i..].trim_end().to_string());
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn formatting_keeps_every_program_and_its_comments_and_is_idempotent() {
+    for (path, text) in programs() {
+        let once = format(&text).unwrap_or_else(|d| panic!("{}: {d:?}", path.display()));
+        let twice = format(&once).unwrap();
+        assert_eq!(once, twice, "{}: formatting the formatted text changed it", path.display());
+        assert_eq!(meaning(&text), meaning(&once), "{}: the program changed", path.display());
+        assert_eq!(comments(&text), comments(&once), "{}: the comments changed", path.display());
+        for (n, line) in once.lines().enumerate() {
+            assert!(!line.ends_with(' '), "{}:{}: trailing space", path.display(), n + 1);
+        }
+    }
+}
+
+#[test]
+fn the_repositorys_own_programs_are_formatted() {
+    for (path, text) in programs() {
+        if path.starts_with(root().join("tests/errors")) {
+            continue; // (their diagnostics' snapshots point into them as written)
+        }
+        assert_eq!(format(&text).unwrap(), text, "{} is not formatted: run `streamc fmt` on it", path.display());
+    }
+}
+
+#[test]
+fn a_messy_program_gets_the_canonical_layout() {
+    let messy = r#"# header
+
+# about trades
+stream trades from "stocks" { key ticker; value json { ticker: string, price: float, size: int, ts: timestamp }
+time ts }
+query q { from trades   where price>0 and size  >=  -1   # positive
+  select {ticker,price,   doubled=price*2,  tag = if(size>10)then"big"else"small", t = [1,2,], r = {a=1,b=2}}
+  to "out" }
+
+
+function twice(x: int)->int=x*2
+"#;
+    let expected = r#"# header
+
+# about trades
+stream trades from "stocks" {
+  key    ticker
+  value  json { ticker: string, price: float, size: int, ts: timestamp }
+  time   ts
+}
+
+query q {
+  from trades
+  where price > 0 and size >= -1  # positive
+  select {
+    ticker, price
+    doubled = price * 2
+    tag     = if (size > 10) then "big" else "small"
+    t       = [1, 2]
+    r       = { a = 1, b = 2 }
+  }
+  to "out"
+}
+
+function twice(x: int) -> int = x * 2
+"#;
+    assert_eq!(format(messy).unwrap(), expected);
+    assert_eq!(format(expected).unwrap(), expected);
+}
+
+#[test]
+fn comments_stay_where_they_were_written() {
+    let text = r#"query q { # opening
+  from a
+
+  # before the filter, after a blank line
+  where x > 1 # trailing
+    # inside the condition
+    and y < 2
+  aggregate { n = count() # how many
+  }
+  # before the closing brace
+}
+# at the end"#;
+    let expected = r#"query q {  # opening
+  from a
+
+  # before the filter, after a blank line
+  where x > 1  # trailing
+      # inside the condition
+      and y < 2
+  aggregate {
+    n = count()  # how many
+  }
+  # before the closing brace
+}
+# at the end
+"#;
+    let out = format(text).unwrap();
+    assert_eq!(out, expected);
+    assert_eq!(format(&out).unwrap(), out);
+}
+
+#[test]
+fn long_lines_are_broken_where_the_layout_allows() {
+    let text = "query q { from a where aaaaaaaaaaaaaaaaaaaa > 1 and bbbbbbbbbbbbbbbbbbbbbbbbb < 2 or cccccccccccccccccccccccccc == 3 or not d to \"o\" }\n\
+                function f(x: float) -> float = if x > 100000000000.0 then x * 200000000000.0 else x / 300000000000.0 + 1.0\n";
+    let expected = "query q {\n  from a\n  where aaaaaaaaaaaaaaaaaaaa > 1\n      and bbbbbbbbbbbbbbbbbbbbbbbbb < 2\n      or cccccccccccccccccccccccccc == 3\n      or not d\n  to \"o\"\n}\n\n\
+                    function f(x: float) -> float =\n    if x > 100000000000.0 then x * 200000000000.0 else x / 300000000000.0 + 1.0\n";
+    assert_eq!(format(text).unwrap(), expected);
+    for line in expected.lines() {
+        assert!(line.len() <= streamc::fmt::WIDTH, "{line}");
+    }
+}
+
+#[test]
+fn a_program_that_does_not_parse_is_not_formatted() {
+    let d = format("query q { from a where }").unwrap_err();
+    assert!(!d.is_empty());
+    assert_eq!(format("").unwrap(), "");
+    assert_eq!(format("# only a comment").unwrap(), "# only a comment\n");
+}
+
+/// The text with its comments removed.
+fn without_comments(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let c = comments(line);
+        out.push_str(c.first().map_or(line, |c| &line[..line.len() - c.len()]).trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The text's runs of whitespace outside strings and backquoted names, as byte ranges.
+fn whitespace_runs(text: &str) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    let (mut in_str, mut in_tick, mut escaped) = (false, false, false);
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        let ws = !in_str && !in_tick && c.is_whitespace();
+        match (ws, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                runs.push((s, i));
+                start = None;
+            }
+            _ => {}
+        }
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if in_str => escaped = true,
+            '"' if !in_tick => in_str = !in_str,
+            '`' if !in_str => in_tick = !in_tick,
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        runs.push((s, text.len()));
+    }
+    runs
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Whatever the spacing and line breaks (no blank lines, which the layout keeps), the
+    /// formatted text is the same.
+    #[test]
+    fn the_layout_does_not_depend_on_the_input_whitespace(pick in 0usize..1000, seed in any::<u64>()) {
+        let all = programs();
+        let (_, text) = &all[pick % all.len()];
+        let plain = without_comments(text);
+        let runs = whitespace_runs(&plain);
+        let mut scrambled = String::new();
+        let mut state = seed | 1;
+        let mut last = 0;
+        for (s, e) in &runs {
+            scrambled.push_str(&plain[last..*s]);
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            scrambled.push_str(["  ", "\n", " \n\t ", "\t"][(state % 4) as usize]);
+            last = *e;
+        }
+        scrambled.push_str(&plain[last..]);
+        // The reference: the same text with every whitespace run a single space.
+        let mut single = String::new();
+        let mut last = 0;
+        for (s, e) in &runs {
+            single.push_str(&plain[last..*s]);
+            single.push(' ');
+            last = *e;
+        }
+        single.push_str(&plain[last..]);
+        prop_assert_eq!(format(&scrambled).unwrap(), format(&single).unwrap());
+    }
+}
+
+fn streamc(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_streamc")).args(args).current_dir(dir).env("NO_COLOR", "1").output().unwrap()
+}
+
+#[test]
+fn the_command_checks_rewrites_and_reports_files_that_do_not_parse() {
+    let dir = std::env::temp_dir().join(format!("streamc-fmt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let messy = "query q { from a  to \"o\" }\n";
+    std::fs::write(dir.join("q.stream"), messy).unwrap();
+    std::fs::write(dir.join("bad.stream"), "query q { from }\n").unwrap();
+
+    let o = streamc(&["fmt", "--check", "q.stream"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("-query q { from a  to \"o\" }") && out.contains("+query q {"), "{out}");
+    assert_eq!(std::fs::read_to_string(dir.join("q.stream")).unwrap(), messy, "--check changed the file");
+
+    let o = streamc(&["fmt", "q.stream"], &dir);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(dir.join("q.stream")).unwrap(), "query q {\n  from a\n  to \"o\"\n}\n");
+    assert!(streamc(&["fmt", "--check", "q.stream"], &dir).status.success());
+
+    let o = streamc(&["fmt", "bad.stream"], &dir);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("E0100") && err.contains("bad.stream is not formatted"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("bad.stream")).unwrap(), "query q { from }\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
