@@ -26,6 +26,25 @@ pub fn check(program: &ast::Program, source: &str, lib: &hir::Program) -> Result
     c.finish()
 }
 
+/// What an editor needs of a program (`streamc lsp`): the check's result, every checked
+/// expression's span and type (also where the program has errors), and the sources declared.
+pub struct Analysis {
+    pub result: Result<hir::Program, Diagnostics>,
+    /// In the order checked; spans nest (an expression's operands come before it).
+    pub types: Vec<(Span, Type)>,
+    pub sources: Vec<hir::Source>,
+}
+
+/// [`check`], recording what [`Analysis`] holds.
+pub fn analyze(program: &ast::Program, source: &str, lib: &hir::Program) -> Analysis {
+    let mut c = Checker::new(source, lib, false);
+    c.types = Some(Vec::new());
+    c.program(program);
+    let types = c.types.take().unwrap_or_default();
+    let sources = c.sources.clone();
+    Analysis { result: c.finish(), types, sources }
+}
+
 /// Check one standard-library file: only aggregates and functions.
 pub fn check_stdlib(program: &ast::Program, source: &str, lib: &hir::Program) -> Result<hir::Program, Diagnostics> {
     let mut c = Checker::new(source, lib, true);
@@ -93,6 +112,8 @@ struct Checker<'a> {
     user_defs: BTreeMap<String, Span>,
     /// Every aggregate and function the program defines, checked or not yet.
     all_defs: HashSet<String>,
+    /// When recording ([`analyze`]): each checked expression's span and type.
+    types: Option<Vec<(Span, Type)>>,
 }
 
 /// Where the names of an expression come from.
@@ -125,6 +146,7 @@ impl<'a> Checker<'a> {
             functions: lib.functions.clone(),
             user_defs: BTreeMap::new(),
             all_defs: HashSet::new(),
+            types: None,
         }
     }
 
@@ -1999,6 +2021,14 @@ impl<'a> Checker<'a> {
     // ------------------------------------------------------------------ expressions
 
     fn expr(&mut self, e: &Node<ast::Expr>, scope: &Scope) -> hir::Expr {
+        let out = self.expr_unrecorded(e, scope);
+        if let Some(types) = &mut self.types {
+            types.push((out.span, out.ty.clone()));
+        }
+        out
+    }
+
+    fn expr_unrecorded(&mut self, e: &Node<ast::Expr>, scope: &Scope) -> hir::Expr {
         let span = e.span;
         let mk = |kind, ty| hir::Expr { kind, ty, span };
         match &e.node {

@@ -19,6 +19,7 @@ pub mod gen;
 pub mod hir;
 pub mod kafka;
 pub mod log;
+pub mod lsp;
 pub mod plan;
 pub mod runtime;
 pub mod stdlib;
@@ -30,22 +31,32 @@ use diag::Diagnostics;
 
 /// Parse and check a program with the standard library in scope.
 pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
-    let lib = stdlib::load().map_err(|d| d.clone())?;
+    analyze(source).1.result
+}
+
+/// [`compile`], keeping what an editor needs besides the result: the syntax tree (of the items
+/// that parsed) and the types of the checked expressions.
+pub fn analyze(source: &str) -> (ast::Program, check::Analysis) {
     let (ast, diags) = syntax::parse(source);
+    let lib = match stdlib::load() {
+        Ok(lib) => lib,
+        Err(d) => return (ast, check::Analysis { result: Err(d.clone()), types: Vec::new(), sources: Vec::new() }),
+    };
+    let mut analysis = check::analyze(&ast, source, lib);
     if !diags.is_empty() {
         // The items that parsed are still checked, so that a syntax error hides no other
         // mistake; what the checker says of the items that did not parse (by name) would only
         // repeat the syntax errors.
         let broken = syntax::broken_names(source, &diags);
         let mut all = diags;
-        if let Err(more) = check::check(&ast, source, lib) {
+        if let Err(more) = std::mem::replace(&mut analysis.result, Ok(hir::Program::default())) {
             // Only "unknown …" diagnostics naming a broken item are the syntax error's echo.
             all.extend(more.into_iter().filter(|d| {
                 !(d.message.starts_with("unknown ") && broken.iter().any(|n| d.message.ends_with(&format!("`{n}`"))))
             }));
         }
         all.sort_by_key(|d| d.span.start);
-        return Err(all);
+        analysis.result = Err(all);
     }
-    check::check(&ast, source, lib)
+    (ast, analysis)
 }

@@ -64,6 +64,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Serve the Language Server Protocol on standard input and output, for editors: diagnostics,
+    /// hover types, go to definition, completion, formatting (see editor/README.md).
+    Lsp,
     /// Print the processor DAG: sub-topologies, processors, stores, changelog and repartition topics.
     Explain {
         /// The program file.
@@ -310,9 +313,12 @@ fn refuse_reserved_sinks(path: &Path, text: &str, p: &hir::Program, app: &str, c
 }
 
 fn run(cli: Cli) -> Result<ExitCode, String> {
-    // (Formatting needs no configuration: a broken one must not stop it.)
-    let cfg =
-        if matches!(cli.command, Command::Fmt { .. }) { config::Config::default() } else { load_config(&cli.global)? };
+    // (Formatting and the language server need no configuration: a broken one must not stop them.)
+    let cfg = if matches!(cli.command, Command::Fmt { .. } | Command::Lsp) {
+        config::Config::default()
+    } else {
+        load_config(&cli.global)?
+    };
     match cli.command {
         Command::Check { files, statement } => {
             if statement.is_some() && files.len() != 1 {
@@ -429,6 +435,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
         Command::Fmt { files, check } => fmt_cli::fmt(&files, check),
+        Command::Lsp => streamc::lsp::run_stdio().map(|()| ExitCode::SUCCESS),
         Command::Explain { file, query, format } => {
             let text = read(&file)?;
             let Some(p) = compile_file(&file, &text) else { return Ok(ExitCode::from(1)) };
