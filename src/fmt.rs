@@ -87,6 +87,11 @@ fn comments(source: &str) -> Vec<Comment> {
     out
 }
 
+/// The columns a text takes on a terminal.
+fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
 /// Whether the text between two tokens holds an empty line.
 fn has_blank_line(gap: &str) -> bool {
     let parts: Vec<&str> = gap.split('\n').collect();
@@ -113,10 +118,10 @@ struct Printer<'a> {
     comments: Vec<Comment>,
     next_comment: usize,
     lines: Vec<Line>,
-    /// The line being built, its indentation and the comments to end it with.
+    /// The line being built, its indentation and the comment to end it with.
     cur: String,
     cur_indent: usize,
-    cur_comments: Vec<String>,
+    cur_comment: Option<String>,
     indent: usize,
     /// The indentation of an expression's continuation lines while one is broken.
     cont: Option<usize>,
@@ -156,7 +161,7 @@ impl<'a> Printer<'a> {
             lines: Vec::new(),
             cur: String::new(),
             cur_indent: 0,
-            cur_comments: Vec::new(),
+            cur_comment: None,
             indent: 0,
             cont: None,
             space: false,
@@ -175,7 +180,7 @@ impl<'a> Printer<'a> {
         let mut q = Printer::new(self.src, Vec::new(), usize::MAX);
         f(&mut q);
         if q.lines.is_empty() {
-            q.cur.len()
+            width(&q.cur)
         } else {
             usize::MAX
         }
@@ -190,7 +195,7 @@ impl<'a> Printer<'a> {
     /// The column the next token would end at if `len` more characters went on this line.
     fn fits(&self, len: usize) -> bool {
         let base =
-            if self.cur.is_empty() { self.cont.unwrap_or(self.indent) } else { self.cur_indent + self.cur.len() };
+            if self.cur.is_empty() { self.cont.unwrap_or(self.indent) } else { self.cur_indent + width(&self.cur) };
         len != usize::MAX && base + usize::from(self.space) + len <= self.width
     }
 
@@ -205,18 +210,16 @@ impl<'a> Printer<'a> {
             let text = self.src[c.start..c.end].to_string();
             if !c.own_line {
                 if !self.cur.is_empty() {
-                    self.cur_comments.push(text);
+                    // After code that the layout joins with what follows: the comment still ends
+                    // that code's line, and the rest continues below.
+                    self.cur_comment = Some(text);
+                    self.end_line();
+                    self.cont.get_or_insert(self.indent + CONTINUATION);
                     self.last_end = c.end;
                     continue;
                 }
-                if let Some(last) = self.lines.last_mut().filter(|l| !l.code.is_empty()) {
-                    match &mut last.comment {
-                        Some(t) => {
-                            t.push(' ');
-                            t.push_str(&text);
-                        }
-                        None => last.comment = Some(text),
-                    }
+                if let Some(last) = self.lines.last_mut().filter(|l| !l.code.is_empty() && l.comment.is_none()) {
+                    last.comment = Some(text);
                     self.last_end = c.end;
                     continue;
                 }
@@ -280,8 +283,7 @@ impl<'a> Printer<'a> {
         if self.cur.is_empty() {
             return;
         }
-        let comment = (!self.cur_comments.is_empty()).then(|| self.cur_comments.join(" "));
-        self.cur_comments.clear();
+        let comment = self.cur_comment.take();
         self.lines.push(Line { indent: self.cur_indent, code: std::mem::take(&mut self.cur), comment, pad: 0 });
         self.space = false;
     }
@@ -302,6 +304,7 @@ impl<'a> Printer<'a> {
 
     /// The block's remaining comments, then `}` (the source's, at `pos`) on a line of its own.
     fn close(&mut self, pos: usize) {
+        self.newline();
         self.flush_comments(pos);
         self.newline();
         self.indent -= INDENT;
@@ -353,7 +356,7 @@ impl<'a> Printer<'a> {
 
     /// A space before the next word, unless it starts the line or follows an opening bracket.
     fn word_space(&mut self) {
-        if !self.cur.is_empty() && !self.cur.ends_with(['(', '[']) {
+        if !self.cur.is_empty() && !self.cur.ends_with(['(', '[', '<']) {
             self.space = true;
         }
     }
@@ -529,8 +532,10 @@ impl<'a> Printer<'a> {
     fn block(&mut self, p: P<'a>, sep: &str, f: fn(&mut Printer<'a>, P<'a>)) {
         let end = p.as_span().end() - 1;
         let items: Vec<P<'a>> = p.clone().into_inner().filter(|c| !is_kw(c.as_rule())).collect();
+        // Comments before the block (after `->`, `:`, `<`…) go before it, not into it.
+        self.flush_comments(p.as_span().start());
         let commented = self.has_comment(&p);
-        self.space = true;
+        self.word_space();
         if items.is_empty() && !commented {
             self.flush_comments(end);
             self.punct("{}");
@@ -538,8 +543,9 @@ impl<'a> Printer<'a> {
             return;
         }
         if !commented {
-            let len = self.measure(|q| q.inline_block(&items, sep, f));
-            if self.fits(len) {
+            // (While measuring, every block is on one line: no need to measure again.)
+            let measuring = self.width == usize::MAX;
+            if measuring || self.fits(self.measure(|q| q.inline_block(&items, sep, f))) {
                 self.inline_block(&items, sep, f);
                 self.last_end = end + 1;
                 return;
@@ -550,7 +556,9 @@ impl<'a> Printer<'a> {
         let mut prev_simple = false;
         for item in items {
             let simple = is_simple(&item);
-            let packed = simple && prev_simple && {
+            // (A comment between two items keeps them on separate lines.)
+            let after_comment = self.comments.get(self.next_comment).is_some_and(|c| c.start < item.as_span().start());
+            let packed = simple && prev_simple && !after_comment && {
                 let len = self.measure(|q| f(q, item.clone()));
                 self.fits(len.saturating_add(2))
             };
@@ -585,8 +593,10 @@ impl<'a> Printer<'a> {
     fn lhs_len(&self, item: &P<'a>) -> Option<usize> {
         let parts: Vec<P> = item.clone().into_inner().collect();
         match item.as_rule() {
-            Rule::select_item if parts.len() == 2 && parts[0].as_rule() == Rule::ident => Some(parts[0].as_str().len()),
-            Rule::agg_item => Some(parts.first()?.as_str().len()),
+            Rule::select_item if parts.len() == 2 && parts[0].as_rule() == Rule::ident => {
+                Some(width(parts[0].as_str()))
+            }
+            Rule::agg_item => Some(width(parts.first()?.as_str())),
             Rule::init_field => Some(self.measure(|q| q.init_lhs(&parts))),
             _ => None,
         }
@@ -594,7 +604,7 @@ impl<'a> Printer<'a> {
 
     /// Pad the line so that what follows starts `self.align` columns after `from`.
     fn pad_from(&mut self, from: usize) {
-        let w = self.cur.len().saturating_sub(from);
+        let w = self.cur.get(from..).map_or(0, width);
         if self.align > w {
             self.cur.push_str(&" ".repeat(self.align - w));
         }
@@ -930,9 +940,9 @@ fn align_comments(lines: &mut [Line]) {
             .take_while(|&j| !lines[j].is_blank() && lines[j].indent >= level)
             .filter(|&j| lines[j].indent == level && !lines[j].code.is_empty() && lines[j].comment.is_some())
             .collect();
-        let col = group.iter().map(|&k| lines[k].code.len()).max().unwrap_or(0);
+        let col = group.iter().map(|&k| width(&lines[k].code)).max().unwrap_or(0);
         for k in group {
-            lines[k].pad = col - lines[k].code.len();
+            lines[k].pad = col - width(&lines[k].code);
             done[k] = true;
         }
     }

@@ -58,9 +58,13 @@ fn diff(name: &str, old: &str, new: &str) -> String {
 }
 
 /// Replace the file through a temporary file beside it, so that a crash leaves the old text or
-/// the new, never a mix.
+/// the new, never a mix. A symbolic link is followed (the file it names is rewritten), and the
+/// file keeps its permissions.
 fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
-    let tmp = path.with_extension("stream.fmt-tmp");
+    let target = std::fs::canonicalize(path).map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
+    let perms = std::fs::metadata(&target).map_err(|e| format!("cannot read {}: {e}", target.display()))?.permissions();
+    let tmp = target.with_extension("stream.fmt-tmp");
     std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+    std::fs::set_permissions(&tmp, perms).map_err(|e| format!("cannot set permissions of {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &target).map_err(|e| format!("cannot replace {}: {e}", target.display()))
 }

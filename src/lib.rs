@@ -31,18 +31,31 @@ use diag::Diagnostics;
 
 /// Parse and check a program with the standard library in scope.
 pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
-    analyze(source).1.result
+    front_end(source, |ast, lib| check::Analysis {
+        result: check::check(ast, source, lib),
+        types: Vec::new(),
+        sources: Vec::new(),
+    })
+    .1
+    .result
 }
 
 /// [`compile`], keeping what an editor needs besides the result: the syntax tree (of the items
-/// that parsed) and the types of the checked expressions.
+/// that parsed), the types of the checked expressions and the sources.
 pub fn analyze(source: &str) -> (ast::Program, check::Analysis) {
+    front_end(source, |ast, lib| check::analyze(ast, source, lib))
+}
+
+fn front_end(
+    source: &str,
+    check_with: impl FnOnce(&ast::Program, &hir::Program) -> check::Analysis,
+) -> (ast::Program, check::Analysis) {
     let (ast, diags) = syntax::parse(source);
     let lib = match stdlib::load() {
         Ok(lib) => lib,
         Err(d) => return (ast, check::Analysis { result: Err(d.clone()), types: Vec::new(), sources: Vec::new() }),
     };
-    let mut analysis = check::analyze(&ast, source, lib);
+    let mut analysis = check_with(&ast, lib);
     if !diags.is_empty() {
         // The items that parsed are still checked, so that a syntax error hides no other
         // mistake; what the checker says of the items that did not parse (by name) would only

@@ -34,16 +34,19 @@ use lsp_types::{
 use crate::ast::{Clause, Item, Span};
 use crate::diag::Diagnostic;
 
-/// Serve the protocol on standard input and output until the client says `exit`.
-pub fn run_stdio() -> Result<(), String> {
+/// Serve the protocol on standard input and output until the client says `exit`. True if it
+/// asked for `shutdown` first (the exit code is then 0, else 1, as the protocol says).
+pub fn run_stdio() -> Result<bool, String> {
     let (conn, io) = Connection::stdio();
-    serve(&conn)?;
+    let clean = serve(&conn)?;
     drop(conn);
-    io.join().map_err(|e| format!("language server input/output: {e}"))
+    io.join().map_err(|e| format!("language server input/output: {e}"))?;
+    Ok(clean)
 }
 
-/// Serve one client on `conn`: the initialize handshake, then requests until shutdown.
-pub fn serve(conn: &Connection) -> Result<(), String> {
+/// Serve one client on `conn`: the initialize handshake, then requests until `shutdown` (true)
+/// or until `exit` or the end of input without one (false).
+pub fn serve(conn: &Connection) -> Result<bool, String> {
     let caps = ServerCapabilities {
         text_document_sync: Some(TextDocumentSyncCapability::Kind(TextDocumentSyncKind::FULL)),
         hover_provider: Some(HoverProviderCapability::Simple(true)),
@@ -67,11 +70,12 @@ pub fn serve(conn: &Connection) -> Result<(), String> {
         match msg {
             Message::Request(req) => {
                 if conn.handle_shutdown(&req).map_err(|e| format!("language server: {e}"))? {
-                    return Ok(());
+                    return Ok(true);
                 }
                 let resp = respond(&docs, req);
                 conn.sender.send(Message::Response(resp)).map_err(|e| e.to_string())?;
             }
+            Message::Notification(n) if n.method == "exit" => return Ok(false),
             Message::Notification(n) => {
                 if let Some(note) = notify(&mut docs, n) {
                     conn.sender.send(Message::Notification(note)).map_err(|e| e.to_string())?;
@@ -80,7 +84,7 @@ pub fn serve(conn: &Connection) -> Result<(), String> {
             Message::Response(_) => {}
         }
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Keep the documents' texts; the diagnostics to publish after a change.
@@ -255,11 +259,20 @@ fn is_word_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// The identifier the offset is in (or just after).
+/// The identifier the offset is in (or just after); for a backquoted name, its text between
+/// the backquotes.
 fn word_at(text: &str, offset: usize) -> Option<Span> {
     let offset = offset.min(text.len());
     if !text.is_char_boundary(offset) {
         return None;
+    }
+    let line_start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let ticks: Vec<usize> = text[line_start..line_end].match_indices('`').map(|(i, _)| line_start + i).collect();
+    for pair in ticks.chunks_exact(2) {
+        if pair[0] < offset && offset <= pair[1] && pair[1] > pair[0] + 1 {
+            return Some(Span::new(pair[0] + 1, pair[1]));
+        }
     }
     let start =
         text[..offset].char_indices().rev().take_while(|(_, c)| is_word_char(*c)).last().map_or(offset, |(i, _)| i);
@@ -322,13 +335,14 @@ fn hover(text: &str, offset: usize) -> Option<Hover> {
     })
 }
 
-/// The `#` lines right above an item, as a paragraph.
+/// The `#` lines right above an item, as Markdown (an empty `#` line starts a paragraph).
 fn doc_comment(text: &str, item_start: usize) -> String {
     let before = &text[..item_start.min(text.len())];
+    // (Only the lines right above it: a blank line ends the item's comment, so a file's header
+    // is not taken for its first item's.)
     let mut lines: Vec<&str> = before
         .lines()
         .rev()
-        .skip_while(|l| l.trim().is_empty())
         .take_while(|l| l.trim_start().starts_with('#'))
         .map(|l| l.trim_start().trim_start_matches('#').trim())
         .collect();
@@ -336,7 +350,7 @@ fn doc_comment(text: &str, item_start: usize) -> String {
     if lines.is_empty() {
         String::new()
     } else {
-        format!("\n\n{}", lines.join(" "))
+        format!("\n\n{}", lines.join("\n"))
     }
 }
 
@@ -429,13 +443,17 @@ fn completions(text: &str, offset: usize) -> Vec<CompletionItem> {
             for (f, t) in &src.value.fields {
                 add(item(f, CompletionItemKind::FIELD, t.to_string()));
             }
+            if let crate::hir::KeySpec::Named(k, t) = &src.key {
+                add(item(k, CompletionItemKind::FIELD, format!("{t} (key)")));
+            }
         }
         return out.into_values().collect();
     }
 
     let start = item_start(text, offset);
     let item_text = &text[start..offset];
-    if item_text.starts_with("query ") {
+    let ended = ast.items.iter().any(|i| matches!(i, Item::Query(q) if q.span.start == start && q.span.end <= offset));
+    if item_text.starts_with("query ") && !ended {
         // The query's inputs, from its text (it may not parse yet).
         let inputs = regex::Regex::new(r"\b(?:from|join)\s+([\p{L}_][\p{L}\p{N}_]*(?:\s*,\s*[\p{L}_][\p{L}\p{N}_]*)*)")
             .map(|re| {

@@ -435,7 +435,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             }
         }
         Command::Fmt { files, check } => fmt_cli::fmt(&files, check),
-        Command::Lsp => streamc::lsp::run_stdio().map(|()| ExitCode::SUCCESS),
+        Command::Lsp => {
+            streamc::lsp::run_stdio().map(|clean| if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
         Command::Explain { file, query, format } => {
             let text = read(&file)?;
             let Some(p) = compile_file(&file, &text) else { return Ok(ExitCode::from(1)) };

@@ -265,6 +265,47 @@ proptest! {
     }
 }
 
+/// A comment in every gap between tokens, on its own line or at a line's end, one at a time:
+/// the formatted program is the same program, with the same comments, and formatting it again
+/// changes nothing.
+#[test]
+fn a_comment_anywhere_is_kept_and_formatting_stays_idempotent() {
+    for rel in ["examples/orders.stream", "tests/programs/udf.stream", "tests/programs/joins.stream"] {
+        let text = without_comments(&std::fs::read_to_string(root().join(rel)).unwrap());
+        for (k, (s, _)) in whitespace_runs(&text).into_iter().enumerate() {
+            for comment in [format!(" # c{k}\n"), format!("\n# c{k}\n")] {
+                let with = format!("{}{comment}{}", &text[..s], &text[s + 1..]);
+                let once = format(&with).unwrap_or_else(|d| panic!("{rel}, gap {k}: {d:?}\n{with}"));
+                assert_eq!(format(&once).unwrap(), once, "{rel}, gap {k}: not idempotent\n{with}");
+                assert_eq!(comments(&once), comments(&with), "{rel}, gap {k}:\n{once}");
+                assert_eq!(meaning(&once), meaning(&with), "{rel}, gap {k}:\n{once}");
+            }
+        }
+    }
+}
+
+#[test]
+fn cases_found_in_review_stay_fixed() {
+    // Nested record types: formatting time grows with the depth, not exponentially.
+    let deep = format!("stream s from \"t\" {{ value json {}int{} }}", "{ a: ".repeat(60), " }".repeat(60));
+    assert!(format(&deep).unwrap().lines().count() > 60);
+    // A comment before a block's `{` stays before it.
+    let out = format("function f(x: int)\n# c\n-> { a: int }? = { a = x % 2 }").unwrap();
+    assert_eq!(out, "function f(x: int) ->\n    # c\n    { a: int }? = { a = x % 2 }\n");
+    // Two comments at line ends stay two, each after its code.
+    let out = format("query q { from a to \"y\" # a\n json # b\n }").unwrap();
+    assert_eq!(out, "query q {\n  from a\n  to \"y\"  # a\n      json  # b\n}\n");
+    // A comment on its own line before a block's `}` is indented as the block's items.
+    let out = format("query q { from a select {\n x = 1\n # c\n } to \"o\" }").unwrap();
+    assert_eq!(out, "query q {\n  from a\n  select {\n    x = 1\n    # c\n  }\n  to \"o\"\n}\n");
+    // Alignment counts columns, not bytes.
+    let out = format("query q { from a select { éé = 1 # a\n ab = 2 # b\n abc = 3 } to \"o\" }").unwrap();
+    assert!(out.contains("    éé  = 1  # a\n    ab  = 2  # b\n    abc = 3\n"), "{out}");
+    // A record type in a list type.
+    let out = format("stream s from \"t\" { value json { d: list < { x: int } > } }").unwrap();
+    assert!(out.contains("d: list<{ x: int }>"), "{out}");
+}
+
 fn streamc(args: &[&str], dir: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_streamc")).args(args).current_dir(dir).env("NO_COLOR", "1").output().unwrap()
 }
@@ -287,6 +328,20 @@ fn the_command_checks_rewrites_and_reports_files_that_do_not_parse() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(std::fs::read_to_string(dir.join("q.stream")).unwrap(), "query q {\n  from a\n  to \"o\"\n}\n");
     assert!(streamc(&["fmt", "--check", "q.stream"], &dir).status.success());
+
+    // Through a symbolic link: the file it names is rewritten, keeping its permissions.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(dir.join("real.stream"), messy).unwrap();
+        std::fs::set_permissions(dir.join("real.stream"), std::fs::Permissions::from_mode(0o640)).unwrap();
+        std::os::unix::fs::symlink("real.stream", dir.join("link.stream")).unwrap();
+        assert!(streamc(&["fmt", "link.stream"], &dir).status.success());
+        assert!(std::fs::symlink_metadata(dir.join("link.stream")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(dir.join("real.stream")).unwrap(), "query q {\n  from a\n  to \"o\"\n}\n");
+        let mode = std::fs::metadata(dir.join("real.stream")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o640);
+    }
 
     let o = streamc(&["fmt", "bad.stream"], &dir);
     assert_eq!(o.status.code(), Some(1));

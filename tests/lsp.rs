@@ -120,7 +120,9 @@ impl Client {
 const URI: &str = "file:///work/prices.stream";
 
 /// Lines (0-based) and columns below are counted by hand from this text.
-const PROGRAM: &str = r#"# Trades as the exchange reports them.
+const PROGRAM: &str = r#"# prices.stream: the file's header, not the stream's documentation.
+
+# Trades as the exchange reports them.
 stream trades from "stocks" {
   key    ticker
   value  json { ticker: string, price: float, size: int, ts: timestamp }
@@ -176,6 +178,7 @@ fn an_editor_gets_diagnostics_hover_definitions_completion_and_formatting() {
     let text = h["contents"]["value"].as_str().unwrap();
     assert!(text.contains("stream trades from \"stocks\"") && text.contains("price: float"), "{text}");
     assert!(text.contains("Trades as the exchange reports them."), "the doc comment: {text}");
+    assert!(!text.contains("header"), "a comment a blank line away is not the stream's: {text}");
 
     // Go to definition: the table's name in its declaration.
     let (l, col) = position_of(PROGRAM, "join limits");
@@ -197,7 +200,12 @@ fn an_editor_gets_diagnostics_hover_definitions_completion_and_formatting() {
     let (l, col) = position_of(PROGRAM, "max_price\n");
     let items = c.at("textDocument/completion", URI, l, col);
     let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
-    assert_eq!(labels, ["max_price"], "after `limits.`");
+    assert_eq!(labels, ["max_price", "ticker"], "after `limits.`: its value's fields and its key");
+    // After the query's closing brace: no longer its fields.
+    let end = PROGRAM.lines().count() as u32;
+    let items = c.at("textDocument/completion", URI, end, 0);
+    let labels: Vec<&str> = items.as_array().unwrap().iter().map(|i| i["label"].as_str().unwrap()).collect();
+    assert!(!labels.contains(&"price") && labels.contains(&"trades"), "{labels:?}");
 
     // A change with a mistake: the checker's code, at the misspelt name.
     let broken = PROGRAM.replace("where price >", "where prise >");
@@ -270,4 +278,12 @@ fn positions_count_utf16_units_as_the_protocol_says() {
     let h = c.at("textDocument/hover", uri, 1, cafe + 2);
     assert!(h["contents"]["value"].as_str().unwrap().contains("café"), "{h}");
     c.shutdown();
+}
+
+#[test]
+fn exit_without_shutdown_is_exit_code_1() {
+    let mut c = Client::start();
+    c.notify("exit", Value::Null);
+    let status = c.child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "the protocol's exit code for an exit without shutdown");
 }
