@@ -750,6 +750,52 @@ impl<'a> Checker<'a> {
 
     // ------------------------------------------------------------------ queries
 
+    /// Whether table `src` (a query's input, `from src`) may join `o` at this clause: a
+    /// table–table join needs a topic-fed table on the other side, right after `from` (what
+    /// comes before the join would have to be kept per key for updates of the other side).
+    fn table_join_allowed(
+        &mut self,
+        src: &hir::Source,
+        o: &hir::Source,
+        clause: Span,
+        other: Span,
+        after_steps: bool,
+    ) -> bool {
+        let refuse = |c: &mut Self, d: Diagnostic| {
+            c.err(d);
+            false
+        };
+        if o.kind == SourceKind::Stream {
+            return refuse(
+                self,
+                Diagnostic::new(Code::JoinKind, other, format!("table `{}` cannot join stream `{}`", src.name, o.name))
+                    .label("a stream")
+                    .help(format!(
+                        "a table joins tables; to look up `{}` for each record of `{}`, write `from {} join {} on …`",
+                        src.name, o.name, o.name, src.name
+                    )),
+            );
+        }
+        if o.is_global() || src.is_global() {
+            let name = if o.is_global() { &o.name } else { &src.name };
+            return refuse(
+                self,
+                Diagnostic::new(Code::JoinKind, other, format!("`{name}` is a control-managed table"))
+                    .label("no topic")
+                    .help("a table–table join needs both tables read from topics (co-partitioned by their keys)"),
+            );
+        }
+        if after_steps {
+            return refuse(
+                self,
+                Diagnostic::new(Code::ClauseOrder, clause, "in a table–table join, `join` comes right after `from`")
+                    .label("after other clauses")
+                    .help("move the `where` or `select` after the join: they may use both tables' fields"),
+            );
+        }
+        true
+    }
+
     fn lookup_source(&mut self, name: &ast::Ident) -> Option<usize> {
         if let Some(i) = self.sources.iter().position(|s| s.name == name.node) {
             return Some(i);
@@ -955,6 +1001,7 @@ impl<'a> Checker<'a> {
                 }
             }
             let in_group = group.is_some();
+            let after_steps = !steps.is_empty();
             let order_err = |this: &mut Self, msg: &str, help: &str| {
                 this.err(
                     Diagnostic::new(Code::ClauseOrder, c.span, msg.to_string())
@@ -1319,24 +1366,18 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    if shape.table {
-                        self.err(
-                            Diagnostic::new(
-                                Code::ClauseOrder,
-                                c.span,
-                                format!("joining the table `{from_name}` is not supported"),
-                            )
-                            .label("table–table joins are not supported")
-                            .help("read the topic as a `stream` and join that"),
-                        );
-                        ok = false;
-                        continue;
-                    }
                     let Some(oi) = self.lookup_source(other) else {
                         ok = false;
                         continue;
                     };
                     let o = self.sources[oi].clone();
+                    // A table joined with a table (Kafka Streams' KTable–KTable join): an update
+                    // of either side gives the key's new result.
+                    let mutual = shape.table;
+                    if mutual && !self.table_join_allowed(&src, &o, c.span, other.span, after_steps) {
+                        ok = false;
+                        continue;
+                    }
                     if o.name == src.name || shape.joined.iter().any(|j| j.name == o.name) {
                         self.err(
                             Diagnostic::new(Code::JoinKind, other.span, format!("`{}` is already in this query", o.name))
@@ -1378,7 +1419,7 @@ impl<'a> Checker<'a> {
                             .label("not allowed here")
                             .help("a stream–table join looks up the table's current value; remove `within`"),
                         ),
-                        (SourceKind::Table, None) if *outer => self.err(
+                        (SourceKind::Table, None) if *outer && !mutual => self.err(
                             Diagnostic::new(
                                 Code::JoinKind,
                                 c.span,
@@ -1414,6 +1455,26 @@ impl<'a> Checker<'a> {
                     }
                     let is_key = matches!(&he.kind, ExprKind::Field(Root::Key, p) if p.is_empty())
                         || (value_field(&he).is_some() && value_field(&he) == shape.key_field);
+                    if mutual && !(is_key && shape.partitioned) && !he.ty.is_error() {
+                        self.err(
+                            Diagnostic::new(
+                                Code::JoinKey,
+                                on.span,
+                                format!("a table–table join matches the keys, but `on` is not `{}`'s key", src.name),
+                            )
+                            .label("not the key")
+                            .help(match src.key_name() {
+                                Some(k) => format!(
+                                    "join on `{k}`; a join on another field (a foreign-key join) is not supported"
+                                ),
+                                None => {
+                                    "a join on a field other than the key (a foreign-key join) is not supported".into()
+                                }
+                            }),
+                        );
+                        ok = false;
+                        continue;
+                    }
                     let repartition = !(o.is_global() || is_key && shape.partitioned);
                     if repartition {
                         shape.key = he.ty.clone();
@@ -1438,7 +1499,9 @@ impl<'a> Checker<'a> {
                         optional: *left || *outer,
                     });
                     let kind = match o.kind {
-                        SourceKind::Table => StepKind::JoinTable { table: oi, on: he, left: *left, repartition },
+                        SourceKind::Table => {
+                            StepKind::JoinTable { table: oi, on: he, left: *left, outer: *outer, mutual, repartition }
+                        }
                         SourceKind::Stream => StepKind::JoinStream {
                             stream: oi,
                             within: within.as_ref().map(|w| w.node).unwrap_or(Duration(0)),

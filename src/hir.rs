@@ -170,6 +170,11 @@ pub enum StepKind {
         table: usize,
         on: Expr,
         left: bool,
+        /// `outer join` (table–table only): rows of either side without a match.
+        outer: bool,
+        /// The query reads a table: a table–table join, whose result changes with updates of
+        /// either table (not only this side's).
+        mutual: bool,
         repartition: bool,
     },
     JoinStream {
@@ -412,10 +417,16 @@ impl Program {
                             .join(", "),
                         a.emit
                     ),
-                    StepKind::JoinTable { table, left, repartition, .. } => {
+                    StepKind::JoinTable { table, left, outer, repartition, .. } => {
                         format!(
                             "{}join table {}{}",
-                            if *left { "left " } else { "" },
+                            if *outer {
+                                "outer "
+                            } else if *left {
+                                "left "
+                            } else {
+                                ""
+                            },
                             self.sources[*table].name,
                             if *repartition { " (repartition)" } else { "" }
                         )

@@ -108,6 +108,11 @@ pub enum NodeKind {
         on: hir::Expr,
         left: bool,
         global: bool,
+        /// A table–table join (the query reads a table): updates of either side give results;
+        /// the query's own table is kept in the node's store for the other side's updates.
+        mutual: bool,
+        /// A table–table outer join: rows of either side without a match.
+        outer: bool,
     },
     /// Joins the other stream's records from `within` before to `after` after each of this
     /// side's (`within D`: both D). `on` (over this side)
@@ -508,7 +513,7 @@ impl Lowering<'_> {
                     shape = step.out.clone();
                     continue;
                 }
-                StepKind::JoinTable { table, left, repartition, on } => {
+                StepKind::JoinTable { table, left, outer, mutual, repartition, on } => {
                     let t = &program.sources[table];
                     if repartition {
                         let mut cut = shape.clone();
@@ -529,10 +534,21 @@ impl Lowering<'_> {
                         q,
                         sub,
                         name.clone(),
-                        NodeKind::JoinTable { table: t.name.clone(), on, left, global },
+                        NodeKind::JoinTable { table: t.name.clone(), on, left, global, mutual, outer },
                         line,
                         clause.clone(),
                     );
+                    if mutual {
+                        // This side's rows, for the other table's updates to join.
+                        self.store(
+                            n,
+                            format!("{name}-left"),
+                            StoreKind::KeyValue,
+                            input.key_type(),
+                            Type::Record(input.value.clone()),
+                            input.tenant.is_some(),
+                        );
+                    }
                     if global {
                         self.graph[n].stores.push(format!("{}-table", t.name));
                     } else {
@@ -681,6 +697,9 @@ impl NodeKind {
             NodeKind::Aggregate(a) if a.window.is_some() => "window aggregate",
             NodeKind::Aggregate(_) => "aggregate",
             NodeKind::TableSource { .. } => "table source",
+            NodeKind::JoinTable { mutual: true, outer: true, .. } => "table-table outer join",
+            NodeKind::JoinTable { mutual: true, left: true, .. } => "table-table left join",
+            NodeKind::JoinTable { mutual: true, .. } => "table-table join",
             NodeKind::JoinTable { left: false, .. } => "stream-table join",
             NodeKind::JoinTable { left: true, .. } => "stream-table left join",
             NodeKind::JoinStream { outer: true, .. } => "stream-stream outer join",
@@ -738,6 +757,9 @@ impl NodeKind {
             NodeKind::TableSource { topic, table } => format!("materializes table `{table}` from topic {topic}"),
             NodeKind::JoinTable { table, global: true, .. } => {
                 format!("looks up the control-managed table `{table}` (global: every task sees all of it)")
+            }
+            NodeKind::JoinTable { table, mutual: true, .. } => {
+                format!("joins `{table}` by key, co-partitioned: an update of either table gives the key's result")
             }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
             NodeKind::JoinStream { stream, within, after, grace, left, outer, .. } => format!(

@@ -106,6 +106,28 @@ pub struct TableJoinSpec {
     pub left: bool,
 }
 
+/// A table–table join (Kafka Streams' KTable–KTable join on the key): a record of either table
+/// updates that table's store, then the key's result is worked out from both tables' rows and
+/// sent down the chain after the join operator.
+#[derive(Clone, Debug)]
+pub struct MutualJoin {
+    /// The join's index in the task's `ops` (the chain goes on after it).
+    pub op: usize,
+    /// The other table: an index into the task's `tables`.
+    pub right: usize,
+    pub kind: MutualKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MutualKind {
+    /// A result while both tables have the key.
+    Inner,
+    /// A result while the query's own table has the key (the other side null without a match).
+    Left,
+    /// A result while either table has the key (the missing side null).
+    Outer,
+}
+
 /// A `to`: the topic, the value's format and type, the key's type.
 #[derive(Clone, Debug)]
 pub struct SinkSpec {
@@ -178,6 +200,10 @@ pub struct TaskSpec {
     /// record timestamp is the event time). Records across the inputs go in event-time order.
     /// Empty with one input.
     pub time_fields: Vec<Option<RecordType>>,
+    /// A table–table join: the query's own table, kept in a store of the task (the left side of
+    /// [`TaskSpec::mutual`]); its records are the main input's, not read separately.
+    pub left: Option<TableInput>,
+    pub mutual: Option<MutualJoin>,
     /// A query over a topic-fed table that keeps it a table (only filters, maps and table
     /// lookups before its sink): the index of its sink in `ops`. Rows its filter drops and
     /// deletions in the input become tombstones there.
@@ -224,6 +250,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
             version: 0,
             epoch: 0,
             time_fields: Vec::new(),
+            left: None,
+            mutual: None,
             table_sink: None,
             tenant: program
                 .queries
@@ -318,7 +346,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         wire,
                     }));
                 }
-                NodeKind::JoinTable { global, left, on, table: name } => {
+                NodeKind::JoinTable { global, left, on, table: name, mutual, outer } => {
                     // A topic-fed table is the task's table input of that name, declared by its
                     // table source node (which comes before the join in topological order).
                     let table = if *global {
@@ -331,6 +359,20 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                                 .ok_or(PlanError::Inconsistent("join without its table"))?,
                         )
                     };
+                    if *mutual {
+                        let (Decode::Source(main), Some(right)) = (&spec.main.decode, table) else {
+                            return Err(PlanError::Inconsistent("a table-table join without its tables"));
+                        };
+                        let store = spec.stores.len();
+                        spec.stores.push(store_spec(topo, &node.name));
+                        spec.left = Some(TableInput { topic: spec.main.topic.clone(), source: main.clone(), store });
+                        let kind = match (*outer, *left) {
+                            (true, _) => MutualKind::Outer,
+                            (false, true) => MutualKind::Left,
+                            (false, false) => MutualKind::Inner,
+                        };
+                        spec.mutual = Some(MutualJoin { op: ops.len(), right, kind });
+                    }
                     ops.push(Op::JoinTable(TableJoinSpec {
                         table,
                         global: global.then(|| name.clone()),

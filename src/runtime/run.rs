@@ -640,7 +640,11 @@ impl<F: Feed> TaskRun<F> {
             set_position(&mut self.positions, &keys[i], s.next);
             self.task.counters.counted = false;
             self.task.late_reason = None;
-            let res = if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
+            let res = if spec.mutual.is_some() && i <= spec.tables.len() {
+                // Either table of a table–table join (ordered by their records' times).
+                let side = i.checked_sub(1);
+                self.task.mutual_join(side, &s.record, head_time, &mut self.out, &self.trees)
+            } else if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
                 r
             } else if i == 0 {
                 self.task.decode_main(&s.record).and_then(|mut input| {

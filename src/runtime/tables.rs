@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use crate::codec::{decode_tenanted, decode_visible};
 use crate::eval::Tenant;
 use crate::log::Record;
-use crate::plan::physical::TaskSpec;
+use crate::plan::physical::{TableInput, TaskSpec};
 use crate::runtime::op::{scoped, Change, Counters, RecordError, Stateful, StoreRead};
 use crate::runtime::tenant;
 use crate::value::Value;
@@ -31,8 +31,17 @@ pub(crate) struct TableInputs {
 
 impl TableInputs {
     pub(crate) fn new(spec: Arc<TaskSpec>) -> TableInputs {
-        let stores = spec.tables.iter().map(|t| t.store).collect();
+        let stores = spec.tables.iter().chain(&spec.left).map(|t| t.store).collect();
         TableInputs { spec, stores, rows: FxHashMap::default() }
+    }
+
+    /// Table input `table`: one of the task's `tables`, or, numbered after them, the query's own
+    /// table in a table–table join (`left`).
+    fn input(spec: &TaskSpec, table: usize) -> Result<&TableInput, RecordError> {
+        spec.tables
+            .get(table)
+            .or(spec.left.as_ref().filter(|_| table == spec.tables.len()))
+            .ok_or_else(|| RecordError(format!("internal: no table input {table}")))
     }
 
     /// Apply one record of table input `table` (a record without a value deletes its key). The
@@ -44,8 +53,9 @@ impl TableInputs {
         rec: &Record,
         counters: &mut Counters,
         changes: &mut Vec<Change>,
-    ) -> Result<(), RecordError> {
-        let ti = &self.spec.tables[table];
+    ) -> Result<Option<Tenant>, RecordError> {
+        let spec = Arc::clone(&self.spec);
+        let ti = Self::input(&spec, table)?;
         let key =
             rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
         let (row, field) = match &rec.value {
@@ -55,12 +65,12 @@ impl TableInputs {
                 (Some(Arc::new(row)), field)
             }
         };
-        let key = match ti.source.tenant {
-            None => key,
+        let (key, tenant) = match ti.source.tenant {
+            None => (key, None),
             Some(_) => {
                 let t = tenant::of_record(&ti.source, field.as_ref(), rec).map_err(RecordError)?;
                 counters.tenant(&t).records_in += 1;
-                tenant::scope(&t, &key)
+                (tenant::scope(&t, &key), Some(t))
             }
         };
         self.rows.insert((table, key.clone()), row);
@@ -71,7 +81,7 @@ impl TableInputs {
             timestamp: rec.timestamp,
             existed: true,
         });
-        Ok(())
+        Ok(tenant)
     }
 
     /// The current row of table input `table` for a key: from the decoded rows, else from the
@@ -83,7 +93,7 @@ impl TableInputs {
         tenant: Option<&Tenant>,
         stores: &dyn StoreRead,
     ) -> Result<Option<TableRow>, RecordError> {
-        let ti = &self.spec.tables[table];
+        let ti = Self::input(&self.spec, table)?;
         let kb = scoped(self.spec.tenant, tenant, key.key_bytes(&ti.source.key_type()))?;
         if let Some(r) = self.rows.get(&(table, kb.clone())) {
             return Ok(r.clone());

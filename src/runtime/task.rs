@@ -11,7 +11,7 @@ use crate::codec::decode_tenanted;
 use crate::eval::{Row, Tenant};
 use crate::hir::{self, KeySpec};
 use crate::log::Record;
-use crate::plan::physical::{Decode, TaskSpec};
+use crate::plan::physical::{Decode, MutualKind, TaskSpec};
 use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
 use crate::runtime::ops::{self, sink::tombstone, Ctx, Down, Operator};
@@ -278,7 +278,73 @@ impl Task {
 
     /// Apply one record of a table input: the table is updated in timestamp order with the stream.
     pub fn process_table(&mut self, table: usize, rec: &Record) -> Result<(), RecordError> {
-        self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes)
+        self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes).map(|_| ())
+    }
+
+    /// A record of either table of a table–table join ([`TaskSpec::mutual`]): `side` is the
+    /// other table's side index, None for the query's own table (the main input). The table's
+    /// store is updated, then the key's result, worked out from both tables' current rows, goes
+    /// down the chain after the join at time `ts` — or, when a deletion leaves the key without
+    /// a result, a tombstone. An update that gives no result where there was none sends nothing
+    /// (an inner join's row while the other table lacks the key).
+    pub fn mutual_join(
+        &mut self,
+        side: Option<usize>,
+        rec: &Record,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let (Some(m), Some(own)) = (&spec.mutual, &spec.left) else {
+            return Err(RecordError("internal: not a table-table join".into()));
+        };
+        let own_index = spec.tables.len();
+        let (table, src) = match side {
+            Some(s) if s == m.right => (s, &spec.tables[s].source),
+            Some(s) => return self.process_table(s, rec),
+            None => (own_index, &own.source),
+        };
+        let key = decode_key(rec.key.as_deref(), &src.key_type())?;
+        let tenant = self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes)?;
+        if side.is_none() {
+            self.counters.records_in += 1;
+        }
+        let mine = self.tables.row(own_index, &key, tenant.as_ref(), stores)?;
+        let other = self.tables.row(m.right, &key, tenant.as_ref(), stores)?;
+        let result = match m.kind {
+            MutualKind::Inner => mine.is_some() && other.is_some(),
+            MutualKind::Left => mine.is_some(),
+            MutualKind::Outer => mine.is_some() || other.is_some(),
+        };
+        if !result {
+            // A deletion that takes the key's result away; an update while the other side lacks
+            // the key had none to take.
+            let had = match m.kind {
+                MutualKind::Inner => rec.value.is_none() && (mine.is_some() || other.is_some()),
+                MutualKind::Left => rec.value.is_none() && side.is_none(),
+                MutualKind::Outer => rec.value.is_none(),
+            };
+            if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
+                out.push(tombstone(sink, &key, None, ts, tenant.as_deref(), spec.version));
+                self.counters.records_out += 1;
+            }
+            return Ok(());
+        }
+        let value = match &mine {
+            Some(r) => r.as_ref().clone(),
+            None => {
+                // An outer join's row of the other table alone: this side null but its key.
+                let mut v = vec![Value::Null; own.source.value.fields.len()];
+                if let KeySpec::Field(i) = own.source.key {
+                    v[i] = key.clone();
+                }
+                v
+            }
+        };
+        let row = Row { key: key.clone(), value, joined: vec![other.map(|r| (key, r))], tenant };
+        let (chain, mut cx) = self.parts(out, stores, None);
+        Down::from(chain, m.op + 1).emit(row, ts, &mut cx)
     }
 
     /// Flush the operators, in chain order: first stream time advances for each (an

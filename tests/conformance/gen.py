@@ -103,6 +103,22 @@ def accounts(seed, n, keys=40):
     return out
 
 
+def keyed_rows(seed, n, keys, value):
+    """Updates of a table keyed u00..: a fifth of the updates of a key the table holds delete it."""
+    rng = random.Random(seed)
+    held = set()
+    out = []
+    for _ in range(n):
+        k = f"u{rng.randrange(keys):02d}"
+        if k in held and rng.random() < 0.2:
+            held.discard(k)
+            out.append({"key": k, "value": None})
+        else:
+            held.add(k)
+            out.append({"key": k, "value": value(rng)})
+    return out
+
+
 def views(seed, n):
     rng = random.Random(seed)
     return [
@@ -155,6 +171,9 @@ def main():
     write("merge_windows", "web", web)
     write("merge_windows", "app", app)
     write("branch_routes", "orders", region_orders(15, 1500))
+    names, cities = ["Ann", "Bob", "Cyd", "Dee", "Eve"], ["Oslo", "Rome", "Kyiv", "Lima"]
+    write("table_table_join", "users", keyed_rows(16, 400, 30, lambda r: {"name": r.choice(names), "city": r.choice(cities)}))
+    write("table_table_join", "scores", keyed_rows(17, 400, 30, lambda r: {"points": r.randint(0, 9)}))
 
 
 if __name__ == "__main__":

@@ -335,6 +335,37 @@ public final class Main {
         })
         .toStream()
         .to(t.out("rich"), Produced.with(S, J))));
+    // KTable-KTable joins on the key; the outer join's result filtered as a table.
+    CASES.put("table_table_join", new Case(List.of("joined", "joined-left", "joined-outer"), (b, t) -> {
+      KTable<String, JsonNode> users = b.table(t.in("users"), Consumed.with(S, J));
+      KTable<String, JsonNode> scores = b.table(t.in("scores"), Consumed.with(S, J));
+      users.join(scores, (u, s) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.set("name", u.get("name"));
+            o.set("city", u.get("city"));
+            o.set("points", s.get("points"));
+            return (JsonNode) o;
+          })
+          .toStream()
+          .to(t.out("joined"), Produced.with(S, J));
+      users.leftJoin(scores, (u, s) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.set("name", u.get("name"));
+            o.set("points", s == null ? null : s.get("points"));
+            return (JsonNode) o;
+          })
+          .toStream()
+          .to(t.out("joined-left"), Produced.with(S, J));
+      users.outerJoin(scores, (u, s) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.set("name", u == null ? null : u.get("name"));
+            o.set("points", s == null ? null : s.get("points"));
+            return (JsonNode) o;
+          })
+          .filter((id, o) -> o.get("points").isNull() || o.get("points").asInt() > 3)
+          .toStream()
+          .to(t.out("joined-outer"), Produced.with(S, J));
+    }));
     CASES.put("group_by_repartition", new Case(List.of("per-user"), (b, t) -> b.stream(t.in("views"), Consumed.with(S, J))
         .groupBy((page, v) -> v.get("user").asText(), Grouped.with(S, J))
         .aggregate(ViewStats::new, (u, v, s) -> s.add(v), Materialized.with(S, json(ViewStats.class)))

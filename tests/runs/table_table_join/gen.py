@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Two tables keyed by user id (u00 .. u11): 120 updates and deletions (an LCG, seed 5), each
+record on one of the two topics, every record timestamp distinct (the tables' event time), so
+that the order of a key's updates across both tables is the same on any backend. Only keys a
+table holds are deleted."""
+import json
+from pathlib import Path
+
+MASK = (1 << 64) - 1
+x = 5
+
+
+def nxt(m):
+    global x
+    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
+    return (x >> 33) % m
+
+
+names = ["Ann", "Bob", "Cyd", "Dee", "Eve", "Fay"]
+cities = ["Oslo", "Rome", "Kyiv", "Lima"]
+clock = 1_700_000_000_000
+held = {"users": set(), "scores": set()}
+out = {"users": [], "scores": []}
+for _ in range(120):
+    clock += 1 + nxt(1_000)
+    topic = ["users", "scores"][nxt(2)]
+    key = f"u{nxt(12):02}"
+    if key in held[topic] and nxt(4) == 0:
+        value = None
+        held[topic].discard(key)
+    else:
+        held[topic].add(key)
+        if topic == "users":
+            value = {"name": names[nxt(len(names))], "city": cities[nxt(len(cities))]}
+        else:
+            value = {"points": nxt(10)}
+    out[topic].append({"key": key, "value": value, "timestamp": clock})
+here = Path(__file__).resolve().parent
+for topic, lines in out.items():
+    (here / "in" / f"{topic}.jsonl").write_text("".join(json.dumps(v) + "\n" for v in lines))
