@@ -148,6 +148,8 @@ pub enum Clause {
     Window {
         kind: WindowKind,
         grace: Option<Node<Duration>>,
+        /// `tz "ZONE"`: days aligned on the zone's midnights (an IANA name).
+        tz: Option<Node<String>>,
     },
     Aggregate(Vec<AggItem>),
     /// `emit changes`, `emit final`, or `emit final idle D` (windows close after D of wall-clock
@@ -546,9 +548,10 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
-            Clause::Window { kind, grace } => {
+            Clause::Window { kind, grace, tz } => {
                 let g = grace.as_ref().map(|g| format!(" grace {}", g.node)).unwrap_or_default();
-                format!("{kind:?}{g}")
+                let z = tz.as_ref().map(|z| format!(" tz {:?}", z.node)).unwrap_or_default();
+                format!("{kind:?}{z}{g}")
             }
             Clause::Aggregate(items) => items
                 .iter()

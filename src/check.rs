@@ -1209,7 +1209,7 @@ impl<'a> Checker<'a> {
                     let repartition = !(is_key && shape.partitioned);
                     group = Some((out, c.span, repartition));
                 }
-                Clause::Window { kind, grace } => {
+                Clause::Window { kind, grace, tz } => {
                     if group_rejected {
                         continue;
                     }
@@ -1240,7 +1240,9 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     self.check_window(kind, c.span);
-                    let w = hir::Window { kind: *kind, grace: grace.as_ref().map(|g| g.node).unwrap_or(Duration(0)) };
+                    let tz = tz.as_ref().and_then(|z| self.check_zone(kind, z));
+                    let w =
+                        hir::Window { kind: *kind, grace: grace.as_ref().map(|g| g.node).unwrap_or(Duration(0)), tz };
                     window = Some((w, c.span));
                 }
                 Clause::Aggregate(items) => {
@@ -1684,6 +1686,46 @@ impl<'a> Checker<'a> {
                 bad(self, "a session gap must be positive", "write `session gap 30s`")
             }
             _ => {}
+        }
+    }
+
+    /// `tz "ZONE"` on a window: a zone of the bundled database, on tumbling or hopping windows
+    /// whose size and advance are whole days.
+    fn check_zone(&mut self, kind: &WindowKind, zone: &Node<String>) -> Option<&'static str> {
+        const DAY: i64 = 86_400_000;
+        let whole_days = match kind {
+            WindowKind::Tumbling { size } => size.0 % DAY == 0,
+            WindowKind::Hopping { size, advance } => size.0 % DAY == 0 && advance.0 % DAY == 0,
+            WindowKind::Sliding { .. } | WindowKind::Session { .. } => {
+                self.err(
+                    Diagnostic::new(Code::BadTime, zone.span, "`tz` is for tumbling and hopping windows")
+                        .label("not on this window")
+                        .help("sliding and session windows follow the records' times, not the calendar: remove `tz`"),
+                );
+                return None;
+            }
+        };
+        if !whole_days {
+            self.err(
+                Diagnostic::new(Code::BadTime, zone.span, "`tz` aligns whole days: the window is not")
+                    .label("a zone for a window of hours or less")
+                    .help("write the size (and advance) in days, e.g. `tumbling 1d tz \"Europe/Paris\"`; shorter windows are aligned on UTC"),
+            );
+            return None;
+        }
+        match crate::function::calendar::zone_name(&zone.node) {
+            Ok(name) => Some(name),
+            Err(_) => {
+                let names: Vec<String> = jiff::tz::db().available().map(|n| n.as_str().to_string()).collect();
+                let help = did_you_mean(&zone.node, names.iter().map(String::as_str))
+                    .unwrap_or_else(|| "an IANA zone name, e.g. `Europe/Paris`, `America/New_York` or `UTC`".into());
+                self.err(
+                    Diagnostic::new(Code::BadTime, zone.span, format!("unknown time zone {:?}", zone.node))
+                        .label("not in the time zone database")
+                        .help(help),
+                );
+                None
+            }
         }
     }
 

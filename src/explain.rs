@@ -120,7 +120,7 @@ fn store_kind(k: &StoreKind) -> String {
         StoreKind::KeyValue => "key-value".into(),
         StoreKind::Window { window } => format!(
             "window store ({}, grace {}; a window expires at its end + grace, by stream time)",
-            crate::plan::window_desc(&window.kind),
+            crate::plan::zoned_window_desc(window),
             window.grace
         ),
         StoreKind::JoinWindow { within, after, grace, .. } if within == after => {

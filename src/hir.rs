@@ -212,6 +212,10 @@ pub struct Window {
     #[serde(flatten)]
     pub kind: WindowKind,
     pub grace: Duration,
+    /// `tz "ZONE"`: whole-day windows aligned on the zone's midnights, not UTC's (the name is
+    /// one of the bundled IANA database's, interned: see [`crate::function::calendar::zone_name`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tz: Option<&'static str>,
 }
 
 #[derive(Clone, Debug)]
@@ -409,7 +413,14 @@ impl Program {
                         "aggregate by {}{}{} [{}] emit {:?}",
                         a.group.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "),
                         if a.repartition { " (repartition)" } else { "" },
-                        a.window.map(|w| format!(" window {:?} grace {}", w.kind, w.grace)).unwrap_or_default(),
+                        a.window
+                            .map(|w| format!(
+                                " window {:?}{} grace {}",
+                                w.kind,
+                                w.tz.map(|z| format!(" tz {z:?}")).unwrap_or_default(),
+                                w.grace
+                            ))
+                            .unwrap_or_default(),
                         a.aggs
                             .iter()
                             .map(|c| format!("{} = {}: {}", c.name, c.func.name(), c.ty))

@@ -651,11 +651,14 @@ impl Builder {
                     (Rule::session, [g]) => WindowKind::Session { gap: *g },
                     _ => return self.unexpected(&p, krule),
                 };
-                let grace = match it.next() {
-                    Some(g) => Some(self.duration(inner(g).next().ok_or(())?)?),
-                    None => None,
-                };
-                Clause::Window { kind, grace }
+                let (mut grace, mut tz) = (None, None);
+                for part in it {
+                    match part.as_rule() {
+                        Rule::zone => tz = Some(self.string(inner(part).next().ok_or(())?)?),
+                        _ => grace = Some(self.duration(inner(part).next().ok_or(())?)?),
+                    }
+                }
+                Clause::Window { kind, grace, tz }
             }
             Rule::aggregate_clause => {
                 let mut items = Vec::new();

@@ -4,6 +4,9 @@
 //! program runs. A zone or pattern that is not valid, or text that does not match its pattern,
 //! is an evaluation error.
 
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
 use jiff::fmt::strtime;
 use jiff::tz::TimeZone;
 use jiff::Timestamp;
@@ -11,6 +14,21 @@ use jiff::Timestamp;
 use super::{is_string, text, Args, Doc, Function};
 use crate::types::Type;
 use crate::value::Value;
+
+/// The name of a zone of the bundled database, interned: a `&'static str`, so that a window
+/// spec that names it stays `Copy` (one allocation per zone of the database, at most).
+pub fn zone_name(name: &str) -> Result<&'static str, String> {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let tz = TimeZone::get(name).map_err(|e| format!("unknown time zone {name:?}: {e}"))?;
+    let canonical = tz.iana_name().unwrap_or(name);
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = names.get(canonical) {
+        return Ok(n);
+    }
+    let n: &'static str = Box::leak(canonical.to_string().into_boxed_str());
+    names.insert(n);
+    Ok(n)
+}
 
 fn zone(v: Option<&Value>) -> Result<TimeZone, String> {
     match v {

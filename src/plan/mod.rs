@@ -738,7 +738,7 @@ impl NodeKind {
             NodeKind::Aggregate(a) => {
                 let aggs: Vec<String> = a.aggs.iter().map(|c| format!("{}={}", c.name, c.func.name())).collect();
                 let w = match &a.window {
-                    Some(w) => format!("{}, grace {} (effective), ", window_desc(&w.kind), w.grace),
+                    Some(w) => format!("{}, grace {} (effective), ", zoned_window_desc(w), w.grace),
                     None => String::new(),
                 };
                 let emit = match (a.emit, a.idle) {
@@ -797,6 +797,14 @@ impl NodeKind {
                 }
             ),
         }
+    }
+}
+
+/// A window as the program writes it (kind, sizes, zone).
+pub fn zoned_window_desc(w: &hir::Window) -> String {
+    match w.tz {
+        Some(z) => format!("{} tz {z:?}", window_desc(&w.kind)),
+        None => window_desc(&w.kind),
     }
 }
 

@@ -1,5 +1,9 @@
 //! Tumbling and hopping windows: `[start, start + size)` for every start that is a multiple of
-//! `advance` (tumbling: `advance` = `size`), aligned to the epoch.
+//! `advance` (tumbling: `advance` = `size`), aligned to the epoch; with `tz "ZONE"`, whole days
+//! aligned on that zone's midnights ([`Zoned`]).
+
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
 
 use super::{Cx, Windowing};
 use crate::ast::Duration;
@@ -41,6 +45,92 @@ impl Windowing for Fixed {
                         format!("late: window [{s}, {end}) closed at stream time {stream_time} (grace {grace})")
                     });
                 }
+            }
+            s += advance;
+        }
+        let r = cx.update_windows(&windows, group, kb, ts, args);
+        self.windows = windows;
+        r
+    }
+}
+
+/// Tumbling and hopping windows of whole days aligned on a time zone's midnights (`tz "ZONE"`):
+/// a window starts at the start of a day (in that zone) whose number since 1970-01-01 is a
+/// multiple of the advance in days, and ends at the start of the day `size` days later, so a
+/// window over a daylight-saving change is an hour shorter or longer than its size says.
+pub(crate) struct Zoned {
+    size_days: i64,
+    advance_days: i64,
+    grace: Duration,
+    tz: TimeZone,
+    /// The start of the last day looked up (days of one window are looked up again and again).
+    last: (i64, i64),
+    windows: Vec<(i64, i64)>,
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+impl Zoned {
+    pub(crate) fn new(size: i64, advance: i64, grace: Duration, zone: &str) -> Zoned {
+        // (The checker accepted the name from the same database; UTC if it ever were not there.)
+        let tz = TimeZone::get(zone).unwrap_or(TimeZone::UTC);
+        Zoned {
+            size_days: (size / DAY_MS).max(1),
+            advance_days: (advance / DAY_MS).max(1),
+            grace,
+            tz,
+            last: (i64::MIN, 0),
+            windows: Vec::new(),
+        }
+    }
+
+    /// The number (since 1970-01-01) of the day, in the zone, at event time `ts`.
+    fn day_of(&self, ts: i64) -> Result<i64, RecordError> {
+        let t = Timestamp::from_millisecond(ts)
+            .map_err(|_| RecordError(format!("event time {ts} is outside the calendar's years (-9999 to 9999)")))?;
+        let date = t.to_zoned(self.tz.clone()).date();
+        Ok(i64::from((date - EPOCH).get_days()))
+    }
+
+    /// When day `day` starts in the zone (ms): its first instant, past a gap if midnight is in one.
+    fn day_start(&mut self, day: i64) -> Result<i64, RecordError> {
+        if self.last.0 == day {
+            return Ok(self.last.1);
+        }
+        let out_of_range = || RecordError(format!("day {day} since 1970 is outside the calendar's years"));
+        let days = i32::try_from(day).map_err(|_| out_of_range())?;
+        let date = EPOCH
+            .checked_add(jiff::Span::new().try_days(days).map_err(|_| out_of_range())?)
+            .map_err(|_| out_of_range())?;
+        let start = date.to_zoned(self.tz.clone()).map_err(|_| out_of_range())?.timestamp().as_millisecond();
+        self.last = (day, start);
+        Ok(start)
+    }
+}
+
+const EPOCH: jiff::civil::Date = jiff::civil::date(1970, 1, 1);
+
+impl Windowing for Zoned {
+    fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
+        let (size, advance) = (self.size_days, self.advance_days);
+        let day = self.day_of(ts)?;
+        let close = cx.stream_time.saturating_sub(self.grace.0);
+        // The first start (a multiple of the advance) of a window that holds `day`.
+        let lowest = day - size + 1;
+        let mut s = lowest + (advance - lowest.rem_euclid(advance)) % advance;
+        let mut windows = std::mem::take(&mut self.windows);
+        windows.clear();
+        while s <= day {
+            // (The end first: the start is then the cached day.)
+            let end = self.day_start(s + size)?;
+            let start = self.day_start(s)?;
+            if end > close {
+                windows.push((start, end));
+            } else {
+                let (stream_time, grace) = (cx.stream_time, self.grace);
+                cx.late(|| {
+                    format!("late: window [{start}, {end}) closed at stream time {stream_time} (grace {grace})")
+                });
             }
             s += advance;
         }

@@ -143,10 +143,14 @@ pub(crate) trait Windowing: Send {
 pub(crate) fn for_agg(agg: &AggSpec) -> Box<dyn Windowing> {
     let Some(w) = agg.window else { return Box::new(none::Unwindowed) };
     let grace = w.grace.0;
-    match w.kind {
-        WindowKind::Tumbling { size } => Box::new(fixed::Fixed::new(size.0, size.0, w.grace)),
-        WindowKind::Hopping { size, advance } => Box::new(fixed::Fixed::new(size.0, advance.0, w.grace)),
-        WindowKind::Session { gap } => Box::new(session::Session::new(gap.0, grace)),
-        WindowKind::Sliding { size } => Box::new(sliding::Sliding::new(size.0, grace)),
+    match (w.kind, w.tz) {
+        (WindowKind::Tumbling { size }, Some(tz)) => Box::new(fixed::Zoned::new(size.0, size.0, w.grace, tz)),
+        (WindowKind::Hopping { size, advance }, Some(tz)) => {
+            Box::new(fixed::Zoned::new(size.0, advance.0, w.grace, tz))
+        }
+        (WindowKind::Tumbling { size }, _) => Box::new(fixed::Fixed::new(size.0, size.0, w.grace)),
+        (WindowKind::Hopping { size, advance }, _) => Box::new(fixed::Fixed::new(size.0, advance.0, w.grace)),
+        (WindowKind::Session { gap }, _) => Box::new(session::Session::new(gap.0, grace)),
+        (WindowKind::Sliding { size }, _) => Box::new(sliding::Sliding::new(size.0, grace)),
     }
 }
