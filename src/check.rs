@@ -760,6 +760,7 @@ impl<'a> Checker<'a> {
         clause: Span,
         other: Span,
         after_steps: bool,
+        after_join: bool,
     ) -> bool {
         let refuse = |c: &mut Self, d: Diagnostic| {
             c.err(d);
@@ -783,6 +784,14 @@ impl<'a> Checker<'a> {
                 Diagnostic::new(Code::JoinKind, other, format!("`{name}` is a control-managed table"))
                     .label("no topic")
                     .help("a table–table join needs both tables read from topics (co-partitioned by their keys)"),
+            );
+        }
+        if after_join {
+            return refuse(
+                self,
+                Diagnostic::new(Code::ClauseOrder, clause, "a table joins one other table")
+                    .label("a second join")
+                    .help("join the tables two at a time: write this join's result to a topic and read it as a table"),
             );
         }
         if after_steps {
@@ -1376,7 +1385,9 @@ impl<'a> Checker<'a> {
                     // A table joined with a table (Kafka Streams' KTable–KTable join): an update
                     // of either side gives the key's new result.
                     let mutual = shape.table;
-                    if mutual && !self.table_join_allowed(&src, &o, c.span, other.span, after_steps) {
+                    if mutual
+                        && !self.table_join_allowed(&src, &o, c.span, other.span, after_steps, !shape.joined.is_empty())
+                    {
                         ok = false;
                         continue;
                     }
@@ -1419,7 +1430,11 @@ impl<'a> Checker<'a> {
                                 format!("`{}` is a table: `within` is only for stream–stream joins", o.name),
                             )
                             .label("not allowed here")
-                            .help("a stream–table join looks up the table's current value; remove `within`"),
+                            .help(if mutual {
+                                "a table–table join matches the tables' current rows; remove `within`"
+                            } else {
+                                "a stream–table join looks up the table's current value; remove `within`"
+                            }),
                         ),
                         (SourceKind::Table, None) if *outer && !mutual => self.err(
                             Diagnostic::new(
@@ -1486,9 +1501,13 @@ impl<'a> Checker<'a> {
                     }
                     if *outer {
                         // A record of the other side with no match comes with this side null:
-                        // every field so far may be null (the key is the join key either way).
-                        for (_, t) in shape.value.fields.iter_mut() {
-                            *t = t.clone().nullable();
+                        // every field so far may be null (the key is the join key either way;
+                        // in a table–table join the table's key field holds it too).
+                        let keeps = if mutual { shape.key_field } else { None };
+                        for (i, (_, t)) in shape.value.fields.iter_mut().enumerate() {
+                            if Some(i) != keeps {
+                                *t = t.clone().nullable();
+                            }
                         }
                         for j in shape.joined.iter_mut() {
                             j.optional = true;

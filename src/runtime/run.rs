@@ -641,9 +641,12 @@ impl<F: Feed> TaskRun<F> {
             self.task.counters.counted = false;
             self.task.late_reason = None;
             let res = if spec.mutual.is_some() && i <= spec.tables.len() {
-                // Either table of a table–table join (ordered by their records' times).
-                let side = i.checked_sub(1);
-                self.task.mutual_join(side, &s.record, head_time, &mut self.out, &self.trees)
+                // Either table of a table–table join (ordered by their records' times); either
+                // gives results at its time, which the topics written must take.
+                match self.refused(head_time, now) {
+                    Some(e) => Err(e),
+                    None => self.task.mutual_join(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
+                }
             } else if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
                 r
             } else if i == 0 {

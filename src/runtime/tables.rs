@@ -47,17 +47,29 @@ impl TableInputs {
     /// Apply one record of table input `table` (a record without a value deletes its key). The
     /// row is decoded now, so that a bad row goes to the dead-letter topic and a join never
     /// meets one.
+    /// The row is stored under its key as [`Value::key_bytes`] writes it (the bytes lookups
+    /// make), not as the producer wrote it: `" 2"` and `2` are one int key, and a key that is
+    /// not of the key's type is bad input. `key`: the key, if the caller decoded it already.
     pub(crate) fn apply(
         &mut self,
         table: usize,
         rec: &Record,
+        key: Option<&Value>,
         counters: &mut Counters,
         changes: &mut Vec<Change>,
     ) -> Result<Option<Tenant>, RecordError> {
         let spec = Arc::clone(&self.spec);
         let ti = Self::input(&spec, table)?;
-        let key =
-            rec.key.clone().ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
+        let key_type = ti.source.key_type();
+        let key = match key {
+            Some(k) => k.key_bytes(&key_type),
+            None => {
+                let raw = rec.key.as_deref();
+                let raw =
+                    raw.ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
+                crate::runtime::wire::decode_key(Some(raw), &key_type)?.key_bytes(&key_type)
+            }
+        };
         let (row, field) = match &rec.value {
             None => (None, None),
             Some(v) => {

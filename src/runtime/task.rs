@@ -278,15 +278,15 @@ impl Task {
 
     /// Apply one record of a table input: the table is updated in timestamp order with the stream.
     pub fn process_table(&mut self, table: usize, rec: &Record) -> Result<(), RecordError> {
-        self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes).map(|_| ())
+        self.tables.apply(table, rec, None, &mut self.counters, &mut self.table_changes).map(|_| ())
     }
 
     /// A record of either table of a table–table join ([`TaskSpec::mutual`]): `side` is the
-    /// other table's side index, None for the query's own table (the main input). The table's
-    /// store is updated, then the key's result, worked out from both tables' current rows, goes
-    /// down the chain after the join at time `ts` — or, when a deletion leaves the key without
-    /// a result, a tombstone. An update that gives no result where there was none sends nothing
-    /// (an inner join's row while the other table lacks the key).
+    /// other table's side index, None for the query's own table (the main input). A value is
+    /// checked as any input record (its key against its key field, its event time), the table's
+    /// store updated, then the key's result, worked out from both tables' current rows, goes
+    /// down the chain after the join at time `ts`; if the key had a result and has none now, a
+    /// tombstone; if it had none and has none, nothing (Kafka Streams' KTable–KTable joins).
     pub fn mutual_join(
         &mut self,
         side: Option<usize>,
@@ -305,26 +305,38 @@ impl Task {
             Some(s) => return self.process_table(s, rec),
             None => (own_index, &own.source),
         };
-        let key = decode_key(rec.key.as_deref(), &src.key_type())?;
-        let tenant = self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes)?;
-        if side.is_none() {
-            self.counters.records_in += 1;
+        let (key, tenant) = match &rec.value {
+            Some(_) => {
+                let input = decode_source(src, rec)?;
+                (input.row.key, input.row.tenant)
+            }
+            None => {
+                let key = decode_key(rec.key.as_deref(), &src.key_type())?;
+                let tenant = match &src.tenant {
+                    None => None,
+                    Some(_) => Some(tenant::of_record(src, None, rec).map_err(RecordError)?),
+                };
+                (key, tenant)
+            }
+        };
+        if key.is_null() {
+            return Err(RecordError(format!("a record of table `{}` has no key", src.name)));
         }
+        let before = self.tables.row(table, &key, tenant.as_ref(), stores)?.is_some();
+        self.tables.apply(table, rec, Some(&key), &mut self.counters, &mut self.table_changes)?;
+        self.counters.records_in += 1;
         let mine = self.tables.row(own_index, &key, tenant.as_ref(), stores)?;
         let other = self.tables.row(m.right, &key, tenant.as_ref(), stores)?;
-        let result = match m.kind {
-            MutualKind::Inner => mine.is_some() && other.is_some(),
-            MutualKind::Left => mine.is_some(),
-            MutualKind::Outer => mine.is_some() || other.is_some(),
+        let result = |mine: bool, other: bool| match m.kind {
+            MutualKind::Inner => mine && other,
+            MutualKind::Left => mine,
+            MutualKind::Outer => mine || other,
         };
-        if !result {
-            // A deletion that takes the key's result away; an update while the other side lacks
-            // the key had none to take.
-            let had = match m.kind {
-                MutualKind::Inner => rec.value.is_none() && (mine.is_some() || other.is_some()),
-                MutualKind::Left => rec.value.is_none() && side.is_none(),
-                MutualKind::Outer => rec.value.is_none(),
-            };
+        let had = match side {
+            None => result(before, other.is_some()),
+            Some(_) => result(mine.is_some(), before),
+        };
+        if !result(mine.is_some(), other.is_some()) {
             if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
                 out.push(tombstone(sink, &key, None, ts, tenant.as_deref(), spec.version));
                 self.counters.records_out += 1;

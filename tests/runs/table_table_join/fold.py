@@ -1,14 +1,10 @@
 #!/usr/bin/env python3
 """table_table_join: both topics merged in timestamp order (all distinct); per record, the
 table it belongs to is updated (a null value deletes), then each join's result for the key is
-worked out from both tables as Kafka Streams' KTable-KTable joins do:
-- inner: a row while both tables hold the key; otherwise a tombstone if the record was a
-  deletion and the other table holds the key (a result existed), else nothing;
-- left: a row (scores' side null without a match) while users holds the key; a tombstone when a
-  user is deleted; nothing for a score of a user that is not there;
-- outer: a row while either table holds the key (the missing side null); a tombstone when a
-  deletion leaves neither; then the filter after the join: a row that does not match becomes a
-  tombstone (the row it may have replaced is deleted downstream)."""
+worked out from both tables, as Kafka Streams' KTable-KTable joins do: a row if the key has a
+result now (inner: both tables hold it; left: users does, scores' side null without a match;
+outer: either does, the missing side null), else a tombstone if it had one before the record,
+else nothing. The outer join's filter then turns a row that does not match into a tombstone."""
 import sys
 from pathlib import Path
 
@@ -19,34 +15,34 @@ events = [("users", r) for r in read_input("users")] + [("scores", r) for r in r
 events.sort(key=lambda e: e[1]["timestamp"])
 assert len({e[1]["timestamp"] for e in events}) == len(events), "timestamps must be distinct"
 
+KINDS = {
+    "inner": lambda u, s: u is not None and s is not None,
+    "left": lambda u, s: u is not None,
+    "outer": lambda u, s: u is not None or s is not None,
+}
 tables = {"users": {}, "scores": {}}
-inner, left, outer = [], [], []
+out = {"inner": [], "left": [], "outer": []}
 for topic, rec in events:
     k, v = rec["key"], rec["value"]
+    before = (tables["users"].get(k), tables["scores"].get(k))
     if v is None:
         tables[topic].pop(k, None)
     else:
         tables[topic][k] = v
     u, s = tables["users"].get(k), tables["scores"].get(k)
     points = s["points"] if s else None
-    name = u["name"] if u else None
+    for kind, has in KINDS.items():
+        if has(u, s):
+            if kind == "inner":
+                row = {"name": u["name"], "city": u["city"], "points": points}
+            else:
+                row = {"name": u["name"] if u else None, "points": points}
+            if kind == "outer" and not (points is None or points > 3):
+                row = None  # the filter after the join
+            out[kind].append({"key": k, "value": row})
+        elif has(*before):
+            out[kind].append({"key": k, "value": None})
 
-    if u and s:
-        inner.append({"key": k, "value": {"name": u["name"], "city": u["city"], "points": points}})
-    elif v is None and (u or s):
-        inner.append({"key": k, "value": None})
-
-    if u:
-        left.append({"key": k, "value": {"name": name, "points": points}})
-    elif v is None and topic == "users":
-        left.append({"key": k, "value": None})
-
-    if u or s:
-        keep = (points is not None and points > 3) or points is None
-        outer.append({"key": k, "value": {"name": name, "points": points} if keep else None})
-    else:
-        outer.append({"key": k, "value": None})
-
-write_expected("user-scores", inner)
-write_expected("user-scores-left", left)
-write_expected("user-scores-outer", outer)
+write_expected("user-scores", out["inner"])
+write_expected("user-scores-left", out["left"])
+write_expected("user-scores-outer", out["outer"])

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Two tables keyed by user id (u00 .. u11): 120 updates and deletions (an LCG, seed 5), each
 record on one of the two topics, every record timestamp distinct (the tables' event time), so
-that the order of a key's updates across both tables is the same on any backend. Only keys a
-table holds are deleted."""
+that the order of a key's updates across both tables is the same on any backend. Some deletions
+are of keys the table does not hold (they change nothing)."""
 import json
 from pathlib import Path
 
@@ -25,7 +25,9 @@ for _ in range(120):
     clock += 1 + nxt(1_000)
     topic = ["users", "scores"][nxt(2)]
     key = f"u{nxt(12):02}"
-    if key in held[topic] and nxt(4) == 0:
+    if key not in held[topic] and nxt(4) == 0:
+        value = None  # a deletion of a key the table does not hold
+    elif key in held[topic] and nxt(4) == 0:
         value = None
         held[topic].discard(key)
     else:
