@@ -2651,7 +2651,9 @@ fn binary_help(op: BinOp, l: &Type, r: &Type) -> Option<String> {
         BinOp::Add if (*lb == Type::String) != (*rb == Type::String) => {
             "convert with `to_string(x)`, or join strings with `concat`".into()
         }
-        BinOp::In | BinOp::NotIn => "`in` takes a list on the right: `x in [\"a\", \"b\"]`".into(),
+        BinOp::In | BinOp::NotIn => {
+            "`in` takes a list on the right: `x in [\"a\", \"b\"]` or `x in (\"a\", \"b\")`".into()
+        }
         BinOp::And | BinOp::Or => "`and` and `or` take bools; compare first: `x > 0 and y > 0`".into(),
         _ if lb.is_numeric() && *rb == Type::String || *lb == Type::String && rb.is_numeric() => {
             "convert explicitly with `to_int`, `to_float` or `to_string`".into()

@@ -793,6 +793,19 @@ impl<'a> Printer<'a> {
                     }
                     self.punct("]");
                 }
+                Rule::in_tail => {
+                    for part in c.into_inner() {
+                        if part.as_rule() == Rule::in_list {
+                            self.space = true;
+                            self.punct("(");
+                            self.comma_separated(part.into_inner());
+                            self.punct(")");
+                        } else {
+                            self.space = true;
+                            self.words(part);
+                        }
+                    }
+                }
                 Rule::op_between => {
                     for part in c.into_inner() {
                         self.space = true;

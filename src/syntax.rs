@@ -939,6 +939,18 @@ impl Builder {
                 self.check_depth(sp, h)?;
                 continue;
             }
+            if rule == Rule::in_tail {
+                // `x in (a, b)`: `x in [a, b]`, at comparison precedence.
+                if 4 < min_prec {
+                    break;
+                }
+                *pos += 1;
+                let (e, ih) = self.in_list(lhs, t.clone(), depth)?;
+                lhs = e;
+                h = h.max(ih) + 1;
+                self.check_depth(lhs.span, h)?;
+                continue;
+            }
             if rule == Rule::op_between {
                 // A comparison: `a + 1 between 2 and 3` is `(a + 1) between 2 and 3`.
                 if 4 < min_prec {
@@ -986,6 +998,29 @@ impl Builder {
             }
         }
         Ok((lhs, h))
+    }
+
+    /// `x [not] in (a, b, …)` as `x [not] in [a, b, …]`, and the list's height. (A function of
+    /// its own, as `between`, so that `climb`'s frame, once per nesting level, stays small.)
+    #[inline(never)]
+    fn in_list(&mut self, x: Node<Expr>, p: Pair<Rule>, depth: usize) -> R<(Node<Expr>, usize)> {
+        let mut parts = p.into_inner();
+        let op = match parts.next().map(|o| o.as_rule()) {
+            Some(Rule::op_not_in) => BinOp::NotIn,
+            _ => BinOp::In,
+        };
+        let list = parts.next().ok_or(())?;
+        let lsp = self.sp(&list);
+        let mut items = Vec::new();
+        let mut h = 0;
+        for a in list.into_inner() {
+            let e = self.expr(a, depth + 1)?;
+            h = h.max(height(&e));
+            items.push(e);
+        }
+        let sp = x.span.to(lsp);
+        let rhs = Node::new(lsp, Expr::List(items));
+        Ok((Node::new(sp, Expr::Binary { op, lhs: Box::new(x), rhs: Box::new(rhs) }), h + 1))
     }
 
     /// `x [not] between lo and hi`, and the taller of its bounds' heights.

@@ -88,6 +88,13 @@ fn between_and_indexing_by_their_documented_precedence() {
         ("[1, 2, 3][-4]", "null"),
         ("[1, 2][1 + 1]", "2"),
         ("len([1] + [2, 3] + [])", "3"),
+        // `in (a, b)` is `in [a, b]`, at comparison precedence.
+        ("2 in (1, 2, 3)", "true"),
+        ("\"x\" not in (\"a\", \"b\",)", "true"),
+        ("1 + 1 in (2, 3) and 4 in (5, 6)", "false"),
+        ("not 1 in (1, 2)", "false"),
+        ("null in (1, 2)", "null"),
+        ("3 in ([1, 2][1], 1 + 2)", "true"),
     ];
     let fields: Vec<String> = cases.iter().enumerate().map(|(i, (e, _))| format!("e{i} = {e}")).collect();
     let program = format!(
