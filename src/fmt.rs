@@ -26,7 +26,7 @@ use pest::iterators::Pair;
 use pest::Parser as _;
 
 use crate::diag::Diagnostics;
-use crate::syntax::{Rule, StreamParser};
+use crate::syntax::{is_kw_rule, Rule, StreamParser};
 
 /// The column a formatted line should not pass.
 pub const WIDTH: usize = 100;
@@ -141,10 +141,6 @@ struct Printer<'a> {
 }
 
 type P<'i> = Pair<'i, Rule>;
-
-fn is_kw(rule: Rule) -> bool {
-    format!("{rule:?}").starts_with("kw_")
-}
 
 /// Rules printed as their text.
 fn is_atom(p: &P) -> bool {
@@ -273,7 +269,7 @@ impl<'a> Printer<'a> {
         self.cur.push_str(text);
     }
 
-    /// A pair printed as its text (an atom) or its atoms separated by spaces.
+    /// A pair printed as its text.
     fn atom(&mut self, p: &P) {
         let s = p.as_span();
         self.tok(p.as_str(), s.start());
@@ -402,7 +398,7 @@ impl<'a> Printer<'a> {
     fn listed(&mut self, p: P<'a>) {
         let mut first_item = true;
         for c in p.into_inner() {
-            if is_kw(c.as_rule()) {
+            if is_kw_rule(c.as_rule()) {
                 self.words(c);
                 continue;
             }
@@ -531,7 +527,7 @@ impl<'a> Printer<'a> {
     /// are the items): on one line if it fits and holds no comment, else one item per line.
     fn block(&mut self, p: P<'a>, sep: &str, f: fn(&mut Printer<'a>, P<'a>)) {
         let end = p.as_span().end() - 1;
-        let items: Vec<P<'a>> = p.clone().into_inner().filter(|c| !is_kw(c.as_rule())).collect();
+        let items: Vec<P<'a>> = p.clone().into_inner().filter(|c| !is_kw_rule(c.as_rule())).collect();
         // Comments before the block (after `->`, `:`, `<`…) go before it, not into it.
         self.flush_comments(p.as_span().start());
         let commented = self.has_comment(&p);
@@ -602,11 +598,10 @@ impl<'a> Printer<'a> {
         }
     }
 
-    /// Pad the line so that what follows starts `self.align` columns after `from`.
-    fn pad_from(&mut self, from: usize) {
-        let w = self.cur.get(from..).map_or(0, width);
-        if self.align > w {
-            self.cur.push_str(&" ".repeat(self.align - w));
+    /// After a left-hand side `lhs` columns wide: pad it to `self.align` columns.
+    fn pad(&mut self, lhs: usize) {
+        if self.align > lhs {
+            self.cur.push_str(&" ".repeat(self.align - lhs));
         }
     }
 
@@ -621,10 +616,8 @@ impl<'a> Printer<'a> {
     fn select_item(&mut self, p: P<'a>) {
         let parts: Vec<P<'a>> = p.clone().into_inner().collect();
         if parts.len() == 2 && parts[0].as_rule() == Rule::ident {
-            let from = self.cur.len();
             self.atom(&parts[0]);
-            let from = from.min(self.cur.len() - parts[0].as_str().len());
-            self.pad_from(from);
+            self.pad(width(parts[0].as_str()));
             self.assign(parts[1].clone());
         } else {
             self.words(p);
@@ -635,8 +628,7 @@ impl<'a> Printer<'a> {
         let mut parts = p.into_inner();
         if let Some(name) = parts.next() {
             self.atom(&name);
-            let from = self.cur.len() - name.as_str().len();
-            self.pad_from(from);
+            self.pad(width(name.as_str()));
         }
         self.space = true;
         self.punct("=");
@@ -672,11 +664,11 @@ impl<'a> Printer<'a> {
 
     fn init_field(&mut self, p: P<'a>) {
         let parts: Vec<P<'a>> = p.into_inner().collect();
-        let before = self.cur.len();
         self.init_lhs(&parts);
-        // (The line may have started with the name: measure from the name's start.)
-        let from = if before > self.cur.len() { 0 } else { before.min(self.cur.len()) };
-        self.pad_from(from);
+        if self.align > 0 {
+            let lhs = self.measure(|q| q.init_lhs(&parts));
+            self.pad(lhs);
+        }
         if let Some(rhs) = parts.last() {
             self.assign(rhs.clone());
         }

@@ -297,7 +297,7 @@ fn hover(text: &str, offset: usize) -> Option<Hover> {
     if let Some(w) = word {
         let name = &text[w.start..w.end];
         if text[w.end..].trim_start().starts_with('(') {
-            if let Some(doc) = callable_doc(text, name) {
+            if let Some(doc) = callable_doc(text, &ast, name) {
                 return Some(markdown(doc, Some(lines.range(w))));
             }
         }
@@ -356,7 +356,7 @@ fn doc_comment(text: &str, item_start: usize) -> String {
 
 /// The documentation of a function or aggregate: built-in, defined in the program, or in the
 /// standard library.
-fn callable_doc(text: &str, name: &str) -> Option<String> {
+fn callable_doc(text: &str, ast: &crate::ast::Program, name: &str) -> Option<String> {
     if let Some(f) = crate::function::lookup(name) {
         let d = f.doc();
         return Some(format!("{}\n\n{}", code_block(d.signature), d.summary));
@@ -365,24 +365,33 @@ fn callable_doc(text: &str, name: &str) -> Option<String> {
         let d = a.doc();
         return Some(format!("{}\n\n{} (aggregate)", code_block(d.signature), d.summary));
     }
-    let mut files = vec![("this program", text)];
-    files.extend(crate::stdlib::FILES.iter().map(|(n, t)| (*n, *t)));
-    for (file, t) in files {
-        let mut pos = 0;
-        for line in t.split_inclusive('\n') {
-            for kw in ["function", "aggregate"] {
-                let rest = line.strip_prefix(kw).and_then(|r| r.strip_prefix(' ')).map(str::trim_start);
-                if rest.is_some_and(|r| r.strip_prefix(name).is_some_and(|r| r.trim_start().starts_with('('))) {
-                    let head = line.split(" {").next().unwrap_or(line).split(" =").next().unwrap_or(line);
-                    let doc = doc_comment(t, pos);
-                    let origin = if file == "this program" { String::new() } else { format!(" ({file})") };
-                    return Some(format!("{}{doc}{origin}", code_block(head)));
-                }
-            }
-            pos += line.len();
-        }
-    }
-    None
+    // Defined in the program, else in the standard library: its first line and doc comment.
+    let doc = |origin: &str, t: &str, items: &crate::ast::Program| {
+        let start = match declared(items, name)?.0 {
+            Item::Function(f) => f.span.start,
+            Item::Aggregate(a) => a.span.start,
+            _ => return None,
+        };
+        let line = t[start..].lines().next().unwrap_or("");
+        let head = line.split(" {").next().unwrap_or(line).split(" =").next().unwrap_or(line);
+        Some(format!("{}{}{origin}", code_block(head), doc_comment(t, start)))
+    };
+    doc("", text, ast).or_else(|| {
+        crate::stdlib::FILES.iter().find_map(|(file, t)| doc(&format!(" ({file})"), t, &crate::syntax::parse(t).0))
+    })
+}
+
+/// The item of the program that declares `name`, and the span of the name.
+fn declared<'a>(ast: &'a crate::ast::Program, name: &str) -> Option<(&'a Item, Span)> {
+    ast.items.iter().find_map(|item| {
+        let ident = match item {
+            Item::Stream(d) | Item::Table(d) => &d.name,
+            Item::Query(q) => &q.name,
+            Item::Aggregate(a) => &a.name,
+            Item::Function(f) => &f.name,
+        };
+        (ident.node == name).then_some((item, ident.span))
+    })
 }
 
 // ---------------------------------------------------------------- definition
@@ -392,15 +401,7 @@ fn definition(text: &str, offset: usize) -> Option<Span> {
     let w = word_at(text, offset)?;
     let name = &text[w.start..w.end];
     let (ast, _) = crate::analyze(text);
-    ast.items.iter().find_map(|item| {
-        let ident = match item {
-            Item::Stream(d) | Item::Table(d) => &d.name,
-            Item::Query(q) => &q.name,
-            Item::Aggregate(a) => &a.name,
-            Item::Function(f) => &f.name,
-        };
-        (ident.node == name).then_some(ident.span)
-    })
+    declared(&ast, name).map(|(_, span)| span)
 }
 
 // ---------------------------------------------------------------- completion
@@ -409,22 +410,27 @@ fn item(label: &str, kind: CompletionItemKind, detail: String) -> CompletionItem
     CompletionItem { label: label.to_string(), kind: Some(kind), detail: Some(detail), ..CompletionItem::default() }
 }
 
-/// Where the top-level item around `offset` starts: the last line at or before it that begins
-/// with an item keyword at column 0 (the item may not parse while it is being typed).
+/// The top-level item around `offset` (cut where the parser cuts them: `syntax::split_items`;
+/// it may not parse while it is being typed): where it starts, without the comments before it.
 fn item_start(text: &str, offset: usize) -> usize {
-    let mut start = 0;
-    let mut pos = 0;
-    for line in text.split_inclusive('\n') {
-        if pos > offset {
+    let (start, chunk) =
+        crate::syntax::split_items(text).into_iter().take_while(|(o, _)| *o <= offset).last().unwrap_or((0, text));
+    let mut pos = start;
+    for line in chunk.split_inclusive('\n') {
+        if !line.trim().is_empty() && !line.trim_start().starts_with('#') {
             break;
-        }
-        if ["stream ", "table ", "query ", "function ", "aggregate "].iter().any(|k| line.starts_with(k)) {
-            start = pos;
         }
         pos += line.len();
     }
-    start
+    // (An offset in the comments before the first item is in no item.)
+    pos.min(offset)
 }
+
+/// A query's inputs in its text: the names after `from` (several, merged) and `join`.
+static INPUTS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"\b(?:from|join)\s+([\p{L}_][\p{L}\p{N}_]*(?:\s*,\s*[\p{L}_][\p{L}\p{N}_]*)*)")
+        .expect("a valid pattern")
+});
 
 fn completions(text: &str, offset: usize) -> Vec<CompletionItem> {
     let offset = offset.min(text.len());
@@ -455,13 +461,10 @@ fn completions(text: &str, offset: usize) -> Vec<CompletionItem> {
     let ended = ast.items.iter().any(|i| matches!(i, Item::Query(q) if q.span.start == start && q.span.end <= offset));
     if item_text.starts_with("query ") && !ended {
         // The query's inputs, from its text (it may not parse yet).
-        let inputs = regex::Regex::new(r"\b(?:from|join)\s+([\p{L}_][\p{L}\p{N}_]*(?:\s*,\s*[\p{L}_][\p{L}\p{N}_]*)*)")
-            .map(|re| {
-                re.captures_iter(item_text)
-                    .flat_map(|c| c[1].split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>())
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
+        let inputs: Vec<String> = INPUTS
+            .captures_iter(item_text)
+            .flat_map(|c| c[1].split(',').map(|s| s.trim().to_string()).collect::<Vec<_>>())
+            .collect();
         let joined = item_text.contains("join ");
         for name in &inputs {
             let Some(src) = source(name) else { continue };

@@ -108,7 +108,7 @@ pub fn broken_names(source: &str, diags: &[Diagnostic]) -> Vec<String> {
 
 /// Split the source into runs that each start with a top-level keyword at column 0, so that a
 /// syntax error in one item does not hide the errors of the others.
-fn split_items(source: &str) -> Vec<(usize, &str)> {
+pub(crate) fn split_items(source: &str) -> Vec<(usize, &str)> {
     let mut starts = vec![0];
     let mut pos = 0;
     for line in source.split_inclusive('\n') {
@@ -340,7 +340,12 @@ pub(crate) fn comment_start(line: &str) -> Option<usize> {
 }
 
 fn is_kw(p: &Pair<Rule>) -> bool {
-    format!("{:?}", p.as_rule()).starts_with("kw_")
+    is_kw_rule(p.as_rule())
+}
+
+/// A keyword token's rule (`kw_…`).
+pub(crate) fn is_kw_rule(rule: Rule) -> bool {
+    format!("{rule:?}").starts_with("kw_")
 }
 
 /// The children of a pair, without keyword tokens.

@@ -42,29 +42,73 @@ fn meaning(text: &str) -> String {
     spans.replace_all(&format!("{ast:?}"), "Span").into_owned()
 }
 
-/// The comments of a text, in order (a plain scan: `#` outside strings and backquoted names).
-fn comments(text: &str) -> Vec<String> {
+/// What a character of a program's text is part of.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    Code,
+    /// A string literal or backquoted name (its quotes included).
+    Literal,
+    /// A `#` comment, to the end of its line.
+    Comment,
+}
+
+/// Each character of `text` with its byte offset and what it is part of (a plain scan,
+/// independent of the parser).
+fn parts(text: &str) -> Vec<(usize, char, Part)> {
+    let (mut in_str, mut in_tick, mut in_comment, mut escaped) = (false, false, false, false);
     let mut out = Vec::new();
-    for line in text.lines() {
-        let (mut in_str, mut in_tick, mut escaped) = (false, false, false);
-        for (i, c) in line.char_indices() {
-            if escaped {
-                escaped = false;
-                continue;
-            }
-            match c {
-                '\\' if in_str => escaped = true,
-                '"' if !in_tick => in_str = !in_str,
-                '`' if !in_str => in_tick = !in_tick,
-                '#' if !in_str && !in_tick => {
-                    out.push(line[i..].trim_end().to_string());
-                    break;
-                }
-                _ => {}
+    for (i, c) in text.char_indices() {
+        if in_comment && c == '\n' {
+            in_comment = false;
+        }
+        if !in_comment && !in_str && !in_tick && c == '#' {
+            in_comment = true;
+        }
+        let part = if in_comment {
+            Part::Comment
+        } else if in_str || in_tick || c == '"' || c == '`' {
+            Part::Literal
+        } else {
+            Part::Code
+        };
+        out.push((i, c, part));
+        if in_comment {
+            continue;
+        }
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if in_str => escaped = true,
+            '"' if !in_tick => in_str = !in_str,
+            '`' if !in_str => in_tick = !in_tick,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The byte ranges of the maximal runs of characters that `pick` takes.
+fn runs(text: &str, pick: impl Fn(char, Part) -> bool) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for (i, c, part) in parts(text) {
+        if pick(c, part) {
+            match out.last_mut() {
+                Some(run) if run.1 == i => run.1 = i + c.len_utf8(),
+                _ => out.push((i, i + c.len_utf8())),
             }
         }
     }
     out
+}
+
+/// The comments of a text, in order.
+fn comments(text: &str) -> Vec<String> {
+    runs(text, |c, part| part == Part::Comment && c != '\n')
+        .into_iter()
+        .map(|(s, e)| text[s..e].trim_end().to_string())
+        .collect()
 }
 
 #[test]
@@ -188,45 +232,14 @@ fn a_program_that_does_not_parse_is_not_formatted() {
 
 /// The text with its comments removed.
 fn without_comments(text: &str) -> String {
-    let mut out = String::new();
-    for line in text.lines() {
-        let c = comments(line);
-        out.push_str(c.first().map_or(line, |c| &line[..line.len() - c.len()]).trim_end());
-        out.push('\n');
-    }
-    out
+    let kept: String =
+        parts(text).into_iter().filter(|(_, c, p)| *p != Part::Comment || *c == '\n').map(|(_, c, _)| c).collect();
+    kept.lines().map(|l| format!("{}\n", l.trim_end())).collect()
 }
 
-/// The text's runs of whitespace outside strings and backquoted names, as byte ranges.
+/// The text's runs of whitespace outside strings, backquoted names and comments, as byte ranges.
 fn whitespace_runs(text: &str) -> Vec<(usize, usize)> {
-    let mut runs = Vec::new();
-    let (mut in_str, mut in_tick, mut escaped) = (false, false, false);
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        let ws = !in_str && !in_tick && c.is_whitespace();
-        match (ws, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                runs.push((s, i));
-                start = None;
-            }
-            _ => {}
-        }
-        if escaped {
-            escaped = false;
-            continue;
-        }
-        match c {
-            '\\' if in_str => escaped = true,
-            '"' if !in_tick => in_str = !in_str,
-            '`' if !in_str => in_tick = !in_tick,
-            _ => {}
-        }
-    }
-    if let Some(s) = start {
-        runs.push((s, text.len()));
-    }
-    runs
+    runs(text, |c, part| part == Part::Code && c.is_whitespace())
 }
 
 proptest! {

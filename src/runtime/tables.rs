@@ -12,7 +12,16 @@ use crate::log::Record;
 use crate::plan::physical::{TableInput, TaskSpec};
 use crate::runtime::op::{scoped, Change, Counters, RecordError, Stateful, StoreRead};
 use crate::runtime::tenant;
+use crate::runtime::wire::decode_key;
 use crate::value::Value;
+
+/// A record of a table input, decoded and checked: its key, its row (None: a deletion) and,
+/// for a tenant-scoped table, its tenant.
+pub(crate) struct TableRecord {
+    pub(crate) key: Value,
+    pub(crate) row: Option<Vec<Value>>,
+    pub(crate) tenant: Option<Tenant>,
+}
 
 /// A decoded row of a table input.
 pub(crate) type TableRow = Arc<Vec<Value>>;
@@ -44,48 +53,62 @@ impl TableInputs {
             .ok_or_else(|| RecordError(format!("internal: no table input {table}")))
     }
 
-    /// Apply one record of table input `table` (a record without a value deletes its key). The
-    /// row is decoded now, so that a bad row goes to the dead-letter topic and a join never
-    /// meets one.
-    /// The row is stored under its key as [`Value::key_bytes`] writes it (the bytes lookups
-    /// make), not as the producer wrote it: `" 2"` and `2` are one int key, and a key that is
-    /// not of the key's type is bad input. `key`: the key, if the caller decoded it already.
+    /// Apply one record of table input `table`: [`TableInputs::decode`], then
+    /// [`TableInputs::store`].
     pub(crate) fn apply(
         &mut self,
         table: usize,
         rec: &Record,
-        key: Option<&Value>,
         counters: &mut Counters,
         changes: &mut Vec<Change>,
-    ) -> Result<Option<Tenant>, RecordError> {
-        let spec = Arc::clone(&self.spec);
-        let ti = Self::input(&spec, table)?;
-        let key_type = ti.source.key_type();
-        let key = match key {
-            Some(k) => k.key_bytes(&key_type),
-            None => {
-                let raw = rec.key.as_deref();
-                let raw =
-                    raw.ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
-                crate::runtime::wire::decode_key(Some(raw), &key_type)?.key_bytes(&key_type)
-            }
-        };
+    ) -> Result<(), RecordError> {
+        let r = self.decode(table, rec)?;
+        self.store(table, r, rec, counters, changes)
+    }
+
+    /// Decode a record of table input `table` (a record without a value deletes its key) now,
+    /// so that a bad row goes to the dead-letter topic and a join never meets one. A key that is
+    /// not of the key's type is bad input.
+    pub(crate) fn decode(&self, table: usize, rec: &Record) -> Result<TableRecord, RecordError> {
+        let ti = Self::input(&self.spec, table)?;
+        let raw = rec.key.as_deref();
+        let raw = raw.ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
+        let key = decode_key(Some(raw), &ti.source.key_type())?;
         let (row, field) = match &rec.value {
             None => (None, None),
             Some(v) => {
                 let (row, field) = decode_tenanted(&ti.source, v).map_err(RecordError)?;
-                (Some(Arc::new(row)), field)
+                (Some(row), field)
             }
         };
-        let (key, tenant) = match ti.source.tenant {
-            None => (key, None),
-            Some(_) => {
-                let t = tenant::of_record(&ti.source, field.as_ref(), rec).map_err(RecordError)?;
-                counters.tenant(&t).records_in += 1;
-                (tenant::scope(&t, &key), Some(t))
+        let tenant = match ti.source.tenant {
+            None => None,
+            Some(_) => Some(tenant::of_record(&ti.source, field.as_ref(), rec).map_err(RecordError)?),
+        };
+        Ok(TableRecord { key, row, tenant })
+    }
+
+    /// Store a decoded record `r` of table input `table` (`rec` as it came in, for the
+    /// changelog). The row goes under its key as [`Value::key_bytes`] writes it — the bytes
+    /// lookups make — not as the producer wrote it: `" 2"` and `2` are one int key.
+    pub(crate) fn store(
+        &mut self,
+        table: usize,
+        r: TableRecord,
+        rec: &Record,
+        counters: &mut Counters,
+        changes: &mut Vec<Change>,
+    ) -> Result<(), RecordError> {
+        let ti = Self::input(&self.spec, table)?;
+        let key = r.key.key_bytes(&ti.source.key_type());
+        let key = match &r.tenant {
+            None => key,
+            Some(t) => {
+                counters.tenant(t).records_in += 1;
+                tenant::scope(t, &key)
             }
         };
-        self.rows.insert((table, key.clone()), row);
+        self.rows.insert((table, key.clone()), r.row.map(Arc::new));
         changes.push(Change {
             store: ti.store,
             key,
@@ -93,7 +116,7 @@ impl TableInputs {
             timestamp: rec.timestamp,
             existed: true,
         });
-        Ok(tenant)
+        Ok(())
     }
 
     /// The current row of table input `table` for a key: from the decoded rows, else from the

@@ -16,7 +16,7 @@ use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
 use crate::runtime::ops::{self, sink::tombstone, Ctx, Down, Operator};
 use crate::runtime::stream_join::StreamJoins;
-use crate::runtime::tables::TableInputs;
+use crate::runtime::tables::{TableInputs, TableRecord};
 use crate::runtime::tenant;
 pub use crate::runtime::wire::decode_key;
 use crate::runtime::wire::split_wire;
@@ -278,7 +278,7 @@ impl Task {
 
     /// Apply one record of a table input: the table is updated in timestamp order with the stream.
     pub fn process_table(&mut self, table: usize, rec: &Record) -> Result<(), RecordError> {
-        self.tables.apply(table, rec, None, &mut self.counters, &mut self.table_changes).map(|_| ())
+        self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes)
     }
 
     /// A record of either table of a table–table join ([`TaskSpec::mutual`]): `side` is the
@@ -305,25 +305,20 @@ impl Task {
             Some(s) => return self.process_table(s, rec),
             None => (own_index, &own.source),
         };
-        let (key, tenant) = match &rec.value {
+        let decoded = match &rec.value {
+            // Checked as any input record of the table (key against key field, event time).
             Some(_) => {
                 let input = decode_source(src, rec)?;
-                (input.row.key, input.row.tenant)
+                TableRecord { key: input.row.key, row: Some(input.row.value), tenant: input.row.tenant }
             }
-            None => {
-                let key = decode_key(rec.key.as_deref(), &src.key_type())?;
-                let tenant = match &src.tenant {
-                    None => None,
-                    Some(_) => Some(tenant::of_record(src, None, rec).map_err(RecordError)?),
-                };
-                (key, tenant)
-            }
+            None => self.tables.decode(table, rec)?,
         };
+        let (key, tenant) = (decoded.key.clone(), decoded.tenant.clone());
         if key.is_null() {
             return Err(RecordError(format!("a record of table `{}` has no key", src.name)));
         }
         let before = self.tables.row(table, &key, tenant.as_ref(), stores)?.is_some();
-        self.tables.apply(table, rec, Some(&key), &mut self.counters, &mut self.table_changes)?;
+        self.tables.store(table, decoded, rec, &mut self.counters, &mut self.table_changes)?;
         self.counters.records_in += 1;
         let mine = self.tables.row(own_index, &key, tenant.as_ref(), stores)?;
         let other = self.tables.row(m.right, &key, tenant.as_ref(), stores)?;

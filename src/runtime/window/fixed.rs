@@ -63,12 +63,17 @@ pub(crate) struct Zoned {
     advance_days: i64,
     grace: Duration,
     tz: TimeZone,
-    /// The start of the last day looked up (days of one window are looked up again and again).
-    last: (i64, i64),
+    /// Day starts looked up, by day number modulo [`DAYS_CACHED`]: a record's windows need a few
+    /// consecutive days, and the next record mostly the same ones.
+    starts: [(i64, i64); DAYS_CACHED],
+    /// The day of the last record: its number and the instants it starts and ends at, so that
+    /// a record of the same day needs no conversion.
+    today: (i64, i64, i64),
     windows: Vec<(i64, i64)>,
 }
 
 const DAY_MS: i64 = 86_400_000;
+const DAYS_CACHED: usize = 8;
 
 impl Zoned {
     pub(crate) fn new(size: i64, advance: i64, grace: Duration, zone: &str) -> Zoned {
@@ -79,7 +84,8 @@ impl Zoned {
             advance_days: (advance / DAY_MS).max(1),
             grace,
             tz,
-            last: (i64::MIN, 0),
+            starts: [(i64::MIN, 0); DAYS_CACHED],
+            today: (0, 0, 0),
             windows: Vec::new(),
         }
     }
@@ -94,8 +100,9 @@ impl Zoned {
 
     /// When day `day` starts in the zone (ms): its first instant, past a gap if midnight is in one.
     fn day_start(&mut self, day: i64) -> Result<i64, RecordError> {
-        if self.last.0 == day {
-            return Ok(self.last.1);
+        let slot = day.rem_euclid(DAYS_CACHED as i64) as usize;
+        if self.starts[slot].0 == day {
+            return Ok(self.starts[slot].1);
         }
         let out_of_range = || RecordError(format!("day {day} since 1970 is outside the calendar's years"));
         let days = i32::try_from(day).map_err(|_| out_of_range())?;
@@ -103,7 +110,7 @@ impl Zoned {
             .checked_add(jiff::Span::new().try_days(days).map_err(|_| out_of_range())?)
             .map_err(|_| out_of_range())?;
         let start = date.to_zoned(self.tz.clone()).map_err(|_| out_of_range())?.timestamp().as_millisecond();
-        self.last = (day, start);
+        self.starts[slot] = (day, start);
         Ok(start)
     }
 }
@@ -113,7 +120,13 @@ const EPOCH: jiff::civil::Date = jiff::civil::date(1970, 1, 1);
 impl Windowing for Zoned {
     fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
         let (size, advance) = (self.size_days, self.advance_days);
-        let day = self.day_of(ts)?;
+        let day = if self.today.1 <= ts && ts < self.today.2 {
+            self.today.0
+        } else {
+            let d = self.day_of(ts)?;
+            self.today = (d, self.day_start(d)?, self.day_start(d + 1)?);
+            d
+        };
         let close = cx.stream_time.saturating_sub(self.grace.0);
         // The first start (a multiple of the advance) of a window that holds `day`.
         let lowest = day - size + 1;
@@ -121,9 +134,7 @@ impl Windowing for Zoned {
         let mut windows = std::mem::take(&mut self.windows);
         windows.clear();
         while s <= day {
-            // (The end first: the start is then the cached day.)
-            let end = self.day_start(s + size)?;
-            let start = self.day_start(s)?;
+            let (start, end) = (self.day_start(s)?, self.day_start(s + size)?);
             if end > close {
                 windows.push((start, end));
             } else {

@@ -3,16 +3,13 @@
 takes), amounts from -50 to 2,000 (some not positive, filtered out), event times rising with up
 to 5 s of disorder (within the 10 s grace). The record timestamp is the arrival time."""
 import json
+import sys
 from pathlib import Path
 
-MASK = (1 << 64) - 1
-x = 9
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
 
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(9)
 
 
 regions = ["fr", "de", "es", "us", "jp", "zz"]

@@ -7,18 +7,15 @@ eight null; now and then a click at the same event time as the
 user's previous one if that is under 2 minutes old (ties, which collect_list keeps in arrival order). The record timestamp is
 the arrival time. Every click falls in one 7-day window, [1699488000000, 1700092800000)."""
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
 
 N, SEED, MAX_LAG = 1200, 11, 120_000
 WEEK_START, WEEK = 1_699_488_000_000, 7 * 86_400_000
-MASK = (1 << 64) - 1
-x = SEED
-
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(SEED)
 
 
 pages = ["/home", "/search", "/item", "/cart", "/checkout", "/help"]

@@ -3,16 +3,13 @@
 times (sometimes empty, sometimes out of the 100..50,000 range the query keeps); user u0 visits
 with 100 pages at a time, 130 times, so that a list of every page it saw passes 10,000 items."""
 import json
+import sys
 from pathlib import Path
 
-MASK = (1 << 64) - 1
-x = 5
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
 
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(5)
 
 
 pages = ["/home", "/search", "/item", "/cart", "/checkout", "/help"]

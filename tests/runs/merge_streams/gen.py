@@ -5,16 +5,13 @@ web's at the same arrival (so read in arrival order the app's records would be 4
 past the 30 s grace; read in event-time order across the topics nothing is late). A few negative
 durations (filtered). The record timestamp is the arrival time."""
 import json
+import sys
 from pathlib import Path
 
-MASK = (1 << 64) - 1
-x = 21
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
 
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(21)
 
 
 pages = ["/home", "/search", "/item", "/cart"]

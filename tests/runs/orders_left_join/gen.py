@@ -4,17 +4,14 @@ most orders paid once, some twice, some not at all, some for a wrong amount; pay
 minute before to 15 minutes after their order; each topic in time order (record timestamp =
 event time)."""
 import json
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
+
 N, SEED = 30, 5
-MASK = (1 << 64) - 1
-x = SEED
-
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(SEED)
 
 
 t = 1_700_000_000_000

@@ -3,17 +3,14 @@
 activity with now and then a pause over 40 minutes, delivered with up to 2 minutes of disorder;
 a few negative dwell times (filtered by the query). The record timestamp is the arrival time."""
 import json
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
+
 N, SEED, MAX_LAG = 200, 3, 120_000
-MASK = (1 << 64) - 1
-x = SEED
-
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(SEED)
 
 
 pages = ["/home", "/search", "/item", "/cart", "/checkout", "/help"]

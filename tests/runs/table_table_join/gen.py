@@ -4,16 +4,13 @@ record on one of the two topics, every record timestamp distinct (the tables' ev
 that the order of a key's updates across both tables is the same on any backend. Some deletions
 are of keys the table does not hold (they change nothing)."""
 import json
+import sys
 from pathlib import Path
 
-MASK = (1 << 64) - 1
-x = 5
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
 
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(5)
 
 
 names = ["Ann", "Bob", "Cyd", "Dee", "Eve", "Fay"]

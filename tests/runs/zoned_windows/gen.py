@@ -4,16 +4,13 @@ rising with up to 3 h of disorder, every 37th 8 h behind (late when its day clos
 the 2 h grace before); the record timestamp is
 the arrival time, not the event time."""
 import json
+import sys
 from pathlib import Path
 
-MASK = (1 << 64) - 1
-x = 21
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from foldkit import lcg  # noqa: E402
 
-
-def nxt(m):
-    global x
-    x = (x * 6364136223846793005 + 1442695040888963407) & MASK
-    return (x >> 33) % m
+nxt = lcg(21)
 
 
 clock = 1_698_278_400_000  # 2023-10-26T00:00:00Z
