@@ -265,7 +265,7 @@ impl fmt::Display for Duration {
     }
 }
 
-/// `aggregate NAME(params) -> TYPE { init {..} update {..} [merge {..}] result EXPR }`.
+/// `aggregate NAME(params) -> TYPE { init {..} update {..} [merge {..}] [undo {..}] result EXPR }`.
 #[derive(Clone, Debug)]
 pub struct AggregateDecl {
     pub span: Span,
@@ -275,6 +275,8 @@ pub struct AggregateDecl {
     pub init: Vec<InitField>,
     pub update: Vec<Node<Stmt>>,
     pub merge: Option<Vec<Node<Stmt>>>,
+    /// The inverse of `update` (a grouped table's old rows are taken out with it).
+    pub undo: Option<Vec<Node<Stmt>>>,
     pub result: Node<Expr>,
 }
 
@@ -484,6 +486,9 @@ pub fn outline(p: &Program) -> String {
                 o += &format!("  update {}\n", stmts(&a.update));
                 if let Some(m) = &a.merge {
                     o += &format!("  merge {}\n", stmts(m));
+                }
+                if let Some(u) = &a.undo {
+                    o += &format!("  undo {}\n", stmts(u));
                 }
                 o += &format!("  result {}\n", a.result.node);
             }

@@ -615,6 +615,14 @@ impl<'a> Checker<'a> {
         let mut locals: Vec<(String, Type)> = params.iter().cloned().chain(state.iter().cloned()).collect();
         let update = self.stmts(&a.update, &mut locals, params.len(), &state, None);
         let update_slots = locals.len();
+        let (undo, undo_slots) = match &a.undo {
+            Some(u) => {
+                let mut locals: Vec<(String, Type)> = params.iter().cloned().chain(state.iter().cloned()).collect();
+                let stmts = self.stmts(u, &mut locals, params.len(), &state, None);
+                (Some(stmts), locals.len())
+            }
+            None => (None, 0),
+        };
         let (merge, merge_slots) = match &a.merge {
             Some(m) => {
                 // Slots: the state, then the other state, which is read only as `other.x`: its
@@ -650,6 +658,8 @@ impl<'a> Checker<'a> {
             update_slots,
             merge,
             merge_slots,
+            undo,
+            undo_slots,
             result,
             result_type,
             stdlib: self.stdlib_mode,
@@ -976,13 +986,13 @@ impl<'a> Checker<'a> {
         let mut from_name = src.name.clone();
         let mut steps: Vec<hir::Step> = Vec::new();
         let mut slugs: HashSet<String> = HashSet::new();
-        type Grouping = (Vec<(String, hir::Expr)>, Span, bool);
+        // The groupings, the clause, a repartition, a table's rows grouped (Kafka Streams'
+        // KGroupedTable: an update takes the row's old value back out of its group).
+        type Grouping = (Vec<(String, hir::Expr)>, Span, bool, bool);
         let mut group: Option<Grouping> = None;
         let mut window: Option<(hir::Window, Span)> = None;
         let mut aggregated: Option<usize> = None; // index of the aggregate step
         let mut emitted = false;
-        // A rejected `group by` makes the `window` and `aggregate` after it follow-on errors.
-        let mut group_rejected = false;
         let mut sinks: Vec<hir::Sink> = Vec::new();
         let mut ok = true;
 
@@ -1167,16 +1177,6 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    if shape.table {
-                        self.err(
-                            Diagnostic::new(Code::ClauseOrder, c.span, format!("grouping the table `{from_name}` is not supported"))
-                                .label("a table's updates cannot be re-grouped")
-                                .help("streamc aggregates streams; to aggregate the records of its topic, declare it as a `stream`"),
-                        );
-                        group_rejected = true;
-                        ok = false;
-                        continue;
-                    }
                     if in_group {
                         self.err(
                             Diagnostic::new(Code::DuplicateClause, c.span, "a second `group by`")
@@ -1216,12 +1216,9 @@ impl<'a> Checker<'a> {
                             || (value_field(e).is_some() && value_field(e) == shape.key_field)
                     };
                     let repartition = !(is_key && shape.partitioned);
-                    group = Some((out, c.span, repartition));
+                    group = Some((out, c.span, repartition, shape.table));
                 }
                 Clause::Window { kind, grace, tz } => {
-                    if group_rejected {
-                        continue;
-                    }
                     if aggregated.is_some() {
                         order_err(
                             self,
@@ -1248,6 +1245,15 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
+                    if group.as_ref().is_some_and(|g| g.3) {
+                        self.err(
+                            Diagnostic::new(Code::NoUndo, c.span, format!("a window over the table `{from_name}`"))
+                                .label("a table's rows are not events in time")
+                                .help("aggregate the table's rows as they are now (no window), or declare its topic as a `stream` to window its records"),
+                        );
+                        ok = false;
+                        continue;
+                    }
                     self.check_window(kind, c.span);
                     let tz = tz.as_ref().and_then(|z| self.check_zone(kind, z));
                     let w =
@@ -1264,10 +1270,7 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    let Some((gitems, gspan, repartition)) = group.take() else {
-                        if group_rejected {
-                            continue;
-                        }
+                    let Some((gitems, gspan, repartition, grouped_table)) = group.take() else {
                         self.err(
                             Diagnostic::new(Code::AggregateWithoutGroup, c.span, "`aggregate` without `group by`")
                                 .label("nothing is grouped here")
@@ -1278,6 +1281,7 @@ impl<'a> Checker<'a> {
                     };
                     let win = window.take();
                     let aggs = self.aggregates_clause(items, &shape, &from_name, &gitems, win.as_ref().map(|w| w.0));
+
                     let mut value = RecordType::default();
                     if win.is_some() {
                         for f in WINDOW_FIELDS {
@@ -1315,6 +1319,7 @@ impl<'a> Checker<'a> {
                         group_line: self.line(gspan),
                         group_text: self.text(gspan),
                         repartition,
+                        table: grouped_table,
                         window: win.map(|w| w.0),
                         aggs,
                         emit: EmitMode::Changes,
@@ -1537,7 +1542,7 @@ impl<'a> Checker<'a> {
                     push(self, kind, &format!("join-{}", slugify(&o.name)), shape.clone());
                 }
                 Clause::To { topic, format, windowed, when } => {
-                    if let Some((_, gspan, _)) = &group {
+                    if let Some((_, gspan, _, _)) = &group {
                         self.err(group_without_aggregate(*gspan));
                         group = None;
                         ok = false;
@@ -1648,7 +1653,7 @@ impl<'a> Checker<'a> {
                 }
             }
         }
-        if let Some((_, gspan, _)) = group {
+        if let Some((_, gspan, _, _)) = group {
             self.err(group_without_aggregate(gspan));
             return None;
         }
@@ -1783,6 +1788,9 @@ impl<'a> Checker<'a> {
             names.insert(name.clone(), a.name.span);
             let args: Vec<hir::Expr> = a.args.iter().map(|e| self.expr(e, &Scope::Row { shape, from })).collect();
             let Some(call) = self.agg_call(a, args) else { continue };
+            if shape.table && !call.func.retractable() {
+                self.no_undo(a, &call, from);
+            }
             if matches!(window.map(|w| w.kind), Some(WindowKind::Session { .. })) && !call.func.mergeable() {
                 self.err(
                     Diagnostic::new(
@@ -1797,6 +1805,26 @@ impl<'a> Checker<'a> {
             out.push(call);
         }
         out
+    }
+
+    /// An aggregate over a grouped table that cannot take a row's old value back out.
+    fn no_undo(&mut self, a: &ast::AggItem, call: &hir::AggCall, table: &str) {
+        let name = call.func.name();
+        let help = match &call.func {
+            hir::AggFunc::User(_) => format!("give `{name}` an `undo` block: the inverse of its `update`"),
+            hir::AggFunc::Native(_) => {
+                "over a table: count, sum, and user-defined aggregates with an `undo` block (avg, variance, stddev and count_if have one); or declare the topic as a `stream` to aggregate every record".to_string()
+            }
+        };
+        self.err(
+            Diagnostic::new(
+                Code::NoUndo,
+                a.func.span,
+                format!("`{name}` cannot take a value back, so it cannot aggregate the table `{table}`"),
+            )
+            .label("an update of a row takes its old value out of its group")
+            .help(help),
+        );
     }
 
     fn agg_call(&mut self, a: &ast::AggItem, args: Vec<hir::Expr>) -> Option<hir::AggCall> {

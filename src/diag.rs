@@ -54,6 +54,9 @@ pub enum Code {
     /// `explode` where it cannot fan records out: not a whole `select` item, twice in one
     /// `select`, on a table or after `aggregate`, or of something that is not a list.
     Explode = 414,
+    /// An aggregate over a grouped table that cannot take an old row's value back out (no
+    /// `undo`), or a window on a grouped table.
+    NoUndo = 415,
     // E05xx: declarations
     MissingValue = 500,
     BadKey = 501,

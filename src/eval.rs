@@ -20,6 +20,10 @@ pub struct Row {
     /// The record's tenant, over a tenant-scoped stream (raw bytes: a header may carry any).
     /// Expressions never see it; the task scopes every state key with it.
     pub tenant: Option<Tenant>,
+    /// In a grouped table's chain (`TaskSpec::table_group`), a row taken back: before the
+    /// grouping, the key's row is gone (deleted, or dropped by a filter; the value is not read);
+    /// after it, this old row's contribution leaves its group.
+    pub retract: bool,
 }
 
 /// A tenant id, as the record carried it.
@@ -283,8 +287,20 @@ pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Re
     if let Some(steps) = &def.in_place {
         return update_in_place(steps, state, args);
     }
-    let np = def.params.len();
-    let ns = def.state.len();
+    run_over_args(&def.update, def.update_slots, def.params.len(), state, args)
+}
+
+/// Take one call's argument values back out of a user-defined aggregate's state (its `undo`).
+pub fn uda_undo(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Result<(), String> {
+    let Some(stmts) = &def.undo else {
+        return Err(format!("aggregate `{}` cannot take a value back (it has no `undo`)", def.name));
+    };
+    run_over_args(stmts, def.undo_slots, def.params.len(), state, args)
+}
+
+/// Run `update` or `undo` statements over the slots `[params.., state.., lets..]`.
+fn run_over_args(stmts: &[Stmt], slots: usize, np: usize, state: &mut [Value], args: &[Value]) -> Result<(), String> {
+    let ns = state.len();
     // The locals live in a buffer reused across calls (this runs for every record and window).
     thread_local! {
         static LOCALS: std::cell::RefCell<Vec<Value>> = const { std::cell::RefCell::new(Vec::new()) };
@@ -294,8 +310,8 @@ pub fn uda_update(def: &AggregateDef, state: &mut [Value], args: &[Value]) -> Re
         locals.clear();
         locals.extend_from_slice(args);
         locals.extend(state.iter_mut().map(|v| std::mem::replace(v, Value::Null)));
-        locals.resize(def.update_slots.max(np + ns), Value::Null);
-        let r = run_stmts(&def.update, &mut locals);
+        locals.resize(slots.max(np + ns), Value::Null);
+        let r = run_stmts(stmts, &mut locals);
         // The state gets its slots back, even after an error (then with what the statements
         // assigned before failing).
         for (s, l) in state.iter_mut().zip(locals.drain(np..np + ns)) {

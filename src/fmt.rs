@@ -712,7 +712,7 @@ impl<'a> Printer<'a> {
         }
     }
 
-    /// `aggregate name(params) -> type { init … update … merge … result … }`
+    /// `aggregate name(params) -> type { init … update … merge … undo … result … }`
     fn aggregate_decl(&mut self, p: P<'a>) {
         let end = p.as_span().end() - 1;
         let mut parts = p.into_inner();
@@ -725,7 +725,7 @@ impl<'a> Printer<'a> {
             self.cur.push_str(&" ".repeat(KEYWORD_COLUMN.saturating_sub(kw.as_str().len())));
             match rule {
                 Rule::agg_init => self.block(section, ", ", Printer::init_field),
-                Rule::agg_update | Rule::agg_merge => self.block(section, "; ", Printer::stmt),
+                Rule::agg_update | Rule::agg_merge | Rule::agg_undo => self.block(section, "; ", Printer::stmt),
                 _ => {
                     for c in section.into_inner().skip(1) {
                         self.node(c);

@@ -200,6 +200,10 @@ pub struct AggregateStep {
     pub group_line: usize,
     pub group_text: String,
     pub repartition: bool,
+    /// It groups a table's rows (Kafka Streams' KGroupedTable): each update of a row takes its
+    /// old value back out of its group (`undo`) before the new one goes in, and a group left
+    /// with no rows is deleted.
+    pub table: bool,
     pub window: Option<Window>,
     pub aggs: Vec<AggCall>,
     pub emit: EmitMode,
@@ -248,6 +252,13 @@ impl AggFunc {
             AggFunc::Native(_) => true,
         }
     }
+    /// It can take a record's contribution back out (an aggregate over a grouped table).
+    pub fn retractable(&self) -> bool {
+        match self {
+            AggFunc::User(d) => d.undo.is_some(),
+            AggFunc::Native(n) => n.retractable(),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -265,7 +276,7 @@ pub struct Sink {
 }
 
 /// A user-defined aggregate. Its body runs over numbered local slots:
-/// in `update`, `[params.., state.., lets..]`; in `merge`, `[state.., other state.., lets..]`;
+/// in `update` and `undo`, `[params.., state.., lets..]`; in `merge`, `[state.., other state.., lets..]`;
 /// in `result`, `[state..]`.
 #[derive(Clone, Debug)]
 pub struct AggregateDef {
@@ -277,6 +288,9 @@ pub struct AggregateDef {
     pub update_slots: usize,
     pub merge: Option<Vec<Stmt>>,
     pub merge_slots: usize,
+    /// `undo`: the inverse of `update`, over the same slots (a grouped table's old rows).
+    pub undo: Option<Vec<Stmt>>,
+    pub undo_slots: usize,
     pub result: Expr,
     pub result_type: Type,
     pub stdlib: bool,

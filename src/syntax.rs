@@ -281,6 +281,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         kw_init => "`init`",
         kw_update | update_stmt | agg_update => "`update`",
         kw_merge | agg_merge => "`merge`",
+        kw_undo | agg_undo => "`undo`",
         kw_result | agg_result => "`result`",
         delete_stmt | kw_delete => "`delete`",
         purge_stmt | kw_purge => "`purge`",
@@ -781,7 +782,7 @@ impl Builder {
         let name = self.ident(it.next().ok_or(())?);
         let params = self.params(it.next().ok_or(())?)?;
         let result_type = self.type_expr(it.next().ok_or(())?, 0)?;
-        let (mut init, mut update, mut merge, mut result) = (Vec::new(), Vec::new(), None, None);
+        let (mut init, mut update, mut merge, mut undo, mut result) = (Vec::new(), Vec::new(), None, None, None);
         for c in it {
             match c.as_rule() {
                 Rule::agg_init => {
@@ -800,11 +801,12 @@ impl Builder {
                 }
                 Rule::agg_update => update = self.stmts(c)?,
                 Rule::agg_merge => merge = Some(self.stmts(c)?),
+                Rule::agg_undo => undo = Some(self.stmts(c)?),
                 Rule::agg_result => result = Some(self.expr(inner(c).next().ok_or(())?, 0)?),
                 r => return self.unexpected(&c, r),
             }
         }
-        Ok(AggregateDecl { span: sp, name, params, result_type, init, update, merge, result: result.ok_or(())? })
+        Ok(AggregateDecl { span: sp, name, params, result_type, init, update, merge, undo, result: result.ok_or(())? })
     }
 
     fn function_decl(&mut self, p: Pair<Rule>) -> R<FunctionDecl> {

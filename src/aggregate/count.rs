@@ -39,6 +39,15 @@ impl Native for Count {
         }
         Ok(())
     }
+    fn retractable(&self) -> bool {
+        true
+    }
+    fn retract(&self, state: &mut Value, args: &[Value]) -> Result<(), String> {
+        if args.first().is_none_or(|v| !v.is_null()) {
+            add(state, -1)?;
+        }
+        Ok(())
+    }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         match other {
             Value::Int(m) => add(state, m),

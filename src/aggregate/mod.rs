@@ -1,7 +1,7 @@
 //! Native aggregates. Each is one file implementing [`Native`]: its signature (argument and
 //! result types), its state (a [`Value`] of a declared type, so the runtime stores and restores
 //! it without knowing what it means), how a record updates the state, how two states merge
-//! (session windows), its result, and a documented example that `tests/aggregates.rs` runs
+//! (session windows), how a record is taken back out (a grouped table's old rows; optional), its result, and a documented example that `tests/aggregates.rs` runs
 //! through the engine. The checker finds aggregates by name in [`ALL`]; the runtime calls them
 //! only through the trait.
 //!
@@ -71,6 +71,15 @@ pub trait Native: Sync + Send {
     fn update(&self, state: &mut Value, args: &[Value], ts: i64) -> Result<(), String>;
     /// Fold a second state into the first (sessions that merge).
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String>;
+    /// It can take a record back out of a state ([`Native::retract`]): an aggregate over a
+    /// grouped table needs it for a row's old value.
+    fn retractable(&self) -> bool {
+        false
+    }
+    /// Take one record's argument values back out of the state: the inverse of `update`.
+    fn retract(&self, _state: &mut Value, _args: &[Value]) -> Result<(), String> {
+        Err(format!("`{}` cannot take a value back", self.name()))
+    }
     /// The aggregate's value from its state.
     fn result(&self, state: &Value) -> Value {
         state.clone()

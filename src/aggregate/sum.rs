@@ -63,4 +63,20 @@ impl Native for Sum {
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         self.update(state, &[other], 0)
     }
+    fn retractable(&self) -> bool {
+        true
+    }
+    /// Subtracts: the sum of what is left (0, not null, once every non-null value was taken
+    /// back, since the state does not count them).
+    fn retract(&self, acc: &mut Value, args: &[Value]) -> Result<(), String> {
+        let negated = match args.first() {
+            None => return Err("`sum` without its argument".into()),
+            Some(Value::Null) => return Ok(()),
+            Some(Value::Int(x)) => Value::Int(x.checked_neg().ok_or("integer overflow in `sum`")?),
+            Some(Value::Dur(x)) => Value::Dur(x.checked_neg().ok_or("duration overflow in `sum`")?),
+            Some(Value::Float(x)) => Value::Float(-x),
+            Some(_) => return Err("bad operand for `sum`".into()),
+        };
+        self.update(acc, &[negated], 0)
+    }
 }

@@ -98,6 +98,13 @@ pub enum NodeKind {
         joined_keys: Vec<bool>,
     },
     Aggregate(Box<hir::AggregateStep>),
+    /// Before a grouped table's aggregate: keeps each row as it was last grouped, so that an
+    /// update (or a deletion, or a row the filters now drop) first takes the old row out of
+    /// its group (Kafka Streams' KGroupedTable subtractor). `group`: the grouping expressions (a
+    /// row whose group key is null is refused here, before it is kept).
+    GroupTable {
+        group: Vec<hir::Expr>,
+    },
     /// Materializes a topic-fed table for a join.
     TableSource {
         topic: String,
@@ -489,6 +496,16 @@ impl Lowering<'_> {
                 }
                 StepKind::Rekey(key) => self.node(q, sub, name, NodeKind::Rekey { key }, line, clause),
                 StepKind::Aggregate(a) => {
+                    if a.table {
+                        let rows = format!("{}-{}-rows", q.name, a.group_slug);
+                        let group = a.group.iter().map(|(_, e)| e.clone()).collect();
+                        let kind = NodeKind::GroupTable { group };
+                        let n = self.node(q, sub, rows.clone(), kind, a.group_line, a.group_text.clone());
+                        self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
+                        let value = Type::Record(shape.value.clone());
+                        self.store(n, rows, StoreKind::KeyValue, shape.key.clone(), value, shape.tenant_scoped);
+                        prev = n;
+                    }
                     if a.repartition {
                         let key = a.group.iter().map(|(_, e)| e.clone()).collect();
                         let mut cut = shape.clone();
@@ -696,6 +713,7 @@ impl NodeKind {
             NodeKind::RepartitionSource { .. } => "repartition source",
             NodeKind::Aggregate(a) if a.window.is_some() => "window aggregate",
             NodeKind::Aggregate(_) => "aggregate",
+            NodeKind::GroupTable { .. } => "table group by",
             NodeKind::TableSource { .. } => "table source",
             NodeKind::JoinTable { mutual: true, outer: true, .. } => "table-table outer join",
             NodeKind::JoinTable { mutual: true, left: true, .. } => "table-table left join",
@@ -718,7 +736,7 @@ impl NodeKind {
             ),
             NodeKind::Source { topic, from, .. } => format!("reads `{from}` from topic {topic}"),
             NodeKind::Filter { table: true, .. } => {
-                "keeps rows that match; a row that stops matching is deleted (tombstone)".into()
+                "keeps rows that match; a row that stops matching is deleted (tombstone, or taken out of its group)".into()
             }
             NodeKind::Filter { .. } => "keeps records that match".into(),
             NodeKind::Map { fields, .. } => {
@@ -753,6 +771,9 @@ impl NodeKind {
                 let how =
                     if a.repartition { "repartitioned by it" } else { "already partitioned by it: no repartition" };
                 format!("group by {} ({how}); {w}{}; {emit}", group.join(", "), aggs.join(", "))
+            }
+            NodeKind::GroupTable { .. } => {
+                "keeps each row as grouped; an update takes the old row out of its group first".into()
             }
             NodeKind::TableSource { topic, table } => format!("materializes table `{table}` from topic {topic}"),
             NodeKind::JoinTable { table, global: true, .. } => {

@@ -83,6 +83,11 @@ pub enum Op {
         side: usize,
     },
     Aggregate,
+    /// A grouped table's rows as last grouped, in `store` (see [`TaskSpec::table_group`]).
+    GroupTable {
+        store: usize,
+        group: Vec<hir::Expr>,
+    },
     Sink(SinkSpec),
 }
 
@@ -159,6 +164,9 @@ pub struct AggSpec {
     /// Its results are written keyed by window (`to … windowed`): a session sent with other
     /// bounds is deleted downstream when it grows.
     pub windowed_key: bool,
+    /// It aggregates a grouped table: rows taken back are undone, each entry counts its rows
+    /// ([`crate::runtime::agg::AggEntry::rows`]), and a group left with none is deleted.
+    pub table: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -208,6 +216,10 @@ pub struct TaskSpec {
     /// lookups before its sink): the index of its sink in `ops`. Rows its filter drops and
     /// deletions in the input become tombstones there.
     pub table_sink: Option<usize>,
+    /// A query grouping a table's rows (Kafka Streams' KGroupedTable): the index in `ops` of
+    /// its [`Op::GroupTable`]. A deletion in the input goes down the chain as a row taken
+    /// back (`Row::retract`), which takes the key's old row out of its group.
+    pub table_group: Option<usize>,
 }
 
 /// Why a topology cannot become a physical plan: what the runtime cannot run, or a topology
@@ -253,6 +265,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
             left: None,
             mutual: None,
             table_sink: None,
+            table_group: None,
             tenant: program
                 .queries
                 .iter()
@@ -428,6 +441,12 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     });
                     ops.push(Op::JoinStream { side });
                 }
+                NodeKind::GroupTable { group } => {
+                    let store = spec.stores.len();
+                    spec.stores.push(store_spec(topo, &node.name));
+                    spec.table_group = Some(ops.len());
+                    ops.push(Op::GroupTable { store, group: group.clone() });
+                }
                 NodeKind::Aggregate(a) => {
                     let store = spec.stores.len();
                     spec.stores.push(store_spec(topo, &node.name));
@@ -450,6 +469,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                             _ => 0,
                         },
                         windowed_key: false,
+                        table: a.table,
                     });
                 }
                 NodeKind::Sink { topic, format, windowed, when, .. } => {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rustc_hash::FxHashMap;
 
 use crate::ast::WindowKind;
-use crate::eval::{uda_init, uda_merge, uda_result, uda_update};
+use crate::eval::{uda_init, uda_merge, uda_result, uda_undo, uda_update};
 use crate::hir::{self, AggFunc};
 use crate::plan::physical::AggSpec;
 use crate::runtime::bin;
@@ -22,6 +22,9 @@ pub(crate) struct AggEntry {
     pub(crate) end: i64,
     pub(crate) max_ts: i64,
     pub(crate) states: Vec<AggState>,
+    /// A grouped table's aggregate: how many rows the group holds (at 0 it is deleted). Stored
+    /// only for those ([`AggSpec::table`]).
+    pub(crate) rows: i64,
 }
 
 #[derive(Clone, Debug)]
@@ -163,6 +166,15 @@ fn init_states(agg: &AggSpec) -> Result<Vec<AggState>, String> {
         .collect()
 }
 
+/// Take one record's arguments back out of an aggregate's state (a grouped table's old row).
+pub(crate) fn retract_state(a: &hir::AggCall, st: &mut AggState, args: &[Value]) -> Result<(), String> {
+    match (&a.func, st) {
+        (AggFunc::Native(n), AggState::Native(s)) => n.retract(s, args),
+        (AggFunc::User(d), AggState::User(s)) => uda_undo(d, s, args),
+        _ => Err("aggregate state does not match its function".into()),
+    }
+}
+
 /// Add one record's arguments (at event time `ts`) to an aggregate's state.
 pub(crate) fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value], ts: i64) -> Result<(), String> {
     match (&a.func, st) {
@@ -187,8 +199,9 @@ const ENTRY_V1: u8 = 1;
 /// Entries are stored (locally and in the changelog) in a binary encoding ([`crate::runtime::bin`]):
 /// the version byte 1; start, end and the latest event time (i64 LE each); the group values
 /// (a count, then each); a count of states, then each state: 0 and its value (a built-in
-/// aggregate's) or 1 and its values (a user-defined aggregate's).
-pub(crate) fn encode_entry(e: &AggEntry) -> Vec<u8> {
+/// aggregate's) or 1 and its values (a user-defined aggregate's); for a grouped table's
+/// aggregate, last, the group's row count (i64 LE).
+pub(crate) fn encode_entry(e: &AggEntry, agg: &AggSpec) -> Vec<u8> {
     let mut o = Vec::with_capacity(96);
     o.push(ENTRY_V1);
     for t in [e.start, e.end, e.max_ts] {
@@ -207,6 +220,9 @@ pub(crate) fn encode_entry(e: &AggEntry) -> Vec<u8> {
                 bin::write_values(vals, &mut o);
             }
         }
+    }
+    if agg.table {
+        o.extend_from_slice(&e.rows.to_le_bytes());
     }
     o
 }
@@ -238,10 +254,11 @@ fn decode_entry_v1(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
             (k, _) => return Err(format!("state kind {k} does not match `{}`", c.name)),
         });
     }
+    let rows = if agg.table { r.i64()? } else { 0 };
     if !r.is_empty() {
         return Err("bytes after the entry".into());
     }
-    Ok(AggEntry { group, start, end, max_ts, states })
+    Ok(AggEntry { group, start, end, max_ts, states, rows })
 }
 
 /// The stored form of an entry, parsed once; each part is then decoded by its type.
@@ -286,7 +303,7 @@ fn decode_entry_json(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states })
+    Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states, rows: 0 })
 }
 
 /// An aggregate's record cache: every open window (loaded at start, so a window missing from

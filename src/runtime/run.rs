@@ -647,7 +647,9 @@ impl<F: Feed> TaskRun<F> {
                     Some(e) => Err(e),
                     None => self.task.mutual_join(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
                 }
-            } else if let Some(r) = (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out)).flatten() {
+            } else if let Some(r) =
+                (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out, &self.trees)).flatten()
+            {
                 r
             } else if i == 0 {
                 self.task.decode_main(&s.record).and_then(|mut input| {

@@ -549,7 +549,7 @@ fn other_only(si: &StreamInput, kb: &[u8], e: &RightEntry, scoped: bool) -> Row 
     if let Some(v) = si.key_field.and_then(|i| value.get_mut(i)) {
         *v = e.key.clone();
     }
-    Row { key: e.key.clone(), value, joined, tenant }
+    Row { key: e.key.clone(), value, joined, tenant, retract: false }
 }
 
 /// Both sides of one stream–stream join, by key bytes then (time, offset).
@@ -636,5 +636,5 @@ fn decode_left(b: &[u8], kb: &[u8], si: &StreamInput, scoped: bool) -> Result<Le
     // to its tenant.
     let (tenant, kb) = unscope(kb, scoped)?;
     let key = decode_key(Some(kb), &si.on.ty).map_err(|e| e.0)?;
-    Ok(LeftEntry { row: Row { key, value, joined, tenant }, matched: raw.m, expired: false })
+    Ok(LeftEntry { row: Row { key, value, joined, tenant, retract: false }, matched: raw.m, expired: false })
 }

@@ -26,7 +26,8 @@ pub(crate) struct TableRecord {
 /// A decoded row of a table input.
 pub(crate) type TableRow = Arc<Vec<Value>>;
 
-/// Decoded rows kept in memory before the cache is dropped (every row is also in the store).
+/// Decoded rows kept in memory before the cache is dropped at a flush (then every row is in the
+/// store).
 const CACHED_ROWS: usize = 200_000;
 
 /// Every table input of a task.
@@ -137,11 +138,19 @@ impl TableInputs {
             Some(b) => Some(Arc::new(decode_visible(&ti.source, &b).map_err(RecordError)?)),
             None => None,
         };
+        self.rows.insert((table, kb), row.clone());
+        Ok(row)
+    }
+}
+
+impl TableInputs {
+    /// After a flush: rows changed since the last one are now in the store (read back from it),
+    /// so the cache may be dropped if it grew past its bound. (Dropped before, it would lose
+    /// rows the store does not hold yet.)
+    pub(crate) fn flushed(&mut self) {
         if self.rows.len() >= CACHED_ROWS {
             self.rows.clear();
         }
-        self.rows.insert((table, kb), row.clone());
-        Ok(row)
     }
 }
 

@@ -27,6 +27,7 @@ pub const H_ERROR: &str = "streamc.error";
 pub const H_TOPIC: &str = "streamc.source.topic";
 pub const H_PARTITION: &str = "streamc.source.partition";
 pub const H_OFFSET: &str = "streamc.source.offset";
+pub use crate::runtime::ops::repartition::H_RETRACT;
 pub use crate::runtime::ops::sink::{H_VERSION, H_WINDOW_END, H_WINDOW_START};
 
 pub struct Task {
@@ -201,19 +202,29 @@ impl Task {
                 let fields = decode_record(bytes, wire).map_err(RecordError)?;
                 let (fields, joined) = split_wire(fields, *nvalue, joined_keys);
                 let tenant = if self.spec.tenant { Some(tenant::of_internal(rec).map_err(RecordError)?) } else { None };
-                Ok(Input { row: Row { key, value: fields, joined, tenant }, ts: rec.timestamp, offset: 0 })
+                let retract = rec.headers.iter().any(|(k, _)| k == H_RETRACT);
+                Ok(Input { row: Row { key, value: fields, joined, tenant, retract }, ts: rec.timestamp, offset: 0 })
             }
         }
     }
 
     /// A deletion (a record without a value) of the table a table query reads: a tombstone for
-    /// its key downstream. None if the main input is not such a table.
-    pub fn table_deletion(&mut self, rec: &Record, out: &mut Vec<Output>) -> Option<Result<(), RecordError>> {
+    /// its key downstream; in a grouped table's chain, its key's row taken back down the chain
+    /// (`Row::retract`). None if the main input is not such a table.
+    pub fn table_deletion(
+        &mut self,
+        rec: &Record,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Option<Result<(), RecordError>> {
         if rec.value.is_some() {
             return None;
         }
         let Decode::Source(src) = &self.spec.main.decode else { return None };
-        let sink = self.spec.table_sink_spec()?;
+        let sink = self.spec.table_sink_spec();
+        if sink.is_none() && self.spec.table_group.is_none() {
+            return None;
+        }
         let key = match &src.key {
             KeySpec::Field(i) => decode_key(rec.key.as_deref(), &src.value.fields[*i].1),
             KeySpec::Named(_, t) => decode_key(rec.key.as_deref(), t),
@@ -229,13 +240,18 @@ impl Task {
             Ok(kt) => kt,
             Err(e) => return Some(Err(e)),
         };
-        // A deletion has no time field: its time is the record timestamp.
-        let tomb = tombstone(sink, &key, None, rec.timestamp, tenant.as_deref(), self.spec.version);
-        out.push(tomb);
         self.counters.records_in += 1;
         if let Some(t) = &tenant {
             self.counters.tenant(t).records_in += 1;
         }
+        // A deletion has no time field: its time is the record timestamp.
+        let Some(sink) = sink else {
+            let row = Row { key, value: Vec::new(), joined: Vec::new(), tenant, retract: true };
+            let (chain, mut cx) = self.parts(out, stores, None);
+            return Some(Down::from(chain, 0).emit(row, rec.timestamp, &mut cx));
+        };
+        let tomb = tombstone(sink, &key, None, rec.timestamp, tenant.as_deref(), self.spec.version);
+        out.push(tomb);
         self.counters.records_out += 1;
         Some(Ok(()))
     }
@@ -335,6 +351,11 @@ impl Task {
             if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
                 out.push(tombstone(sink, &key, None, ts, tenant.as_deref(), spec.version));
                 self.counters.records_out += 1;
+            } else if had && spec.table_group.is_some() {
+                // Grouped: the key's old result leaves its group.
+                let row = Row { key, value: Vec::new(), joined: Vec::new(), tenant, retract: true };
+                let (chain, mut cx) = self.parts(out, stores, None);
+                return Down::from(chain, m.op + 1).emit(row, ts, &mut cx);
             }
             return Ok(());
         }
@@ -349,7 +370,7 @@ impl Task {
                 v
             }
         };
-        let row = Row { key: key.clone(), value, joined: vec![other.map(|r| (key, r))], tenant };
+        let row = Row { key: key.clone(), value, joined: vec![other.map(|r| (key, r))], tenant, retract: false };
         let (chain, mut cx) = self.parts(out, stores, None);
         Down::from(chain, m.op + 1).emit(row, ts, &mut cx)
     }
@@ -376,6 +397,7 @@ impl Task {
             }
         }
         changes.append(&mut self.table_changes);
+        self.tables.flushed();
         {
             let (chain, mut cx) = self.parts(out, &NoStores, Some(changes));
             for i in 0..chain.len() {
@@ -441,7 +463,7 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
         // windows start at 0.
         return Err(RecordError(format!("the event time {ts} is before the epoch (1970-01-01T00:00:00Z)")));
     }
-    Ok(Input { row: Row { key, value: wire, joined: vec![], tenant }, ts, offset: 0 })
+    Ok(Input { row: Row { key, value: wire, joined: vec![], tenant, retract: false }, ts, offset: 0 })
 }
 
 #[cfg(test)]

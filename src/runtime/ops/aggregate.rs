@@ -15,7 +15,8 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
-    decode_entry, encode_entry, key_part, state_result, AggArgs, AggEntry, Cache, Slot, SLIDE_RECORDS,
+    decode_entry, encode_entry, key_part, retract_state, state_result, store_key, AggArgs, AggEntry, Cache, Slot,
+    SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::sink::PostSinks;
@@ -32,7 +33,8 @@ pub(crate) enum Emitted {
     /// A result that could not be computed.
     Error(RecordError),
     /// A merged-away session, deleted downstream: a tombstone for its key at the query's sink,
-    /// the session's bounds in headers.
+    /// the session's bounds in headers; or a grouped table's group left with no rows (no
+    /// bounds).
     Deleted { key: Value, start: i64, end: i64, ts: i64, tenant: Option<Tenant> },
 }
 
@@ -73,16 +75,28 @@ impl Aggregate {
         })
     }
 
-    /// Add a record: its group key and aggregate arguments evaluated, then its windows updated.
-    /// The task's stream time moves to the record's time if it is later.
+    /// Add a record: its group key and aggregate arguments evaluated, then its windows updated
+    /// (a grouped table's row taken back: taken out of its group instead). The task's stream
+    /// time moves to the record's time if it is later.
     fn add(&mut self, row: Row, ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
+        let kb = self.evaluate(&row)?;
+        *cx.stream_time = (*cx.stream_time).max(ts);
+        if row.retract && self.spec.table {
+            return self.take_back(&kb, ts, cx);
+        }
+        let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
+        self.windowing.add(&mut wcx, &self.group, &kb, ts, &self.args)
+    }
+
+    /// A row's group values and aggregate arguments, into the buffers kept for the next
+    /// record; its key's bytes as the store holds them.
+    fn evaluate(&mut self, row: &Row) -> Result<Vec<u8>, RecordError> {
         let agg = &self.spec;
         let err = |e: String| RecordError(e);
-        // The group values and the arguments go in buffers kept for the next record.
         let (group, args) = (&mut self.group, &mut self.args);
         group.clear();
         for g in &agg.group {
-            group.push(eval(g, &row, &[]).map_err(err)?);
+            group.push(eval(g, row, &[]).map_err(err)?);
         }
         if group.iter().any(Value::is_null) {
             return Err(RecordError("the group key is null".into()));
@@ -95,13 +109,42 @@ impl Aggregate {
         for (a, v) in agg.aggs.iter().zip(args.iter_mut()) {
             v.clear();
             for e in &a.args {
-                v.push(eval(e, &row, &[]).map_err(err)?);
+                v.push(eval(e, row, &[]).map_err(err)?);
             }
         }
-        let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), kb)?;
-        *cx.stream_time = (*cx.stream_time).max(ts);
-        let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
-        self.windowing.add(&mut wcx, &self.group, &kb, ts, &self.args)
+        scoped(self.tenant_scoped, row.tenant.as_ref(), kb)
+    }
+
+    /// Take a grouped table's old row (its arguments in `self.args`) out of its group at time
+    /// `ts`; a group left with no rows is deleted at the next flush.
+    fn take_back(&mut self, kb: &[u8], ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
+        let agg = &self.spec;
+        let sk = store_key(kb, None);
+        if !self.cache.slots.contains_key(&sk) {
+            let entry = match cx.stores.get(agg.store, &sk) {
+                Some(b) => Some(decode_entry(&b, agg).map_err(RecordError)?),
+                None => None,
+            };
+            let stored = entry.is_some();
+            self.cache.slots.insert(sk.clone(), Slot::new(entry, stored));
+        }
+        let Some(slot) = self.cache.slots.get_mut(&sk) else { return Ok(()) };
+        let entry = match &mut slot.entry {
+            Some(e) if !slot.deleted && e.rows > 0 => e,
+            _ => return Err(RecordError("internal: a row taken back from a group that does not hold it".into())),
+        };
+        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args) {
+            retract_state(a, st, argv).map_err(RecordError)?;
+        }
+        entry.max_ts = entry.max_ts.max(ts);
+        entry.rows -= 1;
+        if entry.rows == 0 {
+            slot.deleted = true;
+        }
+        if slot.touch() {
+            self.cache.dirty.push(sk);
+        }
+        Ok(())
     }
 
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
@@ -171,7 +214,7 @@ impl Aggregate {
                 changes.push(Change {
                     store: agg.store,
                     key: sk.clone(),
-                    value: Some(encode_entry(entry)),
+                    value: Some(encode_entry(entry, agg)),
                     timestamp: entry.max_ts,
                     existed,
                 });
@@ -294,7 +337,8 @@ impl Operator for Aggregate {
                 }
                 Emitted::Error(e) => cx.orphans.push(e),
                 Emitted::Deleted { key, start, end, ts, tenant } => {
-                    self.sinks.delete(&key, Some((start, end)), ts, tenant.as_deref(), cx)
+                    let window = self.spec.window.is_some().then_some((start, end));
+                    self.sinks.delete(&key, window, ts, tenant.as_deref(), cx)
                 }
             }
         }
@@ -331,5 +375,5 @@ fn result(agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>) -> Emitted {
             Err(e) => return Emitted::Error(RecordError(e)),
         }
     }
-    Emitted::Row(Row { key: group_value(&e.group), value, joined: vec![], tenant }, e.max_ts)
+    Emitted::Row(Row { key: group_value(&e.group), value, joined: vec![], tenant, retract: false }, e.max_ts)
 }

@@ -22,6 +22,9 @@ pub(crate) enum Dropped {
     /// An aggregate's result row (`emit changes`): a tombstone for its key and window at every
     /// sink of the query. With `emit final` a window's one result is simply not sent.
     Result(Arc<PostSinks>),
+    /// A grouped table's row, before the grouping: the row goes on taken back
+    /// (`Row::retract`), so that the key's old row leaves its group.
+    Retract,
 }
 
 pub(crate) struct Filter {
@@ -38,12 +41,17 @@ impl Filter {
 impl Stateful for Filter {}
 
 impl Operator for Filter {
-    fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
-        if eval(&self.pred, &row, &[]).map_err(RecordError)? == Value::Bool(true) {
+    fn on_row(&mut self, mut row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
+        // A row taken back has no value to test: it goes on as it is.
+        if row.retract || eval(&self.pred, &row, &[]).map_err(RecordError)? == Value::Bool(true) {
             return down.emit(row, ts, cx);
         }
         match &self.dropped {
             Dropped::Nothing => {}
+            Dropped::Retract => {
+                row.retract = true;
+                return down.emit(row, ts, cx);
+            }
             Dropped::TableRow(sink) => {
                 cx.out.push(tombstone(sink, &row.key, None, ts, row.tenant.as_deref(), cx.spec.version));
                 cx.counters.records_out += 1;

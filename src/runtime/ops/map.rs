@@ -21,7 +21,10 @@ impl Stateful for Map {}
 
 impl Operator for Map {
     fn on_row(&mut self, mut row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
-        row.value = eval_all(&self.fields, &row)?;
+        // A row taken back (a grouped table's key deleted) has no value to compute from.
+        if !row.retract {
+            row.value = eval_all(&self.fields, &row)?;
+        }
         row.joined.clear();
         down.emit(row, ts, cx)
     }

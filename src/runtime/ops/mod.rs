@@ -10,8 +10,9 @@
 mod aggregate;
 mod explode;
 mod filter;
+mod group_table;
 mod map;
-mod repartition;
+pub(crate) mod repartition;
 pub(crate) mod sink;
 mod stream_join;
 mod table_join;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 
 use crate::ast::EmitMode;
 use crate::eval::Row;
-use crate::plan::physical::{Op, TaskSpec};
+use crate::plan::physical::{Decode, Op, TaskSpec};
 use crate::runtime::op::{Change, Counters, Output, RecordError, Stateful, StoreRead};
 use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::TableInputs;
@@ -123,9 +124,13 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
         if i == spec.ops.len() {
             exploded = false;
         }
+        // Before a grouped table's grouping, a row that stops here takes the key's old row
+        // out of its group.
+        let retracts = spec.table_group.is_some_and(|g| i < g);
         chain.push(match op {
             Op::Filter(pred) => {
                 let dropped = match (table_sink, in_post, exploded) {
+                    _ if retracts => Dropped::Retract,
                     (_, _, true) => Dropped::Nothing,
                     // The chain after an aggregate: a result row that does not match is deleted
                     // downstream (`emit changes`).
@@ -144,7 +149,14 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
             }
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
             Op::Repartition(r) => Box::new(repartition::Repartition::new(r.clone())),
-            Op::JoinTable(j) => Box::new(table_join::TableJoin(j.clone())),
+            Op::JoinTable(j) => Box::new(table_join::TableJoin { spec: j.clone(), retracts }),
+            Op::GroupTable { store, group } => {
+                let key_ty = match &spec.main.decode {
+                    Decode::Source(src) => src.key_type(),
+                    Decode::Internal { key, .. } => key.clone(),
+                };
+                Box::new(group_table::GroupTable::new(*store, group.clone(), key_ty, spec.tenant))
+            }
             Op::JoinStream { side } => Box::new(JoinStep::new(*side)),
             Op::Aggregate => match Aggregate::new(spec, post_sinks.clone()) {
                 Some(a) => Box::new(a),

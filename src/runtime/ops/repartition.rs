@@ -14,6 +14,10 @@ use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::wire::RecordWriter;
 use crate::value::Value;
 
+/// The header that marks a repartition record of a grouped table's row taken back out of its
+/// group (docs/conventions.md).
+pub const H_RETRACT: &str = "streamc.retract";
+
 /// A repartition of the chain: the plan's [`RepartitionSpec`], and the writer of its rows.
 pub(crate) struct Repartition(RepartitionSpec, RecordWriter);
 
@@ -32,7 +36,10 @@ impl Operator for Repartition {
         let k = group_key(&r.key, &row)?;
         let mut value = Vec::with_capacity(128);
         self.1.write_row(&row, &r.wire, &mut value);
-        let headers = out_headers(cx.spec.version, row.tenant.as_deref());
+        let mut headers = out_headers(cx.spec.version, row.tenant.as_deref());
+        if row.retract {
+            headers.push((H_RETRACT.to_string(), b"1".to_vec()));
+        }
         cx.out.push(Output {
             topic: r.topic.clone(),
             route: Route::Key,

@@ -84,6 +84,12 @@ impl Cx<'_> {
                         self.cache.slots.entry(sk.clone()).or_insert(Slot::new(entry, stored))
                     }
                 };
+                if slot.deleted && agg.table {
+                    // A grouped table's group left with no rows since the last flush: it starts
+                    // again from nothing.
+                    slot.deleted = false;
+                    slot.entry = None;
+                }
                 let entry = match &mut slot.entry {
                     Some(e) => e,
                     None => {
@@ -96,10 +102,12 @@ impl Cx<'_> {
                             end,
                             max_ts: i64::MIN,
                             states: self.cache.init.clone().map_err(err)?,
+                            rows: 0,
                         })
                     }
                 };
                 entry.max_ts = entry.max_ts.max(ts);
+                entry.rows += 1;
                 for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
                     update_state(a, st, argv, ts).map_err(err)?;
                 }

@@ -75,6 +75,7 @@ impl Windowing for Session {
                 end,
                 max_ts: i64::MIN,
                 states: cx.cache.init.clone().map_err(err)?,
+                rows: 0,
             },
         };
         entry.start = start;

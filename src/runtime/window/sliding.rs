@@ -126,7 +126,7 @@ impl Windowing for Sliding {
             self.windows.entry(kb.to_vec()).or_default().insert(s);
             cx.cache.slots.insert(
                 sk.clone(),
-                Slot::new(Some(AggEntry { group: group.to_vec(), start: s, end, max_ts, states }), false),
+                Slot::new(Some(AggEntry { group: group.to_vec(), start: s, end, max_ts, states, rows: 0 }), false),
             );
             cx.cache.mark_dirty(sk);
         }

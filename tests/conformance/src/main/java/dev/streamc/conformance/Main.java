@@ -187,6 +187,32 @@ public final class Main {
     }
   }
 
+  /** A grouped table's count, sum of balances and sum of scores: {@code plus} with sign 1 adds a
+   * row (the adder), with -1 takes it back (the subtractor). */
+  public static final class RegionStats {
+    public long n;
+    public long total;
+    public double scores;
+
+    RegionStats plus(JsonNode a, int sign) {
+      RegionStats r = new RegionStats();
+      r.n = n + sign;
+      r.total = total + sign * a.get("balance").asLong();
+      r.scores = scores + sign * a.get("score").asDouble();
+      return r;
+    }
+  }
+
+  /** A table's rows grouped by their region and aggregated: the subtractor takes a row's old
+   * value out of its group. A group left with no rows is deleted by the filter (as streamc
+   * deletes it). */
+  static KTable<String, RegionStats> byRegion(KTable<String, JsonNode> accounts) {
+    return accounts.groupBy((id, a) -> KeyValue.pair(a.get("region").asText(), a), Grouped.with(S, J))
+        .aggregate(RegionStats::new, (r, a, s) -> s.plus(a, 1), (r, a, s) -> s.plus(a, -1),
+            Materialized.with(S, json(RegionStats.class)))
+        .filter((r, s) -> s.n > 0);
+  }
+
   /** count, sum, max and min of page views' ms. */
   public static final class ViewStats {
     public long views;
@@ -365,6 +391,32 @@ public final class Main {
           .filter((id, o) -> o.get("points").isNull() || o.get("points").asInt() > 3)
           .toStream()
           .to(t.out("joined-outer"), Produced.with(S, J));
+    }));
+    // A table grouped by another key: the subtractor takes a row's old value out of its group.
+    // A group left with no rows is deleted by the filter (as streamc deletes it).
+    CASES.put("table_group_by", new Case(List.of("region-stats", "rich-by-region"), (b, t) -> {
+      KTable<String, JsonNode> accounts = b.table(t.in("accounts"), Consumed.with(S, J));
+      byRegion(accounts)
+          .mapValues((r, s) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.put("region", r);
+            o.put("accounts", s.n);
+            o.put("total", s.total);
+            o.put("mean_score", s.scores / s.n);
+            return (JsonNode) o;
+          })
+          .toStream()
+          .to(t.out("region-stats"), Produced.with(S, J));
+      byRegion(accounts.filter((id, a) -> a.get("balance").asLong() >= 100))
+          .mapValues((r, s) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.put("region", r);
+            o.put("accounts", s.n);
+            o.put("total", s.total);
+            return (JsonNode) o;
+          })
+          .toStream()
+          .to(t.out("rich-by-region"), Produced.with(S, J));
     }));
     CASES.put("group_by_repartition", new Case(List.of("per-user"), (b, t) -> b.stream(t.in("views"), Consumed.with(S, J))
         .groupBy((page, v) -> v.get("user").asText(), Grouped.with(S, J))

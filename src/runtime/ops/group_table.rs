@@ -1,0 +1,180 @@
+//! Before a grouped table's aggregate (`from T … group by … aggregate`, Kafka Streams'
+//! KGroupedTable): each key's row as it was last grouped, in a store of its own. A new row for
+//! a key first sends the old one down taken back (`Row::retract`: its contribution leaves its
+//! group), then itself; a row taken back (the key deleted in the input, or dropped by a filter
+//! or an inner lookup before the grouping) sends the old row taken back, and the key is
+//! forgotten. The rows go on to the aggregate, or to the repartition topic by group first. A new
+//! row whose group key is null is bad input: the key is left without a row.
+
+use rustc_hash::FxHashMap;
+
+use crate::eval::{eval, Row};
+use crate::hir;
+use crate::runtime::bin;
+use crate::runtime::op::{scoped, Change, RecordError, Stateful};
+use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::tenant;
+use crate::types::Type;
+use crate::value::Value;
+
+/// The first byte of a stored row (version 1): then its value fields, then its joined sides.
+const ROW_V1: u8 = 1;
+
+pub(crate) struct GroupTable {
+    stores: [usize; 1],
+    /// The grouping: a row whose group key is null is bad input, refused before it is kept.
+    group: Vec<hir::Expr>,
+    /// The table's key type (its rows are stored under the key's bytes).
+    key_ty: Type,
+    tenant_scoped: bool,
+    /// Rows changed since the last flush (None: forgotten), which the store does not hold yet.
+    pending: FxHashMap<Vec<u8>, Option<Row>>,
+}
+
+impl GroupTable {
+    pub(crate) fn new(store: usize, group: Vec<hir::Expr>, key_ty: Type, tenant_scoped: bool) -> GroupTable {
+        GroupTable { stores: [store], group, key_ty, tenant_scoped, pending: FxHashMap::default() }
+    }
+
+    /// The key's row as last grouped.
+    fn old(&self, kb: &[u8], row: &Row, cx: &Ctx) -> Result<Option<Row>, RecordError> {
+        if let Some(r) = self.pending.get(kb) {
+            return Ok(r.clone());
+        }
+        match cx.stores.get(self.stores[0], kb) {
+            None => Ok(None),
+            Some(b) => decode_row(&b, row).map(Some).map_err(|e| RecordError(format!("damaged grouped row: {e}"))),
+        }
+    }
+
+    /// Record the key's row (None: forgotten) for the store and its changelog.
+    fn set(&mut self, kb: Vec<u8>, row: Option<Row>, ts: i64, existed: bool, cx: &mut Ctx) {
+        cx.changes.push(Change {
+            store: self.stores[0],
+            key: kb.clone(),
+            value: row.as_ref().map(encode_row),
+            timestamp: ts,
+            existed,
+        });
+        self.pending.insert(kb, row);
+    }
+}
+
+impl Stateful for GroupTable {
+    fn stores(&self) -> &[usize] {
+        &self.stores
+    }
+
+    fn restore(&mut self, _stores: &dyn crate::runtime::op::StoreRead) {
+        self.pending.clear();
+    }
+
+    /// Keyed by the scoped key bytes themselves.
+    fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]> {
+        tenant::split(key).map(|(t, _)| t)
+    }
+}
+
+impl Operator for GroupTable {
+    fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
+        if row.key.is_null() {
+            return Err(RecordError("a row of a grouped table has no key".into()));
+        }
+        let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), row.key.key_bytes(&self.key_ty))?;
+        let old = self.old(&kb, &row, cx)?;
+        let existed = old.is_some();
+        if let Some(mut old) = old {
+            // The old row leaves its group first; the key has no row until the new one is in
+            // (if the new one fails, the key stays without one).
+            old.retract = true;
+            down.emit(old, ts, cx)?;
+            self.set(kb.clone(), None, ts, true, cx);
+        }
+        if row.retract {
+            return Ok(());
+        }
+        for g in &self.group {
+            if eval(g, &row, &[]).map_err(RecordError)?.is_null() {
+                return Err(RecordError("the group key is null".into()));
+            }
+        }
+        down.emit(row.clone(), ts, cx)?;
+        self.set(kb, Some(row), ts, existed, cx);
+        Ok(())
+    }
+
+    /// The store holds what the commit wrote: the pending rows are read from it from now on.
+    fn flush(&mut self, _cx: &mut Ctx, _down: &mut Down) {
+        self.pending.clear();
+    }
+}
+
+/// A row as stored: [`ROW_V1`], its value fields, then a count of joined sides and each: 0 (no
+/// match) or 1, its key and its fields ([`bin`]'s encoding).
+fn encode_row(row: &Row) -> Vec<u8> {
+    let mut o = Vec::with_capacity(64);
+    o.push(ROW_V1);
+    bin::write_values(&row.value, &mut o);
+    bin::write_len(&mut o, row.joined.len());
+    for j in &row.joined {
+        match j {
+            None => o.push(0),
+            Some((k, v)) => {
+                o.push(1);
+                bin::write_value(k, &mut o);
+                bin::write_values(v, &mut o);
+            }
+        }
+    }
+    o
+}
+
+/// A stored row of the key `like.key` (and its tenant).
+fn decode_row(b: &[u8], like: &Row) -> Result<Row, String> {
+    let Some((&ROW_V1, rest)) = b.split_first() else { return Err("unknown row version".into()) };
+    let mut r = bin::Reader { b: rest };
+    let value = r.values()?;
+    let n = r.len()?;
+    let mut joined = Vec::with_capacity(n);
+    for _ in 0..n {
+        joined.push(match r.u8()? {
+            0 => None,
+            1 => {
+                let k: Value = r.value()?;
+                Some((k, std::sync::Arc::new(r.values()?)))
+            }
+            t => return Err(format!("joined side tag {t}")),
+        });
+    }
+    if !r.is_empty() {
+        return Err("bytes after the row".into());
+    }
+    Ok(Row { key: like.key.clone(), value, joined, tenant: like.tenant.clone(), retract: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn rows_round_trip_and_damage_is_an_error() {
+        let row = Row {
+            key: Value::str("k"),
+            value: vec![Value::Int(3), Value::Null, Value::str("é")],
+            joined: vec![None, Some((Value::Int(1), Arc::new(vec![Value::Float(1.5)])))],
+            tenant: None,
+            retract: false,
+        };
+        let b = encode_row(&row);
+        let back = decode_row(&b, &row).unwrap();
+        assert_eq!(format!("{:?}", back.value), format!("{:?}", row.value));
+        assert_eq!(format!("{:?}", back.joined), format!("{:?}", row.joined));
+        for cut in 0..b.len() {
+            assert!(decode_row(&b[..cut], &row).is_err(), "a row cut at {cut} decoded");
+        }
+        let mut longer = b.clone();
+        longer.push(0);
+        assert!(decode_row(&longer, &row).is_err());
+    }
+}
