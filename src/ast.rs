@@ -139,8 +139,12 @@ pub struct QueryDecl {
 
 #[derive(Clone, Debug)]
 pub enum Clause {
-    /// `from a` or, merging several streams, `from a, b, …` (the first is the main input).
-    From(Vec<Ident>),
+    /// `from a` or, merging several streams, `from a, b, …` (the first is the main input);
+    /// `from a as x`: the main input goes by `x` in the query.
+    From {
+        inputs: Vec<Ident>,
+        alias: Option<Ident>,
+    },
     Where(Node<Expr>),
     Select(Vec<Node<SelectItem>>),
     KeyBy(Node<Expr>),
@@ -160,6 +164,8 @@ pub enum Clause {
         /// `outer join`: a full outer stream–stream join.
         outer: bool,
         other: Ident,
+        /// `join s as x`: the joined side goes by `x` (a self-join names both sides).
+        alias: Option<Ident>,
         /// `within D`: the other side's records at most D before or after match; `within (B, A)`:
         /// at most B before and A after (`within` holds B, `after` A).
         within: Option<Node<Duration>>,
@@ -184,7 +190,7 @@ impl Clause {
     /// The clause's keyword(s), as a user would name it in prose.
     pub fn keyword(&self) -> &'static str {
         match self {
-            Clause::From(_) => "from",
+            Clause::From { .. } => "from",
             Clause::Where(_) => "where",
             Clause::Select(_) => "select",
             Clause::KeyBy(_) => "key by",
@@ -534,7 +540,18 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
     *o += &format!("{prefix}query {} @{}..{}\n", q.name.node, q.span.start, q.span.end);
     for c in &q.clauses {
         let body = match &c.node {
-            Clause::From(s) => s.iter().map(|n| n.node.as_str()).collect::<Vec<_>>().join(", "),
+            Clause::From { inputs, alias } => {
+                let names = inputs.iter().map(|n| n.node.as_str()).collect::<Vec<_>>();
+                match alias {
+                    Some(a) => format!(
+                        "{} as {}{}",
+                        names[0],
+                        a.node,
+                        names[1..].iter().map(|n| format!(", {n}")).collect::<String>()
+                    ),
+                    None => names.join(", "),
+                }
+            }
             Clause::Where(e) | Clause::KeyBy(e) => e.node.to_string(),
             Clause::Select(items) => items
                 .iter()
@@ -574,8 +591,9 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 format!("{m:?}").to_lowercase()
                     + &idle.as_ref().map(|d| format!(" idle {}", d.node)).unwrap_or_default()
             }
-            Clause::Join { other, within, after, grace, on, .. } => {
-                let mut w = match (within, after) {
+            Clause::Join { other, alias, within, after, grace, on, .. } => {
+                let mut w = alias.as_ref().map(|a| format!(" as {}", a.node)).unwrap_or_default();
+                w += &match (within, after) {
                     (Some(b), Some(a)) => format!(" within ({}, {})", b.node, a.node),
                     (Some(w), None) => format!(" within {}", w.node),
                     _ => String::new(),

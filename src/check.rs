@@ -927,8 +927,8 @@ impl<'a> Checker<'a> {
     fn query(&mut self, q: &ast::QueryDecl) -> Option<hir::Query> {
         let mut clauses = q.clauses.iter();
         let first = clauses.next();
-        let (from, merge_names) = match first.map(|c| &c.node) {
-            Some(Clause::From(names)) if !names.is_empty() => (&names[0], &names[1..]),
+        let (from, merge_names, alias) = match first.map(|c| &c.node) {
+            Some(Clause::From { inputs, alias }) if !inputs.is_empty() => (&inputs[0], &inputs[1..], alias),
             Some(other) => {
                 let first = first.map(|c| c.span).unwrap_or(q.name.span);
                 self.err(
@@ -983,7 +983,8 @@ impl<'a> Checker<'a> {
             windowed: false,
             tenant_scoped: src.tenant.is_some(),
         };
-        let mut from_name = src.name.clone();
+        // The name the input goes by in the query: its own, or the one `as` gives it.
+        let mut from_name = alias.as_ref().map(|a| a.node.clone()).unwrap_or_else(|| src.name.clone());
         let mut steps: Vec<hir::Step> = Vec::new();
         let mut slugs: HashSet<String> = HashSet::new();
         // The groupings, the clause, a repartition, a table's rows grouped (Kafka Streams'
@@ -1045,7 +1046,7 @@ impl<'a> Checker<'a> {
                 });
             };
             match &c.node {
-                Clause::From(_) => {
+                Clause::From { .. } => {
                     self.err(
                         Diagnostic::new(Code::DuplicateClause, c.span, "a query has one `from`")
                             .label("second `from`")
@@ -1376,7 +1377,7 @@ impl<'a> Checker<'a> {
                         steps[i].span = steps[i].span.to(c.span);
                     }
                 }
-                Clause::Join { left, outer, other, within, after, grace, on } => {
+                Clause::Join { left, outer, other, alias, within, after, grace, on } => {
                     if in_group || aggregated.is_some() {
                         order_err(self, "`join` after `group by`", "join the stream before grouping it");
                         ok = false;
@@ -1396,11 +1397,30 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    if o.name == src.name || shape.joined.iter().any(|j| j.name == o.name) {
+                    // The name the joined side goes by: its own, or the one `as` gives it.
+                    let name = alias.as_ref().map(|a| a.node.clone()).unwrap_or_else(|| o.name.clone());
+                    let name_span = alias.as_ref().map(|a| a.span).unwrap_or(other.span);
+                    if mutual && o.name == src.name {
                         self.err(
-                            Diagnostic::new(Code::JoinKind, other.span, format!("`{}` is already in this query", o.name))
-                                .label("joined again")
-                                .help("self-joins and repeated joins of one source are not supported: `name.field` would be ambiguous"),
+                            Diagnostic::new(
+                                Code::JoinKind,
+                                other.span,
+                                format!("the table `{}` joined with itself", o.name),
+                            )
+                            .label("the same table")
+                            .help("a table–table join on the key would pair each row with itself"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    if name == from_name || shape.joined.iter().any(|j| j.name == name) {
+                        self.err(
+                            Diagnostic::new(Code::JoinKind, name_span, format!("`{name}` is already in this query"))
+                                .label("joined again under the same name")
+                                .help(format!(
+                                    "name each side with `as` (a self-join names both): `from {} as a join {} as b …`, then `a.field` and `b.field`",
+                                    src.name, o.name
+                                )),
                         );
                         ok = false;
                         continue;
@@ -1519,7 +1539,7 @@ impl<'a> Checker<'a> {
                         }
                     }
                     shape.joined.push(Joined {
-                        name: o.name.clone(),
+                        name: name.clone(),
                         value: o.value.clone(),
                         key: o.key_name().map(|n| (n.to_string(), okey.clone())),
                         optional: *left || *outer,
@@ -1539,7 +1559,7 @@ impl<'a> Checker<'a> {
                             repartition,
                         },
                     };
-                    push(self, kind, &format!("join-{}", slugify(&o.name)), shape.clone());
+                    push(self, kind, &format!("join-{}", slugify(&name)), shape.clone());
                 }
                 Clause::To { topic, format, windowed, when } => {
                     if let Some((_, gspan, _, _)) = &group {

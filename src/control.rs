@@ -948,6 +948,9 @@ fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
         (JoinWindow { outer: a, .. }, JoinWindow { outer: b, .. }) if a != b => {
             return Some("the join changed to or from an outer join".into())
         }
+        (Grouped { grouping: a }, Grouped { grouping: b }) if a != b => {
+            return Some(format!("the grouping changed from `{a}` to `{b}`"))
+        }
         (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => {
             return Some("the kind of state changed".into())
         }

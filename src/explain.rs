@@ -130,6 +130,7 @@ fn store_kind(k: &StoreKind) -> String {
             format!("join window store (records kept {within} + {after} + grace {grace}, by its side's stream time)")
         }
         StoreKind::Global => "global key-value (every task sees all; rebuilt from the control topic)".into(),
+        StoreKind::Grouped { grouping } => format!("key-value of a grouped table (`{grouping}`)"),
     }
 }
 
@@ -370,6 +371,7 @@ fn json(v: &View) -> serde_json::Value {
                     json!({"before_ms": within.0, "after_ms": after.0, "grace_ms": grace.0, "outer": outer}),
                 ),
                 StoreKind::Global => ("global", serde_json::Value::Null),
+                StoreKind::Grouped { grouping } => ("grouped", json!({ "grouping": grouping })),
             };
             json!({"name": s.name, "kind": kind, "window": window, "changelog": s.changelog, "node": s.node,
                    "subtopology": s.subtopology, "key": s.key, "value": s.value, "tenant_scoped": s.tenant_scoped})

@@ -402,7 +402,8 @@ impl<'a> Printer<'a> {
                 self.words(c);
                 continue;
             }
-            if !first_item {
+            // `from a as x, b`: the alias belongs to the item before it.
+            if !first_item && c.as_rule() != Rule::alias {
                 self.punct(",");
             }
             first_item = false;

@@ -432,6 +432,12 @@ static INPUTS: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
         .expect("a valid pattern")
 });
 
+/// `from s as x` / `join s as x` in a query's text: the alias and the source it names.
+static ALIASES: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"\b(?:from|join)\s+([\p{L}_][\p{L}\p{N}_]*)\s+as\s+([\p{L}_][\p{L}\p{N}_]*)")
+        .expect("a valid pattern")
+});
+
 fn completions(text: &str, offset: usize) -> Vec<CompletionItem> {
     let offset = offset.min(text.len());
     let (ast, analysis) = crate::analyze(text);
@@ -445,7 +451,12 @@ fn completions(text: &str, offset: usize) -> Vec<CompletionItem> {
     // `name.`: the fields of that source.
     if text[..typed_start].ends_with('.') {
         let qualifier = word_at(text, typed_start - 1).map(|w| &text[w.start..w.end]);
-        if let Some(src) = qualifier.and_then(source) {
+        // An alias of the query around the cursor names its source.
+        let item_text = &text[item_start(text, offset)..offset];
+        let aliased = qualifier.and_then(|q| {
+            ALIASES.captures_iter(item_text).find(|c| &c[2] == q).map(|c| c.get(1).map_or("", |m| m.as_str()))
+        });
+        if let Some(src) = aliased.or(qualifier).and_then(source) {
             for (f, t) in &src.value.fields {
                 add(item(f, CompletionItemKind::FIELD, t.to_string()));
             }
@@ -551,5 +562,14 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// After an alias and a dot (`a.` in a self-join), the fields of the source it names.
+    #[test]
+    fn an_alias_completes_to_its_sources_fields() {
+        let text = "stream trades from \"t\" {\n  key ticker\n  value json { ticker: string, price: float }\n}\n\n\
+                    query q {\n  from trades as a\n  join trades as b within 1s on ticker\n  select { x = b.";
+        let labels: Vec<String> = completions(text, text.len()).into_iter().map(|i| i.label).collect();
+        assert_eq!(labels, ["price", "ticker"]);
     }
 }

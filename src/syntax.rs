@@ -600,7 +600,17 @@ impl Builder {
         let rule = p.as_rule();
         let mut parts: Vec<Pair<Rule>> = inner(p.clone()).collect();
         Ok(match rule {
-            Rule::from_clause => Clause::From(parts.into_iter().map(|p| self.ident(p)).collect()),
+            Rule::from_clause => {
+                let mut inputs = Vec::new();
+                let mut alias = None;
+                for p in parts {
+                    match p.as_rule() {
+                        Rule::alias => alias = Some(self.ident(inner(p).last().ok_or(())?)),
+                        _ => inputs.push(self.ident(p)),
+                    }
+                }
+                Clause::From { inputs, alias }
+            }
             Rule::where_clause => Clause::Where(self.expr(parts.remove(0), 0)?),
             Rule::select_clause => {
                 let mut items = Vec::new();
@@ -698,6 +708,7 @@ impl Builder {
                 let mut left = false;
                 let mut outer = false;
                 let mut other = None;
+                let mut alias = None;
                 let mut within = None;
                 let mut after = None;
                 let mut grace = None;
@@ -707,6 +718,7 @@ impl Builder {
                         Rule::left => left = true,
                         Rule::outer => outer = true,
                         Rule::ident => other = Some(self.ident(c)),
+                        Rule::alias => alias = Some(self.ident(inner(c).last().ok_or(())?)),
                         Rule::within => {
                             let mut w = inner(c);
                             let first = w.next().ok_or(())?;
@@ -725,7 +737,7 @@ impl Builder {
                         r => return self.unexpected(&c, r),
                     }
                 }
-                Clause::Join { left, outer, other: other.ok_or(())?, within, after, grace, on: on.ok_or(())? }
+                Clause::Join { left, outer, other: other.ok_or(())?, alias, within, after, grace, on: on.ok_or(())? }
             }
             Rule::to_clause => {
                 let topic = self.string(parts.remove(0))?;

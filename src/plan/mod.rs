@@ -139,6 +139,9 @@ pub enum NodeKind {
         on: hir::Expr,
         value_fields: usize,
         joined_keys: Vec<bool>,
+        /// A self-join: the joined stream is an input the sub-topology already reads (its main
+        /// input, or one merged with it). Each of its records is both sides, read once.
+        same_input: bool,
     },
     /// `tenant`: the query is tenant-scoped (keys `[tenant, key]`, a `tenant` field).
     Sink {
@@ -197,6 +200,12 @@ pub enum StoreKind {
     },
     /// A control-managed table that every task sees whole.
     Global,
+    /// Of a grouped table (its rows as last grouped, or its aggregate): key-value, valid only
+    /// for this `grouping` (the `group by` clause, whitespace collapsed), since a row taken back
+    /// must leave the group it was added to.
+    Grouped {
+        grouping: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -503,7 +512,8 @@ impl Lowering<'_> {
                         let n = self.node(q, sub, rows.clone(), kind, a.group_line, a.group_text.clone());
                         self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
                         let value = Type::Record(shape.value.clone());
-                        self.store(n, rows, StoreKind::KeyValue, shape.key.clone(), value, shape.tenant_scoped);
+                        let kind = StoreKind::Grouped { grouping: grouping(&a.group_text) };
+                        self.store(n, rows, kind, shape.key.clone(), value, shape.tenant_scoped);
                         prev = n;
                     }
                     if a.repartition {
@@ -518,6 +528,7 @@ impl Lowering<'_> {
                     }
                     let kind = match a.window {
                         Some(w) => StoreKind::Window { window: w },
+                        None if a.table => StoreKind::Grouped { grouping: grouping(&a.group_text) },
                         None => StoreKind::KeyValue,
                     };
                     let state = Type::Record(RecordType {
@@ -615,6 +626,10 @@ impl Lowering<'_> {
                         .iter()
                         .map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none()))
                         .collect();
+                    let otopic = o.topic.clone().unwrap_or_default();
+                    // Joined with an input this sub-topology reads already (a self-join on the
+                    // key): one reader, each record both sides.
+                    let same_input = self.subs[sub].sources.contains(&otopic);
                     let kind = NodeKind::JoinStream {
                         stream: o.name.clone(),
                         within,
@@ -630,24 +645,24 @@ impl Lowering<'_> {
                         on: on.clone(),
                         value_fields: shape.value.fields.len(),
                         joined_keys,
+                        same_input,
                     };
                     let n = self.node(q, sub, name.clone(), kind, line, clause.clone());
-                    let otopic = o.topic.clone().unwrap_or_default();
-                    self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
-                    self.subs[sub].sources.push(otopic.clone());
-                    let os = self.node(
-                        q,
-                        sub,
-                        format!("{name}-source"),
-                        NodeKind::Source { topic: otopic, from: o.name.clone(), table: false },
-                        o.line,
-                        format!("stream {}", o.name),
-                    );
-                    self.graph.add_edge(
-                        os,
-                        n,
-                        Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward },
-                    );
+                    if !same_input {
+                        self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
+                        self.subs[sub].sources.push(otopic.clone());
+                        let os = self.node(
+                            q,
+                            sub,
+                            format!("{name}-source"),
+                            NodeKind::Source { topic: otopic, from: o.name.clone(), table: false },
+                            o.line,
+                            format!("stream {}", o.name),
+                        );
+                        let e =
+                            Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward };
+                        self.graph.add_edge(os, n, e);
+                    }
                     let scoped = shape.tenant_scoped;
                     self.store(
                         n,
@@ -694,6 +709,11 @@ impl Lowering<'_> {
             prev = n;
         }
     }
+}
+
+/// A grouped table's `group by` clause as its stores record it: whitespace collapsed.
+fn grouping(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 impl NodeKind {
@@ -783,8 +803,8 @@ impl NodeKind {
                 format!("joins `{table}` by key, co-partitioned: an update of either table gives the key's result")
             }
             NodeKind::JoinTable { table, .. } => format!("looks up `{table}` by key, co-partitioned"),
-            NodeKind::JoinStream { stream, within, after, grace, left, outer, .. } => format!(
-                "matches `{stream}` records {} (grace {grace}){}",
+            NodeKind::JoinStream { stream, within, after, grace, left, outer, same_input, .. } => format!(
+                "matches `{stream}` records {} (grace {grace}){}{}",
                 if within == after {
                     format!("at most {within} apart")
                 } else {
@@ -796,7 +816,8 @@ impl NodeKind {
                     "; a record with no match is passed on once its window closes"
                 } else {
                     ""
-                }
+                },
+                if *same_input { "; a self-join: each record of the input is both sides, read once" } else { "" }
             ),
             NodeKind::Sink { topic, format, tenant, windowed, when } => format!(
                 "{}writes to topic {topic} as {}{}{}",

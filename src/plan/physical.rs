@@ -64,6 +64,9 @@ pub struct StreamInput {
     pub wire: RecordType,
     pub nvalue: usize,
     pub joined_keys: Vec<bool>,
+    /// A self-join: the stream is the task's main input (or one merged with it), not read on
+    /// its own; each of its records, after it ran down the chain, is this side's record too.
+    pub same_input: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -278,7 +281,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
             .nodes
             .iter()
             .filter_map(|&n| match &topo.graph[n].kind {
-                NodeKind::JoinStream { stream, .. } => Some(stream.as_str()),
+                // (A self-join's stream is the main or a merged input: read as that.)
+                NodeKind::JoinStream { stream, same_input: false, .. } => Some(stream.as_str()),
                 _ => None,
             })
             .collect();
@@ -404,6 +408,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     on,
                     value_fields,
                     joined_keys,
+                    same_input,
                 } => {
                     let (_, src) = program
                         .source(stream)
@@ -438,6 +443,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         wire,
                         nvalue: *value_fields,
                         joined_keys: joined_keys.clone(),
+                        same_input: *same_input,
                     });
                     ops.push(Op::JoinStream { side });
                 }
@@ -531,14 +537,24 @@ impl TaskSpec {
         self.tables
             .iter()
             .map(|t| t.topic.clone())
-            .chain(self.streams.iter().map(|s| s.topic.clone()))
+            .chain(self.read_streams().map(|s| s.topic.clone()))
             .chain(self.merged.iter().map(|m| m.topic.clone()))
             .collect()
     }
 
+    /// The joined streams read on their own (in `side_topics` order): all but self-joins'.
+    pub fn read_streams(&self) -> impl Iterator<Item = &StreamInput> {
+        self.streams.iter().filter(|s| !s.same_input)
+    }
+
+    /// The index in `streams` of the `k`-th stream read on its own.
+    pub fn read_stream(&self, k: usize) -> Option<usize> {
+        self.streams.iter().enumerate().filter(|(_, s)| !s.same_input).nth(k).map(|(i, _)| i)
+    }
+
     /// The task has inputs besides its main one.
     pub fn has_side_inputs(&self) -> bool {
-        !self.tables.is_empty() || !self.streams.is_empty() || !self.merged.is_empty()
+        !self.tables.is_empty() || self.read_streams().next().is_some() || !self.merged.is_empty()
     }
 
     /// The sink of a query that keeps a table a table ([`TaskSpec::table_sink`]).
@@ -604,7 +620,7 @@ fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
     });
     std::iter::once(main)
         .chain(spec.tables.iter().map(|t| Some(t.source.as_ref())))
-        .chain(spec.streams.iter().map(|s| Some(s.source.as_ref())))
+        .chain(spec.read_streams().map(|s| Some(s.source.as_ref())))
         .chain(merged)
         .collect()
 }

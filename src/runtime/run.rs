@@ -658,16 +658,18 @@ impl<F: Feed> TaskRun<F> {
                         return Err(e);
                     }
                     input.offset = s.offset;
-                    self.process(input)
+                    self.process(input)?;
+                    self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees)
                 })
-            } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.streams.len()) {
+            } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
                 // A stream merged with the main input: through the query like the main input's.
                 self.task.decode_merged(k, &s.record).and_then(|mut input| {
                     if let Some(e) = self.refused(input.ts, now) {
                         return Err(e);
                     }
                     input.offset = s.offset;
-                    self.process(input)
+                    self.process(input)?;
+                    self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees)
                 })
             } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
                 // A joined stream's record (its head time is its event time: a task with several

@@ -280,12 +280,47 @@ impl Task {
             return self.process_table(side, rec);
         }
         self.counters.records_in += 1;
-        let side = side - tables;
+        let spec = self.spec.clone();
+        let side =
+            spec.read_stream(side - tables).ok_or_else(|| RecordError(format!("internal: no side input {side}")))?;
+        self.join_side(side, rec, offset, out, stores)
+    }
+
+    /// A record of the task's main input (or of a stream merged with it) that ran down the
+    /// chain: in a self-join of that input, the other side's record too (Kafka Streams' order:
+    /// this side first, so a record also matches itself).
+    pub fn self_joins(
+        &mut self,
+        topic: &str,
+        rec: &Record,
+        offset: u64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        for (side, si) in spec.streams.iter().enumerate() {
+            if si.same_input && si.topic == topic {
+                self.join_side(side, rec, offset, out, stores)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A record of joined stream `side` (an index into `streams`): into its side of the join.
+    fn join_side(
+        &mut self,
+        side: usize,
+        rec: &Record,
+        offset: u64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let si = &spec.streams[side];
         let input = decode_source(&si.source, rec)?;
         misplaced(&si.source, rec)?;
-        if let Some(t) = &input.row.tenant {
+        // (A self-join's record was counted as the main input's.)
+        if let (Some(t), false) = (&input.row.tenant, si.same_input) {
             self.counters.tenant(t).records_in += 1;
         }
         let (chain, mut cx) = self.parts(out, stores, None);

@@ -183,13 +183,17 @@ fn run_and_compare(case: &Case, backend: &Backend, work: &Path) -> Result<Result
             .map(|l| serde_json::from_str(l).map_err(|e| format!("consume {out}: {e}: {l}")))
             .collect::<Result<_, _>>()?;
         if let Some(p) = prefix {
-            // Headers that name a source topic name it with the prefix.
-            let pfx = format!("{p}.");
+            // Headers that name a source topic name it with the prefix (an internal topic, such
+            // as a repartition topic, with the application id).
+            let (pfx, internal) = (format!("{p}."), format!("{app}-"));
             for r in &mut got {
                 if let Some(h) = r.get_mut("headers").and_then(|h| h.as_object_mut()) {
                     for v in h.values_mut() {
-                        if let Some(s) = v.as_str().and_then(|s| s.strip_prefix(&pfx)) {
-                            *v = serde_json::Value::String(s.to_string());
+                        let Some(s) = v.as_str() else { continue };
+                        if let Some(rest) = s.strip_prefix(&internal) {
+                            *v = serde_json::Value::String(format!("{own}{rest}"));
+                        } else if let Some(rest) = s.strip_prefix(&pfx) {
+                            *v = serde_json::Value::String(rest.to_string());
                         }
                     }
                 }

@@ -174,6 +174,7 @@ def main():
     names, cities = ["Ann", "Bob", "Cyd", "Dee", "Eve"], ["Oslo", "Rome", "Kyiv", "Lima"]
     write("table_table_join", "users", keyed_rows(16, 400, 30, lambda r: {"name": r.choice(names), "city": r.choice(cities)}))
     write("table_table_join", "scores", keyed_rows(17, 400, 30, lambda r: {"points": r.randint(0, 9)}))
+    write("stream_self_join", "stocks", trades(19, 1200, 0.1, 1000, tickers=10))
     regions = ["north", "south", "east", "west", "polar"]
     write("table_group_by", "accounts", keyed_rows(18, 800, 30, lambda r: {
         "region": r.choice(regions), "balance": r.randint(-50, 250), "score": r.randint(0, 199) / 2}))

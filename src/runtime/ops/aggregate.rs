@@ -15,15 +15,17 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
-    decode_entry, encode_entry, key_part, retract_state, state_result, store_key, AggArgs, AggEntry, Cache, Slot,
-    SLIDE_RECORDS,
+    decode_entry, encode_entry, key_part, retract_state, state_result, store_key, store_key_into, update_state,
+    AggArgs, AggEntry, Cache, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
+use crate::runtime::ops::group_table::encode_row;
 use crate::runtime::ops::sink::PostSinks;
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant;
 use crate::runtime::window::{self, Cx, Windowing};
 use crate::value::Value;
+use rustc_hash::FxHashMap;
 
 /// What a flush of the aggregate gives the task, in order.
 pub(crate) enum Emitted {
@@ -54,6 +56,8 @@ pub(crate) struct Aggregate {
     /// The group values and aggregate arguments of the record being added (buffers reused).
     group: Vec<Value>,
     args: AggArgs,
+    /// A grouped table's refused rows changed since the last flush (see [`refusal_key`]).
+    refused: FxHashMap<Vec<u8>, i64>,
 }
 
 impl Aggregate {
@@ -72,6 +76,7 @@ impl Aggregate {
             sinks,
             group: Vec::new(),
             args: Vec::new(),
+            refused: FxHashMap::default(),
         })
     }
 
@@ -81,11 +86,52 @@ impl Aggregate {
     fn add(&mut self, row: Row, ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
         let kb = self.evaluate(&row)?;
         *cx.stream_time = (*cx.stream_time).max(ts);
-        if row.retract && self.spec.table {
+        if !self.spec.table {
+            let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
+            return self.windowing.add(&mut wcx, &self.group, &kb, ts, &self.args);
+        }
+        // A grouped table: a row this aggregate refused is remembered, and taking it back
+        // takes nothing (its table task recorded it as the key's row all the same).
+        let rk = refusal_key(&kb, &row);
+        let refused = self.refusals(&rk, cx)?;
+        if row.retract {
+            if refused > 0 {
+                self.set_refusals(rk, refused - 1, ts, cx);
+                return Ok(());
+            }
             return self.take_back(&kb, ts, cx);
         }
         let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
-        self.windowing.add(&mut wcx, &self.group, &kb, ts, &self.args)
+        let r = self.windowing.add(&mut wcx, &self.group, &kb, ts, &self.args);
+        if r.is_err() {
+            self.set_refusals(rk, refused + 1, ts, cx);
+        }
+        r
+    }
+
+    /// How many rows like this one (the key `rk` of [`refusal_key`]) the grouped table's
+    /// aggregate refused and were not taken back yet.
+    fn refusals(&self, rk: &[u8], cx: &Ctx) -> Result<i64, RecordError> {
+        let bytes = match self.refused.get(rk) {
+            Some(n) => return Ok(*n),
+            None => cx.stores.get(self.spec.store, rk),
+        };
+        match bytes.as_deref().map(<[u8; 8]>::try_from) {
+            None => Ok(0),
+            Some(Ok(b)) => Ok(i64::from_le_bytes(b)),
+            Some(Err(_)) => Err(RecordError("damaged state entry: a refusal count is not 8 bytes".into())),
+        }
+    }
+
+    fn set_refusals(&mut self, rk: Vec<u8>, n: i64, ts: i64, cx: &mut Ctx) {
+        cx.changes.push(Change {
+            store: self.spec.store,
+            key: rk.clone(),
+            value: (n > 0).then(|| n.to_le_bytes().to_vec()),
+            timestamp: ts,
+            existed: true,
+        });
+        self.refused.insert(rk, n);
     }
 
     /// A row's group values and aggregate arguments, into the buffers kept for the next
@@ -129,22 +175,41 @@ impl Aggregate {
             self.cache.slots.insert(sk.clone(), Slot::new(entry, stored));
         }
         let Some(slot) = self.cache.slots.get_mut(&sk) else { return Ok(()) };
-        let entry = match &mut slot.entry {
-            Some(e) if !slot.deleted && e.rows > 0 => e,
-            _ => return Err(RecordError("internal: a row taken back from a group that does not hold it".into())),
-        };
-        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args) {
-            retract_state(a, st, argv).map_err(RecordError)?;
+        let entry =
+            match &mut slot.entry {
+                Some(e) if !slot.deleted && e.rows > 0 => e,
+                _ => return Err(RecordError(
+                    "the group holds no row to take back (under at_least_once, a repartition record delivered twice)"
+                        .into(),
+                )),
+            };
+        let mut failed = None;
+        for (j, ((a, st), argv)) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args).enumerate() {
+            if let Err(e) = retract_state(a, st, argv) {
+                failed = Some((j, e));
+                break;
+            }
         }
-        entry.max_ts = entry.max_ts.max(ts);
-        entry.rows -= 1;
-        if entry.rows == 0 {
-            slot.deleted = true;
+        match &failed {
+            None => {
+                entry.max_ts = entry.max_ts.max(ts);
+                entry.rows -= 1;
+                slot.deleted = entry.rows == 0;
+            }
+            // All or nothing: the aggregates that took it back add it again.
+            Some((j, _)) => {
+                for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args).take(*j) {
+                    let _ = update_state(a, st, argv, ts);
+                }
+            }
         }
         if slot.touch() {
             self.cache.dirty.push(sk);
         }
-        Ok(())
+        match failed {
+            None => Ok(()),
+            Some((_, e)) => Err(RecordError(e)),
+        }
     }
 
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
@@ -284,7 +349,8 @@ impl Stateful for Aggregate {
 
     /// Windows (and a sliding window's records) are keyed by the length-prefixed scoped key.
     fn key_tenant<'a>(&self, key: &'a [u8]) -> Option<&'a [u8]> {
-        tenant::split(key_part(key.strip_prefix(SLIDE_RECORDS).unwrap_or(key))).map(|(t, _)| t)
+        let key = key.strip_prefix(SLIDE_RECORDS).or_else(|| key.strip_prefix(REFUSED)).unwrap_or(key);
+        tenant::split(key_part(key)).map(|(t, _)| t)
     }
 
     /// Every open window lives in the cache: a window not in it does not exist, so the hot path
@@ -322,6 +388,8 @@ impl Operator for Aggregate {
     /// (`TaskSpec::post`), in order; an error computing or emitting one is reported with the
     /// commit.
     fn flush(&mut self, cx: &mut Ctx, down: &mut Down) {
+        // The refusals changed are in the store from now on.
+        self.refused.clear();
         let mut emitted = std::mem::take(&mut self.emitted);
         self.flush_cache(*cx.stream_time, cx.changes, &mut emitted);
         for e in emitted.drain(..) {
@@ -344,6 +412,20 @@ impl Operator for Aggregate {
         }
         self.emitted = emitted;
     }
+}
+
+/// Store-key prefix of a grouped table's refused rows (after it: the group's key as in an
+/// entry's store key, then a hash of the row). Entry keys start with a length that is never this.
+const REFUSED: &[u8] = b"\xff\xff\xff\xfdx";
+
+/// Where a grouped table's aggregate counts the rows like `row` it refused in the group of key
+/// bytes `kb`: a row is known by a hash (FNV-1a, 64 bits) of its encoding — the same for the row
+/// and for that row taken back, which its table task sends as it kept it.
+fn refusal_key(kb: &[u8], row: &Row) -> Vec<u8> {
+    let mut k = REFUSED.to_vec();
+    store_key_into(&mut k, kb, None);
+    k.extend_from_slice(&crate::runtime::chaos::fnv(&encode_row(row)).to_be_bytes());
+    k
 }
 
 /// The deletion downstream of `e`'s result as it was sent, with the bounds `(start, end)`.

@@ -4,7 +4,7 @@
 //! group), then itself; a row taken back (the key deleted in the input, or dropped by a filter
 //! or an inner lookup before the grouping) sends the old row taken back, and the key is
 //! forgotten. The rows go on to the aggregate, or to the repartition topic by group first. A new
-//! row whose group key is null is bad input: the key is left without a row.
+//! row whose group key is null is bad input and changes nothing.
 
 use rustc_hash::FxHashMap;
 
@@ -80,27 +80,37 @@ impl Operator for GroupTable {
         if row.key.is_null() {
             return Err(RecordError("a row of a grouped table has no key".into()));
         }
+        // A new row with a null group key is bad input, refused before anything changes (as a
+        // row that does not decode, or whose `where` or `select` fails, is).
+        if !row.retract {
+            for g in &self.group {
+                if eval(g, &row, &[]).map_err(RecordError)?.is_null() {
+                    return Err(RecordError("the group key is null".into()));
+                }
+            }
+        }
         let kb = scoped(self.tenant_scoped, row.tenant.as_ref(), row.key.key_bytes(&self.key_ty))?;
         let old = self.old(&kb, &row, cx)?;
         let existed = old.is_some();
+        // What the key's row is changes here whatever happens after the grouping: across a
+        // repartition the group's task works on its own, later, and both plans must behave
+        // alike. An aggregate that refuses a row remembers it, so that taking it back later
+        // takes nothing (`Aggregate::refusals`).
+        let mut result = Ok(());
         if let Some(mut old) = old {
-            // The old row leaves its group first; the key has no row until the new one is in
-            // (if the new one fails, the key stays without one).
+            // The old row leaves its group first.
             old.retract = true;
-            down.emit(old, ts, cx)?;
-            self.set(kb.clone(), None, ts, true, cx);
+            result = down.emit(old, ts, cx);
         }
         if row.retract {
-            return Ok(());
-        }
-        for g in &self.group {
-            if eval(g, &row, &[]).map_err(RecordError)?.is_null() {
-                return Err(RecordError("the group key is null".into()));
+            if existed {
+                self.set(kb, None, ts, true, cx);
             }
+            return result;
         }
-        down.emit(row.clone(), ts, cx)?;
+        let added = down.emit(row.clone(), ts, cx);
         self.set(kb, Some(row), ts, existed, cx);
-        Ok(())
+        result.and(added)
     }
 
     /// The store holds what the commit wrote: the pending rows are read from it from now on.
@@ -111,7 +121,7 @@ impl Operator for GroupTable {
 
 /// A row as stored: [`ROW_V1`], its value fields, then a count of joined sides and each: 0 (no
 /// match) or 1, its key and its fields ([`bin`]'s encoding).
-fn encode_row(row: &Row) -> Vec<u8> {
+pub(crate) fn encode_row(row: &Row) -> Vec<u8> {
     let mut o = Vec::with_capacity(64);
     o.push(ROW_V1);
     bin::write_values(&row.value, &mut o);

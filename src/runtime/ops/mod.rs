@@ -149,7 +149,7 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
             }
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
             Op::Repartition(r) => Box::new(repartition::Repartition::new(r.clone())),
-            Op::JoinTable(j) => Box::new(table_join::TableJoin { spec: j.clone(), retracts }),
+            Op::JoinTable(j) => Box::new(table_join::TableJoin(j.clone())),
             Op::GroupTable { store, group } => {
                 let key_ty = match &spec.main.decode {
                     Decode::Source(src) => src.key_type(),

@@ -9,21 +9,13 @@ use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 
 /// A stream–table join of the chain: the plan's [`TableJoinSpec`].
-pub(crate) struct TableJoin {
-    pub(crate) spec: TableJoinSpec,
-    /// Before a grouped table's grouping: a row an inner join drops goes on taken back
-    /// (`Row::retract`), so that the key's old row leaves its group.
-    pub(crate) retracts: bool,
-}
+pub(crate) struct TableJoin(pub(crate) TableJoinSpec);
 
 impl Stateful for TableJoin {}
 
 impl Operator for TableJoin {
     fn on_row(&mut self, mut row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
-        if row.retract {
-            return down.emit(row, ts, cx);
-        }
-        let j = &self.spec;
+        let j = &self.0;
         let k = eval(&j.on, &row, &[]).map_err(RecordError)?;
         let found = match (j.table, &j.global) {
             (Some(t), _) => cx.tables.row(t, &k, row.tenant.as_ref(), cx.stores)?.map(|r| (k, r)),
@@ -34,10 +26,6 @@ impl Operator for TableJoin {
             (None, None) => None,
         };
         if found.is_none() && !j.left {
-            if self.retracts {
-                row.retract = true;
-                return down.emit(row, ts, cx);
-            }
             return Ok(());
         }
         row.joined.push(found);

@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{decode_entry, retract_state, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -107,12 +107,32 @@ impl Cx<'_> {
                     }
                 };
                 entry.max_ts = entry.max_ts.max(ts);
-                entry.rows += 1;
-                for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
-                    update_state(a, st, argv, ts).map_err(err)?;
+                let mut failed = None;
+                for (j, ((a, st), argv)) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args).enumerate() {
+                    if let Err(e) = update_state(a, st, argv, ts) {
+                        failed = Some((j, e));
+                        break;
+                    }
                 }
+                match &failed {
+                    None => entry.rows += 1,
+                    // A grouped table's row is all in or all out (it may be taken back later):
+                    // the aggregates it went into take it back out.
+                    Some((j, _)) if agg.table => {
+                        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args).take(*j) {
+                            let _ = retract_state(a, st, argv);
+                        }
+                        slot.deleted |= entry.rows == 0;
+                    }
+                    Some(_) => {}
+                }
+                // Changed even on an error (what the aggregates before it took stays): the
+                // store must hold what the cache holds, or a restart would compute otherwise.
                 if slot.touch() {
                     self.cache.dirty.push(sk.clone());
+                }
+                if let Some((_, e)) = failed {
+                    return Err(err(e));
                 }
             }
             Ok(())

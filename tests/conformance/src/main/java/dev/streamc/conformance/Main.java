@@ -418,6 +418,21 @@ public final class Main {
           .toStream()
           .to(t.out("rich-by-region"), Produced.with(S, J));
     }));
+    // A stream joined with itself: each record is both sides (it also matches itself).
+    CASES.put("stream_self_join", new Case(List.of("pairs"), (b, t) -> {
+      KStream<String, JsonNode> trades = b.stream(t.in("stocks"), Consumed.with(S, J).withTimestampExtractor(field("ts")));
+      trades.join(trades, (a, c) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.set("ticker", a.get("ticker"));
+            o.set("first_at", a.get("ts"));
+            o.set("second_at", c.get("ts"));
+            o.set("first_size", a.get("size"));
+            o.set("second_size", c.get("size"));
+            return (JsonNode) o;
+          }, JoinWindows.ofTimeDifferenceAndGrace(Duration.ofSeconds(1), Duration.ofSeconds(2)), StreamJoined.with(S, J, J))
+          .filter((k, o) -> o.get("first_at").asLong() < o.get("second_at").asLong())
+          .to(t.out("pairs"), Produced.with(S, J));
+    }));
     CASES.put("group_by_repartition", new Case(List.of("per-user"), (b, t) -> b.stream(t.in("views"), Consumed.with(S, J))
         .groupBy((page, v) -> v.get("user").asText(), Grouped.with(S, J))
         .aggregate(ViewStats::new, (u, v, s) -> s.add(v), Materialized.with(S, json(ViewStats.class)))
