@@ -359,6 +359,11 @@ pub enum Expr {
         otherwise: Box<Node<Expr>>,
     },
     List(Vec<Node<Expr>>),
+    /// `x => body`, `(acc, x) => body`: an argument of `transform`, `filter` and `reduce`.
+    Lambda {
+        params: Vec<Ident>,
+        body: Box<Node<Expr>>,
+    },
     Record(Vec<(Ident, Node<Expr>)>),
 }
 
@@ -690,6 +695,10 @@ impl fmt::Display for Expr {
                     write!(f, "{}", a.node)?;
                 }
                 f.write_str(")")
+            }
+            Expr::Lambda { params, body } => {
+                let ps: Vec<&str> = params.iter().map(|p| p.node.as_str()).collect();
+                write!(f, "(({}) => {})", ps.join(", "), body.node)
             }
             Expr::Unary { op: UnOp::Not, expr } => write!(f, "(not {})", expr.node),
             Expr::Unary { op: UnOp::Neg, expr } => write!(f, "(-{})", expr.node),

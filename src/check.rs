@@ -123,9 +123,25 @@ enum Scope<'s> {
     /// Numbered locals (aggregate bodies, function bodies); `other.x` in `merge` reads the
     /// other state at `other_base + index`.
     Locals { names: &'s [(String, Type)], other: Option<(usize, &'s [(String, Type)])> },
+    /// A lambda's body: its parameters (locals from `base`), then the scope around it.
+    Lambda { params: &'s [(String, Type)], base: usize, outer: &'s Scope<'s> },
+}
+
+impl Scope<'_> {
+    /// How many locals the scope numbers (a lambda's parameters come after them).
+    fn locals(&self) -> usize {
+        match self {
+            Scope::Row { .. } => 0,
+            Scope::Locals { names, other } => names.len().max(other.map_or(0, |(b, o)| b + o.len())),
+            Scope::Lambda { params, base, .. } => base + params.len(),
+        }
+    }
 }
 
 const NO_LOCALS: Scope<'static> = Scope::Locals { names: &[], other: None };
+
+const LAMBDA_HELP: &str =
+    "lambdas are arguments of `transform(xs, x => …)`, `filter(xs, x => …)` and `reduce(xs, start, (acc, x) => …)`";
 
 fn err_expr(span: Span) -> hir::Expr {
     hir::Expr { kind: ExprKind::Lit(Literal::Null), ty: Type::Error, span }
@@ -986,6 +1002,8 @@ impl<'a> Checker<'a> {
         // The name the input goes by in the query: its own, or the one `as` gives it.
         let mut from_name = alias.as_ref().map(|a| a.node.clone()).unwrap_or_else(|| src.name.clone());
         let mut steps: Vec<hir::Step> = Vec::new();
+        // The sources joined so far (only the query's own stream may be joined again).
+        let mut joined_sources: Vec<usize> = Vec::new();
         let mut slugs: HashSet<String> = HashSet::new();
         // The groupings, the clause, a repartition, a table's rows grouped (Kafka Streams'
         // KGroupedTable: an update takes the row's old value back out of its group).
@@ -1413,7 +1431,20 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
-                    if name == from_name || shape.joined.iter().any(|j| j.name == name) {
+                    // Only a stream of the query's own inputs may be joined again (a self-join);
+                    // another source joined twice would be read twice by one task.
+                    let own_input = o.name == src.name || merged.contains(&oi);
+                    if joined_sources.contains(&oi) && !own_input {
+                        self.err(
+                            Diagnostic::new(Code::JoinKind, other.span, format!("`{}` is joined twice", o.name))
+                                .label("joined again")
+                                .help("join a source once and use its fields where needed; only a query's own stream can be joined again (a self-join)"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    let merged_name = merge_names.iter().any(|m| m.node == name);
+                    if name == from_name || merged_name || shape.joined.iter().any(|j| j.name == name) {
                         self.err(
                             Diagnostic::new(Code::JoinKind, name_span, format!("`{name}` is already in this query"))
                                 .label("joined again under the same name")
@@ -1559,6 +1590,7 @@ impl<'a> Checker<'a> {
                             repartition,
                         },
                     };
+                    joined_sources.push(oi);
                     push(self, kind, &format!("join-{}", slugify(&name)), shape.clone());
                 }
                 Clause::To { topic, format, windowed, when } => {
@@ -2352,10 +2384,145 @@ impl<'a> Checker<'a> {
                     Type::Record(RecordType { fields: out.iter().map(|(n, e)| (n.clone(), e.ty.clone())).collect() });
                 mk(ExprKind::Record(out), ty)
             }
+            ast::Expr::Call { func, args } if args.iter().any(|a| matches!(a.node, ast::Expr::Lambda { .. })) => {
+                self.lambda_call(func, args, span, scope)
+            }
             ast::Expr::Call { func, args } => {
                 let hargs: Vec<hir::Expr> = args.iter().map(|a| self.expr(a, scope)).collect();
                 self.call(func, hargs, span)
             }
+            ast::Expr::Lambda { .. } => {
+                self.err(
+                    Diagnostic::new(Code::TypeMismatch, span, "a lambda is not a value")
+                        .label("`x => …` here")
+                        .help(LAMBDA_HELP),
+                );
+                err_expr(span)
+            }
+        }
+    }
+
+    /// `transform(list, x => e)`, `filter(list, x => c)`, `reduce(list, init, (acc, x) => e)`.
+    fn lambda_call(&mut self, func: &ast::Ident, args: &[Node<ast::Expr>], span: Span, scope: &Scope) -> hir::Expr {
+        use hir::LambdaOp;
+        let (op, nparams) = match func.node.as_str() {
+            "transform" => (LambdaOp::Transform, 1),
+            "filter" => (LambdaOp::Filter, 1),
+            "reduce" => (LambdaOp::Reduce, 2),
+            name => {
+                self.err(
+                    Diagnostic::new(Code::TypeMismatch, func.span, format!("`{name}` takes no lambda"))
+                        .label("called with `x => …`")
+                        .help(LAMBDA_HELP),
+                );
+                return err_expr(span);
+            }
+        };
+        let name = func.node.as_str();
+        let want = if op == LambdaOp::Reduce { 3 } else { 2 };
+        let lambda = args.last().filter(|_| args.len() == want).and_then(|l| match &l.node {
+            ast::Expr::Lambda { params, body } => Some((l.span, params, body)),
+            _ => None,
+        });
+        let Some((lspan, params, body)) = lambda else {
+            self.err(
+                Diagnostic::new(
+                    Code::ArgCount,
+                    span,
+                    format!(
+                        "`{name}` takes a list{}, then a lambda",
+                        if want == 3 { " and a start value" } else { "" }
+                    ),
+                )
+                .label("in this call")
+                .help(LAMBDA_HELP),
+            );
+            return err_expr(span);
+        };
+        if params.len() != nparams {
+            self.err(
+                Diagnostic::new(
+                    Code::ArgCount,
+                    lspan,
+                    format!("the lambda of `{name}` takes {}, not {}", plural(nparams, "parameter"), params.len()),
+                )
+                .label("its parameters")
+                .help(LAMBDA_HELP),
+            );
+            return err_expr(span);
+        }
+        let list = self.expr(&args[0], scope);
+        let item = match list.ty.base() {
+            Type::List(t) => (**t).clone(),
+            Type::Error => return err_expr(span),
+            t => {
+                self.err(
+                    Diagnostic::new(Code::TypeMismatch, args[0].span, format!("`{name}` of a {t}, not a list"))
+                        .label(format!("a {t}"))
+                        .help(LAMBDA_HELP),
+                );
+                return err_expr(span);
+            }
+        };
+        let init = (op == LambdaOp::Reduce).then(|| self.expr(&args[1], scope));
+        let mut typed: Vec<(String, Type)> = Vec::new();
+        if let Some(i) = &init {
+            if i.ty == Type::Null {
+                self.err(
+                    Diagnostic::new(Code::TypeMismatch, i.span, "the start value of `reduce` has no type")
+                        .label("`null` alone")
+                        .help("start from a typed value, e.g. `0`, `0.0` or `\"\"`"),
+                );
+                return err_expr(span);
+            }
+            typed.push((params[0].node.clone(), i.ty.clone()));
+        }
+        typed.push((params[nparams - 1].node.clone(), item.clone()));
+        let base = scope.locals();
+        let inner = Scope::Lambda { params: &typed, base, outer: scope };
+        let body = self.expr(body, &inner);
+        let nullable = list.ty.is_nullable();
+        let ty = match op {
+            LambdaOp::Transform => Type::List(Box::new(body.ty.clone())),
+            LambdaOp::Filter => {
+                if !body.ty.is_error() && *body.ty.base() != Type::Bool {
+                    self.err(
+                        Diagnostic::new(
+                            Code::NotBool,
+                            body.span,
+                            format!("the condition of `filter` is a {}", body.ty),
+                        )
+                        .label("not a bool")
+                        .help("`filter(xs, x => x > 0)` keeps the items for which the body is true"),
+                    );
+                }
+                list.ty.base().clone()
+            }
+            LambdaOp::Reduce => {
+                let start = init.as_ref().map(|i| i.ty.clone()).unwrap_or(Type::Error);
+                if !body.ty.is_error() && !body.ty.assignable_to(&start) {
+                    self.err(
+                        Diagnostic::new(
+                            Code::TypeMismatch,
+                            body.span,
+                            format!("the body of `reduce` is a {}, but its start value is a {start}", body.ty),
+                        )
+                        .label(format!("a {}", body.ty))
+                        .help("the body's value is the next value so far: it must have the start value's type"),
+                    );
+                }
+                start
+            }
+        };
+        let body = match op {
+            LambdaOp::Reduce => widen(body, &ty),
+            _ => body,
+        };
+        let ty = if nullable { ty.nullable() } else { ty };
+        hir::Expr {
+            kind: ExprKind::Lambda { op, list: Box::new(list), init: init.map(Box::new), body: Box::new(body), base },
+            ty,
+            span,
         }
     }
 
@@ -2444,6 +2611,13 @@ impl<'a> Checker<'a> {
     fn path(&mut self, p: &[ast::Ident], span: Span, scope: &Scope) -> hir::Expr {
         let Some(first) = p.first() else { return err_expr(span) };
         match scope {
+            Scope::Lambda { params, base, outer } => {
+                if let Some(i) = params.iter().rposition(|(n, _)| *n == first.node) {
+                    let e = hir::Expr { kind: ExprKind::Local(base + i), ty: params[i].1.clone(), span };
+                    return self.descend(e, &p[1..], span);
+                }
+                self.path(p, span, outer)
+            }
             Scope::Locals { names, other } => {
                 if let (Some((base, state)), true) = (other, p.len() >= 2 && first.node == "other") {
                     if let Some(i) = state.iter().position(|(n, _)| *n == p[1].node) {

@@ -119,6 +119,66 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
             let vals: Vec<Value> = args.iter().map(|a| eval(a, row, locals)).collect::<Result<_, _>>()?;
             eval(&f.body, &Row::default(), &vals)?
         }
+        ExprKind::Lambda { op, list, init, body, base } => {
+            lambda(*op, list, init.as_deref(), body, *base, row, locals)?
+        }
+    })
+}
+
+/// `transform`, `filter` or `reduce` over the list `list` evaluates to (null: null).
+fn lambda(
+    op: crate::hir::LambdaOp,
+    list: &Expr,
+    init: Option<&Expr>,
+    body: &Expr,
+    base: usize,
+    row: &Row,
+    locals: &[Value],
+) -> EvalResult {
+    use crate::hir::LambdaOp;
+    let items = match eval(list, row, locals)? {
+        Value::List(items) => items,
+        Value::Null => return Ok(Value::Null),
+        v => return Err(format!("`{}` of {v}, which is not a list", format!("{op:?}").to_lowercase())),
+    };
+    // The enclosing scope's locals, then the lambda's parameters.
+    let mut loc: Vec<Value> = Vec::with_capacity(base + 2);
+    loc.extend(locals.iter().take(base).cloned());
+    loc.resize(base, Value::Null);
+    Ok(match op {
+        LambdaOp::Transform => {
+            let mut out = Vec::with_capacity(items.len());
+            for item in items.iter() {
+                loc.truncate(base);
+                loc.push(item.clone());
+                out.push(eval(body, row, &loc)?);
+            }
+            Value::List(Arc::new(out))
+        }
+        LambdaOp::Filter => {
+            let mut out = Vec::new();
+            for item in items.iter() {
+                loc.truncate(base);
+                loc.push(item.clone());
+                if eval(body, row, &loc)? == Value::Bool(true) {
+                    out.push(item.clone());
+                }
+            }
+            Value::List(Arc::new(out))
+        }
+        LambdaOp::Reduce => {
+            let mut acc = match init {
+                Some(i) => eval(i, row, locals)?,
+                None => Value::Null,
+            };
+            for item in items.iter() {
+                loc.truncate(base);
+                loc.push(acc);
+                loc.push(item.clone());
+                acc = eval(body, row, &loc)?;
+            }
+            acc
+        }
     })
 }
 

@@ -759,6 +759,9 @@ impl<'a> Printer<'a> {
     // ------------------------------------------------------------ expressions
 
     fn expr(&mut self, p: P<'a>) {
+        if p.as_rule() == Rule::lambda {
+            return self.lambda(p);
+        }
         let children: Vec<P<'a>> = p.clone().into_inner().collect();
         let breaks = self.expr_depth == 0
             && self.width != usize::MAX
@@ -887,6 +890,33 @@ impl<'a> Printer<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// `x => body`, `(acc, x) => body`.
+    fn lambda(&mut self, p: P<'a>) {
+        let mut parts = p.into_inner();
+        if let Some(params) = parts.next() {
+            let names: Vec<P<'a>> = params.into_inner().collect();
+            if names.len() == 1 {
+                self.atom(&names[0]);
+            } else {
+                self.punct("(");
+                for (i, n) in names.iter().enumerate() {
+                    if i > 0 {
+                        self.punct(",");
+                        self.space = true;
+                    }
+                    self.atom(n);
+                }
+                self.punct(")");
+            }
+        }
+        self.space = true;
+        self.punct("=>");
+        self.space = true;
+        for e in parts {
+            self.expr(e);
         }
     }
 

@@ -382,6 +382,27 @@ pub enum ExprKind {
     /// A built-in function (see [`crate::function`]).
     Builtin(&'static dyn crate::function::Function, Vec<Expr>),
     Function(Arc<FunctionDef>, Vec<Expr>),
+    /// `transform(list, x => e)`, `filter(list, x => c)`, `reduce(list, init, (acc, x) => e)`:
+    /// the body runs once per item, its parameters in locals `base..` (after the enclosing
+    /// scope's own: a function's or aggregate's, an enclosing lambda's).
+    Lambda {
+        op: LambdaOp,
+        list: Box<Expr>,
+        init: Option<Box<Expr>>,
+        body: Box<Expr>,
+        base: usize,
+    },
+}
+
+/// What a lambda does with a list (see [`ExprKind::Lambda`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LambdaOp {
+    /// Each item mapped: a list of the body's values.
+    Transform,
+    /// The items for which the body is true.
+    Filter,
+    /// The body folded over the items from `init`: its value for (the value so far, the item).
+    Reduce,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

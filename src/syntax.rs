@@ -888,6 +888,15 @@ impl Builder {
     // ------------------------------------------------------------ expressions
 
     /// Build an expression from the flat `expr` pair by precedence climbing.
+    /// `x => body` or `(a, b) => body`.
+    fn lambda(&mut self, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
+        let sp = self.sp(&p);
+        let mut it = p.into_inner();
+        let params = it.next().ok_or(())?.into_inner().map(|i| self.ident(i)).collect();
+        let body = self.expr(it.next().ok_or(())?, depth + 1)?;
+        Ok(Node::new(sp, Expr::Lambda { params, body: Box::new(body) }))
+    }
+
     fn expr(&mut self, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
         let sp = self.sp(&p);
         self.check_depth(sp, depth)?;
@@ -1118,7 +1127,10 @@ impl Builder {
                 let mut args = Vec::new();
                 let mut h = 0;
                 for a in it {
-                    let e = self.expr(a, depth + 1)?;
+                    let e = match a.as_rule() {
+                        Rule::lambda => self.lambda(a, depth + 1)?,
+                        _ => self.expr(a, depth + 1)?,
+                    };
                     h = h.max(height(&e));
                     args.push(e);
                 }
@@ -1239,6 +1251,7 @@ pub fn height(e: &Node<Expr>) -> usize {
         Expr::Lit(_) | Expr::Path(_) => 1,
         Expr::Call { args, .. } | Expr::List(args) => 1 + args.iter().map(height).max().unwrap_or(0),
         Expr::Unary { expr, .. } | Expr::IsNull { expr, .. } => 1 + height(expr),
+        Expr::Lambda { body, .. } => 1 + height(body),
         Expr::Between { expr, lo, hi, .. } => 1 + height(expr).max(height(lo)).max(height(hi)),
         Expr::Binary { lhs, rhs, .. } => 1 + height(lhs).max(height(rhs)),
         Expr::Chain { first, rest } => 1 + rest.iter().map(|(_, e)| height(e)).fold(height(first), usize::max),

@@ -96,12 +96,18 @@ fn between_and_indexing_by_their_documented_precedence() {
         ("null in (1, 2)", "null"),
         ("3 in ([1, 2][1], 1 + 2)", "true"),
     ];
+    select_gives("between-index", "", cases);
+}
+
+/// Evaluate each case's expression as a field of one `select` (after `defs`), over one record
+/// `{"k": "a"}`, through the embedded engine; each must give its expected JSON.
+fn select_gives(name: &str, defs: &str, cases: &[(&str, &str)]) {
     let fields: Vec<String> = cases.iter().enumerate().map(|(i, (e, _))| format!("e{i} = {e}")).collect();
     let program = format!(
-        "stream s from \"in\" {{\n  key k\n  value json {{ k: string }}\n}}\n\nquery q {{\n  from s\n  select {{\n    {}\n  }}\n  to \"out\" json\n}}\n",
+        "{defs}stream s from \"in\" {{\n  key k\n  value json {{ k: string }}\n}}\n\nquery q {{\n  from s\n  select {{\n    {}\n  }}\n  to \"out\" json\n}}\n",
         fields.join(",\n    ")
     );
-    let dir = temp_dir("between-index");
+    let dir = temp_dir(name);
     let prog = dir.join("p.stream");
     std::fs::write(&prog, &program).unwrap();
     let input = dir.join("in.jsonl");
@@ -114,4 +120,31 @@ fn between_and_indexing_by_their_documented_precedence() {
         let want: serde_json::Value = serde_json::from_str(want).unwrap();
         assert_eq!(out[0].value[format!("e{i}")], want, "{expr}");
     }
+}
+
+/// `transform`, `filter` and `reduce` with lambdas, worked out by hand: nesting, shadowing, the
+/// record's fields and an enclosing function's parameters in a body, null lists and conditions.
+#[test]
+fn lambdas_over_lists() {
+    let cases: &[(&str, &str)] = &[
+        ("transform([1, 2, 3], x => x * 10)", "[10, 20, 30]"),
+        ("filter([1, 5, 2, 8], x => x > 2)", "[5, 8]"),
+        ("reduce([1, 2, 3, 4], 0, (acc, x) => acc + x)", "10"),
+        ("reduce([1.5, 2.25], 0.0, (acc, x) => acc + x)", "3.75"),
+        ("reduce([2, 3], 1.0, (acc, x) => acc * x)", "6.0"),
+        ("transform([[1, 2], [3]], xs => reduce(xs, 0, (a, x) => a + x))", "[3, 3]"),
+        ("transform([1, 2], x => transform([10, 20], x => x + 1))", "[[11, 21], [11, 21]]"),
+        ("transform([1, 2], x => filter([1, 2, 3], y => y > x))", "[[2, 3], [3]]"),
+        ("transform([1, 2], x => x + len(k))", "[2, 3]"),
+        ("transform(if k == \"a\" then null else [1], x => x + 1)", "null"),
+        ("filter([1, null, 3], x => x > 1)", "[3]"),
+        ("reduce(filter([1, 2], x => x > 5), 7, (a, x) => a + x)", "7"),
+        ("sum_squares([1, 2, 3])", "14"),
+        ("transform([\"a\", \"bc\"], s => upper(s) + \"!\")", "[\"A!\", \"BC!\"]"),
+    ];
+    select_gives(
+        "lambdas",
+        "function sum_squares(xs: list<int>) -> int = reduce(xs, 0, (a, x) => a + x * x)\n\n",
+        cases,
+    );
 }

@@ -201,8 +201,9 @@ pub enum StoreKind {
     /// A control-managed table that every task sees whole.
     Global,
     /// Of a grouped table (its rows as last grouped, or its aggregate): key-value, valid only
-    /// for this `grouping` (the `group by` clause, whitespace collapsed), since a row taken back
-    /// must leave the group it was added to.
+    /// for this `grouping` (the `group by` clause, and for the aggregate's store its `aggregate`
+    /// clause too, whitespace collapsed), since a row taken back must leave the group it was
+    /// added to, with the arguments it was added with.
     Grouped {
         grouping: String,
     },
@@ -437,6 +438,13 @@ impl Lowering<'_> {
         let program = self.program;
         let input = &program.sources[q.input];
         let mut sub = self.new_sub(&q.name);
+        // The query's own inputs' topics, read by its first sub-topology (a self-join there
+        // reads them once).
+        let first_sub = sub;
+        let own_topics: Vec<String> = std::iter::once(q.input)
+            .chain(q.merged.iter().copied())
+            .filter_map(|i| program.sources.get(i).and_then(|s| s.topic.clone()))
+            .collect();
         let topic = input.topic.clone().unwrap_or_default();
         self.topic(topic.clone(), TopicRole::Source, Partitions::External, false);
         self.subs[sub].sources.push(topic.clone());
@@ -528,7 +536,10 @@ impl Lowering<'_> {
                     }
                     let kind = match a.window {
                         Some(w) => StoreKind::Window { window: w },
-                        None if a.table => StoreKind::Grouped { grouping: grouping(&a.group_text) },
+                        // Its states were built from these arguments: taking a row back needs the same.
+                        None if a.table => {
+                            StoreKind::Grouped { grouping: grouping(&format!("{}; {clause}", a.group_text)) }
+                        }
                         None => StoreKind::KeyValue,
                     };
                     let state = Type::Record(RecordType {
@@ -629,7 +640,7 @@ impl Lowering<'_> {
                     let otopic = o.topic.clone().unwrap_or_default();
                     // Joined with an input this sub-topology reads already (a self-join on the
                     // key): one reader, each record both sides.
-                    let same_input = self.subs[sub].sources.contains(&otopic);
+                    let same_input = sub == first_sub && own_topics.contains(&otopic);
                     let kind = NodeKind::JoinStream {
                         stream: o.name.clone(),
                         within,

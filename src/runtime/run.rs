@@ -658,8 +658,10 @@ impl<F: Feed> TaskRun<F> {
                         return Err(e);
                     }
                     input.offset = s.offset;
-                    self.process(input)?;
-                    self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees)
+                    // In a self-join the record is the other side's too, whatever became of it
+                    // on the query's side (an error there is this side's only).
+                    let main = self.process(input);
+                    main.and(self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees))
                 })
             } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
                 // A stream merged with the main input: through the query like the main input's.
@@ -668,8 +670,10 @@ impl<F: Feed> TaskRun<F> {
                         return Err(e);
                     }
                     input.offset = s.offset;
-                    self.process(input)?;
-                    self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees)
+                    // In a self-join the record is the other side's too, whatever became of it
+                    // on the query's side (an error there is this side's only).
+                    let main = self.process(input);
+                    main.and(self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees))
                 })
             } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
                 // A joined stream's record (its head time is its event time: a task with several

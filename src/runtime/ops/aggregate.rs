@@ -15,8 +15,8 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
-    decode_entry, encode_entry, key_part, retract_state, state_result, store_key, store_key_into, update_state,
-    AggArgs, AggEntry, Cache, Slot, SLIDE_RECORDS,
+    decode_entry, encode_entry, key_part, retract_state, state_result, store_key, store_key_into, AggArgs, AggEntry,
+    Cache, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::group_table::encode_row;
@@ -84,7 +84,14 @@ impl Aggregate {
     /// (a grouped table's row taken back: taken out of its group instead). The task's stream
     /// time moves to the record's time if it is later.
     fn add(&mut self, row: Row, ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
-        let kb = self.evaluate(&row)?;
+        let kb = match self.evaluate(&row) {
+            Ok(kb) => kb,
+            // A grouped table's row taken back whose group or arguments cannot be evaluated
+            // was refused the same way when it came (evaluation is deterministic): there is
+            // nothing to take back.
+            Err(_) if row.retract && self.spec.table => return Ok(()),
+            Err(e) => return Err(e),
+        };
         *cx.stream_time = (*cx.stream_time).max(ts);
         if !self.spec.table {
             let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
@@ -183,33 +190,21 @@ impl Aggregate {
                         .into(),
                 )),
             };
-        let mut failed = None;
-        for (j, ((a, st), argv)) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args).enumerate() {
+        // All or nothing: the states as they were, to put back if an aggregate fails.
+        let before = entry.states.clone();
+        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args) {
             if let Err(e) = retract_state(a, st, argv) {
-                failed = Some((j, e));
-                break;
+                entry.states = before;
+                return Err(RecordError(e));
             }
         }
-        match &failed {
-            None => {
-                entry.max_ts = entry.max_ts.max(ts);
-                entry.rows -= 1;
-                slot.deleted = entry.rows == 0;
-            }
-            // All or nothing: the aggregates that took it back add it again.
-            Some((j, _)) => {
-                for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(&self.args).take(*j) {
-                    let _ = update_state(a, st, argv, ts);
-                }
-            }
-        }
+        entry.max_ts = entry.max_ts.max(ts);
+        entry.rows -= 1;
+        slot.deleted = entry.rows == 0;
         if slot.touch() {
             self.cache.dirty.push(sk);
         }
-        match failed {
-            None => Ok(()),
-            Some((_, e)) => Err(RecordError(e)),
-        }
+        Ok(())
     }
 
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every

@@ -33,7 +33,13 @@ impl Stateful for Repartition {}
 impl Operator for Repartition {
     fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
         let r = &self.0;
-        let k = group_key(&r.key, &row)?;
+        let k = match group_key(&r.key, &row) {
+            Ok(k) => k,
+            // A grouped table's row taken back whose group cannot be evaluated was never sent
+            // (its evaluation failed the same way when it came).
+            Err(_) if row.retract => return Ok(()),
+            Err(e) => return Err(e),
+        };
         let mut value = Vec::with_capacity(128);
         self.1.write_row(&row, &r.wire, &mut value);
         let mut headers = out_headers(cx.spec.version, row.tenant.as_deref());

@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, retract_state, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{decode_entry, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -106,33 +106,42 @@ impl Cx<'_> {
                         })
                     }
                 };
+                // A grouped table's row is all in or all out (it is taken back whole later):
+                // the entry as it was, to put back if an aggregate fails.
+                let before = agg.table.then(|| (entry.states.clone(), entry.max_ts));
                 entry.max_ts = entry.max_ts.max(ts);
                 let mut failed = None;
-                for (j, ((a, st), argv)) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args).enumerate() {
+                for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
                     if let Err(e) = update_state(a, st, argv, ts) {
-                        failed = Some((j, e));
+                        failed = Some(e);
                         break;
                     }
                 }
-                match &failed {
-                    None => entry.rows += 1,
-                    // A grouped table's row is all in or all out (it may be taken back later):
-                    // the aggregates it went into take it back out.
-                    Some((j, _)) if agg.table => {
-                        for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args).take(*j) {
-                            let _ = retract_state(a, st, argv);
+                match (failed, before) {
+                    (None, _) => entry.rows += 1,
+                    (Some(e), Some((states, max_ts))) => {
+                        entry.states = states;
+                        entry.max_ts = max_ts;
+                        // A group this row would have started is not there.
+                        if entry.rows == 0 {
+                            slot.deleted = true;
+                            if slot.touch() {
+                                self.cache.dirty.push(sk.clone());
+                            }
                         }
-                        slot.deleted |= entry.rows == 0;
+                        return Err(err(e));
                     }
-                    Some(_) => {}
+                    (Some(e), None) => {
+                        // What the aggregates before it took stays: the store must hold what
+                        // the cache holds, or a restart would compute otherwise.
+                        if slot.touch() {
+                            self.cache.dirty.push(sk.clone());
+                        }
+                        return Err(err(e));
+                    }
                 }
-                // Changed even on an error (what the aggregates before it took stays): the
-                // store must hold what the cache holds, or a restart would compute otherwise.
                 if slot.touch() {
                     self.cache.dirty.push(sk.clone());
-                }
-                if let Some((_, e)) = failed {
-                    return Err(err(e));
                 }
             }
             Ok(())
