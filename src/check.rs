@@ -186,6 +186,20 @@ impl<'a> Checker<'a> {
         self.lines.line(span.start)
     }
 
+    /// A clause's whole text, comments dropped and whitespace collapsed.
+    fn whole_text(&self, span: Span) -> String {
+        let raw = self.src.get(span.start..span.end).unwrap_or("");
+        let words: Vec<&str> = raw
+            .lines()
+            .map(|l| match crate::syntax::comment_start(l) {
+                Some(i) => &l[..i],
+                None => l,
+            })
+            .flat_map(str::split_whitespace)
+            .collect();
+        words.join(" ")
+    }
+
     /// The first line of a clause's text, whitespace collapsed, for explain.
     fn text(&self, span: Span) -> String {
         let raw = self.src.get(span.start..span.end).unwrap_or("");
@@ -1002,8 +1016,10 @@ impl<'a> Checker<'a> {
         // The name the input goes by in the query: its own, or the one `as` gives it.
         let mut from_name = alias.as_ref().map(|a| a.node.clone()).unwrap_or_else(|| src.name.clone());
         let mut steps: Vec<hir::Step> = Vec::new();
-        // The sources joined so far (only the query's own stream may be joined again).
-        let mut joined_sources: Vec<usize> = Vec::new();
+        // The sources joined so far, each with the number of repartitions before it (`cuts`): a
+        // source joined twice between two repartitions would be read twice by one task.
+        let mut joined_in: Vec<(usize, u32)> = Vec::new();
+        let mut cuts = 0u32;
         let mut slugs: HashSet<String> = HashSet::new();
         // The groupings, the clause, a repartition, a table's rows grouped (Kafka Streams'
         // KGroupedTable: an update takes the row's old value back out of its group).
@@ -1337,6 +1353,7 @@ impl<'a> Checker<'a> {
                         group_slug,
                         group_line: self.line(gspan),
                         group_text: self.text(gspan),
+                        identity: (self.whole_text(gspan), self.whole_text(c.span)),
                         repartition,
                         table: grouped_table,
                         window: win.map(|w| w.0),
@@ -1427,18 +1444,6 @@ impl<'a> Checker<'a> {
                             )
                             .label("the same table")
                             .help("a table–table join on the key would pair each row with itself"),
-                        );
-                        ok = false;
-                        continue;
-                    }
-                    // Only a stream of the query's own inputs may be joined again (a self-join);
-                    // another source joined twice would be read twice by one task.
-                    let own_input = o.name == src.name || merged.contains(&oi);
-                    if joined_sources.contains(&oi) && !own_input {
-                        self.err(
-                            Diagnostic::new(Code::JoinKind, other.span, format!("`{}` is joined twice", o.name))
-                                .label("joined again")
-                                .help("join a source once and use its fields where needed; only a query's own stream can be joined again (a self-join)"),
                         );
                         ok = false;
                         continue;
@@ -1549,6 +1554,23 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     let repartition = !(o.is_global() || is_key && shape.partitioned);
+                    // A source read twice by one task (joined twice with no repartition between)
+                    // would share one read position: refused. The query's own stream before any
+                    // repartition is read once for all its self-joins; a control-managed table
+                    // is not read at all.
+                    let generation = cuts + repartition as u32;
+                    let own_input = o.name == src.name || merged.contains(&oi);
+                    if !o.is_global() && joined_in.contains(&(oi, generation)) && !(own_input && generation == 0) {
+                        self.err(
+                            Diagnostic::new(Code::JoinKind, other.span, format!("`{}` is joined twice", o.name))
+                                .label("joined again")
+                                .help("join a source once and use its fields where needed (a query's own stream can be joined again before any repartition: a self-join)"),
+                        );
+                        ok = false;
+                        continue;
+                    }
+                    joined_in.push((oi, generation));
+                    cuts = generation;
                     if repartition {
                         shape.key = he.ty.clone();
                         shape.key_field = value_field(&he);
@@ -1590,7 +1612,6 @@ impl<'a> Checker<'a> {
                             repartition,
                         },
                     };
-                    joined_sources.push(oi);
                     push(self, kind, &format!("join-{}", slugify(&name)), shape.clone());
                 }
                 Clause::To { topic, format, windowed, when } => {
@@ -2451,6 +2472,14 @@ impl<'a> Checker<'a> {
             );
             return err_expr(span);
         }
+        if let Some((i, p)) = params.iter().enumerate().find(|(i, p)| params[..*i].iter().any(|q| q.node == p.node)) {
+            let _ = i;
+            self.err(
+                Diagnostic::new(Code::Duplicate, p.span, format!("the lambda's parameter `{}` is named twice", p.node))
+                    .label("duplicate"),
+            );
+            return err_expr(span);
+        }
         let list = self.expr(&args[0], scope);
         let item = match list.ty.base() {
             Type::List(t) => (**t).clone(),
@@ -2485,7 +2514,7 @@ impl<'a> Checker<'a> {
         let ty = match op {
             LambdaOp::Transform => Type::List(Box::new(body.ty.clone())),
             LambdaOp::Filter => {
-                if !body.ty.is_error() && *body.ty.base() != Type::Bool {
+                if !body.ty.is_error() && !matches!(body.ty.base(), Type::Bool | Type::Null) {
                     self.err(
                         Diagnostic::new(
                             Code::NotBool,

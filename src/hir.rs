@@ -199,6 +199,10 @@ pub struct AggregateStep {
     pub group_slug: String,
     pub group_line: usize,
     pub group_text: String,
+    /// The `group by` and `aggregate` clauses' whole source text, comments dropped and
+    /// whitespace collapsed: what a grouped table's stores are valid for
+    /// (`plan::StoreKind::Grouped`).
+    pub identity: (String, String),
     pub repartition: bool,
     /// It groups a table's rows (Kafka Streams' KGroupedTable): each update of a row takes its
     /// old value back out of its group (`undo`) before the new one goes in, and a group left

@@ -887,7 +887,6 @@ impl Builder {
 
     // ------------------------------------------------------------ expressions
 
-    /// Build an expression from the flat `expr` pair by precedence climbing.
     /// `x => body` or `(a, b) => body`.
     fn lambda(&mut self, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
         let sp = self.sp(&p);
@@ -897,6 +896,7 @@ impl Builder {
         Ok(Node::new(sp, Expr::Lambda { params, body: Box::new(body) }))
     }
 
+    /// Build an expression from the flat `expr` pair by precedence climbing.
     fn expr(&mut self, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
         let sp = self.sp(&p);
         self.check_depth(sp, depth)?;

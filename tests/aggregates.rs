@@ -295,6 +295,12 @@ fn a_grouped_tables_state_follows_its_grouping_and_arguments() {
     assert!(changed.iter().any(|r| r.contains("rows") && r.contains("grouping changed")), "{changed:?}");
     let changed = report(program("table", "region", "t = sum(n * 100)"));
     assert!(changed.iter().any(|r| r.contains("aggregate") && r.contains("grouping changed")), "{changed:?}");
+    // The whole clause counts, not only its first line (explain shows that one).
+    let multi = |arg: &str| program("table", "region", &format!("c = count()  # rows\n    t = sum({arg})"));
+    let base_multi = topo(multi("n"));
+    let changed = streamc::control::compare(&base_multi, &topo(multi("n * 100")), "q").incompatible;
+    assert!(changed.iter().any(|r| r.contains("aggregate") && r.contains("grouping changed")), "{changed:?}");
+    assert!(streamc::control::compare(&base_multi, &topo(multi("n")), "q").incompatible.is_empty());
     let changed = report(program("stream", "region", "t = sum(n)"));
     assert!(changed.iter().any(|r| r.contains("kind of state changed")), "{changed:?}");
 }

@@ -520,7 +520,7 @@ impl Lowering<'_> {
                         let n = self.node(q, sub, rows.clone(), kind, a.group_line, a.group_text.clone());
                         self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
                         let value = Type::Record(shape.value.clone());
-                        let kind = StoreKind::Grouped { grouping: grouping(&a.group_text) };
+                        let kind = StoreKind::Grouped { grouping: a.identity.0.clone() };
                         self.store(n, rows, kind, shape.key.clone(), value, shape.tenant_scoped);
                         prev = n;
                     }
@@ -538,7 +538,7 @@ impl Lowering<'_> {
                         Some(w) => StoreKind::Window { window: w },
                         // Its states were built from these arguments: taking a row back needs the same.
                         None if a.table => {
-                            StoreKind::Grouped { grouping: grouping(&format!("{}; {clause}", a.group_text)) }
+                            StoreKind::Grouped { grouping: format!("{}; {}", a.identity.0, a.identity.1) }
                         }
                         None => StoreKind::KeyValue,
                     };
@@ -720,11 +720,6 @@ impl Lowering<'_> {
             prev = n;
         }
     }
-}
-
-/// A grouped table's `group by` clause as its stores record it: whitespace collapsed.
-fn grouping(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 impl NodeKind {
