@@ -101,6 +101,8 @@ pub struct FieldDecl {
 pub enum TypeExpr {
     Prim(PrimType),
     List(Box<Node<TypeExpr>>),
+    /// `map<K, V>`.
+    Map(Box<Node<TypeExpr>>, Box<Node<TypeExpr>>),
     Record(Vec<FieldDecl>),
     Nullable(Box<Node<TypeExpr>>),
 }
@@ -365,6 +367,8 @@ pub enum Expr {
         body: Box<Node<Expr>>,
     },
     Record(Vec<(Ident, Node<Expr>)>),
+    /// `map { k: v, … }`: its entries as written.
+    Map(Vec<(Node<Expr>, Node<Expr>)>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -644,6 +648,7 @@ impl fmt::Display for TypeExpr {
         match self {
             TypeExpr::Prim(p) => write!(f, "{p}"),
             TypeExpr::List(t) => write!(f, "list<{}>", t.node),
+            TypeExpr::Map(k, v) => write!(f, "map<{}, {}>", k.node, v.node),
             TypeExpr::Nullable(t) => write!(f, "{}?", t.node),
             TypeExpr::Record(fields) => {
                 f.write_str("{")?;
@@ -733,6 +738,16 @@ impl fmt::Display for Expr {
                 f.write_str("]")
             }
             Expr::Record(fields) => write!(f, "{}", record(fields)),
+            Expr::Map(entries) => {
+                f.write_str("map {")?;
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, " {}: {}", k.node, v.node)?;
+                }
+                f.write_str(if entries.is_empty() { "}" } else { " }" })
+            }
         }
     }
 }

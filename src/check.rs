@@ -140,8 +140,7 @@ impl Scope<'_> {
 
 const NO_LOCALS: Scope<'static> = Scope::Locals { names: &[], other: None };
 
-const LAMBDA_HELP: &str =
-    "lambdas are arguments of `transform(xs, x => …)`, `filter(xs, x => …)` and `reduce(xs, start, (acc, x) => …)`";
+const LAMBDA_HELP: &str = "lambdas are arguments of `transform(xs, x => …)`, `filter(xs, x => …)` and `reduce(xs, start, (acc, x) => …)`; over a map, `(k, v) => …` (`transform(m, (k, v) => key, (k, v) => value)`, `reduce(m, start, (acc, k, v) => …)`)";
 
 fn err_expr(span: Span) -> hir::Expr {
     hir::Expr { kind: ExprKind::Lit(Literal::Null), ty: Type::Error, span }
@@ -296,9 +295,63 @@ impl<'a> Checker<'a> {
         match &t.node {
             ast::TypeExpr::Prim(p) => Type::from(*p),
             ast::TypeExpr::List(inner) => Type::List(Box::new(self.type_expr(inner))),
+            ast::TypeExpr::Map(k, v) => {
+                let key = self.type_expr(k);
+                self.map_key(&key, k.span);
+                Type::Map(Box::new(key), Box::new(self.type_expr(v)))
+            }
             ast::TypeExpr::Nullable(inner) => self.type_expr(inner).nullable(),
             ast::TypeExpr::Record(fields) => Type::Record(self.record_type(fields)),
         }
+    }
+
+    /// `map { k: v, … }`. Out of [`Checker::expr`] so that its locals do not enlarge that
+    /// recursive function's frame.
+    #[inline(never)]
+    fn map_lit(&mut self, entries: &[(Node<ast::Expr>, Node<ast::Expr>)], span: Span, scope: &Scope) -> hir::Expr {
+        let his: Vec<(hir::Expr, hir::Expr)> =
+            entries.iter().map(|(k, v)| (self.expr(k, scope), self.expr(v, scope))).collect();
+        let key = self.unify_all(his.iter().map(|(k, _)| k), "map keys", "every key of a map has one type");
+        let value = self.unify_all(his.iter().map(|(_, v)| v), "map values", "every value of a map has one type");
+        if !his.is_empty() {
+            self.map_key(&key, his[0].0.span);
+        }
+        hir::Expr { kind: ExprKind::Map(his), ty: Type::Map(Box::new(key), Box::new(value)), span }
+    }
+
+    /// A map's keys are non-null scalars (their JSON form is an object's member name).
+    fn map_key(&mut self, key: &Type, span: Span) {
+        if !key.is_scalar() || key.is_nullable() {
+            self.err(
+                Diagnostic::new(Code::TypeMismatch, span, format!("a map's keys cannot be {key}"))
+                    .label(format!("a {key}"))
+                    .help("keys are string, int, float, bool, timestamp or duration, never null (wrap a nullable key in `coalesce`)"),
+            );
+        }
+    }
+
+    /// The one type of several expressions (a list's items, a map's keys or values), or the
+    /// error type after a diagnostic at the first that does not fit.
+    fn unify_all<'e>(&mut self, his: impl Iterator<Item = &'e hir::Expr>, what: &str, help: &str) -> Type {
+        let mut elem: Option<Type> = None;
+        for h in his {
+            let Some(e) = &elem else {
+                elem = Some(h.ty.clone());
+                continue;
+            };
+            match e.unify(&h.ty) {
+                Some(t) => elem = Some(t),
+                None => {
+                    self.err(
+                        Diagnostic::new(Code::TypeMismatch, h.span, format!("{what} differ: {e} and {}", h.ty))
+                            .label(format!("a {}", h.ty))
+                            .help(help.to_string()),
+                    );
+                    return Type::Error;
+                }
+            }
+        }
+        elem.unwrap_or(Type::Error)
     }
 
     fn record_type(&mut self, fields: &[ast::FieldDecl]) -> RecordType {
@@ -2363,31 +2416,10 @@ impl<'a> Checker<'a> {
             }
             ast::Expr::List(items) => {
                 let his: Vec<hir::Expr> = items.iter().map(|i| self.expr(i, scope)).collect();
-                let mut elem = Type::Error;
-                for (n, h) in his.iter().enumerate() {
-                    if n == 0 {
-                        elem = h.ty.clone();
-                        continue;
-                    }
-                    match elem.unify(&h.ty) {
-                        Some(t) => elem = t,
-                        None => {
-                            self.err(
-                                Diagnostic::new(
-                                    Code::TypeMismatch,
-                                    h.span,
-                                    format!("list items differ: {elem} and {}", h.ty),
-                                )
-                                .label(format!("a {}", h.ty))
-                                .help("every item of a list has one type"),
-                            );
-                            elem = Type::Error;
-                            break;
-                        }
-                    }
-                }
+                let elem = self.unify_all(his.iter(), "list items", "every item of a list has one type");
                 mk(ExprKind::List(his), Type::List(Box::new(elem)))
             }
+            ast::Expr::Map(entries) => self.map_lit(entries, span, scope),
             ast::Expr::Record(fields) => {
                 let mut out: Vec<(String, hir::Expr)> = Vec::new();
                 for (n, fe) in fields {
@@ -2426,10 +2458,10 @@ impl<'a> Checker<'a> {
     /// `transform(list, x => e)`, `filter(list, x => c)`, `reduce(list, init, (acc, x) => e)`.
     fn lambda_call(&mut self, func: &ast::Ident, args: &[Node<ast::Expr>], span: Span, scope: &Scope) -> hir::Expr {
         use hir::LambdaOp;
-        let (op, nparams) = match func.node.as_str() {
-            "transform" => (LambdaOp::Transform, 1),
-            "filter" => (LambdaOp::Filter, 1),
-            "reduce" => (LambdaOp::Reduce, 2),
+        let op = match func.node.as_str() {
+            "transform" => LambdaOp::Transform,
+            "filter" => LambdaOp::Filter,
+            "reduce" => LambdaOp::Reduce,
             name => {
                 self.err(
                     Diagnostic::new(Code::TypeMismatch, func.span, format!("`{name}` takes no lambda"))
@@ -2440,61 +2472,85 @@ impl<'a> Checker<'a> {
             }
         };
         let name = func.node.as_str();
-        let want = if op == LambdaOp::Reduce { 3 } else { 2 };
-        let lambda = args.last().filter(|_| args.len() == want).and_then(|l| match &l.node {
-            ast::Expr::Lambda { params, body } => Some((l.span, params, body)),
-            _ => None,
-        });
-        let Some((lspan, params, body)) = lambda else {
-            self.err(
+        let shape_err = |this: &mut Self| {
+            this.err(
                 Diagnostic::new(
                     Code::ArgCount,
                     span,
-                    format!(
-                        "`{name}` takes a list{}, then a lambda",
-                        if want == 3 { " and a start value" } else { "" }
-                    ),
+                    match op {
+                        LambdaOp::Transform => format!("`{name}` takes a list, then a lambda (of a map: a lambda for the key, then one for the value)"),
+                        LambdaOp::Filter => format!("`{name}` takes a list or a map, then a lambda"),
+                        LambdaOp::Reduce => format!("`{name}` takes a list or a map and a start value, then a lambda"),
+                    },
                 )
                 .label("in this call")
                 .help(LAMBDA_HELP),
             );
-            return err_expr(span);
+            err_expr(span)
         };
-        if params.len() != nparams {
-            self.err(
-                Diagnostic::new(
-                    Code::ArgCount,
-                    lspan,
-                    format!("the lambda of `{name}` takes {}, not {}", plural(nparams, "parameter"), params.len()),
-                )
-                .label("its parameters")
-                .help(LAMBDA_HELP),
-            );
-            return err_expr(span);
-        }
-        if let Some((i, p)) = params.iter().enumerate().find(|(i, p)| params[..*i].iter().any(|q| q.node == p.node)) {
-            let _ = i;
-            self.err(
-                Diagnostic::new(Code::Duplicate, p.span, format!("the lambda's parameter `{}` is named twice", p.node))
-                    .label("duplicate"),
-            );
-            return err_expr(span);
-        }
-        let list = self.expr(&args[0], scope);
-        let item = match list.ty.base() {
-            Type::List(t) => (**t).clone(),
+        let Some(first) = args.first().filter(|a| !matches!(a.node, ast::Expr::Lambda { .. })) else {
+            return shape_err(self);
+        };
+        let list = self.expr(first, scope);
+        // The parameters each item gives a lambda: a list's item, or a map's key and value.
+        let items: Vec<Type> = match list.ty.base() {
+            Type::List(t) => vec![(**t).clone()],
+            Type::Map(k, v) => vec![(**k).clone(), (**v).clone()],
             Type::Error => return err_expr(span),
             t => {
                 self.err(
-                    Diagnostic::new(Code::TypeMismatch, args[0].span, format!("`{name}` of a {t}, not a list"))
+                    Diagnostic::new(Code::TypeMismatch, first.span, format!("`{name}` of a {t}, not a list or a map"))
                         .label(format!("a {t}"))
                         .help(LAMBDA_HELP),
                 );
                 return err_expr(span);
             }
         };
+        let of_map = items.len() == 2;
+        let nlambdas = if of_map && op == LambdaOp::Transform { 2 } else { 1 };
+        let nparams = items.len() + usize::from(op == LambdaOp::Reduce);
+        let want = 1 + usize::from(op == LambdaOp::Reduce) + nlambdas;
+        if args.len() != want {
+            return shape_err(self);
+        }
+        let mut lambdas = Vec::new();
+        for l in &args[want - nlambdas..] {
+            let ast::Expr::Lambda { params, body } = &l.node else {
+                return shape_err(self);
+            };
+            if params.len() != nparams {
+                self.err(
+                    Diagnostic::new(
+                        Code::ArgCount,
+                        l.span,
+                        format!(
+                            "the lambda of `{name}` over a {} takes {}, not {}",
+                            if of_map { "map" } else { "list" },
+                            plural(nparams, "parameter"),
+                            params.len()
+                        ),
+                    )
+                    .label("its parameters")
+                    .help(LAMBDA_HELP),
+                );
+                return err_expr(span);
+            }
+            if let Some(p) =
+                params.iter().enumerate().find(|(i, p)| params[..*i].iter().any(|q| q.node == p.node)).map(|(_, p)| p)
+            {
+                self.err(
+                    Diagnostic::new(
+                        Code::Duplicate,
+                        p.span,
+                        format!("the lambda's parameter `{}` is named twice", p.node),
+                    )
+                    .label("duplicate"),
+                );
+                return err_expr(span);
+            }
+            lambdas.push((params, body));
+        }
         let init = (op == LambdaOp::Reduce).then(|| self.expr(&args[1], scope));
-        let mut typed: Vec<(String, Type)> = Vec::new();
         if let Some(i) = &init {
             if i.ty == Type::Null {
                 self.err(
@@ -2504,15 +2560,36 @@ impl<'a> Checker<'a> {
                 );
                 return err_expr(span);
             }
-            typed.push((params[0].node.clone(), i.ty.clone()));
         }
-        typed.push((params[nparams - 1].node.clone(), item.clone()));
         let base = scope.locals();
-        let inner = Scope::Lambda { params: &typed, base, outer: scope };
-        let body = self.expr(body, &inner);
+        let mut bodies = Vec::new();
+        for (params, body) in lambdas {
+            let mut typed: Vec<(String, Type)> = Vec::new();
+            if let Some(i) = &init {
+                typed.push((params[0].node.clone(), i.ty.clone()));
+            }
+            for (p, t) in params[usize::from(init.is_some())..].iter().zip(&items) {
+                typed.push((p.node.clone(), t.clone()));
+            }
+            let inner = Scope::Lambda { params: &typed, base, outer: scope };
+            bodies.push(self.expr(body, &inner));
+        }
+        let mut bodies = bodies.into_iter();
+        let Some(body) = bodies.next() else {
+            return err_expr(span);
+        };
+        let value = bodies.next();
         let nullable = list.ty.is_nullable();
         let ty = match op {
-            LambdaOp::Transform => Type::List(Box::new(body.ty.clone())),
+            LambdaOp::Transform => match &value {
+                Some(v) => {
+                    if !body.ty.is_error() {
+                        self.map_key(&body.ty, body.span);
+                    }
+                    Type::Map(Box::new(body.ty.clone()), Box::new(v.ty.clone()))
+                }
+                None => Type::List(Box::new(body.ty.clone())),
+            },
             LambdaOp::Filter => {
                 if !body.ty.is_error() && !matches!(body.ty.base(), Type::Bool | Type::Null) {
                     self.err(
@@ -2549,7 +2626,14 @@ impl<'a> Checker<'a> {
         };
         let ty = if nullable { ty.nullable() } else { ty };
         hir::Expr {
-            kind: ExprKind::Lambda { op, list: Box::new(list), init: init.map(Box::new), body: Box::new(body), base },
+            kind: ExprKind::Lambda {
+                op,
+                list: Box::new(list),
+                init: init.map(Box::new),
+                body: Box::new(body),
+                value: value.map(Box::new),
+                base,
+            },
             ty,
             span,
         }
@@ -2947,6 +3031,7 @@ fn has_error(t: &Type) -> bool {
     match t {
         Type::Error => true,
         Type::Nullable(t) | Type::List(t) => has_error(t),
+        Type::Map(k, v) => has_error(k) || has_error(v),
         Type::Record(r) => r.fields.iter().any(|(_, t)| has_error(t)),
         Type::Tuple(ts) => ts.iter().any(has_error),
         _ => false,

@@ -111,6 +111,7 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
         ExprKind::List(items) => {
             Value::List(Arc::new(items.iter().map(|i| eval(i, row, locals)).collect::<Result<_, _>>()?))
         }
+        ExprKind::Map(entries) => map_lit(entries, row, locals)?,
         ExprKind::Record(fields) => {
             Value::Record(Arc::new(fields.iter().map(|(_, i)| eval(i, row, locals)).collect::<Result<_, _>>()?))
         }
@@ -119,62 +120,105 @@ pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {
             let vals: Vec<Value> = args.iter().map(|a| eval(a, row, locals)).collect::<Result<_, _>>()?;
             eval(&f.body, &Row::default(), &vals)?
         }
-        ExprKind::Lambda { op, list, init, body, base } => {
-            lambda(*op, list, init.as_deref(), body, *base, row, locals)?
+        ExprKind::Lambda { op, list, init, body, value, base } => {
+            lambda(*op, list, init.as_deref(), (body, value.as_deref()), *base, row, locals)?
         }
     })
 }
 
-/// `transform`, `filter` or `reduce` over the list `list` evaluates to (null: null).
+/// `map { k: v, … }` (out of [`eval`] so that its locals do not enlarge that recursive
+/// function's frame).
+#[inline(never)]
+fn map_lit(entries: &[(Expr, Expr)], row: &Row, locals: &[Value]) -> EvalResult {
+    let mut out = Vec::with_capacity(entries.len());
+    for (k, v) in entries {
+        let key = eval(k, row, locals)?;
+        if key.is_null() {
+            return Err("a map key is null".into());
+        }
+        out.push((key, eval(v, row, locals)?));
+    }
+    Ok(Value::map(out))
+}
+
+/// `transform`, `filter` or `reduce` over the list or map `list` evaluates to (null: null).
+/// `bodies`: the lambda's body, and of a map's `transform`, the body making the new value.
 fn lambda(
     op: crate::hir::LambdaOp,
     list: &Expr,
     init: Option<&Expr>,
-    body: &Expr,
+    (body, value): (&Expr, Option<&Expr>),
     base: usize,
     row: &Row,
     locals: &[Value],
 ) -> EvalResult {
     use crate::hir::LambdaOp;
-    let items = match eval(list, row, locals)? {
-        Value::List(items) => items,
+    let coll = eval(list, row, locals)?;
+    // Each item's parameters: a list's item, or a map entry's key and value.
+    let items: Vec<(&Value, Option<&Value>)> = match &coll {
+        Value::List(items) => items.iter().map(|x| (x, None)).collect(),
+        Value::Map(entries) => entries.iter().map(|(k, v)| (k, Some(v))).collect(),
         Value::Null => return Ok(Value::Null),
-        v => return Err(format!("`{}` of {v}, which is not a list", format!("{op:?}").to_lowercase())),
+        v => return Err(format!("`{}` of {v}, which is not a list or a map", format!("{op:?}").to_lowercase())),
     };
+    let of_map = matches!(coll, Value::Map(_));
     // The enclosing scope's locals, then the lambda's parameters.
-    let mut loc: Vec<Value> = Vec::with_capacity(base + 2);
+    let mut loc: Vec<Value> = Vec::with_capacity(base + 3);
     loc.extend(locals.iter().take(base).cloned());
     loc.resize(base, Value::Null);
+    let bind = |loc: &mut Vec<Value>, acc: Option<Value>, (a, b): (&Value, Option<&Value>)| {
+        loc.truncate(base);
+        loc.extend(acc);
+        loc.push(a.clone());
+        loc.extend(b.cloned());
+    };
     Ok(match op {
+        LambdaOp::Transform if of_map => {
+            let mut out = Vec::with_capacity(items.len());
+            for params in items {
+                bind(&mut loc, None, params);
+                let k = eval(body, row, &loc)?;
+                if k.is_null() {
+                    return Err("`transform` of a map made a null key".into());
+                }
+                let v = match value {
+                    Some(v) => eval(v, row, &loc)?,
+                    None => Value::Null,
+                };
+                out.push((k, v));
+            }
+            Value::map(out)
+        }
         LambdaOp::Transform => {
             let mut out = Vec::with_capacity(items.len());
-            for item in items.iter() {
-                loc.truncate(base);
-                loc.push(item.clone());
+            for params in items {
+                bind(&mut loc, None, params);
                 out.push(eval(body, row, &loc)?);
             }
             Value::List(Arc::new(out))
         }
         LambdaOp::Filter => {
-            let mut out = Vec::new();
-            for item in items.iter() {
-                loc.truncate(base);
-                loc.push(item.clone());
+            let mut kept = Vec::new();
+            for (i, params) in items.into_iter().enumerate() {
+                bind(&mut loc, None, params);
                 if eval(body, row, &loc)? == Value::Bool(true) {
-                    out.push(item.clone());
+                    kept.push(i);
                 }
             }
-            Value::List(Arc::new(out))
+            match &coll {
+                // Entries stay sorted and distinct: no need to rebuild the map.
+                Value::Map(es) => Value::Map(Arc::new(kept.into_iter().map(|i| es[i].clone()).collect())),
+                Value::List(xs) => Value::List(Arc::new(kept.into_iter().map(|i| xs[i].clone()).collect())),
+                _ => Value::Null,
+            }
         }
         LambdaOp::Reduce => {
             let mut acc = match init {
                 Some(i) => eval(i, row, locals)?,
                 None => Value::Null,
             };
-            for item in items.iter() {
-                loc.truncate(base);
-                loc.push(acc);
-                loc.push(item.clone());
+            for params in items {
+                bind(&mut loc, Some(acc), params);
                 acc = eval(body, row, &loc)?;
             }
             acc

@@ -475,13 +475,18 @@ impl<'a> Printer<'a> {
     fn type_expr(&mut self, p: P<'a>) {
         for c in p.into_inner() {
             match c.as_rule() {
-                Rule::list_type => {
+                // `list<T>`, `map<K, V>`.
+                Rule::list_type | Rule::map_type => {
                     let mut parts = c.into_inner();
                     if let Some(kw) = parts.next() {
                         self.atom(&kw);
                     }
                     self.punct("<");
-                    if let Some(t) = parts.next() {
+                    for (i, t) in parts.enumerate() {
+                        if i > 0 {
+                            self.punct(",");
+                            self.space = true;
+                        }
                         self.type_expr(t);
                     }
                     self.punct(">");
@@ -843,29 +848,33 @@ impl<'a> Printer<'a> {
                 self.comma_separated(c.into_inner());
                 self.punct("]");
             }
-            Rule::record_lit => {
-                let fields: Vec<P<'a>> = c.into_inner().collect();
-                if fields.is_empty() {
-                    self.punct("{}");
-                    return;
-                }
-                self.punct("{");
-                for (i, f) in fields.into_iter().enumerate() {
-                    if i > 0 {
-                        self.punct(",");
-                    }
-                    self.space = true;
-                    let mut parts = f.into_inner();
-                    if let Some(name) = parts.next() {
-                        self.atom(&name);
-                    }
-                    if let Some(e) = parts.next() {
-                        self.assign(e);
-                    }
+            Rule::map_lit => {
+                let mut parts = c.into_inner();
+                if let Some(kw) = parts.next() {
+                    self.atom(&kw);
                 }
                 self.space = true;
-                self.punct("}");
+                self.braced(parts.collect(), |f, entry| {
+                    let mut kv = entry.into_inner();
+                    if let Some(k) = kv.next() {
+                        f.expr(k);
+                    }
+                    f.punct(":");
+                    f.space = true;
+                    if let Some(v) = kv.next() {
+                        f.expr(v);
+                    }
+                });
             }
+            Rule::record_lit => self.braced(c.into_inner().collect(), |f, field| {
+                let mut parts = field.into_inner();
+                if let Some(name) = parts.next() {
+                    f.atom(&name);
+                }
+                if let Some(e) = parts.next() {
+                    f.assign(e);
+                }
+            }),
             Rule::paren => {
                 self.punct("(");
                 for e in c.into_inner() {
@@ -918,6 +927,24 @@ impl<'a> Printer<'a> {
         for e in parts {
             self.expr(e);
         }
+    }
+
+    /// `{ a, b }` on one line, each item written by `each`; `{}` when there is none.
+    fn braced(&mut self, items: Vec<P<'a>>, each: impl Fn(&mut Self, P<'a>)) {
+        if items.is_empty() {
+            self.punct("{}");
+            return;
+        }
+        self.punct("{");
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                self.punct(",");
+            }
+            self.space = true;
+            each(self, item);
+        }
+        self.space = true;
+        self.punct("}");
     }
 
     fn comma_separated(&mut self, items: impl Iterator<Item = P<'a>>) {

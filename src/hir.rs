@@ -383,17 +383,22 @@ pub enum ExprKind {
     If(Box<Expr>, Box<Expr>, Box<Expr>),
     List(Vec<Expr>),
     Record(Vec<(String, Expr)>),
+    /// `map { k: v, … }`: entries as written (the value sorts them by key; a later equal key wins).
+    Map(Vec<(Expr, Expr)>),
     /// A built-in function (see [`crate::function`]).
     Builtin(&'static dyn crate::function::Function, Vec<Expr>),
     Function(Arc<FunctionDef>, Vec<Expr>),
     /// `transform(list, x => e)`, `filter(list, x => c)`, `reduce(list, init, (acc, x) => e)`:
     /// the body runs once per item, its parameters in locals `base..` (after the enclosing
-    /// scope's own: a function's or aggregate's, an enclosing lambda's).
+    /// scope's own: a function's or aggregate's, an enclosing lambda's). Over a map, each entry
+    /// gives two parameters, its key and value (`(k, v) => …`, `(acc, k, v) => …`), and
+    /// `transform` has two bodies: `body` makes the new key, `value` the new value.
     Lambda {
         op: LambdaOp,
         list: Box<Expr>,
         init: Option<Box<Expr>>,
         body: Box<Expr>,
+        value: Option<Box<Expr>>,
         base: usize,
     },
 }

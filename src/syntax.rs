@@ -242,7 +242,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         string => "a string",
         duration => "a duration like `5s`",
         expr => "an expression",
-        type_expr | prim_type | list_type => "a type",
+        type_expr | prim_type | list_type | map_type => "a type",
         record_type => "`{`",
         from_clause | kw_from => "`from`",
         where_clause | kw_where => "`where`",
@@ -557,6 +557,12 @@ impl Builder {
             Rule::list_type => {
                 let t = inner(base).next().ok_or(())?;
                 TypeExpr::List(Box::new(self.type_expr(t, depth + 1)?))
+            }
+            Rule::map_type => {
+                let mut parts = inner(base);
+                let k = self.type_expr(parts.next().ok_or(())?, depth + 1)?;
+                let v = self.type_expr(parts.next().ok_or(())?, depth + 1)?;
+                TypeExpr::Map(Box::new(k), Box::new(v))
             }
             Rule::record_type => TypeExpr::Record(self.field_decls(base, depth + 1)?),
             r => return self.unexpected(&base, r),
@@ -888,6 +894,22 @@ impl Builder {
     // ------------------------------------------------------------ expressions
 
     /// `x => body` or `(a, b) => body`.
+    /// `map { k: v, … }` and its height. Out of the recursive expression builder so that its
+    /// locals do not enlarge that function's frame.
+    #[inline(never)]
+    fn map_lit(&mut self, p: Pair<Rule>, sp: Span, depth: usize) -> R<(Node<Expr>, usize)> {
+        let mut entries = Vec::new();
+        let mut h = 0;
+        for e in inner(p) {
+            let mut kv = e.into_inner();
+            let k = self.expr(kv.next().ok_or(())?, depth + 1)?;
+            let v = self.expr(kv.next().ok_or(())?, depth + 1)?;
+            h = h.max(height(&k)).max(height(&v));
+            entries.push((k, v));
+        }
+        Ok((Node::new(sp, Expr::Map(entries)), h + 1))
+    }
+
     fn lambda(&mut self, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
         let sp = self.sp(&p);
         let mut it = p.into_inner();
@@ -1156,6 +1178,7 @@ impl Builder {
                 }
                 Ok((Node::new(sp, Expr::List(items)), h + 1))
             }
+            Rule::map_lit => self.map_lit(p, sp, depth),
             Rule::record_lit => {
                 let fields = self.record_fields(p, depth)?;
                 let h = fields.iter().map(|(_, e)| height(e)).max().unwrap_or(0) + 1;
@@ -1257,5 +1280,6 @@ pub fn height(e: &Node<Expr>) -> usize {
         Expr::Chain { first, rest } => 1 + rest.iter().map(|(_, e)| height(e)).fold(height(first), usize::max),
         Expr::If { cond, then, otherwise } => 1 + height(cond).max(height(then)).max(height(otherwise)),
         Expr::Record(fs) => 1 + fs.iter().map(|(_, e)| height(e)).max().unwrap_or(0),
+        Expr::Map(es) => 1 + es.iter().map(|(k, v)| height(k).max(height(v))).max().unwrap_or(0),
     }
 }

@@ -14,6 +14,8 @@ pub enum Type {
     Timestamp,
     Duration,
     List(Box<Type>),
+    /// `map<K, V>`: K a non-null scalar; entries kept in the order of their keys.
+    Map(Box<Type>, Box<Type>),
     Record(RecordType),
     /// A composite key: the values of several `group by` items, written as a JSON array.
     Tuple(Vec<Type>),
@@ -113,12 +115,22 @@ impl Type {
             (a, Type::Nullable(b)) => a.assignable_to(b),
             (Type::Int, Type::Float) => true,
             (Type::List(a), Type::List(b)) => a.assignable_to(b),
+            (Type::Map(ka, va), Type::Map(kb, vb)) => ka.assignable_to(kb) && va.assignable_to(vb),
             (Type::Record(a), Type::Record(b)) => {
                 // Every field of the target must be given (or be nullable); extra fields are errors.
                 a.fields.iter().all(|(n, t)| b.get(n).is_some_and(|(_, bt)| t.assignable_to(bt)))
                     && b.fields.iter().all(|(n, t)| a.get(n).is_some() || t.is_nullable())
             }
             (a, b) => a == b,
+        }
+    }
+
+    /// Item types unify as types do, except that an empty literal's (`[]`, `map {}`: the error
+    /// type, which fits anything) takes the other's: `coalesce(xs, [])` is a `list<int>`.
+    fn unify_item(&self, other: &Type) -> Option<Type> {
+        match (self, other) {
+            (Type::Error, t) | (t, Type::Error) => Some(t.clone()),
+            (a, b) => a.unify(b),
         }
     }
 
@@ -133,7 +145,10 @@ impl Type {
                 let base = match (self.base(), other.base()) {
                     (a, b) if a == b => a.clone(),
                     (Type::Int, Type::Float) | (Type::Float, Type::Int) => Type::Float,
-                    (Type::List(a), Type::List(b)) => Type::List(Box::new(a.unify(b)?)),
+                    (Type::List(a), Type::List(b)) => Type::List(Box::new(a.unify_item(b)?)),
+                    (Type::Map(ka, va), Type::Map(kb, vb)) => {
+                        Type::Map(Box::new(ka.unify_item(kb)?), Box::new(va.unify_item(vb)?))
+                    }
                     _ => return None,
                 };
                 Some(base.nullable_if(nullable))
@@ -152,6 +167,7 @@ impl fmt::Display for Type {
             Type::Timestamp => f.write_str("timestamp"),
             Type::Duration => f.write_str("duration"),
             Type::List(t) => write!(f, "list<{t}>"),
+            Type::Map(k, v) => write!(f, "map<{k}, {v}>"),
             Type::Record(r) => write!(f, "{r}"),
             Type::Tuple(ts) => {
                 f.write_str("[")?;

@@ -26,6 +26,8 @@ pub enum Value {
     List(Arc<Vec<Value>>),
     /// Positional: field `i` of the record type.
     Record(Arc<Vec<Value>>),
+    /// Entries sorted by key ([`Value::cmp_total`]), keys distinct: built by [`Value::map`].
+    Map(Arc<Vec<(Value, Value)>>),
 }
 
 impl Value {
@@ -35,6 +37,29 @@ impl Value {
     pub fn is_null(&self) -> bool {
         matches!(self, Value::Null)
     }
+    /// A map of these entries: sorted by key, and of entries with equal keys the last one kept
+    /// (as a JSON object's repeated member and SQL's map constructors do).
+    pub fn map(mut entries: Vec<(Value, Value)>) -> Value {
+        // Stable: entries with equal keys stay in the order given.
+        entries.sort_by(|a, b| a.0.cmp_total(&b.0));
+        let mut out: Vec<(Value, Value)> = Vec::with_capacity(entries.len());
+        for e in entries {
+            match out.last_mut() {
+                Some(last) if last.0.equals(&e.0) => *last = e,
+                _ => out.push(e),
+            }
+        }
+        Value::Map(Arc::new(out))
+    }
+
+    /// The value at `key` in a map (None: no such key, or not a map).
+    pub fn map_get(&self, key: &Value) -> Option<&Value> {
+        match self {
+            Value::Map(es) => es.binary_search_by(|(k, _)| k.cmp_total(key)).ok().map(|i| &es[i].1),
+            _ => None,
+        }
+    }
+
     pub fn as_bool(&self) -> Option<bool> {
         match self {
             Value::Bool(b) => Some(*b),
@@ -66,6 +91,15 @@ impl Value {
                 }
                 a.len().cmp(&b.len())
             }
+            (Map(a), Map(b)) => {
+                for ((ka, va), (kb, vb)) in a.iter().zip(b.iter()) {
+                    match ka.cmp_total(kb).then_with(|| va.cmp_total(vb)) {
+                        Ordering::Equal => {}
+                        o => return o,
+                    }
+                }
+                a.len().cmp(&b.len())
+            }
             (a, b) => a.rank().cmp(&b.rank()),
         }
     }
@@ -80,6 +114,7 @@ impl Value {
             Value::Dur(_) => 5,
             Value::List(_) => 6,
             Value::Record(_) => 7,
+            Value::Map(_) => 8,
         }
     }
 
@@ -134,6 +169,30 @@ impl Value {
                 out.push(b'}');
             }
             (Value::Record(fields), _) => Value::List(fields.clone()).write_json(&Type::Error, out),
+            (Value::Map(entries), t) => {
+                let vt = match t {
+                    Type::Map(_, v) => v.as_ref(),
+                    _ => &Type::Error,
+                };
+                out.push(b'{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    match k {
+                        Value::Str(s) => write_str(s, out),
+                        k => {
+                            // A member name is a string: a scalar key's JSON text, quoted.
+                            out.push(b'"');
+                            k.write_json(&Type::Error, out);
+                            out.push(b'"');
+                        }
+                    }
+                    out.push(b':');
+                    v.write_json(vt, out);
+                }
+                out.push(b'}');
+            }
         }
     }
 
@@ -171,7 +230,36 @@ impl fmt::Display for Value {
                 }
                 f.write_str("]")
             }
+            Value::Map(entries) => {
+                f.write_str("{")?;
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(",")?;
+                    }
+                    write!(f, "{k}:{v}")?;
+                }
+                f.write_str("}")
+            }
         }
+    }
+}
+
+/// A map key of type `ty` from a JSON object's member name: a string as it is, another scalar
+/// read from its JSON text (a timestamp also from RFC 3339).
+fn map_key(name: &str, ty: &Type) -> Result<Value, String> {
+    let bad = || format!("member name `{name}` is not a map key of type {ty}");
+    match ty.base() {
+        Type::String => Ok(Value::str(name)),
+        Type::Int => name.parse().map(Value::Int).map_err(|_| bad()),
+        Type::Float => name.parse::<f64>().ok().filter(|f| f.is_finite()).map(Value::Float).ok_or_else(bad),
+        Type::Bool => match name {
+            "true" => Ok(Value::Bool(true)),
+            "false" => Ok(Value::Bool(false)),
+            _ => Err(bad()),
+        },
+        Type::Timestamp => name.parse().ok().or_else(|| parse_rfc3339(name)).map(Value::Ts).ok_or_else(bad),
+        Type::Duration => name.parse().map(Value::Dur).map_err(|_| bad()),
+        _ => Err(bad()),
     }
 }
 
@@ -467,8 +555,18 @@ impl<'de> Visitor<'de> for ScalarVisitor<'_> {
             _ => Err(self.mismatch("a list")),
         }
     }
-    fn visit_map<A: MapAccess<'de>>(self, _map: A) -> Result<Value, A::Error> {
-        Err(self.mismatch("an object"))
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        match self.0.base() {
+            Type::Map(kt, vt) => {
+                let mut out = Vec::new();
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    let key = map_key(&k, kt).map_err(de::Error::custom)?;
+                    out.push((key, map.next_value_seed(TypeSeed(vt))?));
+                }
+                Ok(Value::map(out))
+            }
+            _ => Err(self.mismatch("an object")),
+        }
     }
 }
 
@@ -501,5 +599,30 @@ mod tests {
         assert!(decode_record(br#"{"a": "x", "b": 1, "t": 0}"#, &rt).unwrap_err().contains("expected int"));
         assert!(decode_record(br#"{"b": 1, "t": 0}"#, &rt).unwrap_err().contains("missing field `a`"));
         assert!(decode_record(b"not json", &rt).is_err());
+    }
+
+    #[test]
+    fn maps_are_objects_in_key_order() {
+        let ty = Type::Map(Box::new(Type::Int), Box::new(Type::String));
+        // Keys by value (10 after 9), a repeated member's last value, "07" read as 7.
+        let v = decode_value(br#"{"10": "ten", "9": "nine", "07": "seven", "9": "NINE"}"#, &ty).unwrap();
+        let mut out = Vec::new();
+        v.write_json(&ty, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), r#"{"7":"seven","9":"NINE","10":"ten"}"#);
+        assert_eq!(v.map_get(&Value::Int(9)), Some(&Value::str("NINE")));
+        assert_eq!(v.map_get(&Value::Int(8)), None);
+        assert!(decode_value(br#"{"x": "a"}"#, &ty).unwrap_err().contains("not a map key of type int"));
+        assert!(decode_value(br#"{"1": 2}"#, &ty).unwrap_err().contains("expected string"));
+        assert!(decode_value(br#"["1"]"#, &ty).is_err());
+        // Entries given in any order make one value: equal, and equal bytes.
+        let a = Value::map(vec![(Value::str("b"), Value::Int(1)), (Value::str("a"), Value::Int(2))]);
+        let b = Value::map(vec![(Value::str("a"), Value::Int(2)), (Value::str("b"), Value::Int(1))]);
+        assert!(a.equals(&b));
+        let st = Type::Map(Box::new(Type::String), Box::new(Type::Int));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        a.write_json(&st, &mut x);
+        b.write_json(&st, &mut y);
+        assert_eq!(x, y);
+        assert_eq!(x, br#"{"a":2,"b":1}"#);
     }
 }

@@ -122,6 +122,35 @@ fn select_gives(name: &str, defs: &str, cases: &[(&str, &str)]) {
     }
 }
 
+/// Maps worked out by hand: literals (a later equal key wins, int keys in order of value),
+/// `m[k]`, the map functions, lambdas over entries, `==` regardless of how entries were given,
+/// nesting, and a user-defined function over a map.
+#[test]
+fn maps() {
+    let cases: &[(&str, &str)] = &[
+        ("map { \"b\": 1, \"a\": 2, \"b\": 3 }", "{\"a\": 2, \"b\": 3}"),
+        ("map_keys(map { 10: \"x\", 9: \"y\", -1: \"z\" })", "[-1, 9, 10]"),
+        ("map { 10: \"x\", 9: \"y\" }", "{\"9\": \"y\", \"10\": \"x\"}"),
+        ("map { k: len(k) }[\"a\"]", "1"),
+        ("map { k: 1 }[\"zz\"]", "null"),
+        ("map { \"a\": 1, \"b\": 2 } == map { \"b\": 2, \"a\": 1 }", "true"),
+        ("map { \"a\": 1 } == map { \"a\": 2 }", "false"),
+        ("len(map {})", "0"),
+        ("map_values(map_union(map { \"x\": [1] }, map { \"y\": [2, 3] }))", "[[1], [2, 3]]"),
+        ("map { \"n\": map { \"m\": true } }[\"n\"][\"m\"]", "true"),
+        ("filter(map { 1: \"a\", 2: \"b\", 3: \"c\" }, (n, s) => n != 2)", "{\"1\": \"a\", \"3\": \"c\"}"),
+        ("transform(map { \"a\": 1, \"b\": 2 }, (s, n) => n * 10, (s, n) => s)", "{\"10\": \"a\", \"20\": \"b\"}"),
+        ("transform(map { \"a\": 1, \"b\": 2 }, (s, n) => 0, (s, n) => s)", "{\"0\": \"b\"}"),
+        ("reduce(map { \"b\": 2, \"a\": 1 }, \"\", (acc, s, n) => acc + s + to_string(n))", "\"a1b2\""),
+        ("reduce(map {}, 5, (acc, s, n) => acc + n)", "5"),
+        ("filter(map { \"x\": 1, \"y\": 7 }, (key, n) => n > len(k))", "{\"y\": 7}"),
+        ("as_map([true, false], [\"t\", \"f\"])", "{\"false\": \"f\", \"true\": \"t\"}"),
+        ("total(map { \"p\": 2, \"q\": 3 })", "5"),
+        ("to_string(map { 2: [1], 1: [] })", "\"{1:[],2:[1]}\""),
+    ];
+    select_gives("maps", "function total(m: map<string, int>) -> int = reduce(m, 0, (a, s, n) => a + n)\n\n", cases);
+}
+
 /// `transform`, `filter` and `reduce` with lambdas, worked out by hand: nesting, shadowing, the
 /// record's fields and an enclosing function's parameters in a body, null lists and conditions.
 #[test]

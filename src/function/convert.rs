@@ -14,7 +14,11 @@ impl Function for ToText {
         &Doc {
             signature: "to_string(any) -> string",
             summary: "the value as text (a string as it is; null stays null)",
-            examples: &[("to_string(42)", "\"42\""), ("to_string(\"a\")", "\"a\"")],
+            examples: &[
+                ("to_string(42)", "\"42\""),
+                ("to_string(\"a\")", "\"a\""),
+                ("to_string(map { \"b\": 2, \"a\": 1 })", "\"{a:1,b:2}\""),
+            ],
         }
     }
     fn check(&self, a: &Args) -> Result<Type, String> {

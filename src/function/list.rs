@@ -41,9 +41,11 @@ impl Function for ElementAt {
     }
     fn doc(&self) -> &'static Doc {
         &Doc {
-            signature: "element_at(list<T>, position: int) -> T?",
-            summary: "the item at a position: 1 is the first, -1 the last; null past either end (`xs[i]` is the same)",
+            signature: "element_at(list<T>, position: int) -> T?, element_at(map<K, V>, key: K) -> V?",
+            summary: "the item at a position: 1 is the first, -1 the last; null past either end; of a map, the value at a key, null if it has none (`xs[i]` and `m[k]` are the same)",
             examples: &[
+                ("map { \"a\": 1, \"b\": 2 }[\"b\"]", "2"),
+                ("element_at(map { \"a\": 1 }, \"z\")", "null"),
                 ("element_at([10, 20, 30], 1)", "10"),
                 ("[10, 20, 30][-1]", "30"),
                 ("[10, 20, 30][4]", "null"),
@@ -53,13 +55,22 @@ impl Function for ElementAt {
     }
     fn check(&self, a: &Args) -> Result<Type, String> {
         a.count(2)?;
-        let item = item_type(a, 0, "a list and a position")?;
+        if let Type::Map(k, v) = a.types[0].base() {
+            if a.types[1].base().unify(k).is_none() {
+                return Err(format!("takes a map and a key of its key type, not {} and {}", a.types[0], a.types[1]));
+            }
+            return Ok(v.as_ref().clone().nullable());
+        }
+        let item = item_type(a, 0, "a list and a position, or a map and a key")?;
         if !is_int(a.types[1].base()) && *a.types[1] != Type::Null {
             return Err(format!("takes a list and an int position, not {}", a.types[1]));
         }
         Ok(item.nullable())
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        if let Value::Map(_) = &v[0] {
+            return Ok(v[0].map_get(&v[1]).cloned().unwrap_or(Value::Null));
+        }
         let xs = items(&v[0]);
         Ok(index(int(&v[1]), xs.len()).map(|i| xs[i].clone()).unwrap_or(Value::Null))
     }

@@ -1,6 +1,6 @@
 //! Built-in functions. Each is a type implementing [`Function`] — its signature check, its
 //! evaluation and its documentation with worked examples — so that a function lives in one
-//! place; related functions share a file (`text`, `pattern`, `json`, `list`, `math`, `choice`,
+//! place; related functions share a file (`text`, `pattern`, `json`, `list`, `map`, `math`, `choice`,
 //! `convert`, `time`, `calendar`).
 //! `tests/functions.rs` runs every example through the engine and checks that every signature
 //! is in docs/language.md. Nothing here reads the clock, randomness or the environment.
@@ -10,6 +10,7 @@ pub mod choice;
 pub mod convert;
 pub mod json;
 pub mod list;
+pub mod map;
 pub mod math;
 pub mod pattern;
 pub mod text;
@@ -42,6 +43,10 @@ pub static ALL: &[&dyn Function] = &[
     &list::ArraySort,
     &list::ArrayDistinct,
     &list::ArrayJoin,
+    &map::MapKeys,
+    &map::MapValues,
+    &map::AsMap,
+    &map::MapUnion,
     &math::Abs,
     &math::Round,
     &math::FLOOR,

@@ -89,20 +89,21 @@ impl Function for Len {
     }
     fn doc(&self) -> &'static Doc {
         &Doc {
-            signature: "len(string | list) -> int",
-            summary: "the number of characters of a string, or of items of a list",
-            examples: &[("len(\"héllo\")", "5"), ("len([1, 2, 3])", "3")],
+            signature: "len(string | list | map) -> int",
+            summary: "the number of characters of a string, of items of a list, or of entries of a map",
+            examples: &[("len(\"héllo\")", "5"), ("len([1, 2, 3])", "3"), ("len(map { \"a\": 1 })", "1")],
         }
     }
     fn check(&self, a: &Args) -> Result<Type, String> {
         a.count(1)?;
-        a.all(&|t| is_string(t) || matches!(t, Type::List(_)), "a string or a list")?;
+        a.all(&|t| is_string(t) || matches!(t, Type::List(_) | Type::Map(..)), "a string, a list or a map")?;
         Ok(Type::Int.nullable_if(a.nullable()))
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
         Ok(match &v[0] {
             Value::Str(x) => Value::Int(x.chars().count() as i64),
             Value::List(l) => Value::Int(l.len() as i64),
+            Value::Map(m) => Value::Int(m.len() as i64),
             _ => Value::Null,
         })
     }

@@ -13,6 +13,7 @@
 //! | 7 | duration | i64 ms |
 //! | 8 | list | u32 count, values |
 //! | 9 | record | u32 count, values (positional) |
+//! | 10 | map | u32 count, then each entry's key and value (in key order) |
 
 use std::sync::Arc;
 
@@ -38,6 +39,14 @@ pub(crate) fn write_value(v: &Value, out: &mut Vec<u8>) {
         Value::List(items) | Value::Record(items) => {
             out.push(if matches!(v, Value::List(_)) { 8 } else { 9 });
             write_values(items, out);
+        }
+        Value::Map(entries) => {
+            out.push(10);
+            write_len(out, entries.len());
+            for (k, v) in entries.iter() {
+                write_value(k, out);
+                write_value(v, out);
+            }
         }
     }
 }
@@ -119,6 +128,16 @@ impl<'a> Reader<'a> {
             7 => Value::Dur(self.i64()?),
             8 => Value::List(Arc::new(self.values_at(depth + 1)?)),
             9 => Value::Record(Arc::new(self.values_at(depth + 1)?)),
+            10 => {
+                let n = self.len()?;
+                let mut entries = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let k = self.value_at(depth + 1)?;
+                    entries.push((k, self.value_at(depth + 1)?));
+                }
+                // Sorted and distinct as written; rebuilt so that damage cannot break lookups.
+                Value::map(entries)
+            }
             t => return Err(format!("unknown value tag {t}")),
         })
     }
@@ -158,6 +177,7 @@ mod tests {
             Value::Dur(-5),
             Value::List(Arc::new(vec![Value::Int(1), Value::List(Arc::new(vec![]))])),
             Value::Record(Arc::new(vec![Value::str("a"), Value::Null])),
+            Value::map(vec![(Value::str("b"), Value::Int(2)), (Value::str("a"), Value::map(vec![]))]),
         ];
         let mut out = Vec::new();
         write_values(&vs, &mut out);
