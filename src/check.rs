@@ -583,8 +583,12 @@ impl<'a> Checker<'a> {
     }
 
     fn define(&mut self, name: &ast::Ident, what: &str) -> bool {
-        // (`explode` is the flat map of `select`: a built-in too.)
-        if function::lookup(&name.node).is_some() || aggregate::lookup(&name.node).is_some() || name.node == "explode" {
+        // (`explode` is the flat map of `select`, and the lambda functions are typed here: built-ins too.)
+        if function::lookup(&name.node).is_some()
+            || function::lambda_doc(&name.node).is_some()
+            || aggregate::lookup(&name.node).is_some()
+            || name.node == "explode"
+        {
             self.err(
                 Diagnostic::new(
                     Code::Duplicate,
@@ -2696,6 +2700,14 @@ impl<'a> Checker<'a> {
                 })
                 .collect();
             return hir::Expr { kind: ExprKind::Function(f, args), ty, span };
+        }
+        if let Some(d) = function::lambda_doc(name) {
+            self.err(
+                Diagnostic::new(Code::ArgCount, span, format!("`{name}` takes a lambda as its last argument"))
+                    .label("in this call")
+                    .help(d.signature),
+            );
+            return err_expr(span);
         }
         if name == "explode" {
             self.err(

@@ -313,7 +313,10 @@ fn hover(text: &str, offset: usize) -> Option<Hover> {
     }
     let w = word?;
     let name = &text[w.start..w.end];
-    if let Some(src) = analysis.sources.iter().find(|s| s.name == name) {
+    // A source, or an alias of one in the query around the word (`from trades as a`).
+    let alias = alias_at(text, offset, name);
+    let named = alias.as_ref().map_or(name, |(src, _)| *src);
+    if let Some(src) = analysis.sources.iter().find(|s| s.name == named) {
         let kind = if src.kind == crate::hir::SourceKind::Stream { "stream" } else { "table" };
         let topic = src.topic.as_ref().map_or(" (control-managed)".to_string(), |t| format!(" from \"{t}\""));
         let key = match src.key_name() {
@@ -321,8 +324,10 @@ fn hover(text: &str, offset: usize) -> Option<Hover> {
             None => format!("key: {}", src.key_type()),
         };
         let doc = doc_comment(text, src.span.start);
+        let aka =
+            if alias.is_some() { format!("\n\n`{name}`: this query's name for `{named}`") } else { String::new() };
         return Some(markdown(
-            format!("{}{}", code_block(&format!("{kind} {name}{topic}\n{key}\nvalue {}", src.value)), doc),
+            format!("{}{aka}{doc}", code_block(&format!("{kind} {named}{topic}\n{key}\nvalue {}", src.value))),
             Some(lines.range(w)),
         ));
     }
@@ -357,8 +362,7 @@ fn doc_comment(text: &str, item_start: usize) -> String {
 /// The documentation of a function or aggregate: built-in, defined in the program, or in the
 /// standard library.
 fn callable_doc(text: &str, ast: &crate::ast::Program, name: &str) -> Option<String> {
-    if let Some(f) = crate::function::lookup(name) {
-        let d = f.doc();
+    if let Some(d) = crate::function::lookup(name).map(|f| f.doc()).or_else(|| crate::function::lambda_doc(name)) {
         return Some(format!("{}\n\n{}", code_block(d.signature), d.summary));
     }
     if let Some(a) = crate::aggregate::lookup(name) {
@@ -401,7 +405,20 @@ fn definition(text: &str, offset: usize) -> Option<Span> {
     let w = word_at(text, offset)?;
     let name = &text[w.start..w.end];
     let (ast, _) = crate::analyze(text);
+    // An alias is defined where the query names it (`as a`).
+    if let Some((_, at)) = alias_at(text, offset, name) {
+        return Some(at);
+    }
     declared(&ast, name).map(|(_, span)| span)
+}
+
+/// If `name` is an alias in the top-level item around `offset` (`from s as name`, `join s as
+/// name`): the source it names and where the alias is written.
+fn alias_at<'t>(text: &'t str, offset: usize, name: &str) -> Option<(&'t str, Span)> {
+    let (start, chunk) = crate::syntax::split_items(text).into_iter().take_while(|(o, _)| *o <= offset).last()?;
+    let c = ALIASES.captures_iter(chunk).find(|c| &c[2] == name)?;
+    let (src, alias) = (c.get(1)?, c.get(2)?);
+    Some((src.as_str(), Span::new(start + alias.start(), start + alias.end())))
 }
 
 // ---------------------------------------------------------------- completion
@@ -512,6 +529,9 @@ fn completions(text: &str, offset: usize) -> Vec<CompletionItem> {
         for f in crate::function::ALL {
             add(item(f.name(), CompletionItemKind::FUNCTION, f.doc().signature.to_string()));
         }
+        for (name, d) in crate::function::LAMBDAS {
+            add(item(name, CompletionItemKind::FUNCTION, d.signature.to_string()));
+        }
         for a in crate::aggregate::ALL {
             add(item(a.name(), CompletionItemKind::FUNCTION, a.doc().signature.to_string()));
         }
@@ -562,6 +582,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An alias hovers as the source it names, and its definition is where the query names it.
+    #[test]
+    fn an_alias_hovers_as_its_source_and_is_defined_where_named() {
+        let text = "stream trades from \"t\" {\n  key ticker\n  value json { ticker: string, price: float }\n}\n\n\
+                    query q {\n  from trades as a\n  join trades as b within 1s on ticker\n  select { x = b.price }\n  to \"o\"\n}\n";
+        let named = text.find("as b").unwrap() + 3;
+        let Some(Hover { contents: HoverContents::Markup(m), .. }) = hover(text, named) else { panic!("no hover") };
+        assert!(m.value.contains("stream trades from \"t\""), "{}", m.value);
+        assert!(m.value.contains("`b`: this query's name for `trades`"), "{}", m.value);
+        let def = definition(text, text.find("b.price").unwrap()).unwrap();
+        assert_eq!((def.start, def.end), (named, named + 1));
+    }
+
+    /// The lambda functions hover with their signatures and are completed.
+    #[test]
+    fn lambda_functions_have_docs() {
+        let text = "stream s from \"t\" {\n  key k\n  value json { k: string, xs: list<int> }\n}\n\n\
+                    query q {\n  from s\n  select { y = filter(xs, x => x > 1) }\n  to \"o\"\n}\n";
+        let Some(Hover { contents: HoverContents::Markup(m), .. }) = hover(text, text.find("filter").unwrap()) else {
+            panic!("no hover")
+        };
+        assert!(m.value.contains("filter(list<T>, x => bool) -> list<T>"), "{}", m.value);
+        let at = text.find("filter").unwrap();
+        let labels: Vec<String> = completions(text, at).into_iter().map(|i| i.label).collect();
+        assert!(labels.iter().any(|l| l == "reduce"), "{labels:?}");
     }
 
     /// After an alias and a dot (`a.` in a self-join), the fields of the source it names.

@@ -74,6 +74,53 @@ pub static ALL: &[&dyn Function] = &[
     &calendar::ParseTimestamp,
 ];
 
+/// The functions that take a lambda: the checker types them and the evaluator runs them
+/// (`hir::ExprKind::Lambda`), not through [`Function`]. Their documentation, for editors and
+/// help; `tests/functions.rs` evaluates the examples and finds the signatures in
+/// docs/language.md.
+pub static LAMBDAS: &[(&str, Doc)] = &[
+    (
+        "transform",
+        Doc {
+            signature:
+                "transform(list<T>, x => U) -> list<U>, transform(map<K, V>, (k, v) => K2, (k, v) => V2) -> map<K2, V2>",
+            summary: "each item mapped by the lambda; of a map, each entry's new key and new value",
+            examples: &[
+                ("transform([1, 2], x => x * 10)", "[10, 20]"),
+                ("transform(map { \"a\": 1 }, (k, v) => upper(k), (k, v) => v + 1)", "{\"A\": 2}"),
+            ],
+        },
+    ),
+    (
+        "filter",
+        Doc {
+            signature: "filter(list<T>, x => bool) -> list<T>, filter(map<K, V>, (k, v) => bool) -> map<K, V>",
+            summary: "the items (or entries) for which the lambda is true",
+            examples: &[
+                ("filter([1, 5, 2], x => x > 1)", "[5, 2]"),
+                ("filter(map { \"a\": 1, \"b\": 2 }, (k, v) => v > 1)", "{\"b\": 2}"),
+            ],
+        },
+    ),
+    (
+        "reduce",
+        Doc {
+            signature:
+                "reduce(list<T>, start: S, (acc, x) => S) -> S, reduce(map<K, V>, start: S, (acc, k, v) => S) -> S",
+            summary: "the lambda folded over the items (or entries, in key order) from the start value",
+            examples: &[
+                ("reduce([1, 2, 3], 0, (acc, x) => acc + x)", "6"),
+                ("reduce(map { \"a\": 1, \"b\": 2 }, \"\", (acc, k, v) => acc + k)", "\"ab\""),
+            ],
+        },
+    ),
+];
+
+/// The documentation of the lambda function called `name`.
+pub fn lambda_doc(name: &str) -> Option<&'static Doc> {
+    LAMBDAS.iter().find(|(n, _)| *n == name).map(|(_, d)| d)
+}
+
 /// The built-in function called `name`.
 pub fn lookup(name: &str) -> Option<&'static dyn Function> {
     ALL.iter().copied().find(|f| f.name() == name)
