@@ -1076,6 +1076,8 @@ impl<'a> Checker<'a> {
         // The sources joined so far, each with the number of repartitions before it (`cuts`): a
         // source joined twice between two repartitions would be read twice by one task.
         let mut joined_in: Vec<(usize, u32)> = Vec::new();
+        // A foreign-key join's clause, once there is one (nothing groups its result).
+        let mut foreign_join: Option<Span> = None;
         let mut cuts = 0u32;
         let mut slugs: HashSet<String> = HashSet::new();
         // The groupings, the clause, a repartition, a table's rows grouped (Kafka Streams'
@@ -1260,6 +1262,16 @@ impl<'a> Checker<'a> {
                     push(self, StepKind::Rekey(he), "key-by", shape.clone());
                 }
                 Clause::GroupBy(items) => {
+                    if let Some(fk) = foreign_join {
+                        self.err(
+                            Diagnostic::new(Code::ClauseOrder, c.span, "`group by` after a foreign-key join")
+                                .label("grouping the join's result")
+                                .related(fk, "the foreign-key join")
+                                .help("write the join's result to a topic and read it as a table, then group that"),
+                        );
+                        ok = false;
+                        continue;
+                    }
                     if aggregated.is_some() {
                         order_err(
                             self,
@@ -1500,7 +1512,7 @@ impl<'a> Checker<'a> {
                                 format!("the table `{}` joined with itself", o.name),
                             )
                             .label("the same table")
-                            .help("a table–table join on the key would pair each row with itself"),
+                            .help("a table is not joined with itself: on the key each row would pair with itself, and a foreign-key join of a table with itself is not supported yet"),
                         );
                         ok = false;
                         continue;
@@ -1590,27 +1602,43 @@ impl<'a> Checker<'a> {
                     }
                     let is_key = matches!(&he.kind, ExprKind::Field(Root::Key, p) if p.is_empty())
                         || (value_field(&he).is_some() && value_field(&he) == shape.key_field);
-                    if mutual && !(is_key && shape.partitioned) && !he.ty.is_error() {
-                        self.err(
-                            Diagnostic::new(
-                                Code::JoinKey,
-                                on.span,
-                                format!("a table–table join matches the keys, but `on` is not `{}`'s key", src.name),
-                            )
-                            .label("not the key")
-                            .help(match src.key_name() {
-                                Some(k) => format!(
-                                    "join on `{k}`; a join on another field (a foreign-key join) is not supported"
-                                ),
-                                None => {
-                                    "a join on a field other than the key (a foreign-key join) is not supported".into()
-                                }
-                            }),
-                        );
-                        ok = false;
-                        continue;
+                    // A table–table join on anything but the key is a foreign-key join (Kafka
+                    // Streams' `KTable#join(other, foreignKeyExtractor, joiner)`): `on` gives
+                    // the other table's key from this table's row.
+                    let foreign = mutual && !(is_key && shape.partitioned);
+                    if foreign && !he.ty.is_error() {
+                        let refusal = if *outer {
+                            Some((
+                                c.span,
+                                "a foreign-key join is `join` or `left join`",
+                                "an outer join",
+                                "as in Kafka Streams and ksqlDB, a foreign-key join has no outer form",
+                            ))
+                        } else if shape.tenant_scoped {
+                            Some((
+                                other.span,
+                                "a foreign-key join of tenant-scoped tables",
+                                "tenant-scoped",
+                                "foreign-key joins are not supported for tenant-scoped tables yet; join on the key",
+                            ))
+                        } else if src.key == KeySpec::Raw {
+                            Some((
+                                c.span,
+                                "a foreign-key join needs the table's key declared",
+                                "no declared key",
+                                "declare the key: `key id` or `key id: string`",
+                            ))
+                        } else {
+                            None
+                        };
+                        if let Some((span, msg, label, help)) = refusal {
+                            self.err(Diagnostic::new(Code::JoinKind, span, msg).label(label).help(help));
+                            ok = false;
+                            continue;
+                        }
+                        foreign_join = Some(c.span);
                     }
-                    let repartition = !(o.is_global() || is_key && shape.partitioned);
+                    let repartition = !(o.is_global() || is_key && shape.partitioned || foreign);
                     // A source read twice by one task (joined twice with no repartition between)
                     // would share one read position: refused. The query's own stream before any
                     // repartition is read once for all its self-joins; a control-managed table
@@ -1655,9 +1683,15 @@ impl<'a> Checker<'a> {
                         optional: *left || *outer,
                     });
                     let kind = match o.kind {
-                        SourceKind::Table => {
-                            StepKind::JoinTable { table: oi, on: he, left: *left, outer: *outer, mutual, repartition }
-                        }
+                        SourceKind::Table => StepKind::JoinTable {
+                            table: oi,
+                            on: he,
+                            left: *left,
+                            outer: *outer,
+                            mutual,
+                            foreign,
+                            repartition,
+                        },
                         SourceKind::Stream => StepKind::JoinStream {
                             stream: oi,
                             within: within.as_ref().map(|w| w.node).unwrap_or(Duration(0)),

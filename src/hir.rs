@@ -175,6 +175,9 @@ pub enum StepKind {
         /// The query reads a table: a table–table join, whose result changes with updates of
         /// either table (not only this side's).
         mutual: bool,
+        /// A table–table join on a foreign key: `on` gives the other table's key from this
+        /// table's row (see `plan` for how it runs).
+        foreign: bool,
         repartition: bool,
     },
     JoinStream {
@@ -472,9 +475,9 @@ impl Program {
                             .join(", "),
                         a.emit
                     ),
-                    StepKind::JoinTable { table, left, outer, repartition, .. } => {
+                    StepKind::JoinTable { table, left, outer, repartition, foreign, .. } => {
                         format!(
-                            "{}join table {}{}",
+                            "{}join table {}{}{}",
                             if *outer {
                                 "outer "
                             } else if *left {
@@ -483,6 +486,7 @@ impl Program {
                                 ""
                             },
                             self.sources[*table].name,
+                            if *foreign { " (foreign key)" } else { "" },
                             if *repartition { " (repartition)" } else { "" }
                         )
                     }

@@ -89,6 +89,9 @@ pub enum NodeKind {
     RepartitionSink {
         topic: String,
         key: Vec<hir::Expr>,
+        /// Of a foreign-key join: each record also carries the key of the row it is about and
+        /// the offset of the update it comes from (docs/conventions.md, `streamc.fk.*`).
+        fk: bool,
     },
     /// Reads a repartition topic. Its records' values hold `value_fields` fields, then one
     /// record per joined side, which carries the side's named key last when `joined_keys` says.
@@ -104,7 +107,24 @@ pub enum NodeKind {
     /// row whose group key is null is refused here, before it is kept).
     GroupTable {
         group: Vec<hir::Expr>,
+        /// A null group key is a group of its own (a foreign-key join's row whose foreign key
+        /// is null) rather than bad input.
+        nulls: bool,
     },
+    /// A foreign-key join's middle: this task's partition of `table` (the other table, keyed by
+    /// the foreign key) and the rows of the query's table that refer to each of its keys
+    /// (their subscriptions, read from the repartition topic by foreign key). A subscription or
+    /// an update of `table` gives the result of each row concerned, keyed by the row's key
+    /// `key` (of the query's table), to the result repartition topic.
+    ForeignJoin {
+        table: String,
+        left: bool,
+        key: Type,
+    },
+    /// A foreign-key join's end, in the partition of the row's key: results of one row can
+    /// come from several tasks (its foreign key changed); each carries the offset of the
+    /// update it answers, and only the latest update's results pass.
+    ForeignGate,
     /// Materializes a topic-fed table for a join.
     TableSource {
         topic: String,
@@ -300,6 +320,8 @@ struct Cut<'s> {
     key: Vec<hir::Expr>,
     /// None: the largest partition count of the upstream sub-topology's sources.
     partitions: Option<Partitions>,
+    /// A foreign-key join's repartition (see [`NodeKind::RepartitionSink`]).
+    fk: bool,
 }
 
 struct Lowering<'a> {
@@ -400,14 +422,14 @@ impl Lowering<'_> {
         line: usize,
         clause: &str,
     ) -> (NodeIndex, usize) {
-        let Cut { slug, key, partitions } = cut;
+        let Cut { slug, key, partitions, fk } = cut;
         let topic = format!("{}-{}-{}-repartition", self.app, q.name, slug);
         self.topic(topic.clone(), TopicRole::Repartition, partitions.unwrap_or(Partitions::OfSubtopology(sub)), false);
         let sink = self.node(
             q,
             sub,
             format!("{}-{}-repartition-sink", q.name, slug),
-            NodeKind::RepartitionSink { topic: topic.clone(), key },
+            NodeKind::RepartitionSink { topic: topic.clone(), key, fk },
             line,
             clause.to_string(),
         );
@@ -432,6 +454,96 @@ impl Lowering<'_> {
         );
         self.graph.add_edge(sink, src, edge(out, EdgeMode::Repartition { topic }));
         (src, new_sub)
+    }
+
+    /// The table `t` a join node `join` of sub-topology `sub` reads: its topic, a source node
+    /// materializing it in the store `name` (the join's).
+    fn table_source(&mut self, q: &hir::Query, sub: usize, join: NodeIndex, name: &str, t: &hir::Source) {
+        let topic = t.topic.clone().unwrap_or_default();
+        self.topic(topic.clone(), TopicRole::Source, Partitions::External, false);
+        self.subs[sub].sources.push(topic.clone());
+        let kind = NodeKind::TableSource { topic, table: t.name.clone() };
+        let ts = self.node(q, sub, format!("{name}-source"), kind, t.line, format!("table {}", t.name));
+        let value = Type::Record(t.value.clone());
+        let e = Edge { key: t.key_type(), value: value.clone(), mode: EdgeMode::Forward };
+        self.store(ts, name.to_string(), StoreKind::KeyValue, t.key_type(), value, t.tenant.is_some());
+        self.graph[join].stores.push(name.to_string());
+        self.graph.add_edge(ts, join, e);
+    }
+
+    /// A foreign-key join of the query's table (its rows keyed by K, each naming a key of the
+    /// other table with `on`) with `table`, in three sub-topologies:
+    ///
+    /// 1. in the partition of K, each row as last subscribed (a `GroupTable` by the foreign
+    ///    key, nulls allowed): an update first unsubscribes the old row from its foreign key,
+    ///    then subscribes the new one, through the repartition topic `…-fk-repartition` keyed by
+    ///    foreign key (co-partitioned with `table`), each record carrying K and the offset of
+    ///    the update;
+    /// 2. in the partition of the foreign key, `table`'s rows and the subscriptions: a
+    ///    subscription, or an update of `table`, sends the result of each row concerned keyed
+    ///    by K to `…-fk-result-repartition` (a tombstone where the row has none);
+    /// 3. in the partition of K, only results answering the row's latest update pass (a row
+    ///    whose foreign key changed may still get a late result from its old one), then the
+    ///    rest of the query.
+    ///
+    /// Returns the gate node (its incoming edge is the caller's) and the result repartition's
+    /// source node.
+    fn foreign_join(
+        &mut self,
+        q: &hir::Query,
+        prev: NodeIndex,
+        sub: usize,
+        step: &hir::Step,
+        shape: &Shape,
+        (table, left, on): (usize, bool, hir::Expr),
+    ) -> (NodeIndex, NodeIndex) {
+        let program = self.program;
+        let t = &program.sources[table];
+        let input = &program.sources[q.input];
+        let name = format!("{}-{}", q.name, step.slug);
+        let (line, clause) = (step.line, step.text.clone());
+        // 1. The query's table, keyed by its key: each row as last subscribed.
+        let rows = format!("{name}-fk-rows");
+        let kind = NodeKind::GroupTable { group: vec![on.clone()], nulls: true };
+        let n = self.node(q, sub, rows.clone(), kind, line, clause.clone());
+        self.graph.add_edge(prev, n, edge(shape, EdgeMode::Forward));
+        let kind = StoreKind::Grouped {
+            grouping: format!("foreign key {}", step.text.split_whitespace().collect::<Vec<_>>().join(" ")),
+        };
+        self.store(n, rows, kind, shape.key.clone(), Type::Record(shape.value.clone()), shape.tenant_scoped);
+        let mut by_fk = shape.clone();
+        by_fk.key = on.ty.base().clone();
+        let slug = format!("{}-fk", step.slug);
+        let like = Partitions::Like(t.topic.clone().unwrap_or_default());
+        let c = Cut { slug: &slug, key: vec![on], partitions: Some(like), fk: true };
+        let (subs, sub) = self.repartition(q, n, sub, c, shape, &by_fk, line, &clause);
+        // 2. In the partition of the foreign key: the other table and the subscriptions.
+        let kind = NodeKind::ForeignJoin { table: t.name.clone(), left, key: shape.key.clone() };
+        let j = self.node(q, sub, name.clone(), kind, line, clause.clone());
+        self.graph.add_edge(subs, j, edge(&by_fk, EdgeMode::Forward));
+        self.table_source(q, sub, j, &name, t);
+        // Each subscription: the row, under its foreign key and key.
+        self.store(
+            j,
+            format!("{name}-fk-subscriptions"),
+            StoreKind::KeyValue,
+            by_fk.key.clone(),
+            Type::Record(shape.value.clone()),
+            false,
+        );
+        // 3. Back in the partition of the row's key, behind the gate.
+        let key = hir::Expr {
+            kind: hir::ExprKind::Field(hir::Root::Key, Vec::new()),
+            ty: shape.key.clone(),
+            span: crate::ast::Span::default(),
+        };
+        let slug = format!("{}-fk-result", step.slug);
+        let itopic = input.topic.clone().unwrap_or_default();
+        let c = Cut { slug: &slug, key: vec![key], partitions: Some(Partitions::Like(itopic)), fk: true };
+        let (results, sub) = self.repartition(q, j, sub, c, &step.out, &step.out, line, &clause);
+        let g = self.node(q, sub, format!("{name}-fk-gate"), NodeKind::ForeignGate, line, clause);
+        self.store(g, format!("{name}-fk-offsets"), StoreKind::KeyValue, shape.key.clone(), Type::Int, false);
+        (g, results)
     }
 
     fn query(&mut self, q: &hir::Query) {
@@ -516,7 +628,7 @@ impl Lowering<'_> {
                     if a.table {
                         let rows = format!("{}-{}-rows", q.name, a.group_slug);
                         let group = a.group.iter().map(|(_, e)| e.clone()).collect();
-                        let kind = NodeKind::GroupTable { group };
+                        let kind = NodeKind::GroupTable { group, nulls: false };
                         let n = self.node(q, sub, rows.clone(), kind, a.group_line, a.group_text.clone());
                         self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
                         let value = Type::Record(shape.value.clone());
@@ -528,7 +640,7 @@ impl Lowering<'_> {
                         let key = a.group.iter().map(|(_, e)| e.clone()).collect();
                         let mut cut = shape.clone();
                         cut.key = step.out.key.clone();
-                        let c = Cut { slug: &a.group_slug, key, partitions: None };
+                        let c = Cut { slug: &a.group_slug, key, partitions: None, fk: false };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, a.group_line, &a.group_text);
                         prev = src;
                         sub = s;
@@ -552,7 +664,15 @@ impl Lowering<'_> {
                     shape = step.out.clone();
                     continue;
                 }
-                StepKind::JoinTable { table, left, outer, mutual, repartition, on } => {
+                StepKind::JoinTable { table, left, foreign: true, on, .. } => {
+                    let (n, src) = self.foreign_join(q, prev, sub, step, &shape, (table, left, on));
+                    prev = src;
+                    sub = self.graph[n].subtopology;
+                    // The gate reads the join's results.
+                    shape = step.out.clone();
+                    n
+                }
+                StepKind::JoinTable { table, left, outer, mutual, repartition, on, .. } => {
                     let t = &program.sources[table];
                     if repartition {
                         let mut cut = shape.clone();
@@ -562,6 +682,7 @@ impl Lowering<'_> {
                             slug: &step.slug,
                             key: vec![on.clone()],
                             partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())),
+                            fk: false,
                         };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
@@ -591,29 +712,7 @@ impl Lowering<'_> {
                     if global {
                         self.graph[n].stores.push(format!("{}-table", t.name));
                     } else {
-                        let ttopic = t.topic.clone().unwrap_or_default();
-                        self.topic(ttopic.clone(), TopicRole::Source, Partitions::External, false);
-                        self.subs[sub].sources.push(ttopic.clone());
-                        let ts = self.node(
-                            q,
-                            sub,
-                            format!("{name}-source"),
-                            NodeKind::TableSource { topic: ttopic, table: t.name.clone() },
-                            t.line,
-                            format!("table {}", t.name),
-                        );
-                        let tshape =
-                            Edge { key: t.key_type(), value: Type::Record(t.value.clone()), mode: EdgeMode::Forward };
-                        self.store(
-                            ts,
-                            name.clone(),
-                            StoreKind::KeyValue,
-                            t.key_type(),
-                            Type::Record(t.value.clone()),
-                            t.tenant.is_some(),
-                        );
-                        self.graph[n].stores.push(name.clone());
-                        self.graph.add_edge(ts, n, tshape);
+                        self.table_source(q, sub, n, &name, t);
                     }
                     n
                 }
@@ -626,6 +725,7 @@ impl Lowering<'_> {
                             slug: &step.slug,
                             key: vec![on.clone()],
                             partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())),
+                            fk: false,
                         };
                         let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
                         prev = src;
@@ -739,7 +839,11 @@ impl NodeKind {
             NodeKind::RepartitionSource { .. } => "repartition source",
             NodeKind::Aggregate(a) if a.window.is_some() => "window aggregate",
             NodeKind::Aggregate(_) => "aggregate",
+            NodeKind::GroupTable { nulls: true, .. } => "foreign-key subscriptions",
             NodeKind::GroupTable { .. } => "table group by",
+            NodeKind::ForeignJoin { left: true, .. } => "foreign-key left join",
+            NodeKind::ForeignJoin { .. } => "foreign-key join",
+            NodeKind::ForeignGate => "foreign-key results",
             NodeKind::TableSource { .. } => "table source",
             NodeKind::JoinTable { mutual: true, outer: true, .. } => "table-table outer join",
             NodeKind::JoinTable { mutual: true, left: true, .. } => "table-table left join",
@@ -774,7 +878,10 @@ impl NodeKind {
                 fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
             ),
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
-            NodeKind::RepartitionSink { topic, key } if key.len() > 1 => {
+            NodeKind::RepartitionSink { topic, fk: true, .. } => {
+                format!("writes to {topic}, with the row's key and the offset of its update (streamc.fk.*)")
+            }
+            NodeKind::RepartitionSink { topic, key, .. } if key.len() > 1 => {
                 format!("writes to {topic}, keyed by the composite group key")
             }
             NodeKind::RepartitionSink { topic, .. } => format!("writes to {topic}, keyed by the new key"),
@@ -798,8 +905,17 @@ impl NodeKind {
                     if a.repartition { "repartitioned by it" } else { "already partitioned by it: no repartition" };
                 format!("group by {} ({how}); {w}{}; {emit}", group.join(", "), aggs.join(", "))
             }
+            NodeKind::GroupTable { nulls: true, .. } => {
+                "keeps each row as last sent by foreign key; an update unsubscribes the old row from its foreign key first".into()
+            }
             NodeKind::GroupTable { .. } => {
                 "keeps each row as grouped; an update takes the old row out of its group first".into()
+            }
+            NodeKind::ForeignJoin { table, .. } => format!(
+                "joins each subscribed row with `{table}`'s row of its foreign key: a subscription or an update of `{table}` gives each row's result, keyed by the row's key"
+            ),
+            NodeKind::ForeignGate => {
+                "passes only the results that answer each row's latest update (a row whose foreign key changed may get a late result from the old one)".into()
             }
             NodeKind::TableSource { topic, table } => format!("materializes table `{table}` from topic {topic}"),
             NodeKind::JoinTable { table, global: true, .. } => {

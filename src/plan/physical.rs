@@ -90,6 +90,8 @@ pub enum Op {
     GroupTable {
         store: usize,
         group: Vec<hir::Expr>,
+        /// A null group key is a group (a foreign-key join's subscriptions), not bad input.
+        nulls: bool,
     },
     Sink(SinkSpec),
 }
@@ -102,6 +104,22 @@ pub struct RepartitionSpec {
     pub key: Vec<hir::Expr>,
     pub key_ty: Type,
     pub wire: RecordType,
+    /// A foreign-key join's: each record carries the row's key (`streamc.fk.key`) and the
+    /// offset of the update it comes from (`streamc.fk.offset`).
+    pub fk: bool,
+}
+
+/// The middle of a foreign-key join (see `plan::NodeKind::ForeignJoin`): the task's main input
+/// is the subscriptions' repartition topic (rows of the query's table, keyed by foreign key),
+/// its `right`-th table input the other table; its chain writes the results.
+#[derive(Clone, Debug)]
+pub struct ForeignJoin {
+    pub right: usize,
+    pub left: bool,
+    /// The subscriptions' store: per foreign key and row key, the row and its update's offset.
+    pub subscriptions: usize,
+    /// The type of the query's table's key (of the rows).
+    pub key_ty: Type,
 }
 
 /// A stream–table join: look up the task's `table`-th table input (topic-fed), or the
@@ -223,6 +241,11 @@ pub struct TaskSpec {
     /// its [`Op::GroupTable`]. A deletion in the input goes down the chain as a row taken
     /// back (`Row::retract`), which takes the key's old row out of its group.
     pub table_group: Option<usize>,
+    /// The middle of a foreign-key join.
+    pub foreign: Option<ForeignJoin>,
+    /// The end of a foreign-key join: the store of each row key's latest update offset; only
+    /// results answering it pass (the main input is the results' repartition topic).
+    pub foreign_gate: Option<usize>,
 }
 
 /// Why a topology cannot become a physical plan: what the runtime cannot run, or a topology
@@ -269,6 +292,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
             mutual: None,
             table_sink: None,
             table_group: None,
+            foreign: None,
+            foreign_gate: None,
             tenant: program
                 .queries
                 .iter()
@@ -346,7 +371,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: *at })
                 }
                 NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
-                NodeKind::RepartitionSink { topic, key } => {
+                NodeKind::RepartitionSink { topic, key, fk } => {
                     let e = topo
                         .graph
                         .edges_directed(n, petgraph::Direction::Outgoing)
@@ -361,6 +386,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         key: key.clone(),
                         key_ty: e.key,
                         wire,
+                        fk: *fk,
                     }));
                 }
                 NodeKind::JoinTable { global, left, on, table: name, mutual, outer } => {
@@ -447,11 +473,26 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     });
                     ops.push(Op::JoinStream { side });
                 }
-                NodeKind::GroupTable { group } => {
+                NodeKind::GroupTable { group, nulls } => {
                     let store = spec.stores.len();
                     spec.stores.push(store_spec(topo, &node.name));
                     spec.table_group = Some(ops.len());
-                    ops.push(Op::GroupTable { store, group: group.clone() });
+                    ops.push(Op::GroupTable { store, group: group.clone(), nulls: *nulls });
+                }
+                NodeKind::ForeignJoin { table, left, key } => {
+                    let right = spec
+                        .tables
+                        .iter()
+                        .rposition(|t| t.source.name == *table)
+                        .ok_or(PlanError::Inconsistent("foreign-key join without its table"))?;
+                    let subscriptions = spec.stores.len();
+                    spec.stores.push(store_named(topo, &format!("{}-fk-subscriptions", node.name)));
+                    spec.foreign = Some(ForeignJoin { right, left: *left, subscriptions, key_ty: key.clone() });
+                }
+                NodeKind::ForeignGate => {
+                    let store = spec.stores.len();
+                    spec.stores.push(store_spec(topo, &node.name));
+                    spec.foreign_gate = Some(store);
                 }
                 NodeKind::Aggregate(a) => {
                     let store = spec.stores.len();
@@ -636,8 +677,12 @@ fn time_field(src: &hir::Source) -> Option<RecordType> {
 
 /// See [`TaskSpec::table_sink`].
 fn table_sink(spec: &TaskSpec) -> Option<usize> {
-    let Decode::Source(src) = &spec.main.decode else { return None };
-    if src.kind != hir::SourceKind::Table || spec.agg.is_some() {
+    // A table query's, or after a foreign-key join's gate (its input is the join's results).
+    let table = match &spec.main.decode {
+        Decode::Source(src) => src.kind == hir::SourceKind::Table,
+        Decode::Internal { .. } => spec.foreign_gate.is_some(),
+    };
+    if !table || spec.agg.is_some() {
         return None;
     }
     let mut sink = None;

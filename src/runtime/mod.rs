@@ -11,6 +11,7 @@ pub mod chaos;
 mod commit;
 pub mod embedded;
 pub mod error;
+pub(crate) mod foreign;
 pub(crate) mod hub;
 pub mod kafka;
 pub mod metrics;

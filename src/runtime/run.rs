@@ -640,7 +640,17 @@ impl<F: Feed> TaskRun<F> {
             set_position(&mut self.positions, &keys[i], s.next);
             self.task.counters.counted = false;
             self.task.late_reason = None;
-            let res = if spec.mutual.is_some() && i <= spec.tables.len() {
+            self.task.fk = crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false };
+            let res = if spec.foreign.is_some() && i <= spec.tables.len() {
+                // A foreign-key join's middle: a subscription, or a row of the other table.
+                match self.refused(head_time, now) {
+                    Some(e) => Err(e),
+                    None => self.task.foreign(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
+                }
+            } else if spec.foreign_gate.is_some() && i == 0 {
+                // A foreign-key join's end: a result, passed on if it answers the row's latest update.
+                self.task.foreign_gate(&s.record, &mut self.out, &self.trees)
+            } else if spec.mutual.is_some() && i <= spec.tables.len() {
                 // Either table of a table–table join (ordered by their records' times); either
                 // gives results at its time, which the topics written must take.
                 match self.refused(head_time, now) {

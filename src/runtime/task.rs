@@ -12,9 +12,11 @@ use crate::eval::{Row, Tenant};
 use crate::hir::{self, KeySpec};
 use crate::log::Record;
 use crate::plan::physical::{Decode, MutualKind, TaskSpec};
+use crate::runtime::foreign::{split_offset, subscription_key, Foreign};
 use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
-use crate::runtime::ops::{self, sink::tombstone, Ctx, Down, Operator};
+use crate::runtime::ops::repartition::{H_FK_DELETED, H_FK_KEY, H_FK_OFFSET};
+use crate::runtime::ops::{self, group_table, sink::tombstone, Ctx, Down, FkMarks, Operator};
 use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::{TableInputs, TableRecord};
 use crate::runtime::tenant;
@@ -53,6 +55,11 @@ pub struct Task {
     /// Errors of rows no input record caused (a join's null rows passed on as stream time
     /// moves), reported at the next flush.
     orphan_errors: Vec<RecordError>,
+    /// A foreign-key join's marks on the record being processed (its offset: set by the run
+    /// loop for each record read).
+    pub(crate) fk: FkMarks,
+    /// A foreign-key join's middle or end: its subscriptions' index and pending entries.
+    foreign: Foreign,
 }
 
 impl Task {
@@ -61,6 +68,7 @@ impl Task {
         let chain = ops::build(&spec);
         let joins = StreamJoins::new(spec.clone());
         let tables = TableInputs::new(spec.clone());
+        let foreign = Foreign::new(&spec);
         Task {
             spec,
             partition,
@@ -74,6 +82,8 @@ impl Task {
             tables,
             result_window: None,
             orphan_errors: Vec::new(),
+            fk: FkMarks::default(),
+            foreign,
         }
     }
 
@@ -81,6 +91,7 @@ impl Task {
     pub fn restore_index(&mut self, stores: &dyn StoreRead) {
         self.tables.restore(stores);
         self.joins.restore(stores);
+        self.foreign.restore(stores);
         for op in &mut self.chain {
             op.restore(stores);
         }
@@ -88,7 +99,7 @@ impl Task {
 
     /// The task's operators' state: its side inputs', then its chain's.
     fn operators(&self) -> impl Iterator<Item = &dyn Stateful> {
-        let sides: [&dyn Stateful; 2] = [&self.tables, &self.joins];
+        let sides: [&dyn Stateful; 3] = [&self.tables, &self.joins, &self.foreign];
         sides.into_iter().chain(self.chain.iter().map(|op| &**op as &dyn Stateful))
     }
 
@@ -116,6 +127,7 @@ impl Task {
             tables: &mut self.tables,
             globals: &self.globals,
             joins: &mut self.joins,
+            fk: &mut self.fk,
         };
         (&mut self.chain, cx)
     }
@@ -410,6 +422,171 @@ impl Task {
         Down::from(chain, m.op + 1).emit(row, ts, &mut cx)
     }
 
+    /// A record of a foreign-key join's middle task ([`TaskSpec::foreign`]): `side` None, a
+    /// subscription from the repartition topic (a row of the query's table under its foreign
+    /// key; taken back: unsubscribed); else a record of the other table, which updates its
+    /// store and gives the result of every row subscribed to its key. Each result (a tombstone
+    /// where the row has none: an inner join without a match, a deleted row) goes down the
+    /// chain to the results' repartition topic, marked with the offset of the row's update.
+    pub fn foreign(
+        &mut self,
+        side: Option<usize>,
+        rec: &Record,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let Some(f) = &spec.foreign else {
+            return Err(RecordError("internal: not a foreign-key join".into()));
+        };
+        let fk_ty = match &spec.main.decode {
+            Decode::Internal { key, .. } => key.clone(),
+            Decode::Source(_) => {
+                return Err(RecordError("internal: a foreign-key join reads its subscriptions".into()))
+            }
+        };
+        match side {
+            None => {
+                let input = self.decode_main(rec)?;
+                self.counters.records_in += 1;
+                let header = |name: &str| rec.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
+                let key = decode_key(header(H_FK_KEY), &f.key_ty)?;
+                if key.is_null() {
+                    return Err(RecordError("a foreign-key subscription without its row's key".into()));
+                }
+                let offset = fk_offset(header(H_FK_OFFSET))?;
+                let kb = key.key_bytes(&f.key_ty);
+                let fk = input.row.key.clone();
+                let fkb = (!fk.is_null()).then(|| fk.key_bytes(&fk_ty));
+                if input.row.retract {
+                    if let Some(fkb) = &fkb {
+                        self.foreign.unsubscribe(f.subscriptions, (fkb, &kb), ts, stores, &mut self.table_changes);
+                    }
+                    if header(H_FK_DELETED).is_some() {
+                        // The row is gone: so is its result.
+                        return self.foreign_result((key, input.row.value), None, offset, ts, out, stores);
+                    }
+                    return Ok(());
+                }
+                let right = match &fkb {
+                    Some(fkb) => {
+                        let mut entry = offset.to_le_bytes().to_vec();
+                        entry.extend(group_table::encode_row(&input.row));
+                        self.foreign.subscribe(f.subscriptions, (fkb, &kb), entry, ts, stores, &mut self.table_changes);
+                        self.tables.row(f.right, &fk, None, stores)?.map(|r| (fk, r))
+                    }
+                    // A null foreign key matches nothing.
+                    None => None,
+                };
+                let right = match right {
+                    Some(r) => Some(Some(r)),
+                    None if f.left => Some(None),
+                    None => None,
+                };
+                self.foreign_result((key, input.row.value), right, offset, ts, out, stores)
+            }
+            Some(s) if s == f.right => {
+                let decoded = self.tables.decode(s, rec)?;
+                let fk = decoded.key.clone();
+                self.tables.store(s, decoded, rec, &mut self.counters, &mut self.table_changes)?;
+                self.counters.records_in += 1;
+                let row = self.tables.row(s, &fk, None, stores)?;
+                let fkb = fk.key_bytes(&fk_ty);
+                let mut result = Ok(());
+                for kb in self.foreign.subscribers(f.subscriptions, &fkb, stores) {
+                    let Some(entry) = self.foreign.get(f.subscriptions, &subscription_key(&fkb, &kb), stores) else {
+                        continue;
+                    };
+                    let key = decode_key(Some(&kb), &f.key_ty)?;
+                    let (offset, stored) = split_offset(&entry)?;
+                    let like =
+                        Row { key: key.clone(), value: Vec::new(), joined: Vec::new(), tenant: None, retract: false };
+                    let left = group_table::decode_row(stored, &like)
+                        .map_err(|e| RecordError(format!("damaged foreign-key subscription: {e}")))?;
+                    let right = match &row {
+                        Some(r) => Some(Some((fk.clone(), r.clone()))),
+                        None if f.left => Some(None),
+                        None => None,
+                    };
+                    // Every row concerned gets its result, whatever became of another's.
+                    result = result.and(self.foreign_result((key, left.value), right, offset, ts, out, stores));
+                }
+                result
+            }
+            Some(s) => self.process_table(s, rec),
+        }
+    }
+
+    /// A foreign-key join's result for the row `key` (its fields `value`), joined with `right`
+    /// (None: no result, a tombstone; Some(None): a left join's row without a match), marked
+    /// with the offset of the row's update.
+    fn foreign_result(
+        &mut self,
+        (key, value): (Value, Vec<Value>),
+        right: Option<Option<(Value, crate::runtime::tables::TableRow)>>,
+        offset: i64,
+        ts: i64,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
+        let retract = right.is_none();
+        let row = Row { key, value, joined: vec![right.flatten()], tenant: None, retract };
+        self.fk = FkMarks { offset, deleted: false };
+        let (chain, mut cx) = self.parts(out, stores, None);
+        Down::from(chain, 0).emit(row, ts, &mut cx)
+    }
+
+    /// A result of a foreign-key join at its end task ([`TaskSpec::foreign_gate`]): passed down
+    /// the chain (a tombstone: the row's result deleted, if it had one) when it answers the
+    /// row's latest update so far; a result of an older update (from the row's old foreign key,
+    /// arriving late) is dropped.
+    pub fn foreign_gate(
+        &mut self,
+        rec: &Record,
+        out: &mut Vec<Output>,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
+        let spec = self.spec.clone();
+        let (Some(store), Decode::Internal { key: key_ty, .. }) = (spec.foreign_gate, &spec.main.decode) else {
+            return Err(RecordError("internal: not a foreign-key join's results".into()));
+        };
+        let header = |name: &str| rec.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
+        let offset = fk_offset(header(H_FK_OFFSET))?;
+        // A tombstone's value is not read (an inner join's has no other side to decode).
+        let (key, input) = match header(H_RETRACT) {
+            Some(_) => (decode_key(rec.key.as_deref(), key_ty)?, None),
+            None => {
+                let input = self.decode_main(rec)?;
+                (input.row.key.clone(), Some(input))
+            }
+        };
+        self.counters.records_in += 1;
+        let kb = key.key_bytes(key_ty);
+        let (last, had) = match self.foreign.get(store, &kb, stores) {
+            Some(b) => {
+                let (last, rest) = split_offset(&b)?;
+                (last, rest.first() == Some(&1))
+            }
+            None => (i64::MIN, false),
+        };
+        if offset < last {
+            return Ok(());
+        }
+        let mut entry = offset.to_le_bytes().to_vec();
+        entry.push(u8::from(input.is_some()));
+        self.foreign.set(store, kb, Some(entry), rec.timestamp, &mut self.table_changes);
+        if let Some(input) = input {
+            let (chain, mut cx) = self.parts(out, stores, None);
+            return Down::from(chain, 0).emit(input.row, input.ts, &mut cx);
+        }
+        if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
+            out.push(tombstone(sink, &key, None, rec.timestamp, None, spec.version));
+            self.counters.records_out += 1;
+        }
+        Ok(())
+    }
+
     /// Flush the operators, in chain order: first stream time advances for each (an
     /// aggregate's window kind drops what no window can need; with `close_all`, the end of a
     /// finite input with `--close-windows-at-end`, every join and window closes), then each
@@ -433,6 +610,7 @@ impl Task {
         }
         changes.append(&mut self.table_changes);
         self.tables.flushed();
+        self.foreign.flushed();
         {
             let (chain, mut cx) = self.parts(out, &NoStores, Some(changes));
             for i in 0..chain.len() {
@@ -442,6 +620,13 @@ impl Task {
         }
         std::mem::take(&mut self.orphan_errors)
     }
+}
+
+/// The offset a foreign-key join's record carries (`streamc.fk.offset`).
+fn fk_offset(header: Option<&[u8]>) -> Result<i64, RecordError> {
+    header
+        .and_then(|b| std::str::from_utf8(b).ok()?.parse().ok())
+        .ok_or_else(|| RecordError("a foreign-key join's record without its update's offset".into()))
 }
 
 /// A record without a key (whose value decodes), of a source keyed by a field, read by a task

@@ -119,6 +119,24 @@ def keyed_rows(seed, n, keys, value):
     return out
 
 
+def fk_orders(seed, n):
+    """Orders o00..o39, each naming a customer c00..c13 (c12 and c13 never exist) or none (one
+    in ten); they change customer often; a fifth of the updates of an order held delete it."""
+    rng = random.Random(seed)
+    held = set()
+    out = []
+    for _ in range(n):
+        k = f"o{rng.randrange(40):02d}"
+        if k in held and rng.random() < 0.2:
+            held.discard(k)
+            out.append({"key": k, "value": None})
+        else:
+            held.add(k)
+            customer = None if rng.random() < 0.1 else f"c{rng.randrange(14):02d}"
+            out.append({"key": k, "value": {"customer": customer, "amount": rng.randint(1, 99)}})
+    return out
+
+
 def views(seed, n):
     rng = random.Random(seed)
     return [
@@ -175,6 +193,11 @@ def main():
     write("table_table_join", "users", keyed_rows(16, 400, 30, lambda r: {"name": r.choice(names), "city": r.choice(cities)}))
     write("table_table_join", "scores", keyed_rows(17, 400, 30, lambda r: {"points": r.randint(0, 9)}))
     write("stream_self_join", "stocks", trades(19, 1200, 0.1, 1000, tickers=10))
+    write("foreign_key_join", "orders", fk_orders(20, 600))
+    write("foreign_key_join", "customers", [
+        dict(r, key=r["key"].replace("u", "c"))
+        for r in keyed_rows(21, 200, 12, lambda r: {"name": r.choice(names), "tier": r.choice(["gold", "silver"])})
+    ])
     regions = ["north", "south", "east", "west", "polar"]
     write("table_group_by", "accounts", keyed_rows(18, 800, 30, lambda r: {
         "region": r.choice(regions), "balance": r.randint(-50, 250), "score": r.randint(0, 199) / 2}))

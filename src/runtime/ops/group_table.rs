@@ -22,8 +22,13 @@ const ROW_V1: u8 = 1;
 
 pub(crate) struct GroupTable {
     stores: [usize; 1],
-    /// The grouping: a row whose group key is null is bad input, refused before it is kept.
+    /// The grouping: a row whose group key is null is bad input, refused before it is kept
+    /// (unless `nulls`).
     group: Vec<hir::Expr>,
+    /// A foreign-key join's subscriptions: a null foreign key is a key like another; a row
+    /// whose foreign key stays the same is not taken back first (its new row replaces it where
+    /// it is); a deletion's row taken back says so (`FkMarks::deleted`).
+    nulls: bool,
     /// The table's key type (its rows are stored under the key's bytes).
     key_ty: Type,
     tenant_scoped: bool,
@@ -32,8 +37,22 @@ pub(crate) struct GroupTable {
 }
 
 impl GroupTable {
-    pub(crate) fn new(store: usize, group: Vec<hir::Expr>, key_ty: Type, tenant_scoped: bool) -> GroupTable {
-        GroupTable { stores: [store], group, key_ty, tenant_scoped, pending: FxHashMap::default() }
+    pub(crate) fn new(
+        store: usize,
+        group: Vec<hir::Expr>,
+        nulls: bool,
+        key_ty: Type,
+        tenant_scoped: bool,
+    ) -> GroupTable {
+        GroupTable { stores: [store], group, nulls, key_ty, tenant_scoped, pending: FxHashMap::default() }
+    }
+
+    /// Whether two rows have the same group key (a row that cannot be evaluated: no).
+    fn same_group(&self, a: &Row, b: &Row) -> bool {
+        self.group.iter().all(|g| match (eval(g, a, &[]), eval(g, b, &[])) {
+            (Ok(x), Ok(y)) => x.equals(&y),
+            _ => false,
+        })
     }
 
     /// The key's row as last grouped.
@@ -84,7 +103,8 @@ impl Operator for GroupTable {
         // row that does not decode, or whose `where` or `select` fails, is).
         if !row.retract {
             for g in &self.group {
-                if eval(g, &row, &[]).map_err(RecordError)?.is_null() {
+                // (A foreign key that cannot be evaluated is bad input too; a null one is none.)
+                if eval(g, &row, &[]).map_err(RecordError)?.is_null() && !self.nulls {
                     return Err(RecordError("the group key is null".into()));
                 }
             }
@@ -98,9 +118,14 @@ impl Operator for GroupTable {
         // takes nothing (`Aggregate::refusals`).
         let mut result = Ok(());
         if let Some(mut old) = old {
-            // The old row leaves its group first.
-            old.retract = true;
-            result = down.emit(old, ts, cx);
+            // The old row leaves its group first (a subscription that stays where it is is
+            // replaced there by the new row).
+            if !(self.nulls && !row.retract && self.same_group(&old, &row)) {
+                old.retract = true;
+                cx.fk.deleted = self.nulls && row.retract;
+                result = down.emit(old, ts, cx);
+                cx.fk.deleted = false;
+            }
         }
         if row.retract {
             if existed {
@@ -140,7 +165,7 @@ pub(crate) fn encode_row(row: &Row) -> Vec<u8> {
 }
 
 /// A stored row of the key `like.key` (and its tenant).
-fn decode_row(b: &[u8], like: &Row) -> Result<Row, String> {
+pub(crate) fn decode_row(b: &[u8], like: &Row) -> Result<Row, String> {
     let Some((&ROW_V1, rest)) = b.split_first() else { return Err("unknown row version".into()) };
     let mut r = bin::Reader { b: rest };
     let value = r.values()?;

@@ -10,7 +10,7 @@
 mod aggregate;
 mod explode;
 mod filter;
-mod group_table;
+pub(crate) mod group_table;
 mod map;
 pub(crate) mod repartition;
 pub(crate) mod sink;
@@ -60,6 +60,18 @@ pub(crate) struct Ctx<'a> {
     pub(crate) globals: &'a crate::control::Tables,
     /// The task's stream–stream joins' state (each join step works on its side).
     pub(crate) joins: &'a mut StreamJoins,
+    /// A foreign-key join's marks for the records its repartitions write.
+    pub(crate) fk: &'a mut FkMarks,
+}
+
+/// What a foreign-key join's repartition records carry besides the row (docs/conventions.md,
+/// `streamc.fk.*`): the offset of the update of the query's table they come from, and whether
+/// an unsubscription is the row's deletion (its result is deleted) rather than a move to
+/// another foreign key.
+#[derive(Debug, Default)]
+pub(crate) struct FkMarks {
+    pub(crate) offset: i64,
+    pub(crate) deleted: bool,
 }
 
 /// What every operator of a task's chain is. The physical plan gives a task its chain
@@ -150,12 +162,12 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
             Op::Repartition(r) => Box::new(repartition::Repartition::new(r.clone())),
             Op::JoinTable(j) => Box::new(table_join::TableJoin(j.clone())),
-            Op::GroupTable { store, group } => {
+            Op::GroupTable { store, group, nulls } => {
                 let key_ty = match &spec.main.decode {
                     Decode::Source(src) => src.key_type(),
                     Decode::Internal { key, .. } => key.clone(),
                 };
-                Box::new(group_table::GroupTable::new(*store, group.clone(), key_ty, spec.tenant))
+                Box::new(group_table::GroupTable::new(*store, group.clone(), *nulls, key_ty, spec.tenant))
             }
             Op::JoinStream { side } => Box::new(JoinStep::new(*side)),
             Op::Aggregate => match Aggregate::new(spec, post_sinks.clone()) {

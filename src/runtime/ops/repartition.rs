@@ -12,11 +12,17 @@ use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::sink::out_headers;
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::wire::RecordWriter;
+use crate::types::Type;
 use crate::value::Value;
 
 /// The header that marks a repartition record of a grouped table's row taken back out of its
 /// group (docs/conventions.md).
 pub const H_RETRACT: &str = "streamc.retract";
+/// A foreign-key join's repartition records: the key of the row they are about, the offset of
+/// the update they come from, and on an unsubscription, that the row was deleted.
+pub const H_FK_KEY: &str = "streamc.fk.key";
+pub const H_FK_OFFSET: &str = "streamc.fk.offset";
+pub const H_FK_DELETED: &str = "streamc.fk.deleted";
 
 /// A repartition of the chain: the plan's [`RepartitionSpec`], and the writer of its rows.
 pub(crate) struct Repartition(RepartitionSpec, RecordWriter);
@@ -46,10 +52,22 @@ impl Operator for Repartition {
         if row.retract {
             headers.push((H_RETRACT.to_string(), b"1".to_vec()));
         }
+        let mut key = Some(k.key_bytes(&r.key_ty));
+        if r.fk {
+            headers.push((H_FK_KEY.to_string(), row.key.key_bytes(&Type::Error)));
+            headers.push((H_FK_OFFSET.to_string(), cx.fk.offset.to_string().into_bytes()));
+            if cx.fk.deleted && row.retract {
+                headers.push((H_FK_DELETED.to_string(), b"1".to_vec()));
+            }
+            // A null foreign key: a record without a key (partition 0), not the text `null`.
+            if k.is_null() {
+                key = None;
+            }
+        }
         cx.out.push(Output {
             topic: r.topic.clone(),
             route: Route::Key,
-            record: Record { key: Some(k.key_bytes(&r.key_ty)), value: Some(value), timestamp: ts, headers },
+            record: Record { key, value: Some(value), timestamp: ts, headers },
         });
         cx.counters.records_out += 1;
         Ok(())

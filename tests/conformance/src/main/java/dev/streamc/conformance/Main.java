@@ -392,6 +392,32 @@ public final class Main {
           .toStream()
           .to(t.out("joined-outer"), Produced.with(S, J));
     }));
+    // Foreign-key joins: each order names its customer (a null foreign key: no match; the left
+    // join still has the order's row, as Kafka Streams has since 3.7).
+    CASES.put("foreign_key_join", new Case(List.of("fk-joined", "fk-joined-left"), (b, t) -> {
+      KTable<String, JsonNode> orders = b.table(t.in("orders"), Consumed.with(S, J));
+      KTable<String, JsonNode> customers = b.table(t.in("customers"), Consumed.with(S, J));
+      java.util.function.Function<JsonNode, String> customerOf =
+          o -> o.get("customer") == null || o.get("customer").isNull() ? null : o.get("customer").asText();
+      orders.join(customers, customerOf, (o, c) -> {
+            ObjectNode r = JSON.createObjectNode();
+            r.set("amount", o.get("amount"));
+            r.set("name", c.get("name"));
+            r.set("tier", c.get("tier"));
+            return (JsonNode) r;
+          })
+          .toStream()
+          .to(t.out("fk-joined"), Produced.with(S, J));
+      orders.leftJoin(customers, customerOf, (o, c) -> {
+            ObjectNode r = JSON.createObjectNode();
+            r.set("customer", o.get("customer"));
+            r.set("amount", o.get("amount"));
+            r.set("name", c == null ? null : c.get("name"));
+            return (JsonNode) r;
+          })
+          .toStream()
+          .to(t.out("fk-joined-left"), Produced.with(S, J));
+    }));
     // A table grouped by another key: the subtractor takes a row's old value out of its group.
     // A group left with no rows is deleted by the filter (as streamc deletes it).
     CASES.put("table_group_by", new Case(List.of("region-stats", "rich-by-region"), (b, t) -> {
