@@ -951,6 +951,9 @@ fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
         (Grouped { grouping: a }, Grouped { grouping: b }) if a != b => {
             return Some(format!("the grouping changed from `{a}` to `{b}`"))
         }
+        (ForeignKey { join: a }, ForeignKey { join: b }) if a != b => {
+            return Some(format!("the foreign-key join changed from `{a}` to `{b}`"))
+        }
         (a, b) if std::mem::discriminant(a) != std::mem::discriminant(b) => {
             return Some("the kind of state changed".into())
         }

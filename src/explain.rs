@@ -131,6 +131,7 @@ fn store_kind(k: &StoreKind) -> String {
         }
         StoreKind::Global => "global key-value (every task sees all; rebuilt from the control topic)".into(),
         StoreKind::Grouped { grouping } => format!("key-value of a grouped table (`{grouping}`)"),
+        StoreKind::ForeignKey { join } => format!("key-value of a foreign-key join (`{join}`)"),
     }
 }
 
@@ -372,6 +373,7 @@ fn json(v: &View) -> serde_json::Value {
                 ),
                 StoreKind::Global => ("global", serde_json::Value::Null),
                 StoreKind::Grouped { grouping } => ("grouped", json!({ "grouping": grouping })),
+                StoreKind::ForeignKey { join } => ("foreign-key", json!({ "join": join })),
             };
             json!({"name": s.name, "kind": kind, "window": window, "changelog": s.changelog, "node": s.node,
                    "subtopology": s.subtopology, "key": s.key, "value": s.value, "tenant_scoped": s.tenant_scoped})

@@ -893,7 +893,6 @@ impl Builder {
 
     // ------------------------------------------------------------ expressions
 
-    /// `x => body` or `(a, b) => body`.
     /// `map { k: v, … }` and its height. Out of the recursive expression builder so that its
     /// locals do not enlarge that function's frame.
     #[inline(never)]
@@ -910,6 +909,7 @@ impl Builder {
         Ok((Node::new(sp, Expr::Map(entries)), h + 1))
     }
 
+    /// `x => body` or `(a, b) => body`.
     fn lambda(&mut self, p: Pair<Rule>, depth: usize) -> R<Node<Expr>> {
         let sp = self.sp(&p);
         let mut it = p.into_inner();

@@ -170,9 +170,9 @@ impl Value {
             }
             (Value::Record(fields), _) => Value::List(fields.clone()).write_json(&Type::Error, out),
             (Value::Map(entries), t) => {
-                let vt = match t {
-                    Type::Map(_, v) => v.as_ref(),
-                    _ => &Type::Error,
+                let (kt, vt) = match t {
+                    Type::Map(k, v) => (k.base(), v.as_ref()),
+                    _ => (&Type::Error, &Type::Error),
                 };
                 out.push(b'{');
                 for (i, (k, v)) in entries.iter().enumerate() {
@@ -182,9 +182,14 @@ impl Value {
                     match k {
                         Value::Str(s) => write_str(s, out),
                         k => {
-                            // A member name is a string: a scalar key's JSON text, quoted.
+                            // A member name is a string: a scalar key's JSON text, quoted (an
+                            // int key of a float map as the float it stands for: `1.0`, as a
+                            // float key equal to it is written).
                             out.push(b'"');
-                            k.write_json(&Type::Error, out);
+                            match (k, kt) {
+                                (Value::Int(i), Type::Float) => Value::Float(*i as f64).write_json(kt, out),
+                                _ => k.write_json(&Type::Error, out),
+                            }
                             out.push(b'"');
                         }
                     }
@@ -624,5 +629,11 @@ mod tests {
         b.write_json(&st, &mut y);
         assert_eq!(x, y);
         assert_eq!(x, br#"{"a":2,"b":1}"#);
+        // An int key of a float map is written as the float it equals.
+        let ft = Type::Map(Box::new(Type::Float), Box::new(Type::Int));
+        let m = Value::map(vec![(Value::Int(1), Value::Int(7)), (Value::Float(2.5), Value::Int(8))]);
+        let mut o = Vec::new();
+        m.write_json(&ft, &mut o);
+        assert_eq!(o, br#"{"1.0":7,"2.5":8}"#);
     }
 }

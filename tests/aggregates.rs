@@ -304,3 +304,28 @@ fn a_grouped_tables_state_follows_its_grouping_and_arguments() {
     let changed = report(program("stream", "region", "t = sum(n)"));
     assert!(changed.iter().any(|r| r.contains("kind of state changed")), "{changed:?}");
 }
+
+/// A foreign-key join's three stores (rows by key, subscriptions, offsets) are built for its
+/// foreign key: a replacement with another `on` can keep none of them (kept apart, an old
+/// subscription would outlive the row that no longer refers to it), and one with the same join
+/// keeps all three.
+#[test]
+fn a_foreign_key_joins_state_follows_its_join() {
+    let program = |on: &str| {
+        format!(
+            "table orders from \"orders\" {{\n  key id\n  value json {{ id: string, customer: string, n: int }}\n}}\n\
+             table customers from \"customers\" {{\n  key cid: string\n  value json {{ name: string }}\n}}\n\
+             query q {{\n  from orders\n  join customers on {on}\n  select {{ id, name = customers.name }}\n  to \"out\"\n}}\n"
+        )
+    };
+    let topo = |text: String| streamc::plan::lower(&streamc::compile(&text).unwrap(), "app");
+    let base = topo(program("customer"));
+    assert!(streamc::control::compare(&base, &topo(program("customer")), "q").incompatible.is_empty());
+    let changed = streamc::control::compare(&base, &topo(program("lower(customer)")), "q").incompatible;
+    for store in ["fk-rows", "fk-subscriptions", "fk-offsets"] {
+        assert!(
+            changed.iter().any(|r| r.contains(store) && r.contains("foreign-key join changed")),
+            "{store}: {changed:?}"
+        );
+    }
+}

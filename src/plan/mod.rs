@@ -227,6 +227,11 @@ pub enum StoreKind {
     Grouped {
         grouping: String,
     },
+    /// One of a foreign-key join's stores (its rows by key, its subscriptions, its offsets):
+    /// built for this join (`join`: its clause), so the three are kept or dropped together.
+    ForeignKey {
+        join: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -507,10 +512,8 @@ impl Lowering<'_> {
         let kind = NodeKind::GroupTable { group: vec![on.clone()], nulls: true };
         let n = self.node(q, sub, rows.clone(), kind, line, clause.clone());
         self.graph.add_edge(prev, n, edge(shape, EdgeMode::Forward));
-        let kind = StoreKind::Grouped {
-            grouping: format!("foreign key {}", step.text.split_whitespace().collect::<Vec<_>>().join(" ")),
-        };
-        self.store(n, rows, kind, shape.key.clone(), Type::Record(shape.value.clone()), shape.tenant_scoped);
+        let state = StoreKind::ForeignKey { join: step.text.split_whitespace().collect::<Vec<_>>().join(" ") };
+        self.store(n, rows, state.clone(), shape.key.clone(), Type::Record(shape.value.clone()), shape.tenant_scoped);
         let mut by_fk = shape.clone();
         by_fk.key = on.ty.base().clone();
         let slug = format!("{}-fk", step.slug);
@@ -526,7 +529,7 @@ impl Lowering<'_> {
         self.store(
             j,
             format!("{name}-fk-subscriptions"),
-            StoreKind::KeyValue,
+            state.clone(),
             by_fk.key.clone(),
             Type::Record(shape.value.clone()),
             false,
@@ -542,7 +545,7 @@ impl Lowering<'_> {
         let c = Cut { slug: &slug, key: vec![key], partitions: Some(Partitions::Like(itopic)), fk: true };
         let (results, sub) = self.repartition(q, j, sub, c, &step.out, &step.out, line, &clause);
         let g = self.node(q, sub, format!("{name}-fk-gate"), NodeKind::ForeignGate, line, clause);
-        self.store(g, format!("{name}-fk-offsets"), StoreKind::KeyValue, shape.key.clone(), Type::Int, false);
+        self.store(g, format!("{name}-fk-offsets"), state, shape.key.clone(), Type::Int, false);
         (g, results)
     }
 
@@ -906,7 +909,7 @@ impl NodeKind {
                 format!("group by {} ({how}); {w}{}; {emit}", group.join(", "), aggs.join(", "))
             }
             NodeKind::GroupTable { nulls: true, .. } => {
-                "keeps each row as last sent by foreign key; an update unsubscribes the old row from its foreign key first".into()
+                "keeps each row as last sent by foreign key; an update that changes it unsubscribes the old row from its old foreign key first".into()
             }
             NodeKind::GroupTable { .. } => {
                 "keeps each row as grouped; an update takes the old row out of its group first".into()

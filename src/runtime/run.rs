@@ -642,8 +642,10 @@ impl<F: Feed> TaskRun<F> {
             self.task.late_reason = None;
             self.task.fk = crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false };
             let res = if spec.foreign.is_some() && i <= spec.tables.len() {
-                // A foreign-key join's middle: a subscription, or a row of the other table.
-                match self.refused(head_time, now) {
+                // A foreign-key join's middle: a subscription (its time was checked where the
+                // row came in: refused here, an unsubscription would be lost), or a row of the
+                // other table.
+                match (i > 0).then(|| self.refused(head_time, now)).flatten() {
                     Some(e) => Err(e),
                     None => self.task.foreign(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
                 }
