@@ -1076,8 +1076,10 @@ impl<'a> Checker<'a> {
         // The sources joined so far, each with the number of repartitions before it (`cuts`): a
         // source joined twice between two repartitions would be read twice by one task.
         let mut joined_in: Vec<(usize, u32)> = Vec::new();
-        // A foreign-key join's clause, once there is one (nothing groups its result).
+        // A foreign-key join's clause, once there is one (nothing groups its result), and
+        // whether a `group by` was refused for it (its `aggregate` is then not reported again).
         let mut foreign_join: Option<Span> = None;
+        let mut refused_group = false;
         let mut cuts = 0u32;
         let mut slugs: HashSet<String> = HashSet::new();
         // The groupings, the clause, a repartition, a table's rows grouped (Kafka Streams'
@@ -1270,6 +1272,7 @@ impl<'a> Checker<'a> {
                                 .help("write the join's result to a topic and read it as a table, then group that"),
                         );
                         ok = false;
+                        refused_group = true;
                         continue;
                     }
                     if aggregated.is_some() {
@@ -1375,6 +1378,10 @@ impl<'a> Checker<'a> {
                         continue;
                     }
                     let Some((gitems, gspan, repartition, grouped_table)) = group.take() else {
+                        if refused_group {
+                            ok = false;
+                            continue;
+                        }
                         self.err(
                             Diagnostic::new(Code::AggregateWithoutGroup, c.span, "`aggregate` without `group by`")
                                 .label("nothing is grouped here")
@@ -2751,7 +2758,9 @@ impl<'a> Checker<'a> {
             );
             return err_expr(span);
         }
-        let help = if aggregate::lookup(name).is_some() || self.aggregates.iter().any(|a| a.name == name) {
+        let help = if name == "map" {
+            "a map is written `map { key: value, … }`".to_string()
+        } else if aggregate::lookup(name).is_some() || self.aggregates.iter().any(|a| a.name == name) {
             format!("`{name}` is an aggregate; use it inside `aggregate {{ x = {name}(…) }}`")
         } else if self.all_defs.contains(name) {
             format!("`{name}` cannot call itself or a function defined after it: define it first")

@@ -1164,3 +1164,21 @@ fn a_merged_session_is_deleted_from_every_branch() {
     assert_eq!(sorted(describe("quiet"), 2, 4), ["0..0 n=1", "10000..10000 n=1", "delete 0", "delete 10000"]);
     assert_eq!(sorted(describe("busy"), 0, 2), ["delete 0", "delete 10000", "0..10000 n=3"]);
 }
+
+/// `--close-windows-at-end` over no input closes nothing: a task that has seen no record has no
+/// window, and setting its stream time past every window would make every record of a later run
+/// late.
+#[test]
+fn closing_windows_over_no_input_leaves_later_records_on_time() {
+    let dir = temp_dir("close-empty");
+    let state = dir.join("state");
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let sum = Run::new("examples/stats.stream", &state).input("stocks", &empty).go().unwrap();
+    assert_eq!(sum.records_in, 0);
+    let input = dir.join("trades.jsonl");
+    write_trades(&input, 300, 3, 5, 0);
+    let sum = Run::new("examples/stats.stream", &state).input("stocks", &input).go().unwrap();
+    assert_eq!(sum.late, 0, "{sum:?}");
+    assert!(sum.records_out > 0, "{sum:?}");
+}

@@ -179,6 +179,10 @@ impl StreamJoins {
     /// End of a finite input (`--close-windows-at-end`): every window of join `side` closes.
     pub(crate) fn close(&mut self, side: usize) {
         let js = &mut self.sides[side];
+        if js.time == i64::MIN {
+            // No record yet: no window to close (closed now, every later record would be late).
+            return;
+        }
         js.time = i64::MAX;
         js.main_time = i64::MAX;
         js.other_time = i64::MAX;

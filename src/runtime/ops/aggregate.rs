@@ -210,7 +210,9 @@ impl Aggregate {
     /// Before a flush: with `close_all` (`--close-windows-at-end`) stream time moves past every
     /// window, for good; the window kind drops what no window can need any more.
     fn advance_time(&mut self, close_all: bool, cx: &mut Ctx) {
-        if close_all && self.spec.window.is_some() {
+        // (A task that has seen no record has no window to close: its stream time stays unset,
+        // so a later run's records are not all late.)
+        if close_all && self.spec.window.is_some() && *cx.stream_time != i64::MIN {
             *cx.stream_time = i64::MAX;
         }
         let mut wcx = window_cx(&self.spec, &mut self.cache, cx);
