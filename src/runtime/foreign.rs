@@ -93,7 +93,7 @@ impl Foreign {
     fn index(&mut self, store: usize, stores: &dyn StoreRead) -> &mut BTreeMap<Vec<u8>, BTreeSet<Vec<u8>>> {
         self.index.get_or_insert_with(|| {
             let mut index: BTreeMap<Vec<u8>, BTreeSet<Vec<u8>>> = BTreeMap::new();
-            for (key, _) in stores.entries(store) {
+            for key in stores.keys(store) {
                 if let Some((fk, k)) = split_subscription_key(&key) {
                     index.entry(fk.to_vec()).or_default().insert(k.to_vec());
                 }

@@ -92,6 +92,10 @@ pub trait StoreRead {
     fn get(&self, store: usize, key: &[u8]) -> Option<Vec<u8>>;
     /// Every entry of a store (used to rebuild the window index after a restore).
     fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)>;
+    /// Every key of a store, in order (an index needing no values: a foreign-key join's).
+    fn keys(&self, store: usize) -> Vec<Vec<u8>> {
+        self.entries(store).into_iter().map(|(k, _)| k).collect()
+    }
 }
 
 /// A change to one store entry, produced at flush.

@@ -200,6 +200,22 @@ impl StoreRead for Trees {
         }
         all.into_iter().collect()
     }
+
+    fn keys(&self, store: usize) -> Vec<Vec<u8>> {
+        // As `entries`, without copying the values.
+        let Some(t) = self.trees.get(store) else { return Vec::new() };
+        let mut all: std::collections::BTreeSet<Vec<u8>> =
+            t.iter().keys().filter_map(|r| r.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect();
+        if let Some(p) = self.pending.get(store) {
+            for (k, (v, _)) in &p.0 {
+                match v {
+                    Some(_) => all.insert(k.clone()),
+                    None => all.remove(k),
+                };
+            }
+        }
+        all.into_iter().collect()
+    }
 }
 
 /// Open the sled tree of one store's shard.
