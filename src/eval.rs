@@ -31,9 +31,7 @@ pub type Tenant = Arc<[u8]>;
 
 pub type EvalResult = Result<Value, String>;
 
-/// The most items a list made by `+` may hold: a user-defined aggregate's growing list stops
-/// with an error (the record is a dead letter with the reason) rather than growing without end.
-pub const MAX_LIST: usize = 10_000;
+pub use crate::value::MAX_LIST;
 
 /// Evaluate over a row (locals unused) or over locals (aggregate and function bodies).
 pub fn eval(e: &Expr, row: &Row, locals: &[Value]) -> EvalResult {

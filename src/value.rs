@@ -11,6 +11,11 @@ use serde::Deserialize;
 
 use crate::types::{RecordType, Type};
 
+/// The most items a list made by `+` (or entries a map made by a function) may hold: a
+/// user-defined aggregate's growing state stops with an error (the record is a dead letter
+/// with the reason) rather than growing without end.
+pub const MAX_LIST: usize = 10_000;
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub enum Value {
     #[default]

@@ -6,9 +6,8 @@
 use std::sync::Arc;
 
 use super::{Args, Doc, Function};
-use crate::eval::MAX_LIST;
 use crate::types::Type;
-use crate::value::Value;
+use crate::value::{Value, MAX_LIST};
 
 /// The key and value types of argument `i`, which must be a map (or the `null` literal).
 pub(crate) fn map_types(a: &Args, i: usize, what: &str) -> Result<(Type, Type), String> {

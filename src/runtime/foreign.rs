@@ -20,8 +20,9 @@ pub(crate) struct Foreign {
     /// Per foreign key (its key bytes), the key bytes of the rows subscribed to it; None until
     /// read from the store.
     index: Option<BTreeMap<Vec<u8>, BTreeSet<Vec<u8>>>>,
-    /// Entries changed since the last flush, by store and key (None: deleted).
-    pending: FxHashMap<(usize, Vec<u8>), Option<Vec<u8>>>,
+    /// Entries of its store changed since the last flush, by key (None: deleted). A task has
+    /// one such store (the subscriptions or the offsets), so the key alone names an entry.
+    pending: FxHashMap<Vec<u8>, Option<Vec<u8>>>,
 }
 
 /// A subscription's store key: the foreign key's length (u32, little-endian), its bytes, then
@@ -71,7 +72,8 @@ impl Foreign {
     }
 
     pub(crate) fn get(&self, store: usize, key: &[u8], stores: &dyn StoreRead) -> Option<Vec<u8>> {
-        match self.pending.get(&(store, key.to_vec())) {
+        debug_assert_eq!(self.stores, [store]);
+        match self.pending.get(key) {
             Some(v) => v.clone(),
             None => stores.get(store, key),
         }
@@ -86,7 +88,7 @@ impl Foreign {
         changes: &mut Vec<Change>,
     ) {
         changes.push(Change { store, key: key.clone(), value: value.clone(), timestamp, existed: true });
-        self.pending.insert((store, key), value);
+        self.pending.insert(key, value);
     }
 
     /// The index of the subscriptions in `store`, read from it if not yet.
