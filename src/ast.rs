@@ -86,6 +86,11 @@ pub enum DeclItem {
     ValueString {
         name: Option<Ident>,
     },
+    /// `value csv [delimiter "X"] { ... }`: delimited text; the fields are its columns in order.
+    ValueCsv {
+        delimiter: u8,
+        fields: Vec<FieldDecl>,
+    },
     Time(Ident),
     TenantField(Ident),
     TenantHeader(Node<String>),
@@ -249,11 +254,35 @@ pub enum EmitMode {
     Final,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Json,
     String,
+    /// Delimited text (ksqlDB's `DELIMITED`): one record, its fields the columns in order,
+    /// separated by this byte.
+    Csv(u8),
+}
+
+impl Format {
+    /// The delimiter of `value csv` / `to … csv` when none is written.
+    pub const CSV_DEFAULT_DELIMITER: u8 = b',';
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Format::Json => f.write_str("json"),
+            Format::String => f.write_str("string"),
+            Format::Csv(Format::CSV_DEFAULT_DELIMITER) => f.write_str("csv"),
+            Format::Csv(d) => write!(f, "csv delimiter {:?}", char::from(*d).to_string()),
+        }
+    }
+}
+
+impl serde::Serialize for Format {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// A duration in milliseconds, written as one token (`250ms`, `5s`, `1m`, `2h`, `1d`).
@@ -479,6 +508,9 @@ pub fn outline(p: &Program) -> String {
                         DeclItem::ValueString { name } => {
                             format!("value string as {}", name.as_ref().map(|n| n.node.as_str()).unwrap_or("value"))
                         }
+                        DeclItem::ValueCsv { delimiter, fields } => {
+                            format!("value {} {}", Format::Csv(*delimiter), TypeExpr::Record(fields.clone()))
+                        }
                         DeclItem::Time(t) => format!("time {}", t.node),
                         DeclItem::TenantField(t) => format!("tenant {}", t.node),
                         DeclItem::TenantHeader(h) => format!("tenant header {:?}", h.node),
@@ -615,7 +647,7 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
             Clause::To { topic, format, windowed, when } => format!(
                 "{:?}{}{}{}",
                 topic.node,
-                format.as_ref().map(|f| format!(" {:?}", f.node).to_lowercase()).unwrap_or_default(),
+                format.as_ref().map(|f| format!(" {}", f.node)).unwrap_or_default(),
                 if windowed.is_some() { " windowed" } else { "" },
                 when.as_ref().map(|w| format!(" when {}", w.node)).unwrap_or_default()
             ),

@@ -400,7 +400,7 @@ impl<'a> Checker<'a> {
         for item in &d.items {
             let slot = match &item.node {
                 DeclItem::Key { .. } => "key",
-                DeclItem::ValueJson { .. } | DeclItem::ValueString { .. } => "value",
+                DeclItem::ValueJson { .. } | DeclItem::ValueString { .. } | DeclItem::ValueCsv { .. } => "value",
                 DeclItem::Time(_) => "time",
                 DeclItem::TenantField(_) | DeclItem::TenantHeader(_) => "tenant",
             };
@@ -431,6 +431,30 @@ impl<'a> Checker<'a> {
             Some(DeclItem::ValueString { name }) => {
                 let n = name.as_ref().map(|n| n.node.clone()).unwrap_or_else(|| "value".into());
                 (Format::String, RecordType { fields: vec![(n, Type::String)] })
+            }
+            Some(DeclItem::ValueCsv { delimiter, fields }) => {
+                let rt = self.record_type(fields);
+                for (f, (_, t)) in fields.iter().zip(&rt.fields) {
+                    if !t.is_scalar() {
+                        self.err(
+                            Diagnostic::new(Code::BadFormat, f.ty.span, format!("a csv column cannot be a {t}"))
+                                .label("not a scalar")
+                                .help("csv columns are string, int, float, bool, timestamp or duration (nullable or not); use `value json` for nested values"),
+                        );
+                    }
+                }
+                if global {
+                    self.err(
+                        Diagnostic::new(
+                            Code::BadFormat,
+                            value.map(|v| v.span).unwrap_or(d.name.span),
+                            "a table with no topic has no format",
+                        )
+                        .label("control-managed table")
+                        .help("its rows come from `update` statements: declare `value { … }`"),
+                    );
+                }
+                (Format::Csv(*delimiter), rt)
             }
             _ => {
                 self.err(
@@ -1771,6 +1795,33 @@ impl<'a> Checker<'a> {
                             .label("string sink")
                             .help("`select` the one field to write, or write `json`"),
                         );
+                    }
+                    if let Format::Csv(_) = fmt {
+                        let nested: Vec<&str> = shape
+                            .value
+                            .fields
+                            .iter()
+                            .filter(|(_, t)| !(t.is_scalar() || *t == Type::Null))
+                            .map(|(n, _)| n.as_str())
+                            .chain(shape.joined.iter().map(|j| j.name.as_str()))
+                            .collect();
+                        if !nested.is_empty() {
+                            self.err(
+                                Diagnostic::new(
+                                    Code::BadFormat,
+                                    format.as_ref().map(|f| f.span).unwrap_or(c.span),
+                                    format!(
+                                        "csv writes scalar columns; {} not scalar",
+                                        match nested.as_slice() {
+                                            [one] => format!("`{one}` is"),
+                                            more => format!("`{}` are", more.join("`, `")),
+                                        }
+                                    ),
+                                )
+                                .label("csv sink")
+                                .help("`select` scalar fields (a joined side's fields one by one), or write `json`"),
+                            );
+                        }
                     }
                     if let (Some(wspan), false) = (windowed, shape.windowed) {
                         self.err(

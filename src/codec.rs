@@ -38,6 +38,7 @@ pub fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, O
     let mut fields = match src.format {
         Format::Json => decode_record(bytes, &src.wire)?,
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
+        Format::Csv(d) => crate::delimited::decode(bytes, &src.wire, d)?,
     };
     if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
         if let Some(i) = src.wire.index_of(f) {
@@ -46,4 +47,15 @@ pub fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, O
         }
     }
     Ok((fields, None))
+}
+
+/// Only the fields of a source's wire value at `want` (indexes into `src.wire`), the others
+/// skipped: a record's key and time, read before its task decodes it in full. None where absent
+/// or not wanted. A `string` value is its one field.
+pub fn decode_some(src: &hir::Source, bytes: &[u8], want: &[usize]) -> Result<Vec<Option<Value>>, String> {
+    match src.format {
+        Format::Json => crate::value::decode_fields(bytes, &src.wire, want),
+        Format::String => Ok(vec![Some(Value::str(&String::from_utf8_lossy(bytes)))]),
+        Format::Csv(d) => crate::delimited::decode_some(bytes, &src.wire, d, want),
+    }
 }

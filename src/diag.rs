@@ -64,6 +64,9 @@ pub enum Code {
     DuplicateDecl = 503,
     BadTenant = 504,
     BadTopic = 505,
+    /// A format that cannot carry the value: a nested field in `csv`, a format on a
+    /// control-managed table.
+    BadFormat = 506,
     // E06xx: user-defined aggregates and functions
     UnknownState = 600,
     BadResult = 601,

@@ -10,6 +10,7 @@ pub mod check;
 pub mod codec;
 pub mod config;
 pub mod control;
+pub mod delimited;
 pub mod diag;
 pub mod eval;
 pub mod explain;

@@ -276,6 +276,8 @@ fn describe(rule: Rule) -> Option<&'static str> {
         kw_by => "`by`",
         format | kw_json => "`json`",
         kw_string | value_string => "`string`",
+        kw_csv | value_csv => "`csv`",
+        kw_delimiter | csv_delimiter => "`delimiter`",
         kw_then => "`then`",
         kw_else => "`else`",
         kw_init => "`init`",
@@ -365,6 +367,26 @@ impl Builder {
 
     fn err(&mut self, d: Diagnostic) {
         self.diags.push(d);
+    }
+
+    /// `delimiter "X"`: one ASCII character that cannot be mistaken for the format's quoting or
+    /// line ends.
+    fn csv_delimiter(&mut self, p: Pair<Rule>) -> R<u8> {
+        let s = inner(p).find(|c| c.as_rule() == Rule::string).ok_or(())?;
+        let text = self.string(s)?;
+        match text.node.as_bytes() {
+            [b] if b.is_ascii() && !matches!(b, b'"' | b'\n' | b'\r') => Ok(*b),
+            _ => {
+                self.err(
+                    Diagnostic::new(Code::BadLiteral, text.span, format!("{:?} cannot be a csv delimiter", text.node))
+                        .label("the delimiter")
+                        .help(
+                            "a delimiter is one ASCII character other than `\"` and line ends, e.g. \"|\" or \"\\t\"",
+                        ),
+                );
+                Err(())
+            }
+        }
     }
 
     fn item(&mut self, p: Pair<Rule>) -> R<Item> {
@@ -506,6 +528,17 @@ impl Builder {
                     Rule::value_string => {
                         let name = inner(v).next().map(|i| self.ident(i));
                         DeclItem::ValueString { name }
+                    }
+                    Rule::value_csv => {
+                        let mut delimiter = Format::CSV_DEFAULT_DELIMITER;
+                        let mut fields = Vec::new();
+                        for c in inner(v) {
+                            match c.as_rule() {
+                                Rule::csv_delimiter => delimiter = self.csv_delimiter(c)?,
+                                _ => fields = self.field_decls(c, 0)?,
+                            }
+                        }
+                        DeclItem::ValueCsv { delimiter, fields }
                     }
                     _ => {
                         let explicit_format = v.clone().into_inner().any(|c| c.as_rule() == Rule::kw_json);
@@ -758,11 +791,22 @@ impl Builder {
                     Some(w) if w.as_rule() == Rule::windowed_key => parts.pop().map(|w| self.sp(&w)),
                     _ => None,
                 };
-                let format = parts.pop().map(|f| {
-                    let fsp = self.sp(&f);
-                    let is_string = f.into_inner().any(|k| k.as_rule() == Rule::kw_string);
-                    Node::new(fsp, if is_string { Format::String } else { Format::Json })
-                });
+                let format = match parts.pop() {
+                    Some(f) => {
+                        let fsp = self.sp(&f);
+                        let mut format = Format::Json;
+                        for k in f.into_inner() {
+                            match k.as_rule() {
+                                Rule::kw_string => format = Format::String,
+                                Rule::kw_csv => format = Format::Csv(Format::CSV_DEFAULT_DELIMITER),
+                                Rule::csv_delimiter => format = Format::Csv(self.csv_delimiter(k)?),
+                                _ => {}
+                            }
+                        }
+                        Some(Node::new(fsp, format))
+                    }
+                    None => None,
+                };
                 Clause::To { topic, format, windowed, when }
             }
             r => return self.unexpected(&p, r),

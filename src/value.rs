@@ -256,7 +256,7 @@ impl fmt::Display for Value {
 
 /// A map key of type `ty` from a JSON object's member name: a string as it is, another scalar
 /// read from its JSON text (a timestamp also from RFC 3339).
-fn map_key(name: &str, ty: &Type) -> Result<Value, String> {
+pub(crate) fn map_key(name: &str, ty: &Type) -> Result<Value, String> {
     let bad = || format!("member name `{name}` is not a map key of type {ty}");
     match ty.base() {
         Type::String => Ok(Value::str(name)),

@@ -8,7 +8,10 @@ use std::path::Path;
 /// Layers, lowest first. A module may use modules of its own layer and of layers before it.
 const LAYERS: &[(&str, &[&str])] = &[
     ("base", &["ast", "types", "diag", "config", "gen", "value"]),
-    ("language", &["syntax", "aggregate", "function", "hir", "check", "stdlib", "eval", "codec", "fmt", "lsp"]),
+    (
+        "language",
+        &["syntax", "aggregate", "function", "hir", "check", "stdlib", "eval", "codec", "delimited", "fmt", "lsp"],
+    ),
     ("plan", &["plan", "explain"]),
     ("io", &["log", "kafka"]),
     ("control", &["control"]),

@@ -951,7 +951,7 @@ impl NodeKind {
                 } else {
                     ""
                 },
-                if *format == Format::Json { "json" } else { "string" },
+                format,
                 if *windowed {
                     ", keyed by window: [key, window_start, window_end], partitioned by the key"
                 } else {

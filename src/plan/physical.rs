@@ -224,11 +224,10 @@ pub struct TaskSpec {
     /// Records its repartition topics hold from before this version were written for an older
     /// form of the query: they are skipped.
     pub epoch: u64,
-    /// With several inputs: per input (main, tables, joined streams), its declared event-time
-    /// field as a one-field record type, which decodes only that field of a value (None: the
-    /// record timestamp is the event time). Records across the inputs go in event-time order.
-    /// Empty with one input.
-    pub time_fields: Vec<Option<RecordType>>,
+    /// With several inputs: per input (main, tables, joined streams), how to read its declared
+    /// event-time field alone from a value (None: the record timestamp is the event time).
+    /// Records across the inputs go in event-time order. Empty with one input.
+    pub time_fields: Vec<Option<TimeField>>,
     /// A table–table join: the query's own table, kept in a store of the task (the left side of
     /// [`TaskSpec::mutual`]); its records are the main input's, not read separately.
     pub left: Option<TableInput>,
@@ -666,13 +665,42 @@ fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
         .collect()
 }
 
-/// A JSON source's declared event-time field as a one-field record type; None where the event
-/// time is the record timestamp.
-fn time_field(src: &hir::Source) -> Option<RecordType> {
-    let i = src.time?;
-    (src.format == Format::Json)
-        .then(|| src.value.fields.get(i).map(|f| RecordType { fields: vec![f.clone()] }))
-        .flatten()
+/// A source's declared event-time field, read alone from a record; None where the event time
+/// is the record timestamp.
+fn time_field(src: &hir::Source) -> Option<TimeField> {
+    let field = src.value.fields.get(src.time?)?;
+    match src.format {
+        Format::Json => Some(TimeField::Json(RecordType { fields: vec![field.clone()] })),
+        Format::Csv(delimiter) => {
+            Some(TimeField::Csv { delimiter, wire: src.wire.clone(), column: src.wire.index_of(&field.0)? })
+        }
+        Format::String => None,
+    }
+}
+
+/// How to read a declared event-time field alone from a record (see [`TaskSpec::time_fields`]).
+#[derive(Clone, Debug)]
+pub enum TimeField {
+    /// A JSON object: this one-field record type decodes only that member.
+    Json(RecordType),
+    /// A csv record: the column of the source's columns.
+    Csv { delimiter: u8, wire: RecordType, column: usize },
+}
+
+impl TimeField {
+    /// The event time of a record's value, if it decodes.
+    pub fn read(&self, value: &[u8]) -> Option<i64> {
+        let v = match self {
+            TimeField::Json(rt) => crate::value::decode_record(value, rt).ok()?.into_iter().next()?,
+            TimeField::Csv { delimiter, wire, column } => {
+                crate::delimited::decode_some(value, wire, *delimiter, &[*column]).ok()?.into_iter().nth(*column)??
+            }
+        };
+        match v {
+            crate::value::Value::Ts(t) => Some(t),
+            _ => None,
+        }
+    }
 }
 
 /// See [`TaskSpec::table_sink`].

@@ -20,8 +20,7 @@ use crate::runtime::task::{
     self, Change, Input, Output, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
 use crate::runtime::topics::TimestampLimits;
-use crate::types::RecordType;
-use crate::value::{decode_record, Value};
+use crate::value::Value;
 
 /// What a run did, for the CLI and tests.
 #[derive(Clone, Debug, Default)]
@@ -78,7 +77,7 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-/// A record for one JSON value line: the key from the stream's `key FIELD`, the timestamp from
+/// A record for one value line (JSON or csv): the key from the stream's `key FIELD`, the timestamp from
 /// its `time` field, else `append_time`. A line that does not decode is still appended (the
 /// task sends it to the dead-letter topic with the reason). For many lines of one source, make
 /// a [`LinePlacer`] once.
@@ -114,7 +113,7 @@ impl<'a> LinePlacer<'a> {
     pub fn record(&self, line: &[u8], append_time: i64) -> Record {
         let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
         let Some(src) = self.source else { return rec };
-        if src.format != crate::ast::Format::Json {
+        if src.format == crate::ast::Format::String {
             // A `string` value is its one field: the line is the key if the stream is keyed by it.
             if let hir::KeySpec::Field(i) = src.key {
                 rec.key = Some(Value::str(&String::from_utf8_lossy(line)).key_bytes(&src.value.fields[i].1));
@@ -124,7 +123,7 @@ impl<'a> LinePlacer<'a> {
         if self.want.is_empty() {
             return rec;
         }
-        if let Ok(fields) = crate::value::decode_fields(line, &src.wire, &self.want) {
+        if let Ok(fields) = crate::codec::decode_some(src, line, &self.want) {
             if let Some((i, wi)) = self.key {
                 // (An absent field of a nullable type is null, as the full decode has it.)
                 let ty = &src.value.fields[i].1;
@@ -892,11 +891,8 @@ fn cut(bytes: &[u8], max: usize, what: &str, headers: &mut Vec<(String, Vec<u8>)
 
 /// A record's event time from its time field; None if it cannot be read (the record is then
 /// ordered by its timestamp, and goes to the dead-letter topic when it is processed).
-pub(crate) fn event_time(field: &RecordType, rec: &Record) -> Option<i64> {
-    match decode_record(rec.value.as_deref()?, field).ok()?.first()? {
-        Value::Ts(t) => Some(*t),
-        _ => None,
-    }
+pub(crate) fn event_time(field: &crate::plan::physical::TimeField, rec: &Record) -> Option<i64> {
+    field.read(rec.value.as_deref()?)
 }
 
 /// What unit tests of the core share: a feed with nothing to read, and run options.

@@ -12,7 +12,7 @@ use crate::plan::physical::{SinkSpec, TaskSpec};
 use crate::runtime::op::{Output, RecordError, Route, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant::{self, H_TENANT};
-use crate::runtime::wire::RecordWriter;
+use crate::runtime::wire::{wire_row, RecordWriter};
 use crate::types::Type;
 use crate::value::Value;
 
@@ -163,6 +163,16 @@ fn sink_record(
             Some(Value::Null) | None => None,
             Some(v) => Some(v.to_string().into_bytes()),
         },
+        Format::Csv(d) => {
+            // The checker allows only scalar columns; a tenant's id is a last column.
+            let types = sink.value_ty.fields.iter().map(|f| &f.1);
+            let tenant: Vec<&[u8]> = row.tenant.as_deref().into_iter().collect();
+            if row.joined.is_empty() {
+                Some(crate::delimited::encode(&row.value, types, &tenant, d))
+            } else {
+                Some(crate::delimited::encode(&wire_row(row, &sink.value_ty), types, &tenant, d))
+            }
+        }
     };
     Ok(Output { topic: sink.topic.clone(), route, record: Record { key, value, timestamp: ts, headers } })
 }
