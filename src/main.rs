@@ -95,9 +95,10 @@ enum Command {
         /// Worker threads; tasks are spread over them.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
         threads: u16,
-        /// Serve Prometheus metrics on http://HOST:PORT/metrics while the run goes on.
-        #[arg(long, value_name = "HOST:PORT")]
-        metrics_addr: Option<String>,
+        /// Serve HTTP on HOST:PORT while the run goes on: Prometheus metrics at /metrics, the
+        /// probes /healthz (liveness) and /ready (partitions assigned and restored, not stopping).
+        #[arg(long, value_name = "HOST:PORT", visible_alias = "metrics-addr")]
+        http_addr: Option<String>,
         /// Inject faults (for testing): seed=S,redeliver=P,fail=P — P per input record of a
         /// redelivery, P per commit step of a task failure. Results must not change.
         #[arg(long, value_name = "SPEC", value_parser = |s: &str| s.parse::<streamc::runtime::chaos::ChaosSpec>())]
@@ -378,13 +379,13 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 ExitCode::SUCCESS
             })
         }
-        Command::Run { file, inputs, drain, close_windows_at_end, threads, metrics_addr, chaos, reset } => {
+        Command::Run { file, inputs, drain, close_windows_at_end, threads, http_addr, chaos, reset } => {
             let o = RunFlags {
                 inputs,
                 drain,
                 close: close_windows_at_end,
                 threads: threads.into(),
-                metrics_addr,
+                http_addr,
                 chaos,
                 reset,
             };
@@ -468,13 +469,13 @@ struct RunFlags {
     drain: bool,
     close: bool,
     threads: usize,
-    metrics_addr: Option<String>,
+    http_addr: Option<String>,
     chaos: Option<streamc::runtime::chaos::ChaosSpec>,
     reset: bool,
 }
 
 fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) -> Result<ExitCode, String> {
-    let RunFlags { inputs, drain, close, threads, metrics_addr, chaos, reset } = flags;
+    let RunFlags { inputs, drain, close, threads, http_addr, chaos, reset } = flags;
     let text = read(file)?;
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
@@ -518,12 +519,12 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         ins.push((t.to_string(), PathBuf::from(f)));
     }
     // Served from before the restore (so a scrape shows its progress) until the run ends.
-    let metrics = metrics_addr.as_ref().map(|_| std::sync::Arc::new(streamc::runtime::metrics::Metrics::new(&app)));
-    let server = match (&metrics_addr, &metrics) {
+    let metrics = http_addr.as_ref().map(|_| std::sync::Arc::new(streamc::runtime::metrics::Metrics::new(&app)));
+    let server = match (&http_addr, &metrics) {
         (Some(addr), Some(m)) => {
             let server = streamc::runtime::metrics::serve(addr, m.clone())?;
             if let Some(a) = server.addr() {
-                eprintln!("serving metrics on http://{a}/metrics");
+                eprintln!("serving metrics on http://{a}/metrics, probes on /healthz and /ready");
             }
             Some(server)
         }

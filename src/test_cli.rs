@@ -140,7 +140,7 @@ fn run_fixture(
         drain: true,
         close: fixture.close_windows_at_end,
         threads: 1,
-        metrics_addr: None,
+        http_addr: None,
         chaos: None,
         reset: false,
     };

@@ -356,9 +356,18 @@ fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
 }
 
 fn scrape(addr: &str) -> String {
+    http_get(addr, "/metrics")
+}
+
+/// Whether the instance's `/ready` probe answers 200.
+fn ready(addr: &str) -> bool {
+    http_get(addr, "/ready").split_whitespace().nth(1) == Some("200")
+}
+
+fn http_get(addr: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(addr) else { return String::new() };
-    let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+    let _ = s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes());
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
     text
@@ -416,6 +425,9 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
         metric_sum(&scrape(&addr_a), "streamc_records_in_total") > 0.0
             && metric_sum(&scrape(&addr_b), "streamc_records_in_total") > 0.0
     });
+    // Both have their partitions, restored: ready (/ready, and the gauge).
+    wait_for(60, "both instances to be ready", || ready(&addr_a) && ready(&addr_b));
+    assert_eq!(metric_sum(&scrape(&addr_a), "streamc_ready"), 1.0);
     let before = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
     bb.kill();
     streamc(&dir.join("p"), &["produce", &src, second.to_str().unwrap(), "--program", prog, "--bootstrap-servers", &b]);
@@ -436,6 +448,8 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
         got == want
     });
     let restored = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
+    // The survivor took B's partitions over and restored them: ready again.
+    wait_for(60, "the survivor to be ready with the moved tasks", || ready(&addr_a));
     a.kill();
     let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
     assert!(

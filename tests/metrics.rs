@@ -33,9 +33,14 @@ fn free_port() -> u16 {
 
 /// `GET /metrics`: the response head and body, or None if nothing answers yet.
 fn scrape(port: u16) -> Option<(String, String)> {
+    get(port, "/metrics")
+}
+
+/// `GET path`: the response's head and body.
+fn get(port: u16, path: &str) -> Option<(String, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let (head, body) = text.split_once("\r\n\r\n")?;
@@ -135,13 +140,12 @@ fn a_live_run_serves_metrics_that_match_its_input() {
     let port = free_port();
     let addr = format!("127.0.0.1:{port}");
     let log = dir.join("run.stderr");
-    let child =
-        streamc(&state, &["run", "examples/stats.stream", "--metrics-addr", &addr, "--set", "commit.records=500"])
-            .args(two)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+    let child = streamc(&state, &["run", "examples/stats.stream", "--http-addr", &addr, "--set", "commit.records=500"])
+        .args(two)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
     let _run = Running(child);
 
     // Scrape until every produced record has been read (and so committed).
@@ -175,6 +179,13 @@ fn a_live_run_serves_metrics_that_match_its_input() {
     }
     let all = samples(&body);
     assert!(all.iter().all(|s| label(s, "application") == Some("stats")), "{body}");
+
+    // The probes: alive, and ready (its tasks are open and it is not stopping).
+    let (head, body_) = get(port, "/healthz").expect("/healthz answers");
+    assert!(head.starts_with("HTTP/1.1 200") && body_ == "ok\n", "{head}\n{body_}");
+    let (head, body_) = get(port, "/ready").expect("/ready answers");
+    assert!(head.starts_with("HTTP/1.1 200") && body_ == "ready\n", "{head}\n{body_}");
+    assert_eq!(total(&all, "streamc_ready"), 1.0, "{body}");
 
     // Two partitions, two tasks, both counted.
     let mut tasks: Vec<&str> =
@@ -235,7 +246,10 @@ fn a_drained_run_with_metrics_exits_and_prints_its_summary() {
     let mut err = String::new();
     run.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(status.success(), "{err}");
-    assert!(err.contains(&format!("serving metrics on http://127.0.0.1:{port}/metrics\n")), "{err}");
+    assert!(
+        err.contains(&format!("serving metrics on http://127.0.0.1:{port}/metrics, probes on /healthz and /ready\n")),
+        "{err}"
+    );
     assert!(err.lines().any(|l| l.starts_with("processed 1000 records in ")), "{err}");
     // stderr is not a terminal here: no progress bar output.
     assert!(!err.contains('\r') && !err.contains('\u{1b}'), "{err:?}");
@@ -249,7 +263,7 @@ fn a_bad_metrics_address_is_a_clear_error() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("error: --metrics-addr no-port-here: cannot listen"), "{err}");
+    assert!(err.contains("error: --http-addr no-port-here: cannot listen"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
 

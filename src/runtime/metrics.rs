@@ -1,5 +1,7 @@
-//! Prometheus metrics of a run, served on `--metrics-addr` in the Prometheus text format
-//! (version 0.0.4).
+//! Prometheus metrics of a run, served on `--http-addr` in the Prometheus text format
+//! (version 0.0.4), with the probes an orchestrator asks: `/healthz` (liveness: the process
+//! answers) and `/ready` (readiness: the instance has its partitions, restored, and is not
+//! stopping; see [`Health`]).
 //!
 //! The hot path never touches these: a task counts in its own plain [`Counters`], and the driver
 //! hands the totals to [`TaskMetrics::publish`] at each commit, which adds the difference since
@@ -10,8 +12,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI64, AtomicU64};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
@@ -20,6 +22,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AppLabels {
+    application: String,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TaskLabels {
@@ -77,6 +84,52 @@ pub struct Metrics {
     tenant_records_in: Family<TenantLabels, Counter>,
     tenant_dead_letters: Family<TenantLabels, Counter>,
     tenant_state_keys: Family<TenantLabels, Gauge<i64, AtomicI64>>,
+    ready: Family<AppLabels, Gauge<i64, AtomicI64>>,
+    pub health: Health,
+}
+
+/// Whether the instance is ready for traffic, as a driver reports it: not until it has its
+/// partitions (on Kafka: the group's assignment) and their stores are restored, and not once it
+/// is stopping (SIGTERM). `/ready` answers 200 or 503 with the reason.
+#[derive(Debug)]
+pub struct Health {
+    ready: AtomicBool,
+    reason: Mutex<String>,
+    /// Set by SIGTERM/SIGINT: the instance is stopping, whatever else it says.
+    stop: Mutex<Option<Arc<AtomicBool>>>,
+}
+
+impl Health {
+    fn new() -> Health {
+        Health { ready: AtomicBool::new(false), reason: Mutex::new("starting".into()), stop: Mutex::new(None) }
+    }
+
+    /// Ready, or not ready for `reason`.
+    pub fn set(&self, ready: Result<(), &str>) {
+        if let Err(r) = ready {
+            let mut reason = self.reason.lock().unwrap_or_else(|p| p.into_inner());
+            if *reason != r {
+                *reason = r.to_string();
+            }
+        }
+        self.ready.store(ready.is_ok(), Ordering::SeqCst);
+    }
+
+    /// Not ready once `stop` is set.
+    pub fn watch_stop(&self, stop: Arc<AtomicBool>) {
+        *self.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(stop);
+    }
+
+    /// Ok, or why not.
+    pub fn ready(&self) -> Result<(), String> {
+        if self.stop.lock().unwrap_or_else(|p| p.into_inner()).as_ref().is_some_and(|s| s.load(Ordering::SeqCst)) {
+            return Err("stopping: a last commit, then the instance leaves".into());
+        }
+        if self.ready.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        Err(self.reason.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
 }
 
 impl fmt::Debug for Metrics {
@@ -160,7 +213,15 @@ impl Metrics {
             "Keys one tenant holds in a task's stores",
             tenant_state_keys.clone(),
         );
+        let ready = Family::<AppLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "streamc_ready",
+            "1 when the instance has its partitions, restored, and is not stopping (what /ready answers)",
+            ready.clone(),
+        );
         Metrics {
+            ready,
+            health: Health::new(),
             tenant_records_in,
             tenant_dead_letters,
             tenant_state_keys,
@@ -184,6 +245,8 @@ impl Metrics {
 
     /// The current values in the Prometheus text format, version 0.0.4.
     pub fn encode(&self) -> String {
+        let app = AppLabels { application: self.app.clone() };
+        self.ready.get_or_create(&app).set(self.health.ready().is_ok() as i64);
         let mut s = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_text::encode(&mut s, &self.registry);
@@ -404,7 +467,7 @@ impl Drop for MetricsServer {
 
 /// Serve `metrics` on `addr` (`HOST:PORT`) until the returned server is dropped.
 pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<MetricsServer, String> {
-    let server = tiny_http::Server::http(addr).map_err(|e| format!("--metrics-addr {addr}: cannot listen: {e}"))?;
+    let server = tiny_http::Server::http(addr).map_err(|e| format!("--http-addr {addr}: cannot listen: {e}"))?;
     let server = Arc::new(server);
     let bound = server.server_addr().to_ip();
     let s = server.clone();
@@ -429,9 +492,16 @@ fn respond(method: &tiny_http::Method, url: &str, metrics: &Metrics) -> tiny_htt
     let path = url.split('?').next().unwrap_or("");
     let (code, ctype, body) = match (method, path) {
         (tiny_http::Method::Get, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
-        (tiny_http::Method::Get, _) => {
-            (404, "text/plain; charset=utf-8", "not found: metrics are at /metrics\n".to_string())
-        }
+        (tiny_http::Method::Get, "/healthz") => (200, "text/plain; charset=utf-8", "ok\n".to_string()),
+        (tiny_http::Method::Get, "/ready") => match metrics.health.ready() {
+            Ok(()) => (200, "text/plain; charset=utf-8", "ready\n".to_string()),
+            Err(why) => (503, "text/plain; charset=utf-8", format!("not ready: {why}\n")),
+        },
+        (tiny_http::Method::Get, _) => (
+            404,
+            "text/plain; charset=utf-8",
+            "not found: metrics are at /metrics, probes at /healthz and /ready\n".to_string(),
+        ),
         _ => (405, "text/plain; charset=utf-8", "only GET is supported\n".to_string()),
     };
     let mut r = tiny_http::Response::from_string(body).with_status_code(code);
@@ -521,7 +591,7 @@ mod tests {
         use std::io::{Read, Write};
         let m = Arc::new(Metrics::new("app"));
         m.task("0_0", &[], None).publish(&TaskCounts { records_in: 3, ..Default::default() });
-        let server = serve("127.0.0.1:0", m).unwrap();
+        let server = serve("127.0.0.1:0", m.clone()).unwrap();
         let addr = server.addr().unwrap();
         let get = |path: &str| {
             let mut s = std::net::TcpStream::connect(addr).unwrap();
@@ -535,6 +605,21 @@ mod tests {
         assert!(ok.contains("text/plain; version=0.0.4"), "{ok}");
         assert!(ok.contains("streamc_records_in_total{application=\"app\",task=\"0_0\"} 3"), "{ok}");
         assert!(get("/").starts_with("HTTP/1.1 404"));
+        assert!(get("/healthz").starts_with("HTTP/1.1 200"));
+        let starting = get("/ready");
+        assert!(starting.starts_with("HTTP/1.1 503") && starting.ends_with("not ready: starting\n"), "{starting}");
+        m.health.set(Err("restoring 2 partitions"));
+        assert!(get("/ready").ends_with("not ready: restoring 2 partitions\n"));
+        assert!(get("/metrics").contains("streamc_ready{application=\"app\"} 0"));
+        m.health.set(Ok(()));
+        let ready = get("/ready");
+        assert!(ready.starts_with("HTTP/1.1 200") && ready.ends_with("ready\n"), "{ready}");
+        assert!(get("/metrics").contains("streamc_ready{application=\"app\"} 1"), "{}", get("/metrics"));
+        let stop = Arc::new(AtomicBool::new(false));
+        m.health.watch_stop(stop.clone());
+        assert!(get("/ready").starts_with("HTTP/1.1 200"));
+        stop.store(true, Ordering::SeqCst);
+        assert!(get("/ready").starts_with("HTTP/1.1 503"));
         drop(server);
         // tiny_http's accept thread closes the socket just after the drop.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -548,7 +633,7 @@ mod tests {
     fn a_bad_address_is_an_error() {
         let m = Arc::new(Metrics::new("app"));
         let e = serve("not an address", m.clone()).err().unwrap();
-        assert!(e.contains("--metrics-addr not an address"), "{e}");
+        assert!(e.contains("--http-addr not an address"), "{e}");
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let e = serve(&taken.local_addr().unwrap().to_string(), m).err().unwrap();
         assert!(e.contains("cannot listen"), "{e}");

@@ -90,6 +90,11 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     // SIGTERM or SIGINT: every task commits what it processed, and the run ends with its summary.
     let stop = Arc::new(AtomicBool::new(false));
     let _signals = on_signals(&stop)?;
+    // Ready: every task is open (restored) and runs until the stop.
+    if let Some(m) = &opts.metrics {
+        m.health.watch_stop(stop.clone());
+        m.health.set(Ok(()));
+    }
     let live: BTreeMap<(String, u32), u64> =
         tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
     // Every writer of a repartition topic is at work until its first step says otherwise.

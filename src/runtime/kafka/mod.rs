@@ -177,6 +177,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(sig, stop.clone()).map_err(io("cannot handle signals"))?;
     }
+    if let Some(m) = &opts.metrics {
+        m.health.watch_stop(stop.clone());
+    }
     let mut idle = false;
     let mut windows_closed = false;
     let result = (|| -> Result<Summary> {
@@ -193,7 +196,23 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
             if let Some(err) = e.error.take() {
                 return Err(err);
             }
+            if let Some(m) = &opts.metrics {
+                // Readiness: an assignment received, and every assigned partition's task open
+                // (restored). `open_assigned` restores before it returns.
+                m.health.set(match (e.joined, e.assigned.is_empty()) {
+                    (false, _) => Err("waiting for the consumer group's first assignment"),
+                    (true, false) => Err("restoring the stores of newly assigned partitions"),
+                    (true, true) => Ok(()),
+                });
+            }
             let opened = e.open_assigned(&consumer)?;
+            if let (Some(m), true) = (&opts.metrics, opened) {
+                m.health.set(if e.assigned.is_empty() {
+                    Ok(())
+                } else {
+                    Err("restoring the stores of newly assigned partitions")
+                });
+            }
             let worked = e.step()? || opened;
             if stop.load(Ordering::Relaxed) {
                 eprintln!("stopping: a last commit, then leaving the group");
