@@ -2,6 +2,7 @@
 //! statements and show what the application made of them. They work on either backend, while
 //! `run` is running.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -429,13 +430,15 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     if !tables.is_empty() {
         println!("control-managed tables: {}", tables.join(", "));
     }
-    println!("tasks (control offset applied, query version):");
+    println!("tasks (control offset applied, query version; input lag: end offset minus committed position, per input partition):");
     let tasks = applied(&t, &app, stage, cfg)?;
+    let ends = input_ends(&t, &tasks)?;
+    let owners = owners(&t, &app)?;
     let mut behind = 0;
-    for (task, control, version) in &tasks {
+    for task in &tasks {
         // A task applies statements at its commit points: until then it runs the older form.
-        let lag = match control {
-            Some(c) if *c < stage.next => {
+        let lag = match task.control {
+            Some(c) if c < stage.next => {
                 behind += 1;
                 format!(
                     " — not yet at the latest program: {} control record{} to apply at its next commit",
@@ -445,10 +448,30 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
             }
             _ => String::new(),
         };
+        let per_input: Vec<(String, i64)> = task
+            .inputs
+            .iter()
+            .filter_map(|(k, committed)| ends.get(k).map(|end| (k.clone(), (end - *committed as i64).max(0))))
+            .collect();
+        let total: i64 = per_input.iter().map(|(_, l)| l).sum();
+        let detail: Vec<String> = per_input.iter().map(|(k, l)| format!("{k} {l}")).collect();
+        let owner = task
+            .id
+            .as_ref()
+            .and_then(|id| owners.get(id))
+            .map(|(instance, ts)| {
+                let at = jiff::Timestamp::from_millisecond(*ts)
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|_| format!("{ts} ms"));
+                format!("; owner {instance} (its last metrics record: {at})")
+            })
+            .unwrap_or_default();
         println!(
-            "  {task}: {}, version {}{lag}",
-            control.map_or("-".into(), |c| c.to_string()),
-            version.map_or("-".into(), |v| v.to_string())
+            "  {}: {}, version {}; input lag {total} ({}){owner}{lag}",
+            task.name,
+            task.control.map_or("-".into(), |c| c.to_string()),
+            task.version.map_or("-".into(), |v| v.to_string()),
+            detail.join(", ")
         );
     }
     if behind > 0 {
@@ -466,13 +489,41 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     Ok(ExitCode::SUCCESS)
 }
 
-/// A task's name, and the control offset and query version of its last commit.
-type Applied = (String, Option<u64>, Option<u64>);
+/// A task as its last commit left it.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Applied {
+    /// `<sub-topology name>#<partition>`.
+    name: String,
+    control: Option<u64>,
+    version: Option<u64>,
+    /// Committed position per input (`topic/partition` → offset).
+    inputs: BTreeMap<String, u64>,
+    /// The task's id in metrics (`<sub-topology>_<partition>`), when its sub-topology is in
+    /// the running program.
+    id: Option<String>,
+}
 
-/// Per task: the control offset and query version of its last commit.
+/// Per task: its last commit's control offset, query version and input positions.
 fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) -> Result<Vec<Applied>, String> {
     let mut out = Vec::new();
     let field = |m: &serde_json::Value, f: &str| m.get(f).and_then(|v| v.as_u64());
+    let task = |name: String, m: &serde_json::Value| {
+        let inputs = m
+            .get("inputs")
+            .and_then(|i| i.as_object())
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, v)| {
+                        Some((k.clone(), serde_json::from_value::<streamc::log::Pos>(v.clone()).ok()?.offset))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let id = name
+            .rsplit_once('#')
+            .and_then(|(sub, p)| stage.specs.iter().find(|s| s.name == sub).map(|s| format!("{}_{p}", s.sub)));
+        Applied { control: field(m, "control"), version: field(m, "version"), inputs, id, name }
+    };
     match t {
         Topics::Embedded(log) => {
             let c = log.committed()?;
@@ -481,7 +532,7 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
                 if rest == "control-status" || m.get("inputs").is_none() {
                     continue;
                 }
-                out.push((rest.to_string(), field(m, "control"), field(m, "version")));
+                out.push(task(rest.to_string(), m));
             }
         }
         Topics::Kafka(k) => {
@@ -504,7 +555,7 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
                 let Some(obj) = meta.as_object() else { continue };
                 for (name, m) in obj {
                     if m.get("inputs").is_some() {
-                        out.push((format!("{name}#{}", el.partition()), field(m, "control"), field(m, "version")));
+                        out.push(task(format!("{name}#{}", el.partition()), m));
                     }
                 }
             }
@@ -512,6 +563,46 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
         }
     }
     out.sort();
+    Ok(out)
+}
+
+/// The end offset of every input partition the tasks have a position in.
+fn input_ends(t: &Topics, tasks: &[Applied]) -> Result<BTreeMap<String, i64>, String> {
+    let keys: std::collections::BTreeSet<&String> = tasks.iter().flat_map(|a| a.inputs.keys()).collect();
+    let parts: Vec<(String, u32)> = keys
+        .iter()
+        .filter_map(|k| k.rsplit_once('/').and_then(|(t, p)| Some((t.to_string(), p.parse().ok()?))))
+        .collect();
+    let ends: Vec<i64> = match t {
+        Topics::Embedded(log) => {
+            let c = log.committed()?;
+            parts.iter().map(|(topic, p)| c.end(topic, *p).offset as i64).collect()
+        }
+        Topics::Kafka(k) => k.ends(&parts)?,
+    };
+    Ok(parts.into_iter().zip(ends).map(|((topic, p), e)| (format!("{topic}/{p}"), e)).collect())
+}
+
+/// On Kafka: the instance that last reported each task to `<app>-metrics`, and when (the
+/// record's `timestamp`, ms). The embedded log has one instance: none.
+fn owners(t: &Topics, app: &str) -> Result<BTreeMap<String, (String, i64)>, String> {
+    let mut out: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    if let Topics::Kafka(_) = t {
+        for s in t.read(&format!("{app}-metrics"))? {
+            let Some(v) = s.record.value.as_deref().and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
+            else {
+                continue;
+            };
+            let (Some(task), Some(instance), Some(ts)) =
+                (v["task"].as_str(), v["instance"].as_str(), v["timestamp"].as_i64())
+            else {
+                continue;
+            };
+            if out.get(task).is_none_or(|(_, at)| ts >= *at) {
+                out.insert(task.to_string(), (instance.to_string(), ts));
+            }
+        }
+    }
     Ok(out)
 }
 

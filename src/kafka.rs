@@ -353,6 +353,22 @@ impl Kafka {
         }
     }
 
+    /// The end offset (high watermark) of each partition asked for, as of now.
+    pub fn ends(&self, parts: &[(String, u32)]) -> Result<Vec<i64>> {
+        let mut config = self.config();
+        config.set("group.id", "streamc-status").set("enable.auto.commit", "false");
+        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
+        parts
+            .iter()
+            .map(|(topic, p)| {
+                consumer
+                    .fetch_watermarks(topic, *p as i32, TIMEOUT)
+                    .map(|(_, high)| high)
+                    .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))
+            })
+            .collect()
+    }
+
     /// Every record of a topic from the start (or from the end offsets as of now), up to the end
     /// offsets as of now, partition by partition in offset order. Reads committed records only.
     /// Also returns the end offset of each partition it read to.

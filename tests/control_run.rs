@@ -211,3 +211,45 @@ fn a_statement_writing_into_an_internal_topic_is_rejected() {
     let env = Env::new(&dir, "resv", vec![]);
     reserved_sink_statement_rejected(&env);
 }
+
+/// `streamc status` gives each task's input lag: the input's end offset minus the task's
+/// committed position, per input partition (here: what was produced after the last run).
+#[test]
+fn status_reports_each_task_s_input_lag() {
+    let dir = temp_dir("status-lag");
+    let state = dir.join("state");
+    let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
+    common::embedded::write_trades(&first, 700, 7, 3, 0);
+    common::embedded::write_trades(&second, 450, 7, 4, 0);
+    let prog = "examples/stats.stream";
+    let produce = |f: &std::path::Path| {
+        common::cli::streamc(
+            &state,
+            &["produce", "stocks", f.to_str().unwrap(), "--program", prog, "--set", "embedded.partitions=3"],
+        )
+    };
+    let lags = || {
+        let o = common::cli::streamc_output(&state, &["status", prog]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+        // `  stock_stats-from#P: …; input lag N (stocks/P N)`
+        let lags: Vec<(String, u64)> = out
+            .lines()
+            .filter_map(|l| {
+                let (task, rest) = l.trim().split_once(": ")?;
+                let n = rest.split("input lag ").nth(1)?.split(' ').next()?.parse().ok()?;
+                Some((task.to_string(), n))
+            })
+            .collect();
+        assert_eq!(lags.len(), 3, "one line per task (3 partitions):\n{out}");
+        lags
+    };
+    produce(&first);
+    common::cli::streamc(&state, &["run", prog, "--drain"]);
+    assert!(lags().iter().all(|(_, n)| *n == 0), "caught up after a drained run: {:?}", lags());
+    produce(&second);
+    let after = lags();
+    assert_eq!(after.iter().map(|(_, n)| n).sum::<u64>(), 450, "{after:?}");
+    common::cli::streamc(&state, &["run", prog, "--drain"]);
+    assert!(lags().iter().all(|(_, n)| *n == 0), "{:?}", lags());
+}

@@ -414,6 +414,7 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     let start = |name: &str, addr: &str| {
         let mut sets = fast(&app);
         sets.push(format!("instance.id={name}"));
+        sets.push("metrics.interval_ms=300".into());
         let mut args = vec!["run", prog, "--bootstrap-servers", &b, "--metrics-addr", addr];
         with_sets(&mut args, &sets);
         spawn(&dir.join(name), &args, &dir.join(format!("{name}.log")))
@@ -450,6 +451,32 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     let restored = metric_sum(&scrape(&addr_a), "streamc_restored_records_total");
     // The survivor took B's partitions over and restored them: ready again.
     wait_for(60, "the survivor to be ready with the moved tasks", || ready(&addr_a));
+    // `status` names the survivor as the owner of every task, each caught up with its input.
+    let app_set = format!("application.id={app}");
+    let status = || {
+        let o = streamc_output(&dir.join("p"), &["status", prog, "--bootstrap-servers", &b, "--set", &app_set]);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let last = std::cell::RefCell::new(String::new());
+    let owned = || {
+        let out = status();
+        let tasks: Vec<&str> = out.lines().filter(|l| l.starts_with("  ") && l.contains("; input lag ")).collect();
+        let ok = !tasks.is_empty()
+            && tasks
+                .iter()
+                .all(|l| l.contains("; owner a (") && (l.contains("input lag 0 ") || l.contains("input lag 1 ")));
+        *last.borrow_mut() = out;
+        ok
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !owned() {
+        assert!(
+            Instant::now() < deadline,
+            "status never showed instance a owning every task with no lag:\n{}",
+            last.borrow()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
     a.kill();
     let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
     assert!(
