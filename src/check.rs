@@ -443,15 +443,15 @@ impl<'a> Checker<'a> {
                         );
                     }
                 }
-                if global {
+                if fields.is_empty() {
                     self.err(
                         Diagnostic::new(
                             Code::BadFormat,
                             value.map(|v| v.span).unwrap_or(d.name.span),
-                            "a table with no topic has no format",
+                            "a csv value with no columns",
                         )
-                        .label("control-managed table")
-                        .help("its rows come from `update` statements: declare `value { … }`"),
+                        .label("no fields")
+                        .help("declare the columns in order, e.g. `value csv { ticker: string, price: float }`"),
                     );
                 }
                 (Format::Csv(*delimiter), rt)
@@ -469,6 +469,17 @@ impl<'a> Checker<'a> {
                 return;
             }
         };
+        if global && format != Format::Json {
+            self.err(
+                Diagnostic::new(
+                    Code::BadFormat,
+                    value.map(|v| v.span).unwrap_or(d.name.span),
+                    format!("a table with no topic has no format, so not `{format}`"),
+                )
+                .label("control-managed table")
+                .help("its rows come from `update` statements: declare `value { … }`"),
+            );
+        }
         // The tenant field leaves the schema the queries see.
         let mut visible = wire.clone();
         let tenant_spec = match tenant.map(|t| &t.node) {
@@ -1772,7 +1783,8 @@ impl<'a> Checker<'a> {
                             .help("write the results to another topic"),
                         );
                     }
-                    if shape.tenant_scoped && shape.value.get("tenant").is_some() {
+                    let csv_sink = matches!(format.as_ref().map(|f| f.node), Some(Format::Csv(_)));
+                    if shape.tenant_scoped && shape.value.get("tenant").is_some() && !csv_sink {
                         self.err(
                             Diagnostic::new(
                                 Code::ReservedName,

@@ -69,7 +69,9 @@ fn column(text: &[u8], i: usize, name: &str, ty: &Type) -> Result<Value, String>
     } else {
         s
     };
-    map_key(s, ty).map_err(|_| format!("column {} (`{name}`): `{s}` is not a {}", i + 1, ty.base()))
+    let base = ty.base().to_string();
+    let a = if base.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    map_key(s, ty).map_err(|_| format!("column {} (`{name}`): `{s}` is not {a} {base}", i + 1))
 }
 
 /// A csv value decoded by the record type of its columns.
@@ -156,7 +158,7 @@ mod tests {
         assert_eq!(e(b"a,1,x,true,0"), "column 3 (`x`): `x` is not a float");
         assert_eq!(e(b"a,1,NaN,true,0"), "column 3 (`x`): `NaN` is not a float");
         assert_eq!(e(b"a,1,,true,0"), "column 3 (`x`) is empty, and a float cannot be null");
-        assert_eq!(e(b"a,1.5,1,true,0"), "column 2 (`n`): `1.5` is not a int");
+        assert_eq!(e(b"a,1.5,1,true,0"), "column 2 (`n`): `1.5` is not an int");
         assert_eq!(e(b"a,1,1,yes,0"), "column 4 (`ok`): `yes` is not a bool");
         assert!(e(b"a,1,1,true,0\nb,1,1,true,0").contains("more than one csv record"));
         // An unterminated quote runs to the end of the value: one column.

@@ -375,14 +375,19 @@ impl Builder {
         let s = inner(p).find(|c| c.as_rule() == Rule::string).ok_or(())?;
         let text = self.string(s)?;
         match text.node.as_bytes() {
-            [b] if b.is_ascii() && !matches!(b, b'"' | b'\n' | b'\r') => Ok(*b),
+            // Not a quote or a line end (the format's own), nor a character of the values' text:
+            // letters, digits, a space (spaces around numbers are ignored), `.`, `-`, `+`.
+            [b] if b.is_ascii()
+                && !b.is_ascii_alphanumeric()
+                && !matches!(b, b'"' | b'\n' | b'\r' | b' ' | b'.' | b'-' | b'+') =>
+            {
+                Ok(*b)
+            }
             _ => {
                 self.err(
                     Diagnostic::new(Code::BadLiteral, text.span, format!("{:?} cannot be a csv delimiter", text.node))
                         .label("the delimiter")
-                        .help(
-                            "a delimiter is one ASCII character other than `\"` and line ends, e.g. \"|\" or \"\\t\"",
-                        ),
+                        .help("a delimiter is one ASCII character that is not a letter, a digit, a space, `.`, `-`, `+`, `\"` or a line end, e.g. \",\", \"|\", \";\" or \"\\t\""),
                 );
                 Err(())
             }

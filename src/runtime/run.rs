@@ -978,4 +978,28 @@ mod tests {
         assert_eq!(rec.key.as_deref(), Some(&b"ann"[..]));
         assert_eq!(value_record(None, b"x", 7).key, None);
     }
+
+    #[test]
+    fn csv_lines_are_placed_by_their_key_and_time_columns() {
+        let program = crate::compile(
+            "stream trades from \"trades\" {\n  key ticker\n  value csv { venue: string, ticker: string, at: timestamp }\n  time at\n}\n\
+             stream events from \"events\" {\n  key user\n  value csv delimiter \"|\" { tenant: string, user: int }\n  tenant tenant\n}\n",
+        )
+        .unwrap();
+        let trades = LinePlacer::new(Some(&program.sources[0]));
+        // A quoted key column after a quoted column holding the delimiter; an RFC 3339 time.
+        let rec = trades.record(b"\"NYSE, floor\",\"AAPL\",2024-02-29T12:34:56.789Z\r\n", 7);
+        assert_eq!(rec.key.as_deref(), Some(&b"AAPL"[..]));
+        assert_eq!(rec.timestamp, 1_709_210_096_789);
+        // Time as epoch ms, spaces around it.
+        assert_eq!(trades.record(b"x,MSFT, 1700000000000 ", 7).timestamp, 1_700_000_000_000);
+        // A line that does not read (a column short): no key, the append time; the task
+        // dead-letters it.
+        let rec = trades.record(b"x,AAPL", 7);
+        assert_eq!((rec.key, rec.timestamp), (None, 7));
+        // The tenant column comes before the key: the key is still the `user` column (an int,
+        // its text).
+        let rec = LinePlacer::new(Some(&program.sources[1])).record(b"acme|0042", 7);
+        assert_eq!(rec.key.as_deref(), Some(&b"42"[..]));
+    }
 }
