@@ -91,6 +91,10 @@ pub enum DeclItem {
         delimiter: u8,
         fields: Vec<FieldDecl>,
     },
+    /// `value avro { ... }`: Avro (Confluent wire format), read into these fields.
+    ValueAvro {
+        fields: Vec<FieldDecl>,
+    },
     Time(Ident),
     TenantField(Ident),
     TenantHeader(Node<String>),
@@ -261,6 +265,8 @@ pub enum Format {
     /// Delimited text (ksqlDB's `DELIMITED`): one record, its fields the columns in order,
     /// separated by this byte.
     Csv(u8),
+    /// Avro in the Confluent wire format, with a schema registry.
+    Avro,
 }
 
 impl Format {
@@ -275,6 +281,7 @@ impl fmt::Display for Format {
             Format::String => f.write_str("string"),
             Format::Csv(Format::CSV_DEFAULT_DELIMITER) => f.write_str("csv"),
             Format::Csv(d) => write!(f, "csv delimiter {:?}", char::from(*d).to_string()),
+            Format::Avro => f.write_str("avro"),
         }
     }
 }
@@ -511,6 +518,7 @@ pub fn outline(p: &Program) -> String {
                         DeclItem::ValueCsv { delimiter, fields } => {
                             format!("value {} {}", Format::Csv(*delimiter), TypeExpr::Record(fields.clone()))
                         }
+                        DeclItem::ValueAvro { fields } => format!("value avro {}", TypeExpr::Record(fields.clone())),
                         DeclItem::Time(t) => format!("time {}", t.node),
                         DeclItem::TenantField(t) => format!("tenant {}", t.node),
                         DeclItem::TenantHeader(h) => format!("tenant header {:?}", h.node),

@@ -400,7 +400,10 @@ impl<'a> Checker<'a> {
         for item in &d.items {
             let slot = match &item.node {
                 DeclItem::Key { .. } => "key",
-                DeclItem::ValueJson { .. } | DeclItem::ValueString { .. } | DeclItem::ValueCsv { .. } => "value",
+                DeclItem::ValueJson { .. }
+                | DeclItem::ValueString { .. }
+                | DeclItem::ValueCsv { .. }
+                | DeclItem::ValueAvro { .. } => "value",
                 DeclItem::Time(_) => "time",
                 DeclItem::TenantField(_) | DeclItem::TenantHeader(_) => "tenant",
             };
@@ -455,6 +458,21 @@ impl<'a> Checker<'a> {
                     );
                 }
                 (Format::Csv(*delimiter), rt)
+            }
+            Some(DeclItem::ValueAvro { fields }) => {
+                let rt = self.record_type(fields);
+                if let Some(why) = crate::avro::unsupported(&rt) {
+                    self.err(
+                        Diagnostic::new(
+                            Code::BadFormat,
+                            value.map(|v| v.span).unwrap_or(d.name.span),
+                            format!("no Avro form: {why}"),
+                        )
+                        .label("avro value")
+                        .help("Avro names are letters, digits and `_`; map keys are strings"),
+                    );
+                }
+                (Format::Avro, rt)
             }
             _ => {
                 self.err(
@@ -1832,6 +1850,21 @@ impl<'a> Checker<'a> {
                                 )
                                 .label("csv sink")
                                 .help("`select` scalar fields (a joined side's fields one by one), or write `json`"),
+                            );
+                        }
+                    }
+                    if let Some(Format::Avro) = format.as_ref().map(|f| f.node) {
+                        let span = format.as_ref().map(|f| f.span).unwrap_or(c.span);
+                        let why = crate::avro::unsupported(&shape.value).or_else(|| {
+                            shape
+                                .tenant_scoped
+                                .then(|| "a tenant-scoped query writes json or csv, not avro".to_string())
+                        });
+                        if let Some(why) = why {
+                            self.err(
+                                Diagnostic::new(Code::BadFormat, span, format!("no Avro form: {why}"))
+                                    .label("avro sink")
+                                    .help("`select` fields with Avro names (letters, digits, `_`) and string-keyed maps, or write `json`"),
                             );
                         }
                     }

@@ -39,6 +39,7 @@ pub fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, O
         Format::Json => decode_record(bytes, &src.wire)?,
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
         Format::Csv(d) => crate::delimited::decode(bytes, &src.wire, d)?,
+        Format::Avro => crate::avro::decode(bytes, &src.wire)?,
     };
     if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
         if let Some(i) = src.wire.index_of(f) {
@@ -57,5 +58,9 @@ pub fn decode_some(src: &hir::Source, bytes: &[u8], want: &[usize]) -> Result<Ve
         Format::Json => crate::value::decode_fields(bytes, &src.wire, want),
         Format::String => Ok(vec![Some(Value::str(&String::from_utf8_lossy(bytes)))]),
         Format::Csv(d) => crate::delimited::decode_some(bytes, &src.wire, d, want),
+        Format::Avro => {
+            let all = crate::avro::decode(bytes, &src.wire)?;
+            Ok(all.into_iter().enumerate().map(|(i, v)| want.contains(&i).then_some(v)).collect())
+        }
     }
 }

@@ -21,8 +21,25 @@ pub struct Config {
     pub instance: Instance,
     pub metrics: MetricsConfig,
     pub topics: Topics,
+    /// `schema.registry.*`: the schema registry of `avro` values.
+    pub schema: SchemaConfig,
     /// librdkafka properties, passed through unchanged.
     pub kafka: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchemaConfig {
+    pub registry: RegistryConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryConfig {
+    /// The base URL of its Confluent-compatible API (`schema.registry.url`).
+    pub url: Option<String>,
+    /// `user:password` for HTTP basic authentication.
+    pub basic_auth: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

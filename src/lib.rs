@@ -6,6 +6,7 @@
 
 pub mod aggregate;
 pub mod ast;
+pub mod avro;
 pub mod check;
 pub mod codec;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod kafka;
 pub mod log;
 pub mod lsp;
 pub mod plan;
+pub mod registry;
 pub mod runtime;
 pub mod stdlib;
 pub mod syntax;

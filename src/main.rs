@@ -357,6 +357,9 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     p.queries.len(),
                     if p.queries.len() == 1 { "y" } else { "ies" }
                 );
+                if !avro_sinks_compatible(&cfg, &p, app.as_deref().unwrap_or("app"))? {
+                    failed = true;
+                }
                 if let Some(stmt) = &statement {
                     let app = app.as_deref().unwrap_or("app");
                     let checked = plan::check_statement_text(&p, stmt, app, &cfg.topics.allow_internal_sinks);
@@ -641,6 +644,13 @@ fn produce(
     };
     let mut blank = 0u64;
     let mut keyless = 0u64;
+    // An avro source: its schema (derived from its declared fields) registered for the topic;
+    // each line's (or envelope's) JSON object is written as Avro with it.
+    if let Some(src) = source.as_ref().filter(|s| s.format == streamc::ast::Format::Avro) {
+        let registry = streamc::registry::Registry::of(cfg)
+            .ok_or_else(|| format!("`{}` is avro: set schema.registry.url to produce to it", src.name))?;
+        streamc::runtime::schemas::register(&registry, topic, &src.wire).map_err(|e| e.to_string())?;
+    }
     let placer = streamc::runtime::LinePlacer::new(source.as_ref());
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
@@ -650,7 +660,14 @@ fn produce(
         }
         let now = streamc::runtime::now_ms();
         let rec = if envelope {
-            envelope_record(&line, now).map_err(|e| format!("line {}: {e}", i + 1))?
+            let (mut rec, structured) = envelope_record(&line, now).map_err(|e| format!("line {}: {e}", i + 1))?;
+            // An object value of an avro source: written as Avro (a string value stays its bytes).
+            if let (true, Some(v)) = (structured, &rec.value) {
+                if let Some(a) = placer.avro_value(v) {
+                    rec.value = Some(a);
+                }
+            }
+            rec
         } else {
             placer.record(line.as_bytes(), now)
         };
@@ -691,7 +708,9 @@ fn produce(
     Ok(ExitCode::SUCCESS)
 }
 
-fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String> {
+/// The record of an envelope line, and whether its value was a JSON object or array (not a
+/// string of raw bytes).
+fn envelope_record(line: &str, now: i64) -> Result<(streamc::log::Record, bool), String> {
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let bytes = |x: &serde_json::Value| -> Option<Vec<u8>> {
         match x {
@@ -701,6 +720,7 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
         }
     };
     let key = v.get("key").and_then(bytes);
+    let structured = matches!(v.get("value"), Some(serde_json::Value::Object(_) | serde_json::Value::Array(_)));
     let value = match v.get("value") {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(s.as_bytes().to_vec()),
@@ -727,7 +747,7 @@ fn envelope_record(line: &str, now: i64) -> Result<streamc::log::Record, String>
             .collect::<Result<Vec<_>, String>>()?,
         _ => Vec::new(),
     };
-    Ok(streamc::log::Record { key, value, timestamp, headers })
+    Ok((streamc::log::Record { key, value, timestamp, headers }, structured))
 }
 
 fn consume(
@@ -744,6 +764,7 @@ fn consume(
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         let (recs, ends) = k.read_to_ends(topic, from_beginning)?;
+        prefetch_avro(cfg, topic, &recs.iter().map(|(_, s)| s).collect::<Vec<_>>())?;
         for (p, s) in recs {
             if writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_err() {
                 return Ok(ExitCode::SUCCESS);
@@ -752,6 +773,7 @@ fn consume(
         let _ = out.flush();
         if follow {
             k.follow(topic, &ends, |p, s| {
+                let _ = prefetch_avro(cfg, topic, &[s]);
                 writeln!(out, "{}", consumed_json(topic, p, s, headers)).is_ok() && out.flush().is_ok()
             })?;
         }
@@ -776,6 +798,7 @@ fn consume(
                 if recs.is_empty() {
                     break;
                 }
+                prefetch_avro(cfg, topic, &recs.iter().collect::<Vec<_>>())?;
                 for s in recs {
                     if writeln!(out, "{}", consumed_json(topic, p as u32, &s, headers)).is_err() {
                         return Ok(ExitCode::SUCCESS);
@@ -793,11 +816,72 @@ fn consume(
     }
 }
 
+/// With a schema registry configured: whether each avro sink's schema (derived from its output
+/// type) is compatible with its subject's latest version, by the subject's rules (printed; an
+/// incompatible one as an error). True without a registry or avro sinks.
+pub(crate) fn avro_sinks_compatible(cfg: &config::Config, p: &hir::Program, app: &str) -> Result<bool, String> {
+    use streamc::registry::Compat;
+    let Some(registry) = streamc::registry::Registry::of(cfg) else { return Ok(true) };
+    let topo = plan::lower(p, app);
+    let specs = plan::physical::specs(p, &topo).map_err(|e| e.to_string())?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut ok = true;
+    for sink in specs.iter().flat_map(|s| s.sinks()) {
+        if sink.format != streamc::ast::Format::Avro || !seen.insert(sink.topic.clone()) {
+            continue;
+        }
+        let subject = streamc::runtime::schemas::subject(&sink.topic);
+        let schema = streamc::avro::schema_json(&sink.value_ty, &streamc::avro::record_name(&sink.topic));
+        match registry.compatibility(&subject, &schema).map_err(|e| e.to_string())? {
+            Compat::NoSubject => {
+                println!(
+                    "avro sink `{}`: subject `{subject}` has no version yet (registered when the program runs)",
+                    sink.topic
+                )
+            }
+            Compat::Compatible { version } => {
+                println!("avro sink `{}`: compatible with `{subject}` version {version}", sink.topic)
+            }
+            Compat::Incompatible { version, messages } => {
+                ok = false;
+                eprintln!(
+                    "error: avro sink `{}`: its schema is not compatible with `{subject}` version {version}{}",
+                    sink.topic,
+                    if messages.is_empty() { String::new() } else { format!(": {}", messages.join("; ")) }
+                );
+                eprintln!("  schema: {schema}");
+            }
+        }
+    }
+    Ok(ok)
+}
+
+/// With a schema registry configured, `consume` prints values in the Avro wire format as JSON.
+static AVRO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Look up the writer schemas of the Avro values among `recs` (with a registry configured).
+fn prefetch_avro(cfg: &config::Config, topic: &str, recs: &[&streamc::log::Stored]) -> Result<(), String> {
+    if streamc::registry::Registry::of(cfg).is_none() {
+        return Ok(());
+    }
+    AVRO.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in recs {
+        streamc::runtime::schemas::prefetch(cfg, &format!("topic `{topic}`"), s.record.value.as_deref())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
 /// One consumed record as docs/conventions.md prints it.
 fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -> serde_json::Value {
     let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
         match b {
             None => serde_json::Value::Null,
+            // A value in the Avro wire format whose schema the registry gave (see `consume`).
+            Some(b) if AVRO.load(std::sync::atomic::Ordering::Relaxed) && streamc::avro::schema_id(b).is_ok() => {
+                streamc::avro::to_json(b)
+                    .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned()))
+            }
             Some(b) => serde_json::from_slice(b)
                 .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned())),
         }

@@ -278,6 +278,7 @@ fn describe(rule: Rule) -> Option<&'static str> {
         kw_string | value_string => "`string`",
         kw_csv | value_csv => "`csv`",
         kw_delimiter | csv_delimiter => "`delimiter`",
+        kw_avro | value_avro => "`avro`",
         kw_then => "`then`",
         kw_else => "`else`",
         kw_init => "`init`",
@@ -545,6 +546,10 @@ impl Builder {
                         }
                         DeclItem::ValueCsv { delimiter, fields }
                     }
+                    Rule::value_avro => {
+                        let rec = inner(v).next().ok_or(())?;
+                        DeclItem::ValueAvro { fields: self.field_decls(rec, 0)? }
+                    }
                     _ => {
                         let explicit_format = v.clone().into_inner().any(|c| c.as_rule() == Rule::kw_json);
                         let rec = inner(v).next().ok_or(())?;
@@ -804,6 +809,7 @@ impl Builder {
                             match k.as_rule() {
                                 Rule::kw_string => format = Format::String,
                                 Rule::kw_csv => format = Format::Csv(Format::CSV_DEFAULT_DELIMITER),
+                                Rule::kw_avro => format = Format::Avro,
                                 Rule::csv_delimiter => format = Format::Csv(self.csv_delimiter(k)?),
                                 _ => {}
                             }

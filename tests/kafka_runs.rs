@@ -10,7 +10,7 @@ fn runtime_corpus_on_kafka() {
     let bootstrap: &'static str = Box::leak(common::kafka::require().into_boxed_str());
     let base = common::embedded::temp_dir("kafka-runs");
     let run = std::process::id();
-    run_all("kafka", &|case| {
+    run_all("kafka", None, &|case| {
         let prefix: &'static str = Box::leak(format!("runs{run}.{}", case.name).into_boxed_str());
         (Backend::Kafka { bootstrap, prefix }, base.join(&case.name))
     });

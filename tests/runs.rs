@@ -7,7 +7,7 @@ use common::runs::{run_all, Backend};
 #[test]
 fn runtime_corpus_on_the_embedded_default() {
     let base = common::embedded::temp_dir("runs");
-    run_all("embedded", &|case| (Backend::Embedded, base.join(&case.name)));
+    run_all("embedded", None, &|case| (Backend::Embedded, base.join(&case.name)));
 }
 
 /// The expected outputs are the folds' (never the engine's): every case's `fold.py`, run now,

@@ -613,6 +613,20 @@ impl TaskSpec {
         })
     }
 
+    /// Every sink of the task, before and after its aggregate.
+    pub fn sinks(&self) -> impl Iterator<Item = &SinkSpec> {
+        self.ops.iter().chain(&self.post).filter_map(|op| match op {
+            Op::Sink(s) => Some(s),
+            _ => None,
+        })
+    }
+
+    /// Per input (main, tables, joined streams, merged streams): whether its values are avro
+    /// (their writer schemas are fetched before the task reads them).
+    pub fn avro_inputs(&self) -> Vec<bool> {
+        input_sources(self).iter().map(|s| s.is_some_and(|s| s.format == Format::Avro)).collect()
+    }
+
     /// The repartition topics the task writes.
     pub fn repartition_topics(&self) -> Vec<String> {
         self.ops
@@ -674,6 +688,7 @@ fn time_field(src: &hir::Source) -> Option<TimeField> {
         Format::Csv(delimiter) => {
             Some(TimeField::Csv { delimiter, wire: src.wire.clone(), column: src.wire.index_of(&field.0)? })
         }
+        Format::Avro => Some(TimeField::Avro { wire: src.wire.clone(), column: src.wire.index_of(&field.0)? }),
         Format::String => None,
     }
 }
@@ -685,6 +700,8 @@ pub enum TimeField {
     Json(RecordType),
     /// A csv record: the column of the source's columns.
     Csv { delimiter: u8, wire: RecordType, column: usize },
+    /// An Avro record (decoded whole): the field of the source's fields.
+    Avro { wire: RecordType, column: usize },
 }
 
 impl TimeField {
@@ -695,6 +712,7 @@ impl TimeField {
             TimeField::Csv { delimiter, wire, column } => {
                 crate::delimited::decode_some(value, wire, *delimiter, &[*column]).ok()?.into_iter().nth(*column)??
             }
+            TimeField::Avro { wire, column } => crate::avro::decode(value, wire).ok()?.into_iter().nth(*column)?,
         };
         match v {
             crate::value::Value::Ts(t) => Some(t),

@@ -43,6 +43,10 @@ pub enum RunError {
     /// An input file (`--input`) that cannot be ingested as it is.
     #[error("{0}")]
     Input(String),
+    /// The schema registry: down (the run stops and resumes from its last commit when run
+    /// again: nothing is lost), or it refused a sink's schema.
+    #[error("{0}")]
+    Registry(String),
     /// A failure of the process itself: a worker thread that panicked, a poisoned lock.
     #[error("{0}")]
     Internal(&'static str),

@@ -21,6 +21,7 @@ pub(crate) mod ops;
 pub mod options;
 pub(crate) mod restore;
 pub(crate) mod run;
+pub mod schemas;
 pub(crate) mod state;
 pub(crate) mod stream_join;
 pub(crate) mod tables;

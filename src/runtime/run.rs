@@ -90,6 +90,9 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
 /// (its task decodes the whole record).
 pub struct LinePlacer<'a> {
     source: Option<&'a hir::Source>,
+    /// An avro source's lines are JSON objects of its fields: placed as JSON, then written as
+    /// Avro with the schema registered for its topic (`schemas::register`, by the caller).
+    avro: Option<hir::Source>,
     /// The key field: its index in the declared value, and in the record as written.
     key: Option<(usize, usize)>,
     /// The wire indexes to decode: the key's, then the time's.
@@ -99,7 +102,7 @@ pub struct LinePlacer<'a> {
 
 impl<'a> LinePlacer<'a> {
     pub fn new(source: Option<&'a hir::Source>) -> LinePlacer<'a> {
-        let Some(src) = source else { return LinePlacer { source, key: None, want: vec![], time: None } };
+        let Some(src) = source else { return LinePlacer { source, avro: None, key: None, want: vec![], time: None } };
         let wire_index = |i: usize| src.wire.index_of(&src.value.fields[i].0);
         let key = match src.key {
             hir::KeySpec::Field(i) => wire_index(i).map(|wi| (i, wi)),
@@ -107,12 +110,31 @@ impl<'a> LinePlacer<'a> {
         };
         let time = src.time.and_then(wire_index);
         let want = key.map(|(_, wi)| wi).into_iter().chain(time).collect();
-        LinePlacer { source, key, want, time }
+        let avro = (src.format == crate::ast::Format::Avro)
+            .then(|| hir::Source { format: crate::ast::Format::Json, ..src.clone() });
+        LinePlacer { source, avro, key, want, time }
     }
 
+    /// A record for a line, its value written as Avro when the source is avro and the line is
+    /// a JSON object of its fields (else as it is: its task dead-letters it).
     pub fn record(&self, line: &[u8], append_time: i64) -> Record {
+        let Some(json) = &self.avro else { return self.place(self.source, line, append_time) };
+        let mut rec = self.place(Some(json), line, append_time);
+        rec.value = Some(self.avro_value(line).unwrap_or_else(|| line.to_vec()));
+        rec
+    }
+
+    /// A JSON object of an avro source's fields, written as Avro; None if it is not one (or the
+    /// source is not avro).
+    pub fn avro_value(&self, json: &[u8]) -> Option<Vec<u8>> {
+        let src = self.avro.as_ref()?;
+        let values = crate::value::decode_record(json, &src.wire).ok()?;
+        crate::avro::encode(src.topic.as_deref()?, &values, &src.wire).ok()
+    }
+
+    fn place(&self, source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
         let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
-        let Some(src) = self.source else { return rec };
+        let Some(src) = source else { return rec };
         if src.format == crate::ast::Format::String {
             // A `string` value is its one field: the line is the key if the stream is keyed by it.
             if let hir::KeySpec::Field(i) = src.key {
@@ -217,6 +239,8 @@ pub(crate) struct TaskRun<F: Feed> {
     pub(crate) drained: bool,
     /// `emit final idle D`: the wall-clock time of the task's last record or idle advance.
     pub(crate) idle_since: Option<i64>,
+    /// Per input: avro values, whose writer schemas are fetched before a record is read.
+    pub(crate) avro_inputs: Vec<bool>,
 }
 
 /// `emit final idle D` (`after` = D): a step at wall-clock time `now` that processed `records`
@@ -302,6 +326,7 @@ impl<F: Feed> TaskRun<F> {
         opts: &RunOptions,
     ) -> TaskRun<F> {
         let task_id = format!("{}_{p}", spec.sub);
+        let avro_inputs = spec.avro_inputs();
         let metrics =
             opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
         let mut trees =
@@ -345,6 +370,7 @@ impl<F: Feed> TaskRun<F> {
             main_may_grow: false,
             drained: false,
             idle_since: None,
+            avro_inputs,
         }
     }
 
@@ -579,6 +605,12 @@ impl<F: Feed> TaskRun<F> {
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
                     Next::Record(ts) => {
+                        if self.avro_inputs.get(i).copied().unwrap_or(false) {
+                            // Its writer schema before the record is read (the registry down:
+                            // the run stops, and resumes from its last commit).
+                            let value = self.feed.peeked(i).and_then(|s| s.record.value.as_deref());
+                            crate::runtime::schemas::prefetch(&opts.config, &format!("topic `{}`", topics[i]), value)?;
+                        }
                         let ts = match (spec.time_fields.get(i), self.feed.peeked(i)) {
                             (Some(Some(rt)), Some(head)) => match self.head_times[i] {
                                 Some((offset, t)) if offset == head.offset => t,

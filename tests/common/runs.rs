@@ -43,6 +43,10 @@ pub struct CaseFile {
     /// the outputs must still equal the expected ones. (Chaos is embedded-only.)
     #[serde(default)]
     pub chaos: Option<String>,
+    /// Needs a schema registry (avro topics): run by `tests/registry_runs.rs` with the
+    /// registry `./dev/test` starts, not by the other corpus runners.
+    #[serde(default)]
+    pub registry: bool,
 }
 
 pub struct Case {
@@ -122,16 +126,21 @@ pub enum Failure {
 }
 
 /// Run a case and compare its outputs.
-pub fn run_case(case: &Case, backend: &Backend, work: &Path) -> Result<(), Failure> {
-    run_and_compare(case, backend, work).map_err(Failure::Broken)?.map_err(Failure::Differs)
+pub fn run_case(case: &Case, backend: &Backend, work: &Path, registry: Option<&str>) -> Result<(), Failure> {
+    run_and_compare(case, backend, work, registry).map_err(Failure::Broken)?.map_err(Failure::Differs)
 }
 
-fn run_and_compare(case: &Case, backend: &Backend, work: &Path) -> Result<Result<(), String>, String> {
+fn run_and_compare(
+    case: &Case,
+    backend: &Backend,
+    work: &Path,
+    registry: Option<&str>,
+) -> Result<Result<(), String>, String> {
     let _ = std::fs::remove_dir_all(work);
     std::fs::create_dir_all(work).unwrap();
     let state = work.join("state");
     let src = std::fs::read_to_string(case.dir.join("program.stream")).unwrap();
-    let (program, app, prefix, extra) = match backend {
+    let (program, app, prefix, mut extra) = match backend {
         Backend::Embedded => {
             let p = work.join("program.stream");
             std::fs::write(&p, &src).unwrap();
@@ -143,6 +152,10 @@ fn run_and_compare(case: &Case, backend: &Backend, work: &Path) -> Result<Result
             (p, format!("{prefix}-{}", case.name), Some(*prefix), extra)
         }
     };
+    if let Some(url) = registry {
+        // Every command talks to the registry: produce and run write Avro, consume reads it.
+        extra.extend(["--set".to_string(), format!("schema.registry.url={url}")]);
+    }
     // On a broker, the case's own topics get the prefix, and its internal topics (`<case>-dlq`,
     // `<case>-late`) follow the application id.
     let own = format!("{}-", case.name);
@@ -337,13 +350,20 @@ fn canonical_number(v: &serde_json::Value) -> String {
 
 /// Run every case for `backend_name` and fail with every case that went wrong: a case must pass,
 /// or, if it is marked `known_failure`, must still fail (so a fix is noticed and the mark removed).
-pub fn run_all(backend_name: &str, make: &dyn Fn(&Case) -> (Backend<'static>, PathBuf)) {
+/// With `registry`, only the cases that need one (`registry: true`), against it; without, the
+/// others.
+pub fn run_all(backend_name: &str, registry: Option<&str>, make: &dyn Fn(&Case) -> (Backend<'static>, PathBuf)) {
     let mut cases = cases();
     assert!(cases.len() >= 20, "the corpus has only {} cases", cases.len());
+    cases.retain(|c| c.file.registry == registry.is_some());
     // A developer's focus on one case (`STREAMC_CASE=name cargo test --test runs`): said loudly,
     // and a name that matches no case fails.
     if let Ok(only) = std::env::var("STREAMC_CASE") {
         cases.retain(|c| c.name == only);
+        if cases.is_empty() && self::cases().iter().any(|c| c.name == only) {
+            eprintln!("runtime corpus: case {only} is not one of this runner's (a registry case, or not)");
+            return;
+        }
         assert!(!cases.is_empty(), "STREAMC_CASE={only} names no case");
         eprintln!("runtime corpus: only case {only} (STREAMC_CASE)");
     }
@@ -352,7 +372,7 @@ pub fn run_all(backend_name: &str, make: &dyn Fn(&Case) -> (Backend<'static>, Pa
     for case in cases.iter().filter(|c| c.runs_on(backend_name)) {
         let (backend, work) = make(case);
         ran += 1;
-        let result = run_case(case, &backend, &work);
+        let result = run_case(case, &backend, &work, registry);
         match (&case.file.known_failure, result) {
             (None, Ok(())) => {}
             (None, Err(Failure::Differs(e) | Failure::Broken(e))) => {

@@ -56,6 +56,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     hub.verbose = true;
     let stage = hub.ev.latest().clone();
     let counts = setup_topics(&log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
+    crate::runtime::schemas::register_sinks(&opts.config, &stage.specs)?;
     let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
     let db = open_local_state(&db_path, &opts.app)?;
     sweep_removed(&log, &db, &stage, &opts.app)?;
@@ -342,6 +343,7 @@ fn worker(
                     Some((next, c)) if *next == stage.next => c.clone(),
                     _ => {
                         let c = setup_topics(&sh.log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
+                        crate::runtime::schemas::register_sinks(&opts.config, &stage.specs)?;
                         counts_for = Some((stage.next, c.clone()));
                         c
                     }
@@ -464,6 +466,13 @@ fn ingest(
 ) -> Result<(), RunError> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
+    // An avro source's lines are JSON objects, written as Avro with its registered schema.
+    if let Some(src) = source.as_ref().filter(|s| crate::runtime::schemas::is_avro(s)) {
+        let registry = crate::registry::Registry::of(cfg).ok_or_else(|| {
+            RunError::Registry(format!("`{}` is avro: set schema.registry.url to read it from --input", src.name))
+        })?;
+        crate::runtime::schemas::register(&registry, topic, &src.wire)?;
+    }
     // What of the file is in the topic is the log's, not one application's: a second program
     // reading the same topic from the same file appends nothing again. (Before, it was kept per
     // application: that record still counts.)

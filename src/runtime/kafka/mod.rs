@@ -108,6 +108,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let stage = hub.ev.latest().clone();
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
     let topic_configs = setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
+    crate::runtime::schemas::register_sinks(&opts.config, &specs)?;
     let db = state::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
@@ -806,6 +807,7 @@ impl Engine {
         }
         self.stage = stage.clone();
         self.topic_configs = setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
+        crate::runtime::schemas::register_sinks(&self.opts.config, &stage.specs)?;
         let mut retired = false;
         let mut sweeps = Vec::new();
         let (kafka, opts, startup) = (&self.kafka, &self.opts, &self.startup);

@@ -173,6 +173,15 @@ fn sink_record(
                 Some(crate::delimited::encode(&wire_row(row, &sink.value_ty), types, &tenant, d))
             }
         }
+        Format::Avro => {
+            // The schema was registered for the topic when the program started or changed.
+            let encoded = if row.joined.is_empty() {
+                crate::avro::encode(&sink.topic, &row.value, &sink.value_ty)
+            } else {
+                crate::avro::encode(&sink.topic, &wire_row(row, &sink.value_ty), &sink.value_ty)
+            };
+            Some(encoded.map_err(RecordError)?)
+        }
     };
     Ok(Output { topic: sink.topic.clone(), route, record: Record { key, value, timestamp: ts, headers } })
 }

@@ -1,0 +1,638 @@
+//! The `avro` format: a value is one Avro datum in the binary encoding, framed as Confluent's
+//! serializers frame it (the wire format): a magic byte 0, the id of its writer schema in the
+//! schema registry (4 bytes, big-endian), then the datum. Encoding and decoding are the
+//! `apache-avro` crate's; what is here is the mapping between Avro and the language's types.
+//!
+//! Reading resolves the writer's schema to the declared fields as the JSON format does: fields
+//! are matched by name, the writer's other fields ignored, a declared field the writer lacks is
+//! null if nullable (else the record is bad input); a union is read as the branch the datum holds;
+//! numbers widen (int → long, int/long/float → double); an enum, a uuid or UTF-8 bytes read as a
+//! string; a decimal as a float; dates and timestamps of any precision as a timestamp (ms).
+//!
+//! Writing derives the schema from the output type ([`schema_json`]): `int` → long, `float` →
+//! double, `timestamp` → long with logical type timestamp-millis, `duration` → long (ms), lists
+//! → arrays, `map<string, V>` → maps, records → records, `T?` → a union of null and T (default
+//! null).
+//!
+//! The writer schemas a process has fetched, and the schema ids of its sinks, are kept in
+//! process-wide tables ([`remember_writer`], [`set_sink`]): the runtime fills them from the
+//! registry before a record needs them, so decoding and encoding never wait on the network.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock};
+
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::schema::{Name, Schema};
+use apache_avro::types::Value as Avro;
+use apache_avro::writer::datum::GenericDatumWriter;
+
+use crate::types::{RecordType, Type};
+use crate::value::Value;
+
+/// The magic byte of Confluent's wire format.
+pub const MAGIC: u8 = 0;
+
+/// A writer schema, parsed, with its named types (for references to them).
+#[derive(Debug)]
+pub struct Writer {
+    schema: Schema,
+    names: HashMap<Name, Schema>,
+}
+
+impl Writer {
+    /// Parse a schema as the registry gives it (its JSON text).
+    pub fn parse(text: &str) -> Result<Writer, String> {
+        let schema = Schema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?;
+        let mut names = HashMap::new();
+        collect_names(&schema, &mut names);
+        Ok(Writer { schema, names })
+    }
+
+    fn resolve<'a>(&'a self, s: &'a Schema) -> &'a Schema {
+        match s {
+            Schema::Ref { name } => self.names.get(name).unwrap_or(s),
+            s => s,
+        }
+    }
+}
+
+fn collect_names(s: &Schema, names: &mut HashMap<Name, Schema>) {
+    if let Some(n) = s.name() {
+        if !matches!(s, Schema::Ref { .. }) {
+            names.insert(n.clone(), s.clone());
+        }
+    }
+    match s {
+        Schema::Record(r) => r.fields.iter().for_each(|f| collect_names(&f.schema, names)),
+        Schema::Array(a) => collect_names(&a.items, names),
+        Schema::Map(m) => collect_names(&m.types, names),
+        Schema::Union(u) => u.variants().iter().for_each(|v| collect_names(v, names)),
+        _ => {}
+    }
+}
+
+/// Writer schemas by registry id; None: the registry does not know the id.
+static WRITERS: LazyLock<RwLock<HashMap<u32, Option<Arc<Writer>>>>> = LazyLock::new(Default::default);
+
+/// A sink topic's schema: its id in the registry, and the schema.
+type SinkSchema = (u32, Arc<Schema>);
+
+/// Per sink topic, its schema.
+static SINKS: LazyLock<RwLock<HashMap<String, SinkSchema>>> = LazyLock::new(Default::default);
+
+/// Whether the writer schema `id` has been looked up.
+pub fn writer_known(id: u32) -> bool {
+    WRITERS.read().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+}
+
+/// Keep what the registry said of schema `id` (None: it does not know it).
+pub fn remember_writer(id: u32, writer: Option<Writer>) {
+    WRITERS.write().unwrap_or_else(|p| p.into_inner()).insert(id, writer.map(Arc::new));
+}
+
+fn writer(id: u32) -> Option<Option<Arc<Writer>>> {
+    WRITERS.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+}
+
+/// Keep the registry id of a sink topic's schema.
+pub fn set_sink(topic: &str, id: u32, schema: Schema) {
+    SINKS.write().unwrap_or_else(|p| p.into_inner()).insert(topic.to_string(), (id, Arc::new(schema)));
+}
+
+fn sink(topic: &str) -> Option<SinkSchema> {
+    SINKS.read().unwrap_or_else(|p| p.into_inner()).get(topic).cloned()
+}
+
+/// The writer schema id of a framed value.
+pub fn schema_id(bytes: &[u8]) -> Result<u32, String> {
+    match bytes {
+        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
+        [MAGIC, ..] => Err(format!("an Avro value of {} bytes: too short for the wire format's header", bytes.len())),
+        [m, ..] => Err(format!("not in the Avro wire format: the first byte is {m}, not the magic byte 0")),
+        [] => Err("an empty value is not in the Avro wire format".into()),
+    }
+}
+
+/// A framed value decoded to the declared record type, with the writer schema its id names.
+pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
+    let id = schema_id(bytes)?;
+    let w = match writer(id) {
+        Some(Some(w)) => w,
+        Some(None) => return Err(format!("schema id {id} is not in the schema registry")),
+        None => return Err(format!("schema id {id} was not looked up in the schema registry")),
+    };
+    let mut payload = &bytes[5..];
+    let datum = GenericDatumReader::builder(&w.schema)
+        .build()
+        .and_then(|r| r.read_value(&mut payload))
+        .map_err(|e| format!("not Avro data of schema id {id}: {e}"))?;
+    if !payload.is_empty() {
+        return Err(format!("{} bytes after the Avro datum of schema id {id}", payload.len()));
+    }
+    match record(&datum, &w.schema, rt, &w, "")? {
+        Value::Record(fields) => Ok(Arc::try_unwrap(fields).unwrap_or_else(|a| (*a).clone())),
+        _ => Err(format!("schema id {id} is not a record schema")),
+    }
+}
+
+fn record(v: &Avro, s: &Schema, rt: &RecordType, w: &Writer, path: &str) -> Result<Value, String> {
+    let (Avro::Record(fields), Schema::Record(rs)) = (v, w.resolve(s)) else {
+        return Err(format!("{}: the writer wrote {}, not a record", at(path), kind(v)));
+    };
+    let mut out = Vec::with_capacity(rt.fields.len());
+    for (name, ty) in &rt.fields {
+        let p = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        let found = fields.iter().position(|(n, _)| n == name);
+        match found {
+            Some(i) => {
+                let fs =
+                    rs.fields.get(i).filter(|f| f.name == *name).or_else(|| rs.fields.iter().find(|f| f.name == *name));
+                let Some(fs) = fs else { return Err(format!("{}: not in the writer's schema", at(&p))) };
+                out.push(convert(&fields[i].1, &fs.schema, ty, w, &p)?);
+            }
+            None if ty.is_nullable() => out.push(Value::Null),
+            None => return Err(format!("the writer's schema has no field `{p}`, and it is not nullable here")),
+        }
+    }
+    Ok(Value::Record(Arc::new(out)))
+}
+
+fn at(path: &str) -> String {
+    if path.is_empty() {
+        "the value".into()
+    } else {
+        format!("field `{path}`")
+    }
+}
+
+fn kind(v: &Avro) -> &'static str {
+    match v {
+        Avro::Null => "null",
+        Avro::Boolean(_) => "a boolean",
+        Avro::Int(_) | Avro::Long(_) => "an integer",
+        Avro::Float(_) | Avro::Double(_) => "a floating-point number",
+        Avro::Bytes(_) | Avro::Fixed(..) => "bytes",
+        Avro::String(_) => "a string",
+        Avro::Enum(..) => "an enum symbol",
+        Avro::Union(..) => "a union",
+        Avro::Array(_) => "an array",
+        Avro::Map(_) => "a map",
+        Avro::Record(_) => "a record",
+        Avro::Date(_) => "a date",
+        Avro::Decimal(_) | Avro::BigDecimal(_) => "a decimal",
+        Avro::TimeMillis(_) | Avro::TimeMicros(_) => "a time of day",
+        Avro::TimestampMillis(_)
+        | Avro::TimestampMicros(_)
+        | Avro::TimestampNanos(_)
+        | Avro::LocalTimestampMillis(_)
+        | Avro::LocalTimestampMicros(_)
+        | Avro::LocalTimestampNanos(_) => "a timestamp",
+        Avro::Duration(_) => "an Avro duration",
+        Avro::Uuid(_) => "a uuid",
+    }
+}
+
+/// One value of the writer's schema `s` as the declared type `ty`.
+fn convert(v: &Avro, s: &Schema, ty: &Type, w: &Writer, path: &str) -> Result<Value, String> {
+    let s = w.resolve(s);
+    if let Avro::Union(i, inner) = v {
+        let branch = match s {
+            Schema::Union(u) => u.variants().get(*i as usize).unwrap_or(s),
+            s => s,
+        };
+        return convert(inner, branch, ty, w, path);
+    }
+    if let Avro::Null = v {
+        return if ty.is_nullable() || *ty == Type::Error {
+            Ok(Value::Null)
+        } else {
+            Err(format!("{} is null, and a {ty} cannot be", at(path)))
+        };
+    }
+    let bad = || format!("{}: the writer wrote {}, which does not read as a {}", at(path), kind(v), ty.base());
+    Ok(match (ty.base(), v) {
+        (Type::String, Avro::String(s)) => Value::str(s),
+        (Type::String, Avro::Enum(_, s)) => Value::str(s),
+        (Type::String, Avro::Uuid(u)) => Value::str(&u.to_string()),
+        (Type::String, Avro::Bytes(b)) => Value::str(std::str::from_utf8(b).map_err(|_| bad())?),
+        (Type::Int, Avro::Int(i)) => Value::Int((*i).into()),
+        (Type::Int, Avro::Long(i)) => Value::Int(*i),
+        (Type::Float, Avro::Int(i)) => Value::Float((*i).into()),
+        (Type::Float, Avro::Long(i)) => Value::Float(*i as f64),
+        (Type::Float, Avro::Float(f)) => finite((*f).into()).ok_or_else(bad)?,
+        (Type::Float, Avro::Double(f)) => finite(*f).ok_or_else(bad)?,
+        (Type::Float, Avro::Decimal(d)) => {
+            let Schema::Decimal(ds) = s else { return Err(bad()) };
+            let bytes = <Vec<u8>>::try_from(d).map_err(|_| bad())?;
+            finite(unscaled(&bytes).ok_or_else(bad)? / 10f64.powi(ds.scale as i32)).ok_or_else(bad)?
+        }
+        (Type::Bool, Avro::Boolean(b)) => Value::Bool(*b),
+        (Type::Timestamp, Avro::TimestampMillis(t) | Avro::LocalTimestampMillis(t) | Avro::Long(t)) => Value::Ts(*t),
+        (Type::Timestamp, Avro::TimestampMicros(t) | Avro::LocalTimestampMicros(t)) => Value::Ts(t.div_euclid(1_000)),
+        (Type::Timestamp, Avro::TimestampNanos(t) | Avro::LocalTimestampNanos(t)) => Value::Ts(t.div_euclid(1_000_000)),
+        (Type::Timestamp, Avro::Int(t)) => Value::Ts((*t).into()),
+        (Type::Timestamp, Avro::Date(d)) => Value::Ts(i64::from(*d) * 86_400_000),
+        (Type::Duration, Avro::Long(d)) => Value::Dur(*d),
+        (Type::Duration, Avro::Int(d) | Avro::TimeMillis(d)) => Value::Dur((*d).into()),
+        (Type::Duration, Avro::TimeMicros(d)) => Value::Dur(d.div_euclid(1_000)),
+        (Type::List(item), Avro::Array(xs)) => {
+            let Schema::Array(a) = s else { return Err(bad()) };
+            let items = xs
+                .iter()
+                .enumerate()
+                .map(|(i, x)| convert(x, &a.items, item, w, &format!("{path}[{i}]")))
+                .collect::<Result<Vec<_>, _>>()?;
+            Value::List(Arc::new(items))
+        }
+        (Type::Map(k, vt), Avro::Map(m)) => {
+            let Schema::Map(ms) = s else { return Err(bad()) };
+            let mut entries = Vec::with_capacity(m.len());
+            for (key, x) in m {
+                let p = format!("{path}[{key}]");
+                let key = crate::value::map_key(key, k).map_err(|e| format!("{}: {e}", at(path)))?;
+                entries.push((key, convert(x, &ms.types, vt, w, &p)?));
+            }
+            Value::map(entries)
+        }
+        (Type::Record(rt), Avro::Record(_)) => record(v, s, rt, w, path)?,
+        _ => return Err(bad()),
+    })
+}
+
+fn finite(f: f64) -> Option<Value> {
+    f.is_finite().then_some(Value::Float(f))
+}
+
+/// A decimal's unscaled value (big-endian two's complement) as a float.
+fn unscaled(bytes: &[u8]) -> Option<f64> {
+    if bytes.is_empty() || bytes.len() > 16 {
+        return None;
+    }
+    let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0 };
+    let mut b = [fill; 16];
+    b[16 - bytes.len()..].copy_from_slice(bytes);
+    Some(i128::from_be_bytes(b) as f64)
+}
+
+/// A framed value as JSON, by its writer schema alone (for `streamc consume`): records as
+/// objects in field order, unions as their value, maps with their keys sorted, timestamps and
+/// dates as epoch ms, times as ms, decimals as numbers, enums and uuids as strings, bytes as
+/// `{"hex": …}`.
+pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    let id = schema_id(bytes)?;
+    let Some(Some(w)) = writer(id) else { return Err(format!("schema id {id} is not in the schema registry")) };
+    let mut payload = &bytes[5..];
+    let datum = GenericDatumReader::builder(&w.schema)
+        .build()
+        .and_then(|r| r.read_value(&mut payload))
+        .map_err(|e| format!("not Avro data of schema id {id}: {e}"))?;
+    Ok(json_of(&datum, &w.schema, &w))
+}
+
+fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {
+    use serde_json::{json, Value as J};
+    let s = w.resolve(s);
+    match v {
+        Avro::Null => J::Null,
+        Avro::Boolean(b) => json!(b),
+        Avro::Date(d) => json!(i64::from(*d) * 86_400_000),
+        Avro::Int(i) | Avro::TimeMillis(i) => json!(i),
+        Avro::Long(i) | Avro::TimestampMillis(i) | Avro::LocalTimestampMillis(i) => json!(i),
+        Avro::TimeMicros(i) | Avro::TimestampMicros(i) | Avro::LocalTimestampMicros(i) => json!(i.div_euclid(1_000)),
+        Avro::TimestampNanos(i) | Avro::LocalTimestampNanos(i) => json!(i.div_euclid(1_000_000)),
+        Avro::Float(f) => json!(f),
+        Avro::Double(f) => json!(f),
+        Avro::Bytes(b) | Avro::Fixed(_, b) => json!({ "hex": hex::encode(b) }),
+        Avro::String(t) | Avro::Enum(_, t) => json!(t),
+        Avro::Uuid(u) => json!(u.to_string()),
+        Avro::Union(i, inner) => {
+            let branch = match s {
+                Schema::Union(u) => u.variants().get(*i as usize).unwrap_or(s),
+                s => s,
+            };
+            json_of(inner, branch, w)
+        }
+        Avro::Array(xs) => {
+            let items = match s {
+                Schema::Array(a) => &*a.items,
+                s => s,
+            };
+            J::Array(xs.iter().map(|x| json_of(x, items, w)).collect())
+        }
+        Avro::Map(m) => {
+            let values = match s {
+                Schema::Map(ms) => &*ms.types,
+                s => s,
+            };
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            J::Object(keys.into_iter().map(|k| (k.clone(), json_of(&m[k], values, w))).collect())
+        }
+        Avro::Record(fields) => {
+            let schemas: Vec<&Schema> = match s {
+                Schema::Record(r) => r.fields.iter().map(|f| &f.schema).collect(),
+                _ => Vec::new(),
+            };
+            J::Object(
+                fields
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (n, x))| (n.clone(), json_of(x, schemas.get(i).copied().unwrap_or(s), w)))
+                    .collect(),
+            )
+        }
+        Avro::Decimal(d) => match (s, <Vec<u8>>::try_from(d).ok().and_then(|b| unscaled(&b))) {
+            (Schema::Decimal(ds), Some(u)) => json!(u / 10f64.powi(ds.scale as i32)),
+            _ => J::Null,
+        },
+        Avro::BigDecimal(d) => json!(d.to_string()),
+        Avro::Duration(d) => json!({
+            "months": u32::from(d.months()), "days": u32::from(d.days()), "millis": u32::from(d.millis())
+        }),
+    }
+}
+
+/// Why a type has no Avro form here, if it has none: a map whose keys are not strings (Avro's
+/// map keys are strings), or a name Avro does not allow.
+pub fn unsupported(rt: &RecordType) -> Option<String> {
+    for (name, ty) in &rt.fields {
+        if !valid_name(name) {
+            return Some(format!("`{name}` is not an Avro name (letters, digits and `_`, not starting with a digit)"));
+        }
+        if let Some(why) = unsupported_type(ty) {
+            return Some(format!("`{name}`: {why}"));
+        }
+    }
+    None
+}
+
+fn unsupported_type(ty: &Type) -> Option<String> {
+    match ty.base() {
+        Type::Map(k, v) => {
+            if *k.base() != Type::String {
+                return Some(format!("its map keys are {k}, and Avro map keys are strings"));
+            }
+            unsupported_type(v)
+        }
+        Type::List(t) => unsupported_type(t),
+        Type::Record(rt) => unsupported(rt),
+        Type::Tuple(_) => Some("a composite value has no Avro form".into()),
+        _ => None,
+    }
+}
+
+fn valid_name(n: &str) -> bool {
+    let mut cs = n.chars();
+    cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// A record name for the schema of `topic`'s values: its letters and digits, others as `_`.
+pub fn record_name(topic: &str) -> String {
+    let mut n: String = topic.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+    if !n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        n.insert(0, '_');
+    }
+    n
+}
+
+/// The Avro schema (JSON) of values of `rt`, a record named `name`; nested records are named
+/// after their path (`name_field`).
+pub fn schema_json(rt: &RecordType, name: &str) -> serde_json::Value {
+    let fields: Vec<serde_json::Value> = rt
+        .fields
+        .iter()
+        .map(|(n, t)| {
+            let mut f = serde_json::json!({ "name": n, "type": type_json(t, &format!("{name}_{n}")) });
+            if t.is_nullable() {
+                f["default"] = serde_json::Value::Null;
+            }
+            f
+        })
+        .collect();
+    serde_json::json!({ "type": "record", "name": name, "fields": fields })
+}
+
+fn type_json(t: &Type, name: &str) -> serde_json::Value {
+    use serde_json::json;
+    let base = match t.base() {
+        Type::String => json!("string"),
+        Type::Int | Type::Duration => json!("long"),
+        Type::Float => json!("double"),
+        Type::Bool => json!("boolean"),
+        Type::Timestamp => json!({ "type": "long", "logicalType": "timestamp-millis" }),
+        Type::List(i) => json!({ "type": "array", "items": type_json(i, &format!("{name}_item")) }),
+        Type::Map(_, v) => json!({ "type": "map", "values": type_json(v, &format!("{name}_value")) }),
+        Type::Record(rt) => schema_json(rt, name),
+        // No value of these reaches a sink the checker allows (`null` alone: a null column).
+        Type::Null | Type::Error | Type::Tuple(_) | Type::Nullable(_) => json!("null"),
+    };
+    if t.is_nullable() && *t != Type::Null {
+        json!(["null", base])
+    } else {
+        base
+    }
+}
+
+/// A row of `rt` framed for `topic`, whose schema id [`set_sink`] keeps.
+pub fn encode(topic: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
+    let Some((id, schema)) = sink(topic) else {
+        return Err(format!("no schema of topic `{topic}` was registered in the schema registry"));
+    };
+    let datum = to_avro_record(values, rt);
+    let body = GenericDatumWriter::builder(&schema)
+        .build()
+        .and_then(|w| w.write_value_to_vec(datum))
+        .map_err(|e| format!("cannot write Avro for `{topic}`: {e}"))?;
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(MAGIC);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+fn to_avro_record(values: &[Value], rt: &RecordType) -> Avro {
+    Avro::Record(rt.fields.iter().zip(values).map(|((n, t), v)| (n.clone(), to_avro(v, t))).collect())
+}
+
+fn to_avro(v: &Value, t: &Type) -> Avro {
+    let plain = match (v, t.base()) {
+        (Value::Null, _) => return if t.is_nullable() { Avro::Union(0, Box::new(Avro::Null)) } else { Avro::Null },
+        (Value::Str(s), _) => Avro::String(s.to_string()),
+        (Value::Int(i), Type::Float) => Avro::Double(*i as f64),
+        (Value::Int(i), _) => Avro::Long(*i),
+        (Value::Float(f), _) => Avro::Double(*f),
+        (Value::Bool(b), _) => Avro::Boolean(*b),
+        (Value::Ts(t), _) => Avro::TimestampMillis(*t),
+        (Value::Dur(d), _) => Avro::Long(*d),
+        (Value::List(xs), Type::List(it)) => Avro::Array(xs.iter().map(|x| to_avro(x, it)).collect()),
+        (Value::List(xs), _) => Avro::Array(xs.iter().map(|x| to_avro(x, &Type::Error)).collect()),
+        (Value::Map(m), Type::Map(_, vt)) => Avro::Map(
+            m.iter()
+                .map(|(k, x)| {
+                    (
+                        match k {
+                            Value::Str(s) => s.to_string(),
+                            k => k.to_string(),
+                        },
+                        to_avro(x, vt),
+                    )
+                })
+                .collect(),
+        ),
+        (Value::Map(_), _) => Avro::Null,
+        (Value::Record(fs), Type::Record(rt)) => to_avro_record(fs, rt),
+        (Value::Record(_), _) => Avro::Null,
+    };
+    if t.is_nullable() {
+        Avro::Union(1, Box::new(plain))
+    } else {
+        plain
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rt() -> RecordType {
+        let inner = RecordType { fields: vec![("day".into(), Type::Int), ("note".into(), Type::String.nullable())] };
+        RecordType {
+            fields: vec![
+                ("name".into(), Type::String),
+                ("n".into(), Type::Int.nullable()),
+                ("x".into(), Type::Float),
+                ("ok".into(), Type::Bool),
+                ("at".into(), Type::Timestamp),
+                ("gap".into(), Type::Duration),
+                ("tags".into(), Type::List(Box::new(Type::String))),
+                ("counts".into(), Type::Map(Box::new(Type::String), Box::new(Type::Int)).nullable()),
+                ("when".into(), Type::Record(inner)),
+            ],
+        }
+    }
+
+    fn row() -> Vec<Value> {
+        vec![
+            Value::str("a"),
+            Value::Null,
+            Value::Float(1.5),
+            Value::Bool(true),
+            Value::Ts(1_700_000_000_123),
+            Value::Dur(250),
+            Value::List(Arc::new(vec![Value::str("x"), Value::str("y")])),
+            Value::map(vec![(Value::str("k"), Value::Int(3)), (Value::str("a"), Value::Int(-1))]),
+            Value::Record(Arc::new(vec![Value::Int(7), Value::Null])),
+        ]
+    }
+
+    /// Register `rt`'s schema as both the sink's and writer `id`, as the runtime does.
+    fn registered(topic: &str, id: u32, rt: &RecordType) {
+        let json = schema_json(rt, &record_name(topic)).to_string();
+        set_sink(topic, id, Schema::parse_str(&json).unwrap());
+        remember_writer(id, Some(Writer::parse(&json).unwrap()));
+    }
+
+    #[test]
+    fn every_type_round_trips_through_the_derived_schema() {
+        let t = rt();
+        registered("round-trip", 9001, &t);
+        let bytes = encode("round-trip", &row(), &t).unwrap();
+        assert_eq!(&bytes[..5], &[0, 0, 0, 0x23, 0x29]);
+        assert_eq!(decode(&bytes, &t).unwrap(), row());
+        let json = schema_json(&t, "round_trip");
+        assert_eq!(json["fields"][1]["type"], serde_json::json!(["null", "long"]));
+        assert_eq!(json["fields"][1]["default"], serde_json::Value::Null);
+        assert_eq!(json["fields"][4]["type"]["logicalType"], "timestamp-millis");
+        assert_eq!(json["fields"][8]["type"]["name"], "round_trip_when");
+    }
+
+    #[test]
+    fn a_writer_schema_resolves_to_the_declared_fields() {
+        // An older writer: no `n` (nullable: null), an extra field (ignored), an int where a
+        // float is declared, an enum where a string is, a decimal, timestamps in micros and a
+        // date, a union holding a long.
+        let writer = r#"{"type": "record", "name": "W", "fields": [
+            {"name": "extra", "type": "string"},
+            {"name": "name", "type": {"type": "enum", "name": "E", "symbols": ["a", "b"]}},
+            {"name": "x", "type": "int"},
+            {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "maybe", "type": ["null", "long"]}
+        ]}"#;
+        let w = Writer::parse(writer).unwrap();
+        let datum = Avro::Record(vec![
+            ("extra".into(), Avro::String("ignored".into())),
+            ("name".into(), Avro::Enum(1, "b".into())),
+            ("x".into(), Avro::Int(3)),
+            ("price".into(), Avro::Decimal(apache_avro::Decimal::from((-12345i32).to_be_bytes()))),
+            ("at".into(), Avro::TimestampMicros(1_700_000_000_123_999)),
+            ("day".into(), Avro::Date(2)),
+            ("maybe".into(), Avro::Union(1, Box::new(Avro::Long(5)))),
+        ]);
+        let body = GenericDatumWriter::builder(&w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
+        remember_writer(9002, Some(w));
+        let mut bytes = vec![0, 0, 0, 0x23, 0x2a];
+        bytes.extend_from_slice(&body);
+        let declared = RecordType {
+            fields: vec![
+                ("name".into(), Type::String),
+                ("n".into(), Type::Int.nullable()),
+                ("x".into(), Type::Float),
+                ("price".into(), Type::Float),
+                ("at".into(), Type::Timestamp),
+                ("day".into(), Type::Timestamp),
+                ("maybe".into(), Type::Int),
+            ],
+        };
+        let v = decode(&bytes, &declared).unwrap();
+        assert_eq!(
+            v,
+            vec![
+                Value::str("b"),
+                Value::Null,
+                Value::Float(3.0),
+                Value::Float(-123.45),
+                Value::Ts(1_700_000_000_123),
+                Value::Ts(2 * 86_400_000),
+                Value::Int(5)
+            ]
+        );
+        // A non-nullable field the writer lacks, a type that does not read: bad input.
+        let missing = RecordType { fields: vec![("n".into(), Type::Int)] };
+        assert!(decode(&bytes, &missing).unwrap_err().contains("no field `n`"));
+        let wrong = RecordType { fields: vec![("x".into(), Type::Bool)] };
+        assert_eq!(
+            decode(&bytes, &wrong).unwrap_err(),
+            "field `x`: the writer wrote an integer, which does not read as a bool"
+        );
+    }
+
+    #[test]
+    fn framing_errors_are_reasons_not_panics() {
+        let t = rt();
+        assert!(decode(b"", &t).unwrap_err().contains("empty"));
+        assert!(decode(b"{\"a\":1}", &t).unwrap_err().contains("magic byte"));
+        assert!(decode(&[0, 0, 1], &t).unwrap_err().contains("too short"));
+        remember_writer(9003, None);
+        assert_eq!(decode(&[0, 0, 0, 0x23, 0x2b, 1], &t).unwrap_err(), "schema id 9003 is not in the schema registry");
+        assert!(decode(&[0, 0, 0, 0x23, 0x2c], &t).unwrap_err().contains("not looked up"));
+        registered("frames", 9004, &t);
+        let mut bytes = encode("frames", &row(), &t).unwrap();
+        bytes.push(0);
+        assert!(decode(&bytes, &t).unwrap_err().contains("1 bytes after"));
+        for cut in 5..bytes.len() - 2 {
+            assert!(decode(&bytes[..cut], &t).is_err(), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn names_and_map_keys_avro_cannot_hold_are_named() {
+        let rt = RecordType { fields: vec![("m".into(), Type::Map(Box::new(Type::Int), Box::new(Type::Int)))] };
+        assert!(unsupported(&rt).unwrap().contains("Avro map keys are strings"));
+        let rt = RecordType { fields: vec![("a-b".into(), Type::Int)] };
+        assert!(unsupported(&rt).unwrap().contains("not an Avro name"));
+        assert_eq!(record_name("stock-stats.v1"), "stock_stats_v1");
+        assert_eq!(record_name("1x"), "_1x");
+    }
+}

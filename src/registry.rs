@@ -1,0 +1,216 @@
+//! A client of a schema registry's Confluent-compatible REST API (Confluent Schema Registry,
+//! Apicurio Registry under `/apis/ccompat/v7`, Karapace, Redpanda): the schema of an id, a
+//! subject's registration and its compatibility check. Blocking (ureq), with timeouts; called
+//! where the runtime may wait (start-up, a program change, a record of a writer schema not seen
+//! before), never per record.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Why a call failed: the registry could not be asked (down, unreachable, a server error: try
+/// again later), or it answered no.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("the schema registry at {url} cannot be reached: {reason}")]
+    Unavailable { url: String, reason: String },
+    #[error("the schema registry refused {what}: {message}")]
+    Refused { what: String, message: String },
+}
+
+/// The registry of a configuration: its base URL and optional `user:password`.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    url: String,
+    auth: Option<String>,
+    agent: ureq::Agent,
+}
+
+#[derive(Deserialize)]
+struct SchemaText {
+    schema: String,
+}
+
+#[derive(Deserialize)]
+struct Id {
+    id: u32,
+}
+
+#[derive(Deserialize)]
+struct Compatibility {
+    is_compatible: bool,
+    #[serde(default)]
+    messages: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Latest {
+    version: u64,
+    id: u32,
+}
+
+const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
+
+/// What the registry says of a schema against a subject's latest version.
+#[derive(Debug, PartialEq)]
+pub enum Compat {
+    /// The subject has no version yet: any schema is accepted.
+    NoSubject,
+    Compatible {
+        version: u64,
+    },
+    Incompatible {
+        version: u64,
+        messages: Vec<String>,
+    },
+}
+
+impl Registry {
+    /// `url` is the API's base (e.g. `http://registry:8081`, or Apicurio's
+    /// `http://host:8080/apis/ccompat/v7`); `auth` is `user:password` for basic authentication.
+    pub fn new(url: &str, auth: Option<&str>) -> Registry {
+        let config = ureq::Agent::config_builder()
+            .timeout_connect(Some(Duration::from_secs(5)))
+            .timeout_global(Some(Duration::from_secs(30)))
+            .http_status_as_error(false)
+            .build();
+        Registry { url: url.trim_end_matches('/').to_string(), auth: auth.map(str::to_string), agent: config.into() }
+    }
+
+    /// The registry `schema.registry.*` configures, if any.
+    pub fn of(cfg: &crate::config::Config) -> Option<Registry> {
+        let r = &cfg.schema.registry;
+        Some(Registry::new(r.url.as_deref()?, r.basic_auth.as_deref()))
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn unavailable(&self, reason: impl std::fmt::Display) -> RegistryError {
+        RegistryError::Unavailable { url: self.url.clone(), reason: reason.to_string() }
+    }
+
+    fn authorization(&self) -> Option<String> {
+        use base64::Engine as _;
+        // RFC 7617: base64 of `user:password`.
+        Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(self.auth.as_ref()?)))
+    }
+
+    /// GET or POST `path`: the status and body, or Unavailable (no answer, or a 5xx).
+    fn call(&self, method: &str, path: &str, body: Option<&serde_json::Value>) -> Result<(u16, String), RegistryError> {
+        let url = format!("{}{path}", self.url);
+        let response = match body {
+            None => {
+                let mut r = self.agent.get(&url).header("Accept", CONTENT_TYPE);
+                if let Some(a) = self.authorization() {
+                    r = r.header("Authorization", &a);
+                }
+                r.call()
+            }
+            Some(b) => {
+                let mut r = if method == "PUT" { self.agent.put(&url) } else { self.agent.post(&url) };
+                r = r.header("Accept", CONTENT_TYPE).header("Content-Type", CONTENT_TYPE);
+                if let Some(a) = self.authorization() {
+                    r = r.header("Authorization", &a);
+                }
+                r.send(b.to_string())
+            }
+        };
+        let mut response = response.map_err(|e| self.unavailable(e))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().map_err(|e| self.unavailable(e))?;
+        if status >= 500 {
+            return Err(self.unavailable(format!("HTTP {status}: {}", text.trim())));
+        }
+        Ok((status, text))
+    }
+
+    fn refused(what: String, status: u16, text: &str) -> RegistryError {
+        let message = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("message").and_then(|m| m.as_str()).map(str::to_string))
+            .unwrap_or_else(|| text.trim().to_string());
+        RegistryError::Refused { what, message: format!("HTTP {status}: {message}") }
+    }
+
+    /// The schema (its JSON text) registered under `id`; None if the registry has no such id.
+    pub fn schema(&self, id: u32) -> Result<Option<String>, RegistryError> {
+        let (status, text) = self.call("GET", &format!("/schemas/ids/{id}"), None)?;
+        match status {
+            200 => serde_json::from_str::<SchemaText>(&text)
+                .map(|s| Some(s.schema))
+                .map_err(|e| self.unavailable(format!("an answer that is not a schema: {e}"))),
+            404 => Ok(None),
+            _ => Err(Self::refused(format!("schema id {id}"), status, &text)),
+        }
+    }
+
+    /// Register `schema` (an Avro schema's JSON) under `subject`: its id (the same id when the
+    /// subject already has this schema). Refused when the subject's compatibility rules forbid it.
+    pub fn register(&self, subject: &str, schema: &serde_json::Value) -> Result<u32, RegistryError> {
+        let body = serde_json::json!({ "schema": schema.to_string() });
+        let (status, text) =
+            self.call("POST", &format!("/subjects/{}/versions", path_segment(subject)), Some(&body))?;
+        match status {
+            200 => serde_json::from_str::<Id>(&text)
+                .map(|i| i.id)
+                .map_err(|e| self.unavailable(format!("an answer without an id: {e}"))),
+            _ => Err(Self::refused(format!("the schema of subject `{subject}`"), status, &text)),
+        }
+    }
+
+    /// Whether `schema` is compatible with `subject`'s latest version, by the subject's rules.
+    pub fn compatibility(&self, subject: &str, schema: &serde_json::Value) -> Result<Compat, RegistryError> {
+        let seg = path_segment(subject);
+        let (status, text) = self.call("GET", &format!("/subjects/{seg}/versions/latest"), None)?;
+        let latest = match status {
+            200 => serde_json::from_str::<Latest>(&text).map_err(|e| self.unavailable(e))?,
+            404 => return Ok(Compat::NoSubject),
+            _ => return Err(Self::refused(format!("subject `{subject}`"), status, &text)),
+        };
+        let _ = latest.id;
+        let body = serde_json::json!({ "schema": schema.to_string() });
+        let (status, text) =
+            self.call("POST", &format!("/compatibility/subjects/{seg}/versions/latest?verbose=true"), Some(&body))?;
+        match status {
+            200 => {
+                let c: Compatibility = serde_json::from_str(&text).map_err(|e| self.unavailable(e))?;
+                Ok(if c.is_compatible {
+                    Compat::Compatible { version: latest.version }
+                } else {
+                    Compat::Incompatible { version: latest.version, messages: c.messages }
+                })
+            }
+            404 => Ok(Compat::NoSubject),
+            _ => Err(Self::refused(format!("the compatibility check of subject `{subject}`"), status, &text)),
+        }
+    }
+}
+
+/// A subject as one URL path segment (topic names are letters, digits, `.`, `_`, `-`: nothing
+/// to escape but a `/` a user could not write anyway).
+fn path_segment(subject: &str) -> String {
+    subject.replace('/', "%2F")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn basic_authentication_is_base64_of_user_and_password() {
+        let r = Registry::new("http://x", Some("Aladdin:open sesame"));
+        assert_eq!(r.authorization().as_deref(), Some("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="));
+        assert_eq!(Registry::new("http://x", Some("ab")).authorization().as_deref(), Some("Basic YWI="));
+        assert_eq!(Registry::new("http://x/", None).url(), "http://x");
+    }
+
+    #[test]
+    fn a_registry_that_is_down_is_unavailable_not_refused() {
+        // A port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let r = Registry::new(&format!("http://127.0.0.1:{port}"), None);
+        assert!(matches!(r.schema(1), Err(RegistryError::Unavailable { .. })));
+    }
+}

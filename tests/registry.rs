@@ -1,0 +1,207 @@
+//! Avro through a real schema registry (the one `./dev/test` starts: dev/registry/registry), on
+//! the embedded default: schema evolution on read, a sink schema the subject's rules refuse (at
+//! `check`, and at `run` before anything is written), and a registry that is down (the run
+//! stops; run again once it is back, nothing is lost). `#[ignore]`d: a plain `cargo test` lists
+//! them as not run.
+
+mod common;
+
+use std::path::Path;
+
+use common::cli::{consume, streamc, streamc_output};
+use common::embedded::temp_dir;
+
+fn registry() -> String {
+    std::env::var("STREAMC_REGISTRY_URL").unwrap_or_else(|_| {
+        panic!("this test needs a schema registry: run ./dev/test, or `eval \"$(dev/registry/registry start)\"`")
+    })
+}
+
+/// `curl` against the registry: (HTTP status, body).
+fn curl(method: &str, url: &str, body: Option<&str>) -> (u16, String) {
+    let mut c = std::process::Command::new("curl");
+    c.args(["-s", "-o", "-", "-w", "\n%{http_code}", "-X", method, url]);
+    c.args(["-H", "Content-Type: application/vnd.schemaregistry.v1+json"]);
+    if let Some(b) = body {
+        c.args(["--data", b]);
+    }
+    let o = c.output().expect("curl runs");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// A unique topic name per test run (the registry's subjects outlive a state directory).
+fn unique(name: &str) -> String {
+    format!("{name}{}", std::process::id())
+}
+
+#[test]
+#[ignore = "needs a schema registry (./dev/test starts one)"]
+fn records_of_older_and_newer_writer_schemas_are_read_into_the_declared_fields() {
+    let url = registry();
+    let reg = format!("schema.registry.url={url}");
+    let dir = temp_dir("registry-evolution");
+    let state = dir.join("state");
+    let topic = unique("payments");
+    // v1 wrote `amount` as an int and had no `note`; v2 (the program's) reads a float and an
+    // optional note; v3 writes an extra field the program does not declare.
+    let v1 = write(
+        &dir,
+        "v1.stream",
+        &format!("stream p from \"{topic}\" {{\n  key id\n  value avro {{ id: string, amount: int }}\n}}\n"),
+    );
+    let v3 = write(
+        &dir,
+        "v3.stream",
+        &format!("stream p from \"{topic}\" {{\n  key id\n  value avro {{ id: string, amount: float, note: string?, extra: int }}\n}}\n"),
+    );
+    let app = write(
+        &dir,
+        "app.stream",
+        &format!(
+            "stream p from \"{topic}\" {{\n  key id\n  value avro {{ id: string, amount: float, note: string? }}\n}}\n\
+             query out {{\n  from p\n  select {{ id, amount, note }}\n  to \"{topic}-out\"\n}}\n"
+        ),
+    );
+    let lines = |recs: &[&str]| recs.iter().map(|r| format!("{r}\n")).collect::<String>();
+    let f1 = write(&dir, "v1.jsonl", &lines(&[r#"{"id": "a", "amount": 3}"#, r#"{"id": "b", "amount": -7}"#]));
+    let f2 = write(
+        &dir,
+        "v2.jsonl",
+        &lines(&[r#"{"id": "c", "amount": 2.5, "note": "hi"}"#, r#"{"id": "d", "amount": 1}"#]),
+    );
+    let f3 = write(&dir, "v3.jsonl", &lines(&[r#"{"id": "e", "amount": 9.25, "note": null, "extra": 1}"#]));
+    streamc(&state, &["produce", &topic, &f1, "--program", &v1, "--set", &reg]);
+    streamc(&state, &["produce", &topic, &f2, "--program", &app, "--set", &reg]);
+    streamc(&state, &["produce", &topic, &f3, "--program", &v3, "--set", &reg]);
+    // Three writer schemas under one subject.
+    let (code, versions) = curl("GET", &format!("{url}/subjects/{topic}-value/versions"), None);
+    assert_eq!(code, 200, "{versions}");
+    assert_eq!(serde_json::from_str::<Vec<i64>>(&versions).unwrap().len(), 3, "{versions}");
+    streamc(&state, &["run", &app, "--drain", "--set", &reg]);
+    let got: Vec<(String, serde_json::Value)> =
+        consume(&state, &format!("{topic}-out"), &[]).into_iter().map(|r| (r.key.to_string(), r.value)).collect();
+    let want: Vec<(String, serde_json::Value)> = [
+        ("a", serde_json::json!({"id": "a", "amount": 3.0, "note": null})),
+        ("b", serde_json::json!({"id": "b", "amount": -7.0, "note": null})),
+        ("c", serde_json::json!({"id": "c", "amount": 2.5, "note": "hi"})),
+        ("d", serde_json::json!({"id": "d", "amount": 1.0, "note": null})),
+        ("e", serde_json::json!({"id": "e", "amount": 9.25, "note": null})),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("\"{k}\""), v))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+#[ignore = "needs a schema registry (./dev/test starts one)"]
+fn a_sink_schema_its_subject_refuses_is_reported_by_check_and_stops_run_before_any_output() {
+    let url = registry();
+    let reg = format!("schema.registry.url={url}");
+    let dir = temp_dir("registry-refused");
+    let state = dir.join("state");
+    let topic = unique("totals");
+    // The subject holds a schema whose `n` is a string, and requires backward compatibility.
+    // (Named as streamc names the record of a topic: the topic's letters and digits.)
+    let old = format!(
+        r#"{{"type":"record","name":"{topic}","fields":[{{"name":"k","type":"string"}},{{"name":"n","type":"string"}}]}}"#
+    );
+    let body = serde_json::json!({ "schema": old }).to_string();
+    let (code, text) = curl("POST", &format!("{url}/subjects/{topic}-value/versions"), Some(&body));
+    assert_eq!(code, 200, "{text}");
+    let (code, text) = curl("PUT", &format!("{url}/config/{topic}-value"), Some(r#"{"compatibility":"BACKWARD"}"#));
+    assert_eq!(code, 200, "{text}");
+    let src = unique("events");
+    let prog = write(
+        &dir,
+        "app.stream",
+        &format!(
+            "stream e from \"{src}\" {{\n  key k\n  value json {{ k: string }}\n}}\n\
+             query q {{\n  from e\n  group by k\n  aggregate {{ n = count() }}\n  to \"{topic}\" avro\n}}\n"
+        ),
+    );
+    let o = streamc_output(&state, &["check", &prog, "--set", &reg]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains(&format!("avro sink `{topic}`: its schema is not compatible with `{topic}-value` version 1")),
+        "{err}"
+    );
+    // A compatible program (n as a string again) checks.
+    let ok = write(
+        &dir,
+        "ok.stream",
+        &std::fs::read_to_string(&prog)
+            .unwrap()
+            .replace("aggregate { n = count() }", "aggregate { c = count() }\n  select { k, n = to_string(c) }"),
+    );
+    let o = streamc_output(&state, &["check", &ok, "--set", &reg]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("compatible with `{topic}-value` version 1")));
+
+    let input = write(&dir, "in.jsonl", "{\"k\": \"x\"}\n");
+    streamc(&state, &["produce", &src, &input, "--program", &prog]);
+    let o = streamc_output(&state, &["run", &prog, "--drain", "--set", &reg]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains(&format!("cannot register the schema of `{topic}` under `{topic}-value`")), "{err}");
+    assert!(err.contains("409"), "the registry's answer: {err}");
+    let o = streamc_output(&state, &["consume", &topic, "--from-beginning"]);
+    assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "nothing was written");
+}
+
+#[test]
+#[ignore = "needs a schema registry (./dev/test starts one)"]
+fn a_registry_that_is_down_stops_the_run_and_the_next_run_loses_nothing() {
+    let url = registry();
+    let reg = format!("schema.registry.url={url}");
+    let dir = temp_dir("registry-down");
+    let state = dir.join("state");
+    let topic = unique("clicks");
+    let prog = write(
+        &dir,
+        "app.stream",
+        &format!(
+            "stream c from \"{topic}\" {{\n  key user\n  value avro {{ user: string, n: int }}\n}}\n\
+             query per_user {{\n  from c\n  group by user\n  aggregate {{ total = sum(n) }}\n  to \"{topic}-totals\"\n}}\n"
+        ),
+    );
+    let lines: String = (0..200).map(|i| format!("{{\"user\": \"u{}\", \"n\": {i}}}\n", i % 7)).collect();
+    let input = write(&dir, "in.jsonl", &lines);
+    streamc(&state, &["produce", &topic, &input, "--program", &prog, "--set", &reg]);
+    // No registry where the configuration says: the writer schema cannot be read.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let o = streamc_output(
+        &state,
+        &["run", &prog, "--drain", "--set", &format!("schema.registry.url=http://127.0.0.1:{dead}")],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("cannot read schema id") && err.contains("cannot be reached"), "{err}");
+    let o = streamc_output(&state, &["consume", &format!("{topic}-totals"), "--from-beginning"]);
+    assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "nothing was written");
+    assert!(
+        !String::from_utf8_lossy(&streamc_output(&state, &["consume", "app-dlq", "--from-beginning"]).stdout)
+            .contains("clicks"),
+        "no record was dead-lettered for the registry's absence"
+    );
+    // Back: every record counts, once.
+    streamc(&state, &["run", &prog, "--drain", "--set", &reg]);
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..200i64 {
+        *want.entry(format!("u{}", i % 7)).or_insert(0i64) += i;
+    }
+    let mut got = std::collections::BTreeMap::new();
+    for r in consume(&state, &format!("{topic}-totals"), &[]) {
+        got.insert(r.key.as_str().unwrap().to_string(), r.value["total"].as_i64().unwrap());
+    }
+    assert_eq!(got, want);
+}
