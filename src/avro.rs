@@ -74,11 +74,45 @@ fn collect_names(s: &Schema, names: &mut HashMap<Name, Schema>) {
 /// Writer schemas by registry id; None: the registry does not know the id.
 static WRITERS: LazyLock<RwLock<HashMap<u32, Option<Arc<Writer>>>>> = LazyLock::new(Default::default);
 
-/// A sink topic's schema: its id in the registry, and the schema.
-type SinkSchema = (u32, Arc<Schema>);
+/// A sink schema: its text (as derived), its id in the registry, and the schema.
+type SinkSchema = (String, u32, Arc<Schema>);
 
-/// Per sink topic, its schema.
-static SINKS: LazyLock<RwLock<HashMap<String, SinkSchema>>> = LazyLock::new(Default::default);
+/// Per sink topic, the schemas registered for it (one per distinct output type writing it).
+static SINKS: LazyLock<RwLock<HashMap<String, Vec<SinkSchema>>>> = LazyLock::new(Default::default);
+
+/// What the runtime installs ([`set_registry`]): looks up a writer schema by id (Ok(None): the
+/// registry does not know it) and registers a sink schema (its text) for a topic, both over the
+/// network. Used for what was not fetched ahead (rows restored into a store, a query a control
+/// statement changed).
+pub trait Lookup: Send + Sync {
+    fn writer(&self, id: u32) -> Result<Option<String>, String>;
+    fn register(&self, topic: &str, schema: &str) -> Result<u32, String>;
+}
+
+static LOOKUP: RwLock<Option<Arc<dyn Lookup>>> = RwLock::new(None);
+
+/// Why the registry could not be asked, since the runtime last looked ([`take_failure`]): a
+/// record that needed it was refused for that reason, and the run must stop before it commits.
+static FAILURE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Install the registry lookups of this process.
+pub fn set_registry(lookup: Arc<dyn Lookup>) {
+    *LOOKUP.write().unwrap_or_else(|p| p.into_inner()) = Some(lookup);
+}
+
+/// The registry failure a decode or encode met since the last call, if any.
+pub fn take_failure() -> Option<String> {
+    FAILURE.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+fn failed(reason: String) -> String {
+    FAILURE.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(reason.clone());
+    format!("the schema registry could not be asked: {reason}")
+}
+
+fn lookup() -> Option<Arc<dyn Lookup>> {
+    LOOKUP.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
 
 /// Whether the writer schema `id` has been looked up.
 pub fn writer_known(id: u32) -> bool {
@@ -94,13 +128,17 @@ fn writer(id: u32) -> Option<Option<Arc<Writer>>> {
     WRITERS.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
 }
 
-/// Keep the registry id of a sink topic's schema.
-pub fn set_sink(topic: &str, id: u32, schema: Schema) {
-    SINKS.write().unwrap_or_else(|p| p.into_inner()).insert(topic.to_string(), (id, Arc::new(schema)));
+/// Keep the registry id of a schema (its text, as [`schema_json`] derived it) of a sink topic.
+pub fn set_sink(topic: &str, text: &str, id: u32, schema: Schema) {
+    let mut sinks = SINKS.write().unwrap_or_else(|p| p.into_inner());
+    let v = sinks.entry(topic.to_string()).or_default();
+    v.retain(|(t, _, _)| t != text);
+    v.push((text.to_string(), id, Arc::new(schema)));
 }
 
-fn sink(topic: &str) -> Option<SinkSchema> {
-    SINKS.read().unwrap_or_else(|p| p.into_inner()).get(topic).cloned()
+fn sink(topic: &str, text: &str) -> Option<(u32, Arc<Schema>)> {
+    let sinks = SINKS.read().unwrap_or_else(|p| p.into_inner());
+    sinks.get(topic)?.iter().find(|(t, _, _)| t == text).map(|(_, id, s)| (*id, s.clone()))
 }
 
 /// The writer schema id of a framed value.
@@ -116,11 +154,7 @@ pub fn schema_id(bytes: &[u8]) -> Result<u32, String> {
 /// A framed value decoded to the declared record type, with the writer schema its id names.
 pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
     let id = schema_id(bytes)?;
-    let w = match writer(id) {
-        Some(Some(w)) => w,
-        Some(None) => return Err(format!("schema id {id} is not in the schema registry")),
-        None => return Err(format!("schema id {id} was not looked up in the schema registry")),
-    };
+    let w = writer_of(id)?;
     let mut payload = &bytes[5..];
     let datum = GenericDatumReader::builder(&w.schema)
         .build()
@@ -133,6 +167,23 @@ pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
         Value::Record(fields) => Ok(Arc::try_unwrap(fields).unwrap_or_else(|a| (*a).clone())),
         _ => Err(format!("schema id {id} is not a record schema")),
     }
+}
+
+/// Writer schema `id`: known, or looked up now (a record restored into a store before this
+/// process fetched its schema).
+fn writer_of(id: u32) -> Result<Arc<Writer>, String> {
+    let known = match writer(id) {
+        Some(known) => known,
+        None => {
+            let Some(l) = lookup() else {
+                return Err(format!("schema id {id} was not looked up in the schema registry"));
+            };
+            let text = l.writer(id).map_err(failed)?;
+            remember_writer(id, text.and_then(|t| Writer::parse(&t).ok()));
+            writer(id).flatten()
+        }
+    };
+    known.ok_or_else(|| format!("schema id {id} is not in the schema registry, or is not an Avro schema streamc reads"))
 }
 
 fn record(v: &Avro, s: &Schema, rt: &RecordType, w: &Writer, path: &str) -> Result<Value, String> {
@@ -280,7 +331,7 @@ fn unscaled(bytes: &[u8]) -> Option<f64> {
 /// `{"hex": …}`.
 pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
     let id = schema_id(bytes)?;
-    let Some(Some(w)) = writer(id) else { return Err(format!("schema id {id} is not in the schema registry")) };
+    let w = writer_of(id)?;
     let mut payload = &bytes[5..];
     let datum = GenericDatumReader::builder(&w.schema)
         .build()
@@ -433,10 +484,21 @@ fn type_json(t: &Type, name: &str) -> serde_json::Value {
     }
 }
 
-/// A row of `rt` framed for `topic`, whose schema id [`set_sink`] keeps.
-pub fn encode(topic: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    let Some((id, schema)) = sink(topic) else {
-        return Err(format!("no schema of topic `{topic}` was registered in the schema registry"));
+/// A row of `rt` framed for `topic`, with the schema `text` (derived from `rt` by
+/// [`schema_json`]) registered for it: by the runtime ahead, or now.
+pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
+    let (id, schema) = match sink(topic, text) {
+        Some(s) => s,
+        None => {
+            let Some(l) = lookup() else {
+                return Err(format!("no schema of topic `{topic}` was registered in the schema registry"));
+            };
+            let schema =
+                Schema::parse_str(text).map_err(|e| format!("the schema of `{topic}` is not valid Avro: {e}"))?;
+            let id = l.register(topic, text).map_err(failed)?;
+            set_sink(topic, text, id, schema.clone());
+            (id, Arc::new(schema))
+        }
     };
     let datum = to_avro_record(values, rt);
     let body = GenericDatumWriter::builder(&schema)
@@ -456,7 +518,10 @@ fn to_avro_record(values: &[Value], rt: &RecordType) -> Avro {
 
 fn to_avro(v: &Value, t: &Type) -> Avro {
     let plain = match (v, t.base()) {
-        (Value::Null, _) => return if t.is_nullable() { Avro::Union(0, Box::new(Avro::Null)) } else { Avro::Null },
+        // (`Type::Null` is the schema "null" itself, not a union: see `type_json`.)
+        (Value::Null, _) => {
+            return if t.is_nullable() && *t != Type::Null { Avro::Union(0, Box::new(Avro::Null)) } else { Avro::Null }
+        }
         (Value::Str(s), _) => Avro::String(s.to_string()),
         (Value::Int(i), Type::Float) => Avro::Double(*i as f64),
         (Value::Int(i), _) => Avro::Long(*i),
@@ -483,7 +548,7 @@ fn to_avro(v: &Value, t: &Type) -> Avro {
         (Value::Record(fs), Type::Record(rt)) => to_avro_record(fs, rt),
         (Value::Record(_), _) => Avro::Null,
     };
-    if t.is_nullable() {
+    if t.is_nullable() && *t != Type::Null {
         Avro::Union(1, Box::new(plain))
     } else {
         plain
@@ -507,6 +572,8 @@ mod tests {
                 ("tags".into(), Type::List(Box::new(Type::String))),
                 ("counts".into(), Type::Map(Box::new(Type::String), Box::new(Type::Int)).nullable()),
                 ("when".into(), Type::Record(inner)),
+                ("none".into(), Type::Null),
+                ("maybes".into(), Type::List(Box::new(Type::Float.nullable()))),
             ],
         }
     }
@@ -522,21 +589,24 @@ mod tests {
             Value::List(Arc::new(vec![Value::str("x"), Value::str("y")])),
             Value::map(vec![(Value::str("k"), Value::Int(3)), (Value::str("a"), Value::Int(-1))]),
             Value::Record(Arc::new(vec![Value::Int(7), Value::Null])),
+            Value::Null,
+            Value::List(Arc::new(vec![Value::Float(0.5), Value::Null])),
         ]
     }
 
     /// Register `rt`'s schema as both the sink's and writer `id`, as the runtime does.
-    fn registered(topic: &str, id: u32, rt: &RecordType) {
+    fn registered(topic: &str, id: u32, rt: &RecordType) -> String {
         let json = schema_json(rt, &record_name(topic)).to_string();
-        set_sink(topic, id, Schema::parse_str(&json).unwrap());
+        set_sink(topic, &json, id, Schema::parse_str(&json).unwrap());
         remember_writer(id, Some(Writer::parse(&json).unwrap()));
+        json
     }
 
     #[test]
     fn every_type_round_trips_through_the_derived_schema() {
         let t = rt();
-        registered("round-trip", 9001, &t);
-        let bytes = encode("round-trip", &row(), &t).unwrap();
+        let text = registered("round-trip", 9001, &t);
+        let bytes = encode("round-trip", &text, &row(), &t).unwrap();
         assert_eq!(&bytes[..5], &[0, 0, 0, 0x23, 0x29]);
         assert_eq!(decode(&bytes, &t).unwrap(), row());
         let json = schema_json(&t, "round_trip");
@@ -615,10 +685,12 @@ mod tests {
         assert!(decode(b"{\"a\":1}", &t).unwrap_err().contains("magic byte"));
         assert!(decode(&[0, 0, 1], &t).unwrap_err().contains("too short"));
         remember_writer(9003, None);
-        assert_eq!(decode(&[0, 0, 0, 0x23, 0x2b, 1], &t).unwrap_err(), "schema id 9003 is not in the schema registry");
-        assert!(decode(&[0, 0, 0, 0x23, 0x2c], &t).unwrap_err().contains("not looked up"));
-        registered("frames", 9004, &t);
-        let mut bytes = encode("frames", &row(), &t).unwrap();
+        assert!(decode(&[0, 0, 0, 0x23, 0x2b, 1], &t)
+            .unwrap_err()
+            .starts_with("schema id 9003 is not in the schema registry"));
+        assert!(decode(&[0, 0, 0, 0x23, 0x2c], &t).is_err());
+        let text = registered("frames", 9004, &t);
+        let mut bytes = encode("frames", &text, &row(), &t).unwrap();
         bytes.push(0);
         assert!(decode(&bytes, &t).unwrap_err().contains("1 bytes after"));
         for cut in 5..bytes.len() - 2 {

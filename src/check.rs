@@ -1855,7 +1855,19 @@ impl<'a> Checker<'a> {
                     }
                     if let Some(Format::Avro) = format.as_ref().map(|f| f.node) {
                         let span = format.as_ref().map(|f| f.span).unwrap_or(c.span);
-                        let why = crate::avro::unsupported(&shape.value).or_else(|| {
+                        // The value as written: with each joined side not projected away as a
+                        // record (its key last when not one of its fields).
+                        let mut written = shape.value.clone();
+                        for j in &shape.joined {
+                            let mut rec = j.value.clone();
+                            if let Some((k, t)) = &j.key {
+                                if rec.get(k).is_none() {
+                                    rec.fields.push((k.clone(), t.clone()));
+                                }
+                            }
+                            written.fields.push((j.name.clone(), Type::Record(rec)));
+                        }
+                        let why = crate::avro::unsupported(&written).or_else(|| {
                             shape
                                 .tenant_scoped
                                 .then(|| "a tenant-scoped query writes json or csv, not avro".to_string())

@@ -141,7 +141,9 @@ impl Registry {
             200 => serde_json::from_str::<SchemaText>(&text)
                 .map(|s| Some(s.schema))
                 .map_err(|e| self.unavailable(format!("an answer that is not a schema: {e}"))),
-            404 => Ok(None),
+            // Only the API's own "schema not found" (error code 40403): a 404 without it is a
+            // path the server does not serve (a wrong base URL), which no record should pay for.
+            404 if error_code(&text) == Some(40403) => Ok(None),
             _ => Err(Self::refused(format!("schema id {id}"), status, &text)),
         }
     }
@@ -186,6 +188,11 @@ impl Registry {
             _ => Err(Self::refused(format!("the compatibility check of subject `{subject}`"), status, &text)),
         }
     }
+}
+
+/// The `error_code` of an error answer of the Confluent API.
+fn error_code(text: &str) -> Option<i64> {
+    serde_json::from_str::<serde_json::Value>(text).ok()?.get("error_code")?.as_i64()
 }
 
 /// A subject as one URL path segment (topic names are letters, digits, `.`, `_`, `-`: nothing

@@ -188,9 +188,9 @@ fn a_registry_that_is_down_stops_the_run_and_the_next_run_loses_nothing() {
     assert!(err.contains("cannot read schema id") && err.contains("cannot be reached"), "{err}");
     let o = streamc_output(&state, &["consume", &format!("{topic}-totals"), "--from-beginning"]);
     assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "nothing was written");
+    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning", "--headers"]);
     assert!(
-        !String::from_utf8_lossy(&streamc_output(&state, &["consume", "app-dlq", "--from-beginning"]).stdout)
-            .contains("clicks"),
+        String::from_utf8_lossy(&o.stdout).trim().is_empty(),
         "no record was dead-lettered for the registry's absence"
     );
     // Back: every record counts, once.
@@ -204,4 +204,41 @@ fn a_registry_that_is_down_stops_the_run_and_the_next_run_loses_nothing() {
         got.insert(r.key.as_str().unwrap().to_string(), r.value["total"].as_i64().unwrap());
     }
     assert_eq!(got, want);
+}
+
+/// A table of avro values, joined by a stream: its rows are kept in the task's store as they came
+/// (Avro bytes), so a later run, restoring them, reads their writer schemas too.
+#[test]
+#[ignore = "needs a schema registry (./dev/test starts one)"]
+fn avro_rows_restored_into_a_join_store_are_read_by_the_next_run() {
+    let url = registry();
+    let reg = format!("schema.registry.url={url}");
+    let dir = temp_dir("registry-restored");
+    let state = dir.join("state");
+    let (prices, sales) = (unique("prices"), unique("sales"));
+    let prog = write(
+        &dir,
+        "app.stream",
+        &format!(
+            "table prices from \"{prices}\" {{\n  key sku\n  value avro {{ sku: string, price: float }}\n}}\n\
+             stream sales from \"{sales}\" {{\n  key sku\n  value json {{ sku: string, n: int }}\n}}\n\
+             query q {{\n  from sales\n  join prices on sku\n  select {{ sku, total = prices.price * to_float(n) }}\n  to \"{sales}-out\"\n}}\n"
+        ),
+    );
+    let p = write(&dir, "prices.jsonl", "{\"sku\": \"a\", \"price\": 1.5}\n{\"sku\": \"b\", \"price\": 4.0}\n");
+    let s1 = write(&dir, "s1.jsonl", "{\"sku\": \"a\", \"n\": 2}\n");
+    let s2 = write(&dir, "s2.jsonl", "{\"sku\": \"b\", \"n\": 3}\n{\"sku\": \"a\", \"n\": 10}\n");
+    streamc(&state, &["produce", &prices, &p, "--program", &prog, "--set", &reg]);
+    streamc(&state, &["produce", &sales, &s1, "--program", &prog]);
+    streamc(&state, &["run", &prog, "--drain", "--set", &reg]);
+    // A new process: the table's rows come from its store, not from the topic.
+    streamc(&state, &["produce", &sales, &s2, "--program", &prog]);
+    streamc(&state, &["run", &prog, "--drain", "--set", &reg]);
+    let got: Vec<(String, f64)> = consume(&state, &format!("{sales}-out"), &[])
+        .into_iter()
+        .map(|r| (r.value["sku"].as_str().unwrap().to_string(), r.value["total"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(got, vec![("a".to_string(), 3.0), ("b".to_string(), 12.0), ("a".to_string(), 15.0)]);
+    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning"]);
+    assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
 }

@@ -166,6 +166,8 @@ pub struct SinkSpec {
     /// A branch: it takes the rows for which this is true; the others go on to the next op
     /// (the next branch's sink).
     pub when: Option<hir::Expr>,
+    /// An avro sink: its schema, derived from `value_ty` ([`crate::avro::schema_json`]).
+    pub avro_schema: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -528,6 +530,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     }
                     let windowed = *windowed;
                     let when = when.clone();
+                    let avro_schema = (*format == Format::Avro)
+                        .then(|| crate::avro::schema_json(&value_ty, &crate::avro::record_name(topic)).to_string());
                     ops.push(Op::Sink(SinkSpec {
                         topic: topic.clone(),
                         format: *format,
@@ -535,6 +539,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         value_ty,
                         windowed,
                         when,
+                        avro_schema,
                     }));
                 }
             }

@@ -60,6 +60,14 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let mut run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, opts);
     run.ends = checkpoints;
     run.limits = limits;
+    // Rows of avro values restored into join stores need their writer schemas: a registry that
+    // could not be asked stops the run here, rather than leave rows out of the joins.
+    if let Some(why) = crate::avro::take_failure() {
+        return Err(RunError::Registry(format!(
+            "the schema registry, while opening task {}: {why}",
+            run.task.spec.name
+        )));
+    }
     Ok(run)
 }
 

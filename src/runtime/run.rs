@@ -91,8 +91,9 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
 pub struct LinePlacer<'a> {
     source: Option<&'a hir::Source>,
     /// An avro source's lines are JSON objects of its fields: placed as JSON, then written as
-    /// Avro with the schema registered for its topic (`schemas::register`, by the caller).
-    avro: Option<hir::Source>,
+    /// Avro with the schema (this text, derived from its fields) registered for its topic
+    /// (`schemas::register`, by the caller).
+    avro: Option<(hir::Source, String)>,
     /// The key field: its index in the declared value, and in the record as written.
     key: Option<(usize, usize)>,
     /// The wire indexes to decode: the key's, then the time's.
@@ -110,15 +111,18 @@ impl<'a> LinePlacer<'a> {
         };
         let time = src.time.and_then(wire_index);
         let want = key.map(|(_, wi)| wi).into_iter().chain(time).collect();
-        let avro = (src.format == crate::ast::Format::Avro)
-            .then(|| hir::Source { format: crate::ast::Format::Json, ..src.clone() });
+        let avro = (src.format == crate::ast::Format::Avro).then(|| {
+            let text =
+                crate::avro::schema_json(&src.wire, &crate::avro::record_name(src.topic.as_deref().unwrap_or("")));
+            (hir::Source { format: crate::ast::Format::Json, ..src.clone() }, text.to_string())
+        });
         LinePlacer { source, avro, key, want, time }
     }
 
     /// A record for a line, its value written as Avro when the source is avro and the line is
     /// a JSON object of its fields (else as it is: its task dead-letters it).
     pub fn record(&self, line: &[u8], append_time: i64) -> Record {
-        let Some(json) = &self.avro else { return self.place(self.source, line, append_time) };
+        let Some((json, _)) = &self.avro else { return self.place(self.source, line, append_time) };
         let mut rec = self.place(Some(json), line, append_time);
         rec.value = Some(self.avro_value(line).unwrap_or_else(|| line.to_vec()));
         rec
@@ -127,9 +131,9 @@ impl<'a> LinePlacer<'a> {
     /// A JSON object of an avro source's fields, written as Avro; None if it is not one (or the
     /// source is not avro).
     pub fn avro_value(&self, json: &[u8]) -> Option<Vec<u8>> {
-        let src = self.avro.as_ref()?;
+        let (src, text) = self.avro.as_ref()?;
         let values = crate::value::decode_record(json, &src.wire).ok()?;
-        crate::avro::encode(src.topic.as_deref()?, &values, &src.wire).ok()
+        crate::avro::encode(src.topic.as_deref()?, text, &values, &src.wire).ok()
     }
 
     fn place(&self, source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
@@ -239,8 +243,6 @@ pub(crate) struct TaskRun<F: Feed> {
     pub(crate) drained: bool,
     /// `emit final idle D`: the wall-clock time of the task's last record or idle advance.
     pub(crate) idle_since: Option<i64>,
-    /// Per input: avro values, whose writer schemas are fetched before a record is read.
-    pub(crate) avro_inputs: Vec<bool>,
 }
 
 /// `emit final idle D` (`after` = D): a step at wall-clock time `now` that processed `records`
@@ -326,7 +328,6 @@ impl<F: Feed> TaskRun<F> {
         opts: &RunOptions,
     ) -> TaskRun<F> {
         let task_id = format!("{}_{p}", spec.sub);
-        let avro_inputs = spec.avro_inputs();
         let metrics =
             opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
         let mut trees =
@@ -370,7 +371,6 @@ impl<F: Feed> TaskRun<F> {
             main_may_grow: false,
             drained: false,
             idle_since: None,
-            avro_inputs,
         }
     }
 
@@ -592,6 +592,8 @@ impl<F: Feed> TaskRun<F> {
         // of each input's head is its declared time field (`TaskSpec::time_fields`), else its record
         // timestamp.
         self.head_times.resize(topics.len(), None);
+        // Inputs of avro values (from the spec the task runs now: a statement may change it).
+        let avro_inputs = spec.avro_inputs();
         self.drained = false;
         'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
@@ -605,7 +607,7 @@ impl<F: Feed> TaskRun<F> {
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
                     Next::Record(ts) => {
-                        if self.avro_inputs.get(i).copied().unwrap_or(false) {
+                        if avro_inputs.get(i).copied().unwrap_or(false) {
                             // Its writer schema before the record is read (the registry down:
                             // the run stops, and resumes from its last commit).
                             let value = self.feed.peeked(i).and_then(|s| s.record.value.as_deref());
@@ -726,6 +728,11 @@ impl<F: Feed> TaskRun<F> {
             } else {
                 self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
             };
+            if let Some(why) = crate::avro::take_failure() {
+                // The registry could not be asked for this record (a schema not fetched ahead):
+                // the run stops before its commit, and the record is read again next time.
+                return Err(RunError::Registry(format!("the schema registry, for a record of topic `{topic}`: {why}")));
+            }
             if let Err(e) = res {
                 self.bad_record(topic, &s, e, opts)?;
             }

@@ -42,32 +42,54 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, RegistryError>) -> Result<T, Regist
     f()
 }
 
-/// Register the schema of every avro sink of `specs` (each topic once). Without a registry
-/// configured, a program with an avro sink cannot run.
+/// Register the schema of every avro sink of `specs` (each distinct one once), and install the
+/// registry's lookups for what is needed later (rows restored into stores, a query a control
+/// statement changes). Without a registry configured, a program with an avro sink cannot run.
 pub fn register_sinks(cfg: &Config, specs: &[std::sync::Arc<TaskSpec>]) -> Result<(), RunError> {
+    if let Some(r) = Registry::of(cfg) {
+        crate::avro::set_registry(std::sync::Arc::new(Lookups(r)));
+    }
     let mut done = std::collections::BTreeSet::new();
     for spec in specs {
         for sink in spec.sinks() {
-            if sink.format != Format::Avro || !done.insert(sink.topic.clone()) {
+            let Some(text) = &sink.avro_schema else { continue };
+            if !done.insert((sink.topic.clone(), text.clone())) {
                 continue;
             }
-            let registry = crate::registry::Registry::of(cfg)
-                .ok_or_else(|| no_registry(&format!("sink topic `{}`", sink.topic)))?;
-            register(&registry, &sink.topic, &sink.value_ty)?;
+            let registry = Registry::of(cfg).ok_or_else(|| no_registry(&format!("sink topic `{}`", sink.topic)))?;
+            register_text(&registry, &sink.topic, text)?;
         }
     }
     Ok(())
 }
 
+/// The registry, as `avro` asks it when something was not fetched ahead (with the retries).
+struct Lookups(Registry);
+
+impl crate::avro::Lookup for Lookups {
+    fn writer(&self, id: u32) -> Result<Option<String>, String> {
+        retry(|| self.0.schema(id)).map_err(|e| e.to_string())
+    }
+    fn register(&self, topic: &str, schema: &str) -> Result<u32, String> {
+        let json: serde_json::Value = serde_json::from_str(schema).map_err(|e| e.to_string())?;
+        retry(|| self.0.register(&subject(topic), &json)).map_err(|e| e.to_string())
+    }
+}
+
 /// Register the schema derived from `rt` under `<topic>-value`, and keep its id for encoding.
 pub fn register(registry: &Registry, topic: &str, rt: &crate::types::RecordType) -> Result<u32, RunError> {
-    let json = crate::avro::schema_json(rt, &crate::avro::record_name(topic));
-    let schema = apache_avro::Schema::parse(&json)
+    let text = crate::avro::schema_json(rt, &crate::avro::record_name(topic)).to_string();
+    register_text(registry, topic, &text)
+}
+
+fn register_text(registry: &Registry, topic: &str, text: &str) -> Result<u32, RunError> {
+    let schema = apache_avro::Schema::parse_str(text)
         .map_err(|e| RunError::Registry(format!("the schema of `{topic}` is not valid Avro: {e}")))?;
+    let json: serde_json::Value = serde_json::from_str(text).map_err(|e| RunError::Registry(e.to_string()))?;
     let id = retry(|| registry.register(&subject(topic), &json)).map_err(|e| {
         RunError::Registry(format!("cannot register the schema of `{topic}` under `{}`: {e}", subject(topic)))
     })?;
-    crate::avro::set_sink(topic, id, schema);
+    crate::avro::set_sink(topic, text, id, schema);
     Ok(id)
 }
 

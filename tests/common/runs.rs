@@ -390,5 +390,6 @@ pub fn run_all(backend_name: &str, registry: Option<&str>, make: &dyn Fn(&Case) 
         }
     }
     eprintln!("runtime corpus on {backend_name}: {ran} cases, {} failed", failures.len());
+    assert!(ran > 0 || std::env::var("STREAMC_CASE").is_ok(), "no case ran on {backend_name}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -175,10 +175,11 @@ fn sink_record(
         }
         Format::Avro => {
             // The schema was registered for the topic when the program started or changed.
+            let schema = sink.avro_schema.as_deref().unwrap_or_default();
             let encoded = if row.joined.is_empty() {
-                crate::avro::encode(&sink.topic, &row.value, &sink.value_ty)
+                crate::avro::encode(&sink.topic, schema, &row.value, &sink.value_ty)
             } else {
-                crate::avro::encode(&sink.topic, &wire_row(row, &sink.value_ty), &sink.value_ty)
+                crate::avro::encode(&sink.topic, schema, &wire_row(row, &sink.value_ty), &sink.value_ty)
             };
             Some(encoded.map_err(RecordError)?)
         }
