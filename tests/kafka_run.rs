@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::cli::{consume, isolate, results, spawn, streamc, streamc_fails, streamc_output};
+use common::cli::{consume, consume_if_created, isolate, results, spawn, streamc, streamc_fails, streamc_output};
 use common::data::{clicks, orders_and_payments, write_clicks, write_orders_and_payments};
 use common::embedded::{temp_dir, write_trades};
 use common::kafka::require;
@@ -575,7 +575,7 @@ fn sigkills(guarantee: &str, default_n: u64) {
     while kills < 10 {
         // Kill on observed progress: the output has grown since the last kill.
         wait_for(600, "the output to grow after a restart", || {
-            let n = consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]).len();
+            let n = consume_if_created(&dir.join("p"), &counts, &["--bootstrap-servers", &b]).len();
             let grew = n > output;
             output = output.max(n);
             grew
