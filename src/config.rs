@@ -55,6 +55,10 @@ pub struct Topics {
 pub struct Application {
     /// Defaults to the program file's stem.
     pub id: Option<String>,
+    /// `HOST:PORT` at which other instances (and `streamc query`) reach this instance's stores
+    /// (Kafka Streams' `application.server`); default: the `--http-addr` address when it names
+    /// a host.
+    pub server: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -588,6 +588,50 @@ fn input_ends(t: &Topics, tasks: &[Applied]) -> Result<BTreeMap<String, i64>, St
     Ok(parts.into_iter().zip(ends).map(|((topic, p), e)| (format!("{topic}/{p}"), e)).collect())
 }
 
+/// `streamc query FILE STORE …`: ask the instance at `url`; else, embedded, the running instance
+/// (the address its run serves, recorded in the state directory) or, with none running, the
+/// local state itself.
+pub fn query(
+    state_dir: &Path,
+    cfg: &config::Config,
+    file: &Path,
+    fetch: &streamc::runtime::query::Fetch,
+    url: Option<&str>,
+) -> Result<ExitCode, String> {
+    let app = config::application_id(cfg, file)?;
+    let rows = match url {
+        Some(u) => ask_instance(u, fetch)?,
+        None if cfg.kafka.contains_key("bootstrap.servers") => {
+            return Err("on Kafka, pass --url with the --http-addr of a running instance".into())
+        }
+        None => {
+            let stage = {
+                let t = Topics::open(state_dir, cfg)?;
+                running(&t, &app, cfg, file)?.0.latest().clone()
+            };
+            match streamc::runtime::embedded::query_stopped(state_dir, cfg, &app, &stage, fetch)? {
+                Some(rows) => rows,
+                None => {
+                    let at = streamc::runtime::query::served_at(state_dir, &app).ok_or_else(|| {
+                        format!(
+                            "`{app}` is running without --http-addr: its state can be read only through the instance (start it with --http-addr), or once it stops"
+                        )
+                    })?;
+                    ask_instance(&at, fetch)?
+                }
+            }
+        }
+    };
+    for r in rows {
+        println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ask_instance(url: &str, fetch: &streamc::runtime::query::Fetch) -> Result<Vec<streamc::runtime::query::Answer>, String> {
+    Ok(streamc::runtime::query::ask_server(url, fetch, std::time::Duration::from_secs(30))?.rows)
+}
+
 /// On Kafka: the instance that last reported each task to `<app>-metrics`, and when (the
 /// record's `timestamp`, ms). The embedded log has one instance: none.
 fn owners(t: &Topics, app: &str) -> Result<BTreeMap<String, (String, i64)>, String> {

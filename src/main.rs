@@ -191,6 +191,35 @@ enum Command {
         /// The program file: names the application.
         file: PathBuf,
     },
+    /// Read a store of the application: a key, a key range or prefix, windows by start time.
+    /// Asks the running instance (embedded: the one serving --http-addr; or --url), or, with
+    /// none running, reads the local state. Prints one JSON row per line.
+    Query {
+        /// The program file: names the application.
+        file: PathBuf,
+        /// The store (`streamc explain` lists them under "State stores").
+        store: String,
+        /// One key (a string key as is; other types as JSON, e.g. 7 or '["a", 1]').
+        key: Option<String>,
+        /// Keys whose text starts with this (string keys).
+        #[arg(long, conflicts_with = "key")]
+        prefix: Option<String>,
+        /// Keys from this one (included).
+        #[arg(long, conflicts_with = "key")]
+        from_key: Option<String>,
+        /// Keys up to this one (included).
+        #[arg(long, conflicts_with = "key")]
+        to_key: Option<String>,
+        /// Windows starting at or after this time (ms since the epoch, or RFC 3339).
+        #[arg(long)]
+        from: Option<String>,
+        /// Windows starting at or before this time.
+        #[arg(long)]
+        to: Option<String>,
+        /// Ask the instance serving at this address (`HOST:PORT` or `http://HOST:PORT`).
+        #[arg(long)]
+        url: Option<String>,
+    },
     /// Generate deterministic test data.
     Gen {
         #[command(subcommand)]
@@ -422,6 +451,20 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             control_cli::deploy(&cli.global.state_dir, &cfg, &file, dry_run, mode, &post)
         }
         Command::Status { file } => control_cli::status(&cli.global.state_dir, &cfg, &file),
+        Command::Query { file, store, key, prefix, from_key, to_key, from, to, url } => {
+            let time = |t: Option<String>| t.as_deref().map(streamc::runtime::query::parse_time).transpose();
+            let fetch = streamc::runtime::query::Fetch {
+                store,
+                key,
+                prefix,
+                from_key,
+                to_key,
+                from: time(from)?,
+                to: time(to)?,
+                local: false,
+            };
+            control_cli::query(&cli.global.state_dir, &cfg, &file, &fetch, url.as_deref())
+        }
         Command::Produce { topic, file, envelope, program, partitions } => {
             produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref(), partitions)
         }
@@ -527,7 +570,14 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         (Some(addr), Some(m)) => {
             let server = streamc::runtime::metrics::serve(addr, m.clone())?;
             if let Some(a) = server.addr() {
-                eprintln!("serving metrics on http://{a}/metrics, probes on /healthz and /ready");
+                eprintln!("serving metrics on http://{a}/metrics, probes on /healthz and /ready, stores on /stores");
+                let advertised =
+                    cfg.application.server.clone().or_else(|| (!a.ip().is_unspecified()).then(|| a.to_string()));
+                m.queries.set_me(&app, "embedded", advertised);
+                if !on_kafka {
+                    // `streamc query` asks the running instance here.
+                    streamc::runtime::query::set_served_at(&g.state_dir, &app, Some(&a.to_string()));
+                }
             }
             Some(server)
         }
@@ -553,6 +603,9 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         drop(run_lock);
         streamc::runtime::embedded::run(&p, &topo, &opts)?
     };
+    if server.is_some() && !on_kafka {
+        streamc::runtime::query::set_served_at(&g.state_dir, &opts.app, None);
+    }
     drop(server);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(

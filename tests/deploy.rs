@@ -117,6 +117,12 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
         }
     }
     assert!(sets.contains(&"instance.id=$(POD_NAME)"), "static membership from the pod name: {args:?}");
+    // Interactive queries: each pod advertises its name in the headless Service, on the port
+    // it serves.
+    let service = by_kind("Service");
+    let port = flag("--http-addr").unwrap().rsplit(':').next().unwrap();
+    let advertised = format!("application.server=$(POD_NAME).{}:{port}", service["metadata"]["name"].as_str().unwrap());
+    assert!(sets.contains(&advertised.as_str()), "{advertised} in {args:?}");
 
     // The configuration, with the sets as a pod would expand them, loads; the secret's keys
     // parse as trusted keys.

@@ -477,6 +477,45 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+    // Interactive queries through the survivor (`streamc query --url`): the windows still open
+    // in its stores — those the reference has not closed — equal a fold of the trades.
+    let part = |t: &str| streamc::log::partition_for(t.as_bytes(), 4);
+    let mut max_ts: BTreeMap<u32, i64> = BTreeMap::new();
+    for (t, _, ts) in &trades {
+        let m = max_ts.entry(part(t)).or_insert(i64::MIN);
+        *m = (*m).max(*ts);
+    }
+    let mut open = Counts::new();
+    for (t, size, ts) in &trades {
+        let start = ts - ts.rem_euclid(1_000);
+        if start + 1_000 > max_ts[&part(t)] {
+            let e = open.entry((t.clone(), start)).or_default();
+            e.0 += 1;
+            e.1 += size;
+        }
+    }
+    let query = |extra: &[&str]| -> Counts {
+        let mut args = vec!["query", prog, "counts-aggregate", "--url", &addr_a, "--bootstrap-servers", &b];
+        args.extend_from_slice(extra);
+        let o = streamc_output(&dir.join("p"), &args);
+        assert!(o.status.success(), "query: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| {
+                let r: serde_json::Value = serde_json::from_str(l).unwrap();
+                let v = &r["value"];
+                (
+                    (r["key"].as_str().unwrap().to_string(), v["window_start"].as_i64().unwrap()),
+                    (v["trades"].as_i64().unwrap(), v["volume"].as_i64().unwrap()),
+                )
+            })
+            .collect()
+    };
+    assert!(!open.is_empty());
+    assert_eq!(query(&[]), open, "the open windows the survivor's stores hold");
+    let (key, _) = open.keys().next().unwrap().clone();
+    let one: Counts = open.iter().filter(|((k, _), _)| *k == key).map(|(k, v)| (k.clone(), *v)).collect();
+    assert_eq!(query(&[&key]), one, "the open windows of {key}");
     a.kill();
     let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
     assert!(
@@ -885,4 +924,122 @@ fn an_instance_with_another_program_is_refused_while_one_runs() {
     assert!(err.contains("differ from those the 1 running instance") && err.contains("streamc deploy"), "{err}");
     assert!(a.terminate(), "the first instance ran on");
     wait_for(120, "the group to empty", || streamc_output(&dir.join("b"), &args_b).status.success());
+}
+
+const VOLUME: &str = r#"
+stream trades from "stocks" {
+  key    ticker
+  value  json { ticker: string, price: float, size: int, ts: timestamp }
+  time   ts
+}
+
+query volume {
+  from trades
+  group by ticker
+  aggregate { trades = count(), shares = sum(size) }
+  to "volume"
+}
+"#;
+
+/// Three instances share a 6-partition input (interactive queries, issue 18). Once the output
+/// is complete, every instance answers every key of the aggregate's store — its own partitions'
+/// from its tasks, the others' through their owners — each answer equal to a fold of the
+/// trades; `/metadata` names the owner of each partition, with the address it serves at.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn three_instances_each_answer_every_key() {
+    let b = require();
+    let dir = temp_dir("kafka-iq");
+    let pfx = format!("iq{}", std::process::id());
+    let prog = common::cli::write_isolated(VOLUME, &pfx, &dir.join("volume.stream"));
+    let prog = prog.to_str().unwrap();
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 20_000, 40, 11, 0);
+    let trades = trades_of(&f);
+    let mut want: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for (t, size, _) in &trades {
+        let e = want.entry(t.clone()).or_default();
+        e.0 += 1;
+        e.1 += size;
+    }
+    let src = format!("{pfx}.stocks");
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "6", "--bootstrap-servers", &b],
+    );
+    let app = format!("{pfx}-app");
+    let names = ["a", "b", "c"];
+    let addrs: Vec<String> = names.iter().map(|_| free_addr()).collect();
+    let _procs: Vec<_> = names
+        .iter()
+        .zip(&addrs)
+        .map(|(name, addr)| {
+            let mut sets = fast(&app);
+            sets.push(format!("instance.id={name}"));
+            let mut args = vec!["run", prog, "--bootstrap-servers", &b, "--http-addr", addr];
+            with_sets(&mut args, &sets);
+            spawn(&dir.join(name), &args, &dir.join(format!("{name}.log")))
+        })
+        .collect();
+    let volume = format!("{pfx}.volume");
+    wait_for(180, "the output to be complete", || {
+        let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for r in consume_if_created(&dir.join("p"), &volume, &["--bootstrap-servers", &b]) {
+            got.insert(
+                r.key.as_str().unwrap().to_string(),
+                (r.value["trades"].as_i64().unwrap(), r.value["shares"].as_i64().unwrap()),
+            );
+        }
+        got == want
+    });
+    let ask = |addr: &str, extra: &[&str]| -> Result<BTreeMap<String, (i64, i64)>, String> {
+        let mut args = vec!["query", prog, "volume-aggregate", "--url", addr, "--bootstrap-servers", &b];
+        args.extend_from_slice(extra);
+        let o = streamc_output(&dir.join("p"), &args);
+        if !o.status.success() {
+            return Err(String::from_utf8_lossy(&o.stderr).into_owned());
+        }
+        Ok(String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| {
+                let r: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    r["key"].as_str().unwrap().to_string(),
+                    (r["value"]["trades"].as_i64().unwrap(), r["value"]["shares"].as_i64().unwrap()),
+                )
+            })
+            .collect())
+    };
+    // The group settles (a rebalance in progress is an error to retry), then every instance
+    // answers all keys.
+    let mut last: String;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for addr in &addrs {
+        loop {
+            match ask(addr, &[]) {
+                Ok(got) if got == want => break,
+                Ok(got) => last = format!("{} keys, not the fold's {}", got.len(), want.len()),
+                Err(e) => last = e,
+            }
+            assert!(Instant::now() < deadline, "instance at {addr} never answered every key: {last}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+    // Each key, from each instance: whoever owns it.
+    for addr in &addrs {
+        for (k, v) in &want {
+            assert_eq!(ask(addr, &[k]).unwrap(), BTreeMap::from([(k.clone(), *v)]), "key {k} asked at {addr}");
+        }
+    }
+    // Who owns what: each of the 6 partitions has an owner among the three, with its address.
+    let md = http_get(&addrs[0], "/metadata");
+    let body: serde_json::Value = serde_json::from_str(md.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap_or_default();
+    let parts = body["stores"][0]["partitions"].as_array().cloned().unwrap_or_default();
+    assert_eq!(parts.len(), 6, "{md}");
+    let owners: std::collections::BTreeSet<&str> = parts.iter().filter_map(|p| p["instance"].as_str()).collect();
+    assert_eq!(owners.len(), 3, "three owners: {md}");
+    for p in &parts {
+        let i = names.iter().position(|n| Some(*n) == p["instance"].as_str()).unwrap();
+        assert_eq!(p["server"].as_str(), Some(addrs[i].as_str()), "{md}");
+    }
 }

@@ -247,7 +247,9 @@ fn a_drained_run_with_metrics_exits_and_prints_its_summary() {
     run.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert!(status.success(), "{err}");
     assert!(
-        err.contains(&format!("serving metrics on http://127.0.0.1:{port}/metrics, probes on /healthz and /ready\n")),
+        err.contains(&format!(
+            "serving metrics on http://127.0.0.1:{port}/metrics, probes on /healthz and /ready, stores on /stores\n"
+        )),
         "{err}"
     );
     assert!(err.lines().any(|l| l.starts_with("processed 1000 records in ")), "{err}");

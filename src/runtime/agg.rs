@@ -192,6 +192,21 @@ pub(crate) fn state_result(a: &hir::AggCall, st: &AggState) -> Result<Value, Str
     })
 }
 
+/// The values of an entry's result row: window bounds (windowed), the group values, then each
+/// aggregate's result.
+pub(crate) fn result_values(agg: &AggSpec, e: &AggEntry) -> Result<Vec<Value>, String> {
+    let mut value = Vec::with_capacity(2 + e.group.len() + e.states.len());
+    if agg.window.is_some() {
+        value.push(Value::Ts(e.start));
+        value.push(Value::Ts(e.end));
+    }
+    value.extend(e.group.iter().cloned());
+    for (a, st) in agg.aggs.iter().zip(&e.states) {
+        value.push(state_result(a, st)?);
+    }
+    Ok(value)
+}
+
 /// The first byte of an entry in the binary encoding (version 1). Entries written before it are
 /// JSON (their first byte is `{`) and are still read.
 const ENTRY_V1: u8 = 1;

@@ -86,6 +86,8 @@ pub struct Metrics {
     tenant_state_keys: Family<TenantLabels, Gauge<i64, AtomicI64>>,
     ready: Family<AppLabels, Gauge<i64, AtomicI64>>,
     pub health: Health,
+    /// Interactive queries of the instance's stores (`/stores`), answered by its tasks.
+    pub queries: crate::runtime::query::Queries,
 }
 
 /// Whether the instance is ready for traffic, as a driver reports it: not until it has its
@@ -222,6 +224,7 @@ impl Metrics {
         Metrics {
             ready,
             health: Health::new(),
+            queries: Default::default(),
             tenant_records_in,
             tenant_dead_letters,
             tenant_state_keys,
@@ -476,12 +479,63 @@ pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<MetricsServer, String>
         .spawn(move || {
             // Ends when `unblock` is called.
             for req in s.incoming_requests() {
+                let path = req.url().split('?').next().unwrap_or("");
+                if (path.starts_with("/stores/") || path == "/metadata") && *req.method() == tiny_http::Method::Get {
+                    // A query waits for the tasks (and for other instances, or the cluster): on
+                    // a thread of its own, so that probes and scrapes are answered meanwhile.
+                    let m = metrics.clone();
+                    let _ = std::thread::Builder::new().name("query".into()).spawn(move || {
+                        let response = store_query(req.url(), &m);
+                        let _ = req.respond(response);
+                    });
+                    continue;
+                }
                 let response = respond(req.method(), req.url(), &metrics);
                 let _ = req.respond(response);
             }
         })
         .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
     Ok(MetricsServer { server, thread: Some(thread), addr: bound })
+}
+
+const JSON: &str = "application/json";
+
+fn error_json(why: &str) -> String {
+    format!("{}\n", serde_json::json!({ "error": why }))
+}
+
+/// `GET /stores/<store>?…`: the store's committed rows this instance holds that the query asks
+/// for (see [`crate::runtime::query::Fetch::parse`]).
+fn store_query(url: &str, metrics: &Metrics) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if path == "/metadata" {
+        let (code, body) = match metrics.queries.metadata() {
+            Ok(v) => (200, format!("{v}\n")),
+            Err(why) => (503, error_json(&why)),
+        };
+        return json_response(code, body);
+    }
+    let name = path.trim_start_matches("/stores/");
+    let name: String = form_urlencoded::parse(format!("n={name}").as_bytes()).map(|(_, v)| v.into_owned()).collect();
+    let answer = crate::runtime::query::Fetch::parse(&name, query)
+        .map_err(|e| (400, e))
+        .and_then(|f| metrics.queries.fetch(f, std::time::Duration::from_secs(10)));
+    let (code, body) = match answer {
+        Ok(local) => (
+            200,
+            format!("{}\n", serde_json::json!({ "store": name, "rows": local.rows, "partitions": local.partitions })),
+        ),
+        Err((code, why)) => (code, error_json(&why)),
+    };
+    json_response(code, body)
+}
+
+fn json_response(code: u16, body: String) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+    let mut r = tiny_http::Response::from_string(body).with_status_code(code);
+    if let Some(h) = header("Content-Type", JSON) {
+        r = r.with_header(h);
+    }
+    r
 }
 
 fn header(name: &str, value: &str) -> Option<tiny_http::Header> {
@@ -493,6 +547,10 @@ fn respond(method: &tiny_http::Method, url: &str, metrics: &Metrics) -> tiny_htt
     let (code, ctype, body) = match (method, path) {
         (tiny_http::Method::Get, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
         (tiny_http::Method::Get, "/healthz") => (200, "text/plain; charset=utf-8", "ok\n".to_string()),
+        (tiny_http::Method::Get, "/stores") => match metrics.queries.stores() {
+            Ok(v) => (200, JSON, format!("{v}\n")),
+            Err(why) => (503, JSON, error_json(&why)),
+        },
         (tiny_http::Method::Get, "/ready") => match metrics.health.ready() {
             Ok(()) => (200, "text/plain; charset=utf-8", "ready\n".to_string()),
             Err(why) => (503, "text/plain; charset=utf-8", format!("not ready: {why}\n")),
@@ -500,7 +558,7 @@ fn respond(method: &tiny_http::Method, url: &str, metrics: &Metrics) -> tiny_htt
         (tiny_http::Method::Get, _) => (
             404,
             "text/plain; charset=utf-8",
-            "not found: metrics are at /metrics, probes at /healthz and /ready\n".to_string(),
+            "not found: metrics are at /metrics, probes at /healthz and /ready, stores at /stores\n".to_string(),
         ),
         _ => (405, "text/plain; charset=utf-8", "only GET is supported\n".to_string()),
     };

@@ -19,6 +19,7 @@ pub(crate) mod op;
 pub(crate) mod open;
 pub(crate) mod ops;
 pub mod options;
+pub mod query;
 pub(crate) mod restore;
 pub(crate) mod run;
 pub mod schemas;

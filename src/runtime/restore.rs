@@ -43,6 +43,11 @@ impl RestoreWatch {
         }
     }
 
+    /// Nobody watches (a query bringing a stopped application's local state up to date).
+    pub(crate) fn quiet(batch: u64) -> RestoreWatch {
+        RestoreWatch { batch: batch.max(1), label: None, metrics: None }
+    }
+
     /// The store is restored (possibly with nothing to replay).
     pub(crate) fn done(&self) {
         if let Some(m) = &self.metrics {

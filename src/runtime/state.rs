@@ -55,6 +55,16 @@ impl Pending {
         self.0.len()
     }
 
+    /// Apply the changes to keys starting with `prefix` to `entries` (read from sled).
+    pub(crate) fn overlay(&self, prefix: &[u8], entries: &mut BTreeMap<Vec<u8>, Vec<u8>>) {
+        for (k, (v, _)) in self.0.iter().filter(|(k, _)| k.starts_with(prefix)) {
+            match v {
+                Some(v) => entries.insert(k.clone(), v.clone()),
+                None => entries.remove(k),
+            };
+        }
+    }
+
     /// Write the changes and the checkpoint to the tree in one atomic batch, sorted by key (so
     /// the batch does not depend on hash order), then read the keys back (see [`consolidate`]).
     /// `written` sees each key and whether it was put (true) or deleted.

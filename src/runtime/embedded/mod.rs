@@ -122,13 +122,16 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         halt: AtomicBool::new(false),
         bar: bar.clone(),
     };
+    if let Some(m) = &opts.metrics {
+        m.queries.set_workers(threads);
+    }
     let results: Vec<Result<Summary, RunError>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .into_iter()
             .enumerate()
             .map(|(i, mut ts)| {
                 let shared = &shared;
-                s.spawn(move || worker(i == 0, &mut ts, shared, opts))
+                s.spawn(move || worker(i, &mut ts, shared, opts))
             })
             .collect();
         handles
@@ -136,6 +139,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
             .map(|h| h.join().unwrap_or_else(|_| Err(RunError::Internal("a worker thread panicked"))))
             .collect()
     });
+    if let Some(m) = &opts.metrics {
+        m.queries.set_workers(0);
+    }
     bar.finish_and_clear();
     let mut total = Summary::default();
     for r in results {
@@ -243,11 +249,12 @@ fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut H
 }
 
 fn worker(
-    leader: bool,
+    index: usize,
     tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
     sh: &Shared,
     opts: &RunOptions,
 ) -> Result<Summary, RunError> {
+    let leader = index == 0;
     let commit_every = opts.config.commit.records.max(1);
     let mut retired = Summary::default();
     let result = (|| -> Result<(), RunError> {
@@ -261,6 +268,9 @@ fn worker(
                 }
                 (hub.ev.latest().clone(), hub.ev.next)
             };
+            if let Some(m) = &opts.metrics {
+                answer_queries(&m.queries, index, &stage, tasks);
+            }
             let committed = sh.log.committed()?;
             let mut gone = Vec::new();
             for (i, t) in tasks.iter_mut().enumerate() {
@@ -333,6 +343,9 @@ fn worker(
                 for t in tasks.iter() {
                     live.insert((t.task.spec.name.clone(), t.task.partition), t.control);
                 }
+                if let (true, Some(m)) = (leader, &opts.metrics) {
+                    m.queries.set_view(&stage, live.keys().cloned().collect());
+                }
             }
             // The leader opens the tasks of new queries (or of new sub-topologies), once every
             // task has applied the stage: none still runs a form that uses their stores.
@@ -401,6 +414,54 @@ fn worker(
         s.add_from(&t.summary());
     }
     Ok(s)
+}
+
+/// `streamc query` on an application that is not running: each partition's shard of the store
+/// brought up to its changelog (the local state of a run that stopped abruptly may lag it), then
+/// read. Ok(None): a run of the application holds the log (ask it instead).
+pub fn query_stopped(
+    state_dir: &Path,
+    cfg: &Config,
+    app: &str,
+    stage: &Stage,
+    fetch: &crate::runtime::query::Fetch,
+) -> Result<Option<Vec<crate::runtime::query::Answer>>, String> {
+    use crate::runtime::query::{merge, read, resolve, Shard};
+    let target = resolve(stage, &fetch.store)?;
+    let log = EmbeddedLog::open(state_dir, cfg.embedded.fsync).map_err(|e| e.to_string())?;
+    let _lock = match log.lock_run(app) {
+        Ok(l) => l,
+        Err(crate::log::LogError::Busy { .. }) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let partitions = log.topic(&target.spec.main.topic).map_err(|e| e.to_string())?.map_or(0, |m| m.partitions);
+    let db = open_local_state(&state_dir.join("apps").join(app).join("state"), app).map_err(|e| e.to_string())?;
+    let store = &target.spec.stores[target.store];
+    let mut rows = Vec::new();
+    for p in 0..partitions {
+        let tree = crate::runtime::state::open_tree(&db, &store.name, p).map_err(|e| e.to_string())?;
+        let watch = crate::runtime::restore::RestoreWatch::quiet(cfg.embedded.restore_batch);
+        crate::runtime::restore::restore_store(&Embedded { log: &log }, &tree, &store.changelog, p, None, &watch)
+            .map_err(|e| e.to_string())?;
+        rows.extend(read(&target, fetch, p, &Shard { tree: &tree, pending: None })?);
+    }
+    db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+    Ok(Some(merge(rows)))
+}
+
+/// Answer the interactive queries waiting (`/stores/…`) from the committed state of `tasks`.
+fn answer_queries(q: &crate::runtime::query::Queries, index: usize, stage: &Stage, tasks: &[TaskRun<EmbeddedFeed>]) {
+    q.answer(index, stage, |target, f| {
+        let store = &target.spec.stores[target.store].name;
+        for t in tasks.iter().filter(|t| t.task.spec.name == target.spec.name) {
+            if let Some(i) = t.task.spec.stores.iter().position(|s| &s.name == store) {
+                f(
+                    t.task.partition,
+                    crate::runtime::query::Shard { tree: &t.trees.trees[i], pending: t.trees.pending.get(i) },
+                );
+            }
+        }
+    });
 }
 
 /// The signal handlers of a run, removed when it ends (so `streamc test`'s next fixture, or

@@ -48,6 +48,8 @@ use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
 use crate::runtime::topics::{self, TimestampLimits, TopicConfigs, TopicError, TopicKind};
 
+mod peers;
+
 type Result<T> = std::result::Result<T, RunError>;
 
 /// The Kafka backend's errors reach the core as its own, typed.
@@ -162,6 +164,29 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     if let Some(id) = &opts.config.instance.id {
         cfg.set("group.instance.id", id);
     }
+    // Interactive queries find the owner of a partition by the client id of the member the
+    // group assigned it to: one per instance unless the configuration sets one.
+    let client_id = match opts.config.kafka.get("client.id") {
+        Some(c) => c.clone(),
+        None => {
+            let c = format!("{}-{instance}", opts.app);
+            cfg.set("client.id", &c);
+            c
+        }
+    };
+    if let Some(m) = &opts.metrics {
+        let q = &m.queries;
+        q.set_me(&opts.app, &instance, q.server());
+        if let Some(server) = q.server() {
+            let rec = peers::server_record(&instance, &server, &client_id, run::now_ms());
+            Kafka::new(&opts.config.kafka)
+                .produce(&format!("{}-metrics", opts.app), &[(0, rec)])
+                .map_err(|e| state_error(format!("cannot publish where this instance serves its stores: {e}")))?;
+        }
+        let topics = main_topics.iter().cloned().collect();
+        let peers = peers::GroupPeers::new(&opts.app, &opts.config.kafka, topics).map_err(state_error)?;
+        q.set_peers(Arc::new(peers));
+    }
     let consumer: BaseConsumer<GroupCtx> =
         cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(client("Kafka consumer"))?;
     let topics: Vec<&str> = main_topics.iter().map(String::as_str).collect();
@@ -183,6 +208,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     }
     let mut idle = false;
     let mut windows_closed = false;
+    if let Some(m) = &opts.metrics {
+        m.queries.set_workers(1);
+    }
     let result = (|| -> Result<Summary> {
         loop {
             match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
@@ -215,6 +243,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
                 });
             }
             let worked = e.step()? || opened;
+            if let Some(m) = &opts.metrics {
+                e.answer_queries(&m.queries);
+            }
             if stop.load(Ordering::Relaxed) {
                 eprintln!("stopping: a last commit, then leaving the group");
                 e.commit(&consumer, false)?;
@@ -245,6 +276,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
             }
         }
     })();
+    if let Some(m) = &opts.metrics {
+        m.queries.set_workers(0);
+    }
     match result {
         Ok(summary) => {
             // Leaving the group revokes what is left (nothing: every task is closed).
@@ -734,6 +768,24 @@ impl Engine {
         let mut step = TxnCommit { producer, kafka, partitions, consumer, eos: *eos, extra };
         commit::commit(&mut step, &mut tasks, How { close_all, force: metrics_due, last: false })?;
         Ok(())
+    }
+
+    /// Answer the interactive queries waiting (`/stores/…`) from the committed state of the
+    /// tasks of the partitions this instance is assigned.
+    fn answer_queries(&self, q: &crate::runtime::query::Queries) {
+        let tasks = self.units.values().flatten().map(|r| (r.task.spec.name.clone(), r.task.partition)).collect();
+        q.set_view(&self.stage, tasks);
+        q.answer(0, &self.stage, |target, f| {
+            let store = &target.spec.stores[target.store].name;
+            for r in self.units.values().flatten().filter(|r| r.task.spec.name == target.spec.name) {
+                if let Some(i) = r.task.spec.stores.iter().position(|s| &s.name == store) {
+                    f(
+                        r.task.partition,
+                        crate::runtime::query::Shard { tree: &r.trees.trees[i], pending: r.trees.pending.get(i) },
+                    );
+                }
+            }
+        });
     }
 
     /// One record per task for `<app>-metrics`: its counters and each input's consumer lag.

@@ -15,7 +15,7 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
-    decode_entry, encode_entry, key_part, retract_state, state_result, store_key, store_key_into, AggArgs, AggEntry,
+    decode_entry, encode_entry, key_part, result_values, retract_state, store_key, store_key_into, AggArgs, AggEntry,
     Cache, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
@@ -442,17 +442,9 @@ fn group_value(group: &[Value]) -> Value {
 /// The result row of an entry: window bounds (windowed), the group values, then each
 /// aggregate's result.
 fn result(agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>) -> Emitted {
-    let mut value = Vec::with_capacity(2 + e.group.len() + e.states.len());
-    if agg.window.is_some() {
-        value.push(Value::Ts(e.start));
-        value.push(Value::Ts(e.end));
-    }
-    value.extend(e.group.iter().cloned());
-    for (a, st) in agg.aggs.iter().zip(&e.states) {
-        match state_result(a, st) {
-            Ok(v) => value.push(v),
-            Err(e) => return Emitted::Error(RecordError(e)),
-        }
-    }
+    let value = match result_values(agg, e) {
+        Ok(v) => v,
+        Err(e) => return Emitted::Error(RecordError(e)),
+    };
     Emitted::Row(Row { key: group_value(&e.group), value, joined: vec![], tenant, retract: false }, e.max_ts)
 }
