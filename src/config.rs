@@ -19,6 +19,8 @@ pub struct Config {
     pub embedded: Embedded,
     pub late: Late,
     pub instance: Instance,
+    /// `num.standby.replicas` (Kafka Streams' name).
+    pub num: Num,
     pub metrics: MetricsConfig,
     pub topics: Topics,
     /// `schema.registry.*`: the schema registry of `avro` values.
@@ -150,6 +152,21 @@ pub struct Instance {
     /// (`group.instance.id`) and the exactly-once `transactional.id`; without it, a name kept
     /// in the state directory is used for the `transactional.id`.
     pub id: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Num {
+    pub standby: Standby,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Standby {
+    /// Kafka backend: how many other instances keep a warm copy of each task's stores by
+    /// following its changelogs (`num.standby.replicas`), so that a task that moves to one of
+    /// them restores only the tail.
+    pub replicas: u32,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -460,10 +460,19 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
             .collect();
         let total: i64 = per_input.iter().map(|(_, l)| l).sum();
         let detail: Vec<String> = per_input.iter().map(|(k, l)| format!("{k} {l}")).collect();
+        let standbys = task
+            .id
+            .as_ref()
+            .and_then(|id| owners.standbys.get(id))
+            .map(|s| {
+                let each: Vec<String> = s.iter().map(|(i, (lag, _))| format!("{i} (lag {lag})")).collect();
+                format!("; standby {}", each.join(", "))
+            })
+            .unwrap_or_default();
         let owner = task
             .id
             .as_ref()
-            .and_then(|id| owners.get(id))
+            .and_then(|id| owners.owners.get(id))
             .map(|(instance, ts)| {
                 let at = jiff::Timestamp::from_millisecond(*ts)
                     .map(|t| t.to_string())
@@ -472,7 +481,7 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
             })
             .unwrap_or_default();
         println!(
-            "  {}: {}, version {}; input lag {total} ({}){owner}{lag}",
+            "  {}: {}, version {}; input lag {total} ({}){owner}{standbys}{lag}",
             task.name,
             task.control.map_or("-".into(), |c| c.to_string()),
             task.version.map_or("-".into(), |v| v.to_string()),
@@ -628,20 +637,37 @@ pub fn query(
     Ok(ExitCode::SUCCESS)
 }
 
-fn ask_instance(url: &str, fetch: &streamc::runtime::query::Fetch) -> Result<Vec<streamc::runtime::query::Answer>, String> {
+fn ask_instance(
+    url: &str,
+    fetch: &streamc::runtime::query::Fetch,
+) -> Result<Vec<streamc::runtime::query::Answer>, String> {
     Ok(streamc::runtime::query::ask_server(url, fetch, std::time::Duration::from_secs(30))?.rows)
 }
 
 /// On Kafka: the instance that last reported each task to `<app>-metrics`, and when (the
 /// record's `timestamp`, ms). The embedded log has one instance: none.
-fn owners(t: &Topics, app: &str) -> Result<BTreeMap<String, (String, i64)>, String> {
+fn owners(t: &Topics, app: &str) -> Result<Owners, String> {
     let mut out: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    let mut standbys: BTreeMap<String, BTreeMap<String, (u64, i64)>> = BTreeMap::new();
     if let Topics::Kafka(_) = t {
         for s in t.read(&format!("{app}-metrics"))? {
             let Some(v) = s.record.value.as_deref().and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
             else {
                 continue;
             };
+            if v["standby"].as_bool() == Some(true) {
+                // A standby replica's report: its total lag over the task's stores.
+                if let (Some(task), Some(instance), Some(ts)) =
+                    (v["task"].as_str(), v["instance"].as_str(), v["timestamp"].as_i64())
+                {
+                    let lag = v["lag"].as_object().map_or(0, |o| o.values().filter_map(|l| l.as_u64()).sum());
+                    let e = standbys.entry(task.to_string()).or_default();
+                    if e.get(instance).is_none_or(|(_, at)| ts >= *at) {
+                        e.insert(instance.to_string(), (lag, ts));
+                    }
+                }
+                continue;
+            }
             let (Some(task), Some(instance), Some(ts)) =
                 (v["task"].as_str(), v["instance"].as_str(), v["timestamp"].as_i64())
             else {
@@ -652,7 +678,21 @@ fn owners(t: &Topics, app: &str) -> Result<BTreeMap<String, (String, i64)>, Stri
             }
         }
     }
-    Ok(out)
+    // A standby reported before the task's owner last reported by an instance that now owns
+    // it is gone.
+    for (task, (owner, _)) in &out {
+        if let Some(s) = standbys.get_mut(task) {
+            s.remove(owner);
+        }
+    }
+    Ok(Owners { owners: out, standbys })
+}
+
+/// What `<app>-metrics` says of each task: its owner and when it last reported; the
+/// instances keeping a standby replica of it, with their lag and when they last reported.
+struct Owners {
+    owners: BTreeMap<String, (String, i64)>,
+    standbys: BTreeMap<String, BTreeMap<String, (u64, i64)>>,
 }
 
 /// `run`: record the program file as version 0 the first time; if it changed since, compare

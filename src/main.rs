@@ -566,6 +566,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     }
     // Served from before the restore (so a scrape shows its progress) until the run ends.
     let metrics = http_addr.as_ref().map(|_| std::sync::Arc::new(streamc::runtime::metrics::Metrics::new(&app)));
+    let mut served = None;
     let server = match (&http_addr, &metrics) {
         (Some(addr), Some(m)) => {
             let server = streamc::runtime::metrics::serve(addr, m.clone())?;
@@ -575,8 +576,10 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
                     cfg.application.server.clone().or_else(|| (!a.ip().is_unspecified()).then(|| a.to_string()));
                 m.queries.set_me(&app, "embedded", advertised);
                 if !on_kafka {
-                    // `streamc query` asks the running instance here.
+                    // `streamc query` asks the running instance here (forgotten when the run
+                    // ends, however it ends).
                     streamc::runtime::query::set_served_at(&g.state_dir, &app, Some(&a.to_string()));
+                    served = Some(Served(g.state_dir.clone(), app.clone()));
                 }
             }
             Some(server)
@@ -603,9 +606,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         drop(run_lock);
         streamc::runtime::embedded::run(&p, &topo, &opts)?
     };
-    if server.is_some() && !on_kafka {
-        streamc::runtime::query::set_served_at(&g.state_dir, &opts.app, None);
-    }
+    drop(served);
     drop(server);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
@@ -966,5 +967,15 @@ fn s(n: usize) -> &'static str {
         ""
     } else {
         "s"
+    }
+}
+
+/// The address an embedded run serves its stores at, recorded in its state directory until
+/// this is dropped.
+struct Served(PathBuf, String);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        streamc::runtime::query::set_served_at(&self.0, &self.1, None);
     }
 }

@@ -395,7 +395,11 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     }
     let offset_min = match &s[i..] {
         "Z" | "z" => 0,
-        rest if rest.len() == 6 && (rest.starts_with('+') || rest.starts_with('-')) && &rest[3..4] == ":" => {
+        rest if rest.len() == 6
+            && rest.is_ascii()
+            && (rest.starts_with('+') || rest.starts_with('-'))
+            && &rest[3..4] == ":" =>
+        {
             let sign = if rest.starts_with('-') { -1 } else { 1 };
             sign * (rest[1..3].parse::<i64>().ok()? * 60 + rest[4..6].parse::<i64>().ok()?)
         }
@@ -592,6 +596,9 @@ mod tests {
         assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), Some(-1000));
         assert_eq!(parse_rfc3339("2024-13-01T00:00:00Z"), None);
         assert_eq!(parse_rfc3339("yesterday"), None);
+        // An offset of six bytes that are not six characters: refused, not a panic.
+        assert_eq!(parse_rfc3339("2024-05-01T00:00:00+1\u{e9}xx"), None);
+        assert_eq!(parse_rfc3339("2024-05-01T00:00:00+01:\u{e9}"), None);
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct Metrics {
     cache_hit_ratio: Family<ProcessorLabels, Ratio>,
     restored: Family<StoreLabels, Counter>,
     restore_remaining: Family<StoreLabels, Gauge<i64, AtomicI64>>,
+    standby_lag: Family<StoreLabels, Gauge<i64, AtomicI64>>,
+    standby_offset: Family<StoreLabels, Gauge<i64, AtomicI64>>,
     tenant_records_in: Family<TenantLabels, Counter>,
     tenant_dead_letters: Family<TenantLabels, Counter>,
     tenant_state_keys: Family<TenantLabels, Gauge<i64, AtomicI64>>,
@@ -197,6 +199,18 @@ impl Metrics {
             "Changelog records still to replay into a store (0 once restored)",
             restore_remaining.clone(),
         );
+        let standby_lag = Family::<StoreLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "streamc_standby_lag_records",
+            "Changelog records a standby replica of a store has yet to apply (num.standby.replicas)",
+            standby_lag.clone(),
+        );
+        let standby_offset = Family::<StoreLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "streamc_standby_offset",
+            "The changelog offset a standby replica of a store has applied up to (the next to apply)",
+            standby_offset.clone(),
+        );
         let tenant_records_in = Family::<TenantLabels, Counter>::default();
         registry.register(
             "streamc_tenant_records_in",
@@ -243,6 +257,8 @@ impl Metrics {
             cache_hit_ratio,
             restored,
             restore_remaining,
+            standby_lag,
+            standby_offset,
         }
     }
 
@@ -290,6 +306,22 @@ impl Metrics {
                 dead_letters: self.tenant_dead_letters.clone(),
                 state_keys: self.tenant_state_keys.clone(),
             },
+        }
+    }
+
+    /// The lag and position of this instance's standby replica of one store of a task (None:
+    /// it keeps none any more, and the series go).
+    pub fn standby(&self, task: &str, store: &str, lag_and_offset: Option<(u64, u64)>) {
+        let l = StoreLabels { application: self.app.clone(), task: task.to_string(), store: store.to_string() };
+        match lag_and_offset {
+            Some((lag, offset)) => {
+                self.standby_lag.get_or_create(&l).set(lag.min(i64::MAX as u64) as i64);
+                self.standby_offset.get_or_create(&l).set(offset.min(i64::MAX as u64) as i64);
+            }
+            None => {
+                self.standby_lag.remove(&l);
+                self.standby_offset.remove(&l);
+            }
         }
     }
 

@@ -133,7 +133,12 @@ pub fn ask_server(server: &str, f: &Fetch, timeout: Duration) -> Result<Local, S
         .call()
         .map_err(|e| format!("no answer from {base}: {e}"))?;
     let status = resp.status().as_u16();
-    let text = resp.body_mut().read_to_string().map_err(|e| format!("no answer from {base}: {e}"))?;
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()
+        .map_err(|e| format!("no answer from {base}: {e}"))?;
     let body: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{base} answered {status} with a body that is not JSON ({e}): {text}"))?;
     if status != 200 {
@@ -193,16 +198,9 @@ pub fn queryable(stage: &Stage) -> Vec<(String, String)> {
                     Kind::Agg { .. } => "aggregate",
                     Kind::Table { .. } => "table",
                 };
-                let key = t.key_type();
-                out.push((
-                    st.name.clone(),
-                    format!("{what}, key {key}, {}", if t.spec.tenant { "tenant-scoped" } else { "" }),
-                ));
+                out.push((st.name.clone(), format!("{what}, key {}", t.key_type())));
             }
         }
-    }
-    for o in &mut out {
-        o.1 = o.1.trim_end_matches(", ").to_string();
     }
     out
 }
@@ -245,6 +243,9 @@ fn aggregate_row(program: &hir::Program, agg: &AggSpec) -> Option<RecordType> {
         .map(|(_, s)| s.out.value.clone())
 }
 
+/// A store entry: its key and value as stored.
+type Entry = (Vec<u8>, Vec<u8>);
+
 /// A store's shard as a query reads it: sled, with the committed changes not written to it yet.
 pub(crate) struct Shard<'a> {
     pub(crate) tree: &'a sled::Tree,
@@ -253,18 +254,26 @@ pub(crate) struct Shard<'a> {
 
 impl Shard<'_> {
     /// Every entry whose store key starts with `prefix`, in key order.
-    fn scan(&self, prefix: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut all: std::collections::BTreeMap<Vec<u8>, Vec<u8>> = self
-            .tree
-            .scan_prefix(prefix)
-            .filter_map(|r| r.ok())
-            .filter(|(k, _)| &k[..] != CHECKPOINT)
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect();
+    fn scan(&self, prefix: &[u8]) -> Result<Vec<Entry>, String> {
+        let mut all = std::collections::BTreeMap::new();
+        for r in self.tree.scan_prefix(prefix) {
+            let (k, v) = r.map_err(|e| format!("cannot read local state: {e}"))?;
+            if &k[..] != CHECKPOINT {
+                all.insert(k.to_vec(), v.to_vec());
+            }
+        }
         if let Some(p) = self.pending {
             p.overlay(prefix, &mut all);
         }
-        all.into_iter().collect()
+        Ok(all.into_iter().collect())
+    }
+
+    /// The value of one store key.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        if let Some(v) = self.pending.and_then(|p| p.value(key)) {
+            return Ok(v.clone());
+        }
+        Ok(self.tree.get(key).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec()))
     }
 }
 
@@ -344,7 +353,7 @@ pub(crate) fn read(t: &Target, f: &Fetch, p: u32, shard: &Shard<'_>) -> Result<V
                 Some((_, kb)) => store_key(kb, None),
                 None => Vec::new(),
             };
-            for (sk, v) in shard.scan(&prefix) {
+            for (sk, v) in shard.scan(&prefix)? {
                 // Entries only: a window's or group's key starts with its length, never 0xff…
                 if sk.first() == Some(&0xff) {
                     continue;
@@ -366,8 +375,8 @@ pub(crate) fn read(t: &Target, f: &Fetch, p: u32, shard: &Shard<'_>) -> Result<V
         }
         Kind::Table { source } => {
             let entries = match &filter.exact {
-                Some((_, kb)) => shard.scan(kb).into_iter().filter(|(k, _)| k == kb).collect(),
-                None => shard.scan(&[]),
+                Some((_, kb)) => shard.get(kb)?.map(|v| (kb.clone(), v)).into_iter().collect(),
+                None => shard.scan(&[])?,
             };
             for (kb, v) in entries {
                 let key = decode_key(Some(&kb), &ty).map_err(|e| e.0)?;
@@ -434,7 +443,8 @@ struct Me {
 
 /// Who holds which partition, as a driver that shares the work with other instances knows it.
 pub trait Peers: Send + Sync {
-    fn owners(&self) -> Result<Owners, String>;
+    /// The owners of every assigned partition, with the partition counts of `topics`.
+    fn owners(&self, topics: &[&str]) -> Result<Owners, String>;
 }
 
 /// The application's instances as of now: the owner of each (topic, partition) assigned, the
@@ -574,8 +584,11 @@ impl Queries {
         let peers = if f.local { None } else { self.peers() };
         let Some(peers) = peers else { return self.ask(f, timeout).map_err(|e| (503, e)) };
         let topic = self.topic_of(&f.store)?;
-        let owners = peers.owners().map_err(|e| (503, format!("cannot tell who owns the partitions: {e}")))?;
+        let owners = peers.owners(&[&topic]).map_err(|e| (503, format!("cannot tell who owns the partitions: {e}")))?;
         let n = owners.partitions.get(&topic).copied().unwrap_or(0);
+        if n == 0 {
+            return Err((503, format!("`{topic}` has no partitions yet: retry")));
+        }
         let mut by_instance: std::collections::BTreeMap<&str, Vec<u32>> = std::collections::BTreeMap::new();
         for p in 0..n {
             let owner = owners.parts.get(&(topic.clone(), p)).ok_or_else(|| {
@@ -624,7 +637,13 @@ impl Queries {
         };
         let me = self.instance();
         let owners = match self.peers() {
-            Some(p) => Some(p.owners()?),
+            Some(p) => {
+                let topics: Vec<String> = queryable(&stage)
+                    .into_iter()
+                    .filter_map(|(name, _)| resolve(&stage, &name).ok().map(|t| t.spec.main.topic.clone()))
+                    .collect();
+                Some(p.owners(&topics.iter().map(String::as_str).collect::<Vec<_>>())?)
+            }
             None => None,
         };
         let mut stores = Vec::new();

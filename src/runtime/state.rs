@@ -51,6 +51,11 @@ impl Pending {
         self.0.get(key).map(|(v, _)| v)
     }
 
+    /// The pending change of `key`, if any: its new value or its deletion (None).
+    pub(crate) fn value(&self, key: &[u8]) -> Option<&Option<Vec<u8>>> {
+        self.get(key)
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }

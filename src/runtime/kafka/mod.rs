@@ -49,6 +49,7 @@ use crate::runtime::state;
 use crate::runtime::topics::{self, TimestampLimits, TopicConfigs, TopicError, TopicKind};
 
 mod peers;
+mod standby;
 
 type Result<T> = std::result::Result<T, RunError>;
 
@@ -154,6 +155,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         rebalances: 0,
         sweeps: Vec::new(),
         topic_configs,
+        standbys: None,
+        served: None,
     };
     let mut cfg = engine.kafka.config();
     cfg.set("group.id", &opts.app)
@@ -164,28 +167,40 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     if let Some(id) = &opts.config.instance.id {
         cfg.set("group.instance.id", id);
     }
-    // Interactive queries find the owner of a partition by the client id of the member the
-    // group assigned it to: one per instance unless the configuration sets one.
-    let client_id = match opts.config.kafka.get("client.id") {
-        Some(c) => c.clone(),
-        None => {
-            let c = format!("{}-{instance}", opts.app);
-            cfg.set("client.id", &c);
-            c
-        }
-    };
+    // Interactive queries and standby replicas tell instances apart by the client id of the
+    // group member: the configured one (or the application id) and the instance name.
+    let client_id =
+        format!("{}-{instance}", opts.config.kafka.get("client.id").map_or(opts.app.as_str(), String::as_str));
+    cfg.set("client.id", &client_id);
+    let peers =
+        Arc::new(peers::GroupPeers::new(&opts.app, &opts.config.kafka, &client_id, &instance).map_err(state_error)?);
+    let mut engine = engine;
     if let Some(m) = &opts.metrics {
         let q = &m.queries;
         q.set_me(&opts.app, &instance, q.server());
         if let Some(server) = q.server() {
+            // Where this instance serves its stores: now, and again with every metrics batch.
             let rec = peers::server_record(&instance, &server, &client_id, run::now_ms());
             Kafka::new(&opts.config.kafka)
                 .produce(&format!("{}-metrics", opts.app), &[(0, rec)])
                 .map_err(|e| state_error(format!("cannot publish where this instance serves its stores: {e}")))?;
+            engine.served = Some((server, client_id.clone()));
         }
-        let topics = main_topics.iter().cloned().collect();
-        let peers = peers::GroupPeers::new(&opts.app, &opts.config.kafka, topics).map_err(state_error)?;
-        q.set_peers(Arc::new(peers));
+        q.set_peers(peers.clone());
+    }
+    let replicas = opts.config.num.standby.replicas;
+    if replicas > 0 {
+        let mut rc = reader_config(&Kafka::new(&opts.config.kafka), opts);
+        rc.set("enable.partition.eof", "false");
+        let reader: BaseConsumer = rc.create().map_err(client("Kafka consumer"))?;
+        engine.standbys = Some(standby::Standbys::new(
+            replicas,
+            &client_id,
+            peers.clone(),
+            Kafka::new(&opts.config.kafka),
+            reader,
+            opts.metrics.clone(),
+        ));
     }
     let consumer: BaseConsumer<GroupCtx> =
         cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(client("Kafka consumer"))?;
@@ -242,10 +257,11 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
                     Err("restoring the stores of newly assigned partitions")
                 });
             }
-            let worked = e.step()? || opened;
+            let mut worked = e.step()? || opened;
             if let Some(m) = &opts.metrics {
                 e.answer_queries(&m.queries);
             }
+            worked |= e.standby_turn()?;
             if stop.load(Ordering::Relaxed) {
                 eprintln!("stopping: a last commit, then leaving the group");
                 e.commit(&consumer, false)?;
@@ -573,6 +589,10 @@ struct Engine {
     sweeps: Vec<(String, String, u32)>,
     /// The configurations of the topics the stage writes with event times (see [`setup_topics`]).
     topic_configs: TopicConfigs,
+    /// Warm copies of other instances' tasks (`num.standby.replicas`).
+    standbys: Option<standby::Standbys>,
+    /// Where this instance serves its stores, and its group consumer's client id.
+    served: Option<(String, String)>,
 }
 
 impl Engine {
@@ -651,6 +671,10 @@ impl Engine {
             let mut tasks = Vec::new();
             let here = BTreeSet::from([(t.clone(), p)]);
             for (spec, p) in tasks_on(&self.stage.specs, &here) {
+                // A standby replica of the task becomes its stores, as of its checkpoint.
+                if let Some(sb) = self.standbys.as_mut() {
+                    sb.release(&spec.name, p)?;
+                }
                 tasks.push(self.open_task(
                     spec.clone(),
                     p,
@@ -770,6 +794,13 @@ impl Engine {
         Ok(())
     }
 
+    /// Keep the standby replicas warm (see [`standby`]). True if any record was applied.
+    fn standby_turn(&mut self) -> Result<bool> {
+        let Some(sb) = self.standbys.as_mut() else { return Ok(false) };
+        let owned: BTreeSet<(String, u32)> = self.units.keys().chain(&self.assigned).cloned().collect();
+        sb.turn(&self.stage, &self.db, &owned)
+    }
+
     /// Answer the interactive queries waiting (`/stores/…`) from the committed state of the
     /// tasks of the partitions this instance is assigned.
     fn answer_queries(&self, q: &crate::runtime::query::Queries) {
@@ -824,6 +855,30 @@ impl Engine {
                     headers: vec![],
                 });
             }
+        }
+        if let Some((server, client_id)) = &self.served {
+            recs.push(peers::server_record(&self.instance, server, client_id, now));
+        }
+        // Each standby replica this instance keeps: the records its stores have yet to apply.
+        let mut standbys: BTreeMap<String, serde_json::Map<String, serde_json::Value>> = BTreeMap::new();
+        for (task, store, lag) in self.standbys.iter().flat_map(|s| s.lags()) {
+            standbys.entry(task).or_default().insert(store, serde_json::json!(lag));
+        }
+        for (task, lags) in standbys {
+            let value = serde_json::json!({
+                "application": self.opts.app,
+                "instance": self.instance,
+                "task": task,
+                "timestamp": now,
+                "standby": true,
+                "lag": lags,
+            });
+            recs.push(Record {
+                key: Some(format!("{}/standby/{task}", self.instance).into_bytes()),
+                value: Some(value.to_string().into_bytes()),
+                timestamp: now,
+                headers: vec![],
+            });
         }
         recs
     }

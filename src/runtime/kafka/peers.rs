@@ -34,19 +34,47 @@ pub(crate) struct GroupPeers {
     app: String,
     kafka: Kafka,
     client: BaseConsumer,
-    /// The topics whose partitions make the tasks (every sub-topology's main input).
-    topics: Vec<String>,
+    /// This instance: its group consumer's client id, and its name.
+    me: (String, String),
+    /// The owners as last asked (one asker at a time: concurrent queries wait for its answer).
     cache: Mutex<Option<(Instant, Owners)>>,
+    /// Partition counts by topic, with when they were read.
+    counts: Mutex<BTreeMap<String, (Instant, u32)>>,
 }
 
 impl GroupPeers {
-    pub(crate) fn new(app: &str, kafka: &BTreeMap<String, String>, topics: Vec<String>) -> Result<GroupPeers, String> {
+    pub(crate) fn new(
+        app: &str,
+        kafka: &BTreeMap<String, String>,
+        client_id: &str,
+        instance: &str,
+    ) -> Result<GroupPeers, String> {
         let k = Kafka::new(kafka);
         let client: BaseConsumer = k.config().create().map_err(|e| format!("cannot create a Kafka client: {e}"))?;
-        Ok(GroupPeers { app: app.to_string(), kafka: k, client, topics, cache: Mutex::new(None) })
+        Ok(GroupPeers {
+            app: app.to_string(),
+            kafka: k,
+            client,
+            me: (client_id.to_string(), instance.to_string()),
+            cache: Mutex::new(None),
+            counts: Mutex::new(BTreeMap::new()),
+        })
     }
 
-    fn ask(&self) -> Result<Owners, String> {
+    /// The partition count of `topic` (read again after a minute).
+    fn partitions(&self, topic: &str) -> Result<u32, String> {
+        let mut counts = self.counts.lock().map_err(|_| "lock poisoned")?;
+        if let Some((_, n)) = counts.get(topic).filter(|(at, _)| at.elapsed() < Duration::from_secs(60)) {
+            return Ok(*n);
+        }
+        let n = self.kafka.partitions(topic).map_err(|e| e.to_string())?.unwrap_or(0);
+        counts.insert(topic.to_string(), (Instant::now(), n));
+        Ok(n)
+    }
+
+    /// The group's members, by client id, with the partitions assigned to each; an error while
+    /// it rebalances.
+    pub(crate) fn group(&self) -> Result<BTreeMap<String, Vec<(String, u32)>>, String> {
         let timeout = Duration::from_secs(10);
         let groups = self
             .client
@@ -59,9 +87,20 @@ impl GroupPeers {
             }
             for m in g.members() {
                 let parts = m.assignment().map(parse_assignment).transpose()?.unwrap_or_default();
-                by_client.entry(m.client_id().to_string()).or_default().extend(parts);
+                if by_client.insert(m.client_id().to_string(), parts).is_some() {
+                    return Err(format!(
+                        "two members of group `{}` have the client id `{}`: instances are told apart by it",
+                        self.app,
+                        m.client_id()
+                    ));
+                }
             }
         }
+        Ok(by_client)
+    }
+
+    fn ask(&self) -> Result<Owners, String> {
+        let by_client = self.group()?;
         // Where each instance serves, by the client id its group consumer uses.
         let mut servers: BTreeMap<String, (String, String, i64)> = BTreeMap::new();
         let metrics = format!("{}-metrics", self.app);
@@ -84,39 +123,38 @@ impl GroupPeers {
         }
         let mut o = Owners::default();
         for (client, parts) in by_client {
-            let instance = servers.get(&client).map_or(client.clone(), |s| s.0.clone());
+            // This instance is known by its client id whether or not it publishes an address.
+            let instance = match servers.get(&client) {
+                _ if client == self.me.0 => self.me.1.clone(),
+                Some(s) => s.0.clone(),
+                None => client.clone(),
+            };
             if let Some((_, srv, _)) = servers.get(&client) {
                 o.servers.insert(instance.clone(), srv.clone());
             }
             for p in parts {
-                if let Some(other) = o.parts.insert(p.clone(), instance.clone()) {
-                    if other != instance {
-                        return Err(format!(
-                            "partition {} of `{}` is assigned to two members (client ids not distinct? set kafka.client.id per instance or leave it unset)",
-                            p.1, p.0
-                        ));
-                    }
-                }
+                o.parts.insert(p, instance.clone());
             }
-        }
-        for t in &self.topics {
-            let n = self.kafka.partitions(t).map_err(|e| e.to_string())?.unwrap_or(0);
-            o.partitions.insert(t.clone(), n);
         }
         Ok(o)
     }
 }
 
 impl Peers for GroupPeers {
-    fn owners(&self) -> Result<Owners, String> {
-        if let Ok(c) = self.cache.lock() {
-            if let Some((_, o)) = c.as_ref().filter(|(at, _)| at.elapsed() < FRESH) {
-                return Ok(o.clone());
+    fn owners(&self, topics: &[&str]) -> Result<Owners, String> {
+        let mut o = {
+            let mut c = self.cache.lock().map_err(|_| "lock poisoned")?;
+            match c.as_ref().filter(|(at, _)| at.elapsed() < FRESH) {
+                Some((_, o)) => o.clone(),
+                None => {
+                    let o = self.ask()?;
+                    *c = Some((Instant::now(), o.clone()));
+                    o
+                }
             }
-        }
-        let o = self.ask()?;
-        if let Ok(mut c) = self.cache.lock() {
-            *c = Some((Instant::now(), o.clone()));
+        };
+        for t in topics {
+            o.partitions.insert(t.to_string(), self.partitions(t)?);
         }
         Ok(o)
     }
