@@ -438,7 +438,7 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     println!("tasks (control offset applied, query version; input lag: end offset minus committed position, per input partition):");
     let tasks = applied(&t, &app, stage, cfg)?;
     let ends = input_ends(&t, &tasks)?;
-    let owners = owners(&t, &app)?;
+    let owners = owners(&t, &app, cfg.metrics.interval_ms)?;
     let mut behind = 0;
     for task in &tasks {
         // A task applies statements at its commit points: until then it runs the older form.
@@ -646,7 +646,7 @@ fn ask_instance(
 
 /// On Kafka: the instance that last reported each task to `<app>-metrics`, and when (the
 /// record's `timestamp`, ms). The embedded log has one instance: none.
-fn owners(t: &Topics, app: &str) -> Result<Owners, String> {
+fn owners(t: &Topics, app: &str, interval_ms: u64) -> Result<Owners, String> {
     let mut out: BTreeMap<String, (String, i64)> = BTreeMap::new();
     let mut standbys: BTreeMap<String, BTreeMap<String, (u64, i64)>> = BTreeMap::new();
     if let Topics::Kafka(_) = t {
@@ -678,12 +678,13 @@ fn owners(t: &Topics, app: &str) -> Result<Owners, String> {
             }
         }
     }
-    // A standby reported before the task's owner last reported by an instance that now owns
-    // it is gone.
-    for (task, (owner, _)) in &out {
-        if let Some(s) = standbys.get_mut(task) {
-            s.remove(owner);
-        }
+    // An instance keeps reporting its standbys with its tasks: a standby report well older
+    // than the newest report is one it stopped keeping (or an instance that is gone). And an
+    // instance that owns the task keeps no standby of it.
+    let newest = out.values().map(|(_, ts)| *ts).max().unwrap_or(i64::MIN);
+    let horizon = newest.saturating_sub(3 * interval_ms as i64);
+    for (task, s) in standbys.iter_mut() {
+        s.retain(|i, (_, ts)| *ts >= horizon && out.get(task).is_none_or(|(owner, _)| owner != i));
     }
     Ok(Owners { owners: out, standbys })
 }

@@ -1146,17 +1146,36 @@ fn standby_offsets(metrics: &str) -> BTreeMap<String, f64> {
 #[test]
 #[ignore = "needs a Kafka broker (./dev/test starts one)"]
 fn a_standby_replica_leaves_no_restore_after_a_failover() {
-    let (t, mut a, mut bb) = TwoInstances::start("standby", 40_000, 6, &["num.standby.replicas=1"]);
+    let (t, mut a, mut bb) =
+        TwoInstances::start("standby", 40_000, 6, &["num.standby.replicas=1", "processing.guarantee=exactly_once"]);
     let TwoInstances { b, dir, app, addr_a, addr_b, .. } = &t;
     let (b, addr_a, addr_b) = (b.as_str(), addr_a.as_str(), addr_b.as_str());
-    // Every record of the first half processed and committed (counts are published at commits).
-    wait_for(180, "both instances to process the first half", || {
-        metric_sum(&scrape(addr_a), "streamc_records_in_total")
-            + metric_sum(&scrape(addr_b), "streamc_records_in_total")
-            >= 20_000.0
+    wait_for(180, "both instances to process records", || {
+        metric_sum(&scrape(addr_a), "streamc_records_in_total") > 0.0
+            && metric_sum(&scrape(addr_b), "streamc_records_in_total") > 0.0
             && ready(addr_a)
             && ready(addr_b)
     });
+    // Every task has committed all of the first half (input lag 0), and `status` names each
+    // task's standby, caught up as of its last report.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let out = t.status();
+        // (The stateless `big` tasks have nothing to keep warm.)
+        let tasks: Vec<&str> =
+            out.lines().filter(|l| l.starts_with("  counts-") && l.contains("; input lag ")).collect();
+        let shown = tasks.len() == 4
+            && tasks.iter().all(|l| {
+                l.contains("; input lag 0 (")
+                    && ((l.contains("; owner a (") && l.contains("; standby b (lag 0)"))
+                        || (l.contains("; owner b (") && l.contains("; standby a (lag 0)")))
+            });
+        if shown {
+            break;
+        }
+        assert!(Instant::now() < deadline, "status never showed every task committed, with its standby:\n{out}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
     // A's copies of B's tasks reach the end of each changelog partition (nothing more is
     // written to them: the input has stopped and every record is committed).
     let changelog = format!("{app}-counts-aggregate-changelog");
@@ -1178,33 +1197,27 @@ fn a_standby_replica_leaves_no_restore_after_a_failover() {
                 *off >= *ends.get(&p).unwrap_or(&0) as f64
             })
     });
-    // `status` names each task's standby.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = t.status();
-        // (The stateless `big` tasks have nothing to keep warm.)
-        let tasks: Vec<&str> =
-            out.lines().filter(|l| l.starts_with("  counts-") && l.contains("; input lag ")).collect();
-        let shown = tasks.len() == 4
-            && tasks.iter().all(|l| {
-                (l.contains("; owner a (") && l.contains("; standby b (lag 0)"))
-                    || (l.contains("; owner b (") && l.contains("; standby a (lag 0)"))
-            });
-        if shown {
-            break;
-        }
-        assert!(Instant::now() < deadline, "status never showed each task's standby:\n{out}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
     let moved: Vec<String> = last.keys().cloned().collect();
-    let before = metric_sum(&scrape(addr_a), "streamc_restored_records_total");
+    let restored_moved = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("streamc_restored_records_total{"))
+            .filter(|l| moved.iter().any(|t| l.contains(&format!("task=\"{t}\""))))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let before = restored_moved(&scrape(addr_a));
     bb.kill();
     t.produce_second();
     t.wait_complete();
     let metrics = scrape(addr_a);
-    let restored = metric_sum(&metrics, "streamc_restored_records_total");
+    let restored = restored_moved(&metrics);
     a.kill();
     let log = std::fs::read_to_string(dir.join("a.log")).unwrap();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("streamc_restored_records_total{")
+            && moved.iter().any(|t| l.contains(&format!("task=\"{t}\"")))),
+        "A never opened the moved tasks {moved:?}:\n{log}"
+    );
     assert_eq!(
         restored,
         before,
@@ -1213,4 +1226,144 @@ fn a_standby_replica_leaves_no_restore_after_a_failover() {
     );
     // The moved tasks run on A now: their standby series are gone.
     assert!(standby_offsets(&metrics).is_empty(), "{metrics}");
+}
+
+/// The scale-out drill (issue 18): three instances with one standby replica each, under
+/// exactly_once, over a 6-partition input that keeps arriving in parts: scaled 3 → 1 (two
+/// stopped with SIGTERM) → 3 (restarted with their state directories), then the owner of the
+/// largest task (the partition with the most trades, its owner named by `/metadata`) SIGKILLed.
+/// The output then equals the fold of every trade, with no duplicate window or big trade; the
+/// failover time (kill → the moved task's first committed output on its new owner) is printed.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn drill_scale_three_one_three_then_kill_the_largest_tasks_owner() {
+    let b = require();
+    let dir = temp_dir("kafka-drill");
+    let pfx = format!("drill{}", std::process::id());
+    let prog = write_counts_program(&dir, &pfx);
+    let prog = prog.to_str().unwrap();
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, 60_000, 60, 9, 0);
+    let trades = trades_of(&f);
+    let lines: Vec<String> = std::fs::read_to_string(&f).unwrap().lines().map(str::to_string).collect();
+    const PARTS: usize = 4;
+    let per = lines.len().div_ceil(PARTS);
+    let src = format!("{pfx}.stocks");
+    let produce_part = |k: usize| {
+        let part = dir.join(format!("part{k}.jsonl"));
+        let chunk = &lines[(k * per).min(lines.len())..((k + 1) * per).min(lines.len())];
+        std::fs::write(&part, chunk.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        streamc(
+            &dir.join("p"),
+            &[
+                "produce",
+                &src,
+                part.to_str().unwrap(),
+                "--program",
+                prog,
+                "--partitions",
+                "6",
+                "--bootstrap-servers",
+                &b,
+            ],
+        );
+    };
+    let app = format!("{pfx}-app");
+    let names = ["a", "b", "c"];
+    let addrs: Vec<String> = names.iter().map(|_| free_addr()).collect();
+    let start = |i: usize| {
+        let mut sets = fast(&app);
+        sets.push(format!("instance.id={}", names[i]));
+        sets.push("processing.guarantee=exactly_once".into());
+        sets.push("num.standby.replicas=1".into());
+        sets.push("metrics.interval_ms=300".into());
+        let mut args = vec!["run", prog, "--bootstrap-servers", &b, "--http-addr", &addrs[i]];
+        with_sets(&mut args, &sets);
+        spawn(&dir.join(names[i]), &args, &dir.join(format!("{}.log", names[i])))
+    };
+    let records_in = |i: usize| metric_sum(&scrape(&addrs[i]), "streamc_records_in_total");
+    produce_part(0);
+    let mut procs: Vec<Option<common::cli::Background>> = (0..3).map(|i| Some(start(i))).collect();
+    wait_for(180, "all three instances to run tasks and process records", || {
+        (0..3).all(|i| ready(&addrs[i]) && records_in(i) > 0.0)
+    });
+    // 3 → 1: b and c stop cleanly (a last commit each); a takes everything while input flows.
+    for i in [1, 2] {
+        assert!(procs[i].take().unwrap().terminate(), "{} did not stop cleanly", names[i]);
+    }
+    produce_part(1);
+    let seen = records_in(0);
+    wait_for(180, "a alone to process the new part", || records_in(0) > seen && ready(&addrs[0]));
+    // 1 → 3: b and c come back with their state directories.
+    for i in [1, 2] {
+        procs[i] = Some(start(i));
+    }
+    produce_part(2);
+    // Every partition of the store has an owner again, shared by all three.
+    let largest = {
+        let mut n = [0usize; 6];
+        for (t, _, _) in &trades {
+            n[streamc::log::partition_for(t.as_bytes(), 6) as usize] += 1;
+        }
+        (0..6).max_by_key(|p| n[*p]).unwrap() as u64
+    };
+    let mut owner = None;
+    wait_for(180, "the three instances to share the partitions again", || {
+        let md = http_get(&addrs[0], "/metadata");
+        let body: serde_json::Value =
+            serde_json::from_str(md.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap_or_default();
+        let Some(store) = body["stores"].as_array().and_then(|s| s.iter().find(|s| s["name"] == "counts-aggregate"))
+        else {
+            return false;
+        };
+        let parts = store["partitions"].as_array().cloned().unwrap_or_default();
+        let owners: std::collections::BTreeSet<&str> = parts.iter().filter_map(|p| p["instance"].as_str()).collect();
+        owner =
+            parts.iter().find(|p| p["partition"] == largest).and_then(|p| p["instance"].as_str()).map(str::to_string);
+        parts.len() == 6 && owners.len() == 3 && (0..3).all(|i| ready(&addrs[i]))
+    });
+    let victim = names.iter().position(|n| Some(*n) == owner.as_deref()).unwrap();
+    let task = format!("0_{largest}");
+    let out_of = |i: usize| -> f64 {
+        scrape(&addrs[i])
+            .lines()
+            .filter(|l| l.starts_with("streamc_records_out_total{") && l.contains(&format!("task=\"{task}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let survivors: Vec<usize> = (0..3).filter(|i| *i != victim).collect();
+    let before: Vec<f64> = survivors.iter().map(|i| out_of(*i)).collect();
+    procs[victim].take().unwrap().kill();
+    let killed = Instant::now();
+    produce_part(3);
+    wait_for(180, "a survivor to output for the moved task", || {
+        survivors.iter().zip(&before).any(|(i, b)| out_of(*i) > *b)
+    });
+    eprintln!(
+        "drill: SIGKILL of {} (owner of partition {largest}, the largest) → first output of task {task} on a survivor: {:.2} s",
+        names[victim],
+        killed.elapsed().as_secs_f64()
+    );
+    let want = counts_reference(&trades, 6);
+    let counts = format!("{pfx}.counts");
+    wait_for(300, "the output to be complete", || {
+        let recs = consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]);
+        let keys: std::collections::BTreeSet<(String, i64)> = recs
+            .iter()
+            .map(|r| (r.key.as_str().unwrap().to_string(), r.value["window_start"].as_i64().unwrap()))
+            .collect();
+        keys.len() >= want.len()
+    });
+    drop(procs);
+    // Exactly once: every window once, each equal to the fold; every big trade once.
+    let got = counts_of(&consume(&dir.join("p"), &counts, &["--bootstrap-servers", &b]));
+    assert!(got == want, "the drill's windows differ from the fold");
+    let mut want_big: Vec<String> = trades.iter().filter(|t| t.1 > 900).map(|t| format!("{} {}", t.0, t.2)).collect();
+    let mut got_big: Vec<String> = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", &b])
+        .iter()
+        .map(|r| format!("{} {}", r.value["ticker"].as_str().unwrap(), r.value["ts"]))
+        .collect();
+    want_big.sort();
+    got_big.sort();
+    assert_eq!(got_big, want_big, "big trades: duplicates or losses");
 }

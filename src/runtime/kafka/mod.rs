@@ -191,16 +191,11 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let replicas = opts.config.num.standby.replicas;
     if replicas > 0 {
         let mut rc = reader_config(&Kafka::new(&opts.config.kafka), opts);
-        rc.set("enable.partition.eof", "false");
+        // A copy's position that the changelog no longer holds is an error, not a jump.
+        rc.set("enable.partition.eof", "false").set("auto.offset.reset", "error");
         let reader: BaseConsumer = rc.create().map_err(client("Kafka consumer"))?;
-        engine.standbys = Some(standby::Standbys::new(
-            replicas,
-            &client_id,
-            peers.clone(),
-            Kafka::new(&opts.config.kafka),
-            reader,
-            opts.metrics.clone(),
-        ));
+        engine.standbys =
+            Some(standby::Standbys::new(replicas, &client_id, peers.clone(), reader, opts.metrics.clone()));
     }
     let consumer: BaseConsumer<GroupCtx> =
         cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(client("Kafka consumer"))?;
@@ -257,11 +252,13 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
                     Err("restoring the stores of newly assigned partitions")
                 });
             }
-            let mut worked = e.step()? || opened;
+            let worked = e.step()? || opened;
             if let Some(m) = &opts.metrics {
                 e.answer_queries(&m.queries);
             }
-            worked |= e.standby_turn()?;
+            // (Copying other instances' changelogs is not this instance's work: `--drain` does
+            // not wait for it.)
+            let copied = e.standby_turn()?;
             if stop.load(Ordering::Relaxed) {
                 eprintln!("stopping: a last commit, then leaving the group");
                 e.commit(&consumer, false)?;
@@ -278,8 +275,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
                     e.apply_stage(&consumer)?;
                 }
             }
-            idle = !worked;
-            if opts.drain && idle && e.drained(&consumer)? {
+            idle = !worked && !copied;
+            if opts.drain && !worked && e.drained(&consumer)? {
                 if opts.close_windows_at_end && !windows_closed {
                     windows_closed = e.commit(&consumer, true)?;
                     continue;
@@ -1070,6 +1067,9 @@ impl Engine {
                 write_local(&mut t)?;
                 self.close_task(t);
             }
+        }
+        if let Some(sb) = self.standbys.as_mut() {
+            sb.close()?;
         }
         self.db.flush().map_err(crate::runtime::error::state("cannot flush local state"))?;
         Ok(self.closed.clone())

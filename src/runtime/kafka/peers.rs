@@ -62,7 +62,7 @@ impl GroupPeers {
     }
 
     /// The partition count of `topic` (read again after a minute).
-    fn partitions(&self, topic: &str) -> Result<u32, String> {
+    pub(crate) fn partitions(&self, topic: &str) -> Result<u32, String> {
         let mut counts = self.counts.lock().map_err(|_| "lock poisoned")?;
         if let Some((_, n)) = counts.get(topic).filter(|(at, _)| at.elapsed() < Duration::from_secs(60)) {
             return Ok(*n);

@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::control::Stage;
-use crate::kafka::{client, Kafka};
 use crate::log::Pos;
 use crate::runtime::error::RunError;
 use crate::runtime::kafka::peers::GroupPeers;
@@ -33,8 +33,9 @@ use crate::runtime::state::{open_tree, Pending};
 
 /// How often the choice of standbys is made again (and the changelogs' ends read for the lag).
 const PLAN_EVERY: Duration = Duration::from_secs(3);
-/// How often a copy's pending records are written to sled with their checkpoint.
-const WRITE_EVERY: Duration = Duration::from_secs(1);
+/// How often a copy's pending records are written to sled with their checkpoint (and when it
+/// is released, closed, or its task opens here).
+const WRITE_EVERY: Duration = Duration::from_secs(5);
 /// Pending keys that make a copy write at once.
 const WRITE_PENDING: usize = 20_000;
 /// Records applied per turn of the driver's loop at most (the active tasks come first).
@@ -47,8 +48,12 @@ struct Copy {
     store: String,
     tree: sled::Tree,
     pending: Pending,
-    /// The offset after the last record applied.
+    /// The offset after the last record applied: the checkpoint. (Not the reader's position,
+    /// which moves past a transaction's commit marker: a commit records the marker's offset as
+    /// the changelog's end, and a checkpoint past it would not fit that commit.)
     next: u64,
+    /// The reader's position when last read (for the lag only).
+    position: u64,
     /// The changelog's end when last read.
     end: u64,
     written: Instant,
@@ -64,7 +69,7 @@ impl Copy {
     }
 
     fn lag(&self) -> u64 {
-        self.end.saturating_sub(self.next)
+        self.end.saturating_sub(self.next.max(self.position))
     }
 }
 
@@ -73,7 +78,6 @@ pub(crate) struct Standbys {
     /// This instance's client id in the group.
     me: String,
     peers: Arc<GroupPeers>,
-    kafka: Kafka,
     reader: BaseConsumer,
     metrics: Option<Arc<Metrics>>,
     /// (changelog topic, partition) → its copy.
@@ -88,7 +92,6 @@ impl Standbys {
         replicas: u32,
         me: &str,
         peers: Arc<GroupPeers>,
-        kafka: Kafka,
         reader: BaseConsumer,
         metrics: Option<Arc<Metrics>>,
     ) -> Standbys {
@@ -96,7 +99,6 @@ impl Standbys {
             replicas,
             me: me.to_string(),
             peers,
-            kafka,
             reader,
             metrics,
             copies: BTreeMap::new(),
@@ -120,99 +122,142 @@ impl Standbys {
     ) -> Result<bool, RunError> {
         if self.planned.is_none_or(|at| at.elapsed() >= PLAN_EVERY) {
             self.planned = Some(Instant::now());
-            // While the group rebalances there is no plan: keep the copies as they are.
+            // While the group rebalances there is no plan: keep the copies as they are. A
+            // broker that cannot be asked now is asked again at the next plan: standbys are
+            // best effort, and never stop the instance.
             if let Ok(group) = self.peers.group() {
-                self.plan(stage, db, owned, &group)?;
+                if let Err(e) = self.plan(stage, db, owned, &group) {
+                    eprintln!("standby replicas: {e}; trying again in {} s", PLAN_EVERY.as_secs());
+                }
             }
             self.read_ends();
         }
         self.apply()
     }
 
-    /// Stop keeping the standby of task (`name`, `p`), its copies written with their checkpoints
-    /// first: the task is about to open here.
-    pub(crate) fn release(&mut self, name: &str, p: u32) -> Result<(), RunError> {
-        if let Some(parts) = self.tasks.remove(&(name.to_string(), p)) {
-            for k in parts {
-                if let Some(mut c) = self.copies.remove(&k) {
-                    c.write()?;
-                    if let Some(m) = &self.metrics {
-                        m.standby(&c.task, &c.store, None);
-                    }
-                }
-            }
-            self.assign()?;
+    /// Write every copy with its checkpoint (the instance stops).
+    pub(crate) fn close(&mut self) -> Result<(), RunError> {
+        for c in self.copies.values_mut() {
+            c.write()?;
         }
         Ok(())
     }
 
+    /// Stop keeping the standby of task (`name`, `p`), its copies written with their checkpoints
+    /// first: the task is about to open here.
+    pub(crate) fn release(&mut self, name: &str, p: u32) -> Result<(), RunError> {
+        if self.drop_task(name, p)? {
+            self.assign();
+        }
+        Ok(())
+    }
+
+    /// Stop copying task (`name`, `p`), its copies written first. True if it had any.
+    fn drop_task(&mut self, name: &str, p: u32) -> Result<bool, RunError> {
+        let Some(parts) = self.tasks.remove(&(name.to_string(), p)) else { return Ok(false) };
+        for k in parts {
+            if let Some(mut c) = self.copies.remove(&k) {
+                c.write()?;
+                if let Some(m) = &self.metrics {
+                    m.standby(&c.task, &c.store, None);
+                }
+            }
+        }
+        Ok(true)
+    }
+
     /// Choose the tasks to keep a standby of, open new copies from their local checkpoints,
-    /// drop those no longer chosen.
+    /// drop those no longer chosen. A lookup that fails leaves every copy as it is.
     fn plan(
         &mut self,
         stage: &Stage,
         db: &sled::Db,
         owned: &BTreeSet<(String, u32)>,
         group: &BTreeMap<String, Vec<(String, u32)>>,
-    ) -> Result<(), RunError> {
+    ) -> Result<(), String> {
         let owner: BTreeMap<&(String, u32), &str> =
             group.iter().flat_map(|(c, parts)| parts.iter().map(move |p| (p, c.as_str()))).collect();
         // Per task chosen: (changelog, partition, task id, store) of each of its stores.
         type Stores = Vec<(String, u32, String, String)>;
         let mut want: BTreeMap<(String, u32), Stores> = BTreeMap::new();
         for spec in stage.specs.iter().filter(|s| !s.stores.is_empty()) {
-            let n = self.kafka.partitions(&spec.main.topic).ok().flatten().unwrap_or(0);
+            let n = self.peers.partitions(&spec.main.topic)?;
             for p in 0..n {
                 let main = (spec.main.topic.clone(), p);
                 if owned.contains(&main) {
                     continue;
                 }
-                let Some(o) = owner.get(&main) else { continue };
-                let mut ranked: Vec<(u64, &str)> = group
-                    .keys()
-                    .filter(|c| c.as_str() != *o)
-                    .map(|c| (crate::runtime::chaos::fnv(format!("{c}/{}/{p}", spec.name).as_bytes()), c.as_str()))
-                    .collect();
-                ranked.sort();
-                if ranked.iter().take(self.replicas as usize).any(|(_, c)| *c == self.me) {
+                let key = (spec.name.clone(), p);
+                let chosen = match owner.get(&main) {
+                    Some(o) => {
+                        let mut ranked: Vec<(u64, &str)> = group
+                            .keys()
+                            .filter(|c| c.as_str() != *o)
+                            .map(|c| {
+                                (crate::runtime::chaos::fnv(format!("{c}/{}/{p}", spec.name).as_bytes()), c.as_str())
+                            })
+                            .collect();
+                        ranked.sort();
+                        ranked.iter().take(self.replicas as usize).any(|(_, c)| *c == self.me)
+                    }
+                    // Between the two phases of a cooperative rebalance a partition has no
+                    // owner: a copy kept goes on.
+                    None => self.tasks.contains_key(&key),
+                };
+                if chosen {
                     let stores = spec
                         .stores
                         .iter()
                         .map(|s| (s.changelog.clone(), p, format!("{}_{p}", spec.sub), s.name.clone()))
                         .collect();
-                    want.insert((spec.name.clone(), p), stores);
+                    want.insert(key, stores);
                 }
             }
         }
-        let gone: Vec<(String, u32)> = self.tasks.keys().filter(|k| !want.contains_key(*k)).cloned().collect();
+        let err = |e: RunError| e.to_string();
         let mut changed = false;
-        for (name, p) in gone {
-            self.release(&name, p)?;
+        // Tasks no longer chosen, or whose stores a statement changed.
+        let stale: Vec<(String, u32)> = self
+            .tasks
+            .iter()
+            .filter(|(k, parts)| {
+                want.get(*k).is_none_or(|w| w.iter().map(|(c, p, _, _)| (c.clone(), *p)).collect::<Vec<_>>() != **parts)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (name, p) in stale {
+            changed |= self.drop_task(&name, p).map_err(err)?;
         }
         for (task, stores) in want {
             if self.tasks.contains_key(&task) {
                 continue;
             }
-            let mut parts = Vec::new();
+            let mut copies = Vec::new();
             for (changelog, p, task_id, store) in stores {
-                let tree = open_tree(db, &store, p)?;
+                let tree = open_tree(db, &store, p).map_err(err)?;
                 let (low, high) = self
                     .reader
                     .fetch_watermarks(&changelog, p as i32, Duration::from_secs(10))
-                    .map_err(client(format!("cannot read the offsets of `{changelog}` partition {p}")))?;
+                    .map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
                 let (low, high) = (low.max(0) as u64, high.max(0) as u64);
+                copies.push((changelog, p, task_id, store, tree, low, high));
+            }
+            // Every store of the task could be looked up: copy them all.
+            let mut parts = Vec::new();
+            for (changelog, p, task, store, tree, low, high) in copies {
                 // From the local checkpoint when it is consistent with the changelog, else
                 // from the changelog's start (a compacted one may start after offset 0).
-                let next = restore_start(&tree, high, low)?.offset.max(low);
+                let next = restore_start(&tree, high, low).map_err(err)?.offset.max(low);
                 parts.push((changelog.clone(), p));
                 self.copies.insert(
                     (changelog, p),
                     Copy {
-                        task: task_id,
+                        task,
                         store,
                         tree,
                         pending: Pending::default(),
                         next,
+                        position: next,
                         end: high,
                         written: Instant::now(),
                     },
@@ -222,20 +267,24 @@ impl Standbys {
             changed = true;
         }
         if changed {
-            self.assign()?;
+            self.assign();
         }
         Ok(())
     }
 
-    /// Read every copied changelog partition from where its copy is.
-    fn assign(&mut self) -> Result<(), RunError> {
+    /// Read every copied changelog partition from where its copy is. (On failure the copies
+    /// wait, and the next plan assigns again.)
+    fn assign(&mut self) {
         let mut tpl = TopicPartitionList::new();
         for ((t, p), c) in &self.copies {
-            tpl.add_partition_offset(t, *p as i32, Offset::Offset(c.next as i64))
-                .map_err(crate::kafka::BrokerError::from)?;
+            if let Err(e) = tpl.add_partition_offset(t, *p as i32, Offset::Offset(c.next as i64)) {
+                eprintln!("standby replicas: {e}");
+            }
         }
-        self.reader.assign(&tpl).map_err(client("cannot read the changelogs of standby replicas"))?;
-        Ok(())
+        if let Err(e) = self.reader.assign(&tpl) {
+            eprintln!("standby replicas: cannot read their changelogs: {e}");
+            self.planned = None;
+        }
     }
 
     fn read_ends(&mut self) {
@@ -243,10 +292,10 @@ impl Standbys {
             if let Ok((_, high)) = self.reader.fetch_watermarks(t, *p as i32, Duration::from_secs(5)) {
                 c.end = high.max(0) as u64;
             }
-            // Past transaction markers the consumer's position is ahead of the last record.
+            // Past transaction markers the reader's position is ahead of the last record.
             if let Ok(pos) = self.reader.position() {
                 if let Some(Offset::Offset(o)) = pos.find_partition(t, *p as i32).map(|e| e.offset()) {
-                    c.next = c.next.max(o.max(0) as u64);
+                    c.position = o.max(0) as u64;
                 }
             }
             if let Some(m) = &self.metrics {
@@ -265,12 +314,25 @@ impl Standbys {
                     n += 1;
                     let key = (m.topic().to_string(), m.partition().max(0) as u32);
                     if let Some(c) = self.copies.get_mut(&key) {
-                        if let Some(k) = m.key() {
-                            c.pending.stage(k.to_vec(), m.payload().map(<[u8]>::to_vec), true);
+                        let offset = m.offset().max(0) as u64;
+                        // (Only records after the copy's position: never one applied twice.)
+                        if offset >= c.next {
+                            if let Some(k) = m.key() {
+                                c.pending.stage(k.to_vec(), m.payload().map(<[u8]>::to_vec), true);
+                            }
+                            c.next = offset + 1;
+                            c.end = c.end.max(c.next);
                         }
-                        c.next = m.offset().max(0) as u64 + 1;
-                        c.end = c.end.max(c.next);
                     }
+                }
+                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::OffsetOutOfRange))) => {
+                    // A changelog no longer holds a copy's position (deleted and created again,
+                    // or truncated): every copy starts over from scratch at the next plan.
+                    eprintln!(
+                        "standby replicas: a changelog no longer holds a copy's position; copying again from the start"
+                    );
+                    self.reset()?;
+                    return Ok(false);
                 }
                 Some(Err(e)) => eprintln!("standby replicas: {e}"),
                 None => break,
@@ -282,5 +344,20 @@ impl Standbys {
             }
         }
         Ok(n > 0)
+    }
+
+    /// Forget every copy, its local state cleared (no checkpoint: a later restore or copy
+    /// starts from the changelog's start).
+    fn reset(&mut self) -> Result<(), RunError> {
+        for (_, c) in std::mem::take(&mut self.copies) {
+            c.tree.clear().map_err(crate::runtime::error::state("cannot reset a standby replica"))?;
+            if let Some(m) = &self.metrics {
+                m.standby(&c.task, &c.store, None);
+            }
+        }
+        self.tasks.clear();
+        self.planned = None;
+        self.assign();
+        Ok(())
     }
 }
