@@ -18,13 +18,14 @@ For each state size K (--keys, e.g. 1000000,10000000) and each of num.standby.re
 Prints one table: keys, standby, failover seconds, restored records, restore seconds. Not part
 of the test command (it takes minutes); the README gives its figures.
 
-Usage: bench/failover.py [--keys 1000000,10000000] [--partitions 4]"""
-import argparse, json, os, re, signal, subprocess, sys, tempfile, time, urllib.request, socket
+Usage: bench/failover.py [--keys 1000000,10000000] [--partitions 4] [--standby 0,1]"""
+import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time, urllib.request, socket
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
 ap.add_argument("--keys", default="1000000,10000000")
 ap.add_argument("--partitions", type=int, default=4)
+ap.add_argument("--standby", default="0,1", help="the num.standby.replicas values to run")
 a = ap.parse_args()
 
 subprocess.run(["cargo", "build", "--release", "-q"], cwd=root, check=True)
@@ -103,7 +104,7 @@ try:
         with open(extra, "w") as f:
             for i in range(64):
                 f.write(json.dumps({"ticker": f"X{i:04d}", "price": 1.0, "size": 1, "ts": 1_800_000_000_000 + i}) + "\n")
-        for standby in [0, 1]:
+        for standby in [int(x) for x in a.standby.split(",") if x]:
             app = f"fo{K}-s{standby}"
             addrs = {n: free_addr() for n in "ab"}
             procs, logs = {}, {}
@@ -161,6 +162,7 @@ try:
             rows.append((K, standby, failover, restored, restore_s, processed))
             print(f"keys {K:,} standby {standby}: failover {failover:.2f} s, restored {restored:,} records in {restore_s:.2f} s (processing took {processed:.0f} s)", flush=True)
 finally:
+    shutil.rmtree(work, ignore_errors=True)
     if started_broker:
         subprocess.run([os.path.join(root, "dev/kafka/broker"), "stop", started_broker], capture_output=True)
 

@@ -69,9 +69,21 @@ impl<'a> Run<'a> {
     }
 }
 
-/// A fresh, empty directory under the system temp dir.
+/// A fresh, empty directory under the system temp dir. Those an earlier test process left
+/// under the same name are deleted once that process is gone (a failed run's stay for
+/// inspection until the next run), so repeated runs do not fill the disk.
 pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("streamc-test-{name}-{}", std::process::id()));
+    let prefix = format!("streamc-test-{name}-");
+    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+        for e in entries.flatten() {
+            let file = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = file.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let d = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
