@@ -153,16 +153,7 @@ pub fn schema_id(bytes: &[u8]) -> Result<u32, String> {
 
 /// A framed value decoded to the declared record type, with the writer schema its id names.
 pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
-    let id = schema_id(bytes)?;
-    let w = writer_of(id)?;
-    let mut payload = &bytes[5..];
-    let datum = GenericDatumReader::builder(&w.schema)
-        .build()
-        .and_then(|r| r.read_value(&mut payload))
-        .map_err(|e| format!("not Avro data of schema id {id}: {e}"))?;
-    if !payload.is_empty() {
-        return Err(format!("{} bytes after the Avro datum of schema id {id}", payload.len()));
-    }
+    let (id, w, datum) = read_framed(bytes)?;
     match record(&datum, &w.schema, rt, &w, "")? {
         Value::Record(fields) => Ok(Arc::try_unwrap(fields).unwrap_or_else(|a| (*a).clone())),
         _ => Err(format!("schema id {id} is not a record schema")),
@@ -330,6 +321,12 @@ fn unscaled(bytes: &[u8]) -> Option<f64> {
 /// dates as epoch ms, times as ms, decimals as numbers, enums and uuids as strings, bytes as
 /// `{"hex": …}`.
 pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    let (_, w, datum) = read_framed(bytes)?;
+    Ok(json_of(&datum, &w.schema, &w))
+}
+
+/// A framed value's schema id, writer schema and datum; bytes after the datum are an error.
+fn read_framed(bytes: &[u8]) -> Result<(u32, Arc<Writer>, Avro), String> {
     let id = schema_id(bytes)?;
     let w = writer_of(id)?;
     let mut payload = &bytes[5..];
@@ -337,7 +334,10 @@ pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
         .build()
         .and_then(|r| r.read_value(&mut payload))
         .map_err(|e| format!("not Avro data of schema id {id}: {e}"))?;
-    Ok(json_of(&datum, &w.schema, &w))
+    if !payload.is_empty() {
+        return Err(format!("{} bytes after the Avro datum of schema id {id}", payload.len()));
+    }
+    Ok((id, w, datum))
 }
 
 fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {

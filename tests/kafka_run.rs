@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::cli::{consume, consume_if_created, isolate, results, spawn, streamc, streamc_fails, streamc_output};
 use common::data::{clicks, orders_and_payments, write_clicks, write_orders_and_payments};
-use common::embedded::{temp_dir, write_trades};
+use common::embedded::{temp_dir, trades_of, write_trades};
 use common::kafka::require;
 
 /// Settings for quick failure detection, so killed instances do not stall the tests.
@@ -274,16 +274,30 @@ fn a_missing_source_or_a_wrong_internal_partition_count_is_a_clear_error() {
 /// Per (ticker, tumbling 1 s window): count and volume of the trades, folded plainly.
 type Counts = BTreeMap<(String, i64), (i64, i64)>;
 
-/// The trades of a file.
-fn trades_of(path: &Path) -> Vec<(String, i64, i64)> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["ticker"].as_str().unwrap().to_string(), v["size"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
-        })
-        .collect()
+/// The lines of a trades file cut into parts, produced one at a time: input that keeps arriving.
+struct Parts {
+    lines: Vec<String>,
+    per: usize,
+}
+
+impl Parts {
+    fn of(f: &Path, parts: usize) -> Parts {
+        let lines: Vec<String> = std::fs::read_to_string(f).unwrap().lines().map(str::to_string).collect();
+        let per = lines.len().div_ceil(parts);
+        Parts { lines, per }
+    }
+
+    /// Produce part `k` to `src` (created with `partitions` partitions if missing).
+    fn produce(&self, k: usize, dir: &Path, src: &str, prog: &str, partitions: u32, b: &str) {
+        let n = self.lines.len();
+        let part = dir.join(format!("part{k}.jsonl"));
+        let chunk = &self.lines[(k * self.per).min(n)..((k + 1) * self.per).min(n)];
+        std::fs::write(&part, chunk.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        let partitions = partitions.to_string();
+        let part = part.to_str().unwrap();
+        let args = ["produce", src, part, "--program", prog, "--partitions", &partitions, "--bootstrap-servers", b];
+        streamc(&dir.join("p"), &args);
+    }
 }
 
 const COUNTS: &str = r#"
@@ -637,28 +651,8 @@ fn sigkills(guarantee: &str, default_n: u64) {
     let src = format!("{pfx}.stocks");
     // The input arrives in 11 parts: one before the instances start and one after each kill, so
     // that every kill falls on a run with input still to come, however fast the machine is.
-    let lines: Vec<String> = std::fs::read_to_string(&f).unwrap().lines().map(str::to_string).collect();
-    const PARTS: usize = 11;
-    let per = lines.len().div_ceil(PARTS);
-    let produce_part = |k: usize| {
-        let part = dir.join(format!("part{k}.jsonl"));
-        let chunk = &lines[(k * per).min(lines.len())..((k + 1) * per).min(lines.len())];
-        std::fs::write(&part, chunk.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
-        streamc(
-            &dir.join("p"),
-            &[
-                "produce",
-                &src,
-                part.to_str().unwrap(),
-                "--program",
-                prog,
-                "--partitions",
-                "4",
-                "--bootstrap-servers",
-                &b,
-            ],
-        );
-    };
+    let parts = Parts::of(&f, 11);
+    let produce_part = |k: usize| parts.produce(k, &dir, &src, prog, 4, &b);
     produce_part(0);
 
     let app = format!("{pfx}-app");
@@ -1245,29 +1239,9 @@ fn drill_scale_three_one_three_then_kill_the_largest_tasks_owner() {
     let f = dir.join("trades.jsonl");
     write_trades(&f, 60_000, 60, 9, 0);
     let trades = trades_of(&f);
-    let lines: Vec<String> = std::fs::read_to_string(&f).unwrap().lines().map(str::to_string).collect();
-    const PARTS: usize = 4;
-    let per = lines.len().div_ceil(PARTS);
     let src = format!("{pfx}.stocks");
-    let produce_part = |k: usize| {
-        let part = dir.join(format!("part{k}.jsonl"));
-        let chunk = &lines[(k * per).min(lines.len())..((k + 1) * per).min(lines.len())];
-        std::fs::write(&part, chunk.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
-        streamc(
-            &dir.join("p"),
-            &[
-                "produce",
-                &src,
-                part.to_str().unwrap(),
-                "--program",
-                prog,
-                "--partitions",
-                "6",
-                "--bootstrap-servers",
-                &b,
-            ],
-        );
-    };
+    let parts = Parts::of(&f, 4);
+    let produce_part = |k: usize| parts.produce(k, &dir, &src, prog, 6, &b);
     let app = format!("{pfx}-app");
     let names = ["a", "b", "c"];
     let addrs: Vec<String> = names.iter().map(|_| free_addr()).collect();

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::cli::{spawn, streamc, streamc_fails, streamc_output};
-use common::embedded::{temp_dir, write_trades};
+use common::embedded::{temp_dir, trades_of, write_trades};
 
 const PROGRAM: &str = r#"
 stream trades from "trades" {
@@ -47,22 +47,10 @@ query named {
 }
 "#;
 
-/// (ticker, ts, size) of each trade in a JSON-lines file.
-fn trades(path: &Path) -> Vec<(String, i64, i64)> {
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["ticker"].as_str().unwrap().to_string(), v["ts"].as_i64().unwrap(), v["size"].as_i64().unwrap())
-        })
-        .collect()
-}
-
 /// ticker → (count, sum of sizes).
 fn volume(ts: &[(String, i64, i64)]) -> BTreeMap<String, (i64, i64)> {
     let mut m = BTreeMap::new();
-    for (t, _, size) in ts {
+    for (t, size, _) in ts {
         let e = m.entry(t.clone()).or_insert((0, 0));
         e.0 += 1;
         e.1 += size;
@@ -73,7 +61,7 @@ fn volume(ts: &[(String, i64, i64)]) -> BTreeMap<String, (i64, i64)> {
 /// (ticker, window start) → (count, sum of sizes), 1 s tumbling windows.
 fn per_second(ts: &[(String, i64, i64)]) -> BTreeMap<(String, i64), (i64, i64)> {
     let mut m = BTreeMap::new();
-    for (t, at, size) in ts {
+    for (t, size, at) in ts {
         let e = m.entry((t.clone(), at.div_euclid(1000) * 1000)).or_insert((0, 0));
         e.0 += 1;
         e.1 += size;
@@ -175,7 +163,7 @@ fn stores_are_read_after_the_run_and_through_the_running_instance() {
     )
     .unwrap();
     let names = BTreeMap::from([("T0000", "Zero"), ("T0001", "One"), ("ZZZ", "none traded")]);
-    let ts = trades(&first);
+    let ts = trades_of(&first);
     streamc(
         &state,
         &[
@@ -208,7 +196,7 @@ fn stores_are_read_after_the_run_and_through_the_running_instance() {
     let second = dir.join("second.jsonl");
     write_trades(&second, 2000, 12, 8, 0);
     // The second batch continues after the first in event time.
-    let shift = ts.iter().map(|t| t.1).max().unwrap() + 1000 - trades(&second).iter().map(|t| t.1).min().unwrap();
+    let shift = ts.iter().map(|t| t.2).max().unwrap() + 1000 - trades_of(&second).iter().map(|t| t.2).min().unwrap();
     let shifted: String = std::fs::read_to_string(&second)
         .unwrap()
         .lines()
@@ -221,7 +209,7 @@ fn stores_are_read_after_the_run_and_through_the_running_instance() {
     std::fs::write(&second, shifted).unwrap();
     streamc(&state, &["produce", "trades", second.to_str().unwrap(), "--program", prog]);
     let mut all = ts.clone();
-    all.extend(trades(&second));
+    all.extend(trades_of(&second));
     let want = volume(&all);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {

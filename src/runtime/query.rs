@@ -495,11 +495,17 @@ impl Default for Queries {
 
 impl Queries {
     /// The driver's view: the running program and the tasks it runs (set when either changes).
-    pub(crate) fn set_view(&self, stage: &Stage, tasks: Vec<(String, u32)>) {
+    /// (Called every round of a driver's loop: the tasks are copied only when they changed.)
+    pub(crate) fn set_view<'a>(&self, stage: &Stage, tasks: impl Iterator<Item = (&'a String, u32)> + Clone) {
         if let Ok(mut v) = self.view.lock() {
-            let same = v.as_ref().is_some_and(|(s, t)| s.next == stage.next && *t == tasks);
+            let same = v.as_ref().is_some_and(|(s, t)| {
+                let mut now = tasks.clone();
+                s.next == stage.next
+                    && t.iter().all(|(n, p)| now.next().is_some_and(|(m, q)| n == m && *p == q))
+                    && now.next().is_none()
+            });
             if !same {
-                *v = Some((stage.clone(), tasks));
+                *v = Some((stage.clone(), tasks.map(|(n, p)| (n.clone(), p)).collect()));
             }
         }
     }

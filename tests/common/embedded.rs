@@ -143,6 +143,18 @@ pub fn topic_bytes(state_dir: &Path, topic: &str) -> Vec<Vec<u8>> {
     files.iter().map(|f| std::fs::read(f).unwrap()).collect()
 }
 
+/// The trades of a file written by [`write_trades`]: (ticker, size, ts).
+pub fn trades_of(path: &Path) -> Vec<(String, i64, i64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["ticker"].as_str().unwrap().to_string(), v["size"].as_i64().unwrap(), v["ts"].as_i64().unwrap())
+        })
+        .collect()
+}
+
 /// Deterministic trades as JSON lines, written to `path`.
 pub fn write_trades(path: &Path, count: u64, tickers: u64, seed: u64, disorder_ms: u64) {
     let o = streamc::gen::TradesOptions { count, tickers, seed, rate: 1000, disorder_ms };

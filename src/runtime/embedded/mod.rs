@@ -344,7 +344,7 @@ fn worker(
                     live.insert((t.task.spec.name.clone(), t.task.partition), t.control);
                 }
                 if let (true, Some(m)) = (leader, &opts.metrics) {
-                    m.queries.set_view(&stage, live.keys().cloned().collect());
+                    m.queries.set_view(&stage, live.keys().map(|(n, p)| (n, *p)));
                 }
             }
             // The leader opens the tasks of new queries (or of new sub-topologies), once every

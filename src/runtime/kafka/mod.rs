@@ -794,15 +794,14 @@ impl Engine {
     /// Keep the standby replicas warm (see [`standby`]). True if any record was applied.
     fn standby_turn(&mut self) -> Result<bool> {
         let Some(sb) = self.standbys.as_mut() else { return Ok(false) };
-        let owned: BTreeSet<(String, u32)> = self.units.keys().chain(&self.assigned).cloned().collect();
-        sb.turn(&self.stage, &self.db, &owned)
+        let (units, assigned) = (&self.units, &self.assigned);
+        sb.turn(&self.stage, &self.db, || units.keys().chain(assigned).cloned().collect())
     }
 
     /// Answer the interactive queries waiting (`/stores/…`) from the committed state of the
     /// tasks of the partitions this instance is assigned.
     fn answer_queries(&self, q: &crate::runtime::query::Queries) {
-        let tasks = self.units.values().flatten().map(|r| (r.task.spec.name.clone(), r.task.partition)).collect();
-        q.set_view(&self.stage, tasks);
+        q.set_view(&self.stage, self.units.values().flatten().map(|r| (&r.task.spec.name, r.task.partition)));
         q.answer(0, &self.stage, |target, f| {
             let store = &target.spec.stores[target.store].name;
             for r in self.units.values().flatten().filter(|r| r.task.spec.name == target.spec.name) {

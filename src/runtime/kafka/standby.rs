@@ -112,15 +112,17 @@ impl Standbys {
         self.copies.values().map(|c| (c.task.clone(), c.store.clone(), c.lag())).collect()
     }
 
-    /// One turn: choose again if due (`owned`: the main partitions this instance runs), then
-    /// apply what the changelogs have. True if any record was applied.
+    /// One turn: choose again if due (`owned`: the main partitions this instance runs, asked
+    /// only then), then apply what the changelogs have. True if any record was applied.
     pub(crate) fn turn(
         &mut self,
         stage: &Stage,
         db: &sled::Db,
-        owned: &BTreeSet<(String, u32)>,
+        owned: impl FnOnce() -> BTreeSet<(String, u32)>,
     ) -> Result<bool, RunError> {
         if self.planned.is_none_or(|at| at.elapsed() >= PLAN_EVERY) {
+            let owned = owned();
+            let owned = &owned;
             self.planned = Some(Instant::now());
             // While the group rebalances there is no plan: keep the copies as they are. A
             // broker that cannot be asked now is asked again at the next plan: standbys are
