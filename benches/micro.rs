@@ -136,6 +136,7 @@ fn end_to_end(c: &mut Criterion) {
                     metrics: None,
                     progress: false,
                     chaos: None,
+                    restores: Default::default(),
                     program_text: text.clone(),
                 }
             },

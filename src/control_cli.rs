@@ -435,9 +435,11 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
     if !tables.is_empty() {
         println!("control-managed tables: {}", tables.join(", "));
     }
-    println!("tasks (control offset applied, query version; input lag: end offset minus committed position, per input partition):");
+    println!("tasks (control offset applied, query version; input lag: end offset minus committed position, per input partition; state: records in the task's changelogs{}):",
+        if matches!(t, Topics::Kafka(_)) { ", end minus start offset, what a restore from scratch reads at most" } else { "" });
     let tasks = applied(&t, &app, stage, cfg)?;
     let ends = input_ends(&t, &tasks)?;
+    let state = changelog_records(&t, stage, &tasks)?;
     let owners = owners(&t, &app, cfg.metrics.interval_ms)?;
     let mut behind = 0;
     for task in &tasks {
@@ -480,8 +482,15 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
                 format!("; owner {instance} (its last metrics record: {at})")
             })
             .unwrap_or_default();
+        let state = state.get(&task.name).map(|n| format!("; state {n} changelog records")).unwrap_or_default();
+        let restoring = task
+            .id
+            .as_ref()
+            .and_then(|id| owners.restoring.get(id))
+            .map(|(instance, (done, total))| format!("; restoring on {instance}: {done} of {total} records"))
+            .unwrap_or_default();
         println!(
-            "  {}: {}, version {}; input lag {total} ({}){owner}{standbys}{lag}",
+            "  {}: {}, version {}; input lag {total} ({}){state}{owner}{restoring}{standbys}{lag}",
             task.name,
             task.control.map_or("-".into(), |c| c.to_string()),
             task.version.map_or("-".into(), |v| v.to_string()),
@@ -597,6 +606,43 @@ fn input_ends(t: &Topics, tasks: &[Applied]) -> Result<BTreeMap<String, i64>, St
     Ok(parts.into_iter().zip(ends).map(|((topic, p), e)| (format!("{topic}/{p}"), e)).collect())
 }
 
+/// Per task (by name): the records its stores' changelog partitions hold. On Kafka, end minus
+/// start offset (compaction may have removed some in between); on the embedded log, counted.
+fn changelog_records(t: &Topics, stage: &control::Stage, tasks: &[Applied]) -> Result<BTreeMap<String, u64>, String> {
+    let mut parts: Vec<(String, (String, u32))> = Vec::new();
+    for task in tasks {
+        let Some((sub, p)) = task.name.rsplit_once('#') else { continue };
+        let (Some(spec), Ok(p)) = (stage.specs.iter().find(|s| s.name == sub), p.parse::<u32>()) else { continue };
+        parts.extend(spec.stores.iter().map(|st| (task.name.clone(), (st.changelog.clone(), p))));
+    }
+    let counts: Vec<u64> = match t {
+        Topics::Embedded(log) => parts
+            .iter()
+            .map(|(_, (topic, p))| match log.topic(topic)? {
+                Some(_) => log.records(topic, *p).map_err(|e| e.to_string()),
+                None => Ok(0),
+            })
+            .collect::<Result<_, String>>()?,
+        Topics::Kafka(k) => {
+            // (A changelog not created yet holds nothing.)
+            let mut exists = BTreeMap::new();
+            for (_, (topic, _)) in &parts {
+                if !exists.contains_key(topic) {
+                    exists.insert(topic.clone(), k.partitions(topic)?.unwrap_or(0));
+                }
+            }
+            parts.retain(|(_, (topic, p))| exists.get(topic).is_some_and(|n| p < n));
+            let list: Vec<(String, u32)> = parts.iter().map(|(_, tp)| tp.clone()).collect();
+            k.extents(&list)?.into_iter().map(|(low, high)| (high - low).max(0) as u64).collect()
+        }
+    };
+    let mut out = BTreeMap::new();
+    for ((task, _), n) in parts.into_iter().zip(counts) {
+        *out.entry(task).or_default() += n;
+    }
+    Ok(out)
+}
+
 /// `streamc query FILE STORE …`: ask the instance at `url`; else, embedded, the running instance
 /// (the address its run serves, recorded in the state directory) or, with none running, the
 /// local state itself.
@@ -649,12 +695,32 @@ fn ask_instance(
 fn owners(t: &Topics, app: &str, interval_ms: u64) -> Result<Owners, String> {
     let mut out: BTreeMap<String, (String, i64)> = BTreeMap::new();
     let mut standbys: BTreeMap<String, BTreeMap<String, (u64, i64)>> = BTreeMap::new();
+    // Per task, per instance: (stores restoring, (records restored, expected), reported at).
+    type Reports = BTreeMap<String, (usize, (u64, u64), i64)>;
+    let mut restoring: BTreeMap<String, Reports> = BTreeMap::new();
     if let Topics::Kafka(_) = t {
         for s in t.read(&format!("{app}-metrics"))? {
             let Some(v) = s.record.value.as_deref().and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
             else {
                 continue;
             };
+            if let Some(stores) = v["restoring"].as_object() {
+                // A restore report: the stores the instance is restoring for the task (none:
+                // the restore ended).
+                if let (Some(task), Some(instance), Some(ts)) =
+                    (v["task"].as_str(), v["instance"].as_str(), v["timestamp"].as_i64())
+                {
+                    let progress = stores
+                        .values()
+                        .map(|p| (p["restored"].as_u64().unwrap_or(0), p["total"].as_u64().unwrap_or(0)))
+                        .fold((0, 0), |(r, t), (pr, pt)| (r + pr, t + pt));
+                    let e = restoring.entry(task.to_string()).or_default();
+                    if e.get(instance).is_none_or(|(_, _, at)| ts >= *at) {
+                        e.insert(instance.to_string(), (stores.len(), progress, ts));
+                    }
+                }
+                continue;
+            }
             if v["standby"].as_bool() == Some(true) {
                 // A standby replica's report: its total lag over the task's stores.
                 if let (Some(task), Some(instance), Some(ts)) =
@@ -686,7 +752,26 @@ fn owners(t: &Topics, app: &str, interval_ms: u64) -> Result<Owners, String> {
     for (task, s) in standbys.iter_mut() {
         s.retain(|i, (_, ts)| *ts >= horizon && out.get(task).is_none_or(|(owner, _)| owner != i));
     }
-    Ok(Owners { owners: out, standbys })
+    // A restore in progress: the newest report of the task's restore names stores, no instance
+    // has reported the task as its own since (a task reports once it has opened), and it is
+    // recent.
+    let restoring = restoring
+        .into_iter()
+        .filter_map(|(task, by)| {
+            let (instance, (stores, progress, ts)) = by.into_iter().max_by_key(|(_, (_, _, ts))| *ts)?;
+            let reported_since = out.get(&task).is_some_and(|(_, at)| *at > ts);
+            (stores > 0 && !reported_since && ts >= restore_horizon(interval_ms))
+                .then_some((task, (instance, progress)))
+        })
+        .collect();
+    Ok(Owners { owners: out, standbys, restoring })
+}
+
+/// Restore reports come every few seconds while a restore lasts (the metrics interval, at most
+/// 5 s): one older than this (ms since the epoch, now) is of an instance that stopped reporting.
+fn restore_horizon(interval_ms: u64) -> i64 {
+    let every = interval_ms.min(5_000) as i64;
+    (jiff::Timestamp::now().as_millisecond()).saturating_sub(3 * every + 10_000)
 }
 
 /// What `<app>-metrics` says of each task: its owner and when it last reported; the
@@ -694,6 +779,8 @@ fn owners(t: &Topics, app: &str, interval_ms: u64) -> Result<Owners, String> {
 struct Owners {
     owners: BTreeMap<String, (String, i64)>,
     standbys: BTreeMap<String, BTreeMap<String, (u64, i64)>>,
+    /// Tasks being restored: the instance restoring, and the records restored of those expected.
+    restoring: BTreeMap<String, (String, (u64, u64))>,
 }
 
 /// `run`: record the program file as version 0 the first time; if it changed since, compare

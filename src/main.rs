@@ -597,6 +597,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         metrics,
         progress: std::io::stderr().is_terminal(),
         chaos,
+        restores: Default::default(),
         program_text: text.clone(),
     };
     let started = std::time::Instant::now();

@@ -639,3 +639,46 @@ fn emit_final_idle_closes_windows_when_the_input_stops() {
     assert_eq!(counts, [("a".to_string(), 3), ("b".to_string(), 1)]);
     assert!(got.iter().all(|r| r["value"]["window_start"] == 1_700_000_040_000i64), "{got:?}");
 }
+
+/// `status` gives each task's state as the records its changelog partitions hold: what a reader
+/// of the changelog counts, compacted or not.
+#[test]
+fn status_gives_each_tasks_state_in_changelog_records() {
+    let dir = temp_dir("status-state");
+    let s = dir.join("state");
+    let s = s.to_str().unwrap();
+    let trades = dir.join("trades.jsonl");
+    let o = streamc(&["gen", "trades", "--count", "3000", "--tickers", "40", "--seed", "3"]);
+    std::fs::write(&trades, &o.stdout).unwrap();
+    let o = streamc(&[
+        "--state-dir",
+        s,
+        "run",
+        "examples/stats.stream",
+        "--drain",
+        "--input",
+        &format!("stocks={}", trades.display()),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "stats-stock_stats-aggregate-changelog", "--from-beginning"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut want = std::collections::BTreeMap::<u64, u64>::new();
+    for l in stdout(&o).lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        *want.entry(v["partition"].as_u64().unwrap()).or_default() += 1;
+    }
+    assert!(want.values().sum::<u64>() > 0);
+    let o = streamc(&["--state-dir", s, "status", "examples/stats.stream"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let said: std::collections::BTreeMap<u64, u64> = out
+        .lines()
+        .filter_map(|l| {
+            let p = l.split_once('#')?.1.split_once(':')?.0.parse().ok()?;
+            let n = l.split_once("; state ")?.1.split_once(' ')?.0.parse().ok()?;
+            Some((p, n))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(said, want, "{out}");
+}

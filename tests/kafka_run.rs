@@ -508,6 +508,7 @@ impl TwoInstances {
             &self.dir.join("p"),
             &["status", &self.prog, "--bootstrap-servers", &self.b, "--set", &app_set],
         );
+        assert!(o.status.success(), "status failed: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 }
@@ -610,6 +611,58 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
         restored > before,
         "the survivor restored no changelog records for the moved tasks (metric {before} → {restored}):\n{log}"
     );
+    // The survivor reported each restore to `<app>-metrics` as it ended: together, the records
+    // its metric counts.
+    let metrics: Vec<serde_json::Value> =
+        consume(&dir.join("p"), &format!("{}-metrics", t.app), &["--bootstrap-servers", b])
+            .into_iter()
+            .map(|r| r.value)
+            .collect();
+    let reports: Vec<&serde_json::Value> =
+        metrics.iter().filter(|v| v["restoring"].is_object() && v["instance"] == "a").collect();
+    let ended: u64 = reports
+        .iter()
+        .filter(|v| v["restoring"].as_object().unwrap().is_empty())
+        .map(|v| v["restored"].as_u64().unwrap())
+        .sum();
+    assert_eq!(ended as f64, restored, "the survivor's restore reports: {reports:?}");
+    // `status` gives each task's state as the records of its changelog partition, which a
+    // reader of the changelog counts alike (nothing is compacted in a test's time).
+    let mut per_partition: BTreeMap<u64, u64> = (0..4).map(|p| (p, 0)).collect();
+    for r in consume(&dir.join("p"), &format!("{}-counts-aggregate-changelog", t.app), &["--bootstrap-servers", b]) {
+        *per_partition.get_mut(&r.partition).unwrap() += 1;
+    }
+    let out = t.status();
+    let state_of = |line: &str| -> Option<(u64, u64)> {
+        let p = line.split_once('#')?.1.split_once(':')?.0.parse().ok()?;
+        let n = line.split_once("; state ")?.1.split_once(' ')?.0.parse().ok()?;
+        Some((p, n))
+    };
+    let said: BTreeMap<u64, u64> = out.lines().filter_map(state_of).collect();
+    assert_eq!(said, per_partition, "{out}");
+    // A restore in progress, as an instance reports it, is shown on its task (here a report
+    // written as instance `z` would).
+    let task = metrics.iter().filter_map(|v| v["task"].as_str()).find(|t| t.ends_with("_1")).unwrap().to_string();
+    let report = |restoring: serde_json::Value| {
+        let v = serde_json::json!({
+            "application": t.app, "instance": "z", "task": task,
+            "timestamp": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64,
+            "restoring": restoring, "restored": 10,
+        });
+        let f = dir.join("report.jsonl");
+        let line = serde_json::json!({ "key": format!("z/restore/{task}"), "value": v });
+        std::fs::write(&f, format!("{line}\n")).unwrap();
+        let topic = format!("{}-metrics", t.app);
+        streamc(&dir.join("p"), &["produce", &topic, f.to_str().unwrap(), "--envelope", "--bootstrap-servers", b]);
+    };
+    report(serde_json::json!({ "counts-aggregate": { "restored": 10, "total": 50 } }));
+    let out = t.status();
+    let shown: Vec<&str> = out.lines().filter(|l| l.contains("; restoring on ")).collect();
+    assert_eq!(shown.len(), 1, "{out}");
+    assert!(shown[0].contains("#1: ") && shown[0].contains("; restoring on z: 10 of 50 records"), "{out}");
+    report(serde_json::json!({}));
+    let out = t.status();
+    assert!(!out.contains("; restoring on "), "{out}");
     let big: usize = trades.iter().filter(|t| t.1 > 900).count();
     let got_big = consume(&dir.join("p"), &format!("{pfx}.big"), &["--bootstrap-servers", b]);
     let distinct: std::collections::BTreeSet<String> =

@@ -3,6 +3,7 @@
 //! changelog records written after a task's last commit; sweeps of removed stores.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
@@ -11,7 +12,7 @@ use crate::log::{Append, Pos, Record};
 use crate::runtime::backend::{Backend, Extent};
 use crate::runtime::error::{state, RunError};
 use crate::runtime::metrics::RestoreMetrics;
-use crate::runtime::options::RunOptions;
+use crate::runtime::options::{RestoreBoard, RunOptions};
 use crate::runtime::run::{progress_bar, RECORDS};
 use crate::runtime::state::{checkpoint, live_keys, open_tree, Pending};
 
@@ -26,12 +27,15 @@ pub(crate) fn log_restore(stores: &str, p: u32, restored: u64, started: Instant)
     }
 }
 
-/// Who watches a restore: a progress bar labelled so (when stderr is a terminal) and the metrics.
+/// Who watches a restore: a progress bar labelled so (when stderr is a terminal), the metrics,
+/// and the run's [`RestoreBoard`].
 pub(crate) struct RestoreWatch {
     /// `embedded.restore_batch`.
     batch: u64,
     label: Option<String>,
     metrics: Option<RestoreMetrics>,
+    /// The run's board, and the task and store restored.
+    board: Option<(Arc<RestoreBoard>, String, String)>,
 }
 
 impl RestoreWatch {
@@ -40,18 +44,40 @@ impl RestoreWatch {
             batch: opts.config.embedded.restore_batch.max(1),
             label: opts.progress.then(|| format!("restoring {store} partition {p}")),
             metrics: opts.metrics.as_ref().map(|m| m.restore(task_id, store)),
+            board: Some((opts.restores.clone(), task_id.to_string(), store.to_string())),
         }
     }
 
     /// Nobody watches (a query bringing a stopped application's local state up to date).
     pub(crate) fn quiet(batch: u64) -> RestoreWatch {
-        RestoreWatch { batch: batch.max(1), label: None, metrics: None }
+        RestoreWatch { batch: batch.max(1), label: None, metrics: None, board: None }
+    }
+
+    fn start(&self, total: u64) {
+        if let Some(m) = &self.metrics {
+            m.start(total);
+        }
+        if let Some((b, task, store)) = &self.board {
+            b.start(task, store, total);
+        }
+    }
+
+    fn advance(&self, n: u64) {
+        if let Some(m) = &self.metrics {
+            m.advance(n);
+        }
+        if let Some((b, task, store)) = &self.board {
+            b.advance(task, store, n);
+        }
     }
 
     /// The store is restored (possibly with nothing to replay).
     pub(crate) fn done(&self) {
         if let Some(m) = &self.metrics {
             m.done();
+        }
+        if let Some((b, task, store)) = &self.board {
+            b.end(task, store);
         }
     }
 }
@@ -98,9 +124,7 @@ impl<'a> Restorer<'a> {
             Some(label) => progress_bar(total, RECORDS, label.clone()),
             None => ProgressBar::hidden(),
         };
-        if let Some(m) = &watch.metrics {
-            m.start(total);
-        }
+        watch.start(total);
         Restorer {
             tree,
             watch,
@@ -141,9 +165,7 @@ impl<'a> Restorer<'a> {
             })
             .map_err(state("cannot restore local state"))?;
         self.bar.inc(self.since_flush);
-        if let Some(m) = &self.watch.metrics {
-            m.advance(self.since_flush);
-        }
+        self.watch.advance(self.since_flush);
         self.since_flush = 0;
         Ok(())
     }
@@ -389,6 +411,28 @@ mod tests {
         config.embedded.restore_batch = 1;
         let opts = options("t", config);
         RestoreWatch::new(&opts, "0_0", "s", 0)
+    }
+
+    /// The board shows a restore from start to end; an ended task is shown once more (so a
+    /// restore shorter than a report's period is still reported), then taken off.
+    #[test]
+    fn the_restore_board_shows_each_restore_until_it_is_taken_after_its_end() {
+        let b = RestoreBoard::default();
+        b.start("0_1", "a", 100);
+        b.start("0_1", "b", 10);
+        b.advance("0_1", "a", 40);
+        b.advance("0_2", "a", 5); // not started: nothing
+        b.end("0_1", "b");
+        let p = |restored, total, ended| crate::runtime::options::Progress { restored, total, ended };
+        let now = b.take();
+        assert_eq!(now.len(), 1);
+        assert_eq!(now["0_1"]["a"], p(40, 100, false));
+        assert_eq!(now["0_1"]["b"], p(0, 10, true));
+        assert_eq!(b.take(), now, "a task with a store still restoring stays");
+        b.advance("0_1", "a", 60);
+        b.end("0_1", "a");
+        assert_eq!(b.take()["0_1"]["a"], p(100, 100, true));
+        assert!(b.take().is_empty(), "an ended task is taken once");
     }
 
     #[test]

@@ -968,6 +968,7 @@ pub(crate) mod testing {
             metrics: None,
             progress: false,
             chaos: None,
+            restores: Default::default(),
             program_text: String::new(),
         }
     }

@@ -63,6 +63,7 @@ impl<'a> Run<'a> {
             metrics: None,
             progress: false,
             chaos: self.chaos,
+            restores: Default::default(),
             program_text: src.clone(),
         };
         embedded::run(&program, &topo, &opts)

@@ -129,6 +129,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     }
     let main_topics: BTreeSet<String> = specs.iter().map(|s| s.main.topic.clone()).collect();
     let producer = Producer::create(&kafka, opts, &instance, eos)?;
+    let _reporter = RestoreReporter::start(&kafka, opts, &instance)?;
     let engine = Engine {
         opts: opts.clone(),
         kafka,
@@ -306,6 +307,94 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
             Err(err)
         }
     }
+}
+
+/// Report restores to `<app>-metrics` from a thread of its own (the driver's is busy
+/// restoring): a record per task when its restore starts, every [`RESTORE_REPORT_EVERY`] (or
+/// the metrics interval, if shorter) while it lasts, and when it ends. Key
+/// `<instance>/restore/<task>`, value `{"instance", "task", "timestamp", "restoring": {store:
+/// {"restored", "total"}}, "restored"}`: the stores still restoring (none once it ended) and
+/// the records replayed so far over all of them. Best effort: an error is logged, never fatal.
+struct RestoreReporter {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const RESTORE_REPORT_EVERY: Duration = Duration::from_secs(5);
+
+impl RestoreReporter {
+    fn start(kafka: &Kafka, opts: &RunOptions, instance: &str) -> Result<RestoreReporter> {
+        let producer: BaseProducer = kafka.config().create().map_err(client("Kafka producer"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (board, app, instance) = (opts.restores.clone(), opts.app.clone(), instance.to_string());
+        let every = RESTORE_REPORT_EVERY.min(Duration::from_millis(opts.config.metrics.interval_ms.max(100)));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let topic = format!("{app}-metrics");
+            let mut reported = BTreeSet::new();
+            let mut sent = Instant::now();
+            loop {
+                let stopping = flag.load(Ordering::Relaxed);
+                let now = board.take();
+                // A task that started or ended is reported at once; one in progress, periodically.
+                let news = now.iter().any(|(t, s)| !reported.contains(t) || s.values().all(|p| p.ended));
+                if news || stopping || (!now.is_empty() && sent.elapsed() >= every) {
+                    for (task, stores) in &now {
+                        let value = restore_report(&app, &instance, task, stores, run::now_ms()).to_string();
+                        let key = format!("{instance}/restore/{task}");
+                        let rec = BaseRecord::to(&topic).key(key.as_bytes()).payload(value.as_bytes());
+                        if let Err((e, _)) = producer.send(rec) {
+                            eprintln!("cannot report a restore to `{topic}`: {e}");
+                        }
+                    }
+                    producer.poll(Duration::ZERO);
+                    sent = Instant::now();
+                    reported =
+                        now.iter().filter(|(_, s)| s.values().any(|p| !p.ended)).map(|(t, _)| t.clone()).collect();
+                }
+                if stopping {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            if let Err(e) = producer.flush(Duration::from_secs(5)) {
+                eprintln!("cannot report restores to `{topic}`: {e}");
+            }
+        });
+        Ok(RestoreReporter { stop, thread: Some(thread) })
+    }
+}
+
+impl Drop for RestoreReporter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A restore report's value (see [`RestoreReporter`]).
+fn restore_report(
+    app: &str,
+    instance: &str,
+    task: &str,
+    stores: &BTreeMap<String, crate::runtime::options::Progress>,
+    now: i64,
+) -> serde_json::Value {
+    let restoring: serde_json::Map<String, serde_json::Value> = stores
+        .iter()
+        .filter(|(_, p)| !p.ended)
+        .map(|(s, p)| (s.clone(), serde_json::json!({ "restored": p.restored, "total": p.total })))
+        .collect();
+    serde_json::json!({
+        "application": app,
+        "instance": instance,
+        "task": task,
+        "timestamp": now,
+        "restoring": restoring,
+        "restored": stores.values().map(|p| p.restored).sum::<u64>(),
+    })
 }
 
 fn lock(m: &Mutex<Engine>) -> MutexGuard<'_, Engine> {
