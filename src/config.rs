@@ -21,6 +21,8 @@ pub struct Config {
     pub instance: Instance,
     /// `num.standby.replicas` (Kafka Streams' name).
     pub num: Num,
+    /// `acceptable.recovery.lag` (Kafka Streams' name).
+    pub acceptable: Acceptable,
     pub metrics: MetricsConfig,
     pub topics: Topics,
     /// `schema.registry.*`: the schema registry of `avro` values.
@@ -167,6 +169,28 @@ pub struct Standby {
     /// following its changelogs (`num.standby.replicas`), so that a task that moves to one of
     /// them restores only the tail.
     pub replicas: u32,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Acceptable {
+    pub recovery: Recovery,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Recovery {
+    /// Kafka backend, with standby replicas: an instance that starts while others run the
+    /// application first copies every task's changelogs into its local state, and joins the
+    /// group (so that tasks move to it) once each copy is within this many records of its
+    /// changelog's end (`acceptable.recovery.lag`).
+    pub lag: u64,
+}
+
+impl Default for Recovery {
+    fn default() -> Recovery {
+        Recovery { lag: 10_000 }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -198,6 +198,26 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         engine.standbys =
             Some(standby::Standbys::new(replicas, &client_id, peers.clone(), reader, opts.metrics.clone()));
     }
+    // SIGTERM or SIGINT: commit, write local state and leave the group.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(io("cannot handle signals"))?;
+    }
+    if let Some(m) = &opts.metrics {
+        m.health.watch_stop(stop.clone());
+    }
+    // With standby replicas, an instance that starts while others run the application copies
+    // the changelogs before it joins, so that tasks move here warm (see `Standbys::warm_up`).
+    if let Some(sb) = engine.standbys.as_mut() {
+        if let Some(m) = &opts.metrics {
+            m.health.set(Err("warming up: copying the changelogs before joining the consumer group"));
+        }
+        sb.warm_up(&engine.stage, &engine.db, opts.config.acceptable.recovery.lag, &stop)?;
+        if stop.load(Ordering::Relaxed) {
+            eprintln!("stopping while warming up: the copies are written, the group never joined");
+            return engine.close_all();
+        }
+    }
     let consumer: BaseConsumer<GroupCtx> =
         cfg.create_with_context(GroupCtx { engine: Mutex::new(engine) }).map_err(client("Kafka consumer"))?;
     let topics: Vec<&str> = main_topics.iter().map(String::as_str).collect();
@@ -209,14 +229,6 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         opts.config.kafka.get("bootstrap.servers").map_or("?", |s| s),
         if eos { "exactly_once" } else { "at_least_once" }
     );
-    // SIGTERM or SIGINT: commit, write local state and leave the group.
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(io("cannot handle signals"))?;
-    }
-    if let Some(m) = &opts.metrics {
-        m.health.watch_stop(stop.clone());
-    }
     let mut idle = false;
     let mut windows_closed = false;
     if let Some(m) = &opts.metrics {

@@ -72,8 +72,8 @@ impl GroupPeers {
         Ok(n)
     }
 
-    /// The group's members, by client id, with the partitions assigned to each; an error while
-    /// it rebalances.
+    /// The group's members, by client id, with the partitions assigned to each (none for a
+    /// group without members); an error while it rebalances.
     pub(crate) fn group(&self) -> Result<BTreeMap<String, Vec<(String, u32)>>, String> {
         let timeout = Duration::from_secs(10);
         let groups = self
@@ -82,7 +82,8 @@ impl GroupPeers {
             .map_err(|e| format!("cannot describe consumer group `{}`: {e}", self.app))?;
         let mut by_client: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
         for g in groups.groups().iter().filter(|g| g.name() == self.app) {
-            if g.state() != "Stable" {
+            // (A group with no members is `Empty`, or `Dead` when it never had any.)
+            if !matches!(g.state(), "Stable" | "Empty" | "Dead") {
                 return Err(format!("consumer group `{}` is rebalancing ({}): retry", self.app, g.state()));
             }
             for m in g.members() {

@@ -15,6 +15,7 @@
 //! owner that died before committing under at-least-once, is wiped and restored from scratch).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,10 @@ const WRITE_EVERY: Duration = Duration::from_secs(5);
 const WRITE_PENDING: usize = 20_000;
 /// Records applied per turn of the driver's loop at most (the active tasks come first).
 const PER_TURN: usize = 20_000;
+/// How often a warm-up looks at the group and the changelogs' ends.
+const WARM_UP_PLAN_EVERY: Duration = Duration::from_secs(1);
+/// A warm-up that cannot describe the group for this long joins it anyway.
+const WARM_UP_GIVE_UP: Duration = Duration::from_secs(60);
 
 /// One store's partition kept warm.
 struct Copy {
@@ -85,6 +90,8 @@ pub(crate) struct Standbys {
     /// (sub-topology input node, partition) → the changelog partitions kept for it.
     tasks: BTreeMap<(String, u32), Vec<(String, u32)>>,
     planned: Option<Instant>,
+    /// Warming up before joining the group ([`Standbys::warm_up`]): every task is copied.
+    warming: bool,
 }
 
 impl Standbys {
@@ -104,7 +111,97 @@ impl Standbys {
             copies: BTreeMap::new(),
             tasks: BTreeMap::new(),
             planned: None,
+            warming: false,
         }
+    }
+
+    /// Before this instance joins the group: while other members run the application, copy
+    /// every task's changelogs into local state until each copy is within `lag` records of its
+    /// changelog's end (`acceptable.recovery.lag`), so that the tasks the group then moves here
+    /// restore only that tail, and the instances running them keep them meanwhile (Kafka
+    /// Streams' warm-up replicas). Every task, because the assignor (librdkafka's
+    /// cooperative-sticky), not this instance, picks which tasks move. Returns at once when no
+    /// member of the group runs a task (there is nothing to take over, and nobody would run
+    /// the input meanwhile), when the group still gives this instance partitions (a static
+    /// member back within its session timeout), and when `stop` is set.
+    pub(crate) fn warm_up(
+        &mut self,
+        stage: &Stage,
+        db: &sled::Db,
+        lag: u64,
+        stop: &AtomicBool,
+    ) -> Result<(), RunError> {
+        self.warming = true;
+        let started = Instant::now();
+        let mut said = Instant::now();
+        // Since when the group could not be described (it rebalances, or the broker refuses).
+        let mut failing: Option<Instant> = None;
+        let r = loop {
+            if stop.load(Ordering::Relaxed) {
+                break Ok(());
+            }
+            if self.planned.is_none_or(|at| at.elapsed() >= WARM_UP_PLAN_EVERY) {
+                self.planned = Some(Instant::now());
+                // (While the group rebalances it cannot be described: asked again, for a minute.)
+                let group = self.peers.group();
+                match (&group, failing) {
+                    (Ok(_), _) => failing = None,
+                    (Err(e), Some(since)) if since.elapsed() >= WARM_UP_GIVE_UP => {
+                        eprintln!("warm-up: {e} for {} s; joining the group", WARM_UP_GIVE_UP.as_secs());
+                        break Ok(());
+                    }
+                    (Err(_), Some(_)) => {}
+                    (Err(_), None) => failing = Some(Instant::now()),
+                }
+                if let Ok(group) = group {
+                    if group.values().all(Vec::is_empty) {
+                        if !self.copies.is_empty() {
+                            eprintln!("warm-up: no instance runs a task now; joining the group");
+                        }
+                        break Ok(());
+                    }
+                    // A static member (`instance.id`) back within its session timeout still
+                    // holds its partitions: it takes them back at once, without a rebalance.
+                    if group.get(&self.me).is_some_and(|p| !p.is_empty()) {
+                        break Ok(());
+                    }
+                    match self.plan(stage, db, &BTreeSet::new(), &group) {
+                        Ok(wanted) => {
+                            self.read_ends();
+                            let behind: Vec<u64> = self.copies.values().map(Copy::lag).filter(|l| *l > lag).collect();
+                            if wanted == self.tasks.len() && behind.is_empty() {
+                                if wanted > 0 {
+                                    eprintln!(
+                                        "warm-up: copies of {wanted} task{} within {lag} records of their changelogs' ends after {:.1} s; joining the group",
+                                        if wanted == 1 { "" } else { "s" },
+                                        started.elapsed().as_secs_f64()
+                                    );
+                                }
+                                break Ok(());
+                            }
+                            if said.elapsed() >= Duration::from_secs(10) {
+                                said = Instant::now();
+                                eprintln!(
+                                    "warm-up: {} of {} changelog copies more than {lag} records behind (at most {}), before joining the group",
+                                    behind.len(),
+                                    self.copies.len(),
+                                    behind.iter().max().unwrap_or(&0)
+                                );
+                            }
+                        }
+                        Err(e) => eprintln!("warm-up: {e}; trying again"),
+                    }
+                }
+            }
+            match self.apply() {
+                Ok(true) => {}
+                Ok(false) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => break Err(e),
+            }
+        };
+        self.warming = false;
+        self.planned = None;
+        r
     }
 
     /// The tasks this instance keeps standbys of, with each store's lag: `(task id, store, lag)`.
@@ -168,15 +265,16 @@ impl Standbys {
         Ok(true)
     }
 
-    /// Choose the tasks to keep a standby of, open new copies from their local checkpoints,
-    /// drop those no longer chosen. A lookup that fails leaves every copy as it is.
+    /// Choose the tasks to keep a standby of (warming up: all), open new copies from their
+    /// local checkpoints, drop those no longer chosen. A lookup that fails leaves every copy as
+    /// it is. Returns how many tasks were chosen.
     fn plan(
         &mut self,
         stage: &Stage,
         db: &sled::Db,
         owned: &BTreeSet<(String, u32)>,
         group: &BTreeMap<String, Vec<(String, u32)>>,
-    ) -> Result<(), String> {
+    ) -> Result<usize, String> {
         let owner: BTreeMap<&(String, u32), &str> =
             group.iter().flat_map(|(c, parts)| parts.iter().map(move |p| (p, c.as_str()))).collect();
         // Per task chosen: (changelog, partition, task id, store) of each of its stores.
@@ -190,22 +288,26 @@ impl Standbys {
                     continue;
                 }
                 let key = (spec.name.clone(), p);
-                let chosen = match owner.get(&main) {
-                    Some(o) => {
-                        let mut ranked: Vec<(u64, &str)> = group
-                            .keys()
-                            .filter(|c| c.as_str() != *o)
-                            .map(|c| {
-                                (crate::runtime::chaos::fnv(format!("{c}/{}/{p}", spec.name).as_bytes()), c.as_str())
-                            })
-                            .collect();
-                        ranked.sort();
-                        ranked.iter().take(self.replicas as usize).any(|(_, c)| *c == self.me)
-                    }
-                    // Between the two phases of a cooperative rebalance a partition has no
-                    // owner: a copy kept goes on.
-                    None => self.tasks.contains_key(&key),
-                };
+                let chosen = self.warming
+                    || match owner.get(&main) {
+                        Some(o) => {
+                            let mut ranked: Vec<(u64, &str)> = group
+                                .keys()
+                                .filter(|c| c.as_str() != *o)
+                                .map(|c| {
+                                    (
+                                        crate::runtime::chaos::fnv(format!("{c}/{}/{p}", spec.name).as_bytes()),
+                                        c.as_str(),
+                                    )
+                                })
+                                .collect();
+                            ranked.sort();
+                            ranked.iter().take(self.replicas as usize).any(|(_, c)| *c == self.me)
+                        }
+                        // Between the two phases of a cooperative rebalance a partition has no
+                        // owner: a copy kept goes on.
+                        None => self.tasks.contains_key(&key),
+                    };
                 if chosen {
                     let stores = spec
                         .stores
@@ -216,6 +318,7 @@ impl Standbys {
                 }
             }
         }
+        let chosen = want.len();
         let err = |e: RunError| e.to_string();
         let mut changed = false;
         // Tasks no longer chosen, or whose stores a statement changed.
@@ -271,7 +374,7 @@ impl Standbys {
         if changed {
             self.assign();
         }
-        Ok(())
+        Ok(chosen)
     }
 
     /// Read every copied changelog partition from where its copy is. (On failure the copies
