@@ -615,12 +615,12 @@ fn changelog_records(t: &Topics, stage: &control::Stage, tasks: &[Applied]) -> R
         let (Some(spec), Ok(p)) = (stage.specs.iter().find(|s| s.name == sub), p.parse::<u32>()) else { continue };
         parts.extend(spec.stores.iter().map(|st| (task.name.clone(), (st.changelog.clone(), p))));
     }
-    let counts: Vec<u64> = match t {
+    let counts: Vec<Option<u64>> = match t {
         Topics::Embedded(log) => parts
             .iter()
             .map(|(_, (topic, p))| match log.topic(topic)? {
-                Some(_) => log.records(topic, *p).map_err(|e| e.to_string()),
-                None => Ok(0),
+                Some(_) => log.records(topic, *p).map(Some).map_err(|e| e.to_string()),
+                None => Ok(Some(0)),
             })
             .collect::<Result<_, String>>()?,
         Topics::Kafka(k) => {
@@ -633,14 +633,16 @@ fn changelog_records(t: &Topics, stage: &control::Stage, tasks: &[Applied]) -> R
             }
             parts.retain(|(_, (topic, p))| exists.get(topic).is_some_and(|n| p < n));
             let list: Vec<(String, u32)> = parts.iter().map(|(_, tp)| tp.clone()).collect();
-            k.extents(&list)?.into_iter().map(|(low, high)| (high - low).max(0) as u64).collect()
+            k.extents(&list)?.into_iter().map(|e| e.map(|(low, high)| (high - low).max(0) as u64)).collect()
         }
     };
-    let mut out = BTreeMap::new();
+    // (A task one of whose changelog partitions could not be read shows no state.)
+    let mut out: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for ((task, _), n) in parts.into_iter().zip(counts) {
-        *out.entry(task).or_default() += n;
+        let e = out.entry(task).or_insert(Some(0));
+        *e = e.zip(n).map(|(a, b)| a + b);
     }
-    Ok(out)
+    Ok(out.into_iter().filter_map(|(t, n)| Some((t, n?))).collect())
 }
 
 /// `streamc query FILE STORE …`: ask the instance at `url`; else, embedded, the running instance

@@ -353,17 +353,11 @@ impl Kafka {
         }
     }
 
-    /// The start and end offsets (low and high watermarks) of each partition asked for.
-    pub fn extents(&self, parts: &[(String, u32)]) -> Result<Vec<(i64, i64)>> {
+    /// The start and end offsets (low and high watermarks) of each partition asked for (None
+    /// where they cannot be read).
+    pub fn extents(&self, parts: &[(String, u32)]) -> Result<Vec<Option<(i64, i64)>>> {
         let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
-        parts
-            .iter()
-            .map(|(topic, p)| {
-                consumer
-                    .fetch_watermarks(topic, *p as i32, TIMEOUT)
-                    .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))
-            })
-            .collect()
+        Ok(parts.iter().map(|(topic, p)| consumer.fetch_watermarks(topic, *p as i32, TIMEOUT).ok()).collect())
     }
 
     /// The end offset (high watermark) of each partition asked for, as of now.

@@ -488,18 +488,28 @@ impl EmbeddedLog {
     /// The committed records a partition holds (after compaction): what reading it from the
     /// start yields. Counts frames without decoding them.
     pub fn records(&self, topic: &str, partition: u32) -> Result<u64> {
-        let c = self.committed()?;
-        let end = c.end(topic, partition);
-        if end.offset == 0 {
-            return Ok(0);
+        // A run that compacts the partition meanwhile deletes the files of the generation being
+        // read: read the newer one.
+        let mut tries = 0;
+        loop {
+            let c = self.committed()?;
+            let end = c.end(topic, partition);
+            if end.offset == 0 {
+                return Ok(0);
+            }
+            let base = c.bases.get(&part_key(topic, partition)).copied().unwrap_or_default();
+            let mut n = 0;
+            match self.scan_frames(topic, partition, base, end, &mut |_, _| {
+                n += 1;
+                Ok(())
+            }) {
+                Ok(()) => return Ok(n),
+                Err(_) if tries < 5 && self.committed()?.bases.get(&part_key(topic, partition)) != Some(&base) => {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let base = c.bases.get(&part_key(topic, partition)).copied().unwrap_or_default();
-        let mut n = 0;
-        self.scan_frames(topic, partition, base, end, &mut |_, _| {
-            n += 1;
-            Ok(())
-        })?;
-        Ok(n)
     }
 
     /// Delete topics and consumer-group metadata (`run --reset`): the groups `delete` says yes to.

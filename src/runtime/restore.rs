@@ -62,10 +62,15 @@ impl RestoreWatch {
         }
     }
 
+    /// `n` more records are written to local state.
     fn advance(&self, n: u64) {
         if let Some(m) = &self.metrics {
             m.advance(n);
         }
+    }
+
+    /// `n` more records were read (reported before they are written: a batch may hold many).
+    fn read(&self, n: u64) {
         if let Some((b, task, store)) = &self.board {
             b.advance(task, store, n);
         }
@@ -109,6 +114,8 @@ pub(crate) struct Restorer<'a> {
     bar: ProgressBar,
     pending: Pending,
     since_flush: u64,
+    /// Records applied since the board last heard.
+    unreported: u64,
     /// Records applied.
     pub(crate) n: u64,
     /// Which keys may be in sled: none when restoring from scratch (then exactly the keys this
@@ -131,6 +138,7 @@ impl<'a> Restorer<'a> {
             bar,
             pending: Pending::default(),
             since_flush: 0,
+            unreported: 0,
             n: 0,
             from_empty: from == Pos::default(),
             written: Default::default(),
@@ -141,6 +149,7 @@ impl<'a> Restorer<'a> {
     pub(crate) fn apply(&mut self, key: Option<Vec<u8>>, value: Option<Vec<u8>>) {
         self.n += 1;
         self.since_flush += 1;
+        self.unreported += 1;
         let Some(k) = key else { return };
         let may_exist = !self.from_empty || self.written.contains(&k);
         self.pending.stage(k, value, may_exist);
@@ -151,6 +160,8 @@ impl<'a> Restorer<'a> {
     /// pending (a changelog of many live keys: sled takes big batches badly, 37 k records/s and
     /// 5.8 GB for 1 M keys in one batch against 90 k/s and 400 MB in batches of 10 k keys).
     pub(crate) fn write(&mut self, at: &Pos, force: bool) -> Result<(), RunError> {
+        // (Called after each batch read: the board hears of every batch.)
+        self.watch.read(std::mem::take(&mut self.unreported));
         if !force && self.since_flush < self.watch.batch && self.pending.len() < RESTORE_PENDING {
             return Ok(());
         }

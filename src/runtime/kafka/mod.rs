@@ -324,9 +324,10 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
 /// Report restores to `<app>-metrics` from a thread of its own (the driver's is busy
 /// restoring): a record per task when its restore starts, every [`RESTORE_REPORT_EVERY`] (or
 /// the metrics interval, if shorter) while it lasts, and when it ends. Key
-/// `<instance>/restore/<task>`, value `{"instance", "task", "timestamp", "restoring": {store:
-/// {"restored", "total"}}, "restored"}`: the stores still restoring (none once it ended) and
-/// the records replayed so far over all of them. Best effort: an error is logged, never fatal.
+/// `<instance>/restore/<task>` (partition 0), value `{"application", "instance", "task",
+/// "timestamp", "restoring": {store: {"restored", "total"}}, "restored"}`: the stores still
+/// restoring (none once it ended, or the run stopped) and the records read so far over all of
+/// them. Best effort: an error is logged, never fatal.
 struct RestoreReporter {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -352,9 +353,10 @@ impl RestoreReporter {
                 let news = now.iter().any(|(t, s)| !reported.contains(t) || s.values().all(|p| p.ended));
                 if news || stopping || (!now.is_empty() && sent.elapsed() >= every) {
                     for (task, stores) in &now {
-                        let value = restore_report(&app, &instance, task, stores, run::now_ms()).to_string();
+                        // (A run that stops, or fails, in a restore ends it.)
+                        let value = restore_report(&app, &instance, task, stores, stopping, run::now_ms()).to_string();
                         let key = format!("{instance}/restore/{task}");
-                        let rec = BaseRecord::to(&topic).key(key.as_bytes()).payload(value.as_bytes());
+                        let rec = BaseRecord::to(&topic).partition(0).key(key.as_bytes()).payload(value.as_bytes());
                         if let Err((e, _)) = producer.send(rec) {
                             eprintln!("cannot report a restore to `{topic}`: {e}");
                         }
@@ -392,11 +394,12 @@ fn restore_report(
     instance: &str,
     task: &str,
     stores: &BTreeMap<String, crate::runtime::options::Progress>,
+    ended: bool,
     now: i64,
 ) -> serde_json::Value {
     let restoring: serde_json::Map<String, serde_json::Value> = stores
         .iter()
-        .filter(|(_, p)| !p.ended)
+        .filter(|(_, p)| !p.ended && !ended)
         .map(|(s, p)| (s.clone(), serde_json::json!({ "restored": p.restored, "total": p.total })))
         .collect();
     serde_json::json!({

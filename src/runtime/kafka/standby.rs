@@ -43,7 +43,8 @@ const WRITE_PENDING: usize = 20_000;
 const PER_TURN: usize = 20_000;
 /// How often a warm-up looks at the group and the changelogs' ends.
 const WARM_UP_PLAN_EVERY: Duration = Duration::from_secs(1);
-/// A warm-up that cannot describe the group for this long joins it anyway.
+/// A warm-up joins anyway when no lookup of the group and the changelogs succeeded, or the
+/// copies came no closer to the changelogs' ends, for this long.
 const WARM_UP_GIVE_UP: Duration = Duration::from_secs(60);
 
 /// One store's partition kept warm.
@@ -92,6 +93,8 @@ pub(crate) struct Standbys {
     planned: Option<Instant>,
     /// Warming up before joining the group ([`Standbys::warm_up`]): every task is copied.
     warming: bool,
+    /// The copies changed (or the last assignment of the reader failed): assign it again.
+    needs_assign: bool,
 }
 
 impl Standbys {
@@ -112,6 +115,7 @@ impl Standbys {
             tasks: BTreeMap::new(),
             planned: None,
             warming: false,
+            needs_assign: false,
         }
     }
 
@@ -122,8 +126,10 @@ impl Standbys {
     /// Streams' warm-up replicas). Every task, because the assignor (librdkafka's
     /// cooperative-sticky), not this instance, picks which tasks move. Returns at once when no
     /// member of the group runs a task (there is nothing to take over, and nobody would run
-    /// the input meanwhile), when the group still gives this instance partitions (a static
-    /// member back within its session timeout), and when `stop` is set.
+    /// the input meanwhile), when the group still gives this instance's client id partitions
+    /// (it restarted within its session timeout: its state for them is here), and when `stop`
+    /// is set; gives up (and joins) when the group or the changelogs cannot be looked up, or
+    /// the copies come no closer to the ends, for [`WARM_UP_GIVE_UP`].
     pub(crate) fn warm_up(
         &mut self,
         stage: &Stage,
@@ -134,63 +140,75 @@ impl Standbys {
         self.warming = true;
         let started = Instant::now();
         let mut said = Instant::now();
-        // Since when the group could not be described (it rebalances, or the broker refuses).
+        // Since when no lookup succeeded (the group rebalances, or the broker refuses).
         let mut failing: Option<Instant> = None;
+        // The least total lag yet, and when it was reached.
+        let mut best: (u64, Instant) = (u64::MAX, Instant::now());
         let r = loop {
             if stop.load(Ordering::Relaxed) {
                 break Ok(());
             }
             if self.planned.is_none_or(|at| at.elapsed() >= WARM_UP_PLAN_EVERY) {
                 self.planned = Some(Instant::now());
-                // (While the group rebalances it cannot be described: asked again, for a minute.)
-                let group = self.peers.group();
-                match (&group, failing) {
-                    (Ok(_), _) => failing = None,
-                    (Err(e), Some(since)) if since.elapsed() >= WARM_UP_GIVE_UP => {
-                        eprintln!("warm-up: {e} for {} s; joining the group", WARM_UP_GIVE_UP.as_secs());
-                        break Ok(());
-                    }
-                    (Err(_), Some(_)) => {}
-                    (Err(_), None) => failing = Some(Instant::now()),
-                }
-                if let Ok(group) = group {
+                let planned = self.peers.group().and_then(|group| {
                     if group.values().all(Vec::is_empty) {
                         if !self.copies.is_empty() {
                             eprintln!("warm-up: no instance runs a task now; joining the group");
                         }
-                        break Ok(());
+                        return Ok(None);
                     }
-                    // A static member (`instance.id`) back within its session timeout still
-                    // holds its partitions: it takes them back at once, without a rebalance.
                     if group.get(&self.me).is_some_and(|p| !p.is_empty()) {
-                        break Ok(());
+                        return Ok(None);
                     }
-                    match self.plan(stage, db, &BTreeSet::new(), &group) {
-                        Ok(wanted) => {
-                            self.read_ends();
-                            let behind: Vec<u64> = self.copies.values().map(Copy::lag).filter(|l| *l > lag).collect();
-                            if wanted == self.tasks.len() && behind.is_empty() {
-                                if wanted > 0 {
-                                    eprintln!(
-                                        "warm-up: copies of {wanted} task{} within {lag} records of their changelogs' ends after {:.1} s; joining the group",
-                                        if wanted == 1 { "" } else { "s" },
-                                        started.elapsed().as_secs_f64()
-                                    );
-                                }
-                                break Ok(());
-                            }
-                            if said.elapsed() >= Duration::from_secs(10) {
-                                said = Instant::now();
+                    self.plan(stage, db, &BTreeSet::new(), &group).map(Some)
+                });
+                match planned {
+                    Ok(None) => break Ok(()),
+                    Ok(Some(wanted)) => {
+                        failing = None;
+                        self.read_ends();
+                        let behind: Vec<u64> = self.copies.values().map(Copy::lag).filter(|l| *l > lag).collect();
+                        if behind.is_empty() {
+                            if wanted > 0 {
                                 eprintln!(
-                                    "warm-up: {} of {} changelog copies more than {lag} records behind (at most {}), before joining the group",
-                                    behind.len(),
-                                    self.copies.len(),
-                                    behind.iter().max().unwrap_or(&0)
+                                    "warm-up: copies of {wanted} task{} within {lag} records of their changelogs' ends after {:.1} s; joining the group",
+                                    if wanted == 1 { "" } else { "s" },
+                                    started.elapsed().as_secs_f64()
                                 );
                             }
+                            break Ok(());
                         }
-                        Err(e) => eprintln!("warm-up: {e}; trying again"),
+                        let total: u64 = self.copies.values().map(Copy::lag).sum();
+                        if total < best.0 {
+                            best = (total, Instant::now());
+                        } else if best.1.elapsed() >= WARM_UP_GIVE_UP {
+                            eprintln!(
+                                "warm-up: the copies came no closer to the changelogs' ends in {} s ({total} records behind); joining the group",
+                                WARM_UP_GIVE_UP.as_secs()
+                            );
+                            break Ok(());
+                        }
+                        if said.elapsed() >= Duration::from_secs(10) {
+                            said = Instant::now();
+                            eprintln!(
+                                "warm-up: {} of {} changelog copies more than {lag} records behind (at most {}), before joining the group",
+                                behind.len(),
+                                self.copies.len(),
+                                behind.iter().max().unwrap_or(&0)
+                            );
+                        }
                     }
+                    Err(e) => match failing {
+                        Some(since) if since.elapsed() >= WARM_UP_GIVE_UP => {
+                            eprintln!("warm-up: {e} for {} s; joining the group", WARM_UP_GIVE_UP.as_secs());
+                            break Ok(());
+                        }
+                        Some(_) => {}
+                        None => failing = Some(Instant::now()),
+                    },
+                }
+                if self.needs_assign {
+                    self.assign();
                 }
             }
             match self.apply() {
@@ -228,6 +246,9 @@ impl Standbys {
                 if let Err(e) = self.plan(stage, db, owned, &group) {
                     eprintln!("standby replicas: {e}; trying again in {} s", PLAN_EVERY.as_secs());
                 }
+            }
+            if self.needs_assign {
+                self.assign();
             }
             self.read_ends();
         }
@@ -275,6 +296,11 @@ impl Standbys {
         owned: &BTreeSet<(String, u32)>,
         group: &BTreeMap<String, Vec<(String, u32)>>,
     ) -> Result<usize, String> {
+        // Just after a warm-up, until the group has this instance as a member, it ranks nowhere:
+        // the copies stay as they are (the tasks that move here are about to open from them).
+        if !self.warming && !group.contains_key(&self.me) {
+            return Ok(self.tasks.len());
+        }
         let owner: BTreeMap<&(String, u32), &str> =
             group.iter().flat_map(|(c, parts)| parts.iter().map(move |p| (p, c.as_str()))).collect();
         // Per task chosen: (changelog, partition, task id, store) of each of its stores.
@@ -320,7 +346,6 @@ impl Standbys {
         }
         let chosen = want.len();
         let err = |e: RunError| e.to_string();
-        let mut changed = false;
         // Tasks no longer chosen, or whose stores a statement changed.
         let stale: Vec<(String, u32)> = self
             .tasks
@@ -331,7 +356,8 @@ impl Standbys {
             .map(|(k, _)| k.clone())
             .collect();
         for (name, p) in stale {
-            changed |= self.drop_task(&name, p).map_err(err)?;
+            let dropped = self.drop_task(&name, p).map_err(err)?;
+            self.needs_assign |= dropped;
         }
         for (task, stores) in want {
             if self.tasks.contains_key(&task) {
@@ -369,9 +395,9 @@ impl Standbys {
                 );
             }
             self.tasks.insert(task, parts);
-            changed = true;
+            self.needs_assign = true;
         }
-        if changed {
+        if self.needs_assign {
             self.assign();
         }
         Ok(chosen)
@@ -386,9 +412,13 @@ impl Standbys {
                 eprintln!("standby replicas: {e}");
             }
         }
-        if let Err(e) = self.reader.assign(&tpl) {
-            eprintln!("standby replicas: cannot read their changelogs: {e}");
-            self.planned = None;
+        match self.reader.assign(&tpl) {
+            Ok(()) => self.needs_assign = false,
+            Err(e) => {
+                // (Assigned again at the next plan.)
+                eprintln!("standby replicas: cannot read their changelogs: {e}");
+                self.needs_assign = true;
+            }
         }
     }
 
