@@ -91,9 +91,12 @@ pub enum DeclItem {
         delimiter: u8,
         fields: Vec<FieldDecl>,
     },
-    /// `value avro { ... }`: Avro (Confluent wire format), read into these fields.
+    /// `value avro { ... }`: Avro (Confluent wire format), read into these fields. `value avro`
+    /// alone (`from_registry`): the fields of the schema registry's latest schema of the topic's
+    /// value subject, filled in before checking ([`crate::expand_registry_fields`]).
     ValueAvro {
         fields: Vec<FieldDecl>,
+        from_registry: bool,
     },
     Time(Ident),
     TenantField(Ident),
@@ -518,7 +521,10 @@ pub fn outline(p: &Program) -> String {
                         DeclItem::ValueCsv { delimiter, fields } => {
                             format!("value {} {}", Format::Csv(*delimiter), TypeExpr::Record(fields.clone()))
                         }
-                        DeclItem::ValueAvro { fields } => format!("value avro {}", TypeExpr::Record(fields.clone())),
+                        DeclItem::ValueAvro { from_registry: true, .. } => "value avro".to_string(),
+                        DeclItem::ValueAvro { fields, .. } => {
+                            format!("value avro {}", TypeExpr::Record(fields.clone()))
+                        }
                         DeclItem::Time(t) => format!("time {}", t.node),
                         DeclItem::TenantField(t) => format!("tenant {}", t.node),
                         DeclItem::TenantHeader(h) => format!("tenant header {:?}", h.node),

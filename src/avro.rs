@@ -403,6 +403,81 @@ fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {
     }
 }
 
+/// The fields of a record schema as the language declares them (`{ name: type, … }`), each of
+/// the type [`decode`] reads the writer's values as: boolean → `bool`; int and long → `int`;
+/// float, double and decimal → `float`; string, enum, uuid and bytes → `string`; dates and
+/// timestamps → `timestamp`; times of day → `duration`; arrays → `list<…>`; maps →
+/// `map<string, …>`; records → records; a union of null and one type → that type, nullable.
+/// Other unions, fixed, big decimals and Avro durations have no one type here: an error
+/// naming the field.
+pub fn declared_fields(text: &str) -> Result<String, String> {
+    let w = Writer::parse(text)?;
+    let Schema::Record(r) = w.resolve(&w.schema) else {
+        return Err("its latest schema is not a record".into());
+    };
+    record_text(r, &w, "", 0)
+}
+
+/// Field names that need backquotes (the expression words).
+const QUOTED: &[&str] = &["and", "or", "not", "in", "is", "if", "then", "else", "true", "false", "null"];
+
+fn record_text(r: &apache_avro::schema::RecordSchema, w: &Writer, path: &str, depth: usize) -> Result<String, String> {
+    if depth > 32 {
+        return Err(format!("`{path}` nests records more than 32 deep (a recursive schema has no declared type)"));
+    }
+    if r.fields.is_empty() {
+        return Err(format!("{} has no fields", if path.is_empty() { "the record" } else { path }));
+    }
+    let mut parts = Vec::with_capacity(r.fields.len());
+    for f in &r.fields {
+        let at = if path.is_empty() { f.name.clone() } else { format!("{path}.{}", f.name) };
+        let name = if QUOTED.contains(&f.name.as_str()) { format!("`{}`", f.name) } else { f.name.clone() };
+        parts.push(format!("{name}: {}", type_text(&f.schema, w, &at, depth)?));
+    }
+    Ok(format!("{{ {} }}", parts.join(", ")))
+}
+
+fn type_text(s: &Schema, w: &Writer, path: &str, depth: usize) -> Result<String, String> {
+    let none = |what: &str| Err(format!("`{path}` is {what}, which no declared type reads"));
+    Ok(match w.resolve(s) {
+        Schema::Union(u) => {
+            let some: Vec<&Schema> = u.variants().iter().filter(|v| !matches!(v, Schema::Null)).collect();
+            match some.as_slice() {
+                [one] if some.len() < u.variants().len() => {
+                    let t = type_text(one, w, path, depth)?;
+                    if t.ends_with('?') {
+                        t
+                    } else {
+                        format!("{t}?")
+                    }
+                }
+                [one] => type_text(one, w, path, depth)?,
+                _ => return none("a union of several types"),
+            }
+        }
+        Schema::Boolean => "bool".into(),
+        Schema::Int | Schema::Long => "int".into(),
+        Schema::Float | Schema::Double | Schema::Decimal(_) => "float".into(),
+        Schema::String | Schema::Enum(_) | Schema::Uuid(_) | Schema::Bytes => "string".into(),
+        Schema::Date
+        | Schema::TimestampMillis
+        | Schema::TimestampMicros
+        | Schema::TimestampNanos
+        | Schema::LocalTimestampMillis
+        | Schema::LocalTimestampMicros
+        | Schema::LocalTimestampNanos => "timestamp".into(),
+        Schema::TimeMillis | Schema::TimeMicros => "duration".into(),
+        Schema::Array(a) => format!("list<{}>", type_text(&a.items, w, &format!("{path}[]"), depth)?),
+        Schema::Map(m) => format!("map<string, {}>", type_text(&m.types, w, &format!("{path}[]"), depth)?),
+        Schema::Record(r) => record_text(r, w, path, depth + 1)?,
+        Schema::Null => return none("always null"),
+        Schema::Fixed(_) => return none("fixed bytes"),
+        Schema::BigDecimal => return none("a big decimal"),
+        Schema::Duration(_) => return none("an Avro duration"),
+        Schema::Ref { name } => return none(&format!("a reference to `{name}` the schema does not define")),
+    })
+}
+
 /// Why a type has no Avro form here, if it has none: a map whose keys are not strings (Avro's
 /// map keys are strings), or a name Avro does not allow.
 pub fn unsupported(rt: &RecordType) -> Option<String> {
@@ -696,6 +771,65 @@ mod tests {
         for cut in 5..bytes.len() - 2 {
             assert!(decode(&bytes[..cut], &t).is_err(), "cut at {cut}");
         }
+    }
+
+    /// A registry's schema declares fields of the types its values are read as; the text it
+    /// gives is a record type the language parses; a field no one type holds is named.
+    #[test]
+    fn a_registry_schema_declares_the_fields_its_values_read_as() {
+        let schema = r#"{"type": "record", "name": "r", "fields": [
+            {"name": "id", "type": "string"}, {"name": "n", "type": "long"}, {"name": "i", "type": "int"},
+            {"name": "x", "type": "double"}, {"name": "f", "type": "float"}, {"name": "ok", "type": "boolean"},
+            {"name": "kind", "type": {"type": "enum", "name": "K", "symbols": ["A", "B"]}},
+            {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "b", "type": "bytes"},
+            {"name": "d", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "tod", "type": {"type": "int", "logicalType": "time-millis"}},
+            {"name": "note", "type": ["null", "string"], "default": null},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+            {"name": "m", "type": {"type": "map", "values": ["null", "long"]}},
+            {"name": "in", "type": {"type": "record", "name": "In", "fields": [{"name": "a", "type": "int"}]}},
+            {"name": "again", "type": ["null", "In"]}]}"#;
+        let fields = declared_fields(schema).unwrap();
+        assert_eq!(
+            fields,
+            "{ id: string, n: int, i: int, x: float, f: float, ok: bool, kind: string, u: string, b: string, \
+             d: float, at: timestamp, day: timestamp, tod: duration, note: string?, tags: list<string>, \
+             m: map<string, int?>, `in`: { a: int }, again: { a: int }? }"
+        );
+        let program = format!("stream s from \"t\" {{\n  value avro {fields}\n}}\n");
+        assert!(crate::compile(&program).is_ok(), "{program}");
+        let union = r#"{"type": "record", "name": "r", "fields": [{"name": "v", "type": ["string", "int"]}]}"#;
+        assert_eq!(
+            declared_fields(union).unwrap_err(),
+            "`v` is a union of several types, which no declared type reads"
+        );
+        assert_eq!(declared_fields(r#""string""#).unwrap_err(), "its latest schema is not a record");
+    }
+
+    /// `value avro` without fields: the registry's fields are inserted on its line (every other
+    /// line keeps its number); a failed lookup is a diagnostic at the declaration.
+    #[test]
+    fn value_avro_without_fields_takes_them_from_the_lookup() {
+        let src = "stream s from \"t\" {\n  value avro  # the registry's\n  time at\n}\nstream j from \"u\" { value json { a: int } }\n";
+        let mut asked = Vec::new();
+        let out = crate::expand_registry_fields(src, &mut |topic| {
+            asked.push(topic.to_string());
+            Ok("{ at: timestamp }".into())
+        })
+        .unwrap();
+        assert_eq!(asked, ["t"]);
+        assert_eq!(out, src.replacen("value avro", "value avro { at: timestamp }", 1));
+        assert!(crate::compile(&out).is_ok());
+        let e = crate::expand_registry_fields(src, &mut |_| Err("no subject `t-value`".into())).unwrap_err();
+        assert_eq!(e.len(), 1);
+        assert_eq!(&src[e[0].span.start..e[0].span.end], "value avro");
+        assert!(e[0].message.contains("no subject `t-value`"), "{}", e[0].message);
+        // Unexpanded, the checker says where the fields come from.
+        let d = crate::compile(src).unwrap_err();
+        assert!(d[0].message.contains("schema registry's latest schema of `t-value`"), "{}", d[0].message);
     }
 
     #[test]

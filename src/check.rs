@@ -459,7 +459,22 @@ impl<'a> Checker<'a> {
                 }
                 (Format::Csv(*delimiter), rt)
             }
-            Some(DeclItem::ValueAvro { fields }) => {
+            Some(DeclItem::ValueAvro { from_registry: true, .. }) => {
+                // (`streamc check` and `run` fill the fields in from the registry first: this is
+                // a program read without it, e.g. by an editor.)
+                let topic = d.topic.as_ref().map_or("<topic>".to_string(), |t| t.node.clone());
+                self.err(
+                    Diagnostic::new(
+                        Code::BadFormat,
+                        value.map(|v| v.span).unwrap_or(d.name.span),
+                        format!("the fields of `value avro` come from the schema registry's latest schema of `{topic}-value`"),
+                    )
+                    .label("fields from the registry")
+                    .help("`streamc check` and `streamc run` look them up with `schema.registry.url` set; or declare them, e.g. `value avro { ticker: string, price: float }`"),
+                );
+                return;
+            }
+            Some(DeclItem::ValueAvro { fields, .. }) => {
                 let rt = self.record_type(fields);
                 if let Some(why) = crate::avro::unsupported(&rt) {
                     self.err(

@@ -111,7 +111,7 @@ fn stored_programs(t: &Topics, app: &str) -> Result<Vec<String>, String> {
 pub fn running(t: &Topics, app: &str, cfg: &config::Config, file: &Path) -> Result<(Evaluator, Vec<Status>), String> {
     let text = match stored_program(t, app)? {
         Some(t) => t,
-        None => std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?,
+        None => crate::read_program(file, cfg)?.ok_or_else(|| format!("{} has errors", file.display()))?,
     };
     let program = streamc::compile(&text).map_err(|d| {
         format!(
@@ -299,7 +299,7 @@ pub fn deploy(
     if stored_program(&t, &app)?.is_none() {
         return Err(format!("application `{app}` has not run yet: start it with `streamc run {}`", file.display()));
     }
-    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let Some(text) = crate::read_program(file, cfg)? else { return Ok(ExitCode::from(1)) };
     let Some(new) = crate::compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let (ev, _) = running(&t, &app, cfg, file)?;
     let stage = ev.latest().clone();

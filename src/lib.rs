@@ -43,6 +43,55 @@ pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
     .result
 }
 
+/// Fill in the fields of every `value avro` declared without them, from the schema registry:
+/// `lookup(topic)` gives the fields of the latest schema of `<topic>-value` as a record type's
+/// text (`{ ticker: string, price: float }`, see [`avro::declared_fields`]), or why it cannot.
+/// The text is inserted after `value avro` on the same line, so that every other line keeps
+/// its number: the program a run records and every instance compiles is this expanded text,
+/// fixed at that point however the subject evolves later. A failed lookup is a diagnostic at
+/// the declaration. Programs without such declarations come back unchanged.
+pub fn expand_registry_fields(
+    source: &str,
+    lookup: &mut dyn FnMut(&str) -> Result<String, String>,
+) -> Result<String, Diagnostics> {
+    let (ast, _) = syntax::parse(source);
+    let mut inserts: Vec<(usize, String)> = Vec::new();
+    let mut diags = Vec::new();
+    for item in &ast.items {
+        let (ast::Item::Stream(d) | ast::Item::Table(d)) = item else { continue };
+        for v in &d.items {
+            if !matches!(v.node, ast::DeclItem::ValueAvro { from_registry: true, .. }) {
+                continue;
+            }
+            // (A table without a topic is control-managed: the checker refuses its format.)
+            let Some(topic) = &d.topic else { continue };
+            match lookup(&topic.node) {
+                Ok(fields) => inserts.push((v.span.end, format!(" {fields}"))),
+                Err(why) => diags.push(
+                    diag::Diagnostic::new(
+                        diag::Code::BadFormat,
+                        v.span,
+                        format!("cannot take the fields of `{}` from the schema registry: {why}", d.name.node),
+                    )
+                    .label("fields from the registry")
+                    .help(format!(
+                        "with `schema.registry.url` set, the registry needs a schema under `{}-value`; or declare the fields, e.g. `value avro {{ ticker: string }}`",
+                        topic.node
+                    )),
+                ),
+            }
+        }
+    }
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let mut out = source.to_string();
+    for (at, text) in inserts.into_iter().rev() {
+        out.insert_str(at, &text);
+    }
+    Ok(out)
+}
+
 /// [`compile`], keeping what an editor needs besides the result: the syntax tree (of the items
 /// that parsed), the types of the checked expressions and the sources.
 pub fn analyze(source: &str) -> (ast::Program, check::Analysis) {

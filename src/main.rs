@@ -316,6 +316,41 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
+/// A program file's text with the fields of every `value avro` declared without them filled in
+/// from the schema registry's latest schema of `<topic>-value` (see
+/// `streamc::expand_registry_fields`): what `check`, `explain`, `run`, `deploy` and `produce`
+/// compile, and what a run records as its program. A lookup that fails is printed as a
+/// diagnostic at the declaration: None (like [`compile_file`]).
+pub(crate) fn read_program(path: &Path, cfg: &config::Config) -> Result<Option<String>, String> {
+    let text = read(path)?;
+    if !text.contains("avro") {
+        return Ok(Some(text));
+    }
+    let registry = streamc::registry::Registry::of(cfg);
+    let mut lookup = |topic: &str| -> Result<String, String> {
+        let Some(r) = &registry else { return Err("no registry is configured (`schema.registry.url`)".into()) };
+        let subject = format!("{topic}-value");
+        match r.latest(&subject).map_err(|e| e.to_string())? {
+            Some((version, schema)) => {
+                let fields = streamc::avro::declared_fields(&schema)
+                    .map_err(|e| format!("subject `{subject}` version {version}: {e}"))?;
+                eprintln!("value avro of `{topic}`: the fields of subject `{subject}` version {version}: {fields}");
+                Ok(fields)
+            }
+            None => Err(format!("the registry at {} has no subject `{subject}`", r.url())),
+        }
+    };
+    match streamc::expand_registry_fields(&text, &mut lookup) {
+        Ok(expanded) => Ok(Some(expanded)),
+        Err(diags) => {
+            eprint!("{}", diag::render(&diags, &path.display().to_string(), &text, render_options()));
+            let n = diags.len();
+            eprintln!("error: {} has {} error{}", path.display(), n, if n == 1 { "" } else { "s" });
+            Ok(None)
+        }
+    }
+}
+
 /// Compile a file, printing its diagnostics; None if it has errors.
 pub(crate) fn compile_file(path: &Path, text: &str) -> Option<hir::Program> {
     match streamc::compile(text) {
@@ -357,8 +392,12 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             let mut failed = false;
             let mut unreadable = false;
             for f in &files {
-                let text = match read(f) {
-                    Ok(t) => t,
+                let text = match read_program(f, &cfg) {
+                    Ok(Some(t)) => t,
+                    Ok(None) => {
+                        failed = true;
+                        continue;
+                    }
                     Err(e) => {
                         eprintln!("error: {e}");
                         unreadable = true;
@@ -486,7 +525,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             streamc::lsp::run_stdio().map(|clean| if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Command::Explain { file, query, format } => {
-            let text = read(&file)?;
+            let Some(text) = read_program(&file, &cfg)? else { return Ok(ExitCode::from(1)) };
             let Some(p) = compile_file(&file, &text) else { return Ok(ExitCode::from(1)) };
             if let Some(q) = &query {
                 if p.query(q).is_none() {
@@ -522,7 +561,7 @@ struct RunFlags {
 
 fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) -> Result<ExitCode, String> {
     let RunFlags { inputs, drain, close, threads, http_addr, chaos, reset } = flags;
-    let text = read(file)?;
+    let Some(text) = read_program(file, &cfg)? else { return Ok(ExitCode::from(1)) };
     let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     let app = config::application_id(&cfg, file)?;
     if refuse_reserved_sinks(file, &text, &p, &app, &cfg) {
@@ -662,7 +701,7 @@ fn produce(
     };
     let source = match program {
         Some(f) => {
-            let text = read(f)?;
+            let Some(text) = read_program(f, cfg)? else { return Ok(ExitCode::from(1)) };
             let Some(p) = compile_file(f, &text) else { return Ok(ExitCode::from(1)) };
             p.sources.into_iter().find(|s| s.topic.as_deref() == Some(topic))
         }

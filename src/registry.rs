@@ -49,6 +49,12 @@ struct Latest {
     id: u32,
 }
 
+#[derive(Deserialize)]
+struct LatestSchema {
+    version: u64,
+    schema: String,
+}
+
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 
 /// What the registry says of a schema against a subject's latest version.
@@ -145,6 +151,19 @@ impl Registry {
             // path the server does not serve (a wrong base URL), which no record should pay for.
             404 if error_code(&text) == Some(40403) => Ok(None),
             _ => Err(Self::refused(format!("schema id {id}"), status, &text)),
+        }
+    }
+
+    /// The latest version of `subject`: its number and its schema's JSON text; None if the
+    /// registry has no such subject.
+    pub fn latest(&self, subject: &str) -> Result<Option<(u64, String)>, RegistryError> {
+        let (status, text) = self.call("GET", &format!("/subjects/{}/versions/latest", path_segment(subject)), None)?;
+        match status {
+            200 => serde_json::from_str::<LatestSchema>(&text)
+                .map(|l| Some((l.version, l.schema)))
+                .map_err(|e| self.unavailable(format!("an answer that is not a schema version: {e}"))),
+            404 => Ok(None),
+            _ => Err(Self::refused(format!("subject `{subject}`"), status, &text)),
         }
     }
 

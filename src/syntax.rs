@@ -546,10 +546,10 @@ impl Builder {
                         }
                         DeclItem::ValueCsv { delimiter, fields }
                     }
-                    Rule::value_avro => {
-                        let rec = inner(v).next().ok_or(())?;
-                        DeclItem::ValueAvro { fields: self.field_decls(rec, 0)? }
-                    }
+                    Rule::value_avro => match inner(v).find(|c| c.as_rule() == Rule::record_type) {
+                        Some(rec) => DeclItem::ValueAvro { fields: self.field_decls(rec, 0)?, from_registry: false },
+                        None => DeclItem::ValueAvro { fields: Vec::new(), from_registry: true },
+                    },
                     _ => {
                         let explicit_format = v.clone().into_inner().any(|c| c.as_rule() == Rule::kw_json);
                         let rec = inner(v).next().ok_or(())?;
