@@ -452,6 +452,7 @@ fn type_text(s: &Schema, w: &Writer, path: &str, depth: usize) -> Result<String,
                     }
                 }
                 [one] => type_text(one, w, path, depth)?,
+                [] => return none("always null"),
                 _ => return none("a union of several types"),
             }
         }
@@ -800,7 +801,42 @@ mod tests {
              m: map<string, int?>, `in`: { a: int }, again: { a: int }? }"
         );
         let program = format!("stream s from \"t\" {{\n  value avro {fields}\n}}\n");
-        assert!(crate::compile(&program).is_ok(), "{program}");
+        let compiled = crate::compile(&program).unwrap();
+        // A datum written with the schema reads into the declared fields: every declared type
+        // is one the reader takes the writer's values as.
+        let w = Writer::parse(schema).unwrap();
+        let inner = Avro::Record(vec![("a".into(), Avro::Int(7))]);
+        let datum = Avro::Record(vec![
+            ("id".into(), Avro::String("k".into())),
+            ("n".into(), Avro::Long(-2)),
+            ("i".into(), Avro::Int(3)),
+            ("x".into(), Avro::Double(1.5)),
+            ("f".into(), Avro::Float(0.25)),
+            ("ok".into(), Avro::Boolean(true)),
+            ("kind".into(), Avro::Enum(1, "B".into())),
+            ("u".into(), Avro::Uuid("00000000-0000-0000-0000-000000000001".parse().unwrap())),
+            ("b".into(), Avro::Bytes(b"hi".to_vec())),
+            ("d".into(), Avro::Decimal(apache_avro::Decimal::from(250i32.to_be_bytes()))),
+            ("at".into(), Avro::TimestampMicros(5_000_999)),
+            ("day".into(), Avro::Date(1)),
+            ("tod".into(), Avro::TimeMillis(60_000)),
+            ("note".into(), Avro::Union(0, Box::new(Avro::Null))),
+            ("tags".into(), Avro::Array(vec![Avro::String("t".into())])),
+            ("m".into(), Avro::Map([("z".to_string(), Avro::Union(1, Box::new(Avro::Long(4))))].into())),
+            ("in".into(), inner.clone()),
+            ("again".into(), Avro::Union(1, Box::new(inner))),
+        ]);
+        let body = GenericDatumWriter::builder(&w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
+        remember_writer(9003, Some(w));
+        let mut bytes = vec![0, 0, 0, 0x23, 0x2b];
+        bytes.extend_from_slice(&body);
+        let v = decode(&bytes, &compiled.sources[0].value).unwrap();
+        assert_eq!(v.len(), 18);
+        assert_eq!(v[6], Value::str("B"));
+        assert_eq!(v[9], Value::Float(2.5));
+        assert_eq!(v[10], Value::Ts(5_000));
+        assert_eq!(v[11], Value::Ts(86_400_000));
+        assert_eq!(v[13], Value::Null);
         let union = r#"{"type": "record", "name": "r", "fields": [{"name": "v", "type": ["string", "int"]}]}"#;
         assert_eq!(
             declared_fields(union).unwrap_err(),
@@ -827,8 +863,11 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert_eq!(&src[e[0].span.start..e[0].span.end], "value avro");
         assert!(e[0].message.contains("no subject `t-value`"), "{}", e[0].message);
-        // Unexpanded, the checker says where the fields come from.
-        let d = crate::compile(src).unwrap_err();
+        // Unexpanded (an editor), the checker says where the fields come from, and only that:
+        // a query over the source does not add that it is unknown.
+        let with_query = format!("{src}query q {{\n  from s\n  select {{ at }}\n  to \"o\"\n}}\n");
+        let d = crate::compile(&with_query).unwrap_err();
+        assert_eq!(d.len(), 1, "{d:?}");
         assert!(d[0].message.contains("schema registry's latest schema of `t-value`"), "{}", d[0].message);
     }
 

@@ -86,14 +86,34 @@ pub fn stored_program(t: &Topics, app: &str) -> Result<Option<String>, String> {
     Ok(stored_programs(t, app)?.pop())
 }
 
-/// The status record that makes `text` the application's program file (version 0).
-fn program_record(text: &str) -> Record {
+/// The status record that makes `text` the application's program file (version 0). `source`:
+/// the file's own text, recorded when it differs (its `value avro` fields were taken from the
+/// registry, see [`recorded_expansion`]).
+fn program_record(text: &str, source: &str) -> Record {
+    let value = match text == source {
+        true => serde_json::json!({ "text": text }),
+        false => serde_json::json!({ "text": text, "source": source }),
+    };
     Record {
         key: Some(PROGRAM_KEY.as_bytes().to_vec()),
-        value: Some(serde_json::json!({ "text": text }).to_string().into_bytes()),
+        value: Some(value.to_string().into_bytes()),
         timestamp: streamc::runtime::now_ms(),
         headers: vec![],
     }
+}
+
+/// The program the application last recorded, when it was recorded from a file whose text is
+/// `source` with fields taken from the registry: that expansion.
+pub fn recorded_expansion(t: &Topics, app: &str, source: &str) -> Result<Option<String>, String> {
+    let recs = t.read(&control::status_topic(app))?;
+    let last = recs
+        .iter()
+        .filter(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
+        .filter_map(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
+        .next_back();
+    Ok(last
+        .filter(|v| v.get("source").and_then(|s| s.as_str()) == Some(source))
+        .and_then(|v| v.get("text")?.as_str().map(str::to_string)))
 }
 
 /// Every program file the application has run, oldest first.
@@ -793,11 +813,12 @@ pub fn check_program_file(
     app: &str,
     cfg: &config::Config,
     text: &str,
+    source: &str,
     program: &hir::Program,
 ) -> Result<bool, String> {
     let status = control::status_topic(app);
     let Some(old_text) = stored_program(t, app)? else {
-        t.append(&status, vec![program_record(text)])?;
+        t.append(&status, vec![program_record(text, source)])?;
         return Ok(true);
     };
     if old_text == text {
@@ -807,7 +828,7 @@ pub fn check_program_file(
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {
         eprintln!("the program the application ran before no longer compiles: treating {app}'s program as new");
-        t.append(&status, vec![program_record(text)])?;
+        t.append(&status, vec![program_record(text, source)])?;
         return Ok(true);
     };
     let allowed = &cfg.topics.allow_internal_sinks;
@@ -851,7 +872,7 @@ pub fn check_program_file(
         eprintln!("query {name}: no longer in the file, its tasks stop");
     }
     if ok {
-        t.append(&status, vec![program_record(text)])?;
+        t.append(&status, vec![program_record(text, source)])?;
     }
     Ok(ok)
 }
@@ -859,7 +880,14 @@ pub fn check_program_file(
 /// `run --reset`: delete the application's changelog and repartition topics, its committed
 /// positions and its local state; record FILE as the program (version 0). Ingested `--input`
 /// positions, the control log and the statuses written stay.
-pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::Config) -> Result<(), String> {
+pub fn reset(
+    t: &Topics,
+    app: &str,
+    state_dir: &Path,
+    text: &str,
+    source: &str,
+    cfg: &config::Config,
+) -> Result<(), String> {
     // The application's internal topics: those of every program it ran (each file, with the
     // control log applied statement by statement), never a name pattern that another
     // application's topics could match.
@@ -905,7 +933,7 @@ pub fn reset(t: &Topics, app: &str, state_dir: &Path, text: &str, cfg: &config::
     if local.exists() {
         std::fs::remove_dir_all(&local).map_err(|e| format!("cannot delete local state {}: {e}", local.display()))?;
     }
-    t.append(&control::status_topic(app), vec![program_record(text)])?;
+    t.append(&control::status_topic(app), vec![program_record(text, source)])?;
     eprintln!("reset `{app}`: deleted {} internal topic{}, its committed positions and local state; the input is processed from the start", deleted.len(), if deleted.len() == 1 { "" } else { "s" });
     Ok(())
 }

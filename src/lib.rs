@@ -47,9 +47,10 @@ pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
 /// `lookup(topic)` gives the fields of the latest schema of `<topic>-value` as a record type's
 /// text (`{ ticker: string, price: float }`, see [`avro::declared_fields`]), or why it cannot.
 /// The text is inserted after `value avro` on the same line, so that every other line keeps
-/// its number: the program a run records and every instance compiles is this expanded text,
-/// fixed at that point however the subject evolves later. A failed lookup is a diagnostic at
-/// the declaration. Programs without such declarations come back unchanged.
+/// its number. A run records this expanded text as its program, with the file's own text: a
+/// later run of the same file reuses the recorded fields (`streamc run`), so every instance and
+/// restart compiles the same ones whatever versions the subject gains. A failed lookup is a
+/// diagnostic at the declaration. Programs without such declarations come back unchanged.
 pub fn expand_registry_fields(
     source: &str,
     lookup: &mut dyn FnMut(&str) -> Result<String, String>,
@@ -92,6 +93,26 @@ pub fn expand_registry_fields(
     Ok(out)
 }
 
+/// Whether a program declares a `value avro` without fields (see [`expand_registry_fields`]).
+pub fn has_registry_fields(source: &str) -> bool {
+    !registry_field_topics(source).is_empty()
+}
+
+/// The topics of the sources that declare `value avro` without fields.
+pub fn registry_field_topics(source: &str) -> Vec<String> {
+    if !source.contains("avro") {
+        return Vec::new();
+    }
+    let mut topics = Vec::new();
+    for item in syntax::parse(source).0.items {
+        let (ast::Item::Stream(d) | ast::Item::Table(d)) = item else { continue };
+        if d.items.iter().any(|v| matches!(v.node, ast::DeclItem::ValueAvro { from_registry: true, .. })) {
+            topics.extend(d.topic.map(|t| t.node));
+        }
+    }
+    topics
+}
+
 /// [`compile`], keeping what an editor needs besides the result: the syntax tree (of the items
 /// that parsed), the types of the checked expressions and the sources.
 pub fn analyze(source: &str) -> (ast::Program, check::Analysis) {
@@ -108,6 +129,25 @@ fn front_end(
         Err(d) => return (ast, check::Analysis { result: Err(d.clone()), types: Vec::new(), sources: Vec::new() }),
     };
     let mut analysis = check_with(&ast, lib);
+    // A source whose fields come from the registry, read without them (an editor): the checker
+    // says so at its declaration; that its queries then name an unknown source only echoes it.
+    let unexpanded: Vec<&str> = ast
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            ast::Item::Stream(d) | ast::Item::Table(d) => d
+                .items
+                .iter()
+                .any(|v| matches!(v.node, ast::DeclItem::ValueAvro { from_registry: true, .. }))
+                .then_some(d.name.node.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let (false, Err(more)) = (unexpanded.is_empty(), &mut analysis.result) {
+        more.retain(|d| {
+            !(d.message.starts_with("unknown ") && unexpanded.iter().any(|n| d.message.ends_with(&format!("`{n}`"))))
+        });
+    }
     if !diags.is_empty() {
         // The items that parsed are still checked, so that a syntax error hides no other
         // mistake; what the checker says of the items that did not parse (by name) would only

@@ -322,8 +322,12 @@ fn read(path: &Path) -> Result<String, String> {
 /// compile, and what a run records as its program. A lookup that fails is printed as a
 /// diagnostic at the declaration: None (like [`compile_file`]).
 pub(crate) fn read_program(path: &Path, cfg: &config::Config) -> Result<Option<String>, String> {
-    let text = read(path)?;
-    if !text.contains("avro") {
+    expand_program(path, read(path)?, cfg)
+}
+
+/// [`read_program`] of a file's text already read.
+fn expand_program(path: &Path, text: String, cfg: &config::Config) -> Result<Option<String>, String> {
+    if !streamc::has_registry_fields(&text) {
         return Ok(Some(text));
     }
     let registry = streamc::registry::Registry::of(cfg);
@@ -561,9 +565,27 @@ struct RunFlags {
 
 fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) -> Result<ExitCode, String> {
     let RunFlags { inputs, drain, close, threads, http_addr, chaos, reset } = flags;
-    let Some(text) = read_program(file, &cfg)? else { return Ok(ExitCode::from(1)) };
-    let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
+    let source = read(file)?;
     let app = config::application_id(&cfg, file)?;
+    // A run of the program file the application already runs keeps the fields it took from the
+    // registry then (every instance and restart compiles the same program); `--reset` and
+    // `deploy` look them up again.
+    let recorded = match !reset && streamc::has_registry_fields(&source) {
+        true => control_cli::Topics::open(&g.state_dir, &cfg)
+            .and_then(|t| control_cli::recorded_expansion(&t, &app, &source))?,
+        false => None,
+    };
+    let text = match recorded {
+        Some(text) => {
+            eprintln!("value avro: the fields `{app}` took from the registry when it first ran this file (`run --reset` or `deploy` looks them up again)");
+            text
+        }
+        None => match expand_program(file, source.clone(), &cfg)? {
+            Some(text) => text,
+            None => return Ok(ExitCode::from(1)),
+        },
+    };
+    let Some(p) = compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
     if refuse_reserved_sinks(file, &text, &p, &app, &cfg) {
         return Ok(ExitCode::from(1));
     }
@@ -585,8 +607,8 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     // Version 0 of the running program: the file as the application first ran it.
     let topics = control_cli::Topics::open(&g.state_dir, &cfg)?;
     if reset {
-        control_cli::reset(&topics, &app, &g.state_dir, &text, &cfg)?;
-    } else if !control_cli::check_program_file(&topics, &app, &cfg, &text, &p)? {
+        control_cli::reset(&topics, &app, &g.state_dir, &text, &source, &cfg)?;
+    } else if !control_cli::check_program_file(&topics, &app, &cfg, &text, &source, &p)? {
         return Err(format!(
             "{} changed incompatibly since `{app}` first ran: start it over with `streamc run --reset`, or change the running application with `streamc deploy --reprocess` or `--fresh-state`",
             file.display()
@@ -694,18 +716,27 @@ fn produce(
         Some(_) => None,
         None => Some(log_of(g, cfg)?),
     };
-    let nparts = match (&kafka, &log) {
-        (Some(k), _) => k.ensure_topic(topic, create, false)?,
-        (_, Some(l)) => l.ensure_topic(topic, create)?.partitions,
-        _ => unreachable!("one backend is chosen"),
-    };
     let source = match program {
         Some(f) => {
-            let Some(text) = read_program(f, cfg)? else { return Ok(ExitCode::from(1)) };
+            let raw = read(f)?;
+            if streamc::registry_field_topics(&raw).iter().any(|t| t == topic) {
+                // (Its values would be written with a schema derived from the fields, registered
+                // as a new version of the producers' subject.)
+                return Err(format!(
+                    "`{topic}` takes its fields from the schema registry in {}: produce its avro records with a program that declares them (`value avro {{ … }}`)",
+                    f.display()
+                ));
+            }
+            let Some(text) = expand_program(f, raw, cfg)? else { return Ok(ExitCode::from(1)) };
             let Some(p) = compile_file(f, &text) else { return Ok(ExitCode::from(1)) };
             p.sources.into_iter().find(|s| s.topic.as_deref() == Some(topic))
         }
         None => None,
+    };
+    let nparts = match (&kafka, &log) {
+        (Some(k), _) => k.ensure_topic(topic, create, false)?,
+        (_, Some(l)) => l.ensure_topic(topic, create)?.partitions,
+        _ => unreachable!("one backend is chosen"),
     };
     let reader: Box<dyn BufRead> = match file {
         Some(f) if f != Path::new("-") => Box::new(std::io::BufReader::new(

@@ -162,7 +162,9 @@ impl Registry {
             200 => serde_json::from_str::<LatestSchema>(&text)
                 .map(|l| Some((l.version, l.schema)))
                 .map_err(|e| self.unavailable(format!("an answer that is not a schema version: {e}"))),
-            404 => Ok(None),
+            // Only the API's own "subject not found" (40401): another 404 is a path the server
+            // does not serve (a wrong base URL).
+            404 if error_code(&text) == Some(40401) => Ok(None),
             _ => Err(Self::refused(format!("subject `{subject}`"), status, &text)),
         }
     }

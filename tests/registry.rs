@@ -287,6 +287,34 @@ fn a_value_schema_is_taken_from_the_registry_when_the_program_declares_none() {
     let got: Vec<serde_json::Value> =
         consume(&state, &format!("{topic}-big"), &[]).into_iter().map(|r| r.value).collect();
     assert_eq!(got, vec![serde_json::json!({"id": "b", "amount": 4.0, "tags": []})]);
+    // `produce --program` refuses to write the topic with a schema derived from those fields.
+    let o = streamc_output(&state, &["produce", &topic, &input, "--program", &app, "--set", &reg]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("takes its fields from the schema registry"), "{err}");
+    // The producers' subject gains a version (an optional field more): a restart of the same
+    // file runs with the fields it recorded, and reads the new records.
+    let writer2 = write(
+        &dir,
+        "writer2.stream",
+        &std::fs::read_to_string(&writer).unwrap().replace("at: timestamp }", "at: timestamp, region: string? }"),
+    );
+    let input2 = write(
+        &dir,
+        "in2.jsonl",
+        "{\"id\": \"c\", \"amount\": 9, \"note\": null, \"tags\": [\"u\"], \"at\": 3000, \"region\": \"eu\"}\n",
+    );
+    streamc(&state, &["produce", &topic, &input2, "--program", &writer2, "--set", &reg]);
+    let err = streamc(&state, &["run", &app, "--drain", "--set", &reg]);
+    assert!(err.contains("the fields `app` took from the registry when it first ran this file"), "{err}");
+    let got: Vec<serde_json::Value> =
+        consume(&state, &format!("{topic}-big"), &[]).into_iter().map(|r| r.value).collect();
+    assert_eq!(
+        got,
+        vec![
+            serde_json::json!({"id": "b", "amount": 4.0, "tags": []}),
+            serde_json::json!({"id": "c", "amount": 9.0, "tags": ["u"]})
+        ]
+    );
     // A field the registry's schema does not have: an error at its use.
     let bad = write(
         &dir,
@@ -296,7 +324,7 @@ fn a_value_schema_is_taken_from_the_registry_when_the_program_declares_none() {
     let o = streamc_output(&state, &["check", &bad, "--set", &reg]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("price"), "{err}");
+    assert!(err.contains("`price`"), "{err}");
     // A topic whose subject the registry does not have, and no registry at all.
     let none = write(
         &dir,
