@@ -105,25 +105,23 @@ fn program_record(text: &str, source: &str) -> Record {
 /// The program the application last recorded, when it was recorded from a file whose text is
 /// `source` with fields taken from the registry: that expansion.
 pub fn recorded_expansion(t: &Topics, app: &str, source: &str) -> Result<Option<String>, String> {
-    let recs = t.read(&control::status_topic(app))?;
-    let last = recs
-        .iter()
-        .filter(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
-        .filter_map(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
-        .next_back();
-    Ok(last
+    Ok(program_records(t, app)?
+        .pop()
         .filter(|v| v.get("source").and_then(|s| s.as_str()) == Some(source))
         .and_then(|v| v.get("text")?.as_str().map(str::to_string)))
 }
 
 /// Every program file the application has run, oldest first.
 fn stored_programs(t: &Topics, app: &str) -> Result<Vec<String>, String> {
-    let recs = t.read(&control::status_topic(app))?;
-    Ok(recs
+    Ok(program_records(t, app)?.iter().filter_map(|v| v.get("text")?.as_str().map(str::to_string)).collect())
+}
+
+/// The values of the status topic's program records (see [`program_record`]), oldest first.
+fn program_records(t: &Topics, app: &str) -> Result<Vec<serde_json::Value>, String> {
+    Ok(t.read(&control::status_topic(app))?
         .iter()
         .filter(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
         .filter_map(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
-        .filter_map(|v| v.get("text")?.as_str().map(str::to_string))
         .collect())
 }
 

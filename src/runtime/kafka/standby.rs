@@ -167,7 +167,8 @@ impl Standbys {
                     Ok(Some(wanted)) => {
                         failing = None;
                         self.read_ends();
-                        let behind: Vec<u64> = self.copies.values().map(Copy::lag).filter(|l| *l > lag).collect();
+                        let lags: Vec<u64> = self.copies.values().map(Copy::lag).collect();
+                        let behind: Vec<u64> = lags.iter().copied().filter(|l| *l > lag).collect();
                         if behind.is_empty() {
                             if wanted > 0 {
                                 eprintln!(
@@ -178,7 +179,7 @@ impl Standbys {
                             }
                             break Ok(());
                         }
-                        let total: u64 = self.copies.values().map(Copy::lag).sum();
+                        let total: u64 = lags.iter().sum();
                         if total < best.0 {
                             best = (total, Instant::now());
                         } else if best.1.elapsed() >= WARM_UP_GIVE_UP {
