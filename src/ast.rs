@@ -91,10 +91,12 @@ pub enum DeclItem {
         delimiter: u8,
         fields: Vec<FieldDecl>,
     },
-    /// `value avro { ... }`: Avro (Confluent wire format), read into these fields. `value avro`
-    /// alone (`from_registry`): the fields of the schema registry's latest schema of the topic's
-    /// value subject, filled in before checking ([`crate::expand_registry_fields`]).
-    ValueAvro {
+    /// `value avro { ... }` / `value protobuf { ... }` (`format`): Avro or Protobuf (Confluent
+    /// wire format), read into these fields. Without fields (`from_registry`): the fields of the
+    /// schema registry's latest schema of the topic's value subject, filled in before checking
+    /// ([`crate::expand_registry_fields`]).
+    ValueRegistry {
+        format: Format,
         fields: Vec<FieldDecl>,
         from_registry: bool,
     },
@@ -270,11 +272,18 @@ pub enum Format {
     Csv(u8),
     /// Avro in the Confluent wire format, with a schema registry.
     Avro,
+    /// Protobuf in the Confluent wire format, with a schema registry.
+    Protobuf,
 }
 
 impl Format {
     /// The delimiter of `value csv` / `to … csv` when none is written.
     pub const CSV_DEFAULT_DELIMITER: u8 = b',';
+
+    /// Whether values of this format name their schema in a schema registry (Avro, Protobuf).
+    pub fn uses_registry(self) -> bool {
+        matches!(self, Format::Avro | Format::Protobuf)
+    }
 }
 
 impl fmt::Display for Format {
@@ -285,6 +294,7 @@ impl fmt::Display for Format {
             Format::Csv(Format::CSV_DEFAULT_DELIMITER) => f.write_str("csv"),
             Format::Csv(d) => write!(f, "csv delimiter {:?}", char::from(*d).to_string()),
             Format::Avro => f.write_str("avro"),
+            Format::Protobuf => f.write_str("protobuf"),
         }
     }
 }
@@ -521,9 +531,9 @@ pub fn outline(p: &Program) -> String {
                         DeclItem::ValueCsv { delimiter, fields } => {
                             format!("value {} {}", Format::Csv(*delimiter), TypeExpr::Record(fields.clone()))
                         }
-                        DeclItem::ValueAvro { from_registry: true, .. } => "value avro".to_string(),
-                        DeclItem::ValueAvro { fields, .. } => {
-                            format!("value avro {}", TypeExpr::Record(fields.clone()))
+                        DeclItem::ValueRegistry { format, from_registry: true, .. } => format!("value {format}"),
+                        DeclItem::ValueRegistry { format, fields, .. } => {
+                            format!("value {format} {}", TypeExpr::Record(fields.clone()))
                         }
                         DeclItem::Time(t) => format!("time {}", t.node),
                         DeclItem::TenantField(t) => format!("tenant {}", t.node),

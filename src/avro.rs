@@ -19,7 +19,7 @@
 //! registry before a record needs them, so decoding and encoding never wait on the network.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::Arc;
 
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::schema::{Name, Schema};
@@ -71,74 +71,25 @@ fn collect_names(s: &Schema, names: &mut HashMap<Name, Schema>) {
     }
 }
 
-/// Writer schemas by registry id; None: the registry does not know the id.
-static WRITERS: LazyLock<RwLock<HashMap<u32, Option<Arc<Writer>>>>> = LazyLock::new(Default::default);
+/// The writer schemas this process has looked up.
+static WRITERS: crate::schema_tables::Writers<Writer> = crate::schema_tables::Writers::new();
 
-/// A sink schema: its text (as derived), its id in the registry, and the schema.
-type SinkSchema = (String, u32, Arc<Schema>);
-
-/// Per sink topic, the schemas registered for it (one per distinct output type writing it).
-static SINKS: LazyLock<RwLock<HashMap<String, Vec<SinkSchema>>>> = LazyLock::new(Default::default);
-
-/// What the runtime installs ([`set_registry`]): looks up a writer schema by id (Ok(None): the
-/// registry does not know it) and registers a sink schema (its text) for a topic, both over the
-/// network. Used for what was not fetched ahead (rows restored into a store, a query a control
-/// statement changed).
-pub trait Lookup: Send + Sync {
-    fn writer(&self, id: u32) -> Result<Option<String>, String>;
-    fn register(&self, topic: &str, schema: &str) -> Result<u32, String>;
-}
-
-static LOOKUP: RwLock<Option<Arc<dyn Lookup>>> = RwLock::new(None);
-
-/// Why the registry could not be asked, since the runtime last looked ([`take_failure`]): a
-/// record that needed it was refused for that reason, and the run must stop before it commits.
-static FAILURE: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-
-/// Install the registry lookups of this process.
-pub fn set_registry(lookup: Arc<dyn Lookup>) {
-    *LOOKUP.write().unwrap_or_else(|p| p.into_inner()) = Some(lookup);
-}
-
-/// The registry failure a decode or encode met since the last call, if any.
-pub fn take_failure() -> Option<String> {
-    FAILURE.lock().unwrap_or_else(|p| p.into_inner()).take()
-}
-
-fn failed(reason: String) -> String {
-    FAILURE.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(reason.clone());
-    format!("the schema registry could not be asked: {reason}")
-}
-
-fn lookup() -> Option<Arc<dyn Lookup>> {
-    LOOKUP.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
+/// The schemas of sink topics, as registered.
+static SINKS: crate::schema_tables::Sinks<Arc<Schema>> = crate::schema_tables::Sinks::new();
 
 /// Whether the writer schema `id` has been looked up.
 pub fn writer_known(id: u32) -> bool {
-    WRITERS.read().unwrap_or_else(|p| p.into_inner()).contains_key(&id)
+    WRITERS.known(id)
 }
 
 /// Keep what the registry said of schema `id` (None: it does not know it).
 pub fn remember_writer(id: u32, writer: Option<Writer>) {
-    WRITERS.write().unwrap_or_else(|p| p.into_inner()).insert(id, writer.map(Arc::new));
-}
-
-fn writer(id: u32) -> Option<Option<Arc<Writer>>> {
-    WRITERS.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    WRITERS.remember(id, writer)
 }
 
 /// Keep the registry id of a schema (its text, as [`schema_json`] derived it) of a sink topic.
 pub fn set_sink(topic: &str, text: &str, id: u32, schema: Schema) {
-    let mut sinks = SINKS.write().unwrap_or_else(|p| p.into_inner());
-    let v = sinks.entry(topic.to_string()).or_default();
-    v.retain(|(t, _, _)| t != text);
-    v.push((text.to_string(), id, Arc::new(schema)));
-}
-
-fn sink(topic: &str, text: &str) -> Option<(u32, Arc<Schema>)> {
-    let sinks = SINKS.read().unwrap_or_else(|p| p.into_inner());
-    sinks.get(topic)?.iter().find(|(t, _, _)| t == text).map(|(_, id, s)| (*id, s.clone()))
+    SINKS.set(topic, text, id, Arc::new(schema))
 }
 
 /// The writer schema id of a framed value.
@@ -158,23 +109,6 @@ pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
         Value::Record(fields) => Ok(Arc::try_unwrap(fields).unwrap_or_else(|a| (*a).clone())),
         _ => Err(format!("schema id {id} is not a record schema")),
     }
-}
-
-/// Writer schema `id`: known, or looked up now (a record restored into a store before this
-/// process fetched its schema).
-fn writer_of(id: u32) -> Result<Arc<Writer>, String> {
-    let known = match writer(id) {
-        Some(known) => known,
-        None => {
-            let Some(l) = lookup() else {
-                return Err(format!("schema id {id} was not looked up in the schema registry"));
-            };
-            let text = l.writer(id).map_err(failed)?;
-            remember_writer(id, text.and_then(|t| Writer::parse(&t).ok()));
-            writer(id).flatten()
-        }
-    };
-    known.ok_or_else(|| format!("schema id {id} is not in the schema registry, or is not an Avro schema streamc reads"))
 }
 
 fn record(v: &Avro, s: &Schema, rt: &RecordType, w: &Writer, path: &str) -> Result<Value, String> {
@@ -328,7 +262,7 @@ pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
 /// A framed value's schema id, writer schema and datum; bytes after the datum are an error.
 fn read_framed(bytes: &[u8]) -> Result<(u32, Arc<Writer>, Avro), String> {
     let id = schema_id(bytes)?;
-    let w = writer_of(id)?;
+    let w = WRITERS.of(id, Writer::parse, "an Avro schema streamc reads")?;
     let mut payload = &bytes[5..];
     let datum = GenericDatumReader::builder(&w.schema)
         .build()
@@ -419,7 +353,7 @@ pub fn declared_fields(text: &str) -> Result<String, String> {
 }
 
 /// Field names that need backquotes (the expression words).
-const QUOTED: &[&str] = &["and", "or", "not", "in", "is", "if", "then", "else", "true", "false", "null"];
+pub(crate) const QUOTED: &[&str] = &["and", "or", "not", "in", "is", "if", "then", "else", "true", "false", "null"];
 
 fn record_text(r: &apache_avro::schema::RecordSchema, w: &Writer, path: &str, depth: usize) -> Result<String, String> {
     if depth > 32 {
@@ -508,7 +442,7 @@ fn unsupported_type(ty: &Type) -> Option<String> {
     }
 }
 
-fn valid_name(n: &str) -> bool {
+pub(crate) fn valid_name(n: &str) -> bool {
     let mut cs = n.chars();
     cs.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && cs.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
@@ -563,19 +497,8 @@ fn type_json(t: &Type, name: &str) -> serde_json::Value {
 /// A row of `rt` framed for `topic`, with the schema `text` (derived from `rt` by
 /// [`schema_json`]) registered for it: by the runtime ahead, or now.
 pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    let (id, schema) = match sink(topic, text) {
-        Some(s) => s,
-        None => {
-            let Some(l) = lookup() else {
-                return Err(format!("no schema of topic `{topic}` was registered in the schema registry"));
-            };
-            let schema =
-                Schema::parse_str(text).map_err(|e| format!("the schema of `{topic}` is not valid Avro: {e}"))?;
-            let id = l.register(topic, text).map_err(failed)?;
-            set_sink(topic, text, id, schema.clone());
-            (id, Arc::new(schema))
-        }
-    };
+    let (id, schema) = SINKS
+        .of(topic, text, crate::ast::Format::Avro, |t| Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string()))?;
     let datum = to_avro_record(values, rt);
     let body = GenericDatumWriter::builder(&schema)
         .build()
@@ -851,7 +774,8 @@ mod tests {
     fn value_avro_without_fields_takes_them_from_the_lookup() {
         let src = "stream s from \"t\" {\n  value avro  # the registry's\n  time at\n}\nstream j from \"u\" { value json { a: int } }\n";
         let mut asked = Vec::new();
-        let out = crate::expand_registry_fields(src, &mut |topic| {
+        let out = crate::expand_registry_fields(src, &mut |topic, format| {
+            assert_eq!(format, crate::ast::Format::Avro);
             asked.push(topic.to_string());
             Ok("{ at: timestamp }".into())
         })
@@ -859,7 +783,7 @@ mod tests {
         assert_eq!(asked, ["t"]);
         assert_eq!(out, src.replacen("value avro", "value avro { at: timestamp }", 1));
         assert!(crate::compile(&out).is_ok());
-        let e = crate::expand_registry_fields(src, &mut |_| Err("no subject `t-value`".into())).unwrap_err();
+        let e = crate::expand_registry_fields(src, &mut |_, _| Err("no subject `t-value`".into())).unwrap_err();
         assert_eq!(e.len(), 1);
         assert_eq!(&src[e[0].span.start..e[0].span.end], "value avro");
         assert!(e[0].message.contains("no subject `t-value`"), "{}", e[0].message);

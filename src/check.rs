@@ -403,7 +403,7 @@ impl<'a> Checker<'a> {
                 DeclItem::ValueJson { .. }
                 | DeclItem::ValueString { .. }
                 | DeclItem::ValueCsv { .. }
-                | DeclItem::ValueAvro { .. } => "value",
+                | DeclItem::ValueRegistry { .. } => "value",
                 DeclItem::Time(_) => "time",
                 DeclItem::TenantField(_) | DeclItem::TenantHeader(_) => "tenant",
             };
@@ -459,7 +459,7 @@ impl<'a> Checker<'a> {
                 }
                 (Format::Csv(*delimiter), rt)
             }
-            Some(DeclItem::ValueAvro { from_registry: true, .. }) => {
+            Some(DeclItem::ValueRegistry { format, from_registry: true, .. }) => {
                 // (`streamc check` and `run` fill the fields in from the registry first: this is
                 // a program read without it, e.g. by an editor.)
                 let topic = d.topic.as_ref().map_or("<topic>".to_string(), |t| t.node.clone());
@@ -467,27 +467,33 @@ impl<'a> Checker<'a> {
                     Diagnostic::new(
                         Code::BadFormat,
                         value.map(|v| v.span).unwrap_or(d.name.span),
-                        format!("the fields of `value avro` come from the schema registry's latest schema of `{topic}-value`"),
+                        format!("the fields of `value {format}` come from the schema registry's latest schema of `{topic}-value`"),
                     )
                     .label("fields from the registry")
-                    .help("`streamc check` and `streamc run` look them up with `schema.registry.url` set; or declare them, e.g. `value avro { ticker: string, price: float }`"),
+                    .help(format!("`streamc check` and `streamc run` look them up with `schema.registry.url` set; or declare them, e.g. `value {format} {{ ticker: string, price: float }}`")),
                 );
                 return;
             }
-            Some(DeclItem::ValueAvro { fields, .. }) => {
+            Some(DeclItem::ValueRegistry { format, fields, .. }) => {
                 let rt = self.record_type(fields);
-                if let Some(why) = crate::avro::unsupported(&rt) {
+                let (why, help) = match format {
+                    Format::Protobuf => (
+                        crate::protobuf::unsupported(&rt).map(|w| format!("no Protobuf form: {w}")),
+                        "Protobuf field names are letters, digits and `_`; map keys are strings or ints; lists and map values are not nullable and do not nest without a record between",
+                    ),
+                    _ => (
+                        crate::avro::unsupported(&rt).map(|w| format!("no Avro form: {w}")),
+                        "Avro names are letters, digits and `_`; map keys are strings",
+                    ),
+                };
+                if let Some(why) = why {
                     self.err(
-                        Diagnostic::new(
-                            Code::BadFormat,
-                            value.map(|v| v.span).unwrap_or(d.name.span),
-                            format!("no Avro form: {why}"),
-                        )
-                        .label("avro value")
-                        .help("Avro names are letters, digits and `_`; map keys are strings"),
+                        Diagnostic::new(Code::BadFormat, value.map(|v| v.span).unwrap_or(d.name.span), why)
+                            .label(format!("{format} value"))
+                            .help(help),
                     );
                 }
-                (Format::Avro, rt)
+                (*format, rt)
             }
             _ => {
                 self.err(
@@ -1868,7 +1874,7 @@ impl<'a> Checker<'a> {
                             );
                         }
                     }
-                    if let Some(Format::Avro) = format.as_ref().map(|f| f.node) {
+                    if let Some(fmt @ (Format::Avro | Format::Protobuf)) = format.as_ref().map(|f| f.node) {
                         let span = format.as_ref().map(|f| f.span).unwrap_or(c.span);
                         // The value as written: with each joined side not projected away as a
                         // record (its key last when not one of its fields).
@@ -1882,16 +1888,26 @@ impl<'a> Checker<'a> {
                             }
                             written.fields.push((j.name.clone(), Type::Record(rec)));
                         }
-                        let why = crate::avro::unsupported(&written).or_else(|| {
-                            shape
-                                .tenant_scoped
-                                .then(|| "a tenant-scoped query writes json or csv, not avro".to_string())
+                        let (name, unsupported, help) = match fmt {
+                            Format::Protobuf => (
+                                "Protobuf",
+                                crate::protobuf::unsupported(&written),
+                                "`select` fields with Protobuf names (letters, digits, `_`), string- or int-keyed maps, lists of non-null items and no list in a list, or write `json`",
+                            ),
+                            _ => (
+                                "Avro",
+                                crate::avro::unsupported(&written),
+                                "`select` fields with Avro names (letters, digits, `_`) and string-keyed maps, or write `json`",
+                            ),
+                        };
+                        let why = unsupported.or_else(|| {
+                            shape.tenant_scoped.then(|| format!("a tenant-scoped query writes json or csv, not {fmt}"))
                         });
                         if let Some(why) = why {
                             self.err(
-                                Diagnostic::new(Code::BadFormat, span, format!("no Avro form: {why}"))
-                                    .label("avro sink")
-                                    .help("`select` fields with Avro names (letters, digits, `_`) and string-keyed maps, or write `json`"),
+                                Diagnostic::new(Code::BadFormat, span, format!("no {name} form: {why}"))
+                                    .label(format!("{fmt} sink"))
+                                    .help(help),
                             );
                         }
                     }

@@ -4,6 +4,7 @@
 
 use crate::ast::Format;
 use crate::hir;
+use crate::types::RecordType;
 use crate::value::{decode_record, Value};
 
 /// `key` scoped to `tenant`: length, id, key.
@@ -40,6 +41,7 @@ pub fn decode_tenanted(src: &hir::Source, bytes: &[u8]) -> Result<(Vec<Value>, O
         Format::String => vec![Value::str(&String::from_utf8_lossy(bytes))],
         Format::Csv(d) => crate::delimited::decode(bytes, &src.wire, d)?,
         Format::Avro => crate::avro::decode(bytes, &src.wire)?,
+        Format::Protobuf => crate::protobuf::decode(bytes, &src.wire)?,
     };
     if let Some(hir::TenantSpec::Field(f)) = &src.tenant {
         if let Some(i) = src.wire.index_of(f) {
@@ -58,9 +60,44 @@ pub fn decode_some(src: &hir::Source, bytes: &[u8], want: &[usize]) -> Result<Ve
         Format::Json => crate::value::decode_fields(bytes, &src.wire, want),
         Format::String => Ok(vec![Some(Value::str(&String::from_utf8_lossy(bytes)))]),
         Format::Csv(d) => crate::delimited::decode_some(bytes, &src.wire, d, want),
-        Format::Avro => {
-            let all = crate::avro::decode(bytes, &src.wire)?;
+        Format::Avro | Format::Protobuf => {
+            let all = decode_registered(src.format, bytes, &src.wire)?;
             Ok(all.into_iter().enumerate().map(|(i, v)| want.contains(&i).then_some(v)).collect())
         }
+    }
+}
+
+/// A value framed in the Confluent wire format (`format` is Avro or Protobuf), decoded to `rt`
+/// with the writer schema its id names.
+pub fn decode_registered(format: Format, bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
+    match format {
+        Format::Protobuf => crate::protobuf::decode(bytes, rt),
+        _ => crate::avro::decode(bytes, rt),
+    }
+}
+
+/// The schema (its text, as registered) of values of `rt` written to `topic` in a registry
+/// format: an Avro record's JSON, or a proto3 file; None for the other formats.
+pub fn schema_text(format: Format, rt: &RecordType, topic: &str) -> Option<String> {
+    let name = crate::avro::record_name(topic);
+    match format {
+        Format::Avro => Some(crate::avro::schema_json(rt, &name).to_string()),
+        Format::Protobuf => Some(crate::protobuf::schema_text(rt, &name)),
+        _ => None,
+    }
+}
+
+/// A row of `rt` framed for `topic` in a registry format, with the schema `text` (see
+/// [`schema_text`]) registered for it.
+pub fn encode_registered(
+    format: Format,
+    topic: &str,
+    text: &str,
+    values: &[Value],
+    rt: &RecordType,
+) -> Result<Vec<u8>, String> {
+    match format {
+        Format::Protobuf => crate::protobuf::encode(topic, text, values, rt),
+        _ => crate::avro::encode(topic, text, values, rt),
     }
 }

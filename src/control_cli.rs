@@ -379,7 +379,7 @@ pub fn deploy(
         return Ok(ExitCode::from(1));
     }
     // The new output schemas against their subjects, before anything is deployed.
-    if !crate::avro_sinks_compatible(cfg, &new, &app)? {
+    if !crate::registry_sinks_compatible(cfg, &new, &app)? {
         eprintln!("error: an avro sink's schema is not compatible with its subject; nothing was posted");
         return Ok(ExitCode::from(1));
     }

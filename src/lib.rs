@@ -23,8 +23,10 @@ pub mod kafka;
 pub mod log;
 pub mod lsp;
 pub mod plan;
+pub mod protobuf;
 pub mod registry;
 pub mod runtime;
+pub mod schema_tables;
 pub mod stdlib;
 pub mod syntax;
 pub mod types;
@@ -43,17 +45,18 @@ pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
     .result
 }
 
-/// Fill in the fields of every `value avro` declared without them, from the schema registry:
-/// `lookup(topic)` gives the fields of the latest schema of `<topic>-value` as a record type's
-/// text (`{ ticker: string, price: float }`, see [`avro::declared_fields`]), or why it cannot.
-/// The text is inserted after `value avro` on the same line, so that every other line keeps
+/// Fill in the fields of every `value avro` / `value protobuf` declared without them, from the
+/// schema registry: `lookup(topic, format)` gives the fields of the latest schema of
+/// `<topic>-value` as a record type's text (`{ ticker: string, price: float }`, see
+/// [`avro::declared_fields`] and [`protobuf::declared_fields`]), or why it cannot. The text is
+/// inserted after `value avro` / `value protobuf` on the same line, so that every other line keeps
 /// its number. A run records this expanded text as its program, with the file's own text: a
 /// later run of the same file reuses the recorded fields (`streamc run`), so every instance and
 /// restart compiles the same ones whatever versions the subject gains. A failed lookup is a
 /// diagnostic at the declaration. Programs without such declarations come back unchanged.
 pub fn expand_registry_fields(
     source: &str,
-    lookup: &mut dyn FnMut(&str) -> Result<String, String>,
+    lookup: &mut dyn FnMut(&str, ast::Format) -> Result<String, String>,
 ) -> Result<String, Diagnostics> {
     let (ast, _) = syntax::parse(source);
     let mut inserts: Vec<(usize, String)> = Vec::new();
@@ -61,12 +64,10 @@ pub fn expand_registry_fields(
     for item in &ast.items {
         let (ast::Item::Stream(d) | ast::Item::Table(d)) = item else { continue };
         for v in &d.items {
-            if !matches!(v.node, ast::DeclItem::ValueAvro { from_registry: true, .. }) {
-                continue;
-            }
+            let ast::DeclItem::ValueRegistry { format, from_registry: true, .. } = v.node else { continue };
             // (A table without a topic is control-managed: the checker refuses its format.)
             let Some(topic) = &d.topic else { continue };
-            match lookup(&topic.node) {
+            match lookup(&topic.node, format) {
                 Ok(fields) => inserts.push((v.span.end, format!(" {fields}"))),
                 Err(why) => diags.push(
                     diag::Diagnostic::new(
@@ -76,7 +77,7 @@ pub fn expand_registry_fields(
                     )
                     .label("fields from the registry")
                     .help(format!(
-                        "with `schema.registry.url` set, the registry needs a schema under `{}-value`; or declare the fields, e.g. `value avro {{ ticker: string }}`",
+                        "with `schema.registry.url` set, the registry needs a schema under `{}-value`; or declare the fields, e.g. `value {format} {{ ticker: string }}`",
                         topic.node
                     )),
                 ),
@@ -93,20 +94,20 @@ pub fn expand_registry_fields(
     Ok(out)
 }
 
-/// Whether a program declares a `value avro` without fields (see [`expand_registry_fields`]).
+/// Whether a program declares a `value avro` or `value protobuf` without fields (see [`expand_registry_fields`]).
 pub fn has_registry_fields(source: &str) -> bool {
     !registry_field_topics(source).is_empty()
 }
 
-/// The topics of the sources that declare `value avro` without fields.
+/// The topics of the sources that declare `value avro` or `value protobuf` without fields.
 pub fn registry_field_topics(source: &str) -> Vec<String> {
-    if !source.contains("avro") {
+    if !source.contains("avro") && !source.contains("protobuf") {
         return Vec::new();
     }
     let mut topics = Vec::new();
     for item in syntax::parse(source).0.items {
         let (ast::Item::Stream(d) | ast::Item::Table(d)) = item else { continue };
-        if d.items.iter().any(|v| matches!(v.node, ast::DeclItem::ValueAvro { from_registry: true, .. })) {
+        if d.items.iter().any(|v| matches!(v.node, ast::DeclItem::ValueRegistry { from_registry: true, .. })) {
             topics.extend(d.topic.map(|t| t.node));
         }
     }
@@ -138,7 +139,7 @@ fn front_end(
             ast::Item::Stream(d) | ast::Item::Table(d) => d
                 .items
                 .iter()
-                .any(|v| matches!(v.node, ast::DeclItem::ValueAvro { from_registry: true, .. }))
+                .any(|v| matches!(v.node, ast::DeclItem::ValueRegistry { from_registry: true, .. }))
                 .then_some(d.name.node.as_str()),
             _ => None,
         })

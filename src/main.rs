@@ -316,7 +316,7 @@ fn read(path: &Path) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
-/// A program file's text with the fields of every `value avro` declared without them filled in
+/// A program file's text with the fields of every `value avro` / `value protobuf` declared without them filled in
 /// from the schema registry's latest schema of `<topic>-value` (see
 /// `streamc::expand_registry_fields`): what `check`, `explain`, `run`, `deploy` and `produce`
 /// compile, and what a run records as its program. A lookup that fails is printed as a
@@ -331,14 +331,22 @@ fn expand_program(path: &Path, text: String, cfg: &config::Config) -> Result<Opt
         return Ok(Some(text));
     }
     let registry = streamc::registry::Registry::of(cfg);
-    let mut lookup = |topic: &str| -> Result<String, String> {
+    let mut lookup = |topic: &str, format: streamc::ast::Format| -> Result<String, String> {
         let Some(r) = &registry else { return Err("no registry is configured (`schema.registry.url`)".into()) };
         let subject = format!("{topic}-value");
         match r.latest(&subject).map_err(|e| e.to_string())? {
-            Some((version, schema)) => {
-                let fields = streamc::avro::declared_fields(&schema)
-                    .map_err(|e| format!("subject `{subject}` version {version}: {e}"))?;
-                eprintln!("value avro of `{topic}`: the fields of subject `{subject}` version {version}: {fields}");
+            Some((version, schema, kind)) => {
+                let at = format!("subject `{subject}` version {version}");
+                let want = streamc::runtime::schemas::schema_type(format);
+                if kind != want {
+                    return Err(format!("{at} is a {kind:?} schema, not {want:?}"));
+                }
+                let fields = match format {
+                    streamc::ast::Format::Protobuf => streamc::protobuf::declared_fields(&schema),
+                    _ => streamc::avro::declared_fields(&schema),
+                }
+                .map_err(|e| format!("{at}: {e}"))?;
+                eprintln!("value {format} of `{topic}`: the fields of {at}: {fields}");
                 Ok(fields)
             }
             None => Err(format!("the registry at {} has no subject `{subject}`", r.url())),
@@ -429,7 +437,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                     p.queries.len(),
                     if p.queries.len() == 1 { "y" } else { "ies" }
                 );
-                if !avro_sinks_compatible(&cfg, &p, app.as_deref().unwrap_or("app"))? {
+                if !registry_sinks_compatible(&cfg, &p, app.as_deref().unwrap_or("app"))? {
                     failed = true;
                 }
                 if let Some(stmt) = &statement {
@@ -577,7 +585,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     };
     let text = match recorded {
         Some(text) => {
-            eprintln!("value avro: the fields `{app}` took from the registry when it first ran this file (`run --reset` or `deploy` looks them up again)");
+            eprintln!("value avro/protobuf: the fields `{app}` took from the registry when it first ran this file (`run --reset` or `deploy` looks them up again)");
             text
         }
         None => match expand_program(file, source.clone(), &cfg)? {
@@ -723,7 +731,7 @@ fn produce(
                 // (Its values would be written with a schema derived from the fields, registered
                 // as a new version of the producers' subject.)
                 return Err(format!(
-                    "`{topic}` takes its fields from the schema registry in {}: produce its avro records with a program that declares them (`value avro {{ … }}`)",
+                    "`{topic}` takes its fields from the schema registry in {}: produce its records with a program that declares them (`value avro {{ … }}` or `value protobuf {{ … }}`)",
                     f.display()
                 ));
             }
@@ -769,12 +777,12 @@ fn produce(
     };
     let mut blank = 0u64;
     let mut keyless = 0u64;
-    // An avro source: its schema (derived from its declared fields) registered for the topic;
-    // each line's (or envelope's) JSON object is written as Avro with it.
-    if let Some(src) = source.as_ref().filter(|s| s.format == streamc::ast::Format::Avro) {
+    // An avro or protobuf source: its schema (derived from its declared fields) registered for
+    // the topic; each line's (or envelope's) JSON object is written in its format with it.
+    if let Some(src) = source.as_ref().filter(|s| s.format.uses_registry()) {
         let registry = streamc::registry::Registry::of(cfg)
-            .ok_or_else(|| format!("`{}` is avro: set schema.registry.url to produce to it", src.name))?;
-        streamc::runtime::schemas::register(&registry, topic, &src.wire).map_err(|e| e.to_string())?;
+            .ok_or_else(|| format!("`{}` is {}: set schema.registry.url to produce to it", src.name, src.format))?;
+        streamc::runtime::schemas::register(&registry, topic, &src.wire, src.format).map_err(|e| e.to_string())?;
     }
     let placer = streamc::runtime::LinePlacer::new(source.as_ref());
     for (i, line) in reader.lines().enumerate() {
@@ -786,9 +794,10 @@ fn produce(
         let now = streamc::runtime::now_ms();
         let rec = if envelope {
             let (mut rec, structured) = envelope_record(&line, now).map_err(|e| format!("line {}: {e}", i + 1))?;
-            // An object value of an avro source: written as Avro (a string value stays its bytes).
+            // An object value of an avro or protobuf source: written in its format (a string
+            // value stays its bytes).
             if let (true, Some(v)) = (structured, &rec.value) {
-                if let Some(a) = placer.avro_value(v) {
+                if let Some(a) = placer.registered_value(v) {
                     rec.value = Some(a);
                 }
             }
@@ -889,7 +898,7 @@ fn consume(
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         let (recs, ends) = k.read_to_ends(topic, from_beginning)?;
-        prefetch_avro(cfg, topic, &recs.iter().map(|(_, s)| s).collect::<Vec<_>>())?;
+        prefetch_registered(cfg, topic, &recs.iter().map(|(_, s)| s).collect::<Vec<_>>())?;
         for (p, s) in recs {
             if writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_err() {
                 return Ok(ExitCode::SUCCESS);
@@ -898,7 +907,7 @@ fn consume(
         let _ = out.flush();
         if follow {
             k.follow(topic, &ends, |p, s| {
-                let _ = prefetch_avro(cfg, topic, &[s]);
+                let _ = prefetch_registered(cfg, topic, &[s]);
                 writeln!(out, "{}", consumed_json(topic, p, s, headers)).is_ok() && out.flush().is_ok()
             })?;
         }
@@ -923,7 +932,7 @@ fn consume(
                 if recs.is_empty() {
                     break;
                 }
-                prefetch_avro(cfg, topic, &recs.iter().collect::<Vec<_>>())?;
+                prefetch_registered(cfg, topic, &recs.iter().collect::<Vec<_>>())?;
                 for s in recs {
                     if writeln!(out, "{}", consumed_json(topic, p as u32, &s, headers)).is_err() {
                         return Ok(ExitCode::SUCCESS);
@@ -941,10 +950,10 @@ fn consume(
     }
 }
 
-/// With a schema registry configured: whether each avro sink's schema (derived from its output
-/// type) is compatible with its subject's latest version, by the subject's rules (printed; an
-/// incompatible one as an error). True without a registry or avro sinks.
-pub(crate) fn avro_sinks_compatible(cfg: &config::Config, p: &hir::Program, app: &str) -> Result<bool, String> {
+/// With a schema registry configured: whether each avro or protobuf sink's schema (derived from
+/// its output type) is compatible with its subject's latest version, by the subject's rules
+/// (printed; an incompatible one as an error). True without a registry or such sinks.
+pub(crate) fn registry_sinks_compatible(cfg: &config::Config, p: &hir::Program, app: &str) -> Result<bool, String> {
     use streamc::registry::Compat;
     let Some(registry) = streamc::registry::Registry::of(cfg) else { return Ok(true) };
     let topo = plan::lower(p, app);
@@ -952,25 +961,26 @@ pub(crate) fn avro_sinks_compatible(cfg: &config::Config, p: &hir::Program, app:
     let mut seen = std::collections::BTreeSet::new();
     let mut ok = true;
     for sink in specs.iter().flat_map(|s| s.sinks()) {
-        if sink.format != streamc::ast::Format::Avro || !seen.insert(sink.topic.clone()) {
+        let Some(schema) = sink.registry_schema.as_deref() else { continue };
+        if !seen.insert(sink.topic.clone()) {
             continue;
         }
-        let subject = streamc::runtime::schemas::subject(&sink.topic);
-        let schema = streamc::avro::schema_json(&sink.value_ty, &streamc::avro::record_name(&sink.topic));
-        match registry.compatibility(&subject, &schema).map_err(|e| e.to_string())? {
+        let (subject, fmt) = (streamc::runtime::schemas::subject(&sink.topic), sink.format);
+        let kind = streamc::runtime::schemas::schema_type(fmt);
+        match registry.compatibility(&subject, schema, kind).map_err(|e| e.to_string())? {
             Compat::NoSubject => {
                 println!(
-                    "avro sink `{}`: subject `{subject}` has no version yet (registered when the program runs)",
+                    "{fmt} sink `{}`: subject `{subject}` has no version yet (registered when the program runs)",
                     sink.topic
                 )
             }
             Compat::Compatible { version } => {
-                println!("avro sink `{}`: compatible with `{subject}` version {version}", sink.topic)
+                println!("{fmt} sink `{}`: compatible with `{subject}` version {version}", sink.topic)
             }
             Compat::Incompatible { version, messages } => {
                 ok = false;
                 eprintln!(
-                    "error: avro sink `{}`: its schema is not compatible with `{subject}` version {version}{}",
+                    "error: {fmt} sink `{}`: its schema is not compatible with `{subject}` version {version}{}",
                     sink.topic,
                     if messages.is_empty() { String::new() } else { format!(": {}", messages.join("; ")) }
                 );
@@ -981,17 +991,19 @@ pub(crate) fn avro_sinks_compatible(cfg: &config::Config, p: &hir::Program, app:
     Ok(ok)
 }
 
-/// With a schema registry configured, `consume` prints values in the Avro wire format as JSON.
-static AVRO: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// With a schema registry configured, `consume` prints values in the Avro or Protobuf wire
+/// format as JSON.
+static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Look up the writer schemas of the Avro values among `recs` (with a registry configured).
-fn prefetch_avro(cfg: &config::Config, topic: &str, recs: &[&streamc::log::Stored]) -> Result<(), String> {
+/// Look up the writer schemas of the Avro and Protobuf values among `recs` (with a registry
+/// configured).
+fn prefetch_registered(cfg: &config::Config, topic: &str, recs: &[&streamc::log::Stored]) -> Result<(), String> {
     if streamc::registry::Registry::of(cfg).is_none() {
         return Ok(());
     }
-    AVRO.store(true, std::sync::atomic::Ordering::Relaxed);
+    REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
     for s in recs {
-        streamc::runtime::schemas::prefetch(cfg, &format!("topic `{topic}`"), s.record.value.as_deref())
+        streamc::runtime::schemas::prefetch_any(cfg, &format!("topic `{topic}`"), s.record.value.as_deref())
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -1002,9 +1014,11 @@ fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -
     let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
         match b {
             None => serde_json::Value::Null,
-            // A value in the Avro wire format whose schema the registry gave (see `consume`).
-            Some(b) if AVRO.load(std::sync::atomic::Ordering::Relaxed) && streamc::avro::schema_id(b).is_ok() => {
-                streamc::avro::to_json(b)
+            // A value in the wire format whose schema the registry gave (see `consume`).
+            Some(b) if REGISTERED.load(std::sync::atomic::Ordering::Relaxed) && streamc::avro::schema_id(b).is_ok() => {
+                let protobuf = streamc::avro::schema_id(b).is_ok_and(streamc::protobuf::writer_known)
+                    && !streamc::avro::schema_id(b).is_ok_and(streamc::avro::writer_known);
+                if protobuf { streamc::protobuf::to_json(b) } else { streamc::avro::to_json(b) }
                     .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned()))
             }
             Some(b) => serde_json::from_slice(b)

@@ -26,9 +26,38 @@ pub struct Registry {
     agent: ureq::Agent,
 }
 
+/// The kind of a schema in the registry (its `schemaType`; none given is Avro).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaType {
+    Avro,
+    Protobuf,
+    /// JSON Schema, or a type this registry names that streamc does not read.
+    Other,
+}
+
+impl SchemaType {
+    fn of(name: Option<&str>) -> SchemaType {
+        match name {
+            None | Some("AVRO") => SchemaType::Avro,
+            Some("PROTOBUF") => SchemaType::Protobuf,
+            Some(_) => SchemaType::Other,
+        }
+    }
+
+    /// A request body carrying `text` as a schema of this type.
+    fn body(self, text: &str) -> serde_json::Value {
+        match self {
+            SchemaType::Protobuf => serde_json::json!({ "schema": text, "schemaType": "PROTOBUF" }),
+            _ => serde_json::json!({ "schema": text }),
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct SchemaText {
     schema: String,
+    #[serde(rename = "schemaType", default)]
+    schema_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -53,6 +82,8 @@ struct Latest {
 struct LatestSchema {
     version: u64,
     schema: String,
+    #[serde(rename = "schemaType", default)]
+    schema_type: Option<String>,
 }
 
 const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
@@ -140,12 +171,13 @@ impl Registry {
         RegistryError::Refused { what, message: format!("HTTP {status}: {message}") }
     }
 
-    /// The schema (its JSON text) registered under `id`; None if the registry has no such id.
-    pub fn schema(&self, id: u32) -> Result<Option<String>, RegistryError> {
+    /// The schema (its text: an Avro schema's JSON, a `.proto` file) registered under `id`, and
+    /// its type; None if the registry has no such id.
+    pub fn schema(&self, id: u32) -> Result<Option<(String, SchemaType)>, RegistryError> {
         let (status, text) = self.call("GET", &format!("/schemas/ids/{id}"), None)?;
         match status {
             200 => serde_json::from_str::<SchemaText>(&text)
-                .map(|s| Some(s.schema))
+                .map(|s| Some((s.schema, SchemaType::of(s.schema_type.as_deref()))))
                 .map_err(|e| self.unavailable(format!("an answer that is not a schema: {e}"))),
             // Only the API's own "schema not found" (error code 40403): a 404 without it is a
             // path the server does not serve (a wrong base URL), which no record should pay for.
@@ -154,13 +186,13 @@ impl Registry {
         }
     }
 
-    /// The latest version of `subject`: its number and its schema's JSON text; None if the
+    /// The latest version of `subject`: its number, its schema's text and type; None if the
     /// registry has no such subject.
-    pub fn latest(&self, subject: &str) -> Result<Option<(u64, String)>, RegistryError> {
+    pub fn latest(&self, subject: &str) -> Result<Option<(u64, String, SchemaType)>, RegistryError> {
         let (status, text) = self.call("GET", &format!("/subjects/{}/versions/latest", path_segment(subject)), None)?;
         match status {
             200 => serde_json::from_str::<LatestSchema>(&text)
-                .map(|l| Some((l.version, l.schema)))
+                .map(|l| Some((l.version, l.schema, SchemaType::of(l.schema_type.as_deref()))))
                 .map_err(|e| self.unavailable(format!("an answer that is not a schema version: {e}"))),
             // Only the API's own "subject not found" (40401): another 404 is a path the server
             // does not serve (a wrong base URL).
@@ -169,10 +201,10 @@ impl Registry {
         }
     }
 
-    /// Register `schema` (an Avro schema's JSON) under `subject`: its id (the same id when the
+    /// Register `schema` (the text of a schema of type `kind`) under `subject`: its id (the same id when the
     /// subject already has this schema). Refused when the subject's compatibility rules forbid it.
-    pub fn register(&self, subject: &str, schema: &serde_json::Value) -> Result<u32, RegistryError> {
-        let body = serde_json::json!({ "schema": schema.to_string() });
+    pub fn register(&self, subject: &str, schema: &str, kind: SchemaType) -> Result<u32, RegistryError> {
+        let body = kind.body(schema);
         let (status, text) =
             self.call("POST", &format!("/subjects/{}/versions", path_segment(subject)), Some(&body))?;
         match status {
@@ -184,7 +216,7 @@ impl Registry {
     }
 
     /// Whether `schema` is compatible with `subject`'s latest version, by the subject's rules.
-    pub fn compatibility(&self, subject: &str, schema: &serde_json::Value) -> Result<Compat, RegistryError> {
+    pub fn compatibility(&self, subject: &str, schema: &str, kind: SchemaType) -> Result<Compat, RegistryError> {
         let seg = path_segment(subject);
         let (status, text) = self.call("GET", &format!("/subjects/{seg}/versions/latest"), None)?;
         let latest = match status {
@@ -193,7 +225,7 @@ impl Registry {
             _ => return Err(Self::refused(format!("subject `{subject}`"), status, &text)),
         };
         let _ = latest.id;
-        let body = serde_json::json!({ "schema": schema.to_string() });
+        let body = kind.body(schema);
         let (status, text) =
             self.call("POST", &format!("/compatibility/subjects/{seg}/versions/latest?verbose=true"), Some(&body))?;
         match status {

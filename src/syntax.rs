@@ -278,7 +278,9 @@ fn describe(rule: Rule) -> Option<&'static str> {
         kw_string | value_string => "`string`",
         kw_csv | value_csv => "`csv`",
         kw_delimiter | csv_delimiter => "`delimiter`",
-        kw_avro | value_avro => "`avro`",
+        kw_avro => "`avro`",
+        kw_protobuf => "`protobuf`",
+        value_registry => "`avro` or `protobuf`",
         kw_then => "`then`",
         kw_else => "`else`",
         kw_init => "`init`",
@@ -546,10 +548,20 @@ impl Builder {
                         }
                         DeclItem::ValueCsv { delimiter, fields }
                     }
-                    Rule::value_avro => match inner(v).find(|c| c.as_rule() == Rule::record_type) {
-                        Some(rec) => DeclItem::ValueAvro { fields: self.field_decls(rec, 0)?, from_registry: false },
-                        None => DeclItem::ValueAvro { fields: Vec::new(), from_registry: true },
-                    },
+                    Rule::value_registry => {
+                        let format = match v.clone().into_inner().next().map(|k| k.as_rule()) {
+                            Some(Rule::kw_protobuf) => Format::Protobuf,
+                            _ => Format::Avro,
+                        };
+                        match inner(v).find(|c| c.as_rule() == Rule::record_type) {
+                            Some(rec) => DeclItem::ValueRegistry {
+                                format,
+                                fields: self.field_decls(rec, 0)?,
+                                from_registry: false,
+                            },
+                            None => DeclItem::ValueRegistry { format, fields: Vec::new(), from_registry: true },
+                        }
+                    }
                     _ => {
                         let explicit_format = v.clone().into_inner().any(|c| c.as_rule() == Rule::kw_json);
                         let rec = inner(v).next().ok_or(())?;
@@ -810,6 +822,7 @@ impl Builder {
                                 Rule::kw_string => format = Format::String,
                                 Rule::kw_csv => format = Format::Csv(Format::CSV_DEFAULT_DELIMITER),
                                 Rule::kw_avro => format = Format::Avro,
+                                Rule::kw_protobuf => format = Format::Protobuf,
                                 Rule::csv_delimiter => format = Format::Csv(self.csv_delimiter(k)?),
                                 _ => {}
                             }

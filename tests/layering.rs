@@ -21,6 +21,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "codec",
             "delimited",
             "avro",
+            "protobuf",
+            "schema_tables",
             "fmt",
             "lsp",
         ],

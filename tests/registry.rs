@@ -340,3 +340,227 @@ fn a_value_schema_is_taken_from_the_registry_when_the_program_declares_none() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("no registry is configured"), "{err}");
 }
+
+/// The test's own Protobuf writer (not the crate's): a field key, a varint, a length-delimited
+/// field.
+mod pb {
+    pub fn uvarint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    pub fn varint_field(out: &mut Vec<u8>, field: u64, v: u64) {
+        uvarint(out, field << 3);
+        uvarint(out, v);
+    }
+    pub fn bytes_field(out: &mut Vec<u8>, field: u64, body: &[u8]) {
+        uvarint(out, field << 3 | 2);
+        uvarint(out, body.len() as u64);
+        out.extend_from_slice(body);
+    }
+    /// Confluent's framing: magic 0, the schema id, the message indexes (`[0]`: one byte 0).
+    pub fn framed(id: u32, indexes: &[u8], body: &[u8]) -> Vec<u8> {
+        let mut b = vec![0];
+        b.extend_from_slice(&id.to_be_bytes());
+        b.extend_from_slice(indexes);
+        b.extend_from_slice(body);
+        b
+    }
+}
+
+/// Register a `.proto` text under `subject`: its id.
+fn register_proto(url: &str, subject: &str, text: &str) -> u32 {
+    let body = serde_json::json!({ "schema": text, "schemaType": "PROTOBUF" }).to_string();
+    let (code, answer) = curl("POST", &format!("{url}/subjects/{subject}/versions"), Some(&body));
+    assert_eq!(code, 200, "{answer}");
+    serde_json::from_str::<serde_json::Value>(&answer).unwrap()["id"].as_u64().unwrap() as u32
+}
+
+/// Append records as a producer wrote them (raw bytes) to the embedded log of `state`.
+fn append_raw(state: &Path, topic: &str, records: Vec<(&str, Vec<u8>)>) {
+    use streamc::log::{Append, EmbeddedLog, Record};
+    let log = EmbeddedLog::open(state, false).unwrap();
+    log.ensure_topic(topic, 1).unwrap();
+    let records = records
+        .into_iter()
+        .enumerate()
+        .map(|(i, (k, v))| Record {
+            key: Some(k.as_bytes().to_vec()),
+            value: Some(v),
+            timestamp: 1_000 + i as i64,
+            headers: vec![],
+        })
+        .collect();
+    log.commit(vec![Append { topic: topic.to_string(), partition: 0, records }], vec![]).unwrap();
+}
+
+/// The raw values of a topic of the embedded log.
+fn raw_values(state: &Path, topic: &str) -> Vec<Vec<u8>> {
+    use streamc::log::{EmbeddedLog, Pos};
+    let log = EmbeddedLog::open(state, false).unwrap();
+    let end = log.committed().unwrap().end(topic, 0);
+    let mut r = log.reader(topic, 0, Pos::default());
+    r.read(end, usize::MAX).unwrap().into_iter().filter_map(|s| s.record.value).collect()
+}
+
+/// Protobuf as producers write it: a `.proto` of their own (a package, an enum, sint32, a
+/// Timestamp, a wrapper, an int-keyed map, a oneof, a nested message) registered under
+/// `<topic>-value`, and messages encoded here byte by byte. `value protobuf` without fields takes
+/// the subject's latest version (v2 added a field); records of v1 read that field as its
+/// default; a record with message indexes its schema lacks and a truncated message are dead
+/// letters; a protobuf sink's bytes are Protobuf's encoding of the derived proto3 schema.
+#[test]
+#[ignore = "needs a schema registry (./dev/test starts one)"]
+fn protobuf_records_of_a_producer_schema_are_read_into_the_fields_the_registry_gives() {
+    let url = registry();
+    let reg = format!("schema.registry.url={url}");
+    let dir = temp_dir("registry-protobuf");
+    let state = dir.join("state");
+    let topic = unique("pborders");
+    let v1 = r#"syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "google/protobuf/wrappers.proto";
+enum Side { BUY = 0; SELL = 1; }
+message Order {
+  string id = 1;
+  sint32 qty = 2;
+  Side side = 3;
+  google.protobuf.Timestamp at = 4;
+  google.protobuf.StringValue note = 5;
+  map<int32, string> tags = 6;
+  oneof choice { string a = 7; int64 b = 8; }
+  Inner inner = 9;
+  message Inner { float f = 1; }
+}
+"#;
+    let id1 = register_proto(&url, &format!("{topic}-value"), v1);
+    let v2 = v1.replace("  Inner inner = 9;\n", "  Inner inner = 9;\n  uint32 extra = 10;\n");
+    // o1: every field set; o2: defaults, the oneof's string, no note or inner.
+    let mut o1 = Vec::new();
+    pb::bytes_field(&mut o1, 1, b"o1");
+    pb::varint_field(&mut o1, 2, 5); // zig-zag of -3
+    pb::varint_field(&mut o1, 3, 1);
+    let mut at = Vec::new();
+    pb::varint_field(&mut at, 1, 1_700_000_000);
+    pb::varint_field(&mut at, 2, 123_000_000);
+    pb::bytes_field(&mut o1, 4, &at);
+    let mut note = Vec::new();
+    pb::bytes_field(&mut note, 1, b"hi");
+    pb::bytes_field(&mut o1, 5, &note);
+    let mut entry = Vec::new();
+    pb::varint_field(&mut entry, 1, 7);
+    pb::bytes_field(&mut entry, 2, b"x");
+    pb::bytes_field(&mut o1, 6, &entry);
+    pb::varint_field(&mut o1, 8, 5);
+    let mut inner = vec![0x0d];
+    inner.extend_from_slice(&0.5f32.to_le_bytes());
+    pb::bytes_field(&mut o1, 9, &inner);
+    let mut o2 = Vec::new();
+    pb::bytes_field(&mut o2, 1, b"o2");
+    pb::varint_field(&mut o2, 2, 8); // 4
+    let mut at2 = Vec::new();
+    pb::varint_field(&mut at2, 1, 1_700_000_001);
+    pb::bytes_field(&mut o2, 4, &at2);
+    pb::bytes_field(&mut o2, 7, b"z");
+    let truncated = pb::framed(id1, &[0], &o1[..o1.len() - 3]);
+    append_raw(
+        &state,
+        &topic,
+        vec![
+            ("o1", pb::framed(id1, &[0], &o1)),
+            ("o2", pb::framed(id1, &[0], &o2)),
+            ("bad-index", pb::framed(id1, &[2, 6], &o2)),
+            ("truncated", truncated),
+        ],
+    );
+    let id2 = register_proto(&url, &format!("{topic}-value"), &v2);
+    let mut o3 = Vec::new();
+    pb::bytes_field(&mut o3, 1, b"o3");
+    pb::varint_field(&mut o3, 2, 2); // 1
+    let mut at3 = Vec::new();
+    pb::varint_field(&mut at3, 1, 1_700_000_002);
+    pb::bytes_field(&mut o3, 4, &at3);
+    pb::varint_field(&mut o3, 10, 9);
+    append_raw(&state, &topic, vec![("o3", pb::framed(id2, &[0], &o3))]);
+
+    let app = write(
+        &dir,
+        "app.stream",
+        &format!(
+            "stream o from \"{topic}\" {{\n  key id\n  value protobuf\n  time at\n}}\n\
+             query flat {{\n  from o\n  select {{ id, side, qty, at, note, tags, a, b, f = inner.f, extra }}\n  to \"{topic}-flat\"\n}}\n\
+             query slim {{\n  from o\n  select {{ id, side, qty }}\n  to \"{topic}-slim\" protobuf\n}}\n"
+        ),
+    );
+    let o = streamc_output(&state, &["check", &app, "--set", &reg]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("the fields of subject `{topic}-value` version 2: {{ id: string, qty: int, side: string, at: timestamp, note: string?, tags: map<int, string>, a: string?, b: int?, inner: {{ f: float }}?, extra: int }}")),
+        "{err}"
+    );
+    let err = streamc(&state, &["run", &app, "--drain", "--set", &reg]);
+    assert!(err.contains("4 dead letters"), "{err}");
+    let got: Vec<(String, serde_json::Value)> =
+        consume(&state, &format!("{topic}-flat"), &[]).into_iter().map(|r| (r.key.to_string(), r.value)).collect();
+    let row = |id: &str,
+               side: &str,
+               qty: i64,
+               at: i64,
+               note: serde_json::Value,
+               tags: serde_json::Value,
+               a,
+               b,
+               f,
+               extra: i64| {
+        (
+            format!("\"{id}\""),
+            serde_json::json!({"id": id, "side": side, "qty": qty, "at": at, "note": note, "tags": tags,
+                               "a": a, "b": b, "f": f, "extra": extra}),
+        )
+    };
+    use serde_json::{json, Value::Null};
+    assert_eq!(
+        got,
+        vec![
+            row("o1", "SELL", -3, 1_700_000_000_123, json!("hi"), json!({"7": "x"}), Null, json!(5), json!(0.5), 0),
+            row("o2", "BUY", 4, 1_700_000_001_000, Null, json!({}), json!("z"), Null, Null, 0),
+            row("o3", "BUY", 1, 1_700_000_002_000, Null, json!({}), Null, Null, Null, 9),
+        ]
+    );
+    // The dead letters name their reasons.
+    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning", "--headers"]);
+    let reasons: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("bad-index") && r.contains("no message at indexes [3]")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("truncated") && r.contains("not a Protobuf message")), "{reasons:?}");
+    // The sink's schema is the derived proto3 file; its records are that schema's encoding.
+    let (code, latest) = curl("GET", &format!("{url}/subjects/{topic}-slim-value/versions/latest"), None);
+    assert_eq!(code, 200, "{latest}");
+    let latest: serde_json::Value = serde_json::from_str(&latest).unwrap();
+    assert_eq!(latest["schemaType"], "PROTOBUF", "{latest}");
+    assert_eq!(
+        latest["schema"],
+        format!(
+            "syntax = \"proto3\";\n\nmessage {}_slim {{\n  string id = 1;\n  string side = 2;\n  int64 qty = 3;\n}}\n",
+            topic
+        )
+    );
+    let out_id = latest["id"].as_u64().unwrap() as u32;
+    let slim = |id: &str, side: &str, qty: i64| {
+        let mut m = Vec::new();
+        pb::bytes_field(&mut m, 1, id.as_bytes());
+        if !side.is_empty() {
+            pb::bytes_field(&mut m, 2, side.as_bytes());
+        }
+        pb::varint_field(&mut m, 3, qty as u64);
+        pb::framed(out_id, &[0], &m)
+    };
+    assert_eq!(
+        raw_values(&state, &format!("{topic}-slim")),
+        vec![slim("o1", "SELL", -3), slim("o2", "BUY", 4), slim("o3", "BUY", 1)]
+    );
+}

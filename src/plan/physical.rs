@@ -166,8 +166,9 @@ pub struct SinkSpec {
     /// A branch: it takes the rows for which this is true; the others go on to the next op
     /// (the next branch's sink).
     pub when: Option<hir::Expr>,
-    /// An avro sink: its schema, derived from `value_ty` ([`crate::avro::schema_json`]).
-    pub avro_schema: Option<String>,
+    /// An avro or protobuf sink: its schema's text, derived from `value_ty`
+    /// ([`crate::codec::schema_text`]).
+    pub registry_schema: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -530,8 +531,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     }
                     let windowed = *windowed;
                     let when = when.clone();
-                    let avro_schema = (*format == Format::Avro)
-                        .then(|| crate::avro::schema_json(&value_ty, &crate::avro::record_name(topic)).to_string());
+                    let registry_schema = crate::codec::schema_text(*format, &value_ty, topic);
                     ops.push(Op::Sink(SinkSpec {
                         topic: topic.clone(),
                         format: *format,
@@ -539,7 +539,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         value_ty,
                         windowed,
                         when,
-                        avro_schema,
+                        registry_schema,
                     }));
                 }
             }
@@ -626,10 +626,11 @@ impl TaskSpec {
         })
     }
 
-    /// Per input (main, tables, joined streams, merged streams): whether its values are avro
-    /// (their writer schemas are fetched before the task reads them).
-    pub fn avro_inputs(&self) -> Vec<bool> {
-        input_sources(self).iter().map(|s| s.is_some_and(|s| s.format == Format::Avro)).collect()
+    /// Per input (main, tables, joined streams, merged streams): its format when its values
+    /// name their schemas in the registry (their writer schemas are fetched before the task
+    /// reads them).
+    pub fn registry_inputs(&self) -> Vec<Option<Format>> {
+        input_sources(self).iter().map(|s| s.map(|s| s.format).filter(|f| f.uses_registry())).collect()
     }
 
     /// The repartition topics the task writes.
@@ -693,7 +694,11 @@ fn time_field(src: &hir::Source) -> Option<TimeField> {
         Format::Csv(delimiter) => {
             Some(TimeField::Csv { delimiter, wire: src.wire.clone(), column: src.wire.index_of(&field.0)? })
         }
-        Format::Avro => Some(TimeField::Avro { wire: src.wire.clone(), column: src.wire.index_of(&field.0)? }),
+        Format::Avro | Format::Protobuf => Some(TimeField::Registry {
+            format: src.format,
+            wire: src.wire.clone(),
+            column: src.wire.index_of(&field.0)?,
+        }),
         Format::String => None,
     }
 }
@@ -705,8 +710,8 @@ pub enum TimeField {
     Json(RecordType),
     /// A csv record: the column of the source's columns.
     Csv { delimiter: u8, wire: RecordType, column: usize },
-    /// An Avro record (decoded whole): the field of the source's fields.
-    Avro { wire: RecordType, column: usize },
+    /// An Avro or Protobuf record (decoded whole): the field of the source's fields.
+    Registry { format: Format, wire: RecordType, column: usize },
 }
 
 impl TimeField {
@@ -717,7 +722,9 @@ impl TimeField {
             TimeField::Csv { delimiter, wire, column } => {
                 crate::delimited::decode_some(value, wire, *delimiter, &[*column]).ok()?.into_iter().nth(*column)??
             }
-            TimeField::Avro { wire, column } => crate::avro::decode(value, wire).ok()?.into_iter().nth(*column)?,
+            TimeField::Registry { format, wire, column } => {
+                crate::codec::decode_registered(*format, value, wire).ok()?.into_iter().nth(*column)?
+            }
         };
         match v {
             crate::value::Value::Ts(t) => Some(t),

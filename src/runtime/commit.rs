@@ -88,7 +88,7 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
     for t in tasks.iter_mut() {
         any |= t.flush_for_commit(how.close_all);
     }
-    if let Some(why) = crate::avro::take_failure() {
+    if let Some(why) = crate::schema_tables::take_failure() {
         // A result written at the flush needed the schema registry, which could not be asked:
         // nothing of this commit is committed; the run stops and resumes from the last one.
         return Err(RunError::Registry(format!("the schema registry, at a commit: {why}")));

@@ -62,7 +62,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     run.limits = limits;
     // Rows of avro values restored into join stores need their writer schemas: a registry that
     // could not be asked stops the run here, rather than leave rows out of the joins.
-    if let Some(why) = crate::avro::take_failure() {
+    if let Some(why) = crate::schema_tables::take_failure() {
         return Err(RunError::Registry(format!(
             "the schema registry, while opening task {}: {why}",
             run.task.spec.name

@@ -90,10 +90,10 @@ pub fn value_record(source: Option<&hir::Source>, line: &[u8], append_time: i64)
 /// (its task decodes the whole record).
 pub struct LinePlacer<'a> {
     source: Option<&'a hir::Source>,
-    /// An avro source's lines are JSON objects of its fields: placed as JSON, then written as
-    /// Avro with the schema (this text, derived from its fields) registered for its topic
-    /// (`schemas::register`, by the caller).
-    avro: Option<(hir::Source, String)>,
+    /// An avro or protobuf source's lines are JSON objects of its fields: placed as JSON, then
+    /// written in its format with the schema (this text, derived from its fields) registered for
+    /// its topic (`schemas::register`, by the caller).
+    registered: Option<(hir::Source, String)>,
     /// The key field: its index in the declared value, and in the record as written.
     key: Option<(usize, usize)>,
     /// The wire indexes to decode: the key's, then the time's.
@@ -103,7 +103,9 @@ pub struct LinePlacer<'a> {
 
 impl<'a> LinePlacer<'a> {
     pub fn new(source: Option<&'a hir::Source>) -> LinePlacer<'a> {
-        let Some(src) = source else { return LinePlacer { source, avro: None, key: None, want: vec![], time: None } };
+        let Some(src) = source else {
+            return LinePlacer { source, registered: None, key: None, want: vec![], time: None };
+        };
         let wire_index = |i: usize| src.wire.index_of(&src.value.fields[i].0);
         let key = match src.key {
             hir::KeySpec::Field(i) => wire_index(i).map(|wi| (i, wi)),
@@ -111,29 +113,28 @@ impl<'a> LinePlacer<'a> {
         };
         let time = src.time.and_then(wire_index);
         let want = key.map(|(_, wi)| wi).into_iter().chain(time).collect();
-        let avro = (src.format == crate::ast::Format::Avro).then(|| {
-            let text =
-                crate::avro::schema_json(&src.wire, &crate::avro::record_name(src.topic.as_deref().unwrap_or("")));
-            (hir::Source { format: crate::ast::Format::Json, ..src.clone() }, text.to_string())
-        });
-        LinePlacer { source, avro, key, want, time }
+        let registered = crate::codec::schema_text(src.format, &src.wire, src.topic.as_deref().unwrap_or(""))
+            .map(|text| (hir::Source { format: crate::ast::Format::Json, ..src.clone() }, text));
+        LinePlacer { source, registered, key, want, time }
     }
 
-    /// A record for a line, its value written as Avro when the source is avro and the line is
-    /// a JSON object of its fields (else as it is: its task dead-letters it).
+    /// A record for a line, its value written as Avro (Protobuf) when the source is avro
+    /// (protobuf) and the line is a JSON object of its fields (else as it is: its task
+    /// dead-letters it).
     pub fn record(&self, line: &[u8], append_time: i64) -> Record {
-        let Some((json, _)) = &self.avro else { return self.place(self.source, line, append_time) };
+        let Some((json, _)) = &self.registered else { return self.place(self.source, line, append_time) };
         let mut rec = self.place(Some(json), line, append_time);
-        rec.value = Some(self.avro_value(line).unwrap_or_else(|| line.to_vec()));
+        rec.value = Some(self.registered_value(line).unwrap_or_else(|| line.to_vec()));
         rec
     }
 
-    /// A JSON object of an avro source's fields, written as Avro; None if it is not one (or the
-    /// source is not avro).
-    pub fn avro_value(&self, json: &[u8]) -> Option<Vec<u8>> {
-        let (src, text) = self.avro.as_ref()?;
+    /// A JSON object of an avro or protobuf source's fields, written in its format; None if it
+    /// is not one (or the source is of another format).
+    pub fn registered_value(&self, json: &[u8]) -> Option<Vec<u8>> {
+        let (src, text) = self.registered.as_ref()?;
         let values = crate::value::decode_record(json, &src.wire).ok()?;
-        crate::avro::encode(src.topic.as_deref()?, text, &values, &src.wire).ok()
+        let format = self.source?.format;
+        crate::codec::encode_registered(format, src.topic.as_deref()?, text, &values, &src.wire).ok()
     }
 
     fn place(&self, source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
@@ -592,8 +593,9 @@ impl<F: Feed> TaskRun<F> {
         // of each input's head is its declared time field (`TaskSpec::time_fields`), else its record
         // timestamp.
         self.head_times.resize(topics.len(), None);
-        // Inputs of avro values (from the spec the task runs now: a statement may change it).
-        let avro_inputs = spec.avro_inputs();
+        // Inputs of avro or protobuf values (from the spec the task runs now: a statement may
+        // change it).
+        let registry_inputs = spec.registry_inputs();
         self.drained = false;
         'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
@@ -607,11 +609,12 @@ impl<F: Feed> TaskRun<F> {
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
                     Next::Record(ts) => {
-                        if avro_inputs.get(i).copied().unwrap_or(false) {
+                        if let Some(Some(format)) = registry_inputs.get(i).copied() {
                             // Its writer schema before the record is read (the registry down:
                             // the run stops, and resumes from its last commit).
                             let value = self.feed.peeked(i).and_then(|s| s.record.value.as_deref());
-                            crate::runtime::schemas::prefetch(&opts.config, &format!("topic `{}`", topics[i]), value)?;
+                            let what = format!("topic `{}`", topics[i]);
+                            crate::runtime::schemas::prefetch(&opts.config, &what, value, format)?;
                         }
                         let ts = match (spec.time_fields.get(i), self.feed.peeked(i)) {
                             (Some(Some(rt)), Some(head)) => match self.head_times[i] {
@@ -728,7 +731,7 @@ impl<F: Feed> TaskRun<F> {
             } else {
                 self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
             };
-            if let Some(why) = crate::avro::take_failure() {
+            if let Some(why) = crate::schema_tables::take_failure() {
                 // The registry could not be asked for this record (a schema not fetched ahead):
                 // the run stops before its commit, and the record is read again next time.
                 return Err(RunError::Registry(format!("the schema registry, for a record of topic `{topic}`: {why}")));

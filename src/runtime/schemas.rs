@@ -1,8 +1,9 @@
-//! The schema registry in the runtime, for `avro` sources and sinks: writer schemas fetched
-//! before a record needs them (so decoding never waits on the network, and a registry that is
-//! down stops the run instead of dead-lettering records), and each sink's schema registered
-//! under `<topic>-value` when a program starts or changes (a subject whose compatibility rules
-//! refuse it stops the run with the registry's reason, before anything is written).
+//! The schema registry in the runtime, for `avro` and `protobuf` sources and sinks: writer
+//! schemas fetched before a record needs them (so decoding never waits on the network, and a
+//! registry that is down stops the run instead of dead-lettering records), and each sink's
+//! schema registered under `<topic>-value` when a program starts or changes (a subject whose
+//! compatibility rules refuse it stops the run with the registry's reason, before anything is
+//! written).
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use crate::ast::Format;
 use crate::config::Config;
 use crate::hir;
 use crate::plan::physical::TaskSpec;
-use crate::registry::{Registry, RegistryError};
+use crate::registry::{Registry, RegistryError, SchemaType};
 use crate::runtime::error::RunError;
 
 /// The subject of a topic's values (Confluent's TopicNameStrategy).
@@ -18,10 +19,18 @@ pub fn subject(topic: &str) -> String {
     format!("{topic}-value")
 }
 
-fn no_registry(what: &str) -> RunError {
+fn no_registry(what: &str, format: Format) -> RunError {
     RunError::Registry(format!(
-        "{what} is avro, but no schema registry is configured: set schema.registry.url (e.g. --set schema.registry.url=http://localhost:8081)"
+        "{what} is {format}, but no schema registry is configured: set schema.registry.url (e.g. --set schema.registry.url=http://localhost:8081)"
     ))
+}
+
+/// The registry's type of schemas of a registry format.
+pub fn schema_type(format: Format) -> SchemaType {
+    match format {
+        Format::Protobuf => SchemaType::Protobuf,
+        _ => SchemaType::Avro,
+    }
 }
 
 /// How often, and how long, an unreachable registry is asked again before the run stops.
@@ -42,83 +51,146 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, RegistryError>) -> Result<T, Regist
     f()
 }
 
-/// Register the schema of every avro sink of `specs` (each distinct one once), and install the
-/// registry's lookups for what is needed later (rows restored into stores, a query a control
-/// statement changes). Without a registry configured, a program with an avro sink cannot run.
+/// Register the schema of every avro or protobuf sink of `specs` (each distinct one once), and
+/// install the registry's lookups for what is needed later (rows restored into stores, a query a
+/// control statement changes). Without a registry configured, such a program cannot run.
 pub fn register_sinks(cfg: &Config, specs: &[std::sync::Arc<TaskSpec>]) -> Result<(), RunError> {
     if let Some(r) = Registry::of(cfg) {
-        crate::avro::set_registry(std::sync::Arc::new(Lookups(r)));
+        crate::schema_tables::set_registry(std::sync::Arc::new(Lookups(r)));
     }
     let mut done = std::collections::BTreeSet::new();
     for spec in specs {
         for sink in spec.sinks() {
-            let Some(text) = &sink.avro_schema else { continue };
+            let Some(text) = &sink.registry_schema else { continue };
             if !done.insert((sink.topic.clone(), text.clone())) {
                 continue;
             }
-            let registry = Registry::of(cfg).ok_or_else(|| no_registry(&format!("sink topic `{}`", sink.topic)))?;
-            register_text(&registry, &sink.topic, text)?;
+            let registry =
+                Registry::of(cfg).ok_or_else(|| no_registry(&format!("sink topic `{}`", sink.topic), sink.format))?;
+            register_text(&registry, &sink.topic, text, sink.format)?;
         }
     }
     Ok(())
 }
 
-/// The registry, as `avro` asks it when something was not fetched ahead (with the retries).
+/// The registry, as `avro` and `protobuf` ask it when something was not fetched ahead (with the
+/// retries).
 struct Lookups(Registry);
 
-impl crate::avro::Lookup for Lookups {
+impl crate::schema_tables::Lookup for Lookups {
     fn writer(&self, id: u32) -> Result<Option<String>, String> {
-        retry(|| self.0.schema(id)).map_err(|e| e.to_string())
+        retry(|| self.0.schema(id)).map(|s| s.map(|(text, _)| text)).map_err(|e| e.to_string())
     }
-    fn register(&self, topic: &str, schema: &str) -> Result<u32, String> {
-        let json: serde_json::Value = serde_json::from_str(schema).map_err(|e| e.to_string())?;
-        retry(|| self.0.register(&subject(topic), &json)).map_err(|e| e.to_string())
+    fn register(&self, topic: &str, schema: &str, format: Format) -> Result<u32, String> {
+        retry(|| self.0.register(&subject(topic), schema, schema_type(format))).map_err(|e| e.to_string())
     }
 }
 
-/// Register the schema derived from `rt` under `<topic>-value`, and keep its id for encoding.
-pub fn register(registry: &Registry, topic: &str, rt: &crate::types::RecordType) -> Result<u32, RunError> {
-    let text = crate::avro::schema_json(rt, &crate::avro::record_name(topic)).to_string();
-    register_text(registry, topic, &text)
+/// Register the schema derived from `rt` for `format` under `<topic>-value`, and keep its id for
+/// encoding.
+pub fn register(
+    registry: &Registry,
+    topic: &str,
+    rt: &crate::types::RecordType,
+    format: Format,
+) -> Result<u32, RunError> {
+    let text = crate::codec::schema_text(format, rt, topic)
+        .ok_or_else(|| RunError::Registry(format!("`{topic}` is {format}: no schema registry format")))?;
+    register_text(registry, topic, &text, format)
 }
 
-fn register_text(registry: &Registry, topic: &str, text: &str) -> Result<u32, RunError> {
-    let schema = apache_avro::Schema::parse_str(text)
-        .map_err(|e| RunError::Registry(format!("the schema of `{topic}` is not valid Avro: {e}")))?;
-    let json: serde_json::Value = serde_json::from_str(text).map_err(|e| RunError::Registry(e.to_string()))?;
-    let id = retry(|| registry.register(&subject(topic), &json)).map_err(|e| {
-        RunError::Registry(format!("cannot register the schema of `{topic}` under `{}`: {e}", subject(topic)))
-    })?;
+fn register_text(registry: &Registry, topic: &str, text: &str, format: Format) -> Result<u32, RunError> {
+    let invalid = |e: String| RunError::Registry(format!("the schema of `{topic}` is not valid {format}: {e}"));
+    let register = || {
+        retry(|| registry.register(&subject(topic), text, schema_type(format))).map_err(|e| {
+            RunError::Registry(format!("cannot register the schema of `{topic}` under `{}`: {e}", subject(topic)))
+        })
+    };
+    if format == Format::Protobuf {
+        let writer = crate::protobuf::Writer::parse(text).map_err(invalid)?;
+        let id = register()?;
+        crate::protobuf::set_sink(topic, text, id, &writer);
+        return Ok(id);
+    }
+    let schema = apache_avro::Schema::parse_str(text).map_err(|e| invalid(e.to_string()))?;
+    let id = register()?;
     crate::avro::set_sink(topic, text, id, schema);
     Ok(id)
 }
 
-/// Make sure the writer schema a framed avro value names is known (fetched once per id). Not
-/// in the wire format, or an id the registry does not know: left to decoding, which
-/// dead-letters the record with the reason. The registry down: an error that stops the run.
-pub fn prefetch(cfg: &Config, what: &str, value: Option<&[u8]>) -> Result<(), RunError> {
+/// Whether the writer schema `id` is known to the decoder of `format`.
+fn known(format: Format, id: u32) -> bool {
+    match format {
+        Format::Protobuf => crate::protobuf::writer_known(id),
+        _ => crate::avro::writer_known(id),
+    }
+}
+
+/// Make sure the writer schema a framed value of a source of `format` (Avro or Protobuf) names
+/// is known (fetched once per id). Not in the wire format, or an id the registry does not know
+/// (or of another schema type): left to decoding, which dead-letters the record with the
+/// reason. The registry down: an error that stops the run.
+pub fn prefetch(cfg: &Config, what: &str, value: Option<&[u8]>, format: Format) -> Result<(), RunError> {
     let Some(Ok(id)) = value.map(crate::avro::schema_id) else { return Ok(()) };
-    if crate::avro::writer_known(id) {
+    if known(format, id) {
         return Ok(());
     }
-    let registry = crate::registry::Registry::of(cfg).ok_or_else(|| no_registry(what))?;
-    let text = retry(|| registry.schema(id))
+    let registry = crate::registry::Registry::of(cfg).ok_or_else(|| no_registry(what, format))?;
+    let schema = retry(|| registry.schema(id))
         .map_err(|e| RunError::Registry(format!("cannot read schema id {id} of a record of {what}: {e}")))?;
-    let writer = match text {
-        Some(t) => match crate::avro::Writer::parse(&t) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                eprintln!("schema id {id} in the registry is not usable ({e}): its records are dead letters");
-                None
-            }
-        },
-        None => None,
-    };
-    crate::avro::remember_writer(id, writer);
+    remember(format, id, schema);
     Ok(())
 }
 
-/// Whether a source's values are avro.
-pub fn is_avro(src: &hir::Source) -> bool {
-    src.format == Format::Avro
+/// Like [`prefetch`], for a value of no declared format (`streamc consume`): kept for the
+/// decoder of the type the registry gives; that type, if the registry knows the id.
+pub fn prefetch_any(cfg: &Config, what: &str, value: Option<&[u8]>) -> Result<Option<Format>, RunError> {
+    let Some(Ok(id)) = value.map(crate::avro::schema_id) else { return Ok(None) };
+    for format in [Format::Avro, Format::Protobuf] {
+        if known(format, id) {
+            return Ok(Some(format));
+        }
+    }
+    let Some(registry) = crate::registry::Registry::of(cfg) else { return Ok(None) };
+    let schema = retry(|| registry.schema(id))
+        .map_err(|e| RunError::Registry(format!("cannot read schema id {id} of a record of {what}: {e}")))?;
+    let format = match schema.as_ref() {
+        Some((_, SchemaType::Protobuf)) => Format::Protobuf,
+        // (Some registries leave the type out of a version stored under a subject of another
+        // type: a text that is not JSON is a `.proto` file.)
+        Some((text, SchemaType::Avro)) if !text.trim_start().starts_with(['{', '[', '"']) => Format::Protobuf,
+        Some((_, SchemaType::Avro)) => Format::Avro,
+        _ => return Ok(None),
+    };
+    remember(format, id, schema);
+    Ok(Some(format))
+}
+
+/// Keep what the registry said of schema `id` for the decoder of `format`: a schema that does
+/// not compile as one of `format` (a JSON Schema, an Avro schema read as Protobuf, …) is kept
+/// as unusable (its records are dead letters). (The type the registry states is not trusted
+/// alone: some registries leave it out of a version stored under a subject of another type.)
+fn remember(format: Format, id: u32, schema: Option<(String, SchemaType)>) {
+    let unusable =
+        |e: String| eprintln!("schema id {id} in the registry is not usable ({e}): its records are dead letters");
+    let text = match schema {
+        Some((_, SchemaType::Other)) => {
+            unusable(format!("not an Avro or Protobuf schema, and the records are read as {format}"));
+            None
+        }
+        Some((text, _)) => Some(text),
+        None => None,
+    };
+    match format {
+        Format::Protobuf => crate::protobuf::remember_writer(
+            id,
+            text.and_then(|t| crate::protobuf::Writer::parse(&t).map_err(unusable).ok()),
+        ),
+        _ => crate::avro::remember_writer(id, text.and_then(|t| crate::avro::Writer::parse(&t).map_err(unusable).ok())),
+    }
+}
+
+/// Whether a source's values name their schemas in the registry (avro, protobuf).
+pub fn uses_registry(src: &hir::Source) -> bool {
+    src.format.uses_registry()
 }

@@ -527,12 +527,16 @@ fn ingest(
 ) -> Result<(), RunError> {
     let meta = log.ensure_topic(topic, cfg.embedded.partitions.max(1))?;
     let source = program.sources.iter().find(|s| s.topic.as_deref() == Some(topic)).cloned();
-    // An avro source's lines are JSON objects, written as Avro with its registered schema.
-    if let Some(src) = source.as_ref().filter(|s| crate::runtime::schemas::is_avro(s)) {
+    // An avro or protobuf source's lines are JSON objects, written in its format with its
+    // registered schema.
+    if let Some(src) = source.as_ref().filter(|s| crate::runtime::schemas::uses_registry(s)) {
         let registry = crate::registry::Registry::of(cfg).ok_or_else(|| {
-            RunError::Registry(format!("`{}` is avro: set schema.registry.url to read it from --input", src.name))
+            RunError::Registry(format!(
+                "`{}` is {}: set schema.registry.url to read it from --input",
+                src.name, src.format
+            ))
         })?;
-        crate::runtime::schemas::register(&registry, topic, &src.wire)?;
+        crate::runtime::schemas::register(&registry, topic, &src.wire, src.format)?;
     }
     // What of the file is in the topic is the log's, not one application's: a second program
     // reading the same topic from the same file appends nothing again. (Before, it was kept per

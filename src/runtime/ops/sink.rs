@@ -173,14 +173,14 @@ fn sink_record(
                 Some(crate::delimited::encode(&wire_row(row, &sink.value_ty), types, &tenant, d))
             }
         }
-        Format::Avro => {
+        Format::Avro | Format::Protobuf => {
             // The schema was registered for the topic when the program started or changed.
-            let schema = sink.avro_schema.as_deref().unwrap_or_default();
-            let encoded = if row.joined.is_empty() {
-                crate::avro::encode(&sink.topic, schema, &row.value, &sink.value_ty)
-            } else {
-                crate::avro::encode(&sink.topic, schema, &wire_row(row, &sink.value_ty), &sink.value_ty)
+            let schema = sink.registry_schema.as_deref().unwrap_or_default();
+            let encode = |values: &[Value]| {
+                crate::codec::encode_registered(sink.format, &sink.topic, schema, values, &sink.value_ty)
             };
+            let encoded =
+                if row.joined.is_empty() { encode(&row.value) } else { encode(&wire_row(row, &sink.value_ty)) };
             Some(encoded.map_err(RecordError)?)
         }
     };

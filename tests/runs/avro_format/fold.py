@@ -6,15 +6,19 @@ no value: each of those goes to <app>-dlq once per query (two), as it came in. e
 over 20.0 with the customer's name and tier, the items' skus in order, the sum of their
 quantities, the attributes (an Avro map: consume prints its keys sorted), amount, coupon and the
 event time as epoch ms. per-customer (final): per customer name, the number of orders, the sum
-of amounts (floats added in record order) and the number with a coupon."""
+of amounts (floats added in record order) and the number with a coupon.
+
+../protobuf_format/fold.py runs this on its own input: the topic is the case's one input file's
+name, the application the case's directory name."""
 import datetime
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from foldkit import read_input, write_expected  # noqa: E402
+from foldkit import CASE, read_input, write_expected  # noqa: E402
 
-APP = Path(__file__).resolve().parent.name
+APP = CASE.name
+TOPIC = next((CASE / "in").glob("*.jsonl")).stem
 
 
 def ms(at):
@@ -25,12 +29,12 @@ def ms(at):
 
 
 enriched, per, dlq = [], {}, []
-for offset, rec in enumerate(read_input("orders")):
+for offset, rec in enumerate(read_input(TOPIC)):
     v = rec["value"]
     if not isinstance(v, dict):
         for _query in ("enriched", "per_customer"):
             dlq.append({"key": rec["key"], "value": v, "headers": {
-                "streamc.source.topic": "orders", "streamc.source.partition": "0",
+                "streamc.source.topic": TOPIC, "streamc.source.partition": "0",
                 "streamc.source.offset": str(offset)}})
         continue
     name = v["customer"]["name"]

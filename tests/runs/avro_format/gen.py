@@ -3,9 +3,14 @@
 as Avro: a customer record with an optional tier, one to three items, a string map of
 attributes, an amount, an optional coupon, an event time (epoch ms or RFC 3339) with record
 timestamps off by up to 5 s; then bad input: a value not in the Avro wire format, one framed
-with schema id 999999 (unknown to the registry), and a record with no value."""
+with schema id 999999 (unknown to the registry), and a record with no value.
+
+../protobuf_format/gen.py runs this for its case: $STREAMC_FOLD_CASE names the case directory,
+$STREAMC_GEN_TOPIC the topic (its input file's name), $STREAMC_GEN_BAD the value that is not in
+the wire format."""
 import datetime
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -30,8 +35,8 @@ for i in range(60):
         "at": at_text,
     }
     records.append({"key": value["id"], "value": value, "timestamp": at - 5000 + nxt(10000)})
-records.append({"key": "o900", "value": "not avro", "timestamp": T0 + 61_000})
+records.append({"key": "o900", "value": os.environ.get("STREAMC_GEN_BAD", "not avro"), "timestamp": T0 + 61_000})
 records.append({"key": "o901", "value": "\u0000\u0000\u000f\u0042\u003f\u0002", "timestamp": T0 + 62_000})
 records.append({"key": "o902", "value": None, "timestamp": T0 + 63_000})
-here = Path(__file__).resolve().parent
-(here / "in" / "orders.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+here = Path(os.environ.get("STREAMC_FOLD_CASE") or Path(__file__).resolve().parent)
+(here / "in" / f"{os.environ.get('STREAMC_GEN_TOPIC', 'orders')}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
