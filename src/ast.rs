@@ -76,6 +76,8 @@ pub enum DeclItem {
     Key {
         name: Ident,
         ty: Option<Node<TypeExpr>>,
+        /// `key … avro` / `key … protobuf`: the record key in the Confluent wire format.
+        format: Option<Node<Format>>,
     },
     /// `value json { ... }`, `value { ... }` (no format: a control-managed table).
     ValueJson {
@@ -197,6 +199,8 @@ pub enum Clause {
     To {
         topic: Node<String>,
         format: Option<Node<Format>>,
+        /// `key avro` / `key protobuf`: the output keys in the Confluent wire format.
+        key_format: Option<Node<Format>>,
         windowed: Option<Span>,
         when: Option<Node<Expr>>,
     },
@@ -516,8 +520,11 @@ pub fn outline(p: &Program) -> String {
                 o += &format!("{kw} {}{topic} @{}..{}\n", d.name.node, d.span.start, d.span.end);
                 for it in &d.items {
                     let line = match &it.node {
-                        DeclItem::Key { name, ty: None } => format!("key {}", name.node),
-                        DeclItem::Key { name, ty: Some(t) } => format!("key {}: {}", name.node, t.node),
+                        DeclItem::Key { name, ty, format } => {
+                            let ty = ty.as_ref().map(|t| format!(": {}", t.node)).unwrap_or_default();
+                            let f = format.as_ref().map(|f| format!(" {}", f.node)).unwrap_or_default();
+                            format!("key {}{ty}{f}", name.node)
+                        }
                         DeclItem::ValueJson { explicit_format, fields } => {
                             format!(
                                 "value{} {}",
@@ -668,10 +675,11 @@ fn outline_query(o: &mut String, q: &QueryDecl, prefix: &str) {
                 }
                 format!("{}{w} on {}", other.node, on.node)
             }
-            Clause::To { topic, format, windowed, when } => format!(
-                "{:?}{}{}{}",
+            Clause::To { topic, format, key_format, windowed, when } => format!(
+                "{:?}{}{}{}{}",
                 topic.node,
                 format.as_ref().map(|f| format!(" {}", f.node)).unwrap_or_default(),
+                key_format.as_ref().map(|f| format!(" key {}", f.node)).unwrap_or_default(),
                 if windowed.is_some() { " windowed" } else { "" },
                 when.as_ref().map(|w| format!(" when {}", w.node)).unwrap_or_default()
             ),

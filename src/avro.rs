@@ -15,7 +15,7 @@
 //! null).
 //!
 //! The writer schemas a process has fetched, and the schema ids of its sinks, are kept in
-//! process-wide tables ([`remember_writer`], [`set_sink`]): the runtime fills them from the
+//! process-wide tables ([`remember_writer`], [`set_schema`]): the runtime fills them from the
 //! registry before a record needs them, so decoding and encoding never wait on the network.
 
 use std::collections::HashMap;
@@ -87,9 +87,49 @@ pub fn remember_writer(id: u32, writer: Option<Writer>) {
     WRITERS.remember(id, writer)
 }
 
-/// Keep the registry id of a schema (its text, as [`schema_json`] derived it) of a sink topic.
-pub fn set_sink(topic: &str, text: &str, id: u32, schema: Schema) {
-    SINKS.set(topic, text, id, Arc::new(schema))
+/// Keep the registry id of a schema written under `subject` (its text, as [`schema_json`] or
+/// [`key_schema_json`] derived it).
+pub fn set_schema(subject: &str, text: &str, id: u32, schema: Schema) {
+    SINKS.set(subject, text, id, Arc::new(schema))
+}
+
+/// The Avro schema (JSON) of keys of the scalar type `ty`: a primitive (`"string"`, `"long"`,
+/// `"double"`, `"boolean"`, a timestamp-millis long), as Confluent's serializers write a key of
+/// such a type.
+pub fn key_schema_json(ty: &Type) -> String {
+    type_json(ty, "key").to_string()
+}
+
+/// A key written under `<topic>-key` with the schema `text` ([`key_schema_json`]) registered
+/// for it: by the runtime ahead, or now.
+pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec<u8>, String> {
+    let (id, schema) = SINKS.of(&crate::schema_tables::key_subject(topic), text, crate::ast::Format::Avro, |t| {
+        Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
+    })?;
+    let body = GenericDatumWriter::builder(&schema)
+        .build()
+        .and_then(|w| w.write_value_to_vec(to_avro(key, ty)))
+        .map_err(|e| format!("cannot write an Avro key for `{topic}`: {e}"))?;
+    let mut out = Vec::with_capacity(5 + body.len());
+    out.push(MAGIC);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// A framed key as the declared scalar type: the writer's datum, a primitive (or a union
+/// holding one), or a record of one field (ksqlDB's wrapped single key column).
+pub fn decode_key(bytes: &[u8], ty: &Type) -> Result<Value, String> {
+    let (id, w, datum) = read_framed(bytes)?;
+    match (&datum, w.resolve(&w.schema)) {
+        (Avro::Record(fields), Schema::Record(r)) if fields.len() == 1 && r.fields.len() == 1 => {
+            convert(&fields[0].1, &r.fields[0].schema, ty, &w, "")
+        }
+        (Avro::Record(fields), _) => {
+            Err(format!("the key's schema id {id} is a record of {} fields: a key is one value", fields.len()))
+        }
+        _ => convert(&datum, &w.schema, ty, &w, ""),
+    }
 }
 
 /// The writer schema id of a framed value.
@@ -497,8 +537,9 @@ fn type_json(t: &Type, name: &str) -> serde_json::Value {
 /// A row of `rt` framed for `topic`, with the schema `text` (derived from `rt` by
 /// [`schema_json`]) registered for it: by the runtime ahead, or now.
 pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    let (id, schema) = SINKS
-        .of(topic, text, crate::ast::Format::Avro, |t| Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string()))?;
+    let (id, schema) = SINKS.of(&crate::schema_tables::value_subject(topic), text, crate::ast::Format::Avro, |t| {
+        Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
+    })?;
     let datum = to_avro_record(values, rt);
     let body = GenericDatumWriter::builder(&schema)
         .build()
@@ -596,7 +637,7 @@ mod tests {
     /// Register `rt`'s schema as both the sink's and writer `id`, as the runtime does.
     fn registered(topic: &str, id: u32, rt: &RecordType) -> String {
         let json = schema_json(rt, &record_name(topic)).to_string();
-        set_sink(topic, &json, id, Schema::parse_str(&json).unwrap());
+        set_schema(&crate::schema_tables::value_subject(topic), &json, id, Schema::parse_str(&json).unwrap());
         remember_writer(id, Some(Writer::parse(&json).unwrap()));
         json
     }
@@ -675,6 +716,37 @@ mod tests {
             decode(&bytes, &wrong).unwrap_err(),
             "field `x`: the writer wrote an integer, which does not read as a bool"
         );
+    }
+
+    /// Keys as Confluent's serializers write them (encoded here by hand): a primitive datum, or a
+    /// record of one field; a key of two fields is a reason, not a value.
+    #[test]
+    fn keys_read_from_primitives_and_one_field_records() {
+        remember_writer(9301, Some(Writer::parse(r#""string""#).unwrap()));
+        remember_writer(
+            9302,
+            Some(
+                Writer::parse(r#"{"type": "record", "name": "K", "fields": [{"name": "id", "type": "long"}]}"#)
+                    .unwrap(),
+            ),
+        );
+        remember_writer(9303, Some(Writer::parse(r#"{"type": "record", "name": "K2", "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": "long"}]}"#).unwrap()));
+        let framed = |id: u32, body: &[u8]| [&[0u8][..], &id.to_be_bytes(), body].concat();
+        // A string: its length (zig-zag 3 → 6) and bytes.
+        assert_eq!(decode_key(&framed(9301, &[6, b'a', b'b', b'c']), &Type::String).unwrap(), Value::str("abc"));
+        // A record of one long: -2 → 3.
+        assert_eq!(decode_key(&framed(9302, &[3]), &Type::Int).unwrap(), Value::Int(-2));
+        assert_eq!(decode_key(&framed(9302, &[3]), &Type::Float).unwrap(), Value::Float(-2.0));
+        let e = decode_key(&framed(9303, &[2, 4]), &Type::Int).unwrap_err();
+        assert!(e.contains("a record of 2 fields"), "{e}");
+        let e = decode_key(b"abc", &Type::String).unwrap_err();
+        assert!(e.contains("not in the Avro wire format"), "{e}");
+        // Written: the primitive schema of the key's type.
+        assert_eq!(key_schema_json(&Type::String), r#""string""#);
+        assert_eq!(key_schema_json(&Type::Timestamp), r#"{"type":"long","logicalType":"timestamp-millis"}"#);
+        let text = key_schema_json(&Type::Int);
+        set_schema("keyed-key", &text, 9304, Schema::parse_str(&text).unwrap());
+        assert_eq!(encode_key("keyed", &text, &Value::Int(-2), &Type::Int).unwrap(), framed(9304, &[3]));
     }
 
     #[test]

@@ -519,6 +519,23 @@ impl<'a> Checker<'a> {
                 .help("its rows come from `update` statements: declare `value { … }`"),
             );
         }
+        let key_format = match key.map(|k| &k.node) {
+            Some(DeclItem::Key { format: Some(f), .. }) => {
+                if global {
+                    self.err(
+                        Diagnostic::new(
+                            Code::BadFormat,
+                            f.span,
+                            format!("a table with no topic has no key format, so not `{}`", f.node),
+                        )
+                        .label("control-managed table")
+                        .help("its keys come from `update` statements: drop the key's format"),
+                    );
+                }
+                Some(f.node)
+            }
+            _ => None,
+        };
         // The tenant field leaves the schema the queries see.
         let mut visible = wire.clone();
         let tenant_spec = match tenant.map(|t| &t.node) {
@@ -556,7 +573,7 @@ impl<'a> Checker<'a> {
             }
         }
         let key_spec = match key.map(|k| &k.node) {
-            Some(DeclItem::Key { name, ty: None }) => match visible.get(&name.node) {
+            Some(DeclItem::Key { name, ty: None, .. }) => match visible.get(&name.node) {
                 Some((i, t)) => {
                     if !t.is_scalar() || t.is_nullable() {
                         let t = t.clone();
@@ -576,7 +593,7 @@ impl<'a> Checker<'a> {
                     KeySpec::Raw
                 }
             },
-            Some(DeclItem::Key { name, ty: Some(ty) }) => {
+            Some(DeclItem::Key { name, ty: Some(ty), .. }) => {
                 let t = self.type_expr(ty);
                 if visible.get(&name.node).is_some() {
                     self.err(
@@ -633,6 +650,7 @@ impl<'a> Checker<'a> {
             kind,
             topic: d.topic.as_ref().map(|t| t.node.clone()),
             key: key_spec,
+            key_format,
             format,
             value: visible,
             wire,
@@ -1786,7 +1804,7 @@ impl<'a> Checker<'a> {
                     };
                     push(self, kind, &format!("join-{}", slugify(&name)), shape.clone());
                 }
-                Clause::To { topic, format, windowed, when } => {
+                Clause::To { topic, format, key_format, windowed, when } => {
                     if let Some((_, gspan, _, _)) = &group {
                         self.err(group_without_aggregate(*gspan));
                         group = None;
@@ -1835,6 +1853,29 @@ impl<'a> Checker<'a> {
                         );
                     }
                     let fmt = format.as_ref().map(|f| f.node).unwrap_or(Format::Json);
+                    // Keys in the wire format: one scalar value each (null: no key), not the
+                    // JSON arrays of a windowed key or a tenant's key.
+                    if let Some(kf) = key_format {
+                        let why = if !shape.key.base().is_scalar() {
+                            Some(format!(
+                                "the output key is a {}: a key in the wire format is one scalar value",
+                                shape.key
+                            ))
+                        } else if windowed.is_some() {
+                            Some("a windowed key is a JSON array `[key, window_start, window_end]`".to_string())
+                        } else if shape.tenant_scoped {
+                            Some("a tenant-scoped query's key is a JSON array `[tenant, key]`".to_string())
+                        } else {
+                            None
+                        };
+                        if let Some(why) = why {
+                            self.err(
+                                Diagnostic::new(Code::BadFormat, kf.span, format!("no {} key: {why}", kf.node))
+                                    .label(format!("{} keys", kf.node))
+                                    .help("key the output by one scalar (`group by` one field, `key by`), or drop the key's format"),
+                            );
+                        }
+                    }
                     if fmt == Format::String && shape.value.fields.len() != 1 {
                         let n = shape.value.fields.len();
                         self.err(
@@ -1954,6 +1995,7 @@ impl<'a> Checker<'a> {
                     sinks.push(hir::Sink {
                         topic: topic.node.clone(),
                         format: fmt,
+                        key_format: key_format.as_ref().map(|f| f.node),
                         windowed,
                         when,
                         span: c.span,

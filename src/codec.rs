@@ -4,7 +4,7 @@
 
 use crate::ast::Format;
 use crate::hir;
-use crate::types::RecordType;
+use crate::types::{RecordType, Type};
 use crate::value::{decode_record, Value};
 
 /// `key` scoped to `tenant`: length, id, key.
@@ -84,6 +84,41 @@ pub fn schema_text(format: Format, rt: &RecordType, topic: &str) -> Option<Strin
         Format::Avro => Some(crate::avro::schema_json(rt, &name).to_string()),
         Format::Protobuf => Some(crate::protobuf::schema_text(rt, &name)),
         _ => None,
+    }
+}
+
+/// A key framed in the Confluent wire format (`format` is Avro or Protobuf), decoded to the
+/// scalar type `ty` with the writer schema its id names.
+pub fn decode_registered_key(format: Format, bytes: &[u8], ty: &Type) -> Result<Value, String> {
+    match format {
+        Format::Protobuf => crate::protobuf::decode_key(bytes, ty),
+        _ => crate::avro::decode_key(bytes, ty),
+    }
+}
+
+/// The schema (its text) of keys of the scalar type `ty`, named `field`, written to `topic` in a
+/// registry format; None for the other formats.
+pub fn key_schema_text(format: Format, ty: &Type, topic: &str, field: &str) -> Option<String> {
+    match format {
+        Format::Avro => Some(crate::avro::key_schema_json(ty)),
+        Format::Protobuf => Some(crate::protobuf::key_schema_text(ty, &crate::avro::record_name(topic), field)),
+        _ => None,
+    }
+}
+
+/// A key of the scalar type `ty` (named `field`) framed for `topic` in a registry format, with
+/// the schema `text` (see [`key_schema_text`]) registered under `<topic>-key`.
+pub fn encode_registered_key(
+    format: Format,
+    topic: &str,
+    text: &str,
+    key: &Value,
+    ty: &Type,
+    field: &str,
+) -> Result<Vec<u8>, String> {
+    match format {
+        Format::Protobuf => crate::protobuf::encode_key(topic, text, key, ty, field),
+        _ => crate::avro::encode_key(topic, text, key, ty),
     }
 }
 

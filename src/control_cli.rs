@@ -380,7 +380,7 @@ pub fn deploy(
     }
     // The new output schemas against their subjects, before anything is deployed.
     if !crate::registry_sinks_compatible(cfg, &new, &app)? {
-        eprintln!("error: an avro sink's schema is not compatible with its subject; nothing was posted");
+        eprintln!("error: an avro or protobuf sink's schema is not compatible with its subject; nothing was posted");
         return Ok(ExitCode::from(1));
     }
     if dry_run {

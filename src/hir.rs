@@ -40,6 +40,8 @@ pub struct Source {
     /// None for a control-managed (global) table.
     pub topic: Option<String>,
     pub key: KeySpec,
+    /// `key … avro` / `key … protobuf`: keys in the Confluent wire format; None: keys as text.
+    pub key_format: Option<Format>,
     pub format: Format,
     /// The value as queries see it (the tenant field removed).
     pub value: RecordType,
@@ -272,6 +274,8 @@ impl AggFunc {
 pub struct Sink {
     pub topic: String,
     pub format: Format,
+    /// `to … key avro|protobuf`: keys in the Confluent wire format; None: keys as text.
+    pub key_format: Option<Format>,
     /// Keyed by the windowed key `[key, window_start, window_end]` (`to … windowed`).
     pub windowed: bool,
     /// A branch's condition (`to … when C`): the records for which it is not true go on to the

@@ -337,9 +337,8 @@ fn expand_program(path: &Path, text: String, cfg: &config::Config) -> Result<Opt
         match r.latest(&subject).map_err(|e| e.to_string())? {
             Some((version, schema, kind)) => {
                 let at = format!("subject `{subject}` version {version}");
-                let want = streamc::runtime::schemas::schema_type(format);
-                if kind != want {
-                    return Err(format!("{at} is a {kind:?} schema, not {want:?}"));
+                if !streamc::runtime::schemas::reads_as(format, &schema, kind) {
+                    return Err(format!("{at} is a {kind:?} schema, not {format}"));
                 }
                 let fields = match format {
                     streamc::ast::Format::Protobuf => streamc::protobuf::declared_fields(&schema),
@@ -784,6 +783,15 @@ fn produce(
             .ok_or_else(|| format!("`{}` is {}: set schema.registry.url to produce to it", src.name, src.format))?;
         streamc::runtime::schemas::register(&registry, topic, &src.wire, src.format).map_err(|e| e.to_string())?;
     }
+    // Likewise its keys, in their format (`key … avro|protobuf`).
+    if let Some((src, format)) = source.as_ref().and_then(|s| Some((s, s.key_format?))) {
+        let registry = streamc::registry::Registry::of(cfg).ok_or_else(|| {
+            format!("the keys of `{}` are {format}: set schema.registry.url to produce to it", src.name)
+        })?;
+        let field = src.key_name().unwrap_or("key");
+        streamc::runtime::schemas::register_key(&registry, topic, &src.key_type(), field, format)
+            .map_err(|e| e.to_string())?;
+    }
     let placer = streamc::runtime::LinePlacer::new(source.as_ref());
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
@@ -800,6 +808,10 @@ fn produce(
                 if let Some(a) = placer.registered_value(v) {
                     rec.value = Some(a);
                 }
+            }
+            // A key of a source whose keys are avro or protobuf: written in that format.
+            if let Some(k) = rec.key.as_deref().and_then(|k| placer.registered_key(k)) {
+                rec.key = Some(k);
             }
             rec
         } else {
@@ -995,16 +1007,18 @@ pub(crate) fn registry_sinks_compatible(cfg: &config::Config, p: &hir::Program, 
 /// format as JSON.
 static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Look up the writer schemas of the Avro and Protobuf values among `recs` (with a registry
-/// configured).
+/// Look up the writer schemas of the Avro and Protobuf values and keys among `recs` (with a
+/// registry configured).
 fn prefetch_registered(cfg: &config::Config, topic: &str, recs: &[&streamc::log::Stored]) -> Result<(), String> {
     if streamc::registry::Registry::of(cfg).is_none() {
         return Ok(());
     }
     REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
     for s in recs {
-        streamc::runtime::schemas::prefetch_any(cfg, &format!("topic `{topic}`"), s.record.value.as_deref())
-            .map_err(|e| e.to_string())?;
+        for bytes in [s.record.value.as_deref(), s.record.key.as_deref()] {
+            streamc::runtime::schemas::prefetch_any(cfg, &format!("topic `{topic}`"), bytes)
+                .map_err(|e| e.to_string())?;
+        }
     }
     Ok(())
 }

@@ -9,13 +9,23 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use crate::ast::Format;
 
+/// The subject of a topic's values (Confluent's TopicNameStrategy).
+pub fn value_subject(topic: &str) -> String {
+    format!("{topic}-value")
+}
+
+/// The subject of a topic's keys (Confluent's TopicNameStrategy).
+pub fn key_subject(topic: &str) -> String {
+    format!("{topic}-key")
+}
+
 /// What the runtime installs ([`set_registry`]): looks up a writer schema by id (Ok(None): the
-/// registry does not know it) and registers a sink schema (its text, of `format`: Avro or
-/// Protobuf) for a topic, both over the network. Used for what was not fetched ahead (rows
+/// registry does not know it) and registers a schema (its text, of `format`: Avro or Protobuf)
+/// under a subject, both over the network. Used for what was not fetched ahead (rows
 /// restored into a store, a query a control statement changed).
 pub trait Lookup: Send + Sync {
     fn writer(&self, id: u32) -> Result<Option<String>, String>;
-    fn register(&self, topic: &str, schema: &str, format: Format) -> Result<u32, String>;
+    fn register(&self, subject: &str, schema: &str, format: Format) -> Result<u32, String>;
 }
 
 static LOOKUP: RwLock<Option<Arc<dyn Lookup>>> = RwLock::new(None);
@@ -93,9 +103,9 @@ impl<W> Writers<W> {
     }
 }
 
-/// The schemas registered for sink topics in one registry format: per topic, each schema's text
-/// (as derived from an output type), its registry id and its compiled form (`S`); one per
-/// distinct output type writing the topic.
+/// The schemas registered for writing in one registry format: per subject (a sink topic's
+/// values, a source topic's keys written by `produce`), each schema's text (as derived from a
+/// type), its registry id and its compiled form (`S`); one per distinct type written.
 pub struct Sinks<S>(RwLock<BTreeMap<String, Vec<SinkSchema<S>>>>);
 
 /// A sink schema: its text, its registry id, its compiled form.
@@ -112,36 +122,36 @@ impl<S: Clone> Sinks<S> {
         Sinks(RwLock::new(BTreeMap::new()))
     }
 
-    /// Keep the registry id of a sink topic's schema.
-    pub fn set(&self, topic: &str, text: &str, id: u32, schema: S) {
+    /// Keep the registry id of a schema of `subject`.
+    pub fn set(&self, subject: &str, text: &str, id: u32, schema: S) {
         let mut sinks = self.0.write().unwrap_or_else(|p| p.into_inner());
-        let v = sinks.entry(topic.to_string()).or_default();
+        let v = sinks.entry(subject.to_string()).or_default();
         v.retain(|(t, _, _)| t != text);
         v.push((text.to_string(), id, schema));
     }
 
-    /// The id and compiled form of a sink topic's schema `text`: registered by the runtime
+    /// The id and compiled form of the schema `text` of `subject`: registered by the runtime
     /// ahead, or now (compiled by `compile`, registered as `format`).
     pub fn of(
         &self,
-        topic: &str,
+        subject: &str,
         text: &str,
         format: Format,
         compile: impl FnOnce(&str) -> Result<S, String>,
     ) -> Result<(u32, S), String> {
         let found = {
             let sinks = self.0.read().unwrap_or_else(|p| p.into_inner());
-            sinks.get(topic).and_then(|v| v.iter().find(|(t, _, _)| t == text).map(|(_, id, s)| (*id, s.clone())))
+            sinks.get(subject).and_then(|v| v.iter().find(|(t, _, _)| t == text).map(|(_, id, s)| (*id, s.clone())))
         };
         if let Some(found) = found {
             return Ok(found);
         }
         let Some(l) = lookup() else {
-            return Err(format!("no schema of topic `{topic}` was registered in the schema registry"));
+            return Err(format!("no schema of `{subject}` was registered in the schema registry"));
         };
-        let schema = compile(text).map_err(|e| format!("the schema of `{topic}` is not valid {format}: {e}"))?;
-        let id = l.register(topic, text, format).map_err(failed)?;
-        self.set(topic, text, id, schema.clone());
+        let schema = compile(text).map_err(|e| format!("the schema of `{subject}` is not valid {format}: {e}"))?;
+        let id = l.register(subject, text, format).map_err(failed)?;
+        self.set(subject, text, id, schema.clone());
         Ok((id, schema))
     }
 }

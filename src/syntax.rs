@@ -526,9 +526,20 @@ impl Builder {
         let mut parts: Vec<Pair<Rule>> = inner(p.clone()).collect();
         Ok(match rule {
             Rule::key_decl => {
+                let format = match parts.last() {
+                    Some(f) if f.as_rule() == Rule::key_format => {
+                        let f = parts.pop().ok_or(())?;
+                        let format = match f.clone().into_inner().next().map(|k| k.as_rule()) {
+                            Some(Rule::kw_protobuf) => Format::Protobuf,
+                            _ => Format::Avro,
+                        };
+                        Some(Node::new(self.sp(&f), format))
+                    }
+                    _ => None,
+                };
                 let ty = if parts.len() > 1 { Some(self.type_expr(parts.remove(1), 0)?) } else { None };
                 let name = self.ident(parts.remove(0));
-                DeclItem::Key { name, ty }
+                DeclItem::Key { name, ty, format }
             }
             Rule::value_decl => {
                 let v = parts.remove(0);
@@ -813,6 +824,16 @@ impl Builder {
                     Some(w) if w.as_rule() == Rule::windowed_key => parts.pop().map(|w| self.sp(&w)),
                     _ => None,
                 };
+                let key_format = match parts.last() {
+                    Some(k) if k.as_rule() == Rule::sink_key_format => {
+                        let k = parts.pop().ok_or(())?;
+                        let sp = self.sp(&k);
+                        let protobuf =
+                            k.into_inner().flat_map(|f| f.into_inner()).any(|f| f.as_rule() == Rule::kw_protobuf);
+                        Some(Node::new(sp, if protobuf { Format::Protobuf } else { Format::Avro }))
+                    }
+                    _ => None,
+                };
                 let format = match parts.pop() {
                     Some(f) => {
                         let fsp = self.sp(&f);
@@ -831,7 +852,7 @@ impl Builder {
                     }
                     None => None,
                 };
-                Clause::To { topic, format, windowed, when }
+                Clause::To { topic, format, key_format, windowed, when }
             }
             r => return self.unexpected(&p, r),
         })

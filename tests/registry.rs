@@ -380,20 +380,45 @@ fn register_proto(url: &str, subject: &str, text: &str) -> u32 {
 
 /// Append records as a producer wrote them (raw bytes) to the embedded log of `state`.
 fn append_raw(state: &Path, topic: &str, records: Vec<(&str, Vec<u8>)>) {
+    append_keyed(state, topic, 1_000, records.into_iter().map(|(k, v)| (k.as_bytes().to_vec(), v)).collect());
+}
+
+/// Append records of raw keys and values, with timestamps from `t0` on, to the embedded log.
+fn append_keyed(state: &Path, topic: &str, t0: i64, records: Vec<(Vec<u8>, Vec<u8>)>) {
     use streamc::log::{Append, EmbeddedLog, Record};
     let log = EmbeddedLog::open(state, false).unwrap();
     log.ensure_topic(topic, 1).unwrap();
     let records = records
         .into_iter()
         .enumerate()
-        .map(|(i, (k, v))| Record {
-            key: Some(k.as_bytes().to_vec()),
-            value: Some(v),
-            timestamp: 1_000 + i as i64,
-            headers: vec![],
-        })
+        .map(|(i, (k, v))| Record { key: Some(k), value: Some(v), timestamp: t0 + i as i64, headers: vec![] })
         .collect();
     log.commit(vec![Append { topic: topic.to_string(), partition: 0, records }], vec![]).unwrap();
+}
+
+/// Register an Avro schema (its JSON text) under `subject`: its id.
+fn register_avro(url: &str, subject: &str, text: &str) -> u32 {
+    let body = serde_json::json!({ "schema": text }).to_string();
+    let (code, answer) = curl("POST", &format!("{url}/subjects/{subject}/versions"), Some(&body));
+    assert_eq!(code, 200, "{answer}");
+    serde_json::from_str::<serde_json::Value>(&answer).unwrap()["id"].as_u64().unwrap() as u32
+}
+
+/// The raw keys of a topic of the embedded log.
+fn raw_keys(state: &Path, topic: &str) -> Vec<Vec<u8>> {
+    use streamc::log::{EmbeddedLog, Pos};
+    let log = EmbeddedLog::open(state, false).unwrap();
+    let end = log.committed().unwrap().end(topic, 0);
+    let mut r = log.reader(topic, 0, Pos::default());
+    r.read(end, usize::MAX).unwrap().into_iter().filter_map(|s| s.record.key).collect()
+}
+
+/// The latest schema id of `subject`, and its schema text.
+fn latest(url: &str, subject: &str) -> (u32, String) {
+    let (code, answer) = curl("GET", &format!("{url}/subjects/{subject}/versions/latest"), None);
+    assert_eq!(code, 200, "{answer}");
+    let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    (v["id"].as_u64().unwrap() as u32, v["schema"].as_str().unwrap().to_string())
 }
 
 /// The raw values of a topic of the embedded log.
@@ -563,4 +588,168 @@ message Order {
         raw_values(&state, &format!("{topic}-slim")),
         vec![slim("o1", "SELL", -3), slim("o2", "BUY", 4), slim("o3", "BUY", 1)]
     );
+}
+
+/// An Avro string or bytes datum: its zig-zag length, then the bytes.
+fn avro_str(out: &mut Vec<u8>, s: &str) {
+    pb::uvarint(out, (s.len() as u64) << 1);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Keys in the Confluent wire format (`key … avro`, `key … protobuf`), as producers write them
+/// (encoded here by hand): Avro string keys of a stream joined by key to a table whose Avro keys
+/// are records of one field, Protobuf key messages of a stream aggregated by its key. A text key
+/// on an Avro-keyed source and a key that differs from its field are dead letters. `produce
+/// --program` writes a source's keys in its format, with the schema registered under
+/// `<topic>-key`, and a run reads them back.
+#[test]
+#[ignore = "needs a schema registry (./dev/test starts one)"]
+fn keys_in_the_wire_format_are_read_as_the_declared_keys() {
+    let url = registry();
+    let reg = format!("schema.registry.url={url}");
+    let dir = temp_dir("registry-keys");
+    let state = dir.join("state");
+    let (orders, customers, clicks) = (unique("korders"), unique("kcustomers"), unique("kclicks"));
+    let string_key = register_avro(&url, &format!("{orders}-key"), r#""string""#);
+    let order_value = register_avro(
+        &url,
+        &format!("{orders}-value"),
+        r#"{"type": "record", "name": "Order", "fields": [{"name": "customer", "type": "string"}, {"name": "amount", "type": "double"}]}"#,
+    );
+    let customer_key = register_avro(
+        &url,
+        &format!("{customers}-key"),
+        r#"{"type": "record", "name": "CustomerKey", "fields": [{"name": "id", "type": "string"}]}"#,
+    );
+    let click_key =
+        register_proto(&url, &format!("{clicks}-key"), "syntax = \"proto3\";\nmessage ClickKey { string user = 1; }\n");
+    let avro_key = |id: u32, s: &str| {
+        let mut b = Vec::new();
+        avro_str(&mut b, s);
+        pb::framed(id, &[], &b)
+    };
+    let order = |customer: &str, amount: f64| {
+        let mut b = Vec::new();
+        avro_str(&mut b, customer);
+        b.extend_from_slice(&amount.to_le_bytes());
+        pb::framed(order_value, &[], &b)
+    };
+    let click_key_of = |user: &str| {
+        let mut m = Vec::new();
+        pb::bytes_field(&mut m, 1, user.as_bytes());
+        pb::framed(click_key, &[0], &m)
+    };
+    append_keyed(
+        &state,
+        &customers,
+        1,
+        vec![
+            (avro_key(customer_key, "ann"), br#"{"tier": "gold"}"#.to_vec()),
+            (avro_key(customer_key, "bob"), br#"{"tier": "silver"}"#.to_vec()),
+        ],
+    );
+    append_keyed(
+        &state,
+        &orders,
+        10,
+        vec![
+            (avro_key(string_key, "ann"), order("ann", 10.0)),
+            (avro_key(string_key, "bob"), order("bob", 5.5)),
+            (b"ann".to_vec(), order("ann", 1.0)),
+            (avro_key(string_key, "bob"), order("ann", 3.0)),
+            (avro_key(string_key, "ann"), order("ann", 2.5)),
+        ],
+    );
+    append_keyed(
+        &state,
+        &clicks,
+        10,
+        vec![
+            (click_key_of("u1"), br#"{"user": "u1", "n": 2}"#.to_vec()),
+            (click_key_of("u2"), br#"{"user": "u2", "n": 1}"#.to_vec()),
+            (click_key_of("u1"), br#"{"user": "u1", "n": 3}"#.to_vec()),
+        ],
+    );
+    let app = write(
+        &dir,
+        "app.stream",
+        &format!(
+            "stream orders from \"{orders}\" {{\n  key customer avro\n  value avro {{ customer: string, amount: float }}\n}}\n\
+             table customers from \"{customers}\" {{\n  key id: string avro\n  value json {{ tier: string }}\n}}\n\
+             stream clicks from \"{clicks}\" {{\n  key user protobuf\n  value json {{ user: string, n: int }}\n}}\n\
+             query enriched {{\n  from orders\n  join customers on customer\n  select {{ customer, amount, tier = customers.tier }}\n  to \"{orders}-enriched\"\n}}\n\
+             query per_user {{\n  from clicks\n  group by user\n  aggregate {{ clicks = sum(n) }}\n  to \"{clicks}-per-user\"\n}}\n\
+             query counts {{\n  from orders\n  group by customer\n  aggregate {{ n = count() }}\n  to \"{orders}-counts\" key avro\n}}\n\
+             query users {{\n  from clicks\n  select {{ user, n }}\n  to \"{clicks}-users\" protobuf key protobuf\n}}\n"
+        ),
+    );
+    let err = streamc(&state, &["run", &app, "--drain", "--set", &reg]);
+    // (Two bad records, once per query that reads them.)
+    assert!(err.contains("4 dead letters"), "{err}");
+    let got = |topic: &str| -> Vec<(String, serde_json::Value)> {
+        consume(&state, topic, &["--set", &reg]).into_iter().map(|r| (r.key.to_string(), r.value)).collect()
+    };
+    use serde_json::json;
+    assert_eq!(
+        got(&format!("{orders}-enriched")),
+        vec![
+            ("\"ann\"".into(), json!({"customer": "ann", "amount": 10.0, "tier": "gold"})),
+            ("\"bob\"".into(), json!({"customer": "bob", "amount": 5.5, "tier": "silver"})),
+            ("\"ann\"".into(), json!({"customer": "ann", "amount": 2.5, "tier": "gold"})),
+        ]
+    );
+    // The last total per user (updates may be coalesced between commits): 2 + 3, and 1.
+    let per_user: std::collections::BTreeMap<String, i64> =
+        got(&format!("{clicks}-per-user")).into_iter().map(|(k, v)| (k, v["clicks"].as_i64().unwrap())).collect();
+    assert_eq!(per_user, [("\"u1\"".to_string(), 5), ("\"u2\"".to_string(), 1)].into());
+    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning", "--headers"]);
+    let reasons = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(reasons.contains("bad key: not in the Avro wire format"), "{reasons}");
+    assert!(reasons.contains("the record key `bob` differs from its `customer` field `ann`"), "{reasons}");
+    // Sinks whose keys are in the wire format: a primitive Avro string under `<topic>-key`, and
+    // a Protobuf message of one field `key`; consume prints them decoded.
+    let (id, schema) = latest(&url, &format!("{orders}-counts-key"));
+    assert_eq!(schema, "\"string\"");
+    let keys = raw_keys(&state, &format!("{orders}-counts"));
+    assert!(
+        !keys.is_empty() && keys.iter().all(|k| *k == avro_key(id, "ann") || *k == avro_key(id, "bob")),
+        "{keys:?}"
+    );
+    let counts: std::collections::BTreeMap<String, i64> =
+        got(&format!("{orders}-counts")).into_iter().map(|(k, v)| (k, v["n"].as_i64().unwrap())).collect();
+    assert_eq!(counts, [("\"ann\"".to_string(), 2), ("\"bob\"".to_string(), 1)].into());
+    let (id, schema) = latest(&url, &format!("{clicks}-users-key"));
+    assert!(schema.contains("string key = 1;"), "{schema}");
+    let proto_key = |user: &str| {
+        let mut m = Vec::new();
+        pb::bytes_field(&mut m, 1, user.as_bytes());
+        pb::framed(id, &[0], &m)
+    };
+    assert_eq!(raw_keys(&state, &format!("{clicks}-users")), vec![proto_key("u1"), proto_key("u2"), proto_key("u1")]);
+    let users: Vec<serde_json::Value> =
+        consume(&state, &format!("{clicks}-users"), &["--set", &reg]).into_iter().map(|r| r.key).collect();
+    assert_eq!(users, vec![json!({"key": "u1"}), json!({"key": "u2"}), json!({"key": "u1"})]);
+
+    // `produce --program` writes the keys in the source's format.
+    let (porders, pclicks) = (unique("kporders"), unique("kpclicks"));
+    let writer = write(
+        &dir,
+        "writer.stream",
+        &format!(
+            "stream orders from \"{porders}\" {{\n  key customer avro\n  value avro {{ customer: string, amount: float }}\n}}\n\
+             stream clicks from \"{pclicks}\" {{\n  key user protobuf\n  value json {{ user: string, n: int }}\n}}\n"
+        ),
+    );
+    let input = write(&dir, "orders.jsonl", "{\"customer\": \"ann\", \"amount\": 4}\n");
+    streamc(&state, &["produce", &porders, &input, "--program", &writer, "--set", &reg]);
+    let input = write(&dir, "clicks.jsonl", "{\"key\": \"u9\", \"value\": {\"user\": \"u9\", \"n\": 1}}\n");
+    streamc(&state, &["produce", &pclicks, &input, "--envelope", "--program", &writer, "--set", &reg]);
+    let (id, schema) = latest(&url, &format!("{porders}-key"));
+    assert_eq!(schema, "\"string\"");
+    assert_eq!(raw_keys(&state, &porders), vec![avro_key(id, "ann")]);
+    let (id, schema) = latest(&url, &format!("{pclicks}-key"));
+    assert!(schema.contains("string user = 1;"), "{schema}");
+    let mut m = Vec::new();
+    pb::bytes_field(&mut m, 1, b"u9");
+    assert_eq!(raw_keys(&state, &pclicks), vec![pb::framed(id, &[0], &m)]);
 }

@@ -167,6 +167,8 @@ pub enum NodeKind {
     Sink {
         topic: String,
         format: Format,
+        /// `to … key avro|protobuf`.
+        key_format: Option<Format>,
         tenant: bool,
         /// Keyed by the windowed key (`to … windowed`).
         windowed: bool,
@@ -812,6 +814,7 @@ impl Lowering<'_> {
                 NodeKind::Sink {
                     topic: sink.topic.clone(),
                     format: sink.format,
+                    key_format: sink.key_format,
                     tenant: shape.tenant_scoped,
                     windowed: sink.windowed,
                     when: sink.when.clone(),
@@ -944,14 +947,15 @@ impl NodeKind {
                 },
                 if *same_input { "; a self-join: each record of the input is both sides, read once" } else { "" }
             ),
-            NodeKind::Sink { topic, format, tenant, windowed, when } => format!(
-                "{}writes to topic {topic} as {}{}{}",
+            NodeKind::Sink { topic, format, key_format, tenant, windowed, when } => format!(
+                "{}writes to topic {topic} as {}{}{}{}",
                 if when.is_some() {
                     "a branch: the records for which its condition is true (the others go on to the next `to`); "
                 } else {
                     ""
                 },
                 format,
+                key_format.map(|f| format!(", keys as {f}")).unwrap_or_default(),
                 if *windowed {
                     ", keyed by window: [key, window_start, window_end], partitioned by the key"
                 } else {

@@ -169,6 +169,9 @@ pub struct SinkSpec {
     /// An avro or protobuf sink: its schema's text, derived from `value_ty`
     /// ([`crate::codec::schema_text`]).
     pub registry_schema: Option<String>,
+    /// `to … key avro|protobuf`: the format of its keys and their schema's text, derived from
+    /// `key_ty` ([`crate::codec::key_schema_text`]).
+    pub key_schema: Option<(Format, String)>,
 }
 
 #[derive(Clone, Debug)]
@@ -521,7 +524,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         table: a.table,
                     });
                 }
-                NodeKind::Sink { topic, format, windowed, when, .. } => {
+                NodeKind::Sink { topic, format, key_format, windowed, when, .. } => {
                     let e = incoming.ok_or(PlanError::Inconsistent("sink without input"))?;
                     let Type::Record(value_ty) = e.value else {
                         return Err(PlanError::Inconsistent("sink value is not a record"));
@@ -532,6 +535,8 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     let windowed = *windowed;
                     let when = when.clone();
                     let registry_schema = crate::codec::schema_text(*format, &value_ty, topic);
+                    let key_schema = key_format
+                        .and_then(|f| Some((f, crate::codec::key_schema_text(f, e.key.base(), topic, "key")?)));
                     ops.push(Op::Sink(SinkSpec {
                         topic: topic.clone(),
                         format: *format,
@@ -540,6 +545,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         windowed,
                         when,
                         registry_schema,
+                        key_schema,
                     }));
                 }
             }
@@ -631,6 +637,12 @@ impl TaskSpec {
     /// reads them).
     pub fn registry_inputs(&self) -> Vec<Option<Format>> {
         input_sources(self).iter().map(|s| s.map(|s| s.format).filter(|f| f.uses_registry())).collect()
+    }
+
+    /// Per input, likewise: the format of its keys when they name their schemas in the registry
+    /// (`key … avro|protobuf`).
+    pub fn registry_keys(&self) -> Vec<Option<Format>> {
+        input_sources(self).iter().map(|s| s.and_then(|s| s.key_format)).collect()
     }
 
     /// The repartition topics the task writes.

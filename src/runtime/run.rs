@@ -94,6 +94,10 @@ pub struct LinePlacer<'a> {
     /// written in its format with the schema (this text, derived from its fields) registered for
     /// its topic (`schemas::register`, by the caller).
     registered: Option<(hir::Source, String)>,
+    /// Keys of a `key … avro|protobuf` source: written in that format with the schema (this
+    /// text, derived from the key's type) registered under `<topic>-key` (`schemas::register_key`,
+    /// by the caller).
+    registered_key: Option<String>,
     /// The key field: its index in the declared value, and in the record as written.
     key: Option<(usize, usize)>,
     /// The wire indexes to decode: the key's, then the time's.
@@ -104,7 +108,7 @@ pub struct LinePlacer<'a> {
 impl<'a> LinePlacer<'a> {
     pub fn new(source: Option<&'a hir::Source>) -> LinePlacer<'a> {
         let Some(src) = source else {
-            return LinePlacer { source, registered: None, key: None, want: vec![], time: None };
+            return LinePlacer { source, registered: None, registered_key: None, key: None, want: vec![], time: None };
         };
         let wire_index = |i: usize| src.wire.index_of(&src.value.fields[i].0);
         let key = match src.key {
@@ -115,7 +119,11 @@ impl<'a> LinePlacer<'a> {
         let want = key.map(|(_, wi)| wi).into_iter().chain(time).collect();
         let registered = crate::codec::schema_text(src.format, &src.wire, src.topic.as_deref().unwrap_or(""))
             .map(|text| (hir::Source { format: crate::ast::Format::Json, ..src.clone() }, text));
-        LinePlacer { source, registered, key, want, time }
+        let topic = src.topic.as_deref().unwrap_or("");
+        let registered_key = src
+            .key_format
+            .and_then(|f| crate::codec::key_schema_text(f, &src.key_type(), topic, src.key_name().unwrap_or("key")));
+        LinePlacer { source, registered, registered_key, key, want, time }
     }
 
     /// A record for a line, its value written as Avro (Protobuf) when the source is avro
@@ -137,13 +145,38 @@ impl<'a> LinePlacer<'a> {
         crate::codec::encode_registered(format, src.topic.as_deref()?, text, &values, &src.wire).ok()
     }
 
+    /// A key of a `key … avro|protobuf` source, given as text (an envelope's `key`), written in
+    /// that format; None if the source's keys are text, or the text is not of the key's type
+    /// (then written as it is: its task dead-letters the record).
+    pub fn registered_key(&self, text: &[u8]) -> Option<Vec<u8>> {
+        let src = self.source?;
+        let ty = src.key_type();
+        let key = crate::runtime::wire::decode_key(Some(text), &ty).ok()?;
+        self.encode_key(&key)
+    }
+
+    fn encode_key(&self, key: &Value) -> Option<Vec<u8>> {
+        let (src, text) = (self.source?, self.registered_key.as_ref()?);
+        let field = src.key_name().unwrap_or("key");
+        crate::codec::encode_registered_key(src.key_format?, src.topic.as_deref()?, text, key, &src.key_type(), field)
+            .ok()
+    }
+
+    /// A key value's bytes: in the source's key format, else as text.
+    fn key_bytes(&self, key: &Value, ty: &crate::types::Type) -> Vec<u8> {
+        match self.registered_key {
+            Some(_) => self.encode_key(key).unwrap_or_else(|| key.key_bytes(ty)),
+            None => key.key_bytes(ty),
+        }
+    }
+
     fn place(&self, source: Option<&hir::Source>, line: &[u8], append_time: i64) -> Record {
         let mut rec = Record { key: None, value: Some(line.to_vec()), timestamp: append_time, headers: vec![] };
         let Some(src) = source else { return rec };
         if src.format == crate::ast::Format::String {
             // A `string` value is its one field: the line is the key if the stream is keyed by it.
             if let hir::KeySpec::Field(i) = src.key {
-                rec.key = Some(Value::str(&String::from_utf8_lossy(line)).key_bytes(&src.value.fields[i].1));
+                rec.key = Some(self.key_bytes(&Value::str(&String::from_utf8_lossy(line)), &src.value.fields[i].1));
             }
             return rec;
         }
@@ -155,7 +188,7 @@ impl<'a> LinePlacer<'a> {
                 // (An absent field of a nullable type is null, as the full decode has it.)
                 let ty = &src.value.fields[i].1;
                 rec.key = match &fields[wi] {
-                    Some(v) => Some(v.key_bytes(ty)),
+                    Some(v) => Some(self.key_bytes(v, ty)),
                     None if ty.is_nullable() => Some(Value::Null.key_bytes(ty)),
                     None => None,
                 };
@@ -596,6 +629,7 @@ impl<F: Feed> TaskRun<F> {
         // Inputs of avro or protobuf values (from the spec the task runs now: a statement may
         // change it).
         let registry_inputs = spec.registry_inputs();
+        let registry_keys = spec.registry_keys();
         self.drained = false;
         'records: while n < budget {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
@@ -609,12 +643,17 @@ impl<F: Feed> TaskRun<F> {
             for i in (1..topics.len()).chain([0]) {
                 match self.feed.peek(i)? {
                     Next::Record(ts) => {
+                        // Its writer schemas (value, key) before the record is read (the registry
+                        // down: the run stops, and resumes from its last commit).
                         if let Some(Some(format)) = registry_inputs.get(i).copied() {
-                            // Its writer schema before the record is read (the registry down:
-                            // the run stops, and resumes from its last commit).
                             let value = self.feed.peeked(i).and_then(|s| s.record.value.as_deref());
                             let what = format!("topic `{}`", topics[i]);
                             crate::runtime::schemas::prefetch(&opts.config, &what, value, format)?;
+                        }
+                        if let Some(Some(format)) = registry_keys.get(i).copied() {
+                            let key = self.feed.peeked(i).and_then(|s| s.record.key.as_deref());
+                            let what = format!("the keys of topic `{}`", topics[i]);
+                            crate::runtime::schemas::prefetch(&opts.config, &what, key, format)?;
                         }
                         let ts = match (spec.time_fields.get(i), self.feed.peeked(i)) {
                             (Some(Some(rt)), Some(head)) => match self.head_times[i] {

@@ -16,7 +16,7 @@ use crate::runtime::error::RunError;
 
 /// The subject of a topic's values (Confluent's TopicNameStrategy).
 pub fn subject(topic: &str) -> String {
-    format!("{topic}-value")
+    crate::schema_tables::value_subject(topic)
 }
 
 fn no_registry(what: &str, format: Format) -> RunError {
@@ -61,13 +61,21 @@ pub fn register_sinks(cfg: &Config, specs: &[std::sync::Arc<TaskSpec>]) -> Resul
     let mut done = std::collections::BTreeSet::new();
     for spec in specs {
         for sink in spec.sinks() {
-            let Some(text) = &sink.registry_schema else { continue };
-            if !done.insert((sink.topic.clone(), text.clone())) {
-                continue;
+            if let Some(text) = &sink.registry_schema {
+                if done.insert((subject(&sink.topic), text.clone())) {
+                    let what = format!("sink topic `{}`", sink.topic);
+                    let registry = Registry::of(cfg).ok_or_else(|| no_registry(&what, sink.format))?;
+                    register_text(&registry, &subject(&sink.topic), text, sink.format)?;
+                }
             }
-            let registry =
-                Registry::of(cfg).ok_or_else(|| no_registry(&format!("sink topic `{}`", sink.topic), sink.format))?;
-            register_text(&registry, &sink.topic, text, sink.format)?;
+            if let Some((format, text)) = &sink.key_schema {
+                let key_subject = crate::schema_tables::key_subject(&sink.topic);
+                if done.insert((key_subject.clone(), text.clone())) {
+                    let what = format!("the keys of sink topic `{}`", sink.topic);
+                    let registry = Registry::of(cfg).ok_or_else(|| no_registry(&what, *format))?;
+                    register_text(&registry, &key_subject, text, *format)?;
+                }
+            }
         }
     }
     Ok(())
@@ -81,8 +89,8 @@ impl crate::schema_tables::Lookup for Lookups {
     fn writer(&self, id: u32) -> Result<Option<String>, String> {
         retry(|| self.0.schema(id)).map(|s| s.map(|(text, _)| text)).map_err(|e| e.to_string())
     }
-    fn register(&self, topic: &str, schema: &str, format: Format) -> Result<u32, String> {
-        retry(|| self.0.register(&subject(topic), schema, schema_type(format))).map_err(|e| e.to_string())
+    fn register(&self, subject: &str, schema: &str, format: Format) -> Result<u32, String> {
+        retry(|| self.0.register(subject, schema, schema_type(format))).map_err(|e| e.to_string())
     }
 }
 
@@ -96,25 +104,44 @@ pub fn register(
 ) -> Result<u32, RunError> {
     let text = crate::codec::schema_text(format, rt, topic)
         .ok_or_else(|| RunError::Registry(format!("`{topic}` is {format}: no schema registry format")))?;
-    register_text(registry, topic, &text, format)
+    register_text(registry, &subject(topic), &text, format)
 }
 
-fn register_text(registry: &Registry, topic: &str, text: &str, format: Format) -> Result<u32, RunError> {
-    let invalid = |e: String| RunError::Registry(format!("the schema of `{topic}` is not valid {format}: {e}"));
+/// Register the schema of `topic`'s keys (of the scalar type `ty`, named `field`) for `format`
+/// under `<topic>-key`, and keep its id for encoding (`produce`, `--input`).
+pub fn register_key(
+    registry: &Registry,
+    topic: &str,
+    ty: &crate::types::Type,
+    field: &str,
+    format: Format,
+) -> Result<u32, RunError> {
+    let text = crate::codec::key_schema_text(format, ty, topic, field)
+        .ok_or_else(|| RunError::Registry(format!("the keys of `{topic}` are {format}: no schema registry format")))?;
+    register_text(registry, &crate::schema_tables::key_subject(topic), &text, format)
+}
+
+fn register_text(registry: &Registry, subject: &str, text: &str, format: Format) -> Result<u32, RunError> {
+    let invalid = |e: String| RunError::Registry(format!("the schema of `{subject}` is not valid {format}: {e}"));
     let register = || {
-        retry(|| registry.register(&subject(topic), text, schema_type(format))).map_err(|e| {
-            RunError::Registry(format!("cannot register the schema of `{topic}` under `{}`: {e}", subject(topic)))
+        retry(|| registry.register(subject, text, schema_type(format))).map_err(|e| {
+            let what = match (subject.strip_suffix("-value"), subject.strip_suffix("-key")) {
+                (Some(topic), _) => format!("the schema of `{topic}`"),
+                (_, Some(topic)) => format!("the key schema of `{topic}`"),
+                _ => "a schema".to_string(),
+            };
+            RunError::Registry(format!("cannot register {what} under `{subject}`: {e}"))
         })
     };
     if format == Format::Protobuf {
         let writer = crate::protobuf::Writer::parse(text).map_err(invalid)?;
         let id = register()?;
-        crate::protobuf::set_sink(topic, text, id, &writer);
+        crate::protobuf::set_schema(subject, text, id, &writer);
         return Ok(id);
     }
     let schema = apache_avro::Schema::parse_str(text).map_err(|e| invalid(e.to_string()))?;
     let id = register()?;
-    crate::avro::set_sink(topic, text, id, schema);
+    crate::avro::set_schema(subject, text, id, schema);
     Ok(id)
 }
 
@@ -158,12 +185,20 @@ pub fn prefetch_any(cfg: &Config, what: &str, value: Option<&[u8]>) -> Result<Op
         Some((_, SchemaType::Protobuf)) => Format::Protobuf,
         // (Some registries leave the type out of a version stored under a subject of another
         // type: a text that is not JSON is a `.proto` file.)
-        Some((text, SchemaType::Avro)) if !text.trim_start().starts_with(['{', '[', '"']) => Format::Protobuf,
+        Some((text, SchemaType::Avro)) if reads_as(Format::Protobuf, text, SchemaType::Avro) => Format::Protobuf,
         Some((_, SchemaType::Avro)) => Format::Avro,
         _ => return Ok(None),
     };
     remember(format, id, schema);
     Ok(Some(format))
+}
+
+/// Whether a schema the registry gives as `kind` is to be read as one of `format`: the types
+/// agree, or the registry gave no type (taken as Avro) and the text is not JSON (a `.proto`
+/// file: Apicurio leaves the type out of a Protobuf version under a subject created as Avro).
+pub fn reads_as(format: Format, text: &str, kind: SchemaType) -> bool {
+    kind == schema_type(format)
+        || (format == Format::Protobuf && kind == SchemaType::Avro && !text.trim_start().starts_with(['{', '[', '"']))
 }
 
 /// Keep what the registry said of schema `id` for the decoder of `format`: a schema that does

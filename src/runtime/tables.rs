@@ -12,7 +12,7 @@ use crate::log::Record;
 use crate::plan::physical::{TableInput, TaskSpec};
 use crate::runtime::op::{scoped, Change, Counters, RecordError, Stateful, StoreRead};
 use crate::runtime::tenant;
-use crate::runtime::wire::decode_key;
+use crate::runtime::wire::decode_source_key;
 use crate::value::Value;
 
 /// A record of a table input, decoded and checked: its key, its row (None: a deletion) and,
@@ -74,7 +74,7 @@ impl TableInputs {
         let ti = Self::input(&self.spec, table)?;
         let raw = rec.key.as_deref();
         let raw = raw.ok_or_else(|| RecordError(format!("a record of table `{}` has no key", ti.source.name)))?;
-        let key = decode_key(Some(raw), &ti.source.key_type())?;
+        let key = decode_source_key(&ti.source, Some(raw), &ti.source.key_type())?;
         let (row, field) = match &rec.value {
             None => (None, None),
             Some(v) => {

@@ -21,7 +21,7 @@ use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::{TableInputs, TableRecord};
 use crate::runtime::tenant;
 pub use crate::runtime::wire::decode_key;
-use crate::runtime::wire::split_wire;
+use crate::runtime::wire::{decode_source_key, split_wire};
 use crate::value::{decode_record, Value};
 
 /// Header names of docs/conventions.md.
@@ -238,8 +238,8 @@ impl Task {
             return None;
         }
         let key = match &src.key {
-            KeySpec::Field(i) => decode_key(rec.key.as_deref(), &src.value.fields[*i].1),
-            KeySpec::Named(_, t) => decode_key(rec.key.as_deref(), t),
+            KeySpec::Field(i) => decode_source_key(src, rec.key.as_deref(), &src.value.fields[*i].1),
+            KeySpec::Named(_, t) => decode_source_key(src, rec.key.as_deref(), t),
             KeySpec::Raw => {
                 Ok(rec.key.as_deref().map(|k| Value::str(&String::from_utf8_lossy(k))).unwrap_or(Value::Null))
             }
@@ -654,18 +654,21 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
         KeySpec::Field(i) => {
             let k = wire[*i].clone();
             if let Some(kb) = &rec.key {
-                let declared = decode_key(Some(kb), &src.value.fields[*i].1)?;
+                let declared = decode_source_key(src, Some(kb), &src.value.fields[*i].1)?;
                 if !declared.equals(&k) {
+                    let shown = match src.key_format {
+                        Some(_) => declared.to_string(),
+                        None => String::from_utf8_lossy(kb).into_owned(),
+                    };
                     return Err(RecordError(format!(
-                        "the record key `{}` differs from its `{}` field `{k}`",
-                        String::from_utf8_lossy(kb),
+                        "the record key `{shown}` differs from its `{}` field `{k}`",
                         src.value.fields[*i].0
                     )));
                 }
             }
             k
         }
-        KeySpec::Named(_, t) => decode_key(rec.key.as_deref(), t)?,
+        KeySpec::Named(_, t) => decode_source_key(src, rec.key.as_deref(), t)?,
         KeySpec::Raw => match &rec.key {
             Some(k) => Value::str(&String::from_utf8_lossy(k)),
             None => Value::Null,

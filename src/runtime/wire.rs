@@ -125,6 +125,17 @@ pub(crate) fn wire_row(row: &Row, wire: &RecordType) -> Vec<Value> {
     all
 }
 
+/// Decode a source record's key of the given type: as the source declares its keys (`key …
+/// avro|protobuf`: in the Confluent wire format), else as text ([`decode_key`]).
+pub fn decode_source_key(src: &crate::hir::Source, bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError> {
+    match (src.key_format, bytes) {
+        (Some(format), Some(b)) => {
+            crate::codec::decode_registered_key(format, b, ty).map_err(|e| RecordError(format!("bad key: {e}")))
+        }
+        _ => decode_key(bytes, ty),
+    }
+}
+
 /// Decode a record key of the given type: a string key is its raw UTF-8, others JSON.
 pub fn decode_key(bytes: Option<&[u8]>, ty: &Type) -> Result<Value, RecordError> {
     match (bytes, ty.base()) {

@@ -538,6 +538,17 @@ fn ingest(
         })?;
         crate::runtime::schemas::register(&registry, topic, &src.wire, src.format)?;
     }
+    // Likewise its keys, in their format (`key … avro|protobuf`).
+    if let Some((src, format)) = source.as_ref().and_then(|s| Some((s, s.key_format?))) {
+        let registry = crate::registry::Registry::of(cfg).ok_or_else(|| {
+            RunError::Registry(format!(
+                "the keys of `{}` are {format}: set schema.registry.url to read it from --input",
+                src.name
+            ))
+        })?;
+        let field = src.key_name().unwrap_or("key");
+        crate::runtime::schemas::register_key(&registry, topic, &src.key_type(), field, format)?;
+    }
     // What of the file is in the topic is the log's, not one application's: a second program
     // reading the same topic from the same file appends nothing again. (Before, it was kept per
     // application: that record still counts.)

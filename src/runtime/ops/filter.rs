@@ -18,7 +18,7 @@ pub(crate) enum Dropped {
     /// A table query's row: a tombstone for its key at the query's sink, as Kafka Streams'
     /// table filter sends one for a row that does not pass (it may never have matched: a
     /// delete of a key a table does not hold changes nothing).
-    TableRow(SinkSpec),
+    TableRow(Box<SinkSpec>),
     /// An aggregate's result row (`emit changes`): a tombstone for its key and window at every
     /// sink of the query. With `emit final` a window's one result is simply not sent.
     Result(Arc<PostSinks>),

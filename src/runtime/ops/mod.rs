@@ -149,7 +149,7 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
                     (_, true, false) if emit_changes => Dropped::Result(post_sinks.clone()),
                     (_, true, false) => Dropped::Nothing,
                     // A table query deletes a row that does not match downstream.
-                    (Some(sink), false, false) => Dropped::TableRow(sink.clone()),
+                    (Some(sink), false, false) => Dropped::TableRow(Box::new(sink.clone())),
                     (None, false, false) => Dropped::Nothing,
                 };
                 Box::new(Filter::new(pred.clone(), dropped))

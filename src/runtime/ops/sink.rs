@@ -47,7 +47,10 @@ impl Operator for Sink {
             (true, Some(w)) => Some(w),
             (true, None) => return Err(RecordError("a windowed key without a window".into())),
         };
-        let key = sink_key(&row.key, &sink.key_ty, row.tenant.as_deref(), window);
+        let key = match &sink.key_schema {
+            Some(_) => registered_key(sink, &row.key).map_err(RecordError)?,
+            None => sink_key(&row.key, &sink.key_ty, row.tenant.as_deref(), window),
+        };
         cx.out.push(sink_record(sink, &self.1, &row, ts, cx.spec.version, key)?);
         cx.counters.records_out += 1;
         Ok(())
@@ -89,8 +92,25 @@ pub(crate) fn tombstone(
         headers.push((H_WINDOW_START.to_string(), start.to_string().into_bytes()));
         headers.push((H_WINDOW_END.to_string(), end.to_string().into_bytes()));
     }
-    let (key, route) = sink_key(key, &sink.key_ty, tenant, window.filter(|_| sink.windowed));
+    // (A key the registry could not be asked for is recorded as a registry failure, which stops
+    // the run before this is committed: the text key is never written.)
+    let (key, route) = match &sink.key_schema {
+        Some(_) => registered_key(sink, key).unwrap_or_else(|_| sink_key(key, &sink.key_ty, tenant, None)),
+        None => sink_key(key, &sink.key_ty, tenant, window.filter(|_| sink.windowed)),
+    };
     Output { topic: sink.topic.clone(), route, record: Record { key, value: None, timestamp: ts, headers } }
+}
+
+/// A key of a sink whose keys are avro or protobuf (`to … key avro|protobuf`), framed with the
+/// schema registered under `<topic>-key` when the program started (a null key: no key). Routed
+/// by those bytes, as a Kafka producer with that key serializer partitions.
+fn registered_key(sink: &SinkSpec, key: &Value) -> Result<(Option<Vec<u8>>, Route), String> {
+    let Some((format, text)) = &sink.key_schema else { return Err("a sink without a key format".into()) };
+    if key.is_null() {
+        return Ok((None, Route::Key));
+    }
+    let bytes = crate::codec::encode_registered_key(*format, &sink.topic, text, key, sink.key_ty.base(), "key")?;
+    Ok((Some(bytes), Route::Key))
 }
 
 /// The headers of a record a task writes: the version of the query that wrote it, and the
