@@ -24,7 +24,6 @@ use std::sync::Arc;
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::schema::{Name, Schema};
 use apache_avro::types::Value as Avro;
-use apache_avro::writer::datum::GenericDatumWriter;
 
 use crate::types::{RecordType, Type};
 use crate::value::Value;
@@ -103,17 +102,13 @@ pub fn key_schema_json(ty: &Type) -> String {
 /// A key written under `<topic>-key` with the schema `text` ([`key_schema_json`]) registered
 /// for it: by the runtime ahead, or now.
 pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec<u8>, String> {
-    let (id, schema) = SINKS.of(&crate::schema_tables::key_subject(topic), text, crate::ast::Format::Avro, |t| {
+    let (id, _) = SINKS.of(&crate::schema_tables::key_subject(topic), text, crate::ast::Format::Avro, |t| {
         Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
     })?;
-    let body = GenericDatumWriter::builder(&schema)
-        .build()
-        .and_then(|w| w.write_value_to_vec(to_avro(key, ty)))
-        .map_err(|e| format!("cannot write an Avro key for `{topic}`: {e}"))?;
-    let mut out = Vec::with_capacity(5 + body.len());
+    let mut out = Vec::with_capacity(16);
     out.push(MAGIC);
     out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&body);
+    write_avro(&mut out, key, ty).map_err(|e| format!("cannot write an Avro key for `{topic}`: {e}"))?;
     Ok(out)
 }
 
@@ -537,67 +532,96 @@ fn type_json(t: &Type, name: &str) -> serde_json::Value {
 /// A row of `rt` framed for `topic`, with the schema `text` (derived from `rt` by
 /// [`schema_json`]) registered for it: by the runtime ahead, or now.
 pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    let (id, schema) = SINKS.of(&crate::schema_tables::value_subject(topic), text, crate::ast::Format::Avro, |t| {
+    let (id, _) = SINKS.of(&crate::schema_tables::value_subject(topic), text, crate::ast::Format::Avro, |t| {
         Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
     })?;
-    let datum = to_avro_record(values, rt);
-    let body = GenericDatumWriter::builder(&schema)
-        .build()
-        .and_then(|w| w.write_value_to_vec(datum))
-        .map_err(|e| format!("cannot write Avro for `{topic}`: {e}"))?;
-    let mut out = Vec::with_capacity(5 + body.len());
+    // (Written here by the derived schema's rules; the schema was compiled when registered.)
+    let mut out = Vec::with_capacity(64);
     out.push(MAGIC);
     out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(&body);
+    write_record(&mut out, values, rt).map_err(|e| format!("cannot write Avro for `{topic}`: {e}"))?;
     Ok(out)
 }
 
-fn to_avro_record(values: &[Value], rt: &RecordType) -> Avro {
-    Avro::Record(rt.fields.iter().zip(values).map(|((n, t), v)| (n.clone(), to_avro(v, t))).collect())
+/// A row of `rt` in Avro's binary encoding, as the derived schema ([`schema_json`]) reads it.
+fn write_record(out: &mut Vec<u8>, values: &[Value], rt: &RecordType) -> Result<(), String> {
+    for ((name, t), v) in rt.fields.iter().zip(values) {
+        write_avro(out, v, t).map_err(|e| format!("`{name}`: {e}"))?;
+    }
+    Ok(())
 }
 
-fn to_avro(v: &Value, t: &Type) -> Avro {
-    let plain = match (v, t.base()) {
-        // (`Type::Null` is the schema "null" itself, not a union: see `type_json`.)
-        (Value::Null, _) => {
-            return if t.is_nullable() && *t != Type::Null { Avro::Union(0, Box::new(Avro::Null)) } else { Avro::Null }
-        }
-        (Value::Str(s), _) => Avro::String(s.to_string()),
-        (Value::Int(i), Type::Float) => Avro::Double(*i as f64),
-        (Value::Int(i), _) => Avro::Long(*i),
-        (Value::Float(f), _) => Avro::Double(*f),
-        (Value::Bool(b), _) => Avro::Boolean(*b),
-        (Value::Ts(t), _) => Avro::TimestampMillis(*t),
-        (Value::Dur(d), _) => Avro::Long(*d),
-        (Value::List(xs), Type::List(it)) => Avro::Array(xs.iter().map(|x| to_avro(x, it)).collect()),
-        (Value::List(xs), _) => Avro::Array(xs.iter().map(|x| to_avro(x, &Type::Error)).collect()),
-        (Value::Map(m), Type::Map(_, vt)) => Avro::Map(
-            m.iter()
-                .map(|(k, x)| {
-                    (
-                        match k {
-                            Value::Str(s) => s.to_string(),
-                            k => k.to_string(),
-                        },
-                        to_avro(x, vt),
-                    )
-                })
-                .collect(),
-        ),
-        (Value::Map(_), _) => Avro::Null,
-        (Value::Record(fs), Type::Record(rt)) => to_avro_record(fs, rt),
-        (Value::Record(_), _) => Avro::Null,
-    };
-    if t.is_nullable() && *t != Type::Null {
-        Avro::Union(1, Box::new(plain))
-    } else {
-        plain
+/// A long (and a length): a zig-zag varint.
+fn long(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
     }
+    out.push(z as u8);
+}
+
+fn bytes(out: &mut Vec<u8>, b: &[u8]) {
+    long(out, b.len() as i64);
+    out.extend_from_slice(b);
+}
+
+/// `v` in Avro's binary encoding, as the schema derived from `t` ([`type_json`]) reads it: a
+/// nullable type is the union `["null", T]` (branch 0 null, branch 1 the value); an array or a
+/// map is one block and the end block; a map's entries in the map's (sorted) order, so that a
+/// row is always the same bytes.
+fn write_avro(out: &mut Vec<u8>, v: &Value, t: &Type) -> Result<(), String> {
+    // (`Type::Null` is the schema "null" itself, not a union: see `type_json`.)
+    if t.is_nullable() && *t != Type::Null {
+        if v.is_null() {
+            long(out, 0);
+            return Ok(());
+        }
+        long(out, 1);
+    }
+    match (v, t.base()) {
+        (Value::Null, Type::Null | Type::Error) => {}
+        (Value::Str(s), _) => bytes(out, s.as_bytes()),
+        (Value::Int(i), Type::Float) => out.extend_from_slice(&(*i as f64).to_le_bytes()),
+        (Value::Int(i) | Value::Ts(i) | Value::Dur(i), _) => long(out, *i),
+        (Value::Float(f), _) => out.extend_from_slice(&f.to_le_bytes()),
+        (Value::Bool(b), _) => out.push(u8::from(*b)),
+        (Value::List(xs), base) => {
+            let item = match base {
+                Type::List(it) => it.as_ref(),
+                _ => &Type::Error,
+            };
+            if !xs.is_empty() {
+                long(out, xs.len() as i64);
+                for x in xs.iter() {
+                    write_avro(out, x, item)?;
+                }
+            }
+            long(out, 0);
+        }
+        (Value::Map(m), Type::Map(_, vt)) => {
+            if !m.is_empty() {
+                long(out, m.len() as i64);
+                for (k, x) in m.iter() {
+                    match k {
+                        Value::Str(s) => bytes(out, s.as_bytes()),
+                        k => bytes(out, k.to_string().as_bytes()),
+                    }
+                    write_avro(out, x, vt)?;
+                }
+            }
+            long(out, 0);
+        }
+        (Value::Record(fs), Type::Record(rt)) => write_record(out, fs, rt)?,
+        (v, _) => return Err(format!("{v} has no Avro form as a {t}")),
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use apache_avro::writer::datum::GenericDatumWriter;
 
     fn rt() -> RecordType {
         let inner = RecordType { fields: vec![("day".into(), Type::Int), ("note".into(), Type::String.nullable())] };
@@ -715,6 +739,46 @@ mod tests {
         assert_eq!(
             decode(&bytes, &wrong).unwrap_err(),
             "field `x`: the writer wrote an integer, which does not read as a bool"
+        );
+    }
+
+    /// A row's bytes are Avro's binary encoding (written here by hand): a union's branch, a
+    /// map as one block of its entries in key order, whatever order they came in, then the end
+    /// block; so a row is always the same bytes.
+    #[test]
+    fn a_row_is_avro_binary_with_map_entries_in_key_order() {
+        let t = RecordType {
+            fields: vec![
+                ("m".into(), Type::Map(Box::new(Type::String), Box::new(Type::Int))),
+                ("o".into(), Type::Int.nullable()),
+                ("xs".into(), Type::List(Box::new(Type::Float))),
+            ],
+        };
+        let text = registered("bytes", 9020, &t);
+        let row = |entries: Vec<(&str, i64)>| {
+            vec![
+                Value::map(entries.into_iter().map(|(k, v)| (Value::str(k), Value::Int(v))).collect()),
+                Value::Int(-1),
+                Value::List(Arc::new(vec![Value::Int(2)])),
+            ]
+        };
+        let a = encode("bytes", &text, &row(vec![("z", 1), ("a", 2)]), &t).unwrap();
+        let b = encode("bytes", &text, &row(vec![("a", 2), ("z", 1)]), &t).unwrap();
+        let mut want = vec![0, 0, 0, 0x23, 0x3c];
+        // Map: 2 entries (zig-zag 4), "a" → 2 (4), "z" → 1 (2), end.
+        want.extend_from_slice(&[4, 2, b'a', 4, 2, b'z', 2, 0]);
+        // Union branch 1, long -1 (1); array of 1 double 2.0, end.
+        want.extend_from_slice(&[2, 1, 2]);
+        want.extend_from_slice(&2.0f64.to_le_bytes());
+        want.push(0);
+        assert_eq!((a.clone(), b), (want.clone(), want));
+        assert_eq!(
+            decode(&a, &t).unwrap(),
+            row(vec![("a", 2), ("z", 1)])
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| if i == 2 { Value::List(Arc::new(vec![Value::Float(2.0)])) } else { v })
+                .collect::<Vec<_>>()
         );
     }
 

@@ -1068,7 +1068,7 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
-            if other.key != main.key || other.key_type() != main.key_type() {
+            if other.key != main.key || other.key_type() != main.key_type() || other.key_format != main.key_format {
                 problem(
                     self,
                     Code::TypeMismatch,
@@ -1156,7 +1156,9 @@ impl<'a> Checker<'a> {
                 KeySpec::Field(i) => Some(*i),
                 _ => None,
             },
-            partitioned: true,
+            // Keys in the wire format are partitioned by their encoded bytes (schema id included),
+            // not by the key: a `group by` or a join repartitions by the key's text first.
+            partitioned: src.key_format.is_none(),
             joined: Vec::new(),
             table: src.kind == SourceKind::Table,
             windowed: false,
@@ -1675,6 +1677,34 @@ impl<'a> Checker<'a> {
                             .help("use `left join` to keep every record of the stream"),
                         ),
                         _ => {}
+                    }
+                    // A side whose records are partitioned by keys in the wire format cannot be
+                    // lined up with the other side's partitions (its own, or a repartition's by
+                    // the key's text): refused, with the way round.
+                    let wire_keyed = if o.key_format.is_some() {
+                        Some(&o)
+                    } else if mutual && src.key_format.is_some() {
+                        Some(&src)
+                    } else {
+                        None
+                    };
+                    if let Some(w) = wire_keyed {
+                        let f = w.key_format.unwrap_or(Format::Avro);
+                        self.err(
+                            Diagnostic::new(
+                                Code::JoinKind,
+                                other.span,
+                                format!("`{}`'s keys are {f}: a join cannot line up its partitions", w.name),
+                            )
+                            .label(format!("keyed by {f} bytes"))
+                            .help(format!(
+                                "its records are partitioned by their encoded keys (schema id included), not by the key: copy it to a topic keyed by text (a query `from {} … to \"{}-by-key\"`) and join that",
+                                w.name,
+                                w.topic.as_deref().unwrap_or(&w.name)
+                            )),
+                        );
+                        ok = false;
+                        continue;
                     }
                     let okey = o.key_type();
                     if !he.ty.is_error() && (he.ty.base() != okey.base() || !he.ty.base().is_scalar()) {
@@ -3243,10 +3273,14 @@ fn exploded(e: &Node<ast::Expr>) -> Option<&Node<ast::Expr>> {
 
 /// How a source's key is declared, for a diagnostic.
 fn key_desc(s: &hir::Source) -> String {
-    match &s.key {
+    let desc = match &s.key {
         KeySpec::Field(i) => format!("its field `{}` ({})", s.value.fields[*i].0, s.value.fields[*i].1),
         KeySpec::Named(n, t) => format!("`{n}: {t}`"),
         KeySpec::Raw => "the record key as it is".into(),
+    };
+    match s.key_format {
+        Some(f) => format!("{desc} in {f}"),
+        None => desc,
     }
 }
 

@@ -334,7 +334,7 @@ fn expand_program(path: &Path, text: String, cfg: &config::Config) -> Result<Opt
     let mut lookup = |topic: &str, format: streamc::ast::Format| -> Result<String, String> {
         let Some(r) = &registry else { return Err("no registry is configured (`schema.registry.url`)".into()) };
         let subject = format!("{topic}-value");
-        match r.latest(&subject).map_err(|e| e.to_string())? {
+        match streamc::runtime::schemas::retry(|| r.latest(&subject)).map_err(|e| e.to_string())? {
             Some((version, schema, kind)) => {
                 let at = format!("subject `{subject}` version {version}");
                 if !streamc::runtime::schemas::reads_as(format, &schema, kind) {
@@ -963,8 +963,9 @@ fn consume(
 }
 
 /// With a schema registry configured: whether each avro or protobuf sink's schema (derived from
-/// its output type) is compatible with its subject's latest version, by the subject's rules
-/// (printed; an incompatible one as an error). True without a registry or such sinks.
+/// its output type), and the schema of its keys in the wire format (`to … key avro`), is
+/// compatible with its subject's latest version, by the subject's rules (printed; an
+/// incompatible one as an error). True without a registry or such sinks.
 pub(crate) fn registry_sinks_compatible(cfg: &config::Config, p: &hir::Program, app: &str) -> Result<bool, String> {
     use streamc::registry::Compat;
     let Some(registry) = streamc::registry::Registry::of(cfg) else { return Ok(true) };
@@ -973,30 +974,36 @@ pub(crate) fn registry_sinks_compatible(cfg: &config::Config, p: &hir::Program, 
     let mut seen = std::collections::BTreeSet::new();
     let mut ok = true;
     for sink in specs.iter().flat_map(|s| s.sinks()) {
-        let Some(schema) = sink.registry_schema.as_deref() else { continue };
-        if !seen.insert(sink.topic.clone()) {
-            continue;
-        }
-        let (subject, fmt) = (streamc::runtime::schemas::subject(&sink.topic), sink.format);
-        let kind = streamc::runtime::schemas::schema_type(fmt);
-        match registry.compatibility(&subject, schema, kind).map_err(|e| e.to_string())? {
-            Compat::NoSubject => {
-                println!(
-                    "{fmt} sink `{}`: subject `{subject}` has no version yet (registered when the program runs)",
-                    sink.topic
-                )
+        // The value's schema, and the keys' (`to … key avro|protobuf`), each against its subject.
+        let value = sink
+            .registry_schema
+            .as_deref()
+            .map(|s| (sink.format, s, streamc::runtime::schemas::subject(&sink.topic), ""));
+        let key = sink.key_schema.as_ref().map(|(f, s)| (*f, s.as_str(), format!("{}-key", sink.topic), " keys"));
+        for (fmt, schema, subject, what) in value.into_iter().chain(key) {
+            if !seen.insert(subject.clone()) {
+                continue;
             }
-            Compat::Compatible { version } => {
-                println!("{fmt} sink `{}`: compatible with `{subject}` version {version}", sink.topic)
-            }
-            Compat::Incompatible { version, messages } => {
-                ok = false;
-                eprintln!(
-                    "error: {fmt} sink `{}`: its schema is not compatible with `{subject}` version {version}{}",
-                    sink.topic,
-                    if messages.is_empty() { String::new() } else { format!(": {}", messages.join("; ")) }
-                );
-                eprintln!("  schema: {schema}");
+            let kind = streamc::runtime::schemas::schema_type(fmt);
+            match registry.compatibility(&subject, schema, kind).map_err(|e| e.to_string())? {
+                Compat::NoSubject => {
+                    println!(
+                        "{fmt} sink `{}`{what}: subject `{subject}` has no version yet (registered when the program runs)",
+                        sink.topic
+                    )
+                }
+                Compat::Compatible { version } => {
+                    println!("{fmt} sink `{}`{what}: compatible with `{subject}` version {version}", sink.topic)
+                }
+                Compat::Incompatible { version, messages } => {
+                    ok = false;
+                    eprintln!(
+                        "error: {fmt} sink `{}`{what}: its schema is not compatible with `{subject}` version {version}{}",
+                        sink.topic,
+                        if messages.is_empty() { String::new() } else { format!(": {}", messages.join("; ")) }
+                    );
+                    eprintln!("  schema: {schema}");
+                }
             }
         }
     }
@@ -1009,7 +1016,11 @@ static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 
 /// Look up the writer schemas of the Avro and Protobuf values and keys among `recs` (with a
 /// registry configured).
-fn prefetch_registered(cfg: &config::Config, topic: &str, recs: &[&streamc::log::Stored]) -> Result<(), String> {
+pub(crate) fn prefetch_registered(
+    cfg: &config::Config,
+    topic: &str,
+    recs: &[&streamc::log::Stored],
+) -> Result<(), String> {
     if streamc::registry::Registry::of(cfg).is_none() {
         return Ok(());
     }

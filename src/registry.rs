@@ -4,9 +4,26 @@
 //! where the runtime may wait (start-up, a program change, a record of a writer schema not seen
 //! before), never per record.
 
+use std::collections::BTreeMap;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+/// `mock://SCOPE`: an in-process registry, one per scope, as Confluent's serdes offer for tests
+/// (what `streamc test` runs against when no registry is configured). Ids count from 1 across
+/// its subjects; the same schema under a subject keeps its id; every schema is compatible. Its
+/// schemas live as long as the process.
+#[derive(Default)]
+struct Mock {
+    schemas: Vec<(String, SchemaType)>,
+    subjects: BTreeMap<String, Vec<u32>>,
+}
+
+static MOCKS: LazyLock<Mutex<BTreeMap<String, Mock>>> = LazyLock::new(Default::default);
+
+/// The URL scheme of an in-process registry.
+pub const MOCK: &str = "mock://";
 
 /// Why a call failed: the registry could not be asked (down, unreachable, a server error: try
 /// again later), or it answered no.
@@ -124,6 +141,13 @@ impl Registry {
         &self.url
     }
 
+    /// The in-process registry this is (`mock://SCOPE`), if it is one: `f` of its state.
+    fn mock<T>(&self, f: impl FnOnce(&mut Mock) -> T) -> Option<T> {
+        let scope = self.url.strip_prefix(MOCK)?;
+        let mut mocks = MOCKS.lock().unwrap_or_else(|p| p.into_inner());
+        Some(f(mocks.entry(scope.to_string()).or_default()))
+    }
+
     fn unavailable(&self, reason: impl std::fmt::Display) -> RegistryError {
         RegistryError::Unavailable { url: self.url.clone(), reason: reason.to_string() }
     }
@@ -174,6 +198,9 @@ impl Registry {
     /// The schema (its text: an Avro schema's JSON, a `.proto` file) registered under `id`, and
     /// its type; None if the registry has no such id.
     pub fn schema(&self, id: u32) -> Result<Option<(String, SchemaType)>, RegistryError> {
+        if let Some(found) = self.mock(|m| m.schemas.get((id as usize).wrapping_sub(1)).cloned()) {
+            return Ok(found);
+        }
         let (status, text) = self.call("GET", &format!("/schemas/ids/{id}"), None)?;
         match status {
             200 => serde_json::from_str::<SchemaText>(&text)
@@ -189,6 +216,13 @@ impl Registry {
     /// The latest version of `subject`: its number, its schema's text and type; None if the
     /// registry has no such subject.
     pub fn latest(&self, subject: &str) -> Result<Option<(u64, String, SchemaType)>, RegistryError> {
+        if let Some(found) = self.mock(|m| {
+            let versions = m.subjects.get(subject)?;
+            let (text, kind) = m.schemas[*versions.last()? as usize - 1].clone();
+            Some((versions.len() as u64, text, kind))
+        }) {
+            return Ok(found);
+        }
         let (status, text) = self.call("GET", &format!("/subjects/{}/versions/latest", path_segment(subject)), None)?;
         match status {
             200 => serde_json::from_str::<LatestSchema>(&text)
@@ -204,6 +238,22 @@ impl Registry {
     /// Register `schema` (the text of a schema of type `kind`) under `subject`: its id (the same id when the
     /// subject already has this schema). Refused when the subject's compatibility rules forbid it.
     pub fn register(&self, subject: &str, schema: &str, kind: SchemaType) -> Result<u32, RegistryError> {
+        if let Some(id) = self.mock(|m| {
+            let id = match m.schemas.iter().position(|(t, k)| t == schema && *k == kind) {
+                Some(i) => i as u32 + 1,
+                None => {
+                    m.schemas.push((schema.to_string(), kind));
+                    m.schemas.len() as u32
+                }
+            };
+            let versions = m.subjects.entry(subject.to_string()).or_default();
+            if !versions.contains(&id) {
+                versions.push(id);
+            }
+            id
+        }) {
+            return Ok(id);
+        }
         let body = kind.body(schema);
         let (status, text) =
             self.call("POST", &format!("/subjects/{}/versions", path_segment(subject)), Some(&body))?;
@@ -217,6 +267,13 @@ impl Registry {
 
     /// Whether `schema` is compatible with `subject`'s latest version, by the subject's rules.
     pub fn compatibility(&self, subject: &str, schema: &str, kind: SchemaType) -> Result<Compat, RegistryError> {
+        if let Some(c) = self.mock(|m| match m.subjects.get(subject) {
+            Some(v) => Compat::Compatible { version: v.len() as u64 },
+            None => Compat::NoSubject,
+        }) {
+            let _ = (schema, kind);
+            return Ok(c);
+        }
         let seg = path_segment(subject);
         let (status, text) = self.call("GET", &format!("/subjects/{seg}/versions/latest"), None)?;
         let latest = match status {
@@ -264,6 +321,24 @@ mod tests {
         assert_eq!(r.authorization().as_deref(), Some("Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="));
         assert_eq!(Registry::new("http://x", Some("ab")).authorization().as_deref(), Some("Basic YWI="));
         assert_eq!(Registry::new("http://x/", None).url(), "http://x");
+    }
+
+    #[test]
+    fn an_in_process_registry_keeps_ids_and_versions_per_scope() {
+        let r = Registry::new("mock://unit", None);
+        assert_eq!(r.latest("t-value").unwrap(), None);
+        assert_eq!(r.compatibility("t-value", "\"long\"", SchemaType::Avro).unwrap(), Compat::NoSubject);
+        let a = r.register("t-value", "\"long\"", SchemaType::Avro).unwrap();
+        assert_eq!(r.register("t-value", "\"long\"", SchemaType::Avro).unwrap(), a);
+        let b = r.register("t-value", "\"string\"", SchemaType::Avro).unwrap();
+        assert_eq!(b, a + 1);
+        // The same schema under another subject: the same id, a version there.
+        assert_eq!(r.register("u-key", "\"long\"", SchemaType::Avro).unwrap(), a);
+        assert_eq!(r.latest("t-value").unwrap(), Some((2, "\"string\"".to_string(), SchemaType::Avro)));
+        assert_eq!(r.schema(a).unwrap(), Some(("\"long\"".to_string(), SchemaType::Avro)));
+        assert_eq!(r.schema(0).unwrap(), None);
+        assert_eq!(r.schema(99).unwrap(), None);
+        assert_eq!(Registry::new("mock://other", None).schema(a).unwrap(), None, "scopes are apart");
     }
 
     #[test]

@@ -4,6 +4,10 @@
 //! the same path as `produce` and `run --drain`, and its outputs are compared with the expected
 //! ones: every record in order (`expect`), or the final value per key and window
 //! (`expect_final`). A mismatch prints what differs and makes the exit code 1.
+//!
+//! A program with avro or protobuf topics runs against an in-process schema registry
+//! (`mock://…`, one per fixture) unless `schema.registry.url` is set: inputs are written in the
+//! wire format from the fixture's JSON, outputs read back as JSON, as `produce` and `consume` do.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,14 +66,16 @@ struct Expected {
 }
 
 pub(crate) fn test(g: &crate::Global, program: &Path, fixtures: &[PathBuf]) -> Result<ExitCode, String> {
-    let text = crate::read(program)?;
+    // (Fields from the registry are looked up in the registry configured, if any.)
+    let cfg = crate::load_config(g)?;
+    let Some(text) = crate::read_program(program, &cfg)? else { return Ok(ExitCode::from(1)) };
     let Some(p) = crate::compile_file(program, &text) else { return Ok(ExitCode::from(1)) };
     let mut failed = 0;
     for (i, f) in fixtures.iter().enumerate() {
         let fixture: Fixture = serde_yaml::from_str(&crate::read(f)?).map_err(|e| format!("{}: {e}", f.display()))?;
         let dir = std::env::temp_dir().join(format!("streamc-test-{}-{i}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let result = run_fixture(g, program, &p, &fixture, &dir);
+        let result = run_fixture(g, program, &p, &fixture, &dir, i);
         let _ = std::fs::remove_dir_all(&dir);
         let about = fixture.about.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
         match result.map_err(|e| format!("{}: {e}", f.display()))? {
@@ -91,8 +97,16 @@ fn run_fixture(
     p: &streamc::hir::Program,
     fixture: &Fixture,
     dir: &Path,
+    index: usize,
 ) -> Result<Option<String>, String> {
     let mut sets = g.sets.clone();
+    // Avro or protobuf topics and no registry configured: an in-process one of its own.
+    let registry_formats = p.sources.iter().any(|s| s.format.uses_registry() || s.key_format.is_some())
+        || p.queries.iter().flat_map(|q| &q.sinks).any(|s| s.format.uses_registry() || s.key_format.is_some());
+    if registry_formats && crate::load_config(g)?.schema.registry.url.is_none() {
+        let scope = format!("streamc-test-{}-{index}", std::process::id());
+        sets.push(format!("schema.registry.url={}{scope}", streamc::registry::MOCK));
+    }
     for (k, v) in &fixture.set {
         let v = match v {
             serde_yaml::Value::String(s) => s.clone(),
@@ -116,8 +130,21 @@ fn run_fixture(
         let meta = log.ensure_topic(topic, cfg.embedded.partitions).map_err(String::from)?;
         let mut parts: Vec<Vec<streamc::log::Record>> = vec![Vec::new(); meta.partitions as usize];
         let mut rr = 0u32;
+        // An avro or protobuf source (value or key): its schemas registered, as `produce` does.
+        let placer = streamc::runtime::LinePlacer::new(source);
+        if let Some(src) = source {
+            let registry = streamc::registry::Registry::of(&cfg);
+            if let (Some(r), true) = (&registry, src.format.uses_registry()) {
+                streamc::runtime::schemas::register(r, topic, &src.wire, src.format).map_err(|e| e.to_string())?;
+            }
+            if let (Some(r), Some(f)) = (&registry, src.key_format) {
+                let field = src.key_name().unwrap_or("key");
+                streamc::runtime::schemas::register_key(r, topic, &src.key_type(), field, f)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
         for (n, r) in records.iter().enumerate() {
-            let rec = input_record(r, source).map_err(|e| format!("inputs of `{topic}`, record {}: {e}", n + 1))?;
+            let rec = input_record(r, &placer).map_err(|e| format!("inputs of `{topic}`, record {}: {e}", n + 1))?;
             let part = match &rec.key {
                 Some(k) => streamc::log::partition_for(k, meta.partitions),
                 None => {
@@ -152,7 +179,7 @@ fn run_fixture(
     for (topic, final_) in
         fixture.expect.keys().map(|t| (t, false)).chain(fixture.expect_final.keys().map(|t| (t, true)))
     {
-        let got = read_topic(&log, topic)?;
+        let got = read_topic(&log, topic, &cfg)?;
         let d = if final_ {
             compare_final(topic, &got, &fixture.expect_final[topic])
         } else {
@@ -165,16 +192,18 @@ fn run_fixture(
 
 /// The log record of an input: as `produce --envelope` writes it, with the key (if absent) and
 /// the timestamp (if absent) from the program's declaration, as plain `produce` takes them.
-fn input_record(r: &Input, source: Option<&streamc::hir::Source>) -> Result<streamc::log::Record, String> {
+fn input_record(r: &Input, placer: &streamc::runtime::LinePlacer) -> Result<streamc::log::Record, String> {
     let bytes = |x: &J| match x {
         J::Null => None,
         J::String(s) => Some(s.as_bytes().to_vec()),
         other => Some(other.to_string().into_bytes()),
     };
-    let value = bytes(&r.value);
-    let declared = value.as_ref().map(|v| streamc::runtime::value_record(source, v, 0));
+    // (An object value of an avro or protobuf source is written in its format, and so is its
+    // key when the source's keys are: `placer`, as `produce` writes them.)
+    let declared = bytes(&r.value).map(|v| placer.record(&v, 0));
+    let value = declared.as_ref().and_then(|d| d.value.clone());
     let key = match &r.key {
-        Some(k) => bytes(k),
+        Some(k) => bytes(k).map(|k| placer.registered_key(&k).unwrap_or(k)),
         None => declared.as_ref().and_then(|d| d.key.clone()),
     };
     let timestamp = match &r.timestamp {
@@ -189,7 +218,7 @@ fn input_record(r: &Input, source: Option<&streamc::hir::Source>) -> Result<stre
 
 /// Every committed record of an embedded topic (partition by partition), as `consume
 /// --headers` prints them; a topic that was never written is empty.
-fn read_topic(log: &streamc::log::EmbeddedLog, topic: &str) -> Result<Vec<J>, String> {
+fn read_topic(log: &streamc::log::EmbeddedLog, topic: &str, cfg: &streamc::config::Config) -> Result<Vec<J>, String> {
     let Some(meta) = log.topic(topic).map_err(String::from)? else { return Ok(Vec::new()) };
     let committed = log.committed().map_err(String::from)?;
     let mut out = Vec::new();
@@ -200,6 +229,7 @@ fn read_topic(log: &streamc::log::EmbeddedLog, topic: &str) -> Result<Vec<J>, St
             if recs.is_empty() {
                 break;
             }
+            crate::prefetch_registered(cfg, topic, &recs.iter().collect::<Vec<_>>())?;
             out.extend(recs.iter().map(|s| crate::consumed_json(topic, p, s, true)));
         }
     }

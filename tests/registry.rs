@@ -597,9 +597,11 @@ fn avro_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Keys in the Confluent wire format (`key … avro`, `key … protobuf`), as producers write them
-/// (encoded here by hand): Avro string keys of a stream joined by key to a table whose Avro keys
-/// are records of one field, Protobuf key messages of a stream aggregated by its key. A text key
-/// on an Avro-keyed source and a key that differs from its field are dead letters. `produce
+/// (encoded here by hand): Avro string keys of a stream joined by key to a text-keyed table
+/// (repartitioned by the key's text first), a table whose Avro keys are records of one field,
+/// Protobuf key messages of a stream aggregated by its key. A text key on an Avro-keyed source
+/// and a key that differs from its field are dead letters; a join with a wire-keyed table is
+/// refused. `produce
 /// --program` writes a source's keys in its format, with the schema registered under
 /// `<topic>-key`, and a run reads them back.
 #[test]
@@ -610,15 +612,16 @@ fn keys_in_the_wire_format_are_read_as_the_declared_keys() {
     let dir = temp_dir("registry-keys");
     let state = dir.join("state");
     let (orders, customers, clicks) = (unique("korders"), unique("kcustomers"), unique("kclicks"));
+    let accounts = unique("kaccounts");
     let string_key = register_avro(&url, &format!("{orders}-key"), r#""string""#);
     let order_value = register_avro(
         &url,
         &format!("{orders}-value"),
         r#"{"type": "record", "name": "Order", "fields": [{"name": "customer", "type": "string"}, {"name": "amount", "type": "double"}]}"#,
     );
-    let customer_key = register_avro(
+    let account_key = register_avro(
         &url,
-        &format!("{customers}-key"),
+        &format!("{accounts}-key"),
         r#"{"type": "record", "name": "CustomerKey", "fields": [{"name": "id", "type": "string"}]}"#,
     );
     let click_key =
@@ -643,9 +646,15 @@ fn keys_in_the_wire_format_are_read_as_the_declared_keys() {
         &state,
         &customers,
         1,
+        vec![(b"ann".to_vec(), br#"{"tier": "gold"}"#.to_vec()), (b"bob".to_vec(), br#"{"tier": "silver"}"#.to_vec())],
+    );
+    append_keyed(
+        &state,
+        &accounts,
+        1,
         vec![
-            (avro_key(customer_key, "ann"), br#"{"tier": "gold"}"#.to_vec()),
-            (avro_key(customer_key, "bob"), br#"{"tier": "silver"}"#.to_vec()),
+            (avro_key(account_key, "ann"), br#"{"region": "eu"}"#.to_vec()),
+            (avro_key(account_key, "bob"), br#"{"region": "us"}"#.to_vec()),
         ],
     );
     append_keyed(
@@ -675,7 +684,9 @@ fn keys_in_the_wire_format_are_read_as_the_declared_keys() {
         "app.stream",
         &format!(
             "stream orders from \"{orders}\" {{\n  key customer avro\n  value avro {{ customer: string, amount: float }}\n}}\n\
-             table customers from \"{customers}\" {{\n  key id: string avro\n  value json {{ tier: string }}\n}}\n\
+             table customers from \"{customers}\" {{\n  key id: string\n  value json {{ tier: string }}\n}}\n\
+             table accounts from \"{accounts}\" {{\n  key id: string avro\n  value json {{ region: string }}\n}}\n\
+             query regions {{\n  from accounts\n  select {{ id, region }}\n  to \"{accounts}-regions\"\n}}\n\
              stream clicks from \"{clicks}\" {{\n  key user protobuf\n  value json {{ user: string, n: int }}\n}}\n\
              query enriched {{\n  from orders\n  join customers on customer\n  select {{ customer, amount, tier = customers.tier }}\n  to \"{orders}-enriched\"\n}}\n\
              query per_user {{\n  from clicks\n  group by user\n  aggregate {{ clicks = sum(n) }}\n  to \"{clicks}-per-user\"\n}}\n\
@@ -690,6 +701,13 @@ fn keys_in_the_wire_format_are_read_as_the_declared_keys() {
         consume(&state, topic, &["--set", &reg]).into_iter().map(|r| (r.key.to_string(), r.value)).collect()
     };
     use serde_json::json;
+    assert_eq!(
+        got(&format!("{accounts}-regions")),
+        vec![
+            ("\"ann\"".into(), json!({"id": "ann", "region": "eu"})),
+            ("\"bob\"".into(), json!({"id": "bob", "region": "us"})),
+        ]
+    );
     assert_eq!(
         got(&format!("{orders}-enriched")),
         vec![

@@ -37,7 +37,8 @@ pub fn schema_type(format: Format) -> SchemaType {
 const ATTEMPTS: u32 = 5;
 const BACKOFF: Duration = Duration::from_millis(500);
 
-fn retry<T>(mut f: impl FnMut() -> Result<T, RegistryError>) -> Result<T, RegistryError> {
+/// `f`, asked again while the registry is unavailable (no answer, HTTP 5xx), with backoff.
+pub fn retry<T>(mut f: impl FnMut() -> Result<T, RegistryError>) -> Result<T, RegistryError> {
     let mut wait = BACKOFF;
     for _ in 1..ATTEMPTS {
         match f() {
