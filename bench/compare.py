@@ -13,6 +13,12 @@ CPU-second, peak RSS, output and changelog records, and the ratios; then compare
 (ticker, window) of the two outputs (integers exactly, floats within 1e-9 relative). The same
 trades also run on streamc's embedded default (no broker), in a column of their own.
 
+Avro (--avro, the default; --no-avro skips it): the same trades as Avro values in the Confluent
+wire format through a schema registry this script starts (dev/registry/registry, Apicurio
+Registry), at_least_once: streamc with `value avro` and `to … avro`, against Kafka Streams with
+Apicurio's Avro serde (generic records, the same wire format and schema ids); a row of its own,
+its final windows compared like the JSON ones.
+
 Restore (--restore-keys K, 0 skips it): bench/keys.stream (per ticker: count and summed size,
 a key-value store) over K records with K distinct tickers, in both, then each restarted with
 its local state directory deleted, so that it restores the K-key changelog before it can go
@@ -23,7 +29,7 @@ own log's changelog the same way.
 --xmx-search 128m,192m,... first runs Kafka Streams alone (at_least_once) at each heap size
 and prints its events/s, to find the smallest -Xmx at full speed; then --xmx is used as given.
 
-Usage: bench/compare.py [--trades N] [--tickers K] [--partitions P] [--restore-keys K]
+Usage: bench/compare.py [--trades N] [--tickers K] [--partitions P] [--restore-keys K] [--no-avro]
                         [--guarantee at_least_once|exactly_once|both] [--xmx 192m]
                         [--xmx-search 128m,256m,512m]"""
 import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
@@ -37,6 +43,7 @@ ap.add_argument("--guarantee", default="at_least_once", choices=["at_least_once"
 ap.add_argument("--xmx", default="192m", help="Kafka Streams' JVM heap (-Xmx); 192m: the smallest at full speed here (--xmx-search)")
 ap.add_argument("--xmx-search", default="", help="heap sizes to try first, comma-separated")
 ap.add_argument("--restore-keys", type=int, default=1_000_000)
+ap.add_argument("--avro", action=argparse.BooleanOptionalAction, default=True, help="the Avro row (a schema registry)")
 a = ap.parse_args()
 
 subprocess.run(["cargo", "build", "--release", "-q"], cwd=root, check=True)
@@ -66,8 +73,8 @@ def timed(cmd):
     return wall, float(tm.group(2)) + float(tm.group(3)), int(tm.group(4)) / 1024, r.stdout, r.stderr
 
 
-def consume(topic):
-    r = subprocess.run([exe, "--state-dir", os.path.join(work, "c"), "consume", topic, "--from-beginning", "--bootstrap-servers", bootstrap], capture_output=True, text=True)
+def consume(topic, *extra):
+    r = subprocess.run([exe, "--state-dir", os.path.join(work, "c"), "consume", topic, "--from-beginning", "--bootstrap-servers", bootstrap, *extra], capture_output=True, text=True)
     if r.returncode != 0:
         print(f"cannot read {topic}: {r.stderr.strip()[-300:]}", file=sys.stderr)
         return None
@@ -112,6 +119,7 @@ def restored(stderr):
 
 
 rows, embedded, search, restore = [], None, [], None
+registry_dir = None
 try:
     data = os.path.join(work, "trades.jsonl")
     with open(data, "w") as f:
@@ -165,6 +173,39 @@ try:
         fs, fk = finals(so), finals(ko)
         diffs = [key for key in set(fs) | set(fk) if key not in fs or key not in fk or not all(same(fs[key][f], fk[key][f]) for f in ["trades", "volume", "avg_price", "low", "high", "window_end"])]
         rows.append((g, s, k, len(so), len(ko), sc, kc, len(fs), diffs))
+
+    # Avro values through a schema registry, at_least_once.
+    if a.avro and a.trades:
+        renv = subprocess.run([os.path.join(root, "dev/registry/registry"), "start"], check=True, capture_output=True, text=True).stdout
+        rvars = dict(re.findall(r"export (\w+)=(\S+)", renv))
+        registry_url, registry_dir = rvars["STREAMC_REGISTRY_URL"].strip("'\""), rvars["STREAMC_REGISTRY_DIR"].strip("'\"")
+        # Apicurio's serde speaks the registry's own API; the ids are the Confluent-compatible API's.
+        registry_v2 = registry_url.replace("/apis/ccompat/v7", "/apis/registry/v2")
+        reg = ["--set", f"schema.registry.url={registry_url}"]
+        avro_stats = stats.replace("value  json {", "value  avro {").replace('from "stocks"', 'from "cmp.stocks.avro"')
+        aprog = os.path.join(work, "avro-in.stream")
+        with open(aprog, "w") as f:
+            f.write(avro_stats)
+        subprocess.run([exe, "--state-dir", os.path.join(work, "p"), "produce", "cmp.stocks.avro", data, "--program", aprog, "--partitions", str(a.partitions), "--bootstrap-servers", bootstrap] + reg, check=True, stderr=subprocess.DEVNULL)
+        res = {}
+        for run in ["warmup", "measured"]:
+            app = f"cmp-avro-{run}"
+            out_s, out_k = f"cmp.{app}.streamc", f"cmp.{app}.kstreams"
+            prog = os.path.join(work, f"{app}.stream")
+            with open(prog, "w") as f:
+                f.write(avro_stats.replace('to "stock-stats" json', f'to "{out_s}" avro'))
+            s = timed([exe, "--state-dir", os.path.join(work, app), "run", prog, "--drain", "--bootstrap-servers", bootstrap,
+                       "--set", f"application.id={app}", "--set", "commit.interval_ms=1000"] + reg)
+            topic(out_k)
+            k = ks(a.xmx, f"{app}-ks", "cmp.stocks.avro", out_k, "at_least_once", os.path.join(work, app + "-ks"), "avro", registry_v2)
+            res[run] = (s, k, out_s, out_k, app)
+        (s, k, out_s, out_k, app) = res["measured"]
+        so, ko = consume(out_s, *reg) or [], consume(out_k, *reg) or []
+        sc = count(f"{app}-stock_stats-aggregate-changelog")
+        kc = count(f"{app}-ks-stats-store-changelog")
+        fs, fk = finals(so), finals(ko)
+        diffs = [key for key in set(fs) | set(fk) if key not in fs or key not in fk or not all(same(fs[key][f], fk[key][f]) for f in ["trades", "volume", "avg_price", "low", "high", "window_end"])]
+        rows.append(("at_least_once, Avro values (schema registry)", s, k, len(so), len(ko), sc, kc, len(fs), diffs))
     os.remove(data)
 
     # Restore of K keys after the local state directory is deleted.
@@ -203,6 +244,8 @@ try:
         kdiff = sum(1 for x in set(ps) | set(pk) if ps.get(x) != pk.get(x))
         restore = (K, first_s, first_k, s, k, restored(s[4]), int(km.group(1)) if km else "?", float(km.group(2)) if km else 0, e, restored(e[4]), len(ps), kdiff)
 finally:
+    if registry_dir:
+        subprocess.run([os.path.join(root, "dev/registry/registry"), "stop", registry_dir], check=False)
     subprocess.run([os.path.join(root, "dev/kafka/broker"), "stop", broker_dir], check=False)
     shutil.rmtree(work, ignore_errors=True)
 

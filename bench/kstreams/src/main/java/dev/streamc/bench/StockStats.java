@@ -1,7 +1,6 @@
 package dev.streamc.bench;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
-import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
@@ -35,13 +34,18 @@ import org.apache.kafka.streams.state.KeyValueStore;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.streams.state.WindowStore;
 import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.kstream.KStream;
+import io.apicurio.registry.serde.avro.AvroSerde;
+import org.apache.avro.Schema;
+import org.apache.avro.generic.GenericData;
+import org.apache.avro.generic.GenericRecord;
 
 /**
  * examples/stats.stream in Kafka Streams: per-ticker count, sum, avg, min and max over hopping
  * 5 s windows advancing every 1 s with 1 s grace, updates emitted through the default record
  * cache, one processing thread, commits every second.
  *
- * <p>Usage: StockStats BOOTSTRAP APPLICATION_ID INPUT OUTPUT GUARANTEE STATE_DIR [stats|keys [restore]].
+ * <p>Usage: StockStats BOOTSTRAP APPLICATION_ID INPUT OUTPUT GUARANTEE STATE_DIR [stats|keys [restore]|avro REGISTRY_V2_URL].
  * Runs until the group's committed offsets reach the input's end offsets as of start-up, then
  * closes (a last commit) and prints "ELAPSED seconds" and "RESTORED records seconds" (records
  * restored from changelogs, and the time from start until restoration ended).
@@ -49,6 +53,12 @@ import org.apache.kafka.common.utils.Bytes;
  * <p>{@code keys} is bench/keys.stream instead: per ticker (no window) the count and the summed
  * size, in a key-value store, for the restore benchmark; with {@code restore} the run also waits
  * until every changelog partition has been restored.
+ *
+ * <p>{@code avro} is stats over Avro values in the Confluent wire format (magic byte, 4-byte
+ * schema id, datum), with Apicurio Registry's Avro serde (its registry API at REGISTRY_V2_URL,
+ * ids as the Confluent-compatible API gives them: content ids): trades read as generic records,
+ * results written as generic records of {@link #STATS_AVRO}, registered by the serde under
+ * {@code OUTPUT-value}. The window store keeps its JSON values, as in {@code stats}.
  */
 public final class StockStats {
   static final ObjectMapper JSON = new ObjectMapper();
@@ -108,6 +118,59 @@ public final class StockStats {
     }
   }
 
+  /** The schema of the Avro results (the fields streamc's `to … avro` writes for stats). */
+  static final String STATS_AVRO = "{\"type\":\"record\",\"name\":\"stock_stats\",\"fields\":["
+      + "{\"name\":\"window_start\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"}},"
+      + "{\"name\":\"window_end\",\"type\":{\"type\":\"long\",\"logicalType\":\"timestamp-millis\"}},"
+      + "{\"name\":\"ticker\",\"type\":\"string\"},{\"name\":\"trades\",\"type\":\"long\"},"
+      + "{\"name\":\"volume\",\"type\":\"long\"},{\"name\":\"avg_price\",\"type\":\"double\"},"
+      + "{\"name\":\"low\",\"type\":\"double\"},{\"name\":\"high\",\"type\":\"double\"}]}";
+
+  /** The result of one (ticker, window), its fields in the order streamc writes them. */
+  static Map<String, Object> result(org.apache.kafka.streams.kstream.Windowed<String> w, Stats s) {
+    Map<String, Object> o = new java.util.LinkedHashMap<>();
+    o.put("window_start", w.window().start());
+    o.put("window_end", w.window().end());
+    o.put("ticker", w.key());
+    o.put("trades", s.trades);
+    o.put("volume", s.volume);
+    o.put("avg_price", s.sum / s.trades);
+    o.put("low", s.low);
+    o.put("high", s.high);
+    return o;
+  }
+
+  /** Apicurio's Avro serde of generic records, in the Confluent wire format. */
+  static AvroSerde<GenericRecord> avro(String registry) {
+    Map<String, Object> c = new HashMap<>();
+    c.put("apicurio.registry.url", registry);
+    c.put("apicurio.registry.headers.enabled", "false");
+    c.put("apicurio.registry.as-confluent", "true");
+    c.put("apicurio.registry.use-id", "contentId");
+    c.put("apicurio.registry.auto-register", "true");
+    AvroSerde<GenericRecord> s = new AvroSerde<>();
+    s.configure(c, false);
+    return s;
+  }
+
+  /** A trade of an Avro record (`ts` a timestamp-millis long). */
+  static Trade trade(GenericRecord r) {
+    Trade t = new Trade();
+    t.ticker = r.get("ticker").toString();
+    t.price = ((Number) r.get("price")).doubleValue();
+    t.size = ((Number) r.get("size")).longValue();
+    t.ts = ((Number) r.get("ts")).longValue();
+    return t;
+  }
+
+  /** Event time from an Avro trade's `ts` field. */
+  public static final class AvroTradeTime implements TimestampExtractor {
+    @Override
+    public long extract(ConsumerRecord<Object, Object> record, long partitionTime) {
+      return record.value() instanceof GenericRecord r ? ((Number) r.get("ts")).longValue() : record.timestamp();
+    }
+  }
+
   /** The aggregate of one ticker in bench/keys.stream. */
   public static final class PerKey {
     public long trades;
@@ -157,26 +220,38 @@ public final class StockStats {
       t.toStream()
           .mapValues((k, s) -> "{\"ticker\":" + JSON.valueToTree(k) + ",\"trades\":" + s.trades + ",\"volume\":" + s.volume + "}")
           .to(output, Produced.with(Serdes.String(), Serdes.String()));
-    } else b.stream(input, Consumed.with(Serdes.String(), json(Trade.class)).withTimestampExtractor(new TradeTime()))
-        .filter((k, t) -> t.price > 0)
-        .groupByKey()
-        .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(5), Duration.ofSeconds(1)).advanceBy(Duration.ofSeconds(1)))
-        .aggregate(Stats::new, (k, t, s) -> s.add(t),
-            Materialized.<String, Stats, WindowStore<Bytes, byte[]>>as("stats-store").withKeySerde(Serdes.String()).withValueSerde(json(Stats.class)))
-        .toStream()
-        .map((w, s) -> {
-          ObjectNode o = JSON.createObjectNode();
-          o.put("window_start", w.window().start());
-          o.put("window_end", w.window().end());
-          o.put("ticker", w.key());
-          o.put("trades", s.trades);
-          o.put("volume", s.volume);
-          o.put("avg_price", s.sum / s.trades);
-          o.put("low", s.low);
-          o.put("high", s.high);
-          return KeyValue.pair(w.key(), o.toString());
-        })
-        .to(output, Produced.with(Serdes.String(), Serdes.String()));
+    } else {
+      boolean avro = mode.equals("avro");
+      AvroSerde<GenericRecord> avroSerde = avro ? avro(args[7]) : null;
+      KStream<String, Trade> trades = avro
+          ? b.stream(input, Consumed.with(Serdes.String(), avroSerde).withTimestampExtractor(new AvroTradeTime())).mapValues(StockStats::trade)
+          : b.stream(input, Consumed.with(Serdes.String(), json(Trade.class)).withTimestampExtractor(new TradeTime()));
+      KStream<org.apache.kafka.streams.kstream.Windowed<String>, Stats> stats = trades
+          .filter((k, t) -> t.price > 0)
+          .groupByKey()
+          .windowedBy(TimeWindows.ofSizeAndGrace(Duration.ofSeconds(5), Duration.ofSeconds(1)).advanceBy(Duration.ofSeconds(1)))
+          .aggregate(Stats::new, (k, t, s) -> s.add(t),
+              Materialized.<String, Stats, WindowStore<Bytes, byte[]>>as("stats-store").withKeySerde(Serdes.String()).withValueSerde(json(Stats.class)))
+          .toStream();
+      if (avro) {
+        Schema schema = new Schema.Parser().parse(STATS_AVRO);
+        stats.map((w, s) -> {
+              GenericRecord o = new GenericData.Record(schema);
+              result(w, s).forEach(o::put);
+              return KeyValue.pair(w.key(), o);
+            })
+            .to(output, Produced.with(Serdes.String(), avroSerde));
+      } else {
+        stats.map((w, s) -> {
+              try {
+                return KeyValue.pair(w.key(), JSON.writeValueAsString(result(w, s)));
+              } catch (Exception e) {
+                throw new RuntimeException(e);
+              }
+            })
+            .to(output, Produced.with(Serdes.String(), Serdes.String()));
+      }
+    }
 
     // The input's end offsets as of start-up: done once the group has committed them all.
     Properties ap = new Properties();
