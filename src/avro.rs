@@ -31,11 +31,20 @@ use crate::value::Value;
 /// The magic byte of Confluent's wire format.
 pub const MAGIC: u8 = 0;
 
-/// A writer schema, parsed, with its named types (for references to them).
-#[derive(Debug)]
+/// A writer schema, parsed, with its named types (for references to them) and its datum reader,
+/// built once (building one resolves the schema's names: per record, that was most of reading).
 pub struct Writer {
-    schema: Schema,
+    /// (Leaked: the reader borrows it for as long as the process keeps the writer, which is for
+    /// good — one per schema id the registry gave, see [`remember_writer`].)
+    schema: &'static Schema,
     names: HashMap<Name, Schema>,
+    reader: GenericDatumReader<'static>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").field("schema", self.schema).finish_non_exhaustive()
+    }
 }
 
 impl Writer {
@@ -44,7 +53,9 @@ impl Writer {
         let schema = Schema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?;
         let mut names = HashMap::new();
         collect_names(&schema, &mut names);
-        Ok(Writer { schema, names })
+        let schema: &'static Schema = Box::leak(Box::new(schema));
+        let reader = GenericDatumReader::builder(schema).build().map_err(|e| format!("not an Avro schema: {e}"))?;
+        Ok(Writer { schema, names, reader })
     }
 
     fn resolve<'a>(&'a self, s: &'a Schema) -> &'a Schema {
@@ -116,14 +127,14 @@ pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec
 /// holding one), or a record of one field (ksqlDB's wrapped single key column).
 pub fn decode_key(bytes: &[u8], ty: &Type) -> Result<Value, String> {
     let (id, w, datum) = read_framed(bytes)?;
-    match (&datum, w.resolve(&w.schema)) {
+    match (&datum, w.resolve(w.schema)) {
         (Avro::Record(fields), Schema::Record(r)) if fields.len() == 1 && r.fields.len() == 1 => {
             convert(&fields[0].1, &r.fields[0].schema, ty, &w, "")
         }
         (Avro::Record(fields), _) => {
             Err(format!("the key's schema id {id} is a record of {} fields: a key is one value", fields.len()))
         }
-        _ => convert(&datum, &w.schema, ty, &w, ""),
+        _ => convert(&datum, w.schema, ty, &w, ""),
     }
 }
 
@@ -140,7 +151,7 @@ pub fn schema_id(bytes: &[u8]) -> Result<u32, String> {
 /// A framed value decoded to the declared record type, with the writer schema its id names.
 pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
     let (id, w, datum) = read_framed(bytes)?;
-    match record(&datum, &w.schema, rt, &w, "")? {
+    match record(&datum, w.schema, rt, &w, "")? {
         Value::Record(fields) => Ok(Arc::try_unwrap(fields).unwrap_or_else(|a| (*a).clone())),
         _ => Err(format!("schema id {id} is not a record schema")),
     }
@@ -291,7 +302,7 @@ fn unscaled(bytes: &[u8]) -> Option<f64> {
 /// `{"hex": …}`.
 pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
     let (_, w, datum) = read_framed(bytes)?;
-    Ok(json_of(&datum, &w.schema, &w))
+    Ok(json_of(&datum, w.schema, &w))
 }
 
 /// A framed value's schema id, writer schema and datum; bytes after the datum are an error.
@@ -299,10 +310,7 @@ fn read_framed(bytes: &[u8]) -> Result<(u32, Arc<Writer>, Avro), String> {
     let id = schema_id(bytes)?;
     let w = WRITERS.of(id, Writer::parse, "an Avro schema streamc reads")?;
     let mut payload = &bytes[5..];
-    let datum = GenericDatumReader::builder(&w.schema)
-        .build()
-        .and_then(|r| r.read_value(&mut payload))
-        .map_err(|e| format!("not Avro data of schema id {id}: {e}"))?;
+    let datum = w.reader.read_value(&mut payload).map_err(|e| format!("not Avro data of schema id {id}: {e}"))?;
     if !payload.is_empty() {
         return Err(format!("{} bytes after the Avro datum of schema id {id}", payload.len()));
     }
@@ -381,7 +389,7 @@ fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {
 /// naming the field.
 pub fn declared_fields(text: &str) -> Result<String, String> {
     let w = Writer::parse(text)?;
-    let Schema::Record(r) = w.resolve(&w.schema) else {
+    let Schema::Record(r) = w.resolve(w.schema) else {
         return Err("its latest schema is not a record".into());
     };
     record_text(r, &w, "", 0)
@@ -545,6 +553,9 @@ pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Res
 
 /// A row of `rt` in Avro's binary encoding, as the derived schema ([`schema_json`]) reads it.
 fn write_record(out: &mut Vec<u8>, values: &[Value], rt: &RecordType) -> Result<(), String> {
+    if values.len() != rt.fields.len() {
+        return Err(format!("a row of {} values for a record of {} fields", values.len(), rt.fields.len()));
+    }
     for ((name, t), v) in rt.fields.iter().zip(values) {
         write_avro(out, v, t).map_err(|e| format!("`{name}`: {e}"))?;
     }
@@ -579,18 +590,15 @@ fn write_avro(out: &mut Vec<u8>, v: &Value, t: &Type) -> Result<(), String> {
         }
         long(out, 1);
     }
+    // (Each value against its type: a mismatch is an error, never bytes a reader would misread.)
     match (v, t.base()) {
-        (Value::Null, Type::Null | Type::Error) => {}
-        (Value::Str(s), _) => bytes(out, s.as_bytes()),
+        (Value::Null, Type::Null) => {}
+        (Value::Str(s), Type::String) => bytes(out, s.as_bytes()),
         (Value::Int(i), Type::Float) => out.extend_from_slice(&(*i as f64).to_le_bytes()),
-        (Value::Int(i) | Value::Ts(i) | Value::Dur(i), _) => long(out, *i),
-        (Value::Float(f), _) => out.extend_from_slice(&f.to_le_bytes()),
-        (Value::Bool(b), _) => out.push(u8::from(*b)),
-        (Value::List(xs), base) => {
-            let item = match base {
-                Type::List(it) => it.as_ref(),
-                _ => &Type::Error,
-            };
+        (Value::Int(i), Type::Int) | (Value::Ts(i), Type::Timestamp) | (Value::Dur(i), Type::Duration) => long(out, *i),
+        (Value::Float(f), Type::Float) => out.extend_from_slice(&f.to_le_bytes()),
+        (Value::Bool(b), Type::Bool) => out.push(u8::from(*b)),
+        (Value::List(xs), Type::List(item)) => {
             if !xs.is_empty() {
                 long(out, xs.len() as i64);
                 for x in xs.iter() {
@@ -603,10 +611,8 @@ fn write_avro(out: &mut Vec<u8>, v: &Value, t: &Type) -> Result<(), String> {
             if !m.is_empty() {
                 long(out, m.len() as i64);
                 for (k, x) in m.iter() {
-                    match k {
-                        Value::Str(s) => bytes(out, s.as_bytes()),
-                        k => bytes(out, k.to_string().as_bytes()),
-                    }
+                    let Value::Str(k) = k else { return Err(format!("a map key {k}: Avro map keys are strings")) };
+                    bytes(out, k.as_bytes());
                     write_avro(out, x, vt)?;
                 }
             }
@@ -704,7 +710,7 @@ mod tests {
             ("day".into(), Avro::Date(2)),
             ("maybe".into(), Avro::Union(1, Box::new(Avro::Long(5)))),
         ]);
-        let body = GenericDatumWriter::builder(&w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
+        let body = GenericDatumWriter::builder(w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
         remember_writer(9002, Some(w));
         let mut bytes = vec![0, 0, 0, 0x23, 0x2a];
         bytes.extend_from_slice(&body);
@@ -885,7 +891,7 @@ mod tests {
             ("in".into(), inner.clone()),
             ("again".into(), Avro::Union(1, Box::new(inner))),
         ]);
-        let body = GenericDatumWriter::builder(&w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
+        let body = GenericDatumWriter::builder(w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
         remember_writer(9003, Some(w));
         let mut bytes = vec![0, 0, 0, 0x23, 0x2b];
         bytes.extend_from_slice(&body);

@@ -6,8 +6,10 @@
 //! (`expect_final`). A mismatch prints what differs and makes the exit code 1.
 //!
 //! A program with avro or protobuf topics runs against an in-process schema registry
-//! (`mock://…`, one per fixture) unless `schema.registry.url` is set: inputs are written in the
-//! wire format from the fixture's JSON, outputs read back as JSON, as `produce` and `consume` do.
+//! (`mock://…`, whatever `schema.registry.url` says: a test adds no versions to real subjects):
+//! inputs are written in the wire format from the fixture's JSON, outputs read back as JSON, as
+//! `produce` and `consume` do. (Fields taken from the registry are looked up in the configured
+//! one, when the program is read.)
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,7 +77,7 @@ pub(crate) fn test(g: &crate::Global, program: &Path, fixtures: &[PathBuf]) -> R
         let fixture: Fixture = serde_yaml::from_str(&crate::read(f)?).map_err(|e| format!("{}: {e}", f.display()))?;
         let dir = std::env::temp_dir().join(format!("streamc-test-{}-{i}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let result = run_fixture(g, program, &p, &fixture, &dir, i);
+        let result = run_fixture(g, program, &p, &fixture, &dir);
         let _ = std::fs::remove_dir_all(&dir);
         let about = fixture.about.as_deref().map(|a| format!(" ({a})")).unwrap_or_default();
         match result.map_err(|e| format!("{}: {e}", f.display()))? {
@@ -97,15 +99,15 @@ fn run_fixture(
     p: &streamc::hir::Program,
     fixture: &Fixture,
     dir: &Path,
-    index: usize,
 ) -> Result<Option<String>, String> {
     let mut sets = g.sets.clone();
-    // Avro or protobuf topics and no registry configured: an in-process one of its own.
+    // Avro or protobuf topics: an in-process registry, never a configured one (a test must not
+    // add versions to real subjects). One for all the fixtures of the process: the decoders keep
+    // schemas by id for the process, and this registry gives a schema the same id everywhere.
     let registry_formats = p.sources.iter().any(|s| s.format.uses_registry() || s.key_format.is_some())
         || p.queries.iter().flat_map(|q| &q.sinks).any(|s| s.format.uses_registry() || s.key_format.is_some());
-    if registry_formats && crate::load_config(g)?.schema.registry.url.is_none() {
-        let scope = format!("streamc-test-{}-{index}", std::process::id());
-        sets.push(format!("schema.registry.url={}{scope}", streamc::registry::MOCK));
+    if registry_formats {
+        sets.push(format!("schema.registry.url={}streamc-test-{}", streamc::registry::MOCK, std::process::id()));
     }
     for (k, v) in &fixture.set {
         let v = match v {

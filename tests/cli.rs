@@ -372,6 +372,37 @@ fn a_failing_fixture_shows_what_differs() {
     assert!(err.contains("sessions.test.yaml: `inputs`: the program reads no topic `clicks`"), "{err}");
 }
 
+/// `streamc test` of avro topics (an in-process registry): fixtures that register different
+/// schemas in different orders each read their own records (the schema ids of one fixture are
+/// never taken for another's), and outputs read back as JSON.
+#[test]
+fn fixtures_of_avro_topics_each_read_their_own_schemas() {
+    let dir = temp_dir("avro-fixtures");
+    let program = dir.join("two.stream");
+    std::fs::write(
+        &program,
+        "stream a from \"a\" {\n  value avro { n: int }\n}\n\nstream b from \"b\" {\n  value avro { s: string, f: float }\n}\n\n\
+         query qa {\n  from a\n  select { n }\n  to \"out-a\"\n}\n\nquery qb {\n  from b\n  select { s, f }\n  to \"out-b\" avro\n}\n",
+    )
+    .unwrap();
+    let both = dir.join("both.test.yaml");
+    std::fs::write(
+        &both,
+        "inputs:\n  a:\n    - value: {n: 1}\n  b:\n    - value: {s: x, f: 1.5}\nexpect:\n  out-a:\n    - {value: {n: 1}}\n  out-b:\n    - {value: {s: x, f: 1.5}}\n",
+    )
+    .unwrap();
+    let only_b = dir.join("only-b.test.yaml");
+    std::fs::write(
+        &only_b,
+        "inputs:\n  b:\n    - value: {s: y, f: 2.5}\nexpect:\n  out-a: []\n  out-b:\n    - {value: {s: y, f: 2.5}}\n",
+    )
+    .unwrap();
+    let o = streamc(&["test", program.to_str().unwrap(), both.to_str().unwrap(), only_b.to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("2 fixtures, 0 failed"), "{err}");
+}
+
 /// An embedded run without `--drain` says what it does when it starts, and SIGTERM stops it
 /// cleanly: exit 0, its summary printed, what it processed committed.
 #[test]
