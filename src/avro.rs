@@ -116,9 +116,7 @@ pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec
     let (id, _) = SINKS.of(&crate::schema_tables::key_subject(topic), text, crate::ast::Format::Avro, |t| {
         Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
     })?;
-    let mut out = Vec::with_capacity(16);
-    out.push(MAGIC);
-    out.extend_from_slice(&id.to_be_bytes());
+    let mut out = crate::schema_tables::wire_header(id);
     write_avro(&mut out, key, ty).map_err(|e| format!("cannot write an Avro key for `{topic}`: {e}"))?;
     Ok(out)
 }
@@ -544,9 +542,7 @@ pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Res
         Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
     })?;
     // (Written here by the derived schema's rules; the schema was compiled when registered.)
-    let mut out = Vec::with_capacity(64);
-    out.push(MAGIC);
-    out.extend_from_slice(&id.to_be_bytes());
+    let mut out = crate::schema_tables::wire_header(id);
     write_record(&mut out, values, rt).map_err(|e| format!("cannot write Avro for `{topic}`: {e}"))?;
     Ok(out)
 }

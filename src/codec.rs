@@ -106,18 +106,17 @@ pub fn key_schema_text(format: Format, ty: &Type, topic: &str, field: &str) -> O
     }
 }
 
-/// A key of the scalar type `ty` (named `field`) framed for `topic` in a registry format, with
-/// the schema `text` (see [`key_schema_text`]) registered under `<topic>-key`.
+/// A key of the scalar type `ty` framed for `topic` in a registry format, with the schema `text`
+/// (see [`key_schema_text`]) registered under `<topic>-key`.
 pub fn encode_registered_key(
     format: Format,
     topic: &str,
     text: &str,
     key: &Value,
     ty: &Type,
-    field: &str,
 ) -> Result<Vec<u8>, String> {
     match format {
-        Format::Protobuf => crate::protobuf::encode_key(topic, text, key, ty, field),
+        Format::Protobuf => crate::protobuf::encode_key(topic, text, key, ty),
         _ => crate::avro::encode_key(topic, text, key, ty),
     }
 }

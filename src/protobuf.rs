@@ -128,14 +128,18 @@ pub fn key_schema_text(ty: &Type, name: &str, field: &str) -> String {
 
 /// A key written under `<topic>-key` with the schema `text` ([`key_schema_text`]) registered
 /// for it: by the runtime ahead, or now.
-pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type, field: &str) -> Result<Vec<u8>, String> {
-    let subject = crate::schema_tables::key_subject(topic);
-    let (id, _) = SINKS.of(&subject, text, crate::ast::Format::Protobuf, |t| Writer::parse(t).map(|w| w.first()))?;
-    let mut out = Vec::with_capacity(16);
-    out.push(crate::avro::MAGIC);
-    out.extend_from_slice(&id.to_be_bytes());
+pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec<u8>, String> {
+    // (The key's message has the one field, number 1, whatever its name: see `key_record`.)
+    framed(&crate::schema_tables::key_subject(topic), text, |out| write_value(out, 1, key, ty, ty.is_nullable()))
+}
+
+/// A message under `subject`, the schema `text` registered for it (by the runtime ahead, or
+/// now), with message indexes `[0]` (the single byte 0) and the body `write` gives.
+fn framed(subject: &str, text: &str, write: impl FnOnce(&mut Vec<u8>)) -> Result<Vec<u8>, String> {
+    let (id, _) = SINKS.of(subject, text, crate::ast::Format::Protobuf, |t| Writer::parse(t).map(|w| w.first()))?;
+    let mut out = crate::schema_tables::wire_header(id);
     put_varint(&mut out, 0);
-    write_message(&mut out, std::slice::from_ref(key), &key_record(ty, field));
+    write(&mut out);
     Ok(out)
 }
 
@@ -202,12 +206,8 @@ fn read_framed(bytes: &[u8]) -> Result<DynamicMessage, String> {
     let (id, indexes, at) = header(bytes)?;
     let w = WRITERS.of(id, Writer::parse, "a Protobuf schema streamc compiles")?;
     let desc = w.message(&indexes).ok_or_else(|| format!("schema id {id} has no message at indexes {indexes:?}"))?;
-    DynamicMessage::decode(desc, &bytes[at..]).map_err(|e| {
-        format!(
-            "not a Protobuf message of schema id {id} ({}): {e}",
-            w.message(&indexes).map(|m| m.full_name().to_string()).unwrap_or_default()
-        )
-    })
+    DynamicMessage::decode(desc.clone(), &bytes[at..])
+        .map_err(|e| format!("not a Protobuf message of schema id {id} ({}): {e}", desc.full_name()))
 }
 
 /// A framed value decoded to the declared record type, with the writer schema its id names.
@@ -356,14 +356,18 @@ const WRAPPERS: &[&str] = &[
     "BytesValue",
 ];
 
+/// Whether a message's full name is one of the well-known wrapper types.
+fn is_wrapper(full_name: &str) -> bool {
+    full_name.strip_prefix("google.protobuf.").is_some_and(|n| WRAPPERS.contains(&n))
+}
+
 /// One value of the writer's field kind `kind` as the declared type `ty`.
 fn convert(v: &Pb, kind: &Kind, ty: &Type, path: &str) -> Result<Value, String> {
     let bad = || format!("{}: the writer wrote {}, which does not read as a {}", at(path), kind_name(v), ty.base());
     if let Pb::Message(m) = v {
-        let name = m.descriptor().full_name().to_string();
-        if let Some(w) = name.strip_prefix("google.protobuf.").filter(|n| WRAPPERS.contains(n)) {
-            let _ = w;
-            let fd = m.descriptor().get_field_by_name("value").ok_or_else(bad)?;
+        let desc = m.descriptor();
+        if is_wrapper(desc.full_name()) {
+            let fd = desc.get_field_by_name("value").ok_or_else(bad)?;
             return convert(&m.get_field(&fd), &fd.kind(), ty, path);
         }
     }
@@ -729,15 +733,7 @@ fn scalar(t: &Type) -> &'static str {
 /// here, from the row and the derived schema's rules (field numbers are positions), not by
 /// reflection: map entries in the map's (sorted) order, so that a row is always the same bytes.
 pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    let subject = crate::schema_tables::value_subject(topic);
-    let (id, _) = SINKS.of(&subject, text, crate::ast::Format::Protobuf, |t| Writer::parse(t).map(|w| w.first()))?;
-    let mut out = Vec::with_capacity(64);
-    out.push(crate::avro::MAGIC);
-    out.extend_from_slice(&id.to_be_bytes());
-    // The message indexes of the first message: the single byte 0.
-    put_varint(&mut out, 0);
-    write_message(&mut out, values, rt);
-    Ok(out)
+    framed(&crate::schema_tables::value_subject(topic), text, |out| write_message(out, values, rt))
 }
 
 fn uvarint(out: &mut Vec<u8>, mut v: u64) {
@@ -1234,7 +1230,7 @@ mod tests {
         let w = Writer::parse(&text).unwrap();
         set_schema("t-key", &text, 9313, &w);
         remember_writer(9313, Some(w));
-        let bytes = encode_key("t", &text, &Value::str("ab"), &Type::String, "id").unwrap();
+        let bytes = encode_key("t", &text, &Value::str("ab"), &Type::String).unwrap();
         assert_eq!(bytes, framed(9313, &[0x0a, 2, b'a', b'b']));
         assert_eq!(decode_key(&bytes, &Type::String).unwrap(), Value::str("ab"));
     }

@@ -19,6 +19,15 @@ pub fn key_subject(topic: &str) -> String {
     format!("{topic}-key")
 }
 
+/// The start of a value or key in the Confluent wire format: the magic byte 0 and the schema
+/// id (4 bytes, big-endian); what follows is the format's own.
+pub fn wire_header(id: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.push(0);
+    out.extend_from_slice(&id.to_be_bytes());
+    out
+}
+
 /// What the runtime installs ([`set_registry`]): looks up a writer schema by id (Ok(None): the
 /// registry does not know it) and registers a schema (its text, of `format`: Avro or Protobuf)
 /// under a subject, both over the network. Used for what was not fetched ahead (rows

@@ -157,9 +157,7 @@ impl<'a> LinePlacer<'a> {
 
     fn encode_key(&self, key: &Value) -> Option<Vec<u8>> {
         let (src, text) = (self.source?, self.registered_key.as_ref()?);
-        let field = src.key_name().unwrap_or("key");
-        crate::codec::encode_registered_key(src.key_format?, src.topic.as_deref()?, text, key, &src.key_type(), field)
-            .ok()
+        crate::codec::encode_registered_key(src.key_format?, src.topic.as_deref()?, text, key, &src.key_type()).ok()
     }
 
     /// A key value's bytes: in the source's key format, else as text.

@@ -109,7 +109,7 @@ fn registered_key(sink: &SinkSpec, key: &Value) -> Result<(Option<Vec<u8>>, Rout
     if key.is_null() {
         return Ok((None, Route::Key));
     }
-    let bytes = crate::codec::encode_registered_key(*format, &sink.topic, text, key, sink.key_ty.base(), "key")?;
+    let bytes = crate::codec::encode_registered_key(*format, &sink.topic, text, key, sink.key_ty.base())?;
     Ok((Some(bytes), Route::Key))
 }
 
