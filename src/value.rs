@@ -139,8 +139,7 @@ impl Value {
             }
             (Value::Float(f), _) => {
                 if f.is_finite() {
-                    let mut b = ryu::Buffer::new();
-                    out.extend_from_slice(b.format_finite(*f).as_bytes());
+                    write_float(*f, out);
                 } else {
                     out.extend_from_slice(b"null");
                 }
@@ -270,6 +269,21 @@ pub(crate) fn map_key(name: &str, ty: &Type) -> Result<Value, String> {
         Type::Timestamp => name.parse().ok().or_else(|| parse_rfc3339(name)).map(Value::Ts).ok_or_else(bad),
         Type::Duration => name.parse().map(Value::Dur).map_err(|_| bad()),
         _ => Err(bad()),
+    }
+}
+
+/// A finite float's shortest round-trip decimal, as streamc has always written it (ryu's form:
+/// `1e16`, `1.5e-7`, `0.1`). zmij finds the same digits about three times faster but writes a
+/// positive exponent as `e+16`; the `+` is dropped.
+pub(crate) fn write_float(f: f64, out: &mut Vec<u8>) {
+    let mut b = zmij::Buffer::new();
+    let s = b.format_finite(f).as_bytes();
+    match s.iter().position(|&c| c == b'+') {
+        Some(i) => {
+            out.extend_from_slice(&s[..i]);
+            out.extend_from_slice(&s[i + 1..]);
+        }
+        None => out.extend_from_slice(s),
     }
 }
 
@@ -587,6 +601,38 @@ impl<'de> Visitor<'de> for ScalarVisitor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Floats are written as ryu wrote them (shortest round trip, `e16` not `e+16`): checked
+    /// against ryu itself over edge cases, every power of ten, prices and averages, and random
+    /// bit patterns.
+    #[test]
+    fn floats_are_written_as_ryu_writes_them() {
+        let check = |f: f64| {
+            if !f.is_finite() {
+                return;
+            }
+            let mut out = Vec::new();
+            write_float(f, &mut out);
+            assert_eq!(std::str::from_utf8(&out).unwrap(), ryu::Buffer::new().format_finite(f), "{f:e}");
+        };
+        for f in [0.0, -0.0, 0.1, 1e16, 1e15, 1e-5, 1e-7, 1.5e300, -2.5e-300, f64::MAX, f64::MIN_POSITIVE, 5e-324] {
+            check(f);
+        }
+        for e in -330..310 {
+            for m in [1.0, -1.5, 9.999999, 123.456] {
+                check(m * 10f64.powi(e));
+            }
+        }
+        let mut s: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..200_000 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            check(f64::from_bits(s));
+            check((s % 10_000_000) as f64 / 100.0);
+            check((s % 10_000_000) as f64 / 700.0);
+        }
+    }
 
     #[test]
     fn rfc3339_matches_known_instants() {

@@ -321,10 +321,20 @@ fn decode_entry_json(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
     Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states, rows: 0 })
 }
 
+/// A store key as the record cache holds it: inline up to 24 bytes (a short key and a window
+/// start), so that finding an entry compares bytes in the table itself instead of following a
+/// pointer to each candidate's key (a cache miss per lookup, several per record).
+pub(crate) type SlotKey = smallvec::SmallVec<[u8; 24]>;
+
+/// The cache's form of a store key.
+pub(crate) fn slot_key(sk: &[u8]) -> SlotKey {
+    SlotKey::from_slice(sk)
+}
+
 /// An aggregate's record cache: every open window (loaded at start, so a window missing from
 /// it does not exist) and recently used unwindowed entries.
 pub(crate) struct Cache {
-    pub(crate) slots: FxHashMap<Vec<u8>, Slot>,
+    pub(crate) slots: FxHashMap<SlotKey, Slot>,
     /// Keys changed since the last flush, in first-change order.
     pub(crate) dirty: Vec<Vec<u8>>,
     /// Open windows by the time they close (end [+ gap for sessions, + 1 for sliding]).
@@ -403,7 +413,7 @@ impl Expiry {
 impl Cache {
     /// Mark a cached entry changed since the last flush.
     pub(crate) fn mark_dirty(&mut self, sk: Vec<u8>) {
-        if self.slots.get_mut(&sk).is_some_and(Slot::touch) {
+        if self.slots.get_mut(sk.as_slice()).is_some_and(Slot::touch) {
             self.dirty.push(sk);
         }
     }

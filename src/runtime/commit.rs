@@ -24,14 +24,15 @@ use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, TaskRun};
 use crate::runtime::task::{Change, Output};
 
-/// One task's part of a commit: its outputs (moved out of the task) and, borrowed from the task,
-/// its changelog changes, positions and changelog ends as of its last commit.
+/// One task's part of a commit, borrowed from the task: its outputs (the backend drains them,
+/// and the task keeps the emptied buffer for its next commit), its changelog changes,
+/// positions and changelog ends as of its last commit.
 pub(crate) struct Share<'a> {
     pub(crate) spec: &'a TaskSpec,
     pub(crate) partition: u32,
     /// The task's name in the log's commit records (the embedded log's consumer group).
     pub(crate) group: &'a str,
-    pub(crate) outputs: Vec<Output>,
+    pub(crate) outputs: &'a mut Vec<Output>,
     pub(crate) changes: &'a [Change],
     /// `topic/partition` → the position after the last record processed.
     pub(crate) positions: &'a BTreeMap<String, Pos>,
@@ -114,22 +115,32 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
             return Ok(false);
         }
     }
-    let outputs: Vec<Vec<Output>> = tasks.iter_mut().map(|t| std::mem::take(&mut t.out)).collect();
+    let metas: Vec<serde_json::Value> = tasks.iter().map(|t| t.meta()).collect();
+    let lens: Vec<usize> = tasks.iter().map(|t| t.out.len()).collect();
     let shares = tasks
-        .iter()
-        .zip(outputs)
-        .map(|(t, outputs)| Share {
+        .iter_mut()
+        .zip(metas)
+        .map(|(t, meta)| Share {
             spec: &t.task.spec,
             partition: t.task.partition,
             group: &t.group,
-            outputs,
+            outputs: &mut t.out,
             changes: &t.changes,
             positions: &t.positions,
-            meta: t.meta(),
+            meta,
             ends: &t.ends,
         })
         .collect();
-    let ends = backend.commit(shares)?;
+    let ends = backend.commit(shares);
+    for (t, len) in tasks.iter_mut().zip(lens) {
+        // Whatever the backend left (it failed) is not committed; a buffer far larger than this
+        // commit needed (grown by one large commit) is not kept.
+        t.out.clear();
+        if t.out.capacity() > 4096 && t.out.capacity() > 4 * len {
+            t.out.shrink_to(2 * len);
+        }
+    }
+    let ends = ends?;
     // Whose commit carried something (`mark_committed` takes it), for the latency histogram.
     let worked: Vec<bool> = tasks.iter().map(|t| t.work).collect();
     for (t, ends) in tasks.iter_mut().zip(ends) {

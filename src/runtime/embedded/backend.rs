@@ -33,8 +33,13 @@ impl Commit for LogCommit<'_> {
         let mut metas = Vec::new();
         let mut tasks = Vec::new();
         for s in shares {
-            // Per store first, so that a topic name is copied once per store, not per record.
-            let mut per_store: Vec<Vec<Record>> = s.spec.stores.iter().map(|_| Vec::new()).collect();
+            // Per store first, so that a topic name is copied once per store, not per record;
+            // each list allocated once, at its size.
+            let mut sizes = vec![0usize; s.spec.stores.len()];
+            for ch in s.changes {
+                sizes[ch.store] += 1;
+            }
+            let mut per_store: Vec<Vec<Record>> = sizes.into_iter().map(Vec::with_capacity).collect();
             for ch in s.changes {
                 let rec = Record {
                     key: Some(ch.key.clone()),
@@ -55,8 +60,12 @@ impl Commit for LogCommit<'_> {
                     Entry::Occupied(mut o) => o.get_mut().extend(records),
                 }
             }
-            for o in s.outputs {
-                let parts = match counts.get(&o.topic) {
+            // Each output's partition, and how many records each (topic, partition) gets, so
+            // that its list is allocated once, at its size.
+            let mut parts = Vec::with_capacity(s.outputs.len());
+            let mut sizes: BTreeMap<(&str, u32), usize> = BTreeMap::new();
+            for o in s.outputs.iter() {
+                let n = match counts.get(&o.topic) {
                     Some(n) => *n,
                     None => {
                         let n = self.log.ensure_topic(&o.topic, self.partitions)?.partitions;
@@ -64,7 +73,14 @@ impl Commit for LogCommit<'_> {
                         n
                     }
                 };
-                let part = o.partition_in(parts);
+                let part = o.partition_in(n);
+                parts.push(part);
+                *sizes.entry((o.topic.as_str(), part)).or_default() += 1;
+            }
+            for ((topic, part), n) in sizes {
+                appends.entry((topic.to_string(), part)).or_default().reserve(n);
+            }
+            for (o, part) in s.outputs.drain(..).zip(parts) {
                 appends.entry((o.topic, part)).or_default().push(o.record);
             }
             metas.push((s.group.to_string(), s.meta));

@@ -1231,7 +1231,7 @@ impl TxnCommit<'_> {
             }
         }
         for s in shares.iter_mut() {
-            for o in std::mem::take(&mut s.outputs) {
+            for o in s.outputs.drain(..) {
                 let n = partition_count(self.kafka, self.partitions, &o.topic)?;
                 producer.send(&o.topic, o.partition_in(n), &o.record)?;
             }

@@ -15,8 +15,8 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
-    decode_entry, encode_entry, key_part, result_values, retract_state, store_key, store_key_into, AggArgs, AggEntry,
-    Cache, Slot, SLIDE_RECORDS,
+    decode_entry, encode_entry, key_part, result_values, retract_state, slot_key, store_key, store_key_into, AggArgs,
+    AggEntry, Cache, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::group_table::encode_row;
@@ -173,15 +173,15 @@ impl Aggregate {
     fn take_back(&mut self, kb: &[u8], ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
         let agg = &self.spec;
         let sk = store_key(kb, None);
-        if !self.cache.slots.contains_key(&sk) {
+        if !self.cache.slots.contains_key(sk.as_slice()) {
             let entry = match cx.stores.get(agg.store, &sk) {
                 Some(b) => Some(decode_entry(&b, agg).map_err(RecordError)?),
                 None => None,
             };
             let stored = entry.is_some();
-            self.cache.slots.insert(sk.clone(), Slot::new(entry, stored));
+            self.cache.slots.insert(slot_key(&sk), Slot::new(entry, stored));
         }
-        let Some(slot) = self.cache.slots.get_mut(&sk) else { return Ok(()) };
+        let Some(slot) = self.cache.slots.get_mut(sk.as_slice()) else { return Ok(()) };
         let entry =
             match &mut slot.entry {
                 Some(e) if !slot.deleted && e.rows > 0 => e,
@@ -246,12 +246,12 @@ impl Aggregate {
         let scoped = self.tenant_scoped;
         let dirty = std::mem::take(&mut self.cache.dirty);
         for sk in dirty {
-            let Some(slot) = self.cache.slots.get_mut(&sk) else { continue };
+            let Some(slot) = self.cache.slots.get_mut(sk.as_slice()) else { continue };
             slot.dirty = false;
             if slot.deleted {
                 // A session merged into another: deleted from the store and downstream.
                 let (stored, was_emitted) = (slot.stored, slot.emitted);
-                let old = self.cache.slots.remove(&sk).and_then(|s| s.entry);
+                let old = self.cache.slots.remove(sk.as_slice()).and_then(|s| s.entry);
                 let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
                 if stored {
                     changes.push(Change {
@@ -309,7 +309,7 @@ impl Aggregate {
     fn close_window(&mut self, sk: Vec<u8>, emitted: &mut Vec<Emitted>, changes: &mut Vec<Change>) {
         let agg = &self.spec;
         self.windowing.closed(&sk);
-        let (entry, stored) = match self.cache.slots.remove(&sk) {
+        let (entry, stored) = match self.cache.slots.remove(sk.as_slice()) {
             Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
             _ => (None, false),
         };
@@ -365,7 +365,7 @@ impl Stateful for Aggregate {
             if let Ok(e) = decode_entry(&v, agg) {
                 self.cache.windows.insert(agg.closes_at(e.end), k.clone());
                 self.windowing.restored(&k, &e);
-                self.cache.slots.insert(k, Slot::new(Some(e), true));
+                self.cache.slots.insert(slot_key(&k), Slot::new(Some(e), true));
             }
         }
         self.windowing.restored_all();

@@ -22,13 +22,14 @@ pub const H_VERSION: &str = "streamc.query.version";
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
 
-/// A sink of the chain: the plan's [`SinkSpec`], and the writer of its JSON values.
-pub(crate) struct Sink(SinkSpec, RecordWriter);
+/// A sink of the chain: the plan's [`SinkSpec`], the writer of its JSON values, and the length
+/// of the last value it wrote (each value's buffer is allocated at about its size, once).
+pub(crate) struct Sink(SinkSpec, RecordWriter, usize);
 
 impl Sink {
     pub(crate) fn new(spec: SinkSpec) -> Sink {
         let writer = RecordWriter::new(&spec.value_ty);
-        Sink(spec, writer)
+        Sink(spec, writer, 128)
     }
 }
 
@@ -51,7 +52,9 @@ impl Operator for Sink {
             Some(_) => registered_key(sink, &row.key).map_err(RecordError)?,
             None => sink_key(&row.key, &sink.key_ty, row.tenant.as_deref(), window),
         };
-        cx.out.push(sink_record(sink, &self.1, &row, ts, cx.spec.version, key)?);
+        let out = sink_record(sink, &self.1, self.2, &row, ts, cx.spec.version, key)?;
+        self.2 = out.record.value.as_ref().map_or(self.2, Vec::len);
+        cx.out.push(out);
         cx.counters.records_out += 1;
         Ok(())
     }
@@ -156,6 +159,7 @@ fn sink_key(key: &Value, key_ty: &Type, tenant: Option<&[u8]>, window: Option<(i
 fn sink_record(
     sink: &SinkSpec,
     writer: &RecordWriter,
+    size_hint: usize,
     row: &Row,
     ts: i64,
     version: u64,
@@ -164,7 +168,7 @@ fn sink_record(
     let headers = out_headers(version, row.tenant.as_deref());
     let value = match sink.format {
         Format::Json => {
-            let mut b = Vec::with_capacity(128);
+            let mut b = Vec::with_capacity(size_hint + size_hint / 4);
             writer.write_row(row, &sink.value_ty, &mut b);
             if let Some(t) = &row.tenant {
                 // The tenant, as the last field `tenant` (the checker keeps the name free).

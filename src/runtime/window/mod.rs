@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{decode_entry, slot_key, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -81,7 +81,7 @@ impl Cx<'_> {
                             },
                         };
                         let stored = entry.is_some();
-                        self.cache.slots.entry(sk.clone()).or_insert(Slot::new(entry, stored))
+                        self.cache.slots.entry(slot_key(&sk)).or_insert(Slot::new(entry, stored))
                     }
                 };
                 if slot.deleted && agg.table {

@@ -7,7 +7,9 @@ use rustc_hash::FxHashMap;
 
 use super::{Cx, Windowing};
 use crate::ast::Duration;
-use crate::runtime::agg::{key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot};
+use crate::runtime::agg::{
+    key_part, merge_states, slot_key, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
+};
 use crate::runtime::op::RecordError;
 use crate::value::Value;
 
@@ -55,7 +57,8 @@ impl Windowing for Session {
         // failing user aggregate) leaves the key's sessions as they were.
         let mut merged: Option<AggEntry> = None;
         for (s, _) in &near {
-            let Some(Some(old)) = cx.cache.slots.get(&store_key(kb, Some(*s))).map(|slot| slot.entry.clone()) else {
+            let Some(Some(old)) = cx.cache.slots.get(store_key(kb, Some(*s)).as_slice()).map(|slot| slot.entry.clone())
+            else {
                 continue;
             };
             merged = Some(match merged {
@@ -93,9 +96,9 @@ impl Windowing for Session {
             if *s == start {
                 continue;
             }
-            let Some(slot) = cache.slots.get_mut(&sk) else { continue };
+            let Some(slot) = cache.slots.get_mut(sk.as_slice()) else { continue };
             if !slot.stored && slot.emitted.is_none() {
-                cache.slots.remove(&sk);
+                cache.slots.remove(sk.as_slice());
             } else {
                 slot.deleted = true;
                 if slot.touch() {
@@ -105,7 +108,7 @@ impl Windowing for Session {
         }
         let sk = store_key(kb, Some(start));
         cache.windows.insert(agg.closes_at(end), sk.clone());
-        let slot = cache.slots.entry(sk.clone()).or_insert_with(|| Slot::new(None, false));
+        let slot = cache.slots.entry(slot_key(&sk)).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;
         if slot.touch() {

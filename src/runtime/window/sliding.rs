@@ -11,8 +11,8 @@ use super::{Cx, Windowing};
 use crate::ast::Duration;
 use crate::plan::physical::AggSpec;
 use crate::runtime::agg::{
-    decode_slide_records, encode_slide_records, key_part, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
-    SLIDE_RECORDS,
+    decode_slide_records, encode_slide_records, key_part, slot_key, start_part, store_key, update_state, AggArgs,
+    AggEntry, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{Change, RecordError};
 use crate::value::Value;
@@ -70,7 +70,7 @@ impl Windowing for Sliding {
                 continue;
             }
             let sk = store_key(kb, Some(*s));
-            if let Some(Some(e)) = cx.cache.slots.get_mut(&sk).map(|slot| slot.entry.as_mut()) {
+            if let Some(Some(e)) = cx.cache.slots.get_mut(sk.as_slice()).map(|slot| slot.entry.as_mut()) {
                 e.max_ts = e.max_ts.max(ts);
                 for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(args) {
                     update_state(a, st, argv, ts).map_err(err)?;
@@ -125,7 +125,7 @@ impl Windowing for Sliding {
             cx.cache.windows.insert(end.saturating_add(1), sk.clone());
             self.windows.entry(kb.to_vec()).or_default().insert(s);
             cx.cache.slots.insert(
-                sk.clone(),
+                slot_key(&sk),
                 Slot::new(Some(AggEntry { group: group.to_vec(), start: s, end, max_ts, states, rows: 0 }), false),
             );
             cx.cache.mark_dirty(sk);
