@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-// glibc's allocator spends much of a run consolidating small blocks; mimalloc does not.
+// glibc's allocator spends much of a run consolidating small blocks; mimalloc does not. Built
+// without transparent huge pages (Cargo feature `no_thp`): with them every region mimalloc
+// touched was resident in 2 MiB pages, and a `stats.stream` run over 1 M trades peaked at 124 MB
+// instead of 82 MB for the same CPU time.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
