@@ -273,7 +273,7 @@ pub(crate) fn map_key(name: &str, ty: &Type) -> Result<Value, String> {
 }
 
 /// A finite float's shortest round-trip decimal, as streamc has always written it (ryu's form:
-/// `1e16`, `1.5e-7`, `0.1`). zmij finds the same digits about three times faster but writes a
+/// `1e16`, `1.5e-7`, `0.1`). zmij finds the same digits in about 2.5x fewer instructions but writes a
 /// positive exponent as `e+16`; the `+` is dropped.
 pub(crate) fn write_float(f: f64, out: &mut Vec<u8>) {
     let mut b = zmij::Buffer::new();
@@ -449,23 +449,41 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let rt = self.0;
-        let mut out: Vec<Option<Value>> = vec![None; rt.fields.len()];
+        let n = rt.fields.len();
+        // Values go straight to their place; which fields came is a bit set (a vector of flags
+        // past 64 fields). Producers mostly write fields in the declared order: the field after
+        // the last one is tried first.
+        let mut out: Vec<Value> = vec![Value::Null; n];
+        let mut seen_bits = 0u64;
+        let mut seen_more = if n > 64 { vec![false; n] } else { Vec::new() };
+        let mut next = 0;
         while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
-            match rt.index_of(&k) {
-                Some(i) => out[i] = Some(map.next_value_seed(TypeSeed(&rt.fields[i].1))?),
+            let i = match rt.fields.get(next) {
+                Some((name, _)) if *name == *k => Some(next),
+                _ => rt.index_of(&k),
+            };
+            match i {
+                Some(i) => {
+                    out[i] = map.next_value_seed(TypeSeed(&rt.fields[i].1))?;
+                    if n > 64 {
+                        seen_more[i] = true;
+                    } else {
+                        seen_bits |= 1 << i;
+                    }
+                    next = i + 1;
+                }
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        out.into_iter()
-            .zip(&rt.fields)
-            .map(|(v, (n, t))| match v {
-                Some(v) => Ok(v),
-                None if t.is_nullable() => Ok(Value::Null),
-                None => Err(de::Error::custom(format_args!("missing field `{n}`"))),
-            })
-            .collect()
+        for (i, (name, t)) in rt.fields.iter().enumerate() {
+            let seen = if n > 64 { seen_more[i] } else { seen_bits & (1 << i) != 0 };
+            if !seen && !t.is_nullable() {
+                return Err(de::Error::custom(format_args!("missing field `{name}`")));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -621,6 +639,16 @@ mod tests {
         for e in -330..310 {
             for m in [1.0, -1.5, 9.999999, 123.456] {
                 check(m * 10f64.powi(e));
+            }
+        }
+        // Powers of two and their neighbours: the lopsided rounding intervals where shortest-digit
+        // algorithms most often disagree.
+        for e in -1074i64..=1023 {
+            // 2^e exactly, subnormal below 2^-1022.
+            let p =
+                if e >= -1022 { f64::from_bits(((e + 1023) as u64) << 52) } else { f64::from_bits(1 << (e + 1074)) };
+            for f in [p, p.next_up(), p.next_down()] {
+                check(f);
             }
         }
         let mut s: u64 = 0x9E37_79B9_7F4A_7C15;

@@ -336,7 +336,7 @@ pub(crate) fn slot_key(sk: &[u8]) -> SlotKey {
 pub(crate) struct Cache {
     pub(crate) slots: FxHashMap<SlotKey, Slot>,
     /// Keys changed since the last flush, in first-change order.
-    pub(crate) dirty: Vec<Vec<u8>>,
+    pub(crate) dirty: Vec<SlotKey>,
     /// Open windows by the time they close (end [+ gap for sessions, + 1 for sliding]).
     pub(crate) windows: Expiry,
     /// Scratch space for store keys on the hot path.
@@ -366,17 +366,17 @@ impl Cache {
 pub(crate) struct Expiry {
     /// Close times move (sessions): keys are kept in `sets`, not `buckets`.
     movable: bool,
-    buckets: BTreeMap<i64, Vec<Vec<u8>>>,
-    sets: BTreeMap<i64, BTreeSet<Vec<u8>>>,
+    buckets: BTreeMap<i64, Vec<SlotKey>>,
+    sets: BTreeMap<i64, BTreeSet<SlotKey>>,
 }
 
 impl Expiry {
     /// The window stored at `sk` closes at `at`.
-    pub(crate) fn insert(&mut self, at: i64, sk: Vec<u8>) {
+    pub(crate) fn insert(&mut self, at: i64, sk: &[u8]) {
         if self.movable {
-            self.sets.entry(at).or_default().insert(sk);
+            self.sets.entry(at).or_default().insert(slot_key(sk));
         } else {
-            self.buckets.entry(at).or_default().push(sk);
+            self.buckets.entry(at).or_default().push(slot_key(sk));
         }
     }
 
@@ -397,7 +397,7 @@ impl Expiry {
 
     /// The windows of the first close time if it is at or before `close`: that time and their
     /// keys, sorted, each once.
-    pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<Vec<u8>>)> {
+    pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<SlotKey>)> {
         if self.movable {
             let at = *self.sets.first_key_value().filter(|(at, _)| **at <= close)?.0;
             return self.sets.remove(&at).map(|set| (at, set.into_iter().collect()));
@@ -412,9 +412,9 @@ impl Expiry {
 
 impl Cache {
     /// Mark a cached entry changed since the last flush.
-    pub(crate) fn mark_dirty(&mut self, sk: Vec<u8>) {
-        if self.slots.get_mut(sk.as_slice()).is_some_and(Slot::touch) {
-            self.dirty.push(sk);
+    pub(crate) fn mark_dirty(&mut self, sk: &[u8]) {
+        if self.slots.get_mut(sk).is_some_and(Slot::touch) {
+            self.dirty.push(slot_key(sk));
         }
     }
 }

@@ -24,9 +24,9 @@ use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, TaskRun};
 use crate::runtime::task::{Change, Output};
 
-/// One task's part of a commit, borrowed from the task: its outputs (the backend drains them,
-/// and the task keeps the emptied buffer for its next commit), its changelog changes,
-/// positions and changelog ends as of its last commit.
+/// One task's part of a commit: its commit record and, borrowed from the task, its outputs (the
+/// backend drains them, and the task keeps the emptied buffer for its next commit), its
+/// changelog changes, positions and changelog ends as of its last commit.
 pub(crate) struct Share<'a> {
     pub(crate) spec: &'a TaskSpec,
     pub(crate) partition: u32,
@@ -133,10 +133,11 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
         .collect();
     let ends = backend.commit(shares);
     for (t, len) in tasks.iter_mut().zip(lens) {
+        debug_assert!(ends.is_err() || t.out.is_empty(), "a backend committed without taking the outputs");
         // Whatever the backend left (it failed) is not committed; a buffer far larger than this
         // commit needed (grown by one large commit) is not kept.
         t.out.clear();
-        if t.out.capacity() > 4096 && t.out.capacity() > 4 * len {
+        if t.out.capacity() > 1024 && t.out.capacity() > 4 * len {
             t.out.shrink_to(2 * len);
         }
     }
@@ -236,6 +237,8 @@ mod tests {
         /// Every change handed over.
         changelog: Vec<Handed>,
         metas: Vec<(String, serde_json::Value)>,
+        /// The topics of the outputs handed over, drained from the tasks as a backend does.
+        outputs: Vec<String>,
     }
 
     /// (changelog, partition, key, value).
@@ -249,6 +252,7 @@ mod tests {
             self.commits += 1;
             let mut all = Vec::new();
             for s in shares {
+                self.outputs.extend(s.outputs.drain(..).map(|o| o.topic));
                 let mut ends = s.ends.to_vec();
                 for (changelog, ch) in s.changelog() {
                     self.changelog.push((changelog.to_string(), s.partition, ch.key.clone(), ch.value.clone()));
@@ -290,6 +294,11 @@ query per_user {
         TaskRun::new(spec, 0, "g0".into(), NoFeed, vec![tree], &serde_json::Value::Null, positions, 0, &opts)
     }
 
+    fn output(topic: &str) -> Output {
+        let record = crate::log::Record { key: Some(b"k".to_vec()), value: None, timestamp: 5, headers: vec![] };
+        Output { topic: topic.into(), route: crate::runtime::op::Route::Key, record }
+    }
+
     fn change(key: &[u8], value: &[u8]) -> Change {
         Change { store: 0, key: key.to_vec(), value: Some(value.to_vec()), timestamp: 5, existed: false }
     }
@@ -299,6 +308,7 @@ query per_user {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let mut t = task(&db);
         t.changes.push(change(b"k", b"1"));
+        t.out.push(output("counts"));
         t.uncommitted = 1;
         let how = How::default();
 
@@ -306,9 +316,13 @@ query per_user {
         assert!(commit(&mut refusing, &mut [&mut t], how).is_err());
         assert_eq!((t.uncommitted, t.commits, t.changes.len()), (1, 0, 1), "nothing of it committed");
         assert_eq!(t.ends, vec![Pos::default()]);
+        assert!(t.out.is_empty(), "a refused commit's outputs are gone (the task is reopened)");
 
+        t.out.push(output("counts"));
         let mut mem = Mem::default();
         assert!(commit(&mut mem, &mut [&mut t], how).unwrap());
+        assert_eq!(mem.outputs, vec!["counts".to_string()]);
+        assert!(t.out.is_empty(), "the backend took the outputs");
         let changelog = t.task.spec.stores[0].changelog.clone();
         assert_eq!(mem.changelog, vec![(changelog, 0, b"k".to_vec(), Some(b"1".to_vec()))]);
         assert_eq!(mem.metas.len(), 1);

@@ -16,7 +16,7 @@ use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
     decode_entry, encode_entry, key_part, result_values, retract_state, slot_key, store_key, store_key_into, AggArgs,
-    AggEntry, Cache, Slot, SLIDE_RECORDS,
+    AggEntry, Cache, Slot, SlotKey, SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::group_table::encode_row;
@@ -202,7 +202,7 @@ impl Aggregate {
         entry.rows -= 1;
         slot.deleted = entry.rows == 0;
         if slot.touch() {
-            self.cache.dirty.push(sk);
+            self.cache.dirty.push(slot_key(&sk));
         }
         Ok(())
     }
@@ -256,7 +256,7 @@ impl Aggregate {
                 if stored {
                     changes.push(Change {
                         store: agg.store,
-                        key: sk.clone(),
+                        key: sk.to_vec(),
                         value: None,
                         timestamp: ts,
                         existed: true,
@@ -275,7 +275,7 @@ impl Aggregate {
                 let existed = std::mem::replace(&mut slot.stored, true);
                 changes.push(Change {
                     store: agg.store,
-                    key: sk.clone(),
+                    key: sk.to_vec(),
                     value: Some(encode_entry(entry, agg)),
                     timestamp: entry.max_ts,
                     existed,
@@ -306,7 +306,7 @@ impl Aggregate {
 
     /// Close the window stored at `sk`: its result (`emit final`), and its deletion from the
     /// store and changelog if it was stored.
-    fn close_window(&mut self, sk: Vec<u8>, emitted: &mut Vec<Emitted>, changes: &mut Vec<Change>) {
+    fn close_window(&mut self, sk: SlotKey, emitted: &mut Vec<Emitted>, changes: &mut Vec<Change>) {
         let agg = &self.spec;
         self.windowing.closed(&sk);
         let (entry, stored) = match self.cache.slots.remove(sk.as_slice()) {
@@ -322,7 +322,7 @@ impl Aggregate {
         if stored {
             changes.push(Change {
                 store: agg.store,
-                key: sk,
+                key: sk.to_vec(),
                 value: None,
                 timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
                 existed: true,
@@ -363,7 +363,7 @@ impl Stateful for Aggregate {
                 continue;
             }
             if let Ok(e) = decode_entry(&v, agg) {
-                self.cache.windows.insert(agg.closes_at(e.end), k.clone());
+                self.cache.windows.insert(agg.closes_at(e.end), &k);
                 self.windowing.restored(&k, &e);
                 self.cache.slots.insert(slot_key(&k), Slot::new(Some(e), true));
             }

@@ -168,7 +168,8 @@ fn sink_record(
     let headers = out_headers(version, row.tenant.as_deref());
     let value = match sink.format {
         Format::Json => {
-            let mut b = Vec::with_capacity(size_hint + size_hint / 4);
+            // (Capped: one very large value does not size the next.)
+            let mut b = Vec::with_capacity((size_hint + size_hint / 4).min(64 << 10));
             writer.write_row(row, &sink.value_ty, &mut b);
             if let Some(t) = &row.tenant {
                 // The tenant, as the last field `tenant` (the checker keeps the name free).

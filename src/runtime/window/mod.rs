@@ -94,7 +94,7 @@ impl Cx<'_> {
                     Some(e) => e,
                     None => {
                         if agg.window.is_some() {
-                            self.cache.windows.insert(end, sk.clone());
+                            self.cache.windows.insert(end, &sk);
                         }
                         slot.entry.insert(AggEntry {
                             group: group.to_vec(),
@@ -126,7 +126,7 @@ impl Cx<'_> {
                         if entry.rows == 0 {
                             slot.deleted = true;
                             if slot.touch() {
-                                self.cache.dirty.push(sk.clone());
+                                self.cache.dirty.push(slot_key(&sk));
                             }
                         }
                         return Err(err(e));
@@ -135,13 +135,13 @@ impl Cx<'_> {
                         // What the aggregates before it took stays: the store must hold what
                         // the cache holds, or a restart would compute otherwise.
                         if slot.touch() {
-                            self.cache.dirty.push(sk.clone());
+                            self.cache.dirty.push(slot_key(&sk));
                         }
                         return Err(err(e));
                     }
                 }
                 if slot.touch() {
-                    self.cache.dirty.push(sk.clone());
+                    self.cache.dirty.push(slot_key(&sk));
                 }
             }
             Ok(())

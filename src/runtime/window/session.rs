@@ -102,17 +102,17 @@ impl Windowing for Session {
             } else {
                 slot.deleted = true;
                 if slot.touch() {
-                    cache.dirty.push(sk);
+                    cache.dirty.push(slot_key(&sk));
                 }
             }
         }
         let sk = store_key(kb, Some(start));
-        cache.windows.insert(agg.closes_at(end), sk.clone());
+        cache.windows.insert(agg.closes_at(end), &sk);
         let slot = cache.slots.entry(slot_key(&sk)).or_insert_with(|| Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;
         if slot.touch() {
-            cache.dirty.push(sk);
+            cache.dirty.push(slot_key(&sk));
         }
         rest.push((start, end));
         rest.sort_unstable();

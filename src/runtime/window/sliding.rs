@@ -76,7 +76,7 @@ impl Windowing for Sliding {
                     update_state(a, st, argv, ts).map_err(err)?;
                 }
             }
-            cx.cache.mark_dirty(sk);
+            cx.cache.mark_dirty(&sk);
         }
         // The record joins the key's recent records.
         let recs = self.records.entry(kb.to_vec()).or_default();
@@ -122,13 +122,13 @@ impl Windowing for Sliding {
             }
             let end = s.saturating_add(size);
             let sk = store_key(kb, Some(s));
-            cx.cache.windows.insert(end.saturating_add(1), sk.clone());
+            cx.cache.windows.insert(end.saturating_add(1), &sk);
             self.windows.entry(kb.to_vec()).or_default().insert(s);
             cx.cache.slots.insert(
                 slot_key(&sk),
                 Slot::new(Some(AggEntry { group: group.to_vec(), start: s, end, max_ts, states, rows: 0 }), false),
             );
-            cx.cache.mark_dirty(sk);
+            cx.cache.mark_dirty(&sk);
         }
         Ok(())
     }
