@@ -81,13 +81,13 @@ impl Pending {
     ) -> Result<(), sled::Error> {
         let mut entries: Vec<_> = self.0.drain().collect();
         entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        // (sled copies keys and values into its own buffers: they are handed over borrowed, and
-        // the keys read back from `entries`, not from a copy of them.)
+        // (sled copies keys and values into its own buffers: keys are handed over borrowed and
+        // read back from `entries`, not from a copy of them; each value is freed once copied.)
         let mut batch = sled::Batch::default();
-        for (k, (v, _)) in &entries {
+        for (k, (v, _)) in entries.iter_mut() {
             written(k, v.is_some());
-            match v {
-                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
+            match v.take() {
+                Some(v) => batch.insert(k.as_slice(), v),
                 None => batch.remove(k.as_slice()),
             }
         }
