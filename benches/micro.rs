@@ -67,7 +67,7 @@ fn front_end(c: &mut Criterion) {
 
 fn run_task(spec: &Arc<TaskSpec>, records: &[Record], flush_every: usize) -> usize {
     let mut t = Task::new(spec.clone(), 0, i64::MIN);
-    let (mut out, mut changes) = (Vec::new(), Vec::new());
+    let (mut out, mut changes) = (streamc::runtime::task::Outputs::default(), Vec::new());
     for (i, r) in records.iter().enumerate() {
         if let Ok(input) = t.decode_main(r) {
             let _ = t.process(input, &mut out, &Empty);

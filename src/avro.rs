@@ -28,9 +28,6 @@ use apache_avro::types::Value as Avro;
 use crate::types::{RecordType, Type};
 use crate::value::Value;
 
-/// The magic byte of Confluent's wire format.
-pub const MAGIC: u8 = 0;
-
 /// A writer schema, parsed, with its named types (for references to them) and its datum reader,
 /// built once (building one resolves the schema's names: per record, that was most of reading).
 pub struct Writer {
@@ -138,12 +135,7 @@ pub fn decode_key(bytes: &[u8], ty: &Type) -> Result<Value, String> {
 
 /// The writer schema id of a framed value.
 pub fn schema_id(bytes: &[u8]) -> Result<u32, String> {
-    match bytes {
-        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
-        [MAGIC, ..] => Err(format!("an Avro value of {} bytes: too short for the wire format's header", bytes.len())),
-        [m, ..] => Err(format!("not in the Avro wire format: the first byte is {m}, not the magic byte 0")),
-        [] => Err("an empty value is not in the Avro wire format".into()),
-    }
+    crate::schema_tables::wire_schema_id(bytes, "Avro")
 }
 
 /// A framed value decoded to the declared record type, with the writer schema its id names.

@@ -57,9 +57,7 @@ impl Topics {
         match self {
             Topics::Embedded(log) => {
                 log.ensure_topic(topic, 1)?;
-                log.commit(vec![Append { topic: topic.to_string(), partition: 0, records }], vec![])
-                    .map(|_| ())
-                    .map_err(String::from)
+                log.commit(vec![Append::of(topic, 0, &records)], vec![]).map(|_| ()).map_err(String::from)
             }
             Topics::Kafka(k) => {
                 k.ensure_topic_with(topic, 1, &control::topic_configs(topic))?;

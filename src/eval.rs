@@ -460,14 +460,22 @@ fn update_in_place(steps: &[crate::hir::InPlace], state: &mut [Value], args: &[V
                 Operand::Lit(Literal::Float(x)) => Some(Num::F(*x)),
                 Operand::Lit(_) => None,
             };
-            let sum = match (state.get(step.state), operand) {
-                (Some(Value::Int(a)), Some(Num::I(b))) => Some(Value::Int(add_ints(*a, b)?)),
-                (Some(Value::Float(a)), Some(Num::F(b))) => Some(add_floats(*a, b)?),
-                _ => None,
-            };
-            if let (Some(sum), Some(current)) = (sum, state.get_mut(step.state)) {
-                *current = sum;
-                continue;
+            // (Added in place: no value made and dropped.)
+            match (state.get_mut(step.state), operand) {
+                (Some(Value::Int(a)), Some(Num::I(b))) => {
+                    *a = add_ints(*a, b)?;
+                    continue;
+                }
+                (Some(Value::Float(a)), Some(Num::F(b))) => {
+                    let s = *a + b;
+                    if !s.is_finite() {
+                        // (`+`'s own error.)
+                        add_floats(*a, b)?;
+                    }
+                    *a = s;
+                    continue;
+                }
+                _ => {}
             }
         }
         // Slots out of range read as null, as the interpreter's locals do.

@@ -110,32 +110,78 @@ pub struct TopicMeta {
     pub compacted: bool,
 }
 
-/// Records to append to one partition in a commit.
+/// Records to append to one partition in a commit, encoded as the log's frames as they are
+/// added (from borrowed parts: a record is copied once, into its frame).
 #[derive(Debug, Default)]
 pub struct Append {
     pub topic: String,
     pub partition: u32,
-    pub records: Vec<Record>,
+    frames: Vec<u8>,
+    count: u64,
 }
 
-#[derive(Debug)]
-pub struct EmbeddedLog {
-    dir: PathBuf,
-    fsync: bool,
-    /// The frames of a commit are encoded here and written in chunks of [`WRITE_CHUNK`]: one
-    /// buffer kept for the log's life, not one the size of each commit.
-    scratch: std::sync::Mutex<Vec<u8>>,
-}
+impl Append {
+    pub fn new(topic: impl Into<String>, partition: u32) -> Append {
+        Append { topic: topic.into(), partition, frames: Vec::new(), count: 0 }
+    }
 
-impl Clone for EmbeddedLog {
-    /// The same log (a scratch buffer of its own).
-    fn clone(&self) -> EmbeddedLog {
-        EmbeddedLog { dir: self.dir.clone(), fsync: self.fsync, scratch: Default::default() }
+    /// These records, in order.
+    pub fn of<'r>(topic: impl Into<String>, partition: u32, records: impl IntoIterator<Item = &'r Record>) -> Append {
+        let mut a = Append::new(topic, partition);
+        for r in records {
+            a.push(r);
+        }
+        a
+    }
+
+    pub fn push(&mut self, r: &Record) {
+        let headers = r.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
+        self.push_parts(r.timestamp, r.key.as_deref(), r.value.as_deref(), headers);
+    }
+
+    /// A record given by its parts.
+    pub fn push_parts<'h>(
+        &mut self,
+        timestamp: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl ExactSizeIterator<Item = (&'h str, &'h [u8])>,
+    ) {
+        encode(timestamp, key, value, headers, &mut self.frames);
+        self.count += 1;
+    }
+
+    /// Room for `records` more records of about `bytes` bytes in all.
+    pub fn reserve(&mut self, bytes: usize) {
+        self.frames.reserve(bytes);
+    }
+
+    /// The records, decoded back (for a backend that writes them elsewhere).
+    pub fn records(&self) -> Vec<Record> {
+        let mut out = Vec::with_capacity(self.count as usize);
+        let mut at = 0;
+        while let Some((r, len)) = self.frames.get(at..).and_then(decode) {
+            out.push(r);
+            at += len;
+        }
+        out
+    }
+
+    /// How many records.
+    pub fn len(&self) -> u64 {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
     }
 }
 
-/// Bytes of frames written to a partition's file at a time by a commit.
-const WRITE_CHUNK: usize = 1 << 20;
+#[derive(Clone, Debug)]
+pub struct EmbeddedLog {
+    dir: PathBuf,
+    fsync: bool,
+}
 
 /// What can go wrong with the embedded log. Callers that report errors as text get the same
 /// messages through `Display` (and `From<LogError> for String`).
@@ -201,7 +247,7 @@ impl EmbeddedLog {
     pub fn open(state_dir: &Path, fsync: bool) -> Result<EmbeddedLog> {
         let dir = state_dir.join("log");
         fs::create_dir_all(dir.join("topics")).map_err(io(At("cannot create", &dir)))?;
-        Ok(EmbeddedLog { dir, fsync, scratch: Default::default() })
+        Ok(EmbeddedLog { dir, fsync })
     }
 
     fn topic_dir(&self, topic: &str) -> PathBuf {
@@ -319,10 +365,9 @@ impl EmbeddedLog {
     pub fn commit(&self, appends: Vec<Append>, groups: Vec<(String, serde_json::Value)>) -> Result<Committed> {
         let _lock = self.lock()?;
         let mut c = self.committed()?;
-        let mut buf = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         let mut compact = BTreeMap::new();
         for a in appends {
-            if a.records.is_empty() {
+            if a.is_empty() {
                 continue;
             }
             let meta = self.topic(&a.topic)?.ok_or_else(|| LogError::NoTopic(a.topic.clone()))?;
@@ -344,25 +389,13 @@ impl EmbeddedLog {
             let at = end.byte - base.start.byte;
             f.set_len(at).map_err(io(At("cannot truncate", &path)))?;
             f.seek(SeekFrom::Start(at)).map_err(io("seek"))?;
-            let mut written = 0u64;
-            buf.clear();
-            for (i, r) in a.records.iter().enumerate() {
-                encode(r, &mut buf);
-                if buf.len() >= WRITE_CHUNK || i + 1 == a.records.len() {
-                    f.write_all(&buf).map_err(io(At("cannot append to", &path)))?;
-                    written += buf.len() as u64;
-                    buf.clear();
-                }
-            }
-            // (A record far larger than a chunk does not keep its size in memory.)
-            if buf.capacity() > 4 * WRITE_CHUNK {
-                buf.shrink_to(WRITE_CHUNK);
-            }
+            f.write_all(&a.frames).map_err(io(At("cannot append to", &path)))?;
+            let written = a.frames.len() as u64;
             if self.fsync {
                 f.sync_data().map_err(io("fsync"))?;
             }
             end.byte += written;
-            end.offset += a.records.len() as u64;
+            end.offset += a.count;
             c.ends.insert(key.clone(), end);
             if meta.compacted && end.byte - base.start.byte > COMPACT_MIN_BYTES.max(base.compacted_bytes) {
                 compact.insert((a.topic.clone(), a.partition), (base, end));
@@ -769,11 +802,17 @@ impl PartitionReader {
 
 /// Frame: u32 length of the rest; i64 timestamp; key and value as u32 length (u32::MAX for
 /// null) and bytes; u16 header count; each header u16 name length, name, u32 value length, value.
-fn encode(r: &Record, out: &mut Vec<u8>) {
+fn encode<'h>(
+    timestamp: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: impl ExactSizeIterator<Item = (&'h str, &'h [u8])>,
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&r.timestamp.to_le_bytes());
-    for part in [&r.key, &r.value] {
+    out.extend_from_slice(&timestamp.to_le_bytes());
+    for part in [key, value] {
         match part {
             Some(b) => {
                 out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -782,8 +821,8 @@ fn encode(r: &Record, out: &mut Vec<u8>) {
             None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
         }
     }
-    out.extend_from_slice(&(r.headers.len().min(u16::MAX as usize) as u16).to_le_bytes());
-    for (n, v) in r.headers.iter().take(u16::MAX as usize) {
+    out.extend_from_slice(&(headers.len().min(u16::MAX as usize) as u16).to_le_bytes());
+    for (n, v) in headers.take(u16::MAX as usize) {
         let n = &n.as_bytes()[..n.len().min(u16::MAX as usize)];
         out.extend_from_slice(&(n.len() as u16).to_le_bytes());
         out.extend_from_slice(n);
@@ -905,7 +944,7 @@ mod tests {
         let e = log.create_topic("no spaces", 1, false).unwrap_err();
         assert!(matches!(e, LogError::InvalidTopic(_)), "{e:?}");
         let r = Record { key: None, value: Some(b"{}".to_vec()), timestamp: 0, headers: vec![] };
-        let e = log.commit(vec![Append { topic: "t".into(), partition: 7, records: vec![r] }], vec![]).unwrap_err();
+        let e = log.commit(vec![Append::of("t", 7, [&r])], vec![]).unwrap_err();
         assert_eq!(e.to_string(), "topic `t` has no partition 7");
         std::fs::write(dir.join("log").join("COMMITTED"), b"{not json").unwrap();
         let e = log.committed().unwrap_err();
@@ -931,8 +970,9 @@ mod tests {
     fn frames_round_trip() {
         let r =
             Record { key: Some(b"k".to_vec()), value: None, timestamp: -5, headers: vec![("h".into(), vec![1, 2])] };
-        let mut b = Vec::new();
-        encode(&r, &mut b);
+        let mut a = Append::new("t", 0);
+        a.push(&r);
+        let b = a.frames;
         let (back, len) = decode(&b).unwrap();
         assert_eq!(back, r);
         assert_eq!(len, b.len());
@@ -947,16 +987,13 @@ mod tests {
         log.create_topic("t", 2, false).unwrap();
         let rec = |i: i64| Record { key: None, value: Some(i.to_string().into_bytes()), timestamp: i, headers: vec![] };
         let c = log
-            .commit(
-                vec![Append { topic: "t".into(), partition: 1, records: vec![rec(1), rec(2)] }],
-                vec![("g".into(), serde_json::json!({"x": 1}))],
-            )
+            .commit(vec![Append::of("t", 1, &[rec(1), rec(2)])], vec![("g".into(), serde_json::json!({"x": 1}))])
             .unwrap();
         assert_eq!(c.end("t", 1).offset, 2);
         // A writer killed mid-commit leaves bytes past the committed end.
         let mut f = OpenOptions::new().append(true).open(log.data_path("t", 1, &Base::default())).unwrap();
         f.write_all(b"garbage").unwrap();
-        let c = log.commit(vec![Append { topic: "t".into(), partition: 1, records: vec![rec(3)] }], vec![]).unwrap();
+        let c = log.commit(vec![Append::of("t", 1, &[rec(3)])], vec![]).unwrap();
         let mut r = log.reader("t", 1, Pos::default());
         let got: Vec<i64> = r.read(c.end("t", 1), 10).unwrap().iter().map(|s| s.record.timestamp).collect();
         assert_eq!(got, vec![1, 2, 3]);
@@ -998,7 +1035,7 @@ mod tests {
                 ]
             })
             .collect();
-        log.commit(vec![Append { topic: "cl".into(), partition: 0, records: gone }], vec![]).unwrap();
+        log.commit(vec![Append::of("cl", 0, &gone)], vec![]).unwrap();
         let mut offset = 200u64;
         let mut before = Vec::new();
         let mut x = 1u64;
@@ -1013,7 +1050,7 @@ mod tests {
                     records.push(Record { key: Some(key), value, timestamp: offset as i64, headers: vec![] });
                     offset += 1;
                 }
-                log.commit(vec![Append { topic: "cl".into(), partition: 0, records }], vec![]).unwrap();
+                log.commit(vec![Append::of("cl", 0, &records)], vec![]).unwrap();
             }
         };
         write(&log, 40, &mut last);

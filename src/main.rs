@@ -770,7 +770,11 @@ fn produce(
                 let appends = batch
                     .iter_mut()
                     .enumerate()
-                    .map(|(p, r)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(r) })
+                    .map(|(p, r)| {
+                        let a = Append::of(topic, p as u32, r.iter());
+                        r.clear();
+                        a
+                    })
                     .collect();
                 l.commit(appends, vec![]).map(|_| ()).map_err(String::from)
             }

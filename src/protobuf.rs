@@ -181,7 +181,7 @@ fn put_varint(out: &mut Vec<u8>, v: i64) {
 
 /// A framed value's schema id, message indexes and the offset of the message.
 fn header(bytes: &[u8]) -> Result<(u32, Vec<usize>, usize), String> {
-    let id = crate::avro::schema_id(bytes).map_err(|e| e.replace("Avro", "Protobuf"))?;
+    let id = crate::schema_tables::wire_schema_id(bytes, "Protobuf")?;
     let bad = || format!("the message indexes of a Protobuf value of schema id {id} are not well formed");
     let mut at = 5;
     let (count, n) = varint(&bytes[at..]).ok_or_else(bad)?;

@@ -19,13 +19,29 @@ pub fn key_subject(topic: &str) -> String {
     format!("{topic}-key")
 }
 
-/// The start of a value or key in the Confluent wire format: the magic byte 0 and the schema
-/// id (4 bytes, big-endian); what follows is the format's own.
+/// The magic byte that starts a value or key in the Confluent wire format.
+pub const MAGIC: u8 = 0;
+
+/// The start of a value or key in the Confluent wire format: the magic byte and the schema id
+/// (4 bytes, big-endian); what follows is the format's own.
 pub fn wire_header(id: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
-    out.push(0);
+    out.push(MAGIC);
     out.extend_from_slice(&id.to_be_bytes());
     out
+}
+
+/// The schema id in the header ([`wire_header`]) of a value or key in `format`'s wire format
+/// (`format`: its name, for the error).
+pub fn wire_schema_id(bytes: &[u8], format: &str) -> Result<u32, String> {
+    match bytes {
+        [MAGIC, a, b, c, d, ..] => Ok(u32::from_be_bytes([*a, *b, *c, *d])),
+        [MAGIC, ..] => {
+            Err(format!("a value of {} bytes: too short for the {format} wire format's header", bytes.len()))
+        }
+        [m, ..] => Err(format!("not in the {format} wire format: the first byte is {m}, not the magic byte 0")),
+        [] => Err(format!("an empty value is not in the {format} wire format")),
+    }
 }
 
 /// What the runtime installs ([`set_registry`]): looks up a writer schema by id (Ok(None): the

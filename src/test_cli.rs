@@ -159,7 +159,7 @@ fn run_fixture(
         let appends = parts
             .into_iter()
             .enumerate()
-            .map(|(i, records)| streamc::log::Append { topic: topic.to_string(), partition: i as u32, records })
+            .map(|(i, records)| streamc::log::Append::of(topic, i as u32, &records))
             .collect();
         log.commit(appends, vec![]).map_err(String::from)?;
     }

@@ -388,12 +388,12 @@ fn append_keyed(state: &Path, topic: &str, t0: i64, records: Vec<(Vec<u8>, Vec<u
     use streamc::log::{Append, EmbeddedLog, Record};
     let log = EmbeddedLog::open(state, false).unwrap();
     log.ensure_topic(topic, 1).unwrap();
-    let records = records
+    let records: Vec<Record> = records
         .into_iter()
         .enumerate()
         .map(|(i, (k, v))| Record { key: Some(k), value: Some(v), timestamp: t0 + i as i64, headers: vec![] })
         .collect();
-    log.commit(vec![Append { topic: topic.to_string(), partition: 0, records }], vec![]).unwrap();
+    log.commit(vec![Append::of(topic, 0, &records)], vec![]).unwrap();
 }
 
 /// Register an Avro schema (its JSON text) under `subject`: its id.

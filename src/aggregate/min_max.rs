@@ -56,8 +56,24 @@ impl Native for Extreme {
     }
     fn update(&self, acc: &mut Value, args: &[Value], _ts: i64) -> Result<(), String> {
         let Some(x) = args.first() else { return Err(format!("`{}` without its argument", self.name)) };
-        if x.is_null() {
-            return Ok(());
+        // Numbers of one kind compared in place (every record and window of an aggregate runs
+        // this), by the same order as `cmp_total`.
+        match (&mut *acc, x) {
+            (_, Value::Null) => return Ok(()),
+            (Value::Float(a), Value::Float(b)) => {
+                let o = b.total_cmp(a);
+                if (self.largest && o.is_gt()) || (!self.largest && o.is_lt()) {
+                    *a = *b;
+                }
+                return Ok(());
+            }
+            (Value::Int(a), Value::Int(b)) => {
+                if (self.largest && *b > *a) || (!self.largest && *b < *a) {
+                    *a = *b;
+                }
+                return Ok(());
+            }
+            _ => {}
         }
         let better = acc.is_null() || {
             let o = x.cmp_total(acc);

@@ -42,6 +42,23 @@ impl Native for Sum {
     }
     fn update(&self, acc: &mut Value, args: &[Value], _ts: i64) -> Result<(), String> {
         let Some(x) = args.first() else { return Err("`sum` without its argument".into()) };
+        // The common cases in place (every record and window of an aggregate runs this).
+        match (&mut *acc, x) {
+            (_, Value::Null) => return Ok(()),
+            (Value::Int(a), Value::Int(b)) => {
+                *a = a.checked_add(*b).ok_or("integer overflow in `sum`")?;
+                return Ok(());
+            }
+            (Value::Float(a), Value::Float(b)) => {
+                let s = *a + b;
+                if !s.is_finite() {
+                    return Err("`sum` is not a finite number".into());
+                }
+                *a = s;
+                return Ok(());
+            }
+            _ => {}
+        }
         let next = match (&*acc, x) {
             (_, Value::Null) => return Ok(()),
             (Value::Null, x) => x.clone(),

@@ -100,7 +100,7 @@ pub enum Op {
 /// `topic` keyed by `key` (of type `key_ty`), their value as `wire`.
 #[derive(Clone, Debug)]
 pub struct RepartitionSpec {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub key: Vec<hir::Expr>,
     pub key_ty: Type,
     pub wire: RecordType,
@@ -157,7 +157,7 @@ pub enum MutualKind {
 /// A `to`: the topic, the value's format and type, the key's type.
 #[derive(Clone, Debug)]
 pub struct SinkSpec {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub format: Format,
     pub key_ty: Type,
     pub value_ty: RecordType,
@@ -387,7 +387,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         return Err(PlanError::Inconsistent("repartition value is not a record"));
                     };
                     ops.push(Op::Repartition(RepartitionSpec {
-                        topic: topic.clone(),
+                        topic: topic.as_str().into(),
                         key: key.clone(),
                         key_ty: e.key,
                         wire,
@@ -538,7 +538,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     let key_schema = key_format
                         .and_then(|f| Some((f, crate::codec::key_schema_text(f, e.key.base(), topic, "key")?)));
                     ops.push(Op::Sink(SinkSpec {
-                        topic: topic.clone(),
+                        topic: topic.as_str().into(),
                         format: *format,
                         key_ty: e.key,
                         value_ty,
@@ -651,7 +651,7 @@ impl TaskSpec {
             .iter()
             .chain(&self.post)
             .filter_map(|op| match op {
-                Op::Repartition(r) => Some(r.topic.clone()),
+                Op::Repartition(r) => Some(r.topic.to_string()),
                 _ => None,
             })
             .collect()
@@ -661,7 +661,9 @@ impl TaskSpec {
     /// topics and changelogs (dead letters and late records keep their input's timestamp).
     pub fn written_topics(&self) -> Vec<String> {
         let ops = self.ops.iter().chain(&self.post).filter_map(|op| match op {
-            Op::Sink(SinkSpec { topic, .. }) | Op::Repartition(RepartitionSpec { topic, .. }) => Some(topic.clone()),
+            Op::Sink(SinkSpec { topic, .. }) | Op::Repartition(RepartitionSpec { topic, .. }) => {
+                Some(topic.to_string())
+            }
             _ => None,
         });
         let mut out: Vec<String> = ops.chain(self.stores.iter().map(|s| s.changelog.clone())).collect();

@@ -4,7 +4,7 @@
 //! 1. [`TaskRun::flush_for_commit`]: the record cache becomes output records and changelog
 //!    changes (emission errors are counted, logged and committed past);
 //! 2. the backend makes every task's [`Share`] durable in one step ([`Commit::commit`]): the
-//!    outputs (each to its `Output::partition_in`), the changelog records and the task's commit
+//!    outputs (each to its `OutRef::partition_in`), the changelog records and the task's commit
 //!    record ([`TaskRun::meta`]: input positions, stream times, control offset) — one
 //!    `log.commit` on the embedded log, one transaction or produce-then-commit-offsets on Kafka;
 //! 3. [`TaskRun::mark_committed`]: the task's work is committed (what a reopened task starts
@@ -22,17 +22,17 @@ use crate::plan::physical::TaskSpec;
 use crate::runtime::chaos::FailPoint;
 use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, TaskRun};
-use crate::runtime::task::{Change, Output};
+use crate::runtime::task::{Change, Outputs};
 
 /// One task's part of a commit: its commit record and, borrowed from the task, its outputs (the
-/// backend drains them, and the task keeps the emptied buffer for its next commit), its
-/// changelog changes, positions and changelog ends as of its last commit.
+/// task clears them once the backend has committed or failed, and keeps the buffer for its next
+/// commit), its changelog changes, positions and changelog ends as of its last commit.
 pub(crate) struct Share<'a> {
     pub(crate) spec: &'a TaskSpec,
     pub(crate) partition: u32,
     /// The task's name in the log's commit records (the embedded log's consumer group).
     pub(crate) group: &'a str,
-    pub(crate) outputs: &'a mut Vec<Output>,
+    pub(crate) outputs: &'a Outputs,
     pub(crate) changes: &'a [Change],
     /// `topic/partition` → the position after the last record processed.
     pub(crate) positions: &'a BTreeMap<String, Pos>,
@@ -116,7 +116,6 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
         }
     }
     let metas: Vec<serde_json::Value> = tasks.iter().map(|t| t.meta()).collect();
-    let lens: Vec<usize> = tasks.iter().map(|t| t.out.len()).collect();
     let shares = tasks
         .iter_mut()
         .zip(metas)
@@ -124,7 +123,7 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
             spec: &t.task.spec,
             partition: t.task.partition,
             group: &t.group,
-            outputs: &mut t.out,
+            outputs: &t.out,
             changes: &t.changes,
             positions: &t.positions,
             meta,
@@ -132,14 +131,10 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
         })
         .collect();
     let ends = backend.commit(shares);
-    for (t, len) in tasks.iter_mut().zip(lens) {
-        debug_assert!(ends.is_err() || t.out.is_empty(), "a backend committed without taking the outputs");
-        // Whatever the backend left (it failed) is not committed; a buffer far larger than this
-        // commit needed (grown by one large commit) is not kept.
+    for t in tasks.iter_mut() {
+        // Committed, or (the backend failed) not committed at all: gone either way; the task
+        // keeps the buffer for its next commit.
         t.out.clear();
-        if t.out.capacity() > 1024 && t.out.capacity() > 4 * len {
-            t.out.shrink_to(2 * len);
-        }
     }
     let ends = ends?;
     // Whose commit carried something (`mark_committed` takes it), for the latency histogram.
@@ -237,7 +232,7 @@ mod tests {
         /// Every change handed over.
         changelog: Vec<Handed>,
         metas: Vec<(String, serde_json::Value)>,
-        /// The topics of the outputs handed over, drained from the tasks as a backend does.
+        /// The topics of the outputs handed over.
         outputs: Vec<String>,
     }
 
@@ -252,7 +247,7 @@ mod tests {
             self.commits += 1;
             let mut all = Vec::new();
             for s in shares {
-                self.outputs.extend(s.outputs.drain(..).map(|o| o.topic));
+                self.outputs.extend(s.outputs.iter().map(|o| o.topic().to_string()));
                 let mut ends = s.ends.to_vec();
                 for (changelog, ch) in s.changelog() {
                     self.changelog.push((changelog.to_string(), s.partition, ch.key.clone(), ch.value.clone()));
@@ -294,9 +289,9 @@ query per_user {
         TaskRun::new(spec, 0, "g0".into(), NoFeed, vec![tree], &serde_json::Value::Null, positions, 0, &opts)
     }
 
-    fn output(topic: &str) -> Output {
+    fn output(topic: &str) -> crate::runtime::task::Output {
         let record = crate::log::Record { key: Some(b"k".to_vec()), value: None, timestamp: 5, headers: vec![] };
-        Output { topic: topic.into(), route: crate::runtime::op::Route::Key, record }
+        crate::runtime::task::Output { topic: topic.into(), route: crate::runtime::op::Route::Key, record }
     }
 
     fn change(key: &[u8], value: &[u8]) -> Change {
@@ -322,7 +317,7 @@ query per_user {
         let mut mem = Mem::default();
         assert!(commit(&mut mem, &mut [&mut t], how).unwrap());
         assert_eq!(mem.outputs, vec!["counts".to_string()]);
-        assert!(t.out.is_empty(), "the backend took the outputs");
+        assert!(t.out.is_empty(), "the committed outputs are cleared");
         let changelog = t.task.spec.stores[0].changelog.clone();
         assert_eq!(mem.changelog, vec![(changelog, 0, b"k".to_vec(), Some(b"1".to_vec()))]);
         assert_eq!(mem.metas.len(), 1);

@@ -2,7 +2,9 @@
 //! per-record errors, the task's counters, read access to committed state, and what an
 //! operator's state is ([`Stateful`]). The operators themselves are in `runtime::ops`.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::eval::{Row, Tenant};
 use crate::log::Record;
@@ -45,6 +47,259 @@ impl Output {
             Route::Bytes(b) => Some(b.as_slice()),
         };
         by.map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
+    }
+}
+
+/// Where one part of an output record is in [`Outputs`]' buffer.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    start: usize,
+    end: usize,
+}
+
+/// How an output record in [`Outputs`] is routed ([`Route`], its bytes in the buffer).
+#[derive(Clone, Copy, Debug)]
+enum Routed {
+    Key,
+    Partition(u32),
+    Bytes(Part),
+}
+
+#[derive(Debug)]
+struct Entry {
+    topic: Arc<str>,
+    route: Routed,
+    key: Option<Part>,
+    value: Option<Part>,
+    timestamp: i64,
+    /// Its headers: `headers[h.0..h.1]`.
+    headers: (usize, usize),
+}
+
+/// The records a task writes until its next commit, in the order it made them, encoded into one
+/// buffer as they are made: keys, values, header values and routing bytes back to back, and per
+/// record where its parts are. A record needs no allocation of its own (its topic name is shared);
+/// the backend reads each as an [`OutRef`] borrowed from here, and the task keeps the buffer for
+/// its next commit.
+#[derive(Debug, Default)]
+pub struct Outputs {
+    bytes: Vec<u8>,
+    entries: Vec<Entry>,
+    headers: Vec<(Cow<'static, str>, Part)>,
+}
+
+impl Outputs {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Forget every record, keeping the buffers (shrunk if one commit made them far larger
+    /// than they usually need to be).
+    pub fn clear(&mut self) {
+        let used = self.bytes.len();
+        self.bytes.clear();
+        if self.bytes.capacity() > (64 << 20).max(4 * used) {
+            self.bytes.shrink_to(used.max(1 << 20));
+        }
+        self.entries.clear();
+        self.headers.clear();
+    }
+
+    /// Add a record made elsewhere (dead letters, late records, repartition records).
+    pub fn push(&mut self, o: Output) {
+        let mut b = self.record(&Arc::from(o.topic.as_str()), o.record.timestamp);
+        if let Some(k) = &o.record.key {
+            b.key(k);
+        }
+        if let Some(v) = &o.record.value {
+            b.value(v);
+        }
+        for (n, v) in &o.record.headers {
+            b.header(Cow::Owned(n.clone()), v);
+        }
+        match &o.route {
+            Route::Key => {}
+            Route::Partition(p) => b.partition(*p),
+            Route::Bytes(r) => b.route_bytes(|out| out.extend_from_slice(r)),
+        }
+        b.done();
+    }
+
+    /// Begin a record to `topic` at `timestamp`: its parts are written through the returned
+    /// [`Building`] straight into the buffer, and the record is added by [`Building::done`] (a
+    /// record dropped before that leaves nothing). No key, no value and no headers unless given;
+    /// routed by its key unless told otherwise.
+    pub fn record(&mut self, topic: &Arc<str>, timestamp: i64) -> Building<'_> {
+        let (bytes, headers) = (self.bytes.len(), self.headers.len());
+        let entry = Entry {
+            topic: topic.clone(),
+            route: Routed::Key,
+            key: None,
+            value: None,
+            timestamp,
+            headers: (headers, headers),
+        };
+        Building { out: self, entry: Some(entry), bytes }
+    }
+
+    /// The records, in the order they were made.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = OutRef<'_>> + '_ {
+        self.entries.iter().map(move |e| OutRef { out: self, e })
+    }
+}
+
+/// A record being written into [`Outputs`] (see [`Outputs::record`]).
+pub struct Building<'a> {
+    out: &'a mut Outputs,
+    /// The record so far (taken by [`Building::done`]).
+    entry: Option<Entry>,
+    /// Where the buffer ended when the record began (what dropping it truncates to).
+    bytes: usize,
+}
+
+impl Building<'_> {
+    fn part(&mut self, write: impl FnOnce(&mut Vec<u8>)) -> Part {
+        let start = self.out.bytes.len();
+        write(&mut self.out.bytes);
+        Part { start, end: self.out.bytes.len() }
+    }
+
+    /// Change the record (always there until [`Building::done`] takes it).
+    fn set(&mut self, f: impl FnOnce(&mut Entry)) {
+        if let Some(e) = self.entry.as_mut() {
+            f(e);
+        }
+    }
+
+    /// Its key is these bytes.
+    pub fn key(&mut self, k: &[u8]) {
+        self.key_with(|b| b.extend_from_slice(k));
+    }
+
+    /// Its key is what `write` appends to the buffer.
+    pub fn key_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let p = self.part(write);
+        self.set(|e| e.key = Some(p));
+    }
+
+    /// Its value is these bytes.
+    pub fn value(&mut self, v: &[u8]) {
+        self.value_with(|b| b.extend_from_slice(v));
+    }
+
+    /// Its value is what `write` appends to the buffer.
+    pub fn value_with(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let p = self.part(write);
+        self.set(|e| e.value = Some(p));
+    }
+
+    /// A header (headers keep the order they are added in).
+    pub fn header(&mut self, name: Cow<'static, str>, v: &[u8]) {
+        let part = self.part(|b| b.extend_from_slice(v));
+        self.out.headers.push((name, part));
+        let n = self.out.headers.len();
+        self.set(|e| e.headers.1 = n);
+    }
+
+    /// A header whose value is what `write` appends to the buffer.
+    pub fn header_with(&mut self, name: &'static str, write: impl FnOnce(&mut Vec<u8>)) {
+        let part = self.part(write);
+        self.out.headers.push((Cow::Borrowed(name), part));
+        let n = self.out.headers.len();
+        self.set(|e| e.headers.1 = n);
+    }
+
+    /// It goes to this partition.
+    pub fn partition(&mut self, p: u32) {
+        self.set(|e| e.route = Routed::Partition(p));
+    }
+
+    /// It goes where the bytes `write` appends go (as [`Route::Bytes`]).
+    pub fn route_bytes(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let p = self.part(write);
+        self.set(|e| e.route = Routed::Bytes(p));
+    }
+
+    /// Add the record.
+    pub fn done(mut self) {
+        if let Some(e) = self.entry.take() {
+            self.out.entries.push(e);
+        }
+    }
+}
+
+impl Drop for Building<'_> {
+    /// A record not done leaves nothing behind.
+    fn drop(&mut self) {
+        if let Some(e) = &self.entry {
+            self.out.bytes.truncate(self.bytes);
+            self.out.headers.truncate(e.headers.0);
+        }
+    }
+}
+
+/// One record of [`Outputs`], borrowed.
+#[derive(Clone, Copy)]
+pub struct OutRef<'a> {
+    out: &'a Outputs,
+    e: &'a Entry,
+}
+
+impl<'a> OutRef<'a> {
+    fn bytes(&self, p: Part) -> &'a [u8] {
+        &self.out.bytes[p.start..p.end]
+    }
+
+    pub fn topic(&self) -> &'a str {
+        &self.e.topic
+    }
+
+    /// The topic's name, shared.
+    pub fn topic_arc(&self) -> &'a Arc<str> {
+        &self.e.topic
+    }
+
+    pub fn key(&self) -> Option<&'a [u8]> {
+        self.e.key.map(|p| self.bytes(p))
+    }
+
+    pub fn value(&self) -> Option<&'a [u8]> {
+        self.e.value.map(|p| self.bytes(p))
+    }
+
+    pub fn timestamp(&self) -> i64 {
+        self.e.timestamp
+    }
+
+    pub fn headers(&self) -> impl ExactSizeIterator<Item = (&'a str, &'a [u8])> + 'a {
+        let out = self.out;
+        out.headers[self.e.headers.0..self.e.headers.1]
+            .iter()
+            .map(move |(n, p)| (n.as_ref(), &out.bytes[p.start..p.end]))
+    }
+
+    /// The partition it goes to in a topic of `partitions` (as [`Output::partition_in`]).
+    pub fn partition_in(&self, partitions: u32) -> u32 {
+        let by = match self.e.route {
+            Routed::Partition(p) => return p,
+            Routed::Key => self.key(),
+            Routed::Bytes(p) => Some(self.bytes(p)),
+        };
+        by.map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
+    }
+
+    /// The record, owned.
+    pub fn to_record(&self) -> Record {
+        Record {
+            key: self.key().map(<[u8]>::to_vec),
+            value: self.value().map(<[u8]>::to_vec),
+            timestamp: self.timestamp(),
+            headers: self.headers().map(|(n, v)| (n.to_string(), v.to_vec())).collect(),
+        }
     }
 }
 

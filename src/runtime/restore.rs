@@ -275,7 +275,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
             records.push(Record { key: Some(k), value, timestamp: ts, headers: vec![] });
         }
         n += records.len();
-        appends.push(Append { topic: changelogs[i].clone(), partition: p, records });
+        appends.push(Append::of(changelogs[i].clone(), p, &records));
         stores.push(i);
     }
     for (i, end) in stores.into_iter().zip(b.append_alone(appends)?) {
@@ -307,11 +307,11 @@ pub(crate) fn sweep<B: Backend + ?Sized>(
     })?;
     let n = live.len();
     if n > 0 {
-        let records = live
+        let records: Vec<Record> = live
             .into_iter()
             .map(|(k, ts)| Record { key: Some(k), value: None, timestamp: ts, headers: vec![] })
             .collect();
-        b.append_alone(vec![Append { topic: changelog.to_string(), partition: p, records }])?;
+        b.append_alone(vec![Append::of(changelog, p, &records)])?;
         eprintln!("{store} partition {p}: removed by a control statement, {n} keys deleted");
     }
     Ok(n)
@@ -380,7 +380,7 @@ mod tests {
             Ok(appends
                 .into_iter()
                 .map(|a| {
-                    r.extend(a.records);
+                    r.extend(a.records());
                     Pos { offset: self.low + r.len() as u64, byte: 0 }
                 })
                 .collect())

@@ -17,7 +17,7 @@ use crate::runtime::metrics::{TaskCounts, TaskMetrics};
 use crate::runtime::options::RunOptions;
 use crate::runtime::state::{empty_store, Pending, Trees};
 use crate::runtime::task::{
-    self, Change, Input, Output, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
+    self, Change, Input, Output, Outputs, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
 use crate::runtime::topics::TimestampLimits;
 use crate::value::Value;
@@ -228,7 +228,7 @@ pub(crate) struct TaskRun<F: Feed> {
     pub(crate) group: String,
     pub(crate) feed: F,
     pub(crate) trees: Trees,
-    pub(crate) out: Vec<Output>,
+    pub(crate) out: Outputs,
     pub(crate) changes: Vec<Change>,
     pub(crate) uncommitted: u64,
     /// `topic/partition` → the position after the last record processed.
@@ -380,7 +380,7 @@ impl<F: Feed> TaskRun<F> {
             group,
             feed,
             trees,
-            out: Vec::new(),
+            out: Outputs::default(),
             changes: Vec::new(),
             uncommitted: 0,
             positions,

@@ -14,7 +14,9 @@ use crate::log::Record;
 use crate::plan::physical::{Decode, MutualKind, TaskSpec};
 use crate::runtime::foreign::{split_offset, subscription_key, Foreign};
 use crate::runtime::op::Stateful;
-pub use crate::runtime::op::{Change, Counters, Input, NoStores, Output, RecordError, Route, StoreRead, TenantCounts};
+pub use crate::runtime::op::{
+    Change, Counters, Input, NoStores, OutRef, Output, Outputs, RecordError, Route, StoreRead, TenantCounts,
+};
 use crate::runtime::ops::repartition::{H_FK_DELETED, H_FK_KEY, H_FK_OFFSET};
 use crate::runtime::ops::{self, group_table, sink::tombstone, Ctx, Down, FkMarks, Operator};
 use crate::runtime::stream_join::StreamJoins;
@@ -107,7 +109,7 @@ impl Task {
     /// flush's store changes, else those pending until the next flush).
     fn parts<'s>(
         &'s mut self,
-        out: &'s mut Vec<Output>,
+        out: &'s mut Outputs,
         stores: &'s dyn StoreRead,
         flushing: Option<&'s mut Vec<Change>>,
     ) -> (&'s mut [Box<dyn Operator>], Ctx<'s>) {
@@ -226,7 +228,7 @@ impl Task {
     pub fn table_deletion(
         &mut self,
         rec: &Record,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Option<Result<(), RecordError>> {
         if rec.value.is_some() {
@@ -262,14 +264,13 @@ impl Task {
             let (chain, mut cx) = self.parts(out, stores, None);
             return Some(Down::from(chain, 0).emit(row, rec.timestamp, &mut cx));
         };
-        let tomb = tombstone(sink, &key, None, rec.timestamp, tenant.as_deref(), self.spec.version);
-        out.push(tomb);
+        tombstone(out, sink, &key, None, rec.timestamp, tenant.as_deref(), self.spec.version);
         self.counters.records_out += 1;
         Some(Ok(()))
     }
 
     /// Process one record of the main input (or of a stream merged with it): down the chain.
-    pub fn process(&mut self, input: Input, out: &mut Vec<Output>, stores: &dyn StoreRead) -> Result<(), RecordError> {
+    pub fn process(&mut self, input: Input, out: &mut Outputs, stores: &dyn StoreRead) -> Result<(), RecordError> {
         self.counters.records_in += 1;
         if let Some(t) = &input.row.tenant {
             self.counters.tenant(t).records_in += 1;
@@ -284,7 +285,7 @@ impl Task {
         side: usize,
         rec: &Record,
         offset: u64,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Result<(), RecordError> {
         let tables = self.spec.tables.len();
@@ -306,7 +307,7 @@ impl Task {
         topic: &str,
         rec: &Record,
         offset: u64,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
@@ -324,7 +325,7 @@ impl Task {
         side: usize,
         rec: &Record,
         offset: u64,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
@@ -355,7 +356,7 @@ impl Task {
         side: Option<usize>,
         rec: &Record,
         ts: i64,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
@@ -396,7 +397,7 @@ impl Task {
         };
         if !result(mine.is_some(), other.is_some()) {
             if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
-                out.push(tombstone(sink, &key, None, ts, tenant.as_deref(), spec.version));
+                tombstone(out, sink, &key, None, ts, tenant.as_deref(), spec.version);
                 self.counters.records_out += 1;
             } else if had && spec.table_group.is_some() {
                 // Grouped: the key's old result leaves its group.
@@ -433,7 +434,7 @@ impl Task {
         side: Option<usize>,
         rec: &Record,
         ts: i64,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Result<(), RecordError> {
         let spec = self.spec.clone();
@@ -527,7 +528,7 @@ impl Task {
         right: Option<Option<(Value, crate::runtime::tables::TableRow)>>,
         offset: i64,
         ts: i64,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         stores: &dyn StoreRead,
     ) -> Result<(), RecordError> {
         let retract = right.is_none();
@@ -541,12 +542,7 @@ impl Task {
     /// the chain (a tombstone: the row's result deleted, if it had one) when it answers the
     /// row's latest update so far; a result of an older update (from the row's old foreign key,
     /// arriving late) is dropped.
-    pub fn foreign_gate(
-        &mut self,
-        rec: &Record,
-        out: &mut Vec<Output>,
-        stores: &dyn StoreRead,
-    ) -> Result<(), RecordError> {
+    pub fn foreign_gate(&mut self, rec: &Record, out: &mut Outputs, stores: &dyn StoreRead) -> Result<(), RecordError> {
         let spec = self.spec.clone();
         let (Some(store), Decode::Internal { key: key_ty, .. }) = (spec.foreign_gate, &spec.main.decode) else {
             return Err(RecordError("internal: not a foreign-key join's results".into()));
@@ -581,7 +577,7 @@ impl Task {
             return Down::from(chain, 0).emit(input.row, input.ts, &mut cx);
         }
         if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
-            out.push(tombstone(sink, &key, None, rec.timestamp, None, spec.version));
+            tombstone(out, sink, &key, None, rec.timestamp, None, spec.version);
             self.counters.records_out += 1;
         }
         Ok(())
@@ -596,7 +592,7 @@ impl Task {
     /// the last flush. Returns the errors of rows no input record caused.
     pub fn flush(
         &mut self,
-        out: &mut Vec<Output>,
+        out: &mut Outputs,
         changes: &mut Vec<Change>,
         close_all: bool,
         stores: &dyn StoreRead,

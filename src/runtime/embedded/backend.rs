@@ -2,11 +2,10 @@
 //! an end the worker sets before each step; a task's commit ([`LogCommit`]) and appends outside
 //! a task's commit are each one atomic `log.commit`.
 
-use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Record, Stored};
+use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Stored};
 use crate::plan::physical::TaskSpec;
 use crate::runtime::backend::{Backend, Extent, Membership};
 use crate::runtime::commit::{Commit, Share};
@@ -28,67 +27,36 @@ pub(crate) struct LogCommit<'a> {
 
 impl Commit for LogCommit<'_> {
     fn commit(&mut self, shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>, RunError> {
-        let mut appends: BTreeMap<(String, u32), Vec<Record>> = BTreeMap::new();
-        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        // The records are encoded as frames straight from the tasks' changes and outputs.
+        let mut appends: BTreeMap<(&str, u32), Append> = BTreeMap::new();
+        let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
         let mut metas = Vec::new();
         let mut tasks = Vec::new();
-        for s in shares {
-            // Per store first, so that a topic name is copied once per store, not per record;
-            // each list allocated once, at its size.
-            let mut sizes = vec![0usize; s.spec.stores.len()];
-            for ch in s.changes {
-                sizes[ch.store] += 1;
+        for s in &shares {
+            for (changelog, ch) in s.changelog() {
+                let a = appends.entry((changelog, s.partition)).or_insert_with(|| Append::new(changelog, s.partition));
+                a.push_parts(ch.timestamp, Some(&ch.key), ch.value.as_deref(), std::iter::empty());
             }
-            let mut per_store: Vec<Vec<Record>> = sizes.into_iter().map(Vec::with_capacity).collect();
-            for ch in s.changes {
-                let rec = Record {
-                    key: Some(ch.key.clone()),
-                    value: ch.value.clone(),
-                    timestamp: ch.timestamp,
-                    headers: vec![],
-                };
-                per_store[ch.store].push(rec);
-            }
-            for (st, records) in s.spec.stores.iter().zip(per_store) {
-                if records.is_empty() {
-                    continue;
-                }
-                match appends.entry((st.changelog.clone(), s.partition)) {
-                    Entry::Vacant(v) => {
-                        v.insert(records);
-                    }
-                    Entry::Occupied(mut o) => o.get_mut().extend(records),
-                }
-            }
-            // Each output's partition, and how many records each (topic, partition) gets, so
-            // that its list is allocated once, at its size.
-            let mut parts = Vec::with_capacity(s.outputs.len());
-            let mut sizes: BTreeMap<(&str, u32), usize> = BTreeMap::new();
             for o in s.outputs.iter() {
-                let n = match counts.get(&o.topic) {
+                let n = match counts.get(o.topic()) {
                     Some(n) => *n,
                     None => {
-                        let n = self.log.ensure_topic(&o.topic, self.partitions)?.partitions;
-                        counts.insert(o.topic.clone(), n);
+                        let n = self.log.ensure_topic(o.topic(), self.partitions)?.partitions;
+                        counts.insert(o.topic(), n);
                         n
                     }
                 };
                 let part = o.partition_in(n);
-                parts.push(part);
-                *sizes.entry((o.topic.as_str(), part)).or_default() += 1;
+                let a = appends.entry((o.topic(), part)).or_insert_with(|| Append::new(o.topic(), part));
+                a.push_parts(o.timestamp(), o.key(), o.value(), o.headers());
             }
-            for ((topic, part), n) in sizes {
-                appends.entry((topic.to_string(), part)).or_default().reserve(n);
-            }
-            for (o, part) in s.outputs.drain(..).zip(parts) {
-                appends.entry((o.topic, part)).or_default().push(o.record);
-            }
+        }
+        let appends: Vec<Append> = appends.into_values().collect();
+        for s in shares {
             metas.push((s.group.to_string(), s.meta));
             tasks.push((s.spec, s.partition));
         }
-        let list =
-            appends.into_iter().map(|((topic, partition), records)| Append { topic, partition, records }).collect();
-        let c = self.log.commit(list, metas)?;
+        let c = self.log.commit(appends, metas)?;
         Ok(tasks.into_iter().map(|(spec, p)| spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect()).collect())
     }
 

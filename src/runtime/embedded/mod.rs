@@ -233,7 +233,7 @@ impl ControlLog for (&EmbeddedLog, &mut EmbeddedControl) {
     fn write_statuses(&mut self, records: Vec<Record>, next: u64) -> Result<(), RunError> {
         let (log, c) = self;
         log.commit(
-            vec![Append { topic: c.status.clone(), partition: 0, records }],
+            vec![Append::of(c.status.clone(), 0, &records)],
             vec![(c.group.clone(), serde_json::json!({ "next": next }))],
         )?;
         c.written = next;
@@ -656,7 +656,11 @@ fn commit_ingest(
     let appends = batch
         .iter_mut()
         .enumerate()
-        .map(|(p, recs)| Append { topic: topic.to_string(), partition: p as u32, records: std::mem::take(recs) })
+        .map(|(p, recs)| {
+            let a = Append::of(topic, p as u32, recs.iter());
+            recs.clear();
+            a
+        })
         .collect();
     let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
     log.commit(appends, vec![(group.to_string(), meta)])?;

@@ -590,25 +590,26 @@ impl Producer {
     }
 
     fn send(&self, topic: &str, partition: u32, r: &Record) -> Result<()> {
-        self.send_parts(topic, partition, r.key.as_deref(), r.value.as_deref(), r.timestamp, &r.headers)
+        let headers = r.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
+        self.send_parts(topic, partition, r.key.as_deref(), r.value.as_deref(), r.timestamp, headers)
     }
 
     /// Send one record made of borrowed parts (no copy of a changelog key or value).
-    fn send_parts(
+    fn send_parts<'h>(
         &self,
         topic: &str,
         partition: u32,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         timestamp: i64,
-        headers: &[(String, Vec<u8>)],
+        headers: impl ExactSizeIterator<Item = (&'h str, &'h [u8])>,
     ) -> Result<()> {
         let mut rec: BaseRecord<'_, [u8], [u8]> =
             BaseRecord::to(topic).partition(partition as i32).timestamp(timestamp);
-        if !headers.is_empty() {
+        if headers.len() > 0 {
             let mut h = OwnedHeaders::new_with_capacity(headers.len());
             for (k, v) in headers {
-                h = h.insert(Header { key: k, value: Some(v.as_slice()) });
+                h = h.insert(Header { key: k, value: Some(v) });
             }
             rec = rec.headers(h);
         }
@@ -1220,20 +1221,27 @@ impl commit::Commit for TxnCommit<'_> {
 }
 
 impl TxnCommit<'_> {
-    fn commit_all(&mut self, mut shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
+    fn commit_all(&mut self, shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
         let producer = self.producer;
         if self.eos {
             producer.inner.begin_transaction().map_err(client("cannot begin a transaction"))?;
         }
         for s in &shares {
             for (changelog, ch) in s.changelog() {
-                producer.send_parts(changelog, s.partition, Some(&ch.key), ch.value.as_deref(), ch.timestamp, &[])?;
+                producer.send_parts(
+                    changelog,
+                    s.partition,
+                    Some(&ch.key),
+                    ch.value.as_deref(),
+                    ch.timestamp,
+                    std::iter::empty(),
+                )?;
             }
         }
-        for s in shares.iter_mut() {
-            for o in s.outputs.drain(..) {
-                let n = partition_count(self.kafka, self.partitions, &o.topic)?;
-                producer.send(&o.topic, o.partition_in(n), &o.record)?;
+        for s in &shares {
+            for o in s.outputs.iter() {
+                let n = partition_count(self.kafka, self.partitions, o.topic())?;
+                producer.send_parts(o.topic(), o.partition_in(n), o.key(), o.value(), o.timestamp(), o.headers())?;
             }
         }
         for (topic, r) in std::mem::take(&mut self.extra) {
@@ -1661,14 +1669,14 @@ impl Engine {
             self.producer.inner.begin_transaction().map_err(client("cannot begin a transaction"))?;
         }
         for a in &appends {
-            for r in &a.records {
+            for r in &a.records() {
                 self.producer.send_parts(
                     &a.topic,
                     a.partition,
                     r.key.as_deref(),
                     r.value.as_deref(),
                     r.timestamp,
-                    &[],
+                    std::iter::empty(),
                 )?;
             }
         }

@@ -53,7 +53,7 @@ impl Operator for Filter {
                 return down.emit(row, ts, cx);
             }
             Dropped::TableRow(sink) => {
-                cx.out.push(tombstone(sink, &row.key, None, ts, row.tenant.as_deref(), cx.spec.version));
+                tombstone(cx.out, sink, &row.key, None, ts, row.tenant.as_deref(), cx.spec.version);
                 cx.counters.records_out += 1;
             }
             Dropped::Result(sinks) => {

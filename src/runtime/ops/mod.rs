@@ -22,7 +22,7 @@ use std::sync::Arc;
 use crate::ast::EmitMode;
 use crate::eval::Row;
 use crate::plan::physical::{Decode, Op, TaskSpec};
-use crate::runtime::op::{Change, Counters, Output, RecordError, Stateful, StoreRead};
+use crate::runtime::op::{Change, Counters, Outputs, RecordError, Stateful, StoreRead};
 use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::TableInputs;
 
@@ -45,7 +45,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) changes: &'a mut Vec<Change>,
     pub(crate) stores: &'a dyn StoreRead,
     /// Records to write.
-    pub(crate) out: &'a mut Vec<Output>,
+    pub(crate) out: &'a mut Outputs,
     /// Errors of rows no input record caused (a join's null rows passed on as stream time
     /// moves, an aggregate's results), reported at the next flush.
     pub(crate) orphans: &'a mut Vec<RecordError>,

@@ -2,14 +2,14 @@
 //! to the repartition topic keyed by its group key (the next sub-topology's tasks read it in
 //! the partition of that key), its value in the internal wire format.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::eval::{eval, Row};
 use crate::hir;
-use crate::log::Record;
 use crate::plan::physical::RepartitionSpec;
-use crate::runtime::op::{Output, RecordError, Route, Stateful};
-use crate::runtime::ops::sink::out_headers;
+use crate::runtime::op::{RecordError, Stateful};
+use crate::runtime::ops::sink::headers;
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::wire::RecordWriter;
 use crate::types::Type;
@@ -46,29 +46,31 @@ impl Operator for Repartition {
             Err(_) if row.retract => return Ok(()),
             Err(e) => return Err(e),
         };
-        let mut value = Vec::with_capacity(128);
-        self.1.write_row(&row, &r.wire, &mut value);
-        let mut headers = out_headers(cx.spec.version, row.tenant.as_deref());
+        let mut b = cx.out.record(&r.topic, ts);
+        // A foreign-key join's null foreign key: a record without a key (partition 0), not the
+        // text `null`.
+        if !(r.fk && k.is_null()) {
+            match &k {
+                Value::Str(s) => b.key(s.as_bytes()),
+                k => b.key_with(|o| k.write_json(&r.key_ty, o)),
+            }
+        }
+        b.value_with(|o| self.1.write_row(&row, &r.wire, o));
+        headers(&mut b, cx.spec.version, row.tenant.as_deref());
         if row.retract {
-            headers.push((H_RETRACT.to_string(), b"1".to_vec()));
+            b.header(Cow::Borrowed(H_RETRACT), b"1");
         }
-        let mut key = Some(k.key_bytes(&r.key_ty));
         if r.fk {
-            headers.push((H_FK_KEY.to_string(), row.key.key_bytes(&Type::Error)));
-            headers.push((H_FK_OFFSET.to_string(), cx.fk.offset.to_string().into_bytes()));
-            if cx.fk.deleted && row.retract {
-                headers.push((H_FK_DELETED.to_string(), b"1".to_vec()));
+            match &row.key {
+                Value::Str(s) => b.header(Cow::Borrowed(H_FK_KEY), s.as_bytes()),
+                k => b.header_with(H_FK_KEY, |o| k.write_json(&Type::Error, o)),
             }
-            // A null foreign key: a record without a key (partition 0), not the text `null`.
-            if k.is_null() {
-                key = None;
+            b.header_with(H_FK_OFFSET, |o| o.extend_from_slice(itoa::Buffer::new().format(cx.fk.offset).as_bytes()));
+            if cx.fk.deleted && row.retract {
+                b.header(Cow::Borrowed(H_FK_DELETED), b"1");
             }
         }
-        cx.out.push(Output {
-            topic: r.topic.clone(),
-            route: Route::Key,
-            record: Record { key, value: Some(value), timestamp: ts, headers },
-        });
+        b.done();
         cx.counters.records_out += 1;
         Ok(())
     }
