@@ -2,7 +2,7 @@
 //! and the record cache every window kind works on (entries, the keys changed since the last
 //! flush in first-change order, and the open windows by the time they close).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use rustc_hash::FxHashMap;
 
@@ -321,26 +321,200 @@ fn decode_entry_json(b: &[u8], agg: &AggSpec) -> Result<AggEntry, String> {
     Ok(AggEntry { group, start: raw.s, end: raw.e, max_ts: raw.t, states, rows: 0 })
 }
 
-/// A store key as the record cache holds it: inline up to 24 bytes (a short key and a window
-/// start), so that finding an entry compares bytes in the table itself instead of following a
-/// pointer to each candidate's key (a cache miss per lookup, several per record).
-pub(crate) type SlotKey = smallvec::SmallVec<[u8; 24]>;
+/// A key's bytes as the record cache holds them: inline up to 24 bytes, so that finding a key
+/// compares bytes in the table itself instead of following a pointer to each candidate's bytes.
+pub(crate) type KeyBytes = smallvec::SmallVec<[u8; 24]>;
 
-/// The cache's form of a store key.
-pub(crate) fn slot_key(sk: &[u8]) -> SlotKey {
-    SlotKey::from_slice(sk)
+/// A window (or an unwindowed aggregate's entry) in the record cache: its key, by the id the
+/// cache gave the key's bytes, and its start (0 unwindowed). Copied freely: the first-change
+/// list and the close-time buckets hold these, not store keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Win {
+    key: u32,
+    pub(crate) start: i64,
+}
+
+/// One key's entries in the record cache: its windows by start, sorted.
+struct KeySlots {
+    bytes: KeyBytes,
+    starts: smallvec::SmallVec<[i64; 6]>,
+    slots: Vec<Slot>,
+}
+
+/// The record cache's entries. Each key's bytes are looked up once per record (hashed once,
+/// compared once) and get an id; a key's windows sit together under it, found by start. A key
+/// that has lost its last window keeps its id until [`Slots::sweep`] (at the end of a flush, when
+/// no list holds a [`Win`] of it any more).
+pub(crate) struct Slots {
+    /// The store keys of windowed entries end with the start.
+    windowed: bool,
+    ids: FxHashMap<KeyBytes, u32>,
+    keys: Vec<KeySlots>,
+    free: Vec<u32>,
+    /// Keys that lost their last window since the last sweep.
+    emptied: Vec<u32>,
+    len: usize,
+}
+
+impl Slots {
+    fn new(windowed: bool) -> Slots {
+        Slots { windowed, ids: FxHashMap::default(), keys: Vec::new(), free: Vec::new(), emptied: Vec::new(), len: 0 }
+    }
+
+    /// Entries in the cache.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The id of a key's bytes, given one if it has none.
+    pub(crate) fn key_id(&mut self, kb: &[u8]) -> u32 {
+        if let Some(id) = self.ids.get(kb) {
+            return *id;
+        }
+        let ks = KeySlots { bytes: KeyBytes::from_slice(kb), starts: Default::default(), slots: Vec::new() };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.keys[id as usize] = ks;
+                id
+            }
+            None => {
+                self.keys.push(ks);
+                (self.keys.len() - 1) as u32
+            }
+        };
+        self.ids.insert(KeyBytes::from_slice(kb), id);
+        id
+    }
+
+    /// The window of key `id` at `start` (its id need not have an entry there).
+    pub(crate) fn win(&self, id: u32, start: i64) -> Win {
+        Win { key: id, start: if self.windowed { start } else { 0 } }
+    }
+
+    /// The window a store key names, its key given an id if it has none.
+    pub(crate) fn win_of(&mut self, sk: &[u8]) -> Win {
+        let id = self.key_id(key_part(sk));
+        self.win(id, start_part(sk))
+    }
+
+    fn at(&self, w: Win) -> Option<(&KeySlots, usize)> {
+        let ks = self.keys.get(w.key as usize)?;
+        let i = ks.starts.binary_search(&w.start).ok()?;
+        Some((ks, i))
+    }
+
+    pub(crate) fn get(&self, w: Win) -> Option<&Slot> {
+        self.at(w).map(|(ks, i)| &ks.slots[i])
+    }
+
+    pub(crate) fn get_mut(&mut self, w: Win) -> Option<&mut Slot> {
+        let ks = self.keys.get_mut(w.key as usize)?;
+        let i = ks.starts.binary_search(&w.start).ok()?;
+        Some(&mut ks.slots[i])
+    }
+
+    pub(crate) fn contains(&self, w: Win) -> bool {
+        self.at(w).is_some()
+    }
+
+    /// The entry of `w`, made by `make` if it has none (true: made now).
+    pub(crate) fn get_or_insert_with(&mut self, w: Win, make: impl FnOnce() -> Slot) -> (&mut Slot, bool) {
+        let ks = &mut self.keys[w.key as usize];
+        match ks.starts.binary_search(&w.start) {
+            Ok(i) => (&mut ks.slots[i], false),
+            Err(i) => {
+                ks.starts.insert(i, w.start);
+                ks.slots.insert(i, make());
+                self.len += 1;
+                (&mut ks.slots[i], true)
+            }
+        }
+    }
+
+    /// Put `slot` at `w`, replacing what was there.
+    pub(crate) fn insert(&mut self, w: Win, slot: Slot) {
+        let mut slot = Some(slot);
+        let (s, _) = self.get_or_insert_with(w, || slot.take().unwrap_or_else(|| Slot::new(None, false)));
+        if let Some(slot) = slot {
+            *s = slot;
+        }
+    }
+
+    pub(crate) fn remove(&mut self, w: Win) -> Option<Slot> {
+        let ks = self.keys.get_mut(w.key as usize)?;
+        let i = ks.starts.binary_search(&w.start).ok()?;
+        ks.starts.remove(i);
+        let slot = ks.slots.remove(i);
+        self.len -= 1;
+        if ks.starts.is_empty() {
+            self.emptied.push(w.key);
+        }
+        Some(slot)
+    }
+
+    /// Keep only the entries `keep` says to keep.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&Slot) -> bool) {
+        for (id, ks) in self.keys.iter_mut().enumerate() {
+            if ks.starts.is_empty() {
+                continue;
+            }
+            let mut i = 0;
+            while i < ks.slots.len() {
+                if keep(&ks.slots[i]) {
+                    i += 1;
+                } else {
+                    ks.slots.remove(i);
+                    ks.starts.remove(i);
+                    self.len -= 1;
+                }
+            }
+            if ks.starts.is_empty() {
+                self.emptied.push(id as u32);
+            }
+        }
+    }
+
+    /// Forget the keys that have no window any more (none of their [`Win`]s may be held
+    /// anywhere: a flush has run).
+    pub(crate) fn sweep(&mut self) {
+        for id in std::mem::take(&mut self.emptied) {
+            let Some(ks) = self.keys.get_mut(id as usize) else { continue };
+            // (Listed twice, or given windows again since: nothing to do.)
+            if ks.starts.is_empty() && self.ids.get(&ks.bytes[..]) == Some(&id) {
+                self.ids.remove(&ks.bytes[..]);
+                ks.bytes = KeyBytes::new();
+                ks.slots = Vec::new();
+                self.free.push(id);
+            }
+        }
+    }
+
+    /// The key bytes of a window's key.
+    pub(crate) fn key_bytes(&self, w: Win) -> &[u8] {
+        self.keys.get(w.key as usize).map_or(&[][..], |ks| &ks.bytes[..])
+    }
+
+    /// The store key of a window (see [`store_key`]).
+    pub(crate) fn store_key(&self, w: Win) -> Vec<u8> {
+        store_key(self.key_bytes(w), self.windowed.then_some(w.start))
+    }
+
+    /// Windows in the order of their store keys: by key (length first, as the store key's length
+    /// prefix sorts), then start.
+    fn cmp(&self, a: &Win, b: &Win) -> std::cmp::Ordering {
+        let (ka, kb) = (self.key_bytes(*a), self.key_bytes(*b));
+        ka.len().cmp(&kb.len()).then_with(|| ka.cmp(kb)).then(a.start.cmp(&b.start))
+    }
 }
 
 /// An aggregate's record cache: every open window (loaded at start, so a window missing from
 /// it does not exist) and recently used unwindowed entries.
 pub(crate) struct Cache {
-    pub(crate) slots: FxHashMap<SlotKey, Slot>,
-    /// Keys changed since the last flush, in first-change order.
-    pub(crate) dirty: Vec<SlotKey>,
+    pub(crate) slots: Slots,
+    /// Windows changed since the last flush, in first-change order.
+    pub(crate) dirty: Vec<Win>,
     /// Open windows by the time they close (end [+ gap for sessions, + 1 for sliding]).
     pub(crate) windows: Expiry,
-    /// Scratch space for store keys on the hot path.
-    pub(crate) key_buf: Vec<u8>,
     /// The states of a new entry (`init` is constant: evaluated once, here).
     pub(crate) init: Result<Vec<AggState>, String>,
 }
@@ -349,72 +523,61 @@ impl Cache {
     pub(crate) fn new(agg: &AggSpec) -> Cache {
         let sessions = matches!(agg.window.map(|w| w.kind), Some(WindowKind::Session { .. }));
         Cache {
-            slots: FxHashMap::default(),
+            slots: Slots::new(agg.window.is_some()),
             dirty: Vec::new(),
-            windows: Expiry { movable: sessions, buckets: BTreeMap::new(), sets: BTreeMap::new() },
-            key_buf: Vec::new(),
+            windows: Expiry { movable: sessions, buckets: BTreeMap::new() },
             init: init_states(agg),
         }
     }
-}
 
-/// Store keys of open windows by the time they close. Windows whose close time never changes
-/// (tumbling, hopping, sliding) go in one bucket per time: adding one compares no keys, and a
-/// bucket is sorted by key when it closes (so windows close in (time, key) order; a key added
-/// twice is one). Sessions, whose close time moves as they grow or merge, go in an ordered set
-/// per time that they are removed from ([`Expiry::remove`]).
-pub(crate) struct Expiry {
-    /// Close times move (sessions): keys are kept in `sets`, not `buckets`.
-    movable: bool,
-    buckets: BTreeMap<i64, Vec<SlotKey>>,
-    sets: BTreeMap<i64, BTreeSet<SlotKey>>,
-}
-
-impl Expiry {
-    /// The window stored at `sk` closes at `at`.
-    pub(crate) fn insert(&mut self, at: i64, sk: &[u8]) {
-        if self.movable {
-            self.sets.entry(at).or_default().insert(slot_key(sk));
-        } else {
-            self.buckets.entry(at).or_default().push(slot_key(sk));
+    /// Mark a cached entry changed since the last flush.
+    pub(crate) fn mark_dirty(&mut self, w: Win) {
+        if self.slots.get_mut(w).is_some_and(Slot::touch) {
+            self.dirty.push(w);
         }
     }
 
-    /// The window stored at `sk` no longer closes at `at` (a session that grew or merged).
-    pub(crate) fn remove(&mut self, at: i64, sk: &[u8]) {
-        if let Some(set) = self.sets.get_mut(&at) {
-            set.remove(sk);
-            if set.is_empty() {
-                self.sets.remove(&at);
+    /// The windows of the first close time if it is at or before `close`: that time and the
+    /// windows, in store-key order, each once.
+    pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<Win>)> {
+        let at = *self.windows.buckets.first_key_value().filter(|(at, _)| **at <= close)?.0;
+        let mut wins = self.windows.buckets.remove(&at)?;
+        wins.sort_unstable_by(|a, b| self.slots.cmp(a, b));
+        wins.dedup();
+        Some((at, wins))
+    }
+}
+
+/// Open windows by the time they close, a bucket per time: adding one compares nothing, and a
+/// bucket is sorted by store key when it closes (so windows close in (time, key) order; a window
+/// added twice is one). Sessions, whose close time moves as they grow or merge, are taken out of
+/// their bucket when it does ([`Expiry::remove`]).
+pub(crate) struct Expiry {
+    /// Close times move (sessions).
+    movable: bool,
+    buckets: BTreeMap<i64, Vec<Win>>,
+}
+
+impl Expiry {
+    /// Window `w` closes at `at`.
+    pub(crate) fn insert(&mut self, at: i64, w: Win) {
+        self.buckets.entry(at).or_default().push(w);
+    }
+
+    /// Window `w` no longer closes at `at` (a session that grew or merged).
+    pub(crate) fn remove(&mut self, at: i64, w: Win) {
+        if !self.movable {
+            return;
+        }
+        if let Some(b) = self.buckets.get_mut(&at) {
+            b.retain(|x| *x != w);
+            if b.is_empty() {
+                self.buckets.remove(&at);
             }
         }
     }
 
     pub(crate) fn clear(&mut self) {
         self.buckets.clear();
-        self.sets.clear();
-    }
-
-    /// The windows of the first close time if it is at or before `close`: that time and their
-    /// keys, sorted, each once.
-    pub(crate) fn pop_due(&mut self, close: i64) -> Option<(i64, Vec<SlotKey>)> {
-        if self.movable {
-            let at = *self.sets.first_key_value().filter(|(at, _)| **at <= close)?.0;
-            return self.sets.remove(&at).map(|set| (at, set.into_iter().collect()));
-        }
-        let at = *self.buckets.first_key_value().filter(|(at, _)| **at <= close)?.0;
-        let mut keys = self.buckets.remove(&at)?;
-        keys.sort_unstable();
-        keys.dedup();
-        Some((at, keys))
-    }
-}
-
-impl Cache {
-    /// Mark a cached entry changed since the last flush.
-    pub(crate) fn mark_dirty(&mut self, sk: &[u8]) {
-        if self.slots.get_mut(sk).is_some_and(Slot::touch) {
-            self.dirty.push(slot_key(sk));
-        }
     }
 }

@@ -15,8 +15,8 @@ use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{
-    decode_entry, encode_entry, key_part, result_values, retract_state, slot_key, store_key, store_key_into, AggArgs,
-    AggEntry, Cache, Slot, SlotKey, SLIDE_RECORDS,
+    decode_entry, encode_entry, key_part, result_values, retract_state, store_key, store_key_into, AggArgs, AggEntry,
+    Cache, Slot, Win, SLIDE_RECORDS,
 };
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::group_table::encode_row;
@@ -172,16 +172,17 @@ impl Aggregate {
     /// `ts`; a group left with no rows is deleted at the next flush.
     fn take_back(&mut self, kb: &[u8], ts: i64, cx: &mut Ctx) -> Result<(), RecordError> {
         let agg = &self.spec;
-        let sk = store_key(kb, None);
-        if !self.cache.slots.contains_key(sk.as_slice()) {
-            let entry = match cx.stores.get(agg.store, &sk) {
+        let id = self.cache.slots.key_id(kb);
+        let w = self.cache.slots.win(id, 0);
+        if !self.cache.slots.contains(w) {
+            let entry = match cx.stores.get(agg.store, &store_key(kb, None)) {
                 Some(b) => Some(decode_entry(&b, agg).map_err(RecordError)?),
                 None => None,
             };
             let stored = entry.is_some();
-            self.cache.slots.insert(slot_key(&sk), Slot::new(entry, stored));
+            self.cache.slots.insert(w, Slot::new(entry, stored));
         }
-        let Some(slot) = self.cache.slots.get_mut(sk.as_slice()) else { return Ok(()) };
+        let Some(slot) = self.cache.slots.get_mut(w) else { return Ok(()) };
         let entry =
             match &mut slot.entry {
                 Some(e) if !slot.deleted && e.rows > 0 => e,
@@ -202,7 +203,7 @@ impl Aggregate {
         entry.rows -= 1;
         slot.deleted = entry.rows == 0;
         if slot.touch() {
-            self.cache.dirty.push(slot_key(&sk));
+            self.cache.dirty.push(w);
         }
         Ok(())
     }
@@ -244,43 +245,26 @@ impl Aggregate {
         };
         let emit_changes = agg.emit == EmitMode::Changes;
         let scoped = self.tenant_scoped;
-        let dirty = std::mem::take(&mut self.cache.dirty);
-        for sk in dirty {
-            let Some(slot) = self.cache.slots.get_mut(sk.as_slice()) else { continue };
+        let mut dirty = std::mem::take(&mut self.cache.dirty);
+        for w in dirty.drain(..) {
+            let sk = self.cache.slots.store_key(w);
+            let Some(slot) = self.cache.slots.get_mut(w) else { continue };
             slot.dirty = false;
             if slot.deleted {
                 // A session merged into another: deleted from the store and downstream.
                 let (stored, was_emitted) = (slot.stored, slot.emitted);
-                let old = self.cache.slots.remove(sk.as_slice()).and_then(|s| s.entry);
+                let old = self.cache.slots.remove(w).and_then(|s| s.entry);
                 let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
-                if stored {
-                    changes.push(Change {
-                        store: agg.store,
-                        key: sk.to_vec(),
-                        value: None,
-                        timestamp: ts,
-                        existed: true,
-                    });
-                }
                 // The session as it was last sent (it may have grown since).
                 if let (Some(bounds), true, Some(old)) = (was_emitted, emit_changes, old) {
                     emitted.push(deleted(&old, bounds, scoped, &sk));
                 }
+                if stored {
+                    changes.push(Change { store: agg.store, key: sk, value: None, timestamp: ts, existed: true });
+                }
                 continue;
             }
             let Some(entry) = slot.entry.as_ref() else { continue };
-            // A window that closes in this flush and was never stored needs neither a store
-            // write nor a tombstone: the state after the commit does not hold it.
-            if slot.stored || agg.closes_at(entry.end) > close {
-                let existed = std::mem::replace(&mut slot.stored, true);
-                changes.push(Change {
-                    store: agg.store,
-                    key: sk.to_vec(),
-                    value: Some(encode_entry(entry, agg)),
-                    timestamp: entry.max_ts,
-                    existed,
-                });
-            }
             if emit_changes {
                 let bounds = (entry.start, entry.end);
                 // Keyed by window, a session sent with other bounds is another key: delete it.
@@ -290,26 +274,38 @@ impl Aggregate {
                 slot.emitted = Some(bounds);
                 emitted.push(result(agg, entry, tenant_of(scoped, &sk)));
             }
+            // A window that closes in this flush and was never stored needs neither a store
+            // write nor a tombstone: the state after the commit does not hold it.
+            if slot.stored || agg.closes_at(entry.end) > close {
+                let existed = std::mem::replace(&mut slot.stored, true);
+                let value = slot.entry.as_ref().map(|e| encode_entry(e, agg));
+                let timestamp = slot.entry.as_ref().map_or(0, |e| e.max_ts);
+                changes.push(Change { store: agg.store, key: sk, value, timestamp, existed });
+            }
         }
+        self.cache.dirty = dirty;
         if self.spec.window.is_some() {
-            while let Some((_, keys)) = self.cache.windows.pop_due(close) {
-                for sk in keys {
-                    self.close_window(sk, emitted, changes);
+            while let Some((_, wins)) = self.cache.pop_due(close) {
+                for w in wins {
+                    self.close_window(w, emitted, changes);
                 }
             }
         }
         // The cache keeps clean entries for reuse, bounded (windows stay: they expire by time).
         if self.spec.window.is_none() && self.cache.slots.len() > 200_000 {
-            self.cache.slots.retain(|_, s| s.dirty);
+            self.cache.slots.retain(|s| s.dirty);
         }
+        // No list holds a window of a key that lost its last one: its id can go.
+        self.cache.slots.sweep();
     }
 
-    /// Close the window stored at `sk`: its result (`emit final`), and its deletion from the
-    /// store and changelog if it was stored.
-    fn close_window(&mut self, sk: SlotKey, emitted: &mut Vec<Emitted>, changes: &mut Vec<Change>) {
+    /// Close window `w`: its result (`emit final`), and its deletion from the store and
+    /// changelog if it was stored.
+    fn close_window(&mut self, w: Win, emitted: &mut Vec<Emitted>, changes: &mut Vec<Change>) {
         let agg = &self.spec;
+        let sk = self.cache.slots.store_key(w);
         self.windowing.closed(&sk);
-        let (entry, stored) = match self.cache.slots.remove(sk.as_slice()) {
+        let (entry, stored) = match self.cache.slots.remove(w) {
             Some(Slot { entry: Some(e), stored, .. }) => (Some(e), stored),
             _ => (None, false),
         };
@@ -322,7 +318,7 @@ impl Aggregate {
         if stored {
             changes.push(Change {
                 store: agg.store,
-                key: sk.to_vec(),
+                key: sk,
                 value: None,
                 timestamp: entry.map(|e| e.max_ts).unwrap_or(0),
                 existed: true,
@@ -363,9 +359,10 @@ impl Stateful for Aggregate {
                 continue;
             }
             if let Ok(e) = decode_entry(&v, agg) {
-                self.cache.windows.insert(agg.closes_at(e.end), &k);
+                let w = self.cache.slots.win_of(&k);
+                self.cache.windows.insert(agg.closes_at(e.end), w);
                 self.windowing.restored(&k, &e);
-                self.cache.slots.insert(slot_key(&k), Slot::new(Some(e), true));
+                self.cache.slots.insert(w, Slot::new(Some(e), true));
             }
         }
         self.windowing.restored_all();

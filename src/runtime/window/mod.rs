@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, slot_key, store_key_into, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{decode_entry, store_key, update_state, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -59,95 +59,91 @@ impl Cx<'_> {
     ) -> Result<(), RecordError> {
         let agg = self.agg;
         let err = RecordError;
-        // The store key is built in a reused buffer; it is copied only when a slot is created
-        // or first becomes dirty.
-        let mut sk = std::mem::take(&mut self.cache.key_buf);
-        let r = (|| {
-            for &(start, end) in windows {
-                sk.clear();
-                store_key_into(&mut sk, kb, agg.window.is_some().then_some(start));
-                let slot = match self.cache.slots.get_mut(sk.as_slice()) {
-                    Some(s) => {
-                        self.counters.cache_hits += 1;
-                        s
-                    }
-                    None => {
-                        self.counters.cache_misses += 1;
-                        let entry = match agg.window {
-                            Some(_) => None,
-                            None => match self.stores.get(agg.store, &sk) {
-                                Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
-                                None => None,
-                            },
-                        };
-                        let stored = entry.is_some();
-                        self.cache.slots.entry(slot_key(&sk)).or_insert(Slot::new(entry, stored))
-                    }
-                };
-                if slot.deleted && agg.table {
-                    // A grouped table's group left with no rows since the last flush: it starts
-                    // again from nothing.
-                    slot.deleted = false;
-                    slot.entry = None;
+        // The key is looked up once; its windows are found by start under it.
+        let id = self.cache.slots.key_id(kb);
+        for &(start, end) in windows {
+            let w = self.cache.slots.win(id, start);
+            let cache = &mut *self.cache;
+            let slot = match cache.slots.get_mut(w) {
+                Some(s) => {
+                    self.counters.cache_hits += 1;
+                    s
                 }
-                let entry = match &mut slot.entry {
-                    Some(e) => e,
-                    None => {
-                        if agg.window.is_some() {
-                            self.cache.windows.insert(end, &sk);
-                        }
-                        slot.entry.insert(AggEntry {
-                            group: group.to_vec(),
-                            start,
-                            end,
-                            max_ts: i64::MIN,
-                            states: self.cache.init.clone().map_err(err)?,
-                            rows: 0,
-                        })
-                    }
-                };
-                // A grouped table's row is all in or all out (it is taken back whole later):
-                // the entry as it was, to put back if an aggregate fails.
-                let before = agg.table.then(|| (entry.states.clone(), entry.max_ts));
-                entry.max_ts = entry.max_ts.max(ts);
-                let mut failed = None;
-                for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
-                    if let Err(e) = update_state(a, st, argv, ts) {
-                        failed = Some(e);
-                        break;
-                    }
+                None => {
+                    self.counters.cache_misses += 1;
+                    // Every open window is in the cache: only an unwindowed entry is read.
+                    let entry = match agg.window {
+                        Some(_) => None,
+                        None => match self.stores.get(agg.store, &store_key(kb, None)) {
+                            Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
+                            None => None,
+                        },
+                    };
+                    let stored = entry.is_some();
+                    cache.slots.get_or_insert_with(w, || Slot::new(entry, stored)).0
                 }
-                match (failed, before) {
-                    (None, _) => entry.rows += 1,
-                    (Some(e), Some((states, max_ts))) => {
-                        entry.states = states;
-                        entry.max_ts = max_ts;
-                        // A group this row would have started is not there.
-                        if entry.rows == 0 {
-                            slot.deleted = true;
-                            if slot.touch() {
-                                self.cache.dirty.push(slot_key(&sk));
-                            }
-                        }
-                        return Err(err(e));
+            };
+            if slot.deleted && agg.table {
+                // A grouped table's group left with no rows since the last flush: it starts
+                // again from nothing.
+                slot.deleted = false;
+                slot.entry = None;
+            }
+            let entry = match &mut slot.entry {
+                Some(e) => e,
+                None => {
+                    if agg.window.is_some() {
+                        cache.windows.insert(end, w);
                     }
-                    (Some(e), None) => {
-                        // What the aggregates before it took stays: the store must hold what
-                        // the cache holds, or a restart would compute otherwise.
-                        if slot.touch() {
-                            self.cache.dirty.push(slot_key(&sk));
-                        }
-                        return Err(err(e));
-                    }
+                    slot.entry.insert(AggEntry {
+                        group: group.to_vec(),
+                        start,
+                        end,
+                        max_ts: i64::MIN,
+                        states: cache.init.clone().map_err(err)?,
+                        rows: 0,
+                    })
                 }
-                if slot.touch() {
-                    self.cache.dirty.push(slot_key(&sk));
+            };
+            // A grouped table's row is all in or all out (it is taken back whole later): the
+            // entry as it was, to put back if an aggregate fails.
+            let before = agg.table.then(|| (entry.states.clone(), entry.max_ts));
+            entry.max_ts = entry.max_ts.max(ts);
+            let mut failed = None;
+            for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
+                if let Err(e) = update_state(a, st, argv, ts) {
+                    failed = Some(e);
+                    break;
                 }
             }
-            Ok(())
-        })();
-        self.cache.key_buf = sk;
-        r
+            match (failed, before) {
+                (None, _) => entry.rows += 1,
+                (Some(e), Some((states, max_ts))) => {
+                    entry.states = states;
+                    entry.max_ts = max_ts;
+                    // A group this row would have started is not there.
+                    if entry.rows == 0 {
+                        slot.deleted = true;
+                        if slot.touch() {
+                            cache.dirty.push(w);
+                        }
+                    }
+                    return Err(err(e));
+                }
+                (Some(e), None) => {
+                    // What the aggregates before it took stays: the store must hold what the
+                    // cache holds, or a restart would compute otherwise.
+                    if slot.touch() {
+                        cache.dirty.push(w);
+                    }
+                    return Err(err(e));
+                }
+            }
+            if slot.touch() {
+                cache.dirty.push(w);
+            }
+        }
+        Ok(())
     }
 }
 

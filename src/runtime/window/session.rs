@@ -7,9 +7,7 @@ use rustc_hash::FxHashMap;
 
 use super::{Cx, Windowing};
 use crate::ast::Duration;
-use crate::runtime::agg::{
-    key_part, merge_states, slot_key, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
-};
+use crate::runtime::agg::{key_part, merge_states, start_part, update_state, AggArgs, AggEntry, Slot};
 use crate::runtime::op::RecordError;
 use crate::value::Value;
 
@@ -55,10 +53,10 @@ impl Windowing for Session {
         }
         // The merged entry, computed before anything changes, so that an error (overflow, a
         // failing user aggregate) leaves the key's sessions as they were.
+        let id = cx.cache.slots.key_id(kb);
         let mut merged: Option<AggEntry> = None;
         for (s, _) in &near {
-            let Some(Some(old)) = cx.cache.slots.get(store_key(kb, Some(*s)).as_slice()).map(|slot| slot.entry.clone())
-            else {
+            let Some(Some(old)) = cx.cache.slots.get(cx.cache.slots.win(id, *s)).map(|slot| slot.entry.clone()) else {
                 continue;
             };
             merged = Some(match merged {
@@ -91,28 +89,28 @@ impl Windowing for Session {
         let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();
         let cache = &mut *cx.cache;
         for (s, e) in &near {
-            let sk = store_key(kb, Some(*s));
-            cache.windows.remove(agg.closes_at(*e), &sk);
+            let w = cache.slots.win(id, *s);
+            cache.windows.remove(agg.closes_at(*e), w);
             if *s == start {
                 continue;
             }
-            let Some(slot) = cache.slots.get_mut(sk.as_slice()) else { continue };
+            let Some(slot) = cache.slots.get_mut(w) else { continue };
             if !slot.stored && slot.emitted.is_none() {
-                cache.slots.remove(sk.as_slice());
+                cache.slots.remove(w);
             } else {
                 slot.deleted = true;
                 if slot.touch() {
-                    cache.dirty.push(slot_key(&sk));
+                    cache.dirty.push(w);
                 }
             }
         }
-        let sk = store_key(kb, Some(start));
-        cache.windows.insert(agg.closes_at(end), &sk);
-        let slot = cache.slots.entry(slot_key(&sk)).or_insert_with(|| Slot::new(None, false));
+        let w = cache.slots.win(id, start);
+        cache.windows.insert(agg.closes_at(end), w);
+        let (slot, _) = cache.slots.get_or_insert_with(w, || Slot::new(None, false));
         slot.entry = Some(entry);
         slot.deleted = false;
         if slot.touch() {
-            cache.dirty.push(slot_key(&sk));
+            cache.dirty.push(w);
         }
         rest.push((start, end));
         rest.sort_unstable();

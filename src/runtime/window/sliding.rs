@@ -11,8 +11,8 @@ use super::{Cx, Windowing};
 use crate::ast::Duration;
 use crate::plan::physical::AggSpec;
 use crate::runtime::agg::{
-    decode_slide_records, encode_slide_records, key_part, slot_key, start_part, store_key, update_state, AggArgs,
-    AggEntry, Slot, SLIDE_RECORDS,
+    decode_slide_records, encode_slide_records, key_part, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
+    SLIDE_RECORDS,
 };
 use crate::runtime::op::{Change, RecordError};
 use crate::value::Value;
@@ -69,14 +69,14 @@ impl Windowing for Sliding {
                 });
                 continue;
             }
-            let sk = store_key(kb, Some(*s));
-            if let Some(Some(e)) = cx.cache.slots.get_mut(sk.as_slice()).map(|slot| slot.entry.as_mut()) {
+            let w = cx.cache.slots.win_of(&store_key(kb, Some(*s)));
+            if let Some(Some(e)) = cx.cache.slots.get_mut(w).map(|slot| slot.entry.as_mut()) {
                 e.max_ts = e.max_ts.max(ts);
                 for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(args) {
                     update_state(a, st, argv, ts).map_err(err)?;
                 }
             }
-            cx.cache.mark_dirty(&sk);
+            cx.cache.mark_dirty(w);
         }
         // The record joins the key's recent records.
         let recs = self.records.entry(kb.to_vec()).or_default();
@@ -121,14 +121,14 @@ impl Windowing for Sliding {
                 continue;
             }
             let end = s.saturating_add(size);
-            let sk = store_key(kb, Some(s));
-            cx.cache.windows.insert(end.saturating_add(1), &sk);
+            let w = cx.cache.slots.win_of(&store_key(kb, Some(s)));
+            cx.cache.windows.insert(end.saturating_add(1), w);
             self.windows.entry(kb.to_vec()).or_default().insert(s);
             cx.cache.slots.insert(
-                slot_key(&sk),
+                w,
                 Slot::new(Some(AggEntry { group: group.to_vec(), start: s, end, max_ts, states, rows: 0 }), false),
             );
-            cx.cache.mark_dirty(&sk);
+            cx.cache.mark_dirty(w);
         }
         Ok(())
     }
