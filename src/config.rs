@@ -254,20 +254,26 @@ impl From<ConfigError> for String {
 
 /// Load the configuration: the file (if any), then each `KEY=VALUE` in order.
 pub fn load(file: Option<&Path>, sets: &[String]) -> Result<Config, ConfigError> {
-    let mut root = match file {
-        Some(p) => {
-            let path = p.display().to_string();
-            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
-            let v: Value =
-                serde_yaml::from_str(&text).map_err(|source| ConfigError::Yaml { path: path.clone(), source })?;
-            match v {
-                Value::Null => Mapping::new(),
-                Value::Mapping(m) => normalize(m, false)?,
-                _ => return Err(ConfigError::NotAMapping(path)),
-            }
+    load_files(file.as_slice(), sets)
+}
+
+/// The configuration of `files` in order, each file's keys over the earlier ones' (mappings
+/// merged key by key, so a second file can add `kafka.sasl.password` to the first's `kafka`
+/// section: credentials kept in a file of their own, a Kubernetes Secret), then `sets`.
+pub fn load_files(files: &[impl AsRef<Path>], sets: &[String]) -> Result<Config, ConfigError> {
+    let mut root = Mapping::new();
+    for p in files {
+        let p = p.as_ref();
+        let path = p.display().to_string();
+        let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let v: Value =
+            serde_yaml::from_str(&text).map_err(|source| ConfigError::Yaml { path: path.clone(), source })?;
+        match v {
+            Value::Null => {}
+            Value::Mapping(m) => merge(&mut root, normalize(m, false)?),
+            _ => return Err(ConfigError::NotAMapping(path)),
         }
-        None => Mapping::new(),
-    };
+    }
     for s in sets {
         let (k, v) = s.split_once('=').ok_or_else(|| ConfigError::BadSet(s.clone()))?;
         let value: Value = if k.starts_with("kafka.") {
@@ -338,6 +344,18 @@ fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, ConfigError> {
         insert(&mut out, &key, v)?;
     }
     Ok(out)
+}
+
+/// `over`'s keys into `root`: mappings merged key by key, any other value replaced.
+fn merge(root: &mut Mapping, over: Mapping) {
+    for (k, v) in over {
+        match (root.get_mut(&k), v) {
+            (Some(Value::Mapping(existing)), Value::Mapping(new)) => merge(existing, new),
+            (_, v) => {
+                root.insert(k, v);
+            }
+        }
+    }
 }
 
 fn insert(root: &mut Mapping, path: &str, value: Value) -> Result<(), ConfigError> {
@@ -419,6 +437,31 @@ mod tests {
         assert_eq!(cfg.kafka.get("bootstrap.servers").map(String::as_str), Some("a:1"));
         assert_eq!(cfg.kafka.get("linger.ms").map(String::as_str), Some("5"));
         assert_eq!(cfg.kafka.get("client.id").map(String::as_str), Some("x"));
+    }
+
+    #[test]
+    fn later_files_add_to_and_override_earlier_ones_key_by_key() {
+        let dir = std::env::temp_dir().join(format!("streamc-cfg-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.yaml"), dir.join("b.yaml"));
+        std::fs::write(&a, "commit:\n  records: 5\n  interval_ms: 40\nkafka:\n  bootstrap.servers: a:1\n").unwrap();
+        std::fs::write(&b, "commit.records: 6\nkafka:\n  security.protocol: SASL_SSL\n  sasl.password: s3cret\n")
+            .unwrap();
+        let cfg = load_files(&[&a, &b], &["kafka.sasl.username=u".into()]).unwrap();
+        assert_eq!((cfg.commit.records, cfg.commit.interval_ms), (6, 40));
+        let kafka: Vec<(&str, &str)> = cfg.kafka.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(
+            kafka,
+            [
+                ("bootstrap.servers", "a:1"),
+                ("sasl.password", "s3cret"),
+                ("sasl.username", "u"),
+                ("security.protocol", "SASL_SSL")
+            ]
+        );
+        // The same files the other way round: the first file's value wins where both set one.
+        assert_eq!(load_files(&[&b, &a], &[]).unwrap().commit.records, 5);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -62,6 +62,65 @@ impl rdkafka::producer::ProducerContext for Deliveries {
     }
 }
 
+/// What a client trying to reach the cluster heard: its error events (code and reason) and
+/// librdkafka's last log line of level error or worse (a failed connection in words; these
+/// lines otherwise go nowhere).
+#[derive(Default)]
+struct Reach {
+    events: Mutex<Vec<(RDKafkaErrorCode, String)>>,
+    last: Mutex<Option<String>>,
+}
+
+impl rdkafka::client::ClientContext for Reach {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, _fac: &str, message: &str) {
+        if (level as i32) <= rdkafka::config::RDKafkaLogLevel::Error as i32 {
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(message.to_string());
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(code) = error.rdkafka_error_code() {
+            self.events.lock().unwrap_or_else(|p| p.into_inner()).push((code, reason.to_string()));
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Reach {}
+
+impl Reach {
+    /// Why the cluster could not be reached, in librdkafka's words: its last failed connection,
+    /// else its last error event.
+    fn last(&self) -> Option<String> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        last.or_else(|| self.events.lock().unwrap_or_else(|p| p.into_inner()).last().map(|(_, r)| r.clone()))
+    }
+
+    /// The error to stop with when the cluster refused the TLS handshake or the login: these
+    /// do not heal by retrying.
+    fn refused(&self, k: &Kafka) -> Option<String> {
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let (what, check) = [
+            (
+                RDKafkaErrorCode::Authentication,
+                "refused the SASL login",
+                "check kafka.sasl.mechanism, kafka.sasl.username and kafka.sasl.password (or the OAUTHBEARER settings)",
+            ),
+            (
+                RDKafkaErrorCode::SSL,
+                "failed the TLS handshake",
+                "check kafka.ssl.ca.location (the CA that signed the brokers' certificates) and, for client \
+                 certificates, kafka.ssl.certificate.location and kafka.ssl.key.location",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(code, what, check)| {
+            let (_, reason) = events.iter().find(|(c, _)| *c == code)?;
+            Some((format!("{what}: {reason}"), check))
+        })?;
+        Some(format!("Kafka at {} {what}; {check}", k.servers()))
+    }
+}
+
 /// An error of the Kafka client layer, with what was being done. The messages are the ones
 /// users see.
 #[derive(Debug, thiserror::Error)]
@@ -131,18 +190,35 @@ impl Kafka {
     }
 
     /// A connection to the cluster `kafka.bootstrap.servers` names, checked: a cluster that
-    /// does not answer within [`REACH_TIMEOUT`] is an error naming the address.
+    /// does not answer within [`REACH_TIMEOUT`] is an error naming the address and librdkafka's
+    /// last reason, and one that refuses the TLS handshake or the SASL credentials is an error
+    /// as soon as it says so (librdkafka would retry them forever).
     pub fn connect(props: &BTreeMap<String, String>) -> Result<Kafka> {
         let k = Kafka::new(props);
-        let consumer: BaseConsumer = k.config().create().map_err(client("Kafka client"))?;
-        consumer.fetch_metadata(None, REACH_TIMEOUT).map_err(|e| {
-            BrokerError::State(format!(
-                "cannot reach Kafka at {} within {} s ({e}); check kafka.bootstrap.servers and that the brokers are up",
-                k.servers(),
-                REACH_TIMEOUT.as_secs()
-            ))
-        })?;
-        Ok(k)
+        let consumer: BaseConsumer<Reach> =
+            k.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?;
+        let deadline = std::time::Instant::now() + REACH_TIMEOUT;
+        loop {
+            let Err(e) = consumer.fetch_metadata(None, Duration::from_millis(500)) else { return Ok(k) };
+            // The client's log lines and error events (a refused handshake or login among them)
+            // come through its main queue, which a consumer without a group serves in `poll`,
+            // handing them to the context; `poll` says None for each, so serve a bounded number.
+            for _ in 0..256 {
+                let _ = consumer.poll(Duration::ZERO);
+            }
+            if let Some(refused) = consumer.context().refused(&k) {
+                return Err(BrokerError::State(refused));
+            }
+            if std::time::Instant::now() >= deadline {
+                let reason = consumer.context().last().unwrap_or_else(|| e.to_string());
+                return Err(BrokerError::State(format!(
+                    "cannot reach Kafka at {} within {} s ({reason}); check kafka.bootstrap.servers, that the brokers \
+                     are up, and kafka.security.protocol",
+                    k.servers(),
+                    REACH_TIMEOUT.as_secs()
+                )));
+            }
+        }
     }
 
     /// A client configuration with every `kafka.*` property.

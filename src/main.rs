@@ -33,9 +33,10 @@ struct Cli {
 /// Options every subcommand takes.
 #[derive(Args)]
 struct Global {
-    /// YAML configuration file.
+    /// YAML configuration file (repeatable: each file's keys over the earlier ones', so that
+    /// credentials can live in a file of their own).
     #[arg(long, global = true, value_name = "FILE")]
-    config: Option<PathBuf>,
+    config: Vec<PathBuf>,
     /// Override a configuration key (repeatable), e.g. `--set commit.records=1000`.
     #[arg(long = "set", global = true, value_name = "KEY=VALUE")]
     sets: Vec<String>,
@@ -304,7 +305,7 @@ fn load_config(g: &Global) -> Result<config::Config, String> {
     if let Some(b) = &g.bootstrap_servers {
         sets.push(format!("kafka.bootstrap.servers={b}"));
     }
-    let cfg = config::load(g.config.as_deref(), &sets).map_err(String::from)?;
+    let cfg = config::load_files(&g.config, &sets).map_err(String::from)?;
     if !cfg.kafka.is_empty() && !cfg.kafka.contains_key("bootstrap.servers") {
         let keys: Vec<String> = cfg.kafka.keys().map(|k| format!("kafka.{k}")).collect();
         eprintln!(

@@ -25,15 +25,20 @@ fn manifests() -> Vec<PathBuf> {
     v
 }
 
-/// Every manifest by kind.
+/// The first manifest of a kind (in file name order).
 fn by_kind(kind: &str) -> Value {
+    by_kind_and_name(kind, None)
+}
+
+/// The manifest of a kind, with `name` if given.
+fn by_kind_and_name(kind: &str, name: Option<&str>) -> Value {
     for p in manifests() {
         let v: Value = serde_yaml::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-        if v["kind"].as_str() == Some(kind) {
+        if v["kind"].as_str() == Some(kind) && name.is_none_or(|n| v["metadata"]["name"].as_str() == Some(n)) {
             return v;
         }
     }
-    panic!("no {kind} in deploy/k8s");
+    panic!("no {kind} {name:?} in deploy/k8s");
 }
 
 fn validator() -> Command {
@@ -126,7 +131,7 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
 
     // The configuration, with the sets as a pod would expand them, loads; the secret's keys
     // parse as trusted keys.
-    let secret = by_kind("Secret");
+    let secret = by_kind_and_name("Secret", Some("stats-control-keys"));
     let keys = secret["stringData"]["trusted_keys"].as_str().unwrap();
     let dir = std::env::temp_dir().join(format!("streamc-deploy-cfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -134,11 +139,36 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
     std::fs::write(&cfg_path, cm["data"]["streamc.yaml"].as_str().unwrap()).unwrap();
     let expanded: Vec<String> =
         sets.iter().map(|s| s.replace("$(POD_NAME)", "stats-0").replace("$(TRUSTED_KEYS)", keys)).collect();
-    let cfg = streamc::config::load(Some(&cfg_path), &expanded).unwrap();
+    // The second configuration file is the Kafka credentials Secret's `kafka.yaml`, mounted
+    // where the args read it; as shipped and with its commented example filled in, it merges
+    // into the first file's `kafka` section.
+    let credentials = by_kind_and_name("Secret", Some("stats-kafka-credentials"));
+    let configs: Vec<&str> = args.windows(2).filter(|w| w[0] == "--config").map(|w| w[1]).collect();
+    assert_eq!(configs, ["/etc/streamc/streamc.yaml", "/etc/streamc-kafka/kafka.yaml"]);
+    let mount = mounts_of(c).into_iter().find(|m| m["name"].as_str() == Some("kafka-credentials")).unwrap();
+    assert_eq!(mount["mountPath"].as_str(), Some("/etc/streamc-kafka"));
+    let volume = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(volume["secret"]["secretName"], credentials["metadata"]["name"]);
+    let shipped = credentials["stringData"]["kafka.yaml"].as_str().unwrap();
+    let filled: String = shipped
+        .lines()
+        .filter(|l| *l != "kafka: {}")
+        .map(|l| l.strip_prefix("# ").unwrap_or(l).to_string() + "\n")
+        .collect();
+    let kafka_cfg = dir.join("kafka.yaml");
+    for text in [shipped, filled.as_str()] {
+        std::fs::write(&kafka_cfg, text).unwrap();
+        let cfg = streamc::config::load_files(&[&cfg_path, &kafka_cfg], &expanded).unwrap();
+        assert!(cfg.kafka.contains_key("bootstrap.servers"), "the first file's brokers are kept");
+        if text == filled {
+            assert_eq!(cfg.kafka.get("security.protocol").map(String::as_str), Some("SASL_SSL"));
+            assert_eq!(cfg.kafka.get("ssl.ca.location").map(String::as_str), Some("/etc/streamc-kafka/ca.pem"));
+        }
+    }
+    let cfg = streamc::config::load_files(&[&cfg_path, &kafka_cfg], &expanded).unwrap();
     assert_eq!(cfg.instance.id.as_deref(), Some("stats-0"));
     assert_eq!(cfg.control.trusted_keys.len(), 1);
     assert!(cfg.kafka.contains_key("bootstrap.servers"), "a Kafka deployment names its brokers");
-    assert_eq!(flag("--config"), Some("/etc/streamc/streamc.yaml"));
     assert_eq!(args[1], "/etc/streamc/program.stream");
     let _ = std::fs::remove_dir_all(&dir);
 
@@ -151,7 +181,7 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
     assert_eq!(c["livenessProbe"]["httpGet"]["path"].as_str(), Some("/healthz"));
     // The state directory is the pod's own volume.
     let state = flag("--state-dir").unwrap();
-    let mounts = c["volumeMounts"].as_sequence().unwrap();
+    let mounts = mounts_of(c);
     let claim = mounts.iter().find(|m| m["mountPath"].as_str() == Some(state)).expect("the state dir is mounted");
     let claims = spec["volumeClaimTemplates"].as_sequence().unwrap();
     assert!(claims.iter().any(|t| t["metadata"]["name"] == claim["name"]), "a volume claim per pod for {state}");
@@ -164,6 +194,10 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
     let pdb = by_kind("PodDisruptionBudget");
     assert_eq!(pdb["spec"]["maxUnavailable"].as_i64(), Some(1));
     assert_eq!(pdb["spec"]["selector"]["matchLabels"], spec["selector"]["matchLabels"]);
+}
+
+fn mounts_of(container: &Value) -> Vec<&Value> {
+    container["volumeMounts"].as_sequence().unwrap().iter().collect()
 }
 
 #[test]
