@@ -17,6 +17,8 @@ pub struct Config {
     pub commit: Commit,
     pub control: Control,
     pub embedded: Embedded,
+    /// `statestore.cache.max.bytes` (Kafka Streams' name).
+    pub statestore: Statestore,
     pub late: Late,
     pub instance: Instance,
     /// `num.standby.replicas` (Kafka Streams' name).
@@ -129,14 +131,55 @@ pub struct Embedded {
     /// fsync the log at every commit (survives power loss, not only process crashes). Off by
     /// default, like Kafka, which leaves flushing to the OS.
     pub fsync: bool,
-    /// Changelog records a restore coalesces in memory between two writes of local state (and
-    /// of the checkpoint an interrupted restore resumes from).
-    pub restore_batch: u64,
 }
 
 impl Default for Embedded {
     fn default() -> Self {
-        Embedded { partitions: 1, fsync: false, restore_batch: 1_000_000 }
+        Embedded { partitions: 1, fsync: false }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Statestore {
+    pub cache: StoreCache,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreCache {
+    pub max: CacheMax,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheMax {
+    /// The memory the local state of all of an instance's tasks may hold, shared out evenly
+    /// over its tasks: rows in memory over sled, the changes not written to sled yet, a
+    /// restore's changes (Kafka Streams' `statestore.cache.max.bytes`).
+    pub bytes: u64,
+}
+
+impl Default for CacheMax {
+    fn default() -> Self {
+        CacheMax { bytes: DEFAULT_CACHE_MAX_BYTES }
+    }
+}
+
+/// `statestore.cache.max.bytes`'s default: 256 MiB.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 256 << 20;
+
+impl Config {
+    /// The part of `statestore.cache.max.bytes` sled's own page cache takes: a quarter, between
+    /// 4 MiB and 64 MiB (sled's cache is per state directory, not per task).
+    pub fn sled_cache_bytes(&self) -> u64 {
+        (self.statestore.cache.max.bytes / 4).clamp(4 << 20, 64 << 20)
+    }
+
+    /// The rest of `statestore.cache.max.bytes`: what the tasks' local state may hold in memory
+    /// over sled, shared out over them.
+    pub fn cache_max_bytes(&self) -> usize {
+        self.statestore.cache.max.bytes.saturating_sub(self.sled_cache_bytes()).try_into().unwrap_or(usize::MAX)
     }
 }
 
@@ -305,10 +348,9 @@ pub const MAX_EMBEDDED_PARTITIONS: u32 = 4096;
 
 /// Settings that must be within a range to mean anything: refused at load, before anything runs.
 fn validate_ranges(cfg: &Config) -> Result<(), ConfigError> {
-    let checks: [(&'static str, u64, u64, u64); 3] = [
+    let checks: [(&'static str, u64, u64, u64); 2] = [
         ("embedded.partitions", cfg.embedded.partitions.into(), 1, MAX_EMBEDDED_PARTITIONS.into()),
         ("commit.records", cfg.commit.records, 1, u64::MAX),
-        ("embedded.restore_batch", cfg.embedded.restore_batch, 1, u64::MAX),
     ];
     for (key, value, min, max) in checks {
         if value < min || value > max {
@@ -482,7 +524,6 @@ mod tests {
             ("embedded.partitions=0", "embedded.partitions"),
             ("embedded.partitions=100000", "embedded.partitions"),
             ("commit.records=0", "commit.records"),
-            ("embedded.restore_batch=0", "embedded.restore_batch"),
         ] {
             let e = load(None, &[set.into()]).unwrap_err();
             assert!(matches!(e, ConfigError::OutOfRange { key: k, .. } if k == key), "{set}: {e}");

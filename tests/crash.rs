@@ -145,3 +145,74 @@ fn live_input_is_processed_while_it_arrives() {
     run.kill().unwrap();
     run.wait().unwrap();
 }
+
+/// SIGKILL while the local-state writer is behind: a table of many distinct keys (each record a
+/// new row) makes every flight large, so sled's checkpoint trails the committed changelog; each
+/// kill comes right after the committed input is seen to advance. Every restart restores the
+/// tail sled had not written (seen in its `restored` count), and the final rows equal a fold of
+/// the input.
+#[test]
+fn sigkill_while_the_state_writer_is_behind_restores_the_tail_exactly() {
+    let dir = temp_dir("crash-writer");
+    let input = dir.join("trades.jsonl");
+    write_trades(&input, 240_000, 120_000, 5, 0);
+    let state = dir.join("state");
+    let program = "bench/keys.stream";
+    assert!(streamc(&state, &["produce", "stocks", input.to_str().unwrap(), "--program", program])
+        .status()
+        .unwrap()
+        .success());
+    let committed = |state: &Path| -> u64 {
+        let log = streamc::log::EmbeddedLog::open(state, false).unwrap();
+        let c = log.committed().unwrap();
+        c.groups.values().map(|v| v["inputs"]["stocks/0"]["offset"].as_u64().unwrap_or(0)).sum()
+    };
+    let run_args = ["run", program, "--drain", "--set", "commit.records=2000"];
+    let (mut kills, mut restored_after_kill) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let before = committed(&state);
+        let log = dir.join(format!("run{kills}.log"));
+        let mut child: Child = streamc(&state, &run_args).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+        // Kill once the run is seen to commit something new (not after some time).
+        let finished = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "run failed: {status}: {}", std::fs::read_to_string(&log).unwrap());
+                break true;
+            }
+            if kills < 4 && committed(&state) > before + 40_000 {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                break false;
+            }
+            assert!(Instant::now() < deadline, "crash test too slow: {kills} kills");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let text = std::fs::read_to_string(&log).unwrap();
+        if kills > 0 && text.contains(" records into ") && !text.contains("restored 0 records") {
+            restored_after_kill += 1;
+        }
+        if finished {
+            break;
+        }
+        kills += 1;
+    }
+    eprintln!("{kills} kills, {restored_after_kill} restarts restored a tail");
+    assert!(kills >= 1, "the run ended before it could be killed");
+    assert!(restored_after_kill >= 1, "no restart after a kill restored a changelog tail");
+    // The fold: per ticker, the trades and their volume; the output's last row per key.
+    let mut expected: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for line in std::fs::read_to_string(&input).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let e = expected.entry(v["ticker"].as_str().unwrap().to_string()).or_default();
+        e.0 += 1;
+        e.1 += v["size"].as_i64().unwrap();
+    }
+    let mut got: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for r in read_topic(&state, "per-key") {
+        let v = &r.value;
+        got.insert(r.key.clone().unwrap(), (v["trades"].as_i64().unwrap(), v["volume"].as_i64().unwrap()));
+    }
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "the rows after {kills} kills differ from the fold");
+}

@@ -211,12 +211,13 @@ fn local_state_is_restored_from_the_changelog() {
     let entries = |state: &Path| store_entries(state, "stats", "stock_stats-aggregate#0");
     let before = entries(&state);
     assert!(before.len() > 20, "{}", before.len());
-    // Lose the local state entirely: the changelog is the source of truth. A small restore
-    // batch replays it coalesced, in many steps; the store comes back entry for entry.
+    // Lose the local state entirely: the changelog is the source of truth. A small cache makes
+    // the replay hand local state to the writer as it goes, coalesced, in many steps; the store
+    // comes back entry for entry.
     std::fs::remove_dir_all(state.join("apps").join("stats").join("state")).unwrap();
     let sum = Run::new("examples/stats.stream", &state)
         .input("stocks", &partial)
-        .set("embedded.restore_batch=97")
+        .set("statestore.cache.max.bytes=4096")
         .close(false)
         .go()
         .unwrap();

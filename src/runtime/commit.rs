@@ -96,7 +96,7 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
     }
     if !any && !how.force {
         if how.last {
-            for t in tasks.iter_mut().filter(|t| t.trees.pending.iter().any(|p| p.len() > 0)) {
+            for t in tasks.iter_mut().filter(|t| !t.trees.is_settled()) {
                 let ends = backend.ends_now(&t.task.spec, t.task.partition, &t.ends)?;
                 t.trees.write(&ends)?;
             }
@@ -193,17 +193,18 @@ impl<F: Feed> TaskRun<F> {
         self.at_commit = (self.task.counters.clone(), self.skipped, self.read);
     }
 
-    /// Stage the committed changes for local state, and write local state when it is due (or
-    /// `force`), checkpointed at the changelog ends of the last commit. True if local state was
-    /// written.
+    /// Stage the committed changes for local state, and hand them to the writer when it is
+    /// due (see [`crate::runtime::state::Trees::write_behind`]), checkpointed at the changelog
+    /// ends of the last commit; `force`: write local state and wait for it (a run's last
+    /// commit). True if changes were handed over.
     pub(crate) fn stage_local(&mut self, force: bool) -> Result<bool, RunError> {
         self.trees.stage(&mut self.changes, &self.task);
         self.trees.commits += 1;
-        if !(force || self.trees.due()) {
-            return Ok(false);
+        if force {
+            self.trees.write(&self.ends)?;
+            return Ok(true);
         }
-        self.trees.write(&self.ends)?;
-        Ok(true)
+        self.trees.write_behind(&self.ends)
     }
 
     /// Write local state as of the last commit (a task closing: revoked, or the run's end).
@@ -222,6 +223,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::runtime::run::testing::{options, NoFeed};
+    use crate::runtime::state::Pending;
 
     /// Refuses every commit, or keeps what it is handed and puts each changelog's end one past
     /// the changes it got.
@@ -286,7 +288,17 @@ query per_user {
         let tree = db.open_tree("store").unwrap();
         let opts = options("app", Config::default());
         let positions = BTreeMap::from([("clicks/0".to_string(), Pos { offset: 3, byte: 0 })]);
-        TaskRun::new(spec, 0, "g0".into(), NoFeed, vec![tree], &serde_json::Value::Null, positions, 0, &opts)
+        TaskRun::new(
+            spec,
+            0,
+            "g0".into(),
+            NoFeed,
+            vec![(tree, Pending::default(), true)],
+            &serde_json::Value::Null,
+            positions,
+            0,
+            &opts,
+        )
     }
 
     fn output(topic: &str) -> crate::runtime::task::Output {

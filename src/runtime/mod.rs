@@ -31,6 +31,7 @@ pub mod tenant;
 pub mod topics;
 pub(crate) mod window;
 pub(crate) mod wire;
+pub(crate) mod writer;
 
 pub use error::RunError;
 pub use run::{now_ms, value_record, LinePlacer, Summary};

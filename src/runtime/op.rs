@@ -351,6 +351,11 @@ pub trait StoreRead {
     fn keys(&self, store: usize) -> Vec<Vec<u8>> {
         self.entries(store).into_iter().map(|(k, _)| k).collect()
     }
+    /// The task's share of `statestore.cache.max.bytes`: a quarter of it bounds an aggregate's
+    /// record cache, the rest the stores' rows in memory.
+    fn cache_share(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// A change to one store entry, produced at flush.

@@ -15,7 +15,7 @@ use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{correct_stale, log_restore, restore_store, RestoreWatch};
 use crate::runtime::run::{check_tenant_layout, Feed, TaskRun};
-use crate::runtime::state::open_tree;
+use crate::runtime::state::{open_tree, Pending};
 
 /// Open a task from its commit record `meta` (Null: it never committed) and input `positions`:
 /// restore every store, correct changelog records written after the commit, resume input. The
@@ -37,6 +37,8 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let task_id = format!("{}_{p}", spec.sub);
     let ends = committed_ends(b, &spec, meta);
     let mut trees = Vec::new();
+    let mut pending = Vec::new();
+    let mut complete = Vec::new();
     let mut checkpoints = Vec::new();
     let mut stale = Vec::new();
     let mut restored = 0;
@@ -51,13 +53,18 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
         }
         checkpoints.push(r.checkpoint);
         stale.push(r.stale);
+        pending.push(r.pending);
+        complete.push(r.complete);
         trees.push(tree);
     }
     log_restore(&into.join(", "), p, restored, started);
     let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
-    correct_stale(b, &spec.name, &changelogs, p, &trees, stale, &mut checkpoints)?;
+    let stores: Vec<(sled::Tree, Pending)> = trees.into_iter().zip(pending).collect();
+    correct_stale(b, &spec.name, &changelogs, p, &stores, stale, &mut checkpoints)?;
     let limits = b.timestamp_limits(&spec);
-    let mut run = TaskRun::new(spec, p, group, feed, trees, meta, positions, restored, opts);
+    let stores =
+        stores.into_iter().zip(complete).map(|((tree, pending), complete)| (tree, pending, complete)).collect();
+    let mut run = TaskRun::new(spec, p, group, feed, stores, meta, positions, restored, opts);
     run.ends = checkpoints;
     run.limits = limits;
     // Rows of avro values restored into join stores need their writer schemas: a registry that

@@ -246,10 +246,11 @@ fn aggregate_row(program: &hir::Program, agg: &AggSpec) -> Option<RecordType> {
 /// A store entry: its key and value as stored.
 type Entry = (Vec<u8>, Vec<u8>);
 
-/// A store's shard as a query reads it: sled, with the committed changes not written to it yet.
+/// A store's shard as a query reads it: sled, with the committed changes not written to it yet
+/// over it (`layers`, oldest first: those in the writer's hands, then those pending).
 pub(crate) struct Shard<'a> {
     pub(crate) tree: &'a sled::Tree,
-    pub(crate) pending: Option<&'a Pending>,
+    pub(crate) layers: Vec<&'a Pending>,
 }
 
 impl Shard<'_> {
@@ -262,7 +263,7 @@ impl Shard<'_> {
                 all.insert(k.to_vec(), v.to_vec());
             }
         }
-        if let Some(p) = self.pending {
+        for p in &self.layers {
             p.overlay(prefix, &mut all);
         }
         Ok(all.into_iter().collect())
@@ -270,7 +271,7 @@ impl Shard<'_> {
 
     /// The value of one store key.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        if let Some(v) = self.pending.and_then(|p| p.value(key)) {
+        if let Some(v) = self.layers.iter().rev().find_map(|p| p.value(key)) {
             return Ok(v.clone());
         }
         Ok(self.tree.get(key).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec()))

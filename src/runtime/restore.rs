@@ -2,7 +2,7 @@
 //! checkpoint, in batches that each carry the checkpoint they reach; the correction of
 //! changelog records written after a task's last commit; sweeps of removed stores.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -14,7 +14,8 @@ use crate::runtime::error::{state, RunError};
 use crate::runtime::metrics::RestoreMetrics;
 use crate::runtime::options::{RestoreBoard, RunOptions};
 use crate::runtime::run::{progress_bar, RECORDS};
-use crate::runtime::state::{checkpoint, live_keys, open_tree, Pending};
+use crate::runtime::state::{checkpoint, holds_no_rows, live_keys, open_tree, Pending};
+use crate::runtime::writer::Flight;
 
 /// `stores`: the names of the stores restored (as `explain` lists them).
 pub(crate) fn log_restore(stores: &str, p: u32, restored: u64, started: Instant) {
@@ -30,8 +31,8 @@ pub(crate) fn log_restore(stores: &str, p: u32, restored: u64, started: Instant)
 /// Who watches a restore: a progress bar labelled so (when stderr is a terminal), the metrics,
 /// and the run's [`RestoreBoard`].
 pub(crate) struct RestoreWatch {
-    /// `embedded.restore_batch`.
-    batch: u64,
+    /// The task's share of `statestore.cache.max.bytes`.
+    share: usize,
     label: Option<String>,
     metrics: Option<RestoreMetrics>,
     /// The run's board, and the task and store restored.
@@ -41,7 +42,7 @@ pub(crate) struct RestoreWatch {
 impl RestoreWatch {
     pub(crate) fn new(opts: &RunOptions, task_id: &str, store: &str, p: u32) -> RestoreWatch {
         RestoreWatch {
-            batch: opts.config.embedded.restore_batch.max(1),
+            share: crate::runtime::state::cache_share(opts.config.cache_max_bytes(), 1),
             label: opts.progress.then(|| format!("restoring {store} partition {p}")),
             metrics: opts.metrics.as_ref().map(|m| m.restore(task_id, store)),
             board: Some((opts.restores.clone(), task_id.to_string(), store.to_string())),
@@ -49,8 +50,8 @@ impl RestoreWatch {
     }
 
     /// Nobody watches (a query bringing a stopped application's local state up to date).
-    pub(crate) fn quiet(batch: u64) -> RestoreWatch {
-        RestoreWatch { batch: batch.max(1), label: None, metrics: None, board: None }
+    pub(crate) fn quiet(share: usize) -> RestoreWatch {
+        RestoreWatch { share, label: None, metrics: None, board: None }
     }
 
     fn start(&self, total: u64) {
@@ -101,27 +102,30 @@ pub(crate) fn restore_start(tree: &sled::Tree, end: u64, deletions_from: u64) ->
     }
 }
 
-/// Keys a restore holds in memory at most before writing them to sled.
-pub(crate) const RESTORE_PENDING: usize = 20_000;
-
-/// Applies changelog records to a store. Records are coalesced (as commits are, by `Pending`)
-/// and written every `embedded.restore_batch` records with the checkpoint they reach, so an
-/// interrupted restore resumes there: a window put and later deleted by a tombstone never
-/// reaches sled, so a restore writes about the live state, not the whole history.
+/// Applies changelog records to a store, in memory: records are coalesced by key (as commits
+/// are, by `Pending`), so that a window put and later deleted by a tombstone never reaches sled,
+/// and handed to the task with the checkpoint they reach; the task's commits hand them to the
+/// writer thread behind it ([`crate::runtime::state::Trees::write_behind`]). A restore whose
+/// changes hold more than the task's share of `statestore.cache.max.bytes` hands them to the
+/// writer as it goes, in flights that each carry the checkpoint they reach (so that an
+/// interrupted restore resumes there), reading on while the writer writes on another core, and
+/// waits for the writer when more than a share is in flight.
 pub(crate) struct Restorer<'a> {
     tree: &'a sled::Tree,
     watch: &'a RestoreWatch,
     bar: ProgressBar,
     pending: Pending,
-    since_flush: u64,
+    /// Handed to the writer, oldest first.
+    flights: VecDeque<Flight>,
+    /// Records applied since the progress bar and metrics last heard.
+    unwritten: u64,
     /// Records applied since the board last heard.
     unreported: u64,
     /// Records applied.
     pub(crate) n: u64,
-    /// Which keys may be in sled: none when restoring from scratch (then exactly the keys this
-    /// restore wrote), unknown (all) when replaying a tail.
+    /// Restoring from scratch into an empty tree, nothing handed to the writer yet: no key is in
+    /// sled (a deletion of a key put only in memory is dropped, not written).
     from_empty: bool,
-    written: rustc_hash::FxHashSet<Vec<u8>>,
 }
 
 impl<'a> Restorer<'a> {
@@ -137,56 +141,66 @@ impl<'a> Restorer<'a> {
             watch,
             bar,
             pending: Pending::default(),
-            since_flush: 0,
+            flights: VecDeque::new(),
+            unwritten: 0,
             unreported: 0,
             n: 0,
             from_empty: from == Pos::default(),
-            written: Default::default(),
         }
     }
 
     /// Apply one changelog record (a record without a key is counted and ignored).
     pub(crate) fn apply(&mut self, key: Option<Vec<u8>>, value: Option<Vec<u8>>) {
         self.n += 1;
-        self.since_flush += 1;
+        self.unwritten += 1;
         self.unreported += 1;
         let Some(k) = key else { return };
-        let may_exist = !self.from_empty || self.written.contains(&k);
-        self.pending.stage(k, value, may_exist);
+        self.pending.stage(k, value, !self.from_empty);
     }
 
-    /// Write what is pending with checkpoint `at` once a batch is full (or always, `force`):
-    /// after `embedded.restore_batch` records, or sooner once [`RESTORE_PENDING`] keys are
-    /// pending (a changelog of many live keys: sled takes big batches badly, 37 k records/s and
-    /// 5.8 GB for 1 M keys in one batch against 90 k/s and 400 MB in batches of 10 k keys).
-    pub(crate) fn write(&mut self, at: &Pos, force: bool) -> Result<(), RunError> {
-        // (Called after each batch read: the board hears of every batch.)
+    /// After each batch read, at changelog position `at`: the board hears of it, and what is
+    /// pending goes to the writer with checkpoint `at` if it holds more than the task's share.
+    pub(crate) fn write(&mut self, at: &Pos) -> Result<(), RunError> {
         self.watch.read(std::mem::take(&mut self.unreported));
-        if !force && self.since_flush < self.watch.batch && self.pending.len() < RESTORE_PENDING {
-            return Ok(());
+        if self.pending.bytes() > self.watch.share {
+            let changes = std::mem::take(&mut self.pending);
+            self.flights.push_back(Flight::send(self.tree, changes, Some(*at)));
+            self.from_empty = false;
+            // At most about one share in flight besides the one being read into.
+            while self.flights.iter().map(|f| f.changes.bytes()).sum::<usize>() > self.watch.share {
+                self.land_oldest()?;
+            }
         }
-        let (from_empty, written) = (self.from_empty, &mut self.written);
-        self.pending
-            .write(self.tree, at, |k, put| {
-                if !put {
-                    written.remove(k);
-                } else if from_empty {
-                    written.insert(k.to_vec());
-                }
-            })
-            .map_err(state("cannot restore local state"))?;
-        self.bar.inc(self.since_flush);
-        self.watch.advance(self.since_flush);
-        self.since_flush = 0;
+        self.advance();
         Ok(())
     }
 
-    /// Write the rest with the final checkpoint `at`; returns the records applied.
-    pub(crate) fn finish(mut self, at: &Pos) -> Result<u64, RunError> {
-        self.write(at, true)?;
+    fn land_oldest(&mut self) -> Result<(), RunError> {
+        if let Some(f) = self.flights.pop_front() {
+            f.wait().map_err(state("cannot restore local state"))?;
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self) {
+        self.bar.inc(self.unwritten);
+        self.watch.advance(std::mem::take(&mut self.unwritten));
+    }
+
+    /// The restore reached checkpoint `at`: returns the records applied, the changes not
+    /// written to sled yet (if none, sled's checkpoint moves to `at` here), and whether sled
+    /// holds no row they do not (it was restored from scratch without handing the writer any).
+    pub(crate) fn finish(mut self, at: &Pos) -> Result<(u64, Pending, bool), RunError> {
+        self.advance();
+        while !self.flights.is_empty() {
+            self.land_oldest()?;
+        }
+        if self.pending.is_empty() && self.n > 0 {
+            self.pending.write(self.tree, at).map_err(state("cannot restore local state"))?;
+        }
         self.bar.finish_and_clear();
         self.watch.done();
-        Ok(self.n)
+        Ok((self.n, self.pending, self.from_empty))
     }
 }
 
@@ -198,6 +212,11 @@ pub(crate) struct Restored {
     pub(crate) checkpoint: Pos,
     /// Keys of the records after the committed end (not applied), with their timestamps.
     pub(crate) stale: BTreeMap<Vec<u8>, i64>,
+    /// The restored changes sled does not hold yet: local state is sled with these over it.
+    pub(crate) pending: Pending,
+    /// sled holds no row that `pending` does not: the store was restored from scratch (or is
+    /// empty) and all of it is in memory.
+    pub(crate) complete: bool,
 }
 
 /// Bring a store up to its changelog's end as of the task's last commit (`committed_end`;
@@ -221,7 +240,8 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     let mut stale = BTreeMap::new();
     if from.offset >= high.offset {
         watch.done();
-        return Ok(Restored { records: 0, checkpoint: from, stale });
+        let complete = holds_no_rows(tree);
+        return Ok(Restored { records: 0, checkpoint: from, stale, pending: Pending::default(), complete });
     }
     let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(extent.low)));
     // A compacted changelog may start after the checkpoint.
@@ -238,12 +258,12 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
         }
         // The checkpoint never passes the committed end.
         let at = if after.offset > end { Pos { offset: end, byte: 0 } } else { after };
-        r.write(&at, false)
+        r.write(&at)
     })?;
     // With stale records, local state reflects the committed end only.
     let checkpoint = if stale.is_empty() { last } else { Pos { offset: end, byte: 0 } };
-    let records = r.finish(&checkpoint)?;
-    Ok(Restored { records, checkpoint, stale })
+    let (records, pending, complete) = r.finish(&checkpoint)?;
+    Ok(Restored { records, checkpoint, stale, pending, complete })
 }
 
 /// Changelog records after a task's last commit describe input that will be processed again:
@@ -255,7 +275,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
     task: &str,
     changelogs: &[String],
     p: u32,
-    trees: &[sled::Tree],
+    stores: &[(sled::Tree, Pending)],
     stale: Vec<BTreeMap<Vec<u8>, i64>>,
     checkpoints: &mut [Pos],
 ) -> Result<(), RunError> {
@@ -264,21 +284,25 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
     }
     let mut n = 0;
     let mut appends = Vec::new();
-    let mut stores = Vec::new();
+    let mut corrected = Vec::new();
     for (i, keys) in stale.into_iter().enumerate() {
         if keys.is_empty() {
             continue;
         }
         let mut records = Vec::new();
+        let (tree, pending) = &stores[i];
         for (k, ts) in keys {
-            let value = trees[i].get(&k).map_err(state("cannot read local state"))?.map(|v| v.to_vec());
+            let value = match pending.value(&k) {
+                Some(v) => v.clone(),
+                None => tree.get(&k).map_err(state("cannot read local state"))?.map(|v| v.to_vec()),
+            };
             records.push(Record { key: Some(k), value, timestamp: ts, headers: vec![] });
         }
         n += records.len();
         appends.push(Append::of(changelogs[i].clone(), p, &records));
-        stores.push(i);
+        corrected.push(i);
     }
-    for (i, end) in stores.into_iter().zip(b.append_alone(appends)?) {
+    for (i, end) in corrected.into_iter().zip(b.append_alone(appends)?) {
         if end.offset > checkpoints[i].offset {
             checkpoints[i] = end;
         }
@@ -419,7 +443,9 @@ mod tests {
 
     fn watch() -> RestoreWatch {
         let mut config = Config::default();
-        config.embedded.restore_batch = 1;
+        // No cache: every batch read goes to the writer, and the restore waits for it at its
+        // end; the tree alone holds the restored state.
+        config.statestore.cache.max.bytes = 0;
         let opts = options("t", config);
         RestoreWatch::new(&opts, "0_0", "s", 0)
     }
@@ -461,7 +487,8 @@ mod tests {
         assert_eq!(r.stale.keys().cloned().collect::<Vec<_>>(), vec![b"b".to_vec(), b"c".to_vec()]);
 
         let mut cps = vec![r.checkpoint];
-        correct_stale(&b, "t", &["s".to_string()], 0, std::slice::from_ref(&tree), vec![r.stale], &mut cps).unwrap();
+        let stores = [(tree.clone(), r.pending)];
+        correct_stale(&b, "t", &["s".to_string()], 0, &stores, vec![r.stale], &mut cps).unwrap();
         assert_eq!(cps[0].offset, 7, "the checkpoint moves past the corrections");
         // The whole changelog now folds to the committed state: a restore from scratch agrees.
         assert_eq!(fold(&b.records.borrow()), fold(&committed));
@@ -486,6 +513,91 @@ mod tests {
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!((r.records, r.checkpoint.offset), (2, 16));
         assert_eq!(contents(&tree), fold(&b.records.borrow()));
+    }
+
+    /// Write `n` of the pending changes (in key order) to the tree without a checkpoint, as a
+    /// writer stopped part way through a flight would have.
+    fn write_some(tree: &sled::Tree, pending: &Pending, n: usize) {
+        let mut changes: Vec<_> = pending.changes().collect();
+        changes.sort();
+        for (k, v) in changes.into_iter().take(n) {
+            match v {
+                Some(v) => tree.insert(k.as_slice(), v.as_slice()).unwrap(),
+                None => tree.remove(k.as_slice()).unwrap(),
+            };
+        }
+    }
+
+    /// sled with the pending changes over it, as a task reads its store.
+    fn state(tree: &sled::Tree, pending: &Pending) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        let mut m = contents(tree);
+        pending.overlay(b"", &mut m);
+        m
+    }
+
+    /// With write-behind (the default), a restore leaves sled alone and hands the changes over;
+    /// sled written only partly (a run stopped while writing behind) still restores to the
+    /// changelog's state, from scratch or from a checkpoint.
+    #[test]
+    fn a_restore_replays_into_memory_and_sled_written_partly_still_restores_exactly() {
+        let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
+        let first: Vec<Record> = (0..40)
+            .map(|i| rec(&format!("k{}", i % 13), (i % 7 != 3).then(|| format!("v{i}")).as_deref(), i))
+            .collect();
+        let b = Mem { low: 0, records: RefCell::new(first.clone()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("s#0").unwrap();
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!((r.records, r.checkpoint.offset), (40, 40));
+        assert!(contents(&tree).is_empty(), "nothing written to sled yet");
+        assert_eq!(state(&tree, &r.pending), fold(&first));
+        // Two keys written, without the checkpoint: sled has none, so the next restore starts
+        // over (and clears them).
+        assert!(r.complete, "restored from scratch, all in memory");
+        write_some(&tree, &r.pending, 2);
+        assert_eq!(contents(&tree).len(), 2);
+        let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!(r.records, 40);
+        assert_eq!(state(&tree, &r.pending), fold(&first));
+        r.pending.write_all(&tree, &r.checkpoint).unwrap();
+        assert_eq!(contents(&tree), fold(&first));
+        assert_eq!(checkpoint(&tree).map(|c| c.offset), Some(40));
+
+        // A tail: overwrites, deletions, new keys; a part of it written without the checkpoint.
+        let tail: Vec<Record> = (40..70)
+            .map(|i| rec(&format!("k{}", i % 17), (i % 5 != 0).then(|| format!("w{i}")).as_deref(), i))
+            .collect();
+        b.records.borrow_mut().extend(tail.iter().cloned());
+        let all = fold(&b.records.borrow());
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!((r.records, r.checkpoint.offset), (30, 70));
+        assert_eq!(state(&tree, &r.pending), all);
+        assert!(!r.complete, "replayed over what sled holds");
+        write_some(&tree, &r.pending, 5);
+        assert_eq!(checkpoint(&tree).map(|c| c.offset), Some(40));
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!(r.records, 30, "replayed from the old checkpoint");
+        assert_eq!(state(&tree, &r.pending), all);
+    }
+
+    /// The memory bound: pending changes pass the task's share of `statestore.cache.max.bytes`,
+    /// and the restore hands them to the writer (with the checkpoint reached) as it goes.
+    #[test]
+    fn a_restore_past_the_memory_bound_writes_as_it_goes() {
+        let mut config = Config::default();
+        // (The share is this or less, when other tests' tasks are alive.)
+        config.statestore.cache.max.bytes = 500;
+        let w = RestoreWatch::new(&options("t", config), "0_0", "s", 0);
+        let records: Vec<Record> = (0..60).map(|i| rec(&format!("key{i}"), Some("some value"), i)).collect();
+        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("s#0").unwrap();
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert!(r.pending.bytes() <= 500 && r.pending.len() < 10, "{} pending", r.pending.len());
+        assert!(!r.complete);
+        assert!(contents(&tree).len() > 50);
+        assert!(checkpoint(&tree).is_some_and(|c| c.offset > 50 && c.offset <= 60));
+        assert_eq!(state(&tree, &r.pending), fold(&records));
     }
 
     #[test]

@@ -353,7 +353,7 @@ impl<F: Feed> TaskRun<F> {
         p: u32,
         group: String,
         feed: F,
-        trees: Vec<sled::Tree>,
+        stores: Vec<(sled::Tree, Pending, bool)>,
         meta: &serde_json::Value,
         positions: BTreeMap<String, Pos>,
         restored: u64,
@@ -362,8 +362,7 @@ impl<F: Feed> TaskRun<F> {
         let task_id = format!("{}_{p}", spec.sub);
         let metrics =
             opts.metrics.as_ref().map(|m| m.task(&task_id, &spec.nodes, spec.agg.as_ref().map(|a| a.node.as_str())));
-        let mut trees =
-            Trees { pending: trees.iter().map(|_| Pending::default()).collect(), trees, commits: 0, tenant_keys: None };
+        let mut trees = Trees::new(stores, opts.config.cache_max_bytes());
         let chaos = opts.chaos.map(|c| Chaos::new(c, &group));
         let mut task = Task::new(spec, p, meta.get("stream_time").and_then(|v| v.as_i64()).unwrap_or(i64::MIN));
         let join_times: BTreeMap<String, i64> =
@@ -451,13 +450,9 @@ impl<F: Feed> TaskRun<F> {
     ) -> Result<bool, RunError> {
         let old = self.task.spec.clone();
         let p = self.task.partition;
-        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> = std::mem::take(&mut self.trees.trees)
-            .into_iter()
-            .zip(std::mem::take(&mut self.trees.pending))
-            .map(Some)
-            .collect();
+        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> =
+            self.trees.take_stores()?.into_iter().map(Some).collect();
         let mut trees = Vec::new();
-        let mut pending = Vec::new();
         let mut ends = Vec::new();
         let mut emptied = 0u64;
         for (i, st) in spec.stores.iter().enumerate() {
@@ -473,15 +468,16 @@ impl<F: Feed> TaskRun<F> {
             if restart || new_store || fresh.contains(&st.name) {
                 emptied += empty_store(i, &tree, &mut pend, self.task.stream_time, &mut self.changes)?;
             }
-            trees.push(tree);
-            pending.push(pend);
+            trees.push((tree, pend));
         }
         for (tree, _) in old_trees.into_iter().flatten() {
             // A store the query no longer has.
             let _ = tree.clear();
         }
-        self.trees.trees = trees;
-        self.trees.pending = pending;
+        for (tree, pend) in trees {
+            // (What sled holds of the store is not in memory.)
+            self.trees.push(tree, pend, false);
+        }
         self.ends = ends;
         let topics = |s: &TaskSpec| -> Vec<String> {
             let mut t = vec![s.main.topic.clone()];
@@ -575,9 +571,7 @@ impl<F: Feed> TaskRun<F> {
     /// The task's query was dropped: delete every key of its stores (tombstones to be
     /// committed, local state cleared). The driver commits, then forgets the task.
     pub(crate) fn retire(&mut self) -> Result<(), RunError> {
-        for (i, (tree, pend)) in self.trees.trees.iter().zip(self.trees.pending.iter_mut()).enumerate() {
-            empty_store(i, tree, pend, self.task.stream_time, &mut self.changes)?;
-        }
+        self.trees.empty_all(self.task.stream_time, &mut self.changes)?;
         self.out.clear();
         self.meta_changed = true;
         self.bar.suspend(|| {

@@ -58,7 +58,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     let counts = setup_topics(&log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
     crate::runtime::schemas::register_sinks(&opts.config, &stage.specs)?;
     let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
-    let db = open_local_state(&db_path, &opts.app)?;
+    let db = open_local_state(&db_path, &opts.app, opts.config.sled_cache_bytes())?;
     sweep_removed(&log, &db, &stage, &opts.app)?;
     let committed = log.committed()?;
     // The end of every external input as of start-up: `--drain` stops there.
@@ -435,15 +435,18 @@ pub fn query_stopped(
         Err(e) => return Err(e.to_string()),
     };
     let partitions = log.topic(&target.spec.main.topic).map_err(|e| e.to_string())?.map_or(0, |m| m.partitions);
-    let db = open_local_state(&state_dir.join("apps").join(app).join("state"), app).map_err(|e| e.to_string())?;
+    let db = open_local_state(&state_dir.join("apps").join(app).join("state"), app, cfg.sled_cache_bytes())
+        .map_err(|e| e.to_string())?;
     let store = &target.spec.stores[target.store];
     let mut rows = Vec::new();
     for p in 0..partitions {
         let tree = crate::runtime::state::open_tree(&db, &store.name, p).map_err(|e| e.to_string())?;
-        let watch = crate::runtime::restore::RestoreWatch::quiet(cfg.embedded.restore_batch);
-        crate::runtime::restore::restore_store(&Embedded { log: &log }, &tree, &store.changelog, p, None, &watch)
-            .map_err(|e| e.to_string())?;
-        rows.extend(read(&target, fetch, p, &Shard { tree: &tree, pending: None })?);
+        let watch = crate::runtime::restore::RestoreWatch::quiet(cfg.cache_max_bytes());
+        let mut r =
+            crate::runtime::restore::restore_store(&Embedded { log: &log }, &tree, &store.changelog, p, None, &watch)
+                .map_err(|e| e.to_string())?;
+        r.pending.write_all(&tree, &r.checkpoint).map_err(|e| format!("cannot write local state: {e}"))?;
+        rows.extend(read(&target, fetch, p, &Shard { tree: &tree, layers: Vec::new() })?);
     }
     db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
     Ok(Some(merge(rows)))
@@ -454,11 +457,9 @@ fn answer_queries(q: &crate::runtime::query::Queries, index: usize, stage: &Stag
     q.answer(index, stage, |target, f| {
         let store = &target.spec.stores[target.store].name;
         for t in tasks.iter().filter(|t| t.task.spec.name == target.spec.name) {
-            if let Some(i) = t.task.spec.stores.iter().position(|s| &s.name == store) {
-                f(
-                    t.task.partition,
-                    crate::runtime::query::Shard { tree: &t.trees.trees[i], pending: t.trees.pending.get(i) },
-                );
+            if let Some(shard) = t.task.spec.stores.iter().position(|s| &s.name == store).and_then(|i| t.trees.view(i))
+            {
+                f(t.task.partition, crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
             }
         }
     });

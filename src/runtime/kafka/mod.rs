@@ -112,7 +112,11 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
     let topic_configs = setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
     crate::runtime::schemas::register_sinks(&opts.config, &specs)?;
-    let db = state::open_local_state(&opts.state_dir.join("apps").join(&opts.app).join("state"), &opts.app)?;
+    let db = state::open_local_state(
+        &opts.state_dir.join("apps").join(&opts.app).join("state"),
+        &opts.app,
+        opts.config.sled_cache_bytes(),
+    )?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
     // The start-up end of every partition of every external input: `--drain` stops there.
@@ -910,11 +914,10 @@ impl Engine {
         q.answer(0, &self.stage, |target, f| {
             let store = &target.spec.stores[target.store].name;
             for r in self.units.values().flatten().filter(|r| r.task.spec.name == target.spec.name) {
-                if let Some(i) = r.task.spec.stores.iter().position(|s| &s.name == store) {
-                    f(
-                        r.task.partition,
-                        crate::runtime::query::Shard { tree: &r.trees.trees[i], pending: r.trees.pending.get(i) },
-                    );
+                if let Some(shard) =
+                    r.task.spec.stores.iter().position(|s| &s.name == store).and_then(|i| r.trees.view(i))
+                {
+                    f(r.task.partition, crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
                 }
             }
         });

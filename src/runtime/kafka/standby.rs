@@ -68,7 +68,7 @@ struct Copy {
 impl Copy {
     fn write(&mut self) -> Result<(), RunError> {
         self.pending
-            .write(&self.tree, &Pos { offset: self.next, byte: 0 }, |_, _| {})
+            .write(&self.tree, &Pos { offset: self.next, byte: 0 })
             .map_err(crate::runtime::error::state("cannot write a standby replica"))?;
         self.written = Instant::now();
         Ok(())
@@ -475,7 +475,7 @@ impl Standbys {
             }
         }
         for c in self.copies.values_mut() {
-            if c.pending.len() >= WRITE_PENDING || (c.pending.len() > 0 && c.written.elapsed() >= WRITE_EVERY) {
+            if c.pending.len() >= WRITE_PENDING || (!c.pending.is_empty() && c.written.elapsed() >= WRITE_EVERY) {
                 c.write()?;
             }
         }
