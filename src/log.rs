@@ -215,6 +215,13 @@ pub enum LogError {
     /// Another process runs the application on this log.
     #[error("another `streamc run` of `{app}` is using {dir} (it holds {lock}); stop it first")]
     Busy { app: String, dir: String, lock: String },
+    /// The commit metadata is gone while the log holds records: without it nothing is known to
+    /// be committed, and reading or appending would start over on top of the data.
+    #[error(
+        "{path} is missing, but the log holds records ({data}): the log is damaged and is not reset; \
+         restore {path} from a backup, or remove {dir} to start over"
+    )]
+    MissingCommitted { path: String, data: String, dir: String },
 }
 
 impl From<LogError> for String {
@@ -247,7 +254,31 @@ impl EmbeddedLog {
     pub fn open(state_dir: &Path, fsync: bool) -> Result<EmbeddedLog> {
         let dir = state_dir.join("log");
         fs::create_dir_all(dir.join("topics")).map_err(io(At("cannot create", &dir)))?;
-        Ok(EmbeddedLog { dir, fsync })
+        let log = EmbeddedLog { dir, fsync };
+        // A new log gets its (empty) commit metadata at once: from then on a missing COMMITTED
+        // is damage, never a log that has not committed yet.
+        if !log.dir.join("COMMITTED").exists() && log.data_file()?.is_none() {
+            let tmp = log.dir.join(format!("COMMITTED.{}.new", std::process::id()));
+            fs::write(&tmp, serde_json::to_vec(&Committed::default()).unwrap_or_default())
+                .map_err(io("cannot write COMMITTED"))?;
+            fs::rename(&tmp, log.dir.join("COMMITTED")).map_err(io("cannot write COMMITTED"))?;
+        }
+        Ok(log)
+    }
+
+    /// A partition file that holds bytes, if any.
+    fn data_file(&self) -> Result<Option<PathBuf>> {
+        for t in fs::read_dir(self.dir.join("topics")).map_err(io("cannot list topics"))? {
+            let t = t.map_err(io("cannot list topics"))?;
+            let Ok(files) = fs::read_dir(t.path()) else { continue };
+            for f in files.flatten() {
+                let p = f.path();
+                if p.extension().is_some_and(|e| e == "log") && f.metadata().is_ok_and(|m| m.len() > 0) {
+                    return Ok(Some(p));
+                }
+            }
+        }
+        Ok(None)
     }
 
     fn topic_dir(&self, topic: &str) -> PathBuf {
@@ -356,7 +387,15 @@ impl EmbeddedLog {
     pub fn committed(&self) -> Result<Committed> {
         match fs::read(self.dir.join("COMMITTED")) {
             Ok(b) => serde_json::from_slice(&b).map_err(corrupt("the log's COMMITTED file is corrupt")),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Committed::default()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match self.data_file()? {
+                // (A log that never committed: created by an older streamc, or empty topics.)
+                None => Ok(Committed::default()),
+                Some(data) => Err(LogError::MissingCommitted {
+                    path: self.dir.join("COMMITTED").display().to_string(),
+                    data: data.display().to_string(),
+                    dir: self.dir.display().to_string(),
+                }),
+            },
             Err(e) => Err(io("cannot read COMMITTED")(e)),
         }
     }
@@ -952,6 +991,34 @@ mod tests {
             matches!(e, LogError::Corrupt { .. }) && e.to_string().starts_with("the log's COMMITTED file is corrupt: "),
             "{e}"
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Deleting COMMITTED is damage: the log refuses to be read or appended to, naming the
+    /// file, and no partition file changes (it used to read as an empty log, and the next
+    /// append overwrote the records already there).
+    #[test]
+    fn a_missing_committed_file_is_damage_not_an_empty_log() {
+        let dir = std::env::temp_dir().join(format!("streamc-log-missing-committed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        assert!(dir.join("log").join("COMMITTED").exists(), "a new log has its commit metadata");
+        assert_eq!(log.committed().unwrap().groups.len(), 0);
+        log.create_topic("t", 1, false).unwrap();
+        let r = Record { key: None, value: Some(b"{}".to_vec()), timestamp: 0, headers: vec![] };
+        log.commit(vec![Append::of("t", 0, [&r, &r, &r])], vec![]).unwrap();
+        let data = dir.join("log").join("topics").join("t").join("0.log");
+        let before = std::fs::read(&data).unwrap();
+        std::fs::remove_file(dir.join("log").join("COMMITTED")).unwrap();
+        for log in [log, EmbeddedLog::open(&dir, false).unwrap()] {
+            let e = log.committed().unwrap_err();
+            assert!(matches!(e, LogError::MissingCommitted { .. }), "{e:?}");
+            assert!(e.to_string().contains("COMMITTED is missing") && e.to_string().contains("0.log"), "{e}");
+            let e = log.commit(vec![Append::of("t", 0, [&r])], vec![]).unwrap_err();
+            assert!(matches!(e, LogError::MissingCommitted { .. }), "{e:?}");
+        }
+        assert_eq!(std::fs::read(&data).unwrap(), before, "the partition file is untouched");
+        assert!(!dir.join("log").join("COMMITTED").exists(), "not recreated");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

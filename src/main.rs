@@ -30,6 +30,25 @@ struct Cli {
     command: Command,
 }
 
+/// `streamc control`'s statement: the argument, or read from a file or standard input (`-`).
+fn read_statement(arg: Option<String>, file: Option<PathBuf>) -> Result<String, String> {
+    let from_stdin = || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| format!("cannot read the statement from standard input: {e}"))?;
+        Ok(text)
+    };
+    match (arg, file) {
+        (Some(s), _) if s == "-" => from_stdin(),
+        (Some(s), _) => Ok(s),
+        (None, Some(f)) if f.as_os_str() == "-" => from_stdin(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(&f).map_err(|e| format!("cannot read the statement from {}: {e}", f.display()))
+        }
+        (None, None) => Err("no statement: give it as an argument, or with -f FILE (`-`: standard input)".into()),
+    }
+}
+
 /// Options every subcommand takes.
 #[derive(Args)]
 struct Global {
@@ -165,8 +184,14 @@ enum Command {
     Control {
         /// The program file: names the application.
         file: PathBuf,
-        /// The statement, in the language (e.g. 'update watch["AAPL"] = { … }').
-        statement: String,
+        /// The statement, in the language (e.g. 'update watch["AAPL"] = { … }'); `-`: read it
+        /// from standard input.
+        #[arg(required_unless_present = "statement_file")]
+        statement: Option<String>,
+        /// Read the statement from FILE (`-`: standard input), for statements too long for a
+        /// command line.
+        #[arg(short = 'f', long = "statement-file", value_name = "FILE", conflicts_with = "statement")]
+        statement_file: Option<PathBuf>,
         #[command(flatten)]
         sign: SignArgs,
         /// Post even if the statement does not compile against the running program here.
@@ -479,13 +504,14 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Test { program, fixtures } => test_cli::test(&cli.global, &program, &fixtures),
         Command::Keygen { keyfile, id } => control_cli::keygen(&keyfile, id.as_deref()),
-        Command::Control { file, statement, sign, no_check } => {
+        Command::Control { file, statement, statement_file, sign, no_check } => {
             let post = control_cli::Post {
                 key: &sign.key,
                 tenant: &sign.tenant,
                 expires_in_ms: sign.expires_in,
                 wait_secs: sign.wait,
             };
+            let statement = read_statement(statement, statement_file)?;
             control_cli::control_cmd(&cli.global.state_dir, &cfg, &file, &statement, !no_check, &post)
         }
         Command::Deploy { file, sign, dry_run, reprocess, fresh_state } => {

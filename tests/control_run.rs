@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use common::control::{
     changed_file_then_reset, check_big, forged_rejected, fresh_state_moves_and_drop, new_query_while_stopped,
     reserved_sink_statement_rejected, scenario, trades, two_inputs, Env,
@@ -252,4 +254,40 @@ fn status_reports_each_task_s_input_lag() {
     assert_eq!(after.iter().map(|(_, n)| n).sum::<u64>(), 450, "{after:?}");
     common::cli::streamc(&state, &["run", prog, "--drain"]);
     assert!(lags().iter().all(|(_, n)| *n == 0), "{:?}", lags());
+}
+
+/// A statement too long for a command line (over 128 KB: a table row with a 200 KB note) is
+/// posted from a file (`-f FILE`) and from standard input (`-`), and the run applies both.
+#[test]
+fn a_long_statement_is_posted_from_a_file_or_standard_input() {
+    let dir = temp_dir("control-long");
+    let env = Env::new(&dir, "long", vec![]);
+    let (a, b) = two_inputs(&dir, 50, 3, (1, 2));
+    env.produce_trades(&a);
+    let program = env.program.to_str().unwrap().to_string();
+    env.run(&["run", &program, "--drain"]);
+    let note = "n".repeat(200_000);
+    let from_file = dir.join("statement.txt");
+    std::fs::write(&from_file, format!("update watch[\"T0001\"] = {{ note = \"{note}\", threshold = 0.0 }}")).unwrap();
+    let (out, ok) = env.control_with(&["-f", from_file.to_str().unwrap()], None);
+    assert!(ok, "{}", &out[..out.len().min(2000)]);
+    let stdin = format!("update watch[\"T0002\"] = {{ note = \"{note}x\", threshold = 0.0 }}");
+    let (out, ok) = env.control_with(&["-"], Some(&stdin));
+    assert!(ok, "{}", &out[..out.len().min(2000)]);
+    env.produce_trades(&b);
+    env.run(&["run", &program, "--drain"]);
+    let st = env.statuses();
+    assert_eq!(st.len(), 2, "{st:?}");
+    assert!(st.values().all(|s| s["accepted"].as_bool() == Some(true)), "{st:?}");
+    // The second input's trades of those tickers joined the rows with the long notes.
+    let notes: BTreeMap<String, usize> = env
+        .last_by_key(&env.topic("watched"))
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v?["note"].as_str()?.len())))
+        .collect();
+    assert_eq!(notes.get("\"T0001\""), Some(&200_000), "{notes:?}");
+    assert_eq!(notes.get("\"T0002\""), Some(&200_001), "{notes:?}");
+    // Neither a statement nor a file: a clear error.
+    let (out, ok) = env.control_with(&[], None);
+    assert!(!ok && out.contains("STATEMENT"), "{out}");
 }

@@ -102,6 +102,32 @@ impl Env {
         )
     }
 
+    /// `streamc control` with the trusted key and `how` in place of the statement (`-f FILE`,
+    /// `-`), `stdin` written to its standard input; returns its output and whether it succeeded.
+    pub fn control_with(&self, how: &[&str], stdin: Option<&str>) -> (String, bool) {
+        let mut a = vec!["control", self.program.to_str().unwrap()];
+        a.extend_from_slice(how);
+        a.extend(["--key", self.key.to_str().unwrap()]);
+        let mut child = Command::new(bin())
+            .arg("--state-dir")
+            .arg(&self.state)
+            .args(self.args(&a))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        let text = stdin.unwrap_or("").to_string();
+        let writer = std::thread::spawn(move || std::io::Write::write_all(&mut input, text.as_bytes()));
+        let out = child.wait_with_output().unwrap();
+        let _ = writer.join();
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+            out.status.success(),
+        )
+    }
+
     pub fn produce_trades(&self, file: &Path) {
         self.run(&[
             "produce",
