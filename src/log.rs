@@ -215,6 +215,13 @@ pub enum LogError {
     /// Another process runs the application on this log.
     #[error("another `streamc run` of `{app}` is using {dir} (it holds {lock}); stop it first")]
     Busy { app: String, dir: String, lock: String },
+    /// A partition file holds fewer bytes than its committed records: it was cut short.
+    #[error(
+        "{path} holds {len} bytes, but its committed records end at byte {end}: the file was cut \
+         short (damaged); nothing is appended after the tear; restore the file from a backup, or \
+         remove the log to start over"
+    )]
+    Truncated { path: String, len: u64, end: u64 },
     /// The commit metadata is gone while the log holds records: without it nothing is known to
     /// be committed, and reading or appending would start over on top of the data.
     #[error(
@@ -400,6 +407,25 @@ impl EmbeddedLog {
         }
     }
 
+    /// Check every committed partition's file against its committed end: a file cut short
+    /// before it is damage ([`LogError::Truncated`]); bytes past it (a writer interrupted
+    /// before its commit) are harmless, and the next append cuts them off.
+    pub fn check_tails(&self) -> Result<()> {
+        let c = self.committed()?;
+        for (key, end) in &c.ends {
+            let Some((topic, p)) = key.rsplit_once('/') else { continue };
+            let Ok(p) = p.parse::<u32>() else { continue };
+            let base = c.bases.get(key).copied().unwrap_or_default();
+            let path = self.data_path(topic, p, &base);
+            let at = end.byte - base.start.byte;
+            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            if len < at {
+                return Err(LogError::Truncated { path: path.display().to_string(), len, end: at });
+            }
+        }
+        Ok(())
+    }
+
     /// Append every batch and set `groups`' metadata, atomically. Returns the committed state.
     pub fn commit(&self, appends: Vec<Append>, groups: Vec<(String, serde_json::Value)>) -> Result<Committed> {
         let _lock = self.lock()?;
@@ -424,8 +450,13 @@ impl EmbeddedLog {
                 .write(true)
                 .open(&path)
                 .map_err(io(At("cannot open", &path)))?;
-            // Cut off whatever an interrupted writer left past the committed end.
+            // Cut off whatever an interrupted writer left past the committed end; a file shorter
+            // than that end is damage (extending it would leave a hole inside the records).
             let at = end.byte - base.start.byte;
+            let len = f.metadata().map_err(io(At("cannot read the size of", &path)))?.len();
+            if len < at {
+                return Err(LogError::Truncated { path: path.display().to_string(), len, end: at });
+            }
             f.set_len(at).map_err(io(At("cannot truncate", &path)))?;
             f.seek(SeekFrom::Start(at)).map_err(io("seek"))?;
             f.write_all(&a.frames).map_err(io(At("cannot append to", &path)))?;
@@ -1019,6 +1050,36 @@ mod tests {
         }
         assert_eq!(std::fs::read(&data).unwrap(), before, "the partition file is untouched");
         assert!(!dir.join("log").join("COMMITTED").exists(), "not recreated");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A partition file cut short inside its committed records is damage: found at open
+    /// (`check_tails`) and refused at the next append, which used to extend the file with zeros
+    /// and append after the hole; bytes past the committed end are cut off by the next append.
+    #[test]
+    fn a_partition_file_cut_short_is_refused_and_a_torn_tail_is_cut_off() {
+        let dir = std::env::temp_dir().join(format!("streamc-log-torn-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        log.create_topic("t", 1, false).unwrap();
+        let r = Record { key: None, value: Some(b"{\"a\":1}".to_vec()), timestamp: 0, headers: vec![] };
+        log.commit(vec![Append::of("t", 0, [&r, &r, &r])], vec![]).unwrap();
+        let data = dir.join("log").join("topics").join("t").join("0.log");
+        let full = std::fs::read(&data).unwrap();
+        // A torn tail past the committed end: harmless, cut off by the next append.
+        std::fs::write(&data, [&full[..], b"garbage"].concat()).unwrap();
+        log.check_tails().unwrap();
+        log.commit(vec![Append::of("t", 0, [&r])], vec![]).unwrap();
+        let c = log.committed().unwrap();
+        assert_eq!(log.reader("t", 0, Pos::default()).read(c.end("t", 0), usize::MAX).unwrap().len(), 4);
+        // Cut short mid-record: refused at open and at append, the file left as it is.
+        let full = std::fs::read(&data).unwrap();
+        std::fs::write(&data, &full[..full.len() - 3]).unwrap();
+        let e = log.check_tails().unwrap_err();
+        assert!(matches!(e, LogError::Truncated { .. }) && e.to_string().contains("0.log"), "{e}");
+        let e = log.commit(vec![Append::of("t", 0, [&r])], vec![]).unwrap_err();
+        assert!(matches!(e, LogError::Truncated { .. }), "{e:?}");
+        assert_eq!(std::fs::read(&data).unwrap().len(), full.len() - 3);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -330,6 +330,11 @@ pub fn decode_record(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String
     if let Some(v) = flat::record(bytes, rt) {
         return Ok(v);
     }
+    // JSON text is UTF-8 throughout: serde_json checks the strings it reads, not those of the
+    // members it skips (fields the program does not declare).
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(format!("invalid UTF-8 at byte {}: JSON text must be UTF-8", e.valid_up_to()));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let v = RecordSeed(rt).deserialize(&mut de).map_err(|e| e.to_string())?;
     de.end().map_err(|e| e.to_string())?;

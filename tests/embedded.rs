@@ -329,6 +329,56 @@ fn late_records_are_dropped_and_counted_like_the_reference() {
             && r.headers["streamc.source.topic"] == "stocks"));
 }
 
+/// An output or changelog file cut short inside its committed records (a torn copy, a disk
+/// fault) stops the next run with the file named, before anything is appended after the tear
+/// (it used to exit 0 and append after a hole that `consume` then could not read past).
+#[test]
+fn a_run_over_an_output_file_cut_short_refuses_to_append() {
+    let dir = temp_dir("torn-output");
+    let input = dir.join("trades.jsonl");
+    write_trades(&input, 2_000, 5, 3, 0);
+    let state = dir.join("state");
+    Run::new("examples/stats.stream", &state).input("stocks", &input).go().unwrap();
+    let more = dir.join("more.jsonl");
+    write_trades(&more, 500, 5, 4, 0);
+    for topic in ["stock-stats", "stats-stock_stats-aggregate-changelog"] {
+        let data = state.join("log").join("topics").join(topic).join("0.log");
+        let full = std::fs::read(&data).unwrap();
+        std::fs::write(&data, &full[..full.len() - 5]).unwrap();
+        let e = Run::new("examples/stats.stream", &state).input("stocks", &more).go().unwrap_err();
+        assert!(e.contains("cut short") && e.contains(topic), "{e}");
+        assert_eq!(std::fs::read(&data).unwrap().len(), full.len() - 5, "nothing appended to {topic}");
+        std::fs::write(&data, &full).unwrap();
+    }
+    // The file put back: the run goes on.
+    Run::new("examples/stats.stream", &state).input("stocks", &more).go().unwrap();
+}
+
+/// Invalid UTF-8 is not JSON text, also inside a member the program does not declare: the
+/// record is a dead letter with the reason, and the records around it count.
+#[test]
+fn invalid_utf8_in_an_undeclared_field_is_a_dead_letter() {
+    let dir = temp_dir("dlq-utf8");
+    let input = dir.join("trades.jsonl");
+    let mut bytes = br#"{"ticker":"A","price":1.5,"size":2,"ts":1000}"#.to_vec();
+    bytes.push(b'\n');
+    bytes.extend_from_slice(b"{\"ticker\":\"A\",\"price\":2.5,\"size\":3,\"ts\":1500,\"note\":\"caf\xe9\"}\n");
+    bytes.extend_from_slice(b"{\"ticker\":\"A\",\"note\":\"\xff\xfe\",\"price\":3.5,\"size\":4,\"ts\":1600}\n");
+    bytes.extend_from_slice(r#"{"ticker":"A","price":4.5,"size":5,"ts":1700,"note":"café"}"#.as_bytes());
+    bytes.push(b'\n');
+    std::fs::write(&input, &bytes).unwrap();
+    let state = dir.join("state");
+    let sum = Run::new("examples/stats.stream", &state).input("stocks", &input).go().unwrap();
+    assert_eq!(sum.dead_letters, 2);
+    let dlq = read_topic(&state, "stats-dlq");
+    let offsets: Vec<&str> = dlq.iter().map(|r| r.headers["streamc.source.offset"].as_str()).collect();
+    assert_eq!(offsets, ["1", "2"]);
+    assert!(dlq.iter().all(|r| r.headers["streamc.error"].contains("invalid UTF-8")), "{:?}", dlq[0].headers);
+    let out = final_windows(&state);
+    let w = &out[&("A".to_string(), 0)];
+    assert_eq!((w.trades, w.volume, w.low, w.high), (2, 7, 1.5, 4.5));
+}
+
 #[test]
 fn bad_records_go_to_the_dead_letter_topic_with_the_reason() {
     let dir = temp_dir("dlq");

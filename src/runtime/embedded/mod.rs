@@ -44,6 +44,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
     // One run of the application on this log, for as long as this one lives.
     let _run_lock = log.lock_run(&opts.app)?;
+    // A partition file cut short inside its committed records stops the run before anything
+    // is appended after the tear.
+    log.check_tails()?;
     for (topic, path) in &opts.inputs {
         ingest(&log, program, &opts.app, topic, path, &opts.config, opts.progress)?;
     }
