@@ -5,8 +5,6 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rustc_hash::FxHashMap;
-
 use crate::log::{Pos, Stored};
 use crate::runtime::error::{state, RunError};
 use crate::runtime::task::{Change, StoreRead, Task};
@@ -48,8 +46,8 @@ pub(crate) struct Trees {
 /// Rows sled holds, kept in memory so that reads need not go to sled.
 #[derive(Default)]
 struct Clean {
-    map: FxHashMap<Vec<u8>, Vec<u8>>,
-    bytes: usize,
+    /// (A `Pending` of puts only: a flight that lands on an empty store becomes it whole.)
+    rows: Pending,
     /// The layers (pending, flights, these rows) hold every row of the store: a key they do not
     /// have is not in sled either. Lost for good once a row is dropped for want of memory.
     complete: bool,
@@ -251,27 +249,34 @@ impl Trees {
                 let Some(f) = self.flights[i].pop_front() else { break };
                 let written = f.wait().map_err(state("cannot write local state"))?;
                 let clean = &mut self.clean[i];
-                let Some(written) = written else {
+                let Some(mut written) = written else {
                     clean.complete = false;
                     continue;
                 };
                 used = used.saturating_sub(written.bytes());
-                for (k, v) in written.into_changes() {
-                    if let Some(old) = clean.map.remove(&k) {
-                        let b = k.len() + old.len() + ENTRY_COST;
-                        clean.bytes -= b;
-                        used -= b;
+                if clean.rows.is_empty() {
+                    // The rows as they are (no copy, no second map): a restore's or a first
+                    // run's state, written, stays in memory in the map it was built in.
+                    written.drop_deletions();
+                    if used + written.bytes() > share {
+                        written.shrink_to(share.saturating_sub(used));
+                        clean.complete = false;
                     }
-                    if let Some(v) = v {
-                        let b = k.len() + v.len() + ENTRY_COST;
-                        if used + b <= share {
-                            clean.bytes += b;
-                            used += b;
-                            clean.map.insert(k, v);
-                        } else {
+                    used += written.bytes();
+                    clean.rows = written;
+                    continue;
+                }
+                for (k, v) in written.into_changes() {
+                    let before = clean.rows.bytes();
+                    match v {
+                        Some(v) if used + k.len() + v.len() + ENTRY_COST <= share => clean.rows.put(k, v),
+                        Some(_) => {
+                            clean.rows.remove(&k);
                             clean.complete = false;
                         }
+                        None => clean.rows.remove(&k),
                     }
+                    used = used + clean.rows.bytes() - before;
                 }
             }
         }
@@ -292,16 +297,9 @@ impl Trees {
             if used <= target {
                 break;
             }
-            let mut freed = 0;
-            clean.map.retain(|k, v| {
-                if used - freed <= target {
-                    return true;
-                }
-                freed += k.len() + v.len() + ENTRY_COST;
-                false
-            });
-            clean.bytes -= freed;
-            used -= freed;
+            let before = clean.rows.bytes();
+            clean.rows.shrink_to(before.saturating_sub(used - target));
+            used -= before - clean.rows.bytes();
             clean.complete = false;
         }
         // Still over: the writer is behind. Wait for its oldest flights (the processing thread
@@ -326,7 +324,7 @@ impl Trees {
     pub(crate) fn memory(&self) -> usize {
         self.pending.iter().map(|p| p.bytes()).sum::<usize>()
             + self.flights.iter().flatten().map(|f| f.changes.bytes()).sum::<usize>()
-            + self.clean.iter().map(|c| c.bytes).sum::<usize>()
+            + self.clean.iter().map(|c| c.rows.bytes()).sum::<usize>()
     }
 
     pub(crate) fn due(&self) -> bool {
@@ -374,8 +372,8 @@ impl StoreRead for Trees {
             }
         }
         let clean = &self.clean[store];
-        if let Some(v) = clean.map.get(key) {
-            return Some(v.clone());
+        if let Some(v) = clean.rows.value(key) {
+            return v.clone();
         }
         if clean.complete {
             return None;
@@ -387,7 +385,9 @@ impl StoreRead for Trees {
         // query (committed changes may be pending or in flight).
         let Some(t) = self.trees.get(store) else { return Vec::new() };
         let mut all: BTreeMap<Vec<u8>, Vec<u8>> = if self.clean[store].complete {
-            self.clean[store].map.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+            let mut rows = BTreeMap::new();
+            self.clean[store].rows.overlay(b"", &mut rows);
+            rows
         } else {
             t.iter()
                 .filter_map(|r| r.ok())
@@ -405,7 +405,7 @@ impl StoreRead for Trees {
         // As `entries`, without copying the values.
         let Some(t) = self.trees.get(store) else { return Vec::new() };
         let mut all: std::collections::BTreeSet<Vec<u8>> = if self.clean[store].complete {
-            self.clean[store].map.keys().cloned().collect()
+            self.clean[store].rows.changes().map(|(k, _)| k.clone()).collect()
         } else {
             t.iter().keys().filter_map(|r| r.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect()
         };

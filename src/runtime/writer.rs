@@ -83,6 +83,53 @@ impl Pending {
         self.bytes
     }
 
+    /// Set `key`'s row to `value` (the clean rows' use: no deletion is kept).
+    pub(crate) fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        let len = value.len();
+        match self.map.get_mut(&key) {
+            Some(slot) => {
+                self.bytes = self.bytes + len - slot.0.as_ref().map_or(0, |v| v.len());
+                slot.0 = Some(value);
+            }
+            None => {
+                self.bytes += entry_bytes(&key, &None) + len;
+                self.map.insert(key, (Some(value), true));
+            }
+        }
+    }
+
+    /// Forget `key`, if it is here.
+    pub(crate) fn remove(&mut self, key: &[u8]) {
+        if let Some((k, (v, _))) = self.map.remove_entry(key) {
+            self.bytes -= entry_bytes(&k, &v);
+        }
+    }
+
+    /// Forget the deletions, keeping the rows put.
+    pub(crate) fn drop_deletions(&mut self) {
+        let mut freed = 0;
+        self.map.retain(|k, (v, _)| {
+            if v.is_none() {
+                freed += entry_bytes(k, &None);
+            }
+            v.is_some()
+        });
+        self.bytes -= freed;
+    }
+
+    /// Forget entries (in no particular order) until at most `target` bytes are held.
+    pub(crate) fn shrink_to(&mut self, target: usize) {
+        let mut held = self.bytes;
+        self.map.retain(|k, (v, _)| {
+            if held <= target {
+                return true;
+            }
+            held -= entry_bytes(k, v);
+            false
+        });
+        self.bytes = held;
+    }
+
     /// Every change, taken: key → new value or deletion (None), in no particular order.
     pub(crate) fn into_changes(self) -> impl Iterator<Item = (Vec<u8>, Option<Vec<u8>>)> {
         self.map.into_iter().map(|(k, (v, _))| (k, v))
