@@ -3,6 +3,7 @@
 //! changelog records written after a task's last commit; sweeps of removed stores.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,7 +43,11 @@ pub(crate) struct RestoreWatch {
 impl RestoreWatch {
     pub(crate) fn new(opts: &RunOptions, task_id: &str, store: &str, p: u32) -> RestoreWatch {
         RestoreWatch {
-            share: crate::runtime::state::cache_share(opts.config.cache_max_bytes(), 1),
+            // (What the task's stores may hold: a quarter of its share is its record cache's.)
+            share: {
+                let share = crate::runtime::state::cache_share(opts.config.cache_max_bytes(), 1);
+                share - share / 4
+            },
             label: opts.progress.then(|| format!("restoring {store} partition {p}")),
             metrics: opts.metrics.as_ref().map(|m| m.restore(task_id, store)),
             board: Some((opts.restores.clone(), task_id.to_string(), store.to_string())),
@@ -117,6 +122,8 @@ pub(crate) struct Restorer<'a> {
     pending: Pending,
     /// Handed to the writer, oldest first.
     flights: VecDeque<Flight>,
+    /// Set by the writer when one of them failed (the later ones are then not written).
+    failed: Arc<AtomicBool>,
     /// Records applied since the progress bar and metrics last heard.
     unwritten: u64,
     /// Records applied since the board last heard.
@@ -142,10 +149,13 @@ impl<'a> Restorer<'a> {
             bar,
             pending: Pending::default(),
             flights: VecDeque::new(),
+            failed: Arc::default(),
             unwritten: 0,
             unreported: 0,
             n: 0,
-            from_empty: from == Pos::default(),
+            // (A checkpoint at the start does not clear the tree: it may hold rows of a flight
+            // cut short by a crash, whose deletions must then be written.)
+            from_empty: from == Pos::default() && holds_no_rows(tree),
         }
     }
 
@@ -164,7 +174,7 @@ impl<'a> Restorer<'a> {
         self.watch.read(std::mem::take(&mut self.unreported));
         if self.pending.bytes() > self.watch.share {
             let changes = std::mem::take(&mut self.pending);
-            self.flights.push_back(Flight::send(self.tree, changes, Some(*at)));
+            self.flights.push_back(Flight::send(self.tree, &self.failed, changes, Some(*at)));
             self.from_empty = false;
             // At most about one share in flight besides the one being read into.
             while self.flights.iter().map(|f| f.changes.bytes()).sum::<usize>() > self.watch.share {
@@ -200,7 +210,16 @@ impl<'a> Restorer<'a> {
         }
         self.bar.finish_and_clear();
         self.watch.done();
-        Ok((self.n, self.pending, self.from_empty))
+        Ok((self.n, std::mem::take(&mut self.pending), self.from_empty))
+    }
+}
+
+impl Drop for Restorer<'_> {
+    fn drop(&mut self) {
+        // A restore stopped by an error: its flights are written before anyone reads the tree.
+        while let Some(f) = self.flights.pop_front() {
+            let _ = f.wait();
+        }
     }
 }
 
@@ -598,6 +617,24 @@ mod tests {
         assert!(contents(&tree).len() > 50);
         assert!(checkpoint(&tree).is_some_and(|c| c.offset > 50 && c.offset <= 60));
         assert_eq!(state(&tree, &r.pending), fold(&records));
+    }
+
+    /// A tree checkpointed at the start that holds a row (a flight cut short by a crash after
+    /// its first batch): the restore does not take the tree for empty, so the changelog's
+    /// deletion of that row reaches sled and the store is not complete.
+    #[test]
+    fn a_checkpoint_at_the_start_over_rows_is_not_an_empty_tree() {
+        let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
+        let b = Mem { low: 0, records: RefCell::new(vec![rec("k", Some("1"), 1), rec("k", None, 2)]) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("s#0").unwrap();
+        Pending::default().write(&tree, &Pos::default()).unwrap();
+        tree.insert("k", "1").unwrap();
+        let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert!(!r.complete, "sled holds a row the restore did not put");
+        assert_eq!(r.pending.value(b"k"), Some(&None), "the deletion is kept for sled");
+        r.pending.write_all(&tree, &r.checkpoint).unwrap();
+        assert!(contents(&tree).is_empty());
     }
 
     #[test]

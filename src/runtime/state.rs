@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::log::{Pos, Stored};
 use crate::runtime::error::{state, RunError};
@@ -32,6 +33,9 @@ pub(crate) struct Trees {
     flights: Vec<VecDeque<Flight>>,
     /// Per store: rows sled holds, kept in memory.
     clean: Vec<Clean>,
+    /// Per store: set by the writer once one of its flights failed (the later ones are then
+    /// not written, so no checkpoint passes the gap).
+    failed: Vec<Arc<AtomicBool>>,
     /// Commits since local state was last handed to the writer.
     pub(crate) commits: u32,
     /// Keys per tenant over every store, in a tenant-scoped task (None otherwise): counted once
@@ -93,6 +97,7 @@ impl Trees {
             pending: Vec::new(),
             flights: Vec::new(),
             clean: Vec::new(),
+            failed: Vec::new(),
             commits: 0,
             tenant_keys: None,
             cache_max,
@@ -110,6 +115,7 @@ impl Trees {
         self.pending.push(pending);
         self.flights.push(VecDeque::new());
         self.clean.push(Clean { complete, ..Clean::default() });
+        self.failed.push(Arc::default());
     }
 
     /// Take every store out, settled (nothing in flight): (tree, pending changes).
@@ -117,6 +123,7 @@ impl Trees {
         self.settle()?;
         self.flights.clear();
         self.clean.clear();
+        self.failed.clear();
         Ok(std::mem::take(&mut self.trees).into_iter().zip(std::mem::take(&mut self.pending)).collect())
     }
 
@@ -208,7 +215,7 @@ impl Trees {
     pub(crate) fn write(&mut self, checkpoints: &[Pos]) -> Result<(), RunError> {
         for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
             let changes = std::mem::take(&mut self.pending[i]);
-            self.flights[i].push_back(Flight::send(&self.trees[i], changes, Some(*cp)));
+            self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
         }
         self.commits = 0;
         self.settle()
@@ -225,7 +232,7 @@ impl Trees {
             for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
                 if !self.pending[i].is_empty() {
                     let changes = std::mem::take(&mut self.pending[i]);
-                    self.flights[i].push_back(Flight::send(&self.trees[i], changes, Some(*cp)));
+                    self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
                 }
             }
             self.commits = 0;
@@ -244,12 +251,24 @@ impl Trees {
     fn reap(&mut self, all: bool) -> Result<(), RunError> {
         let share = self.share();
         let mut used = self.memory();
+        let mut first_error = None;
         for i in 0..self.trees.len() {
             while self.flights[i].front().is_some_and(|f| all || f.landed()) {
                 let Some(f) = self.flights[i].pop_front() else { break };
-                let written = f.wait().map_err(state("cannot write local state"))?;
                 let clean = &mut self.clean[i];
+                let written = match f.wait() {
+                    Ok(w) => w,
+                    Err(e) => {
+                        // (Every flight is waited for all the same: none is left behind.)
+                        first_error.get_or_insert(e);
+                        clean.complete = false;
+                        continue;
+                    }
+                };
                 let Some(mut written) = written else {
+                    // Its rows cannot be taken in: the clean rows they changed would be stale.
+                    used -= clean.rows.bytes();
+                    clean.rows = Pending::default();
                     clean.complete = false;
                     continue;
                 };
@@ -280,7 +299,10 @@ impl Trees {
                 }
             }
         }
-        Ok(())
+        match first_error {
+            Some(e) => Err(state("cannot write local state")(e)),
+            None => Ok(()),
+        }
     }
 
     /// Keep the memory the layers hold within the task's share: drop clean rows (a quarter of

@@ -13,6 +13,7 @@
 //! that checkpoint: a restore from there replays them over whatever sled holds.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
@@ -215,6 +216,49 @@ struct Job {
     changes: Arc<Pending>,
     checkpoint: Option<Pos>,
     done: Arc<Done>,
+    /// Shared by the flights of one store: set once one failed, so that no later one (and no
+    /// later checkpoint) is written over the gap it left.
+    failed: Arc<AtomicBool>,
+}
+
+impl Job {
+    /// Write it, unless an earlier flight of its store failed; a panic in sled is an error.
+    fn run(&self) -> Result<(), sled::Error> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(sled::Error::ReportableBug("an earlier write of this store failed".into()));
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write(&self.tree, &self.changes, self.checkpoint.as_ref())
+        }))
+        .unwrap_or_else(|p| {
+            let why = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            Err(sled::Error::ReportableBug(format!("sled stopped writing: {why}")))
+        });
+        if r.is_err() {
+            self.failed.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    fn finish(&self, result: Result<(), sled::Error>) {
+        *self.done.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        self.done.cv.notify_all();
+    }
+}
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        // A job dropped unwritten (the writer thread gone): its waiter hears of it.
+        let mut r = self.done.result.lock().unwrap_or_else(|p| p.into_inner());
+        if r.is_none() {
+            *r = Some(Err(sled::Error::ReportableBug("the local-state writer stopped".into())));
+            self.done.cv.notify_all();
+        }
+    }
 }
 
 fn writer() -> &'static Mutex<Sender<Job>> {
@@ -224,13 +268,12 @@ fn writer() -> &'static Mutex<Sender<Job>> {
         std::thread::Builder::new()
             .name("streamc-state-writer".into())
             .spawn(move || {
-                for job in rx {
-                    let result = write(&job.tree, &job.changes, job.checkpoint.as_ref());
+                for mut job in rx {
+                    let result = job.run();
                     // The writer lets go of the changes before it says it is done, so that the
                     // task gets them back whole (`Flight::wait`).
-                    drop(job.changes);
-                    *job.done.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-                    job.done.cv.notify_all();
+                    job.changes = Arc::new(Pending::default());
+                    job.finish(result);
                 }
             })
             .expect("the local-state writer thread starts");
@@ -240,18 +283,29 @@ fn writer() -> &'static Mutex<Sender<Job>> {
 
 impl Flight {
     /// Hand `changes` to the writer for `tree`, with the checkpoint they reach (None: sled's
-    /// checkpoint stays where it is).
-    pub(crate) fn send(tree: &sled::Tree, changes: Pending, checkpoint: Option<Pos>) -> Flight {
+    /// checkpoint stays where it is); `failed` is shared by the flights of the store.
+    pub(crate) fn send(
+        tree: &sled::Tree,
+        failed: &Arc<AtomicBool>,
+        changes: Pending,
+        checkpoint: Option<Pos>,
+    ) -> Flight {
         let changes = Arc::new(changes);
         let done = Arc::new(Done::default());
-        let job = Job { tree: tree.clone(), changes: changes.clone(), checkpoint, done: done.clone() };
+        let job = Job {
+            tree: tree.clone(),
+            changes: changes.clone(),
+            checkpoint,
+            done: done.clone(),
+            failed: failed.clone(),
+        };
         let sent = writer().lock().unwrap_or_else(|p| p.into_inner()).send(job);
         if let Err(e) = sent {
             // The writer thread is gone (it never stops by itself): write here instead.
-            let job = e.0;
-            drop(job.changes);
-            let result = write(&job.tree, &changes, job.checkpoint.as_ref());
-            *done.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+            let mut job = e.0;
+            let result = job.run();
+            job.changes = Arc::new(Pending::default());
+            job.finish(result);
         }
         Flight { changes, done }
     }
@@ -302,4 +356,35 @@ pub(crate) fn write(tree: &sled::Tree, changes: &Pending, checkpoint: Option<&Po
         consolidate(tree, chunk.iter().map(|(k, _)| k.as_slice()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Once a flight of a store failed, its later flights are not written: no checkpoint
+    /// passes the changes the failed one did not write.
+    #[test]
+    fn after_a_failed_flight_no_later_one_of_its_store_is_written() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = db.open_tree("s#0").unwrap();
+        let failed = Arc::new(AtomicBool::new(false));
+        let mut p = Pending::default();
+        p.stage(b"a".to_vec(), Some(b"1".to_vec()), false);
+        Flight::send(&tree, &failed, p, Some(Pos { offset: 1, byte: 0 })).wait().unwrap();
+        // (As the writer marks a store whose write failed.)
+        failed.store(true, Ordering::Release);
+        let mut p = Pending::default();
+        p.stage(b"b".to_vec(), Some(b"2".to_vec()), false);
+        assert!(Flight::send(&tree, &failed, p, Some(Pos { offset: 2, byte: 0 })).wait().is_err());
+        assert_eq!(tree.get(b"b").unwrap(), None);
+        let cp: Pos = serde_json::from_slice(&tree.get(CHECKPOINT).unwrap().unwrap()).unwrap();
+        assert_eq!(cp.offset, 1, "the checkpoint stays before the gap");
+        // Another store's flights go on.
+        let other = db.open_tree("s#1").unwrap();
+        let mut p = Pending::default();
+        p.stage(b"c".to_vec(), Some(b"3".to_vec()), false);
+        Flight::send(&other, &Arc::default(), p, None).wait().unwrap();
+        assert_eq!(other.get(b"c").unwrap().as_deref(), Some(&b"3"[..]));
+    }
 }

@@ -751,6 +751,8 @@ impl TaskRun<EmbeddedFeed> {
     /// A task that had applied a control statement since its last commit goes back to the
     /// form of its query as of that commit, and applies the statement again.
     fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), RunError> {
+        // Its flights written first: the reopened task's restore must not meet a late write.
+        self.trees.settle()?;
         let c = log.committed()?;
         let fresh = match stage.spec(&self.task.spec.name).cloned() {
             Some(spec) => TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?,
