@@ -388,10 +388,13 @@ fn normalize(m: Mapping, in_kafka: bool) -> Result<Mapping, ConfigError> {
     Ok(out)
 }
 
-/// `over`'s keys into `root`: mappings merged key by key, any other value replaced.
+/// `over`'s keys into `root`: mappings merged key by key, any other value replaced, a null
+/// ignored.
 fn merge(root: &mut Mapping, over: Mapping) {
     for (k, v) in over {
         match (root.get_mut(&k), v) {
+            // (A section whose lines are all commented out reads as null: it sets nothing.)
+            (_, Value::Null) => {}
             (Some(Value::Mapping(existing)), Value::Mapping(new)) => merge(existing, new),
             (_, v) => {
                 root.insert(k, v);
@@ -503,6 +506,11 @@ mod tests {
         );
         // The same files the other way round: the first file's value wins where both set one.
         assert_eq!(load_files(&[&b, &a], &[]).unwrap().commit.records, 5);
+        // A section with every line commented out (null) takes nothing away.
+        let c = dir.join("c.yaml");
+        std::fs::write(&c, "kafka:\n  # security.protocol: SASL_SSL\n").unwrap();
+        let cfg = load_files(&[&a, &c], &[]).unwrap();
+        assert_eq!(cfg.kafka.get("bootstrap.servers").map(String::as_str), Some("a:1"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -578,7 +578,8 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
             use rdkafka::consumer::{BaseConsumer, Consumer};
             let mut c = k.config();
             c.set("group.id", app).set("enable.auto.commit", "false");
-            let consumer: BaseConsumer = c.create().map_err(|e| format!("Kafka consumer: {e}"))?;
+            let consumer: BaseConsumer =
+                c.create().map_err(|e| format!("Kafka consumer: {}", streamc::kafka::describe(&e)))?;
             let mut tpl = rdkafka::TopicPartitionList::new();
             let mains: std::collections::BTreeSet<&str> = stage.specs.iter().map(|s| s.main.topic.as_str()).collect();
             for topic in mains {

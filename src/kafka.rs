@@ -88,6 +88,12 @@ impl rdkafka::client::ClientContext for Reach {
 impl rdkafka::consumer::ConsumerContext for Reach {}
 
 impl Reach {
+    /// How often a refusal must be heard before it is taken as final: a broker that drops a
+    /// connection during its SASL handshake (a rolling restart) is reported as an
+    /// authentication failure once; a wrong password or an untrusted certificate is heard at
+    /// every one of librdkafka's reconnections (100 ms, then longer).
+    const REFUSALS: usize = 2;
+
     /// Why the cluster could not be reached, in librdkafka's words: its last failed connection,
     /// else its last error event.
     fn last(&self) -> Option<String> {
@@ -114,7 +120,13 @@ impl Reach {
         ]
         .into_iter()
         .find_map(|(code, what, check)| {
-            let (_, reason) = events.iter().find(|(c, _)| *c == code)?;
+            // (A handshake that failed locally is a dropped connection, not a refusal.)
+            let heard: Vec<&String> = events
+                .iter()
+                .filter(|(c, r)| *c == code && !r.contains("handshake failed: Local:"))
+                .map(|(_, r)| r)
+                .collect();
+            let reason = heard.last().filter(|_| heard.len() >= Self::REFUSALS)?;
             Some((format!("{what}: {reason}"), check))
         })?;
         Some(format!("Kafka at {} {what}; {check}", k.servers()))
@@ -151,10 +163,24 @@ pub enum BrokerError {
     State(String),
 }
 
-/// A client error while doing `doing`.
+/// A client error while doing `doing`. A setting librdkafka refuses is named without its value
+/// (rdkafka's message carries the value, which may be a password).
 pub(crate) fn client(doing: impl Into<String>) -> impl FnOnce(KafkaError) -> BrokerError {
     let doing = doing.into();
-    move |source| BrokerError::Client { doing, source }
+    move |source| match source {
+        KafkaError::ClientConfig(..) => BrokerError::State(format!("{doing}: {}", describe(&source))),
+        source => BrokerError::Client { doing, source },
+    }
+}
+
+/// A client error in words, a refused setting named without its value.
+pub fn describe(e: &KafkaError) -> String {
+    match e {
+        KafkaError::ClientConfig(_, desc, key, _) => {
+            format!("librdkafka refuses the setting `kafka.{key}` (its value is not shown): {desc}")
+        }
+        e => e.to_string(),
+    }
 }
 
 /// An I/O error while doing `doing`.
@@ -581,4 +607,29 @@ pub fn stored(m: &rdkafka::message::BorrowedMessage<'_>) -> Stored {
     };
     let offset = m.offset() as u64;
     Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A setting librdkafka refuses (a typo in a credentials file) is named without its value:
+    /// rdkafka's own message would print the password.
+    #[test]
+    fn a_refused_setting_is_named_without_its_value() {
+        let props = BTreeMap::from([
+            ("bootstrap.servers".to_string(), "127.0.0.1:1".to_string()),
+            ("sasl.passwd".to_string(), "hunter2".to_string()),
+        ]);
+        let e = Kafka::new(&props)
+            .config()
+            .create::<BaseConsumer>()
+            .map_err(client("Kafka client"))
+            .err()
+            .expect("refused");
+        let text = e.to_string();
+        assert!(text.contains("kafka.sasl.passwd") && !text.contains("hunter2"), "{text}");
+        let e = Kafka::connect(&props).err().expect("refused");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
 }

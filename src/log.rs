@@ -268,7 +268,15 @@ impl EmbeddedLog {
             let tmp = log.dir.join(format!("COMMITTED.{}.new", std::process::id()));
             fs::write(&tmp, serde_json::to_vec(&Committed::default()).unwrap_or_default())
                 .map_err(io("cannot write COMMITTED"))?;
-            fs::rename(&tmp, log.dir.join("COMMITTED")).map_err(io("cannot write COMMITTED"))?;
+            // A link, not a rename: it never replaces a COMMITTED another process made (and
+            // committed to) meanwhile.
+            let linked = fs::hard_link(&tmp, log.dir.join("COMMITTED"));
+            let _ = fs::remove_file(&tmp);
+            match linked {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io("cannot write COMMITTED")(e)),
+            }
         }
         Ok(log)
     }
@@ -411,6 +419,8 @@ impl EmbeddedLog {
     /// before it is damage ([`LogError::Truncated`]); bytes past it (a writer interrupted
     /// before its commit) are harmless, and the next append cuts them off.
     pub fn check_tails(&self) -> Result<()> {
+        // Under the lock: a commit (and the compaction inside it) is not halfway.
+        let _lock = self.lock()?;
         let c = self.committed()?;
         for (key, end) in &c.ends {
             let Some((topic, p)) = key.rsplit_once('/') else { continue };
@@ -418,7 +428,11 @@ impl EmbeddedLog {
             let base = c.bases.get(key).copied().unwrap_or_default();
             let path = self.data_path(topic, p, &base);
             let at = end.byte - base.start.byte;
-            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let len = match fs::metadata(&path) {
+                Ok(m) => m.len(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(io(At("cannot read the size of", &path))(e)),
+            };
             if len < at {
                 return Err(LogError::Truncated { path: path.display().to_string(), len, end: at });
             }

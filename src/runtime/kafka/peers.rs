@@ -50,7 +50,8 @@ impl GroupPeers {
         instance: &str,
     ) -> Result<GroupPeers, String> {
         let k = Kafka::new(kafka);
-        let client: BaseConsumer = k.config().create().map_err(|e| format!("cannot create a Kafka client: {e}"))?;
+        let client: BaseConsumer =
+            k.config().create().map_err(|e| format!("cannot create a Kafka client: {}", crate::kafka::describe(&e)))?;
         Ok(GroupPeers {
             app: app.to_string(),
             kafka: k,
