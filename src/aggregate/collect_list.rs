@@ -68,6 +68,16 @@ impl Native for CollectList {
         items.truncate(LIST_LIMIT);
         Ok(())
     }
+    fn infallible(&self) -> bool {
+        true
+    }
+    fn check(&self, state: &Value, args: &[Value], _ts: i64) -> Result<(), String> {
+        match (args.first(), state) {
+            (None, _) => Err("`collect_list` without its argument".into()),
+            (Some(Value::Null), _) | (_, Value::List(_)) => Ok(()),
+            _ => Err("a collect_list state is not a list".into()),
+        }
+    }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         let Value::List(b) = other else { return Err("a collect_list state is not a list".into()) };
         let a = list(state)?;

@@ -39,6 +39,17 @@ impl Native for Count {
         }
         Ok(())
     }
+    fn infallible(&self) -> bool {
+        true
+    }
+    fn check(&self, state: &Value, args: &[Value], _ts: i64) -> Result<(), String> {
+        match state {
+            _ if args.first().is_some_and(Value::is_null) => Ok(()),
+            Value::Int(n) if *n < i64::MAX => Ok(()),
+            Value::Int(_) => Err("integer overflow in `count`".into()),
+            _ => Err("a count's state is not an int".into()),
+        }
+    }
     fn retractable(&self) -> bool {
         true
     }

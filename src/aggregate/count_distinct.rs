@@ -102,6 +102,16 @@ impl Native for Distinct {
         }
         Ok(())
     }
+    fn infallible(&self) -> bool {
+        true
+    }
+    fn check(&self, state: &Value, args: &[Value], _ts: i64) -> Result<(), String> {
+        match (args.first(), state) {
+            (None, _) => Err(format!("`{}` without its argument", self.name)),
+            (Some(Value::Null), _) | (_, Value::List(_)) => Ok(()),
+            _ => Err("a distinct-values state is not a list".into()),
+        }
+    }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         let Value::List(b) = other else { return Err(format!("a {} state is not a list", self.name)) };
         let a = list(state)?;

@@ -81,6 +81,16 @@ impl Native for ByTime {
         }
         Ok(())
     }
+    fn infallible(&self) -> bool {
+        true
+    }
+    fn check(&self, state: &Value, args: &[Value], _ts: i64) -> Result<(), String> {
+        let Some(x) = args.first() else { return Err(format!("`{}` without its argument", self.name)) };
+        if !x.is_null() {
+            time_of(state)?;
+        }
+        Ok(())
+    }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         let take = match (time_of(state)?, time_of(&other)?) {
             (_, None) => false,

@@ -88,6 +88,15 @@ impl Native for Extreme {
         }
         Ok(())
     }
+    fn infallible(&self) -> bool {
+        true
+    }
+    fn check(&self, _state: &Value, args: &[Value], _ts: i64) -> Result<(), String> {
+        match args.first() {
+            Some(_) => Ok(()),
+            None => Err(format!("`{}` without its argument", self.name)),
+        }
+    }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         self.update(state, &[other], 0)
     }

@@ -69,6 +69,19 @@ pub trait Native: Sync + Send {
     fn init(&self) -> Value;
     /// Add one record's argument values, at event time `ts`.
     fn update(&self, state: &mut Value, args: &[Value], ts: i64) -> Result<(), String>;
+    /// Whether [`Native::update`] with these arguments would succeed, the state left as it is:
+    /// a record is added to all of an aggregate's calls and windows or to none, so each is
+    /// checked before any is updated. It must fail exactly when `update` would. By default it
+    /// updates a copy (cheap for a scalar state; an aggregate whose state is a list overrides it).
+    fn check(&self, state: &Value, args: &[Value], ts: i64) -> Result<(), String> {
+        self.update(&mut state.clone(), args, ts)
+    }
+    /// `update` cannot fail on a state of its type (as `init` and the store give it) and
+    /// arguments of the types its signature took, so nothing need be checked before it (a state
+    /// damaged in a way its type does not show excepted).
+    fn infallible(&self) -> bool {
+        false
+    }
     /// Fold a second state into the first (sessions that merge).
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String>;
     /// It can take a record back out of a state ([`Native::retract`]): an aggregate over a

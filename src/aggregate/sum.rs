@@ -77,6 +77,16 @@ impl Native for Sum {
         *acc = next;
         Ok(())
     }
+    fn check(&self, acc: &Value, args: &[Value], ts: i64) -> Result<(), String> {
+        match (acc, args.first()) {
+            (_, Some(Value::Null)) | (Value::Null, Some(_)) => Ok(()),
+            (Value::Int(a), Some(Value::Int(b))) => {
+                a.checked_add(*b).map(|_| ()).ok_or("integer overflow in `sum`".into())
+            }
+            (Value::Float(a), Some(Value::Float(b))) if (a + b).is_finite() => Ok(()),
+            _ => self.update(&mut acc.clone(), args, ts),
+        }
+    }
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         self.update(state, &[other], 0)
     }

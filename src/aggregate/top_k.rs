@@ -90,6 +90,9 @@ impl Native for TopK {
     fn init(&self) -> Value {
         Value::Null
     }
+    fn infallible(&self) -> bool {
+        true
+    }
     fn update(&self, state: &mut Value, args: &[Value], _ts: i64) -> Result<(), String> {
         let (Some(x), Some(Value::Int(k))) = (args.first(), args.get(1)) else {
             return Err(format!("`{}` without its arguments", self.name));

@@ -175,6 +175,113 @@ pub(crate) fn retract_state(a: &hir::AggCall, st: &mut AggState, args: &[Value])
     }
 }
 
+/// The next states of a record's user-defined aggregate calls, computed by [`check_states`]
+/// and put in place by [`apply_states`], in the same order (the vectors are reused).
+pub(crate) struct Staged {
+    /// The calls [`check_states`] checks: the user-defined ones and the built-in ones that
+    /// can fail ([`crate::aggregate::Native::infallible`]), by index.
+    checked: Vec<usize>,
+    /// `checked` is one built-in call.
+    one_native: bool,
+    next: Vec<Vec<Value>>,
+    used: usize,
+    spare: Vec<Vec<Value>>,
+}
+
+impl Staged {
+    pub(crate) fn new(agg: &AggSpec) -> Staged {
+        let checked: Vec<usize> = (0..agg.aggs.len())
+            .filter(|&i| !matches!(&agg.aggs[i].func, AggFunc::Native(n) if n.infallible()))
+            .collect();
+        let one_native = matches!(checked.as_slice(), [i] if matches!(agg.aggs[*i].func, AggFunc::Native(_)));
+        Staged { checked, one_native, next: Vec::new(), used: 0, spare: Vec::new() }
+    }
+
+    /// A record going to `windows` windows needs no check before it is applied: one window, and
+    /// at most one call that can fail, a built-in one (which changes nothing when it fails), and
+    /// [`apply_states`] applies it first.
+    pub(crate) fn one_check(&self, windows: usize) -> bool {
+        windows == 1 && (self.checked.is_empty() || self.one_native)
+    }
+
+    /// No call of the aggregate needs checking.
+    pub(crate) fn nothing_to_check(&self) -> bool {
+        self.checked.is_empty()
+    }
+
+    /// Start a record: what the last one staged (the states it replaced) is reused.
+    pub(crate) fn clear(&mut self) {
+        self.spare.append(&mut self.next);
+        self.used = 0;
+    }
+}
+
+/// Whether adding one record's arguments (at event time `ts`) to each of an entry's states
+/// would succeed, nothing changed: a record is applied to all of an aggregate's calls and
+/// windows or to none of them, so every state is checked before any is updated. A
+/// user-defined aggregate's next state is computed here, into `staged`.
+pub(crate) fn check_states(
+    agg: &AggSpec,
+    states: &[AggState],
+    args: &AggArgs,
+    ts: i64,
+    staged: &mut Staged,
+) -> Result<(), String> {
+    for &i in &staged.checked {
+        let (Some(a), Some(st), Some(argv)) = (agg.aggs.get(i), states.get(i), args.get(i)) else { continue };
+        match (&a.func, st) {
+            (AggFunc::Native(n), AggState::Native(s)) => n.check(s, argv, ts)?,
+            (AggFunc::User(d), AggState::User(s)) => {
+                let mut next = staged.spare.pop().unwrap_or_default();
+                next.clear();
+                next.extend_from_slice(s);
+                uda_update(d, &mut next, argv)?;
+                staged.next.push(next);
+            }
+            _ => return Err("aggregate state does not match its function".into()),
+        }
+    }
+    Ok(())
+}
+
+/// Add one record's arguments to each of an entry's states, after [`check_states`] passed
+/// over the same states (`checked`; a user-defined aggregate's next state is taken from
+/// `staged`); or unchecked when [`Staged::one_check`] says a failure cannot leave the entry half
+/// updated: the one call that can fail goes first.
+pub(crate) fn apply_states(
+    agg: &AggSpec,
+    states: &mut [AggState],
+    args: &AggArgs,
+    ts: i64,
+    staged: &mut Staged,
+    checked: bool,
+) -> Result<(), String> {
+    let first = match (checked, staged.checked.first()) {
+        (false, Some(&i)) => {
+            if let (Some(a), Some(st), Some(argv)) = (agg.aggs.get(i), states.get_mut(i), args.get(i)) {
+                update_state(a, st, argv, ts)?;
+            }
+            Some(i)
+        }
+        _ => None,
+    };
+    for (i, ((a, st), argv)) in agg.aggs.iter().zip(states.iter_mut()).zip(args).enumerate() {
+        if Some(i) == first {
+            continue;
+        }
+        match (&a.func, st) {
+            (AggFunc::Native(n), AggState::Native(s)) => n.update(s, argv, ts)?,
+            (AggFunc::User(_), AggState::User(s)) => {
+                let next = staged.next.get_mut(staged.used).ok_or("internal: a user aggregate's state not staged")?;
+                std::mem::swap(s, next);
+                staged.used += 1;
+            }
+            _ => return Err("aggregate state does not match its function".into()),
+        }
+    }
+    Ok(())
+}
+
 /// Add one record's arguments (at event time `ts`) to an aggregate's state.
 pub(crate) fn update_state(a: &hir::AggCall, st: &mut AggState, args: &[Value], ts: i64) -> Result<(), String> {
     match (&a.func, st) {
@@ -517,6 +624,8 @@ pub(crate) struct Cache {
     pub(crate) windows: Expiry,
     /// The states of a new entry (`init` is constant: evaluated once, here).
     pub(crate) init: Result<Vec<AggState>, String>,
+    /// The record being added's next user-aggregate states ([`check_states`]).
+    pub(crate) staged: Staged,
 }
 
 impl Cache {
@@ -527,6 +636,7 @@ impl Cache {
             dirty: Vec::new(),
             windows: Expiry { movable: sessions, buckets: BTreeMap::new() },
             init: init_states(agg),
+            staged: Staged::new(agg),
         }
     }
 

@@ -86,6 +86,9 @@ pub struct Outputs {
     bytes: Vec<u8>,
     entries: Vec<Entry>,
     headers: Vec<(Cow<'static, str>, Part)>,
+    /// Where the buffers ended when the record being processed began (or when what it made so
+    /// far was kept): what [`Outputs::drop_record`] truncates to.
+    record: (usize, usize, usize),
 }
 
 impl Outputs {
@@ -107,6 +110,29 @@ impl Outputs {
         }
         self.entries.clear();
         self.headers.clear();
+        self.record = (0, 0, 0);
+    }
+
+    /// A record's processing begins: what it makes from here can be dropped.
+    pub fn begin_record(&mut self) {
+        self.record = (self.entries.len(), self.bytes.len(), self.headers.len());
+    }
+
+    /// What was made so far is kept whatever becomes of the record (rows that are not its own,
+    /// such as a left join's pending rows its time passed on).
+    pub fn keep_so_far(&mut self) {
+        self.begin_record();
+    }
+
+    /// The record being processed failed: the records it made are dropped (a record is applied
+    /// all or nothing). How many were.
+    pub fn drop_record(&mut self) -> usize {
+        let (entries, bytes, headers) = self.record;
+        let dropped = self.entries.len().saturating_sub(entries);
+        self.entries.truncate(entries);
+        self.bytes.truncate(bytes);
+        self.headers.truncate(headers);
+        dropped
     }
 
     /// Add a record made elsewhere (dead letters, late records, repartition records).

@@ -708,6 +708,7 @@ impl<F: Feed> TaskRun<F> {
             self.task.counters.counted = false;
             self.task.late_reason = None;
             self.task.fk = crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false };
+            self.out.begin_record();
             let res = if spec.foreign.is_some() && i <= spec.tables.len() {
                 // A foreign-key join's middle: a subscription (its time was checked where the
                 // row came in: refused here, an unsubscription would be lost), or a row of the
@@ -740,7 +741,12 @@ impl<F: Feed> TaskRun<F> {
                     // In a self-join the record is the other side's too, whatever became of it
                     // on the query's side (an error there is this side's only).
                     let main = self.process(input);
-                    main.and(self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees))
+                    self.settle_record(main.is_ok());
+                    let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
+                    if joined.is_ok() {
+                        self.settle_record(true);
+                    }
+                    main.and(joined)
                 })
             } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
                 // A stream merged with the main input: through the query like the main input's.
@@ -752,7 +758,12 @@ impl<F: Feed> TaskRun<F> {
                     // In a self-join the record is the other side's too, whatever became of it
                     // on the query's side (an error there is this side's only).
                     let main = self.process(input);
-                    main.and(self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees))
+                    self.settle_record(main.is_ok());
+                    let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
+                    if joined.is_ok() {
+                        self.settle_record(true);
+                    }
+                    main.and(joined)
                 })
             } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
                 // A joined stream's record (its head time is its event time: a task with several
@@ -768,6 +779,7 @@ impl<F: Feed> TaskRun<F> {
                 return Err(RunError::Registry(format!("the schema registry, for a record of topic `{topic}`: {why}")));
             }
             if let Err(e) = res {
+                self.settle_record(false);
                 self.bad_record(topic, &s, e, opts)?;
             }
             self.late_record(topic, &s, opts);
@@ -795,6 +807,16 @@ impl<F: Feed> TaskRun<F> {
     /// broker refuses").
     fn refused(&self, ts: i64, now: i64) -> Option<RecordError> {
         self.limits.as_ref()?.check(ts, now).err().map(RecordError)
+    }
+
+    /// The record being processed is through (`ok`) or failed: what it made is kept, or (all
+    /// or nothing) dropped, not written. Either way what follows is another record's.
+    fn settle_record(&mut self, ok: bool) {
+        if !ok {
+            let dropped = self.out.drop_record();
+            self.task.counters.records_out = self.task.counters.records_out.saturating_sub(dropped as u64);
+        }
+        self.out.keep_so_far();
     }
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {

@@ -117,6 +117,8 @@ fn join_time(side: usize, main: bool, ts: i64, cx: &mut Ctx, down: &mut Down) {
             cx.orphans.push(e);
         }
     }
+    // (They are written whatever becomes of the record.)
+    cx.out.keep_so_far();
     *cx.late_reason = reason;
 }
 

@@ -16,7 +16,7 @@ mod sliding;
 
 use crate::ast::WindowKind;
 use crate::plan::physical::AggSpec;
-use crate::runtime::agg::{decode_entry, store_key, update_state, AggArgs, AggEntry, Cache, Slot};
+use crate::runtime::agg::{apply_states, check_states, decode_entry, store_key, AggArgs, AggEntry, Cache, Slot};
 use crate::runtime::op::{Change, Counters, RecordError, StoreRead};
 use crate::value::Value;
 
@@ -48,7 +48,8 @@ impl Cx<'_> {
     /// Add a record to the entries of windows `(start, end)` of its key (an unwindowed
     /// aggregate: one entry, no start): created when missing (every open window is in the
     /// cache, so only an unwindowed entry is ever read from the store), updated, and marked
-    /// changed.
+    /// changed. All or nothing: every window's every aggregate call is checked first, so a
+    /// record one of them refuses (an overflow, a failing user aggregate) changes none.
     pub(crate) fn update_windows(
         &mut self,
         windows: &[(i64, i64)],
@@ -61,83 +62,82 @@ impl Cx<'_> {
         let err = RecordError;
         // The key is looked up once; its windows are found by start under it.
         let id = self.cache.slots.key_id(kb);
-        for &(start, end) in windows {
-            let w = self.cache.slots.win(id, start);
-            let cache = &mut *self.cache;
-            let slot = match cache.slots.get_mut(w) {
-                Some(s) => {
-                    self.counters.cache_hits += 1;
-                    s
-                }
-                None => {
-                    self.counters.cache_misses += 1;
-                    // Every open window is in the cache: only an unwindowed entry is read.
-                    let entry = match agg.window {
-                        Some(_) => None,
-                        None => match self.stores.get(agg.store, &store_key(kb, None)) {
-                            Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
-                            None => None,
-                        },
+        let cache = &mut *self.cache;
+        cache.staged.clear();
+        let check = !cache.staged.nothing_to_check() && (agg.table || !cache.staged.one_check(windows.len()));
+        for &(start, _) in windows {
+            let w = cache.slots.win(id, start);
+            if cache.slots.get(w).is_some() {
+                self.counters.cache_hits += 1;
+            } else {
+                self.counters.cache_misses += 1;
+                // Every open window is in the cache: only an unwindowed entry is read (and
+                // kept, clean: also when the store has none).
+                if agg.window.is_none() {
+                    let entry = match self.stores.get(agg.store, &store_key(kb, None)) {
+                        Some(b) => Some(decode_entry(&b, agg).map_err(err)?),
+                        None => None,
                     };
                     let stored = entry.is_some();
-                    cache.slots.get_or_insert_with(w, || Slot::new(entry, stored)).0
+                    cache.slots.insert(w, Slot::new(entry, stored));
                 }
+            }
+            if !check {
+                continue;
+            }
+            // A missing window, or a grouped table's group left with no rows since the last
+            // flush, starts from the initial states.
+            let states = match cache.slots.get(w) {
+                Some(slot) if !(slot.deleted && agg.table) => slot.entry.as_ref().map(|e| &e.states),
+                _ => None,
             };
+            let states = match states {
+                Some(s) => s,
+                None => cache.init.as_ref().map_err(|e| err(e.clone()))?,
+            };
+            check_states(agg, states, args, ts, &mut cache.staged).map_err(err)?;
+        }
+        for &(start, end) in windows {
+            let w = cache.slots.win(id, start);
+            let (slot, _) = cache.slots.get_or_insert_with(w, || Slot::new(None, false));
             if slot.deleted && agg.table {
                 // A grouped table's group left with no rows since the last flush: it starts
                 // again from nothing.
                 slot.deleted = false;
                 slot.entry = None;
             }
+            let created = slot.entry.is_none();
             let entry = match &mut slot.entry {
                 Some(e) => e,
-                None => {
-                    if agg.window.is_some() {
-                        cache.windows.insert(end, w);
-                    }
-                    slot.entry.insert(AggEntry {
-                        group: group.to_vec(),
-                        start,
-                        end,
-                        max_ts: i64::MIN,
-                        states: cache.init.clone().map_err(err)?,
-                        rows: 0,
-                    })
-                }
+                None => slot.entry.insert(AggEntry {
+                    group: group.to_vec(),
+                    start,
+                    end,
+                    max_ts: i64::MIN,
+                    states: cache.init.clone().map_err(err)?,
+                    rows: 0,
+                }),
             };
-            // A grouped table's row is all in or all out (it is taken back whole later): the
-            // entry as it was, to put back if an aggregate fails.
-            let before = agg.table.then(|| (entry.states.clone(), entry.max_ts));
-            entry.max_ts = entry.max_ts.max(ts);
-            let mut failed = None;
-            for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
-                if let Err(e) = update_state(a, st, argv, ts) {
-                    failed = Some(e);
-                    break;
-                }
-            }
-            match (failed, before) {
-                (None, _) => entry.rows += 1,
-                (Some(e), Some((states, max_ts))) => {
-                    entry.states = states;
-                    entry.max_ts = max_ts;
-                    // A group this row would have started is not there.
-                    if entry.rows == 0 {
-                        slot.deleted = true;
-                        if slot.touch() {
-                            cache.dirty.push(w);
-                        }
-                    }
-                    return Err(err(e));
-                }
-                (Some(e), None) => {
-                    // What the aggregates before it took stays: the store must hold what the
-                    // cache holds, or a restart would compute otherwise.
+            // Checked above, or (one window, one call that can fail, applied first and changing
+            // nothing when it does) unchecked.
+            if let Err(e) = apply_states(agg, &mut entry.states, args, ts, &mut cache.staged, check) {
+                if !created {
+                    // (Only if a check let through what its update refuses: the store is to
+                    // hold what the cache holds, so that a restart computes the same.)
                     if slot.touch() {
                         cache.dirty.push(w);
                     }
-                    return Err(err(e));
+                } else if agg.window.is_some() {
+                    cache.slots.remove(w);
+                } else {
+                    slot.entry = None;
                 }
+                return Err(err(e));
+            }
+            entry.max_ts = entry.max_ts.max(ts);
+            entry.rows += 1;
+            if created && agg.window.is_some() {
+                cache.windows.insert(end, w);
             }
             if slot.touch() {
                 cache.dirty.push(w);

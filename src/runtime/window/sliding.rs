@@ -11,8 +11,8 @@ use super::{Cx, Windowing};
 use crate::ast::Duration;
 use crate::plan::physical::AggSpec;
 use crate::runtime::agg::{
-    decode_slide_records, encode_slide_records, key_part, start_part, store_key, update_state, AggArgs, AggEntry, Slot,
-    SLIDE_RECORDS,
+    apply_states, check_states, decode_slide_records, encode_slide_records, key_part, start_part, store_key,
+    update_state, AggArgs, AggEntry, AggState, Slot, SLIDE_RECORDS,
 };
 use crate::runtime::op::{Change, RecordError};
 use crate::value::Value;
@@ -31,6 +31,42 @@ pub(crate) struct Sliding {
 impl Sliding {
     pub(crate) fn new(size: i64, grace: i64) -> Sliding {
         Sliding { size, grace, records: FxHashMap::default(), expiry: BTreeSet::new(), windows: FxHashMap::default() }
+    }
+}
+
+impl Sliding {
+    /// The windows starting at `starts` that the key does not have yet and that are open, with
+    /// their latest time and states computed from the key's recent records (nothing changes).
+    fn new_windows(
+        &self,
+        kb: &[u8],
+        starts: &[i64],
+        open: &dyn Fn(i64) -> bool,
+        agg: &AggSpec,
+        cx: &Cx,
+    ) -> Result<Vec<(i64, i64, Vec<AggState>)>, String> {
+        let mut made = Vec::new();
+        for &s in starts {
+            let known = self.windows.get(kb).is_some_and(|w| w.contains(&s));
+            if known || !open(s) {
+                continue;
+            }
+            let Some(recs) = self.records.get(kb) else { continue };
+            let mut states = cx.cache.init.clone()?;
+            let mut max_ts = i64::MIN;
+            for (t, list) in recs.range(s..=s.saturating_add(self.size)) {
+                for argv in list {
+                    for ((a, st), av) in agg.aggs.iter().zip(states.iter_mut()).zip(argv) {
+                        update_state(a, st, av, *t)?;
+                    }
+                    max_ts = max_ts.max(*t);
+                }
+            }
+            if max_ts != i64::MIN {
+                made.push((s, max_ts, states));
+            }
+        }
+        Ok(made)
     }
 }
 
@@ -55,9 +91,12 @@ impl Windowing for Sliding {
             });
             return Ok(());
         }
-        // 1. Open windows that contain the record.
+        // 1. Open windows that contain the record: checked now, updated once nothing can fail
+        // (a record is added to every window or to none).
         let existing: Vec<i64> =
             self.windows.get(kb).map(|w| w.range(ts.saturating_sub(size)..=ts).copied().collect()).unwrap_or_default();
+        let mut update = Vec::with_capacity(existing.len());
+        cx.cache.staged.clear();
         for s in &existing {
             if !open(*s) {
                 cx.late(|| {
@@ -70,24 +109,17 @@ impl Windowing for Sliding {
                 continue;
             }
             let w = cx.cache.slots.win_of(&store_key(kb, Some(*s)));
-            if let Some(Some(e)) = cx.cache.slots.get_mut(w).map(|slot| slot.entry.as_mut()) {
-                e.max_ts = e.max_ts.max(ts);
-                for ((a, st), argv) in agg.aggs.iter().zip(e.states.iter_mut()).zip(args) {
-                    update_state(a, st, argv, ts).map_err(err)?;
-                }
+            if let Some(Some(e)) = cx.cache.slots.get(w).map(|slot| slot.entry.as_ref()) {
+                check_states(agg, &e.states, args, ts, &mut cx.cache.staged).map_err(err)?;
             }
-            cx.cache.mark_dirty(w);
+            update.push(w);
         }
-        // The record joins the key's recent records.
+        // The record joins the key's recent records (taken out again if a window it brings
+        // into being cannot be computed).
         let recs = self.records.entry(kb.to_vec()).or_default();
         let list = recs.entry(ts).or_default();
         let existed = !list.is_empty();
         list.push(args.clone());
-        let value = encode_slide_records(list, agg);
-        self.expiry.insert((ts, kb.to_vec()));
-        let mut rk = SLIDE_RECORDS.to_vec();
-        rk.extend_from_slice(&store_key(kb, Some(ts)));
-        cx.changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
         // 2–4. Windows the record brings into being. No window starts before the epoch (event
         // times are not negative): the left window of a record within `size` of 0 is
         // `[0, size]`, which holds every record up to `size`, as in Kafka Streams.
@@ -101,25 +133,38 @@ impl Windowing for Sliding {
         }
         new_starts.sort_unstable();
         new_starts.dedup();
-        for s in new_starts {
-            let known = self.windows.get(kb).is_some_and(|w| w.contains(&s));
-            if known || !open(s) {
-                continue;
-            }
-            let recs = &self.records[kb];
-            let mut states = cx.cache.init.clone().map_err(err)?;
-            let mut max_ts = i64::MIN;
-            for (t, list) in recs.range(s..=s.saturating_add(size)) {
-                for argv in list {
-                    for ((a, st), av) in agg.aggs.iter().zip(states.iter_mut()).zip(argv) {
-                        update_state(a, st, av, *t).map_err(err)?;
+        let made = self.new_windows(kb, &new_starts, &open, agg, cx);
+        let made = match made {
+            Ok(m) => m,
+            Err(e) => {
+                if let Some(recs) = self.records.get_mut(kb) {
+                    if let Some(list) = recs.get_mut(&ts) {
+                        list.pop();
+                        if list.is_empty() {
+                            recs.remove(&ts);
+                        }
                     }
-                    max_ts = max_ts.max(*t);
+                    if recs.is_empty() {
+                        self.records.remove(kb);
+                    }
                 }
+                return Err(err(e));
             }
-            if max_ts == i64::MIN {
-                continue;
+        };
+        for w in update {
+            if let Some(Some(e)) = cx.cache.slots.get_mut(w).map(|slot| slot.entry.as_mut()) {
+                e.max_ts = e.max_ts.max(ts);
+                apply_states(agg, &mut e.states, args, ts, &mut cx.cache.staged, true).map_err(err)?;
             }
+            cx.cache.mark_dirty(w);
+        }
+        let list = self.records.get(kb).and_then(|r| r.get(&ts)).map_or(&[][..], |l| l.as_slice());
+        let value = encode_slide_records(list, agg);
+        self.expiry.insert((ts, kb.to_vec()));
+        let mut rk = SLIDE_RECORDS.to_vec();
+        rk.extend_from_slice(&store_key(kb, Some(ts)));
+        cx.changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
+        for (s, max_ts, states) in made {
             let end = s.saturating_add(size);
             let w = cx.cache.slots.win_of(&store_key(kb, Some(s)));
             cx.cache.windows.insert(end.saturating_add(1), w);
