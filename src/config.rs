@@ -131,11 +131,18 @@ pub struct Embedded {
     /// fsync the log at every commit (survives power loss, not only process crashes). Off by
     /// default, like Kafka, which leaves flushing to the OS.
     pub fsync: bool,
+    /// The largest record (key, value and headers) a run writes to the embedded log: a result
+    /// over it makes its input record a dead letter, as on Kafka with its default limits.
+    pub max_message_bytes: u64,
 }
 
 impl Default for Embedded {
     fn default() -> Self {
-        Embedded { partitions: 1, fsync: false }
+        Embedded {
+            partitions: 1,
+            fsync: false,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
     }
 }
 
@@ -343,14 +350,18 @@ fn bounds(min: &u64, max: &u64) -> String {
     }
 }
 
+/// Kafka's producer default for `message.max.bytes`, and `embedded.max_message_bytes`' default.
+pub const DEFAULT_MAX_MESSAGE_BYTES: u64 = 1_000_000;
+
 /// The most partitions the embedded log gives a topic: each is a file and a reader per task, and
 /// a typo (`100000`) must be refused before anything is written.
 pub const MAX_EMBEDDED_PARTITIONS: u32 = 4096;
 
 /// Settings that must be within a range to mean anything: refused at load, before anything runs.
 fn validate_ranges(cfg: &Config) -> Result<(), ConfigError> {
-    let checks: [(&'static str, u64, u64, u64); 2] = [
+    let checks: [(&'static str, u64, u64, u64); 3] = [
         ("embedded.partitions", cfg.embedded.partitions.into(), 1, MAX_EMBEDDED_PARTITIONS.into()),
+        ("embedded.max_message_bytes", cfg.embedded.max_message_bytes, 1024, 1 << 30),
         ("commit.records", cfg.commit.records, 1, u64::MAX),
     ];
     for (key, value, min, max) in checks {

@@ -977,6 +977,104 @@ query copy {{
     }
 }
 
+/// A plain producer writes a record with a 1.1 MB key, and one with a 1.1 MB value, to an input
+/// topic that takes them (`max.message.bytes` raised): their changelog records and results would
+/// exceed the producer's default `message.max.bytes`, and every commit would fail. Under
+/// exactly-once the run ends normally instead, each goes to the dead-letter topic once per query
+/// that would have written it, with the reason, and the results equal a fold over the others.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_record_whose_results_are_too_large_to_write_is_a_dead_letter() {
+    let b = require();
+    let dir = temp_dir("kafka-large");
+    let pfx = format!("large{}", std::process::id());
+    let app = format!("{pfx}-app");
+    let program = dir.join("events.stream");
+    std::fs::write(
+        &program,
+        format!(
+            r#"stream events from "{pfx}.events" {{
+  key   id
+  value json {{ id: string, text: string }}
+}}
+query counts {{
+  from events
+  group by id
+  aggregate {{ n = count() }}
+  to "{pfx}.counts"
+}}
+query copy {{
+  from events
+  select {{ id, text }}
+  to "{pfx}.copy"
+}}
+"#
+        ),
+    )
+    .unwrap();
+    let topic = format!("{pfx}.events");
+    create_topic_with(&b, &topic, &[("max.message.bytes", "4000000")]);
+    let mut rows: Vec<(String, String)> = (0..40).map(|i| (format!("k{}", i % 4), format!("t{i}"))).collect();
+    let long_key = "K".repeat(1_100_000);
+    rows.insert(10, (long_key.clone(), "short".into()));
+    rows.insert(25, ("k1".into(), "V".repeat(1_100_000)));
+    let input = dir.join("events.jsonl");
+    let lines: String = rows
+        .iter()
+        .map(|(k, t)| format!("{}\n", serde_json::json!({"key": k, "value": {"id": k, "text": t}})))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let state = dir.join("s");
+    streamc(
+        &state,
+        &[
+            "produce",
+            &topic,
+            input.to_str().unwrap(),
+            "--envelope",
+            "--bootstrap-servers",
+            &b,
+            "--set",
+            "kafka.message.max.bytes=4000000",
+        ],
+    );
+    let sets = fast(&app);
+    let mut args = vec!["run", program.to_str().unwrap(), "--drain", "--bootstrap-servers", &b];
+    args.extend(["--set", "processing.guarantee=exactly_once"]);
+    with_sets(&mut args, &sets);
+    streamc(&state, &args);
+
+    // A fold: the long key fits neither query; the long value fits the count, not the copy.
+    let kafka = ["--bootstrap-servers", b.as_str()];
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    let mut copies = 0;
+    for (k, t) in &rows {
+        if k.len() < 1000 {
+            *want.entry(format!("\"{k}\"")).or_default() += 1;
+            copies += usize::from(t.len() < 1000);
+        }
+    }
+    let got: BTreeMap<String, i64> = consume(&state, &format!("{pfx}.counts"), &kafka)
+        .into_iter()
+        .map(|r| (r.key.to_string(), r.value["n"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(consume(&state, &format!("{pfx}.copy"), &kafka).len(), copies);
+
+    let dlq = format!("{app}-dlq");
+    let out = streamc_output(&state, &["consume", &dlq, "--from-beginning", "--headers", "--bootstrap-servers", &b]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let dead: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut offsets: Vec<&str> = dead.iter().map(|d| d["headers"]["streamc.source.offset"].as_str().unwrap()).collect();
+    offsets.sort();
+    assert_eq!(offsets, ["10", "10", "25"], "{dead:?}");
+    for d in &dead {
+        let reason = d["headers"]["streamc.error"].as_str().unwrap();
+        assert!(reason.contains("message.max.bytes"), "{reason}");
+    }
+}
+
 /// A changelog created beforehand with `cleanup.policy=delete` (the broker could delete state
 /// by time) is refused before anything runs, naming the topic and the setting.
 #[test]

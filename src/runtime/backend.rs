@@ -11,7 +11,7 @@ use crate::log::{Append, Pos, Stored};
 use crate::plan::physical::TaskSpec;
 use crate::runtime::error::RunError;
 use crate::runtime::run::Feed;
-use crate::runtime::topics::TimestampLimits;
+use crate::runtime::topics::{SizeLimits, TimestampLimits};
 
 /// A changelog partition's extent, as far as committed records go.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -60,6 +60,13 @@ pub(crate) trait Backend {
     /// no bound (the embedded log).
     fn timestamp_limits(&self, _spec: &TaskSpec) -> Option<TimestampLimits> {
         None
+    }
+
+    /// The largest record each topic a task writes takes. The embedded log: one bound,
+    /// `embedded.max_message_bytes`.
+    fn size_limits(&self, _spec: &TaskSpec, config: &crate::config::Config) -> SizeLimits {
+        let max = usize::try_from(config.embedded.max_message_bytes).unwrap_or(usize::MAX);
+        SizeLimits::uniform(max, "embedded.max_message_bytes")
     }
 
     /// Append records outside any task's commit, all or none (one transaction under

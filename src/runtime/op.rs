@@ -124,6 +124,11 @@ impl Outputs {
         self.begin_record();
     }
 
+    /// The records the record being processed made so far.
+    pub fn made_by_record(&self) -> impl Iterator<Item = OutRef<'_>> + '_ {
+        self.entries[self.record.0.min(self.entries.len())..].iter().map(move |e| OutRef { out: self, e })
+    }
+
     /// The record being processed failed: the records it made are dropped (a record is applied
     /// all or nothing). How many were.
     pub fn drop_record(&mut self) -> usize {
@@ -278,6 +283,14 @@ pub struct OutRef<'a> {
 impl<'a> OutRef<'a> {
     fn bytes(&self, p: Part) -> &'a [u8] {
         &self.out.bytes[p.start..p.end]
+    }
+
+    /// About the bytes it takes in a topic: key, value and headers, with the overhead of a
+    /// record batch of one ([`crate::runtime::topics::RECORD_OVERHEAD`]).
+    pub fn size(&self) -> usize {
+        use crate::runtime::topics::{HEADER_OVERHEAD, RECORD_OVERHEAD};
+        let headers: usize = self.headers().map(|(n, v)| n.len() + v.len() + HEADER_OVERHEAD).sum();
+        self.key().map_or(0, <[u8]>::len) + self.value().map_or(0, <[u8]>::len) + headers + RECORD_OVERHEAD
     }
 
     pub fn topic(&self) -> &'a str {

@@ -67,6 +67,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let mut run = TaskRun::new(spec, p, group, feed, stores, meta, positions, restored, opts);
     run.ends = checkpoints;
     run.limits = limits;
+    run.set_sizes(b.size_limits(&run.task.spec, &opts.config));
     // Rows of avro values restored into join stores need their writer schemas: a registry that
     // could not be asked stops the run here, rather than leave rows out of the joins.
     if let Some(why) = crate::schema_tables::take_failure() {

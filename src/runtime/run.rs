@@ -19,7 +19,7 @@ use crate::runtime::state::{empty_store, Pending, Trees};
 use crate::runtime::task::{
     self, Change, Input, Output, Outputs, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
-use crate::runtime::topics::TimestampLimits;
+use crate::runtime::topics::{SizeLimits, TimestampLimits};
 use crate::value::Value;
 
 /// What a run did, for the CLI and tests.
@@ -266,6 +266,9 @@ pub(crate) struct TaskRun<F: Feed> {
     /// The timestamp bounds of the topics the task's results go to (`Backend::timestamp_limits`):
     /// an external record whose event time lies beyond them is a dead letter.
     pub(crate) limits: Option<TimestampLimits>,
+    /// The largest record each topic the task writes takes (`Backend::size_limits`): a record
+    /// whose results would be larger is a dead letter. Set with [`TaskRun::set_sizes`].
+    sizes: SizeLimits,
     /// Set by the driver before a step: the main input is a repartition topic that a task still
     /// at work may write to. At its end the task then waits rather than let its side inputs run
     /// ahead (as Kafka Streams waits on an empty partition with known lag), so a repartitioned
@@ -399,6 +402,7 @@ impl<F: Feed> TaskRun<F> {
             work: false,
             ends,
             limits: None,
+            sizes: SizeLimits::uniform(usize::MAX, "none"),
             main_may_grow: false,
             drained: false,
             idle_since: None,
@@ -709,7 +713,11 @@ impl<F: Feed> TaskRun<F> {
             self.task.late_reason = None;
             self.task.fk = crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false };
             self.out.begin_record();
-            let res = if spec.foreign.is_some() && i <= spec.tables.len() {
+            let res = if let Some(e) = self.too_large_to_keep(i, &s.record) {
+                // A table's or a joined stream's record is kept whole in a store: one its
+                // changelog would not take fails every commit.
+                Err(e)
+            } else if spec.foreign.is_some() && i <= spec.tables.len() {
                 // A foreign-key join's middle: a subscription (its time was checked where the
                 // row came in: refused here, an unsubscription would be lost), or a row of the
                 // other table.
@@ -741,12 +749,9 @@ impl<F: Feed> TaskRun<F> {
                     // In a self-join the record is the other side's too, whatever became of it
                     // on the query's side (an error there is this side's only).
                     let main = self.process(input);
-                    self.settle_record(main.is_ok());
+                    let main = self.settle_record(main);
                     let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
-                    if joined.is_ok() {
-                        self.settle_record(true);
-                    }
-                    main.and(joined)
+                    main.and(self.settle_record(joined))
                 })
             } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
                 // A stream merged with the main input: through the query like the main input's.
@@ -758,12 +763,9 @@ impl<F: Feed> TaskRun<F> {
                     // In a self-join the record is the other side's too, whatever became of it
                     // on the query's side (an error there is this side's only).
                     let main = self.process(input);
-                    self.settle_record(main.is_ok());
+                    let main = self.settle_record(main);
                     let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
-                    if joined.is_ok() {
-                        self.settle_record(true);
-                    }
-                    main.and(joined)
+                    main.and(self.settle_record(joined))
                 })
             } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
                 // A joined stream's record (its head time is its event time: a task with several
@@ -778,8 +780,7 @@ impl<F: Feed> TaskRun<F> {
                 // the run stops before its commit, and the record is read again next time.
                 return Err(RunError::Registry(format!("the schema registry, for a record of topic `{topic}`: {why}")));
             }
-            if let Err(e) = res {
-                self.settle_record(false);
+            if let Err(e) = self.settle_record(res) {
                 self.bad_record(topic, &s, e, opts)?;
             }
             self.late_record(topic, &s, opts);
@@ -809,14 +810,46 @@ impl<F: Feed> TaskRun<F> {
         self.limits.as_ref()?.check(ts, now).err().map(RecordError)
     }
 
-    /// The record being processed is through (`ok`) or failed: what it made is kept, or (all
-    /// or nothing) dropped, not written. Either way what follows is another record's.
-    fn settle_record(&mut self, ok: bool) {
-        if !ok {
+    /// The record being processed is through (`res`): what it made is kept; or it failed, or
+    /// made a record larger than its topic takes, and (all or nothing) what it made is dropped,
+    /// not written. Either way what follows is another record's.
+    fn settle_record(&mut self, res: Result<(), RecordError>) -> Result<(), RecordError> {
+        let res = res.and_then(|()| {
+            let sizes = &self.sizes;
+            self.out.made_by_record().try_for_each(|o| sizes.check(o.topic(), o.size())).map_err(RecordError)
+        });
+        if res.is_err() {
             let dropped = self.out.drop_record();
             self.task.counters.records_out = self.task.counters.records_out.saturating_sub(dropped as u64);
         }
         self.out.keep_so_far();
+        res
+    }
+
+    /// Why record `rec` of input `i` is too large for the task to keep, if it is: a side
+    /// input's records (tables, joined streams), and with a stream–stream join the main
+    /// input's, are kept whole in a store, whose changelog takes no record over
+    /// [`SizeLimits::tightest`].
+    fn too_large_to_keep(&self, i: usize, rec: &Record) -> Option<RecordError> {
+        let spec = &self.task.spec;
+        if i == 0 && spec.streams.is_empty() {
+            return None;
+        }
+        let size = rec.key.as_ref().map_or(0, Vec::len)
+            + rec.value.as_ref().map_or(0, Vec::len)
+            + crate::runtime::topics::RECORD_OVERHEAD;
+        let max = self.sizes.tightest();
+        (size > max).then(|| {
+            RecordError(format!(
+                "the record is about {size} bytes and is kept whole in a store, whose changelog takes at most {max} (max.message.bytes, message.max.bytes or embedded.max_message_bytes)"
+            ))
+        })
+    }
+
+    /// The largest record each topic the task writes takes.
+    pub(crate) fn set_sizes(&mut self, sizes: SizeLimits) {
+        self.task.record_max = sizes.tightest();
+        self.sizes = sizes;
     }
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {

@@ -62,6 +62,8 @@ pub struct Task {
     pub(crate) fk: FkMarks,
     /// A foreign-key join's middle or end: its subscriptions' index and pending entries.
     foreign: Foreign,
+    /// The largest record any topic the task writes takes (see `TaskRun::set_sizes`).
+    pub(crate) record_max: usize,
 }
 
 impl Task {
@@ -86,6 +88,7 @@ impl Task {
             orphan_errors: Vec::new(),
             fk: FkMarks::default(),
             foreign,
+            record_max: usize::MAX,
         }
     }
 
@@ -130,6 +133,7 @@ impl Task {
             globals: &self.globals,
             joins: &mut self.joins,
             fk: &mut self.fk,
+            record_max: self.record_max,
         };
         (&mut self.chain, cx)
     }

@@ -243,6 +243,66 @@ impl TimestampLimits {
     }
 }
 
+/// The largest record each topic a task writes takes (Kafka: the topic's `max.message.bytes`
+/// and the producer's `message.max.bytes`; the embedded log: `embedded.max_message_bytes`). A
+/// result over it would fail every commit, so the input record that made it is a dead letter
+/// instead (docs/conventions.md, "Records too large to write").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeLimits {
+    /// Topics that bound their records more tightly than `all`: their bound.
+    topics: BTreeMap<String, usize>,
+    /// The bound of every record, and the setting that gives it.
+    all: (usize, &'static str),
+}
+
+/// What a record takes besides its key, value and headers' bytes, at most: a record batch of one
+/// record (61 bytes of batch header, about 20 of the record's lengths and offsets) with room to
+/// spare; and per header, its lengths.
+pub const RECORD_OVERHEAD: usize = 128;
+pub const HEADER_OVERHEAD: usize = 10;
+
+/// Kafka's producer default for `message.max.bytes`, and the embedded log's default bound.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = crate::config::DEFAULT_MAX_MESSAGE_BYTES as usize;
+
+impl SizeLimits {
+    /// One bound for every topic, given by `setting`.
+    pub fn uniform(max: usize, setting: &'static str) -> SizeLimits {
+        SizeLimits { topics: BTreeMap::new(), all: (max, setting) }
+    }
+
+    /// On Kafka: the producer's bound (`message.max.bytes`) and each topic's
+    /// `max.message.bytes` in `configs`, where it is tighter.
+    pub fn kafka(configs: &TopicConfigs, producer_max: usize) -> SizeLimits {
+        let topics = configs
+            .iter()
+            .filter_map(|(t, c)| Some((t.clone(), c.get("max.message.bytes")?.trim().parse::<usize>().ok()?)))
+            .filter(|(_, max)| *max < producer_max)
+            .collect();
+        SizeLimits { topics, all: (producer_max, "message.max.bytes") }
+    }
+
+    /// The tightest bound of any topic.
+    pub fn tightest(&self) -> usize {
+        self.topics.values().copied().fold(self.all.0, usize::min)
+    }
+
+    /// Whether a record of about `bytes` bytes (key, value and headers, with
+    /// [`RECORD_OVERHEAD`]) fits topic `topic`; if not, why, for the dead letter.
+    pub fn check(&self, topic: &str, bytes: usize) -> Result<(), String> {
+        let (max, setting, whose) = match self.topics.get(topic) {
+            Some(max) => (*max, "max.message.bytes", format!("topic `{topic}`")),
+            None => (self.all.0, self.all.1, "the producer".to_string()),
+        };
+        if bytes <= max {
+            return Ok(());
+        }
+        let whose = if setting == "embedded.max_message_bytes" { "the embedded log".to_string() } else { whose };
+        Err(format!(
+            "a result for topic `{topic}` would be about {bytes} bytes: {whose} takes at most {max} ({setting}), so it could never be written"
+        ))
+    }
+}
+
 /// A changelog whose cleanup policy is not `compact` alone (`delete`, or `compact,delete`: the
 /// broker may delete state by time or size, and event times may be old) is refused, naming the
 /// topic and the setting.

@@ -46,7 +46,7 @@ use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
 use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
-use crate::runtime::topics::{self, TimestampLimits, TopicConfigs, TopicError, TopicKind};
+use crate::runtime::topics::{self, SizeLimits, TimestampLimits, TopicConfigs, TopicError, TopicKind};
 
 mod peers;
 mod standby;
@@ -486,6 +486,19 @@ fn limits_of(configs: &TopicConfigs, spec: &TaskSpec) -> Option<TimestampLimits>
     let mine: TopicConfigs =
         spec.written_topics().into_iter().filter_map(|t| Some((t.clone(), configs.get(&t)?.clone()))).collect();
     TimestampLimits::of(&mine)
+}
+
+/// The largest record each topic a task writes takes: the producer's `message.max.bytes` (its
+/// default unless the configuration sets it), and each topic's `max.message.bytes` where tighter.
+fn sizes_of(configs: &TopicConfigs, spec: &TaskSpec, config: &crate::config::Config) -> SizeLimits {
+    let producer = config
+        .kafka
+        .get("message.max.bytes")
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(topics::DEFAULT_MAX_MESSAGE_BYTES);
+    let mine: TopicConfigs =
+        spec.written_topics().into_iter().filter_map(|t| Some((t.clone(), configs.get(&t)?.clone()))).collect();
+    SizeLimits::kafka(&mine, producer)
 }
 
 /// The consumer group's context: it owns the engine, so that a revocation can commit and close
@@ -1035,6 +1048,7 @@ impl Engine {
         }
         for t in self.units.values_mut().flatten() {
             t.limits = limits_of(&self.topic_configs, &t.task.spec);
+            t.set_sizes(sizes_of(&self.topic_configs, &t.task.spec, &self.opts.config));
         }
         // Swept after the next commit, which records that the statement is applied: an owner
         // that read the commit before the sweep ran would run the old form on emptied stores.
@@ -1563,6 +1577,10 @@ impl Backend for Engine {
 
     fn timestamp_limits(&self, spec: &TaskSpec) -> Option<TimestampLimits> {
         limits_of(&self.topic_configs, spec)
+    }
+
+    fn size_limits(&self, spec: &TaskSpec, config: &crate::config::Config) -> SizeLimits {
+        sizes_of(&self.topic_configs, spec, config)
     }
 
     fn feed(&self, spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>) -> Result<KafkaFeed> {

@@ -97,6 +97,17 @@ impl Aggregate {
             Err(_) if row.retract && self.spec.table => return Ok(()),
             Err(e) => return Err(e),
         };
+        // The group key is in the store key, in the entry (its group values) and in the result:
+        // a changelog record or result that no topic the task writes would take fails every
+        // commit, so the record is refused here.
+        let stored = 2 * kb.len() + crate::runtime::topics::RECORD_OVERHEAD;
+        if stored > cx.record_max && !row.retract {
+            return Err(RecordError(format!(
+                "its group key is {} bytes: the aggregate's changelog records and results hold it twice, about {stored} bytes, over the {} bytes the topics it writes take (max.message.bytes, message.max.bytes or embedded.max_message_bytes)",
+                kb.len(),
+                cx.record_max
+            )));
+        }
         *cx.stream_time = (*cx.stream_time).max(ts);
         if !self.spec.table {
             let mut wcx = window_cx(&self.spec, &mut self.cache, cx);

@@ -62,6 +62,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) joins: &'a mut StreamJoins,
     /// A foreign-key join's marks for the records its repartitions write.
     pub(crate) fk: &'a mut FkMarks,
+    /// The largest record any topic the task writes takes (a result larger than it would fail
+    /// every commit).
+    pub(crate) record_max: usize,
 }
 
 /// What a foreign-key join's repartition records carry besides the row (docs/conventions.md,
