@@ -31,6 +31,65 @@ pub struct Config {
     pub schema: SchemaConfig,
     /// librdkafka properties, passed through unchanged.
     pub kafka: BTreeMap<String, String>,
+    /// `http.*`: the HTTP server of `run --http-addr` (access and TLS), and how `streamc query`
+    /// and other instances reach it.
+    pub http: HttpConfig,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    pub auth: HttpAuth,
+    pub tls: HttpTls,
+}
+
+#[derive(Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpAuth {
+    /// The bearer token every request but the probes must carry (`Authorization: Bearer …`).
+    pub token: Option<String>,
+    /// A file holding it (a mounted Secret), instead of `token`.
+    pub token_file: Option<String>,
+}
+
+impl std::fmt::Debug for HttpAuth {
+    /// Never prints the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpAuth")
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .field("token_file", &self.token_file)
+            .finish()
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpTls {
+    /// PEM certificate chain the server presents (with `key`: the server speaks HTTPS only).
+    pub cert: Option<String>,
+    /// PEM private key of `cert`.
+    pub key: Option<String>,
+    /// PEM CA certificates `streamc query` and other instances trust for the servers they ask
+    /// (besides the public roots).
+    pub ca: Option<String>,
+}
+
+impl HttpConfig {
+    /// The bearer token, if one is set (read from `token_file` when that is given).
+    pub fn token(&self) -> Result<Option<String>, String> {
+        let t = match (&self.auth.token, &self.auth.token_file) {
+            (Some(_), Some(_)) => return Err("set http.auth.token or http.auth.token_file, not both".into()),
+            (Some(t), None) => t.clone(),
+            (None, Some(f)) => {
+                std::fs::read_to_string(f).map_err(|e| format!("http.auth.token_file {f}: {e}"))?.trim().to_string()
+            }
+            (None, None) => return Ok(None),
+        };
+        if t.is_empty() || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("http.auth.token is empty or holds whitespace: use a long random token".into());
+        }
+        Ok(Some(t))
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -138,11 +197,7 @@ pub struct Embedded {
 
 impl Default for Embedded {
     fn default() -> Self {
-        Embedded {
-            partitions: 1,
-            fsync: false,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-        }
+        Embedded { partitions: 1, fsync: false, max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES }
     }
 }
 

@@ -424,6 +424,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
     } else {
         load_config(&cli.global)?
     };
+    if matches!(cli.command, Command::Run { .. } | Command::Query { .. }) {
+        // How this process asks instances' HTTP servers (a run asks the other instances).
+        streamc::runtime::query::set_client(&cfg.http)?;
+    }
     match cli.command {
         Command::Check { files, statement } => {
             if statement.is_some() && files.len() != 1 {
@@ -667,16 +671,28 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     let mut served = None;
     let server = match (&http_addr, &metrics) {
         (Some(addr), Some(m)) => {
-            let server = streamc::runtime::metrics::serve(addr, m.clone())?;
+            let access = streamc::runtime::http::Access::from_config(&cfg.http)?;
+            let scheme = if access.tls() { "https" } else { "http" };
+            let server = streamc::runtime::http::serve(addr, m.clone(), access)?;
             if let Some(a) = server.addr() {
-                eprintln!("serving metrics on http://{a}/metrics, probes on /healthz and /ready, stores on /stores");
-                let advertised =
-                    cfg.application.server.clone().or_else(|| (!a.ip().is_unspecified()).then(|| a.to_string()));
+                eprintln!(
+                    "serving metrics on {scheme}://{a}/metrics, probes on /healthz and /ready, stores on /stores"
+                );
+                let advertised = cfg.application.server.clone().or_else(|| {
+                    (!a.ip().is_unspecified()).then(|| {
+                        if scheme == "https" {
+                            format!("https://{a}")
+                        } else {
+                            a.to_string()
+                        }
+                    })
+                });
                 m.queries.set_me(&app, "embedded", advertised);
                 if !on_kafka {
                     // `streamc query` asks the running instance here (forgotten when the run
                     // ends, however it ends).
-                    streamc::runtime::query::set_served_at(&g.state_dir, &app, Some(&a.to_string()));
+                    let at = if scheme == "https" { format!("https://{a}") } else { a.to_string() };
+                    streamc::runtime::query::set_served_at(&g.state_dir, &app, Some(&at));
                     served = Some(Served(g.state_dir.clone(), app.clone()));
                 }
             }

@@ -144,7 +144,7 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
     // into the first file's `kafka` section.
     let credentials = by_kind_and_name("Secret", Some("stats-kafka-credentials"));
     let configs: Vec<&str> = args.windows(2).filter(|w| w[0] == "--config").map(|w| w[1]).collect();
-    assert_eq!(configs, ["/etc/streamc/streamc.yaml", "/etc/streamc-kafka/kafka.yaml"]);
+    assert_eq!(configs, ["/etc/streamc/streamc.yaml", "/etc/streamc-kafka/kafka.yaml", "/etc/streamc-http/http.yaml"]);
     let mount = mounts_of(c).into_iter().find(|m| m["name"].as_str() == Some("kafka-credentials")).unwrap();
     assert_eq!(mount["mountPath"].as_str(), Some("/etc/streamc-kafka"));
     let volume = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
@@ -165,7 +165,37 @@ fn the_manifests_run_the_repository_s_program_with_a_valid_configuration() {
             assert_eq!(cfg.kafka.get("ssl.ca.location").map(String::as_str), Some("/etc/streamc-kafka/ca.pem"));
         }
     }
-    let cfg = streamc::config::load_files(&[&cfg_path, &kafka_cfg], &expanded).unwrap();
+    // The third is the HTTP access Secret's `http.yaml`, mounted where the args read it: as
+    // shipped it sets nothing; filled in, a token file and TLS files in the same mount.
+    let access = by_kind_and_name("Secret", Some("stats-http-access"));
+    let mount = mounts_of(c).into_iter().find(|m| m["name"].as_str() == Some("http-access")).unwrap();
+    assert_eq!(mount["mountPath"].as_str(), Some("/etc/streamc-http"));
+    let volume = pod["volumes"].as_sequence().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(volume["secret"]["secretName"], access["metadata"]["name"]);
+    let shipped = access["stringData"]["http.yaml"].as_str().unwrap();
+    let filled: String = shipped
+        .lines()
+        .filter(|l| *l != "http: {}")
+        .map(|l| l.strip_prefix("# ").unwrap_or(l).to_string() + "\n")
+        .collect();
+    let http_cfg = dir.join("http.yaml");
+    for text in [shipped, filled.as_str()] {
+        std::fs::write(&http_cfg, text).unwrap();
+        let cfg = streamc::config::load_files(&[&cfg_path, &kafka_cfg, &http_cfg], &expanded).unwrap();
+        if text == filled {
+            assert_eq!(cfg.http.auth.token_file.as_deref(), Some("/etc/streamc-http/token"));
+            for (file, key) in
+                [(&cfg.http.tls.cert, "tls.crt"), (&cfg.http.tls.key, "tls.key"), (&cfg.http.tls.ca, "ca.pem")]
+            {
+                assert_eq!(file.as_deref(), Some(format!("/etc/streamc-http/{key}").as_str()));
+                assert!(access["stringData"][key].is_string(), "the Secret has {key}");
+            }
+            assert!(access["stringData"]["token"].is_string());
+        } else {
+            assert_eq!(cfg.http, streamc::config::HttpConfig::default());
+        }
+    }
+    let cfg = streamc::config::load_files(&[&cfg_path, &kafka_cfg, &http_cfg], &expanded).unwrap();
     assert_eq!(cfg.instance.id.as_deref(), Some("stats-0"));
     assert_eq!(cfg.control.trusted_keys.len(), 1);
     assert!(cfg.kafka.contains_key("bootstrap.servers"), "a Kafka deployment names its brokers");

@@ -11,10 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 use prometheus_client::encoding::{prometheus_text, EncodeLabelSet};
 use prometheus_client::metrics::counter::Counter;
@@ -477,128 +475,58 @@ impl RestoreMetrics {
     }
 }
 
-/// The HTTP endpoint: `GET /metrics` on a background thread, stopped when this is dropped.
-pub struct MetricsServer {
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
-    addr: Option<SocketAddr>,
-}
-
-impl MetricsServer {
-    /// The address it listens on (the actual port when 0 was asked for).
-    pub fn addr(&self) -> Option<SocketAddr> {
-        self.addr
-    }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// Serve `metrics` on `addr` (`HOST:PORT`) until the returned server is dropped.
-pub fn serve(addr: &str, metrics: Arc<Metrics>) -> Result<MetricsServer, String> {
-    let server = tiny_http::Server::http(addr).map_err(|e| format!("--http-addr {addr}: cannot listen: {e}"))?;
-    let server = Arc::new(server);
-    let bound = server.server_addr().to_ip();
-    let s = server.clone();
-    let thread = std::thread::Builder::new()
-        .name("metrics".into())
-        .spawn(move || {
-            // Ends when `unblock` is called.
-            for req in s.incoming_requests() {
-                let path = req.url().split('?').next().unwrap_or("");
-                if (path.starts_with("/stores/") || path == "/metadata") && *req.method() == tiny_http::Method::Get {
-                    // A query waits for the tasks (and for other instances, or the cluster): on
-                    // a thread of its own, so that probes and scrapes are answered meanwhile.
-                    let m = metrics.clone();
-                    let _ = std::thread::Builder::new().name("query".into()).spawn(move || {
-                        let response = store_query(req.url(), &m);
-                        let _ = req.respond(response);
-                    });
-                    continue;
-                }
-                let response = respond(req.method(), req.url(), &metrics);
-                let _ = req.respond(response);
-            }
-        })
-        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
-    Ok(MetricsServer { server, thread: Some(thread), addr: bound })
-}
-
-const JSON: &str = "application/json";
+pub const JSON: &str = "application/json";
 
 fn error_json(why: &str) -> String {
     format!("{}\n", serde_json::json!({ "error": why }))
 }
 
 /// `GET /stores/<store>?…`: the store's committed rows this instance holds that the query asks
-/// for (see [`crate::runtime::query::Fetch::parse`]).
-fn store_query(url: &str, metrics: &Metrics) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+/// for (see [`crate::runtime::query::Fetch::parse`]); `GET /metadata`. The status and the JSON
+/// body.
+pub(crate) fn store_query(url: &str, metrics: &Metrics) -> (u16, String) {
     let (path, query) = url.split_once('?').unwrap_or((url, ""));
     if path == "/metadata" {
-        let (code, body) = match metrics.queries.metadata() {
+        return match metrics.queries.metadata() {
             Ok(v) => (200, format!("{v}\n")),
             Err(why) => (503, error_json(&why)),
         };
-        return json_response(code, body);
     }
     let name = path.trim_start_matches("/stores/");
     let name: String = form_urlencoded::parse(format!("n={name}").as_bytes()).map(|(_, v)| v.into_owned()).collect();
     let answer = crate::runtime::query::Fetch::parse(&name, query)
         .map_err(|e| (400, e))
         .and_then(|f| metrics.queries.fetch(f, std::time::Duration::from_secs(10)));
-    let (code, body) = match answer {
+    match answer {
         Ok(local) => (
             200,
             format!("{}\n", serde_json::json!({ "store": name, "rows": local.rows, "partitions": local.partitions })),
         ),
         Err((code, why)) => (code, error_json(&why)),
-    };
-    json_response(code, body)
-}
-
-fn json_response(code: u16, body: String) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
-    let mut r = tiny_http::Response::from_string(body).with_status_code(code);
-    if let Some(h) = header("Content-Type", JSON) {
-        r = r.with_header(h);
     }
-    r
 }
 
-fn header(name: &str, value: &str) -> Option<tiny_http::Header> {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
-}
-
-fn respond(method: &tiny_http::Method, url: &str, metrics: &Metrics) -> tiny_http::Response<std::io::Cursor<Vec<u8>>> {
+/// Every other request (`get`: its method is GET): the status, content type and body.
+pub(crate) fn respond(get: bool, url: &str, metrics: &Metrics) -> (u16, &'static str, String) {
     let path = url.split('?').next().unwrap_or("");
-    let (code, ctype, body) = match (method, path) {
-        (tiny_http::Method::Get, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
-        (tiny_http::Method::Get, "/healthz") => (200, "text/plain; charset=utf-8", "ok\n".to_string()),
-        (tiny_http::Method::Get, "/stores") => match metrics.queries.stores() {
+    match (get, path) {
+        (true, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
+        (true, "/healthz") => (200, "text/plain; charset=utf-8", "ok\n".to_string()),
+        (true, "/stores") => match metrics.queries.stores() {
             Ok(v) => (200, JSON, format!("{v}\n")),
             Err(why) => (503, JSON, error_json(&why)),
         },
-        (tiny_http::Method::Get, "/ready") => match metrics.health.ready() {
+        (true, "/ready") => match metrics.health.ready() {
             Ok(()) => (200, "text/plain; charset=utf-8", "ready\n".to_string()),
             Err(why) => (503, "text/plain; charset=utf-8", format!("not ready: {why}\n")),
         },
-        (tiny_http::Method::Get, _) => (
+        (true, _) => (
             404,
             "text/plain; charset=utf-8",
             "not found: metrics are at /metrics, probes at /healthz and /ready, stores at /stores\n".to_string(),
         ),
         _ => (405, "text/plain; charset=utf-8", "only GET is supported\n".to_string()),
-    };
-    let mut r = tiny_http::Response::from_string(body).with_status_code(code);
-    if let Some(h) = header("Content-Type", ctype) {
-        r = r.with_header(h);
     }
-    r
 }
 
 #[cfg(test)]
@@ -674,58 +602,5 @@ mod tests {
             assert!(series.starts_with("streamc_") && series.ends_with('}'), "{l}");
             assert!(value.parse::<f64>().is_ok() || value == "+Inf", "{l}");
         }
-    }
-
-    #[test]
-    fn serves_get_metrics_and_stops_when_dropped() {
-        use std::io::{Read, Write};
-        let m = Arc::new(Metrics::new("app"));
-        m.task("0_0", &[], None).publish(&TaskCounts { records_in: 3, ..Default::default() });
-        let server = serve("127.0.0.1:0", m.clone()).unwrap();
-        let addr = server.addr().unwrap();
-        let get = |path: &str| {
-            let mut s = std::net::TcpStream::connect(addr).unwrap();
-            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).unwrap();
-            out
-        };
-        let ok = get("/metrics");
-        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
-        assert!(ok.contains("text/plain; version=0.0.4"), "{ok}");
-        assert!(ok.contains("streamc_records_in_total{application=\"app\",task=\"0_0\"} 3"), "{ok}");
-        assert!(get("/").starts_with("HTTP/1.1 404"));
-        assert!(get("/healthz").starts_with("HTTP/1.1 200"));
-        let starting = get("/ready");
-        assert!(starting.starts_with("HTTP/1.1 503") && starting.ends_with("not ready: starting\n"), "{starting}");
-        m.health.set(Err("restoring 2 partitions"));
-        assert!(get("/ready").ends_with("not ready: restoring 2 partitions\n"));
-        assert!(get("/metrics").contains("streamc_ready{application=\"app\"} 0"));
-        m.health.set(Ok(()));
-        let ready = get("/ready");
-        assert!(ready.starts_with("HTTP/1.1 200") && ready.ends_with("ready\n"), "{ready}");
-        assert!(get("/metrics").contains("streamc_ready{application=\"app\"} 1"), "{}", get("/metrics"));
-        let stop = Arc::new(AtomicBool::new(false));
-        m.health.watch_stop(stop.clone());
-        assert!(get("/ready").starts_with("HTTP/1.1 200"));
-        stop.store(true, Ordering::SeqCst);
-        assert!(get("/ready").starts_with("HTTP/1.1 503"));
-        drop(server);
-        // tiny_http's accept thread closes the socket just after the drop.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::net::TcpStream::connect(addr).is_ok() {
-            assert!(std::time::Instant::now() < deadline, "the port is still open after the server was dropped");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-
-    #[test]
-    fn a_bad_address_is_an_error() {
-        let m = Arc::new(Metrics::new("app"));
-        let e = serve("not an address", m.clone()).err().unwrap();
-        assert!(e.contains("--http-addr not an address"), "{e}");
-        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let e = serve(&taken.local_addr().unwrap().to_string(), m).err().unwrap();
-        assert!(e.contains("cannot listen"), "{e}");
     }
 }

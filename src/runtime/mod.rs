@@ -12,6 +12,7 @@ mod commit;
 pub mod embedded;
 pub mod error;
 pub(crate) mod foreign;
+pub mod http;
 pub(crate) mod hub;
 pub mod kafka;
 pub mod metrics;

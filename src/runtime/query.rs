@@ -119,19 +119,62 @@ pub fn set_served_at(state_dir: &std::path::Path, app: &str, addr: Option<&str>)
     }
 }
 
+/// How this process asks instances' HTTP servers (`streamc query`, and a run asking the other
+/// instances): the bearer token to send and the CA certificates to trust, from `http.*`.
+#[derive(Default)]
+struct Client {
+    token: Option<String>,
+    /// `http.tls.ca`: trusted instead of the public roots.
+    roots: Option<Vec<ureq::tls::Certificate<'static>>>,
+}
+
+static CLIENT: std::sync::OnceLock<Client> = std::sync::OnceLock::new();
+
+/// Take the configuration's `http.*` settings for the servers this process asks (once, at
+/// start); errors name the setting.
+pub fn set_client(c: &crate::config::HttpConfig) -> Result<(), String> {
+    let roots = match &c.tls.ca {
+        None => None,
+        Some(f) => {
+            let pem = std::fs::read(f).map_err(|e| format!("http.tls.ca {f}: {e}"))?;
+            let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                    Ok(_) => None,
+                    Err(e) => Some(Err(format!("http.tls.ca {f}: {e}"))),
+                })
+                .collect::<Result<_, _>>()?;
+            if certs.is_empty() {
+                return Err(format!("http.tls.ca {f}: no certificate in it"));
+            }
+            Some(certs)
+        }
+    };
+    let _ = CLIENT.set(Client { token: c.token()?, roots });
+    Ok(())
+}
+
 /// Ask the instance serving at `server` (`HOST:PORT` or a URL).
 pub fn ask_server(server: &str, f: &Fetch, timeout: Duration) -> Result<Local, String> {
     let base =
         if server.contains("://") { server.trim_end_matches('/').to_string() } else { format!("http://{server}") };
     let store: String = form_urlencoded::byte_serialize(f.store.as_bytes()).collect();
     let at = format!("{base}/stores/{store}?{}", f.query_string());
-    let mut resp = ureq::get(&at)
+    let client = CLIENT.get_or_init(Client::default);
+    let mut tls = ureq::tls::TlsConfig::builder();
+    if let Some(roots) = &client.roots {
+        tls = tls.root_certs(ureq::tls::RootCerts::new_with_certs(roots));
+    }
+    let mut req = ureq::get(&at)
         .config()
         .http_status_as_error(false)
         .timeout_global(Some(timeout + Duration::from_secs(5)))
-        .build()
-        .call()
-        .map_err(|e| format!("no answer from {base}: {e}"))?;
+        .tls_config(tls.build())
+        .build();
+    if let Some(t) = &client.token {
+        req = req.header("Authorization", &format!("Bearer {t}"));
+    }
+    let mut resp = req.call().map_err(|e| format!("no answer from {base}: {e}"))?;
     let status = resp.status().as_u16();
     let text = resp
         .body_mut()
