@@ -70,7 +70,7 @@ pub struct HttpTls {
     /// PEM private key of `cert`.
     pub key: Option<String>,
     /// PEM CA certificates `streamc query` and other instances trust for the servers they ask
-    /// (besides the public roots).
+    /// (instead of the public roots).
     pub ca: Option<String>,
 }
 

@@ -3,8 +3,9 @@
 //! thread of its own (a current-thread tokio runtime; a store query, which waits for the tasks,
 //! on tokio's blocking pool).
 //!
-//! It holds up to what an open port meets: at most [`MAX_CONNECTIONS`] connections at once (one
-//! more is closed as it comes, and refused file descriptors only slow the accept loop down), a
+//! It holds up to what an open port meets: at most [`MAX_CONNECTIONS`] connections at once, and
+//! [`MAX_PER_PEER`] from one address (one more is closed as it comes, and refused file
+//! descriptors only slow the accept loop down), a
 //! request head read within [`HEAD_TIMEOUT`] (an idle keep-alive connection likewise) and at
 //! most [`MAX_HEAD_BYTES`] long (else 431), a connection closed after [`CONNECTION_MAX`], and 400
 //! for a request that does not parse. With `http.auth.token` every path but the probes wants
@@ -28,6 +29,9 @@ use crate::runtime::metrics::Metrics;
 
 /// Connections served at once; one more is closed as soon as it is accepted.
 pub const MAX_CONNECTIONS: usize = 128;
+/// Connections served at once from one address, so that one client cannot take every slot
+/// (Kubernetes' probes come from the node's address).
+pub const MAX_PER_PEER: usize = 32;
 /// How long a client may take to send a request head (and an idle connection may wait).
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest request head (request line and headers) taken.
@@ -138,18 +142,24 @@ async fn accept_loop(
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let peers: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> = Arc::default();
     loop {
         let accepted = tokio::select! {
             _ = &mut stopped => return,
             a = listener.accept() => a,
         };
-        let stream = match accepted {
-            Ok((s, _)) => s,
+        let (stream, peer) = match accepted {
+            Ok((s, a)) => (s, a.ip()),
             // Out of file descriptors, say: the connections open go on; try again shortly.
             Err(_) => {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let Some(peer) = PeerSlot::take(&peers, peer) else {
+            // Over its address's share: closed at once.
+            drop(stream);
+            continue;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             // Over the cap: closed at once (the client sees a reset, and retries later).
@@ -158,9 +168,42 @@ async fn accept_loop(
         };
         let (metrics, access) = (metrics.clone(), access.clone());
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer);
             let _ = tokio::time::timeout(CONNECTION_MAX, connection(stream, metrics, access)).await;
         });
+    }
+}
+
+/// One of [`MAX_PER_PEER`] connections of an address, given back when dropped.
+struct PeerSlot {
+    peers: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl PeerSlot {
+    fn take(
+        peers: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+    ) -> Option<PeerSlot> {
+        let mut m = peers.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { peers: peers.clone(), ip })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut m = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
     }
 }
 

@@ -126,6 +126,8 @@ struct Client {
     token: Option<String>,
     /// `http.tls.ca`: trusted instead of the public roots.
     roots: Option<Vec<ureq::tls::Certificate<'static>>>,
+    /// `http.tls.*` is set: the token goes to `https://` servers only.
+    tls: bool,
 }
 
 static CLIENT: std::sync::OnceLock<Client> = std::sync::OnceLock::new();
@@ -150,7 +152,8 @@ pub fn set_client(c: &crate::config::HttpConfig) -> Result<(), String> {
             Some(certs)
         }
     };
-    let _ = CLIENT.set(Client { token: c.token()?, roots });
+    let tls = c.tls.cert.is_some() || c.tls.ca.is_some();
+    let _ = CLIENT.set(Client { token: c.token()?, roots, tls });
     Ok(())
 }
 
@@ -172,6 +175,11 @@ pub fn ask_server(server: &str, f: &Fetch, timeout: Duration) -> Result<Local, S
         .tls_config(tls.build())
         .build();
     if let Some(t) = &client.token {
+        if client.tls && !base.starts_with("https://") {
+            return Err(format!(
+                "{base}: not sending http.auth.token over plain HTTP while http.tls is set (advertise application.server as https://HOST:PORT)"
+            ));
+        }
         req = req.header("Authorization", &format!("Bearer {t}"));
     }
     let mut resp = req.call().map_err(|e| format!("no answer from {base}: {e}"))?;

@@ -827,12 +827,23 @@ impl<F: Feed> TaskRun<F> {
     }
 
     /// Why record `rec` of input `i` is too large for the task to keep, if it is: a side
-    /// input's records (tables, joined streams), and with a stream–stream join the main
-    /// input's, are kept whole in a store, whose changelog takes no record over
-    /// [`SizeLimits::tightest`].
+    /// input's records (tables, joined streams), and the main input's when the task keeps its
+    /// rows (a stream–stream join, a grouped table, a table–table or foreign-key join), are
+    /// kept whole in a store, whose changelog takes no record over [`SizeLimits::tightest`]. (A
+    /// stream merged with the main input is not kept.)
     fn too_large_to_keep(&self, i: usize, rec: &Record) -> Option<RecordError> {
         let spec = &self.task.spec;
-        if i == 0 && spec.streams.is_empty() {
+        let kept = match i {
+            0 => {
+                !spec.streams.is_empty()
+                    || spec.table_group.is_some()
+                    || spec.mutual.is_some()
+                    || spec.foreign.is_some()
+                    || spec.table_sink.is_some()
+            }
+            i => i <= spec.tables.len() + spec.read_streams().count(),
+        };
+        if !kept {
             return None;
         }
         let size = rec.key.as_ref().map_or(0, Vec::len)

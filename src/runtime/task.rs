@@ -514,13 +514,37 @@ impl Task {
                         None if f.left => Some(None),
                         None => None,
                     };
-                    // Every row concerned gets its result, whatever became of another's.
-                    result = result.and(self.foreign_result((key, left.value), right, offset, ts, out, stores));
+                    // Every row concerned gets its result, whatever became of another's (each
+                    // all or nothing, and none larger than the topics take).
+                    out.begin_record();
+                    let r = self.foreign_result((key, left.value), right, offset, ts, out, stores);
+                    result = result.and(self.settle_part(r, out));
                 }
                 result
             }
             Some(s) => self.process_table(s, rec),
         }
+    }
+
+    /// One of the results a record makes independently of one another (a foreign-key join's
+    /// subscribers): what it made is kept; or it failed, or made a record over
+    /// [`Task::record_max`], and what it made is dropped.
+    fn settle_part(&mut self, r: Result<(), RecordError>, out: &mut Outputs) -> Result<(), RecordError> {
+        let max = self.record_max;
+        let r = r.and_then(|()| match out.made_by_record().find(|o| o.size() > max) {
+            Some(o) => Err(RecordError(format!(
+                "a result for topic `{}` would be about {} bytes, over the {max} bytes the topics the task writes take (max.message.bytes, message.max.bytes or embedded.max_message_bytes)",
+                o.topic(),
+                o.size()
+            ))),
+            None => Ok(()),
+        });
+        if r.is_err() {
+            let dropped = out.drop_record() as u64;
+            self.counters.records_out = self.counters.records_out.saturating_sub(dropped);
+        }
+        out.keep_so_far();
+        r
     }
 
     /// A foreign-key join's result for the row `key` (its fields `value`), joined with `right`

@@ -101,12 +101,17 @@ impl Aggregate {
         // a changelog record or result that no topic the task writes would take fails every
         // commit, so the record is refused here.
         let stored = 2 * kb.len() + crate::runtime::topics::RECORD_OVERHEAD;
-        if stored > cx.record_max && !row.retract {
-            return Err(RecordError(format!(
+        let too_large = (stored > cx.record_max).then(|| {
+            RecordError(format!(
                 "its group key is {} bytes: the aggregate's changelog records and results hold it twice, about {stored} bytes, over the {} bytes the topics it writes take (max.message.bytes, message.max.bytes or embedded.max_message_bytes)",
                 kb.len(),
                 cx.record_max
-            )));
+            ))
+        });
+        if let Some(e) = too_large {
+            // As with an evaluation error: a grouped table's row taken back was refused the
+            // same way when it came (its key is the same), so there is nothing to take back.
+            return if row.retract && self.spec.table { Ok(()) } else { Err(e) };
         }
         *cx.stream_time = (*cx.stream_time).max(ts);
         if !self.spec.table {

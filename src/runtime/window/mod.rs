@@ -122,9 +122,10 @@ impl Cx<'_> {
             // nothing when it does) unchecked.
             if let Err(e) = apply_states(agg, &mut entry.states, args, ts, &mut cache.staged, check) {
                 if !created {
-                    // (Only if a check let through what its update refuses: the store is to
-                    // hold what the cache holds, so that a restart computes the same.)
-                    if slot.touch() {
+                    // Unchecked, the one call that can fail changed nothing. Checked, only if a
+                    // check let through what its update refuses: the store is to hold what the
+                    // cache holds, so that a restart computes the same.
+                    if check && slot.touch() {
                         cache.dirty.push(w);
                     }
                 } else if agg.window.is_some() {

@@ -5,7 +5,9 @@ the changelog record twice (key and value) and in the result: a key of k bytes i
 2k + 128 > 4096. echo: the output record is the key and the value {id, text, twice = text +
 text} as compact JSON. named: an inner join with the countries table, by country (the events
 repartitioned by it, so keyed by it); a table row whose record
-(key, value, 128) is over 4096 is a dead letter of the table and not in the table. Each refused
+(key, value, 128) is over 4096 is a dead letter of the table and not in the table.
+country-counts: the countries table grouped by its key, one row per code; a row too large is a
+dead letter there too. Each refused
 record goes to <app>-dlq once per query that refused it, as it came in."""
 import json
 import sys
@@ -32,6 +34,8 @@ def dead(topic, offset, rec):
 
 for offset, rec in enumerate(read_input("countries")):
     if size(rec["key"], rec["value"]) > MAX:
+        # Refused by both queries that keep the table's rows: the join's and the grouping's.
+        dead("countries", offset, rec)
         dead("countries", offset, rec)
     else:
         table[rec["key"]] = rec["value"]["name"]
@@ -55,6 +59,7 @@ for offset, rec in enumerate(read_input("events")):
         else:
             named.append({"key": v["country"], "value": joined})
 
+write_expected("country-counts", [{"key": k, "value": {"code": k, "n": 1}} for k in table])
 write_expected("counts", [{"key": k, "value": {"id": k, "n": n}} for k, n in counts.items()])
 write_expected("echo", echo)
 write_expected("named", named)
