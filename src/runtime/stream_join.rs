@@ -31,12 +31,102 @@ pub(crate) struct StreamJoins {
     spec: Arc<TaskSpec>,
     /// Per join: its main side's store, then its joined stream's.
     stores: Vec<usize>,
+    /// What the record being processed stored and matched, to take back if it fails (a record
+    /// is applied all or nothing): see [`StreamJoins::undo`].
+    journal: Vec<Undo>,
+}
+
+/// One change a record made to a join's state, as [`StreamJoins::undo`] takes it back.
+enum Undo {
+    /// A main-side row stored at (key, time, number), pending or kept for expiry as said; the
+    /// row counter and the pass gate as they were before.
+    Left { side: usize, kb: Vec<u8>, t: i64, off: u64, pending: bool, expiry: bool, seq: u64, min_time: i64 },
+    /// A joined stream's record stored likewise.
+    Right { side: usize, kb: Vec<u8>, t: i64, off: u64, pending: bool, expiry: bool, min_time: i64 },
+    /// A pending main-side row it matched.
+    MatchedLeft { side: usize, kb: Vec<u8>, t: i64, off: u64 },
+    /// A pending record of the joined stream it matched.
+    MatchedRight { side: usize, kb: Vec<u8>, t: i64, off: u64 },
 }
 
 impl StreamJoins {
     pub(crate) fn new(spec: Arc<TaskSpec>) -> StreamJoins {
         let stores = spec.streams.iter().flat_map(|si| [si.left_store, si.right_store]).collect();
-        StreamJoins { sides: spec.streams.iter().map(|_| JoinState::default()).collect(), seq: 0, spec, stores }
+        let sides = spec.streams.iter().map(|_| JoinState::default()).collect();
+        StreamJoins { sides, seq: 0, spec, stores, journal: Vec::new() }
+    }
+
+    /// The record being processed is through: what it did stays.
+    pub(crate) fn forget(&mut self) {
+        self.journal.clear();
+    }
+
+    /// The record being processed failed: every row it stored is deleted and every pending
+    /// row it matched is pending again, in its join's state and (by changes after its own) in
+    /// the stores. What its time did (expiry, a pass over pending rows) is not its own and stays.
+    pub(crate) fn undo(&mut self, changes: &mut Vec<Change>) {
+        let spec = self.spec.clone();
+        while let Some(u) = self.journal.pop() {
+            match u {
+                Undo::Left { side, kb, t, off, pending, expiry, seq, min_time } => {
+                    let (si, js) = (&spec.streams[side], &mut self.sides[side]);
+                    if let Some(m) = js.left.get_mut(&kb) {
+                        m.remove(&(t, off));
+                        if m.is_empty() {
+                            js.left.remove(&kb);
+                        }
+                    }
+                    let at = (t, kb, off);
+                    if pending {
+                        js.pending.remove(&at);
+                    }
+                    if expiry {
+                        js.main_expiry.remove(&at);
+                    }
+                    js.min_time = min_time;
+                    self.seq = seq;
+                    let key = join_store_key(&at.1, t, off);
+                    changes.push(Change { store: si.left_store, key, value: None, timestamp: t, existed: true });
+                }
+                Undo::Right { side, kb, t, off, pending, expiry, min_time } => {
+                    let (si, js) = (&spec.streams[side], &mut self.sides[side]);
+                    if let Some(m) = js.right.get_mut(&kb) {
+                        m.remove(&(t, off));
+                        if m.is_empty() {
+                            js.right.remove(&kb);
+                        }
+                    }
+                    let at = (t, kb, off);
+                    if pending {
+                        js.other_pending.remove(&at);
+                    }
+                    if expiry {
+                        js.other_expiry.remove(&at);
+                    }
+                    js.min_time = min_time;
+                    let key = join_store_key(&at.1, t, off);
+                    changes.push(Change { store: si.right_store, key, value: None, timestamp: t, existed: true });
+                }
+                Undo::MatchedLeft { side, kb, t, off } => {
+                    let (si, js) = (&spec.streams[side], &mut self.sides[side]);
+                    let Some(e) = js.left.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+                    e.matched = false;
+                    let value = Some(encode_left(&e.row, false, si));
+                    let key = join_store_key(&kb, t, off);
+                    js.pending.insert((t, kb, off));
+                    changes.push(Change { store: si.left_store, key, value, timestamp: t, existed: true });
+                }
+                Undo::MatchedRight { side, kb, t, off } => {
+                    let (si, js) = (&spec.streams[side], &mut self.sides[side]);
+                    let Some(e) = js.right.get_mut(&kb).and_then(|m| m.get_mut(&(t, off))) else { continue };
+                    e.matched = false;
+                    let value = encode_right(e, si);
+                    let key = join_store_key(&kb, t, off);
+                    js.other_pending.insert((t, kb, off));
+                    changes.push(Change { store: si.right_store, key, value, timestamp: t, existed: true });
+                }
+            }
+        }
     }
 }
 
@@ -222,6 +312,7 @@ impl StreamJoins {
                 if !e.matched {
                     e.matched = true;
                     js.pending.remove(&(*lt, kb.clone(), *loff));
+                    self.journal.push(Undo::MatchedLeft { side, kb: kb.clone(), t: *lt, off: *loff });
                     changes.push(Change {
                         store: si.left_store,
                         key: join_store_key(&kb, *lt, *loff),
@@ -251,6 +342,15 @@ impl StreamJoins {
         }
         let kept = stored || !entry.matched;
         if kept {
+            self.journal.push(Undo::Right {
+                side,
+                kb: kb.clone(),
+                t: ts,
+                off: offset,
+                pending: !entry.matched,
+                expiry: stored,
+                min_time: js.min_time,
+            });
             changes.push(Change {
                 store: si.right_store,
                 key: join_store_key(&kb, ts, offset),
@@ -303,6 +403,7 @@ impl StreamJoins {
                     // An outer join's pending record of the other side: matched now.
                     e.matched = true;
                     js.other_pending.remove(&(*t, kb.clone(), *off));
+                    self.journal.push(Undo::MatchedRight { side, kb: kb.clone(), t: *t, off: *off });
                     changes.push(Change {
                         store: si.right_store,
                         key: join_store_key(&kb, *t, *off),
@@ -324,6 +425,16 @@ impl StreamJoins {
         // the outer join's own store): it is kept, matching nothing, until a pass.
         let owed = unmatched && !now;
         if stored || owed {
+            self.journal.push(Undo::Left {
+                side,
+                kb: kb.clone(),
+                t: ts,
+                off: offset,
+                pending: owed,
+                expiry: stored,
+                seq: self.seq,
+                min_time: js.min_time,
+            });
             self.seq += 1;
             // `matched`: no null row is owed for it (matched, passed on already, or inner join).
             let entry = LeftEntry { row, matched: !owed, expired: !stored };

@@ -526,6 +526,16 @@ impl Task {
         }
     }
 
+    /// The record being processed is through (`ok`) or failed: what it did to the task's
+    /// joins stays, or is taken back.
+    pub(crate) fn settle_joins(&mut self, ok: bool) {
+        if ok {
+            self.joins.forget();
+        } else {
+            self.joins.undo(&mut self.table_changes);
+        }
+    }
+
     /// One of the results a record makes independently of one another (a foreign-key join's
     /// subscribers): what it made is kept; or it failed, or made a record over
     /// [`Task::record_max`], and what it made is dropped.
