@@ -37,6 +37,7 @@ pub(crate) enum AggState {
 /// One record's aggregate arguments: per aggregate call, its argument values.
 pub(crate) type AggArgs = Vec<Vec<Value>>;
 
+#[derive(Clone)]
 pub(crate) struct Slot {
     pub(crate) entry: Option<AggEntry>,
     pub(crate) dirty: bool,
@@ -626,6 +627,19 @@ pub(crate) struct Cache {
     pub(crate) init: Result<Vec<AggState>, String>,
     /// The record being added's next user-aggregate states ([`check_states`]).
     pub(crate) staged: Staged,
+    /// When one input record can bring several rows (after an `explode` or a stream–stream
+    /// join; tumbling, hopping and unwindowed aggregates): the windows the record being
+    /// processed changed, each as it was before, and the length of `dirty` then; see
+    /// [`Cache::settle`].
+    pub(crate) journal: Option<Journal>,
+}
+
+#[derive(Default)]
+pub(crate) struct Journal {
+    before: Vec<(Win, Option<Slot>)>,
+    /// The windows in `before`.
+    seen: rustc_hash::FxHashSet<Win>,
+    dirty: Option<usize>,
 }
 
 impl Cache {
@@ -637,6 +651,41 @@ impl Cache {
             windows: Expiry { movable: sessions, buckets: BTreeMap::new() },
             init: init_states(agg),
             staged: Staged::new(agg),
+            journal: None,
+        }
+    }
+
+    /// Window `w` is about to change: kept as it is, the first time for the record.
+    pub(crate) fn journal(&mut self, w: Win) {
+        let Some(j) = &mut self.journal else { return };
+        if !j.seen.insert(w) {
+            return;
+        }
+        j.dirty.get_or_insert(self.dirty.len());
+        j.before.push((w, self.slots.get(w).cloned()));
+    }
+
+    /// The record being processed is through (`ok`): what it changed stays; or it failed, and
+    /// every window it changed is as it was before it.
+    pub(crate) fn settle(&mut self, ok: bool) {
+        let Some(j) = &mut self.journal else { return };
+        let dirty = j.dirty.take();
+        j.seen.clear();
+        if ok {
+            j.before.clear();
+            return;
+        }
+        let before: Vec<(Win, Option<Slot>)> = j.before.drain(..).collect();
+        for (w, slot) in before.into_iter().rev() {
+            match slot {
+                Some(s) => self.slots.insert(w, s),
+                None => {
+                    self.slots.remove(w);
+                }
+            }
+        }
+        if let Some(n) = dirty {
+            self.dirty.truncate(n);
         }
     }
 

@@ -822,7 +822,7 @@ impl<F: Feed> TaskRun<F> {
             let dropped = self.out.drop_record();
             self.task.counters.records_out = self.task.counters.records_out.saturating_sub(dropped as u64);
         }
-        self.task.settle_joins(res.is_ok());
+        self.task.settle(res.is_ok());
         self.out.keep_so_far();
         res
     }

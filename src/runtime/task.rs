@@ -527,12 +527,15 @@ impl Task {
     }
 
     /// The record being processed is through (`ok`) or failed: what it did to the task's
-    /// joins stays, or is taken back.
-    pub(crate) fn settle_joins(&mut self, ok: bool) {
+    /// joins and operators (an aggregate fed several rows by it) stays, or is taken back.
+    pub(crate) fn settle(&mut self, ok: bool) {
         if ok {
             self.joins.forget();
         } else {
             self.joins.undo(&mut self.table_changes);
+        }
+        for op in &mut self.chain {
+            op.settle(ok);
         }
     }
 

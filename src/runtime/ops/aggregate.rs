@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use crate::ast::EmitMode;
 use crate::eval::{eval, Row, Tenant};
-use crate::plan::physical::{AggSpec, TaskSpec};
+use crate::plan::physical::{AggSpec, Op, TaskSpec};
 use crate::runtime::agg::{
     decode_entry, encode_entry, key_part, result_values, retract_state, store_key, store_key_into, AggArgs, AggEntry,
     Cache, Slot, Win, SLIDE_RECORDS,
@@ -70,7 +70,18 @@ impl Aggregate {
     pub(crate) fn new(spec: &TaskSpec, sinks: Arc<PostSinks>) -> Option<Aggregate> {
         let agg = spec.agg.clone()?;
         let windowing = window::for_agg(&agg);
-        let cache = Cache::new(&agg);
+        let mut cache = Cache::new(&agg);
+        // One input record can bring several rows (an `explode`, a stream–stream join before
+        // it): the windows a record changes are journaled, to be put back if it fails. (Not
+        // session or sliding windows, whose kinds keep indexes of their own.)
+        let several = spec.ops.iter().any(|op| matches!(op, Op::Explode { .. } | Op::JoinStream { .. }));
+        let fixed = !matches!(
+            agg.window.map(|w| w.kind),
+            Some(crate::ast::WindowKind::Session { .. } | crate::ast::WindowKind::Sliding { .. })
+        );
+        if several && fixed && !agg.table {
+            cache.journal = Some(Default::default());
+        }
         Some(Aggregate {
             stores: [agg.store],
             spec: agg,
@@ -399,6 +410,10 @@ impl Stateful for Aggregate {
 }
 
 impl Operator for Aggregate {
+    fn settle(&mut self, ok: bool) {
+        self.cache.settle(ok);
+    }
+
     fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
         self.add(row, ts, cx)
     }

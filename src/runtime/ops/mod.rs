@@ -93,6 +93,10 @@ pub(crate) trait Operator: Stateful + Send {
 
     /// At a commit: write its store changes to `cx.changes` and emit what it holds back.
     fn flush(&mut self, _cx: &mut Ctx, _down: &mut Down) {}
+
+    /// The record being processed is through (`ok`), or failed: what it did is taken back (a
+    /// record is applied all or nothing), where the operator keeps what it needs for that.
+    fn settle(&mut self, _ok: bool) {}
 }
 
 /// The rest of a chain after an operator: where it sends the rows it makes.

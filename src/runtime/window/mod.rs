@@ -99,6 +99,7 @@ impl Cx<'_> {
         }
         for &(start, end) in windows {
             let w = cache.slots.win(id, start);
+            cache.journal(w);
             let (slot, _) = cache.slots.get_or_insert_with(w, || Slot::new(None, false));
             if slot.deleted && agg.table {
                 // A grouped table's group left with no rows since the last flush: it starts

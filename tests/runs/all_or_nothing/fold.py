@@ -4,7 +4,8 @@ in, or (one of them failing: an int `sum` outside 64 bits) none, and goes to <ap
 query that refused it with its source topic/partition/offset. `avg` adds floats (no overflow).
 Hopping windows are 10 s advancing 5 s from the epoch, none late here. `exploded` writes one
 row per item d of `ds` with 100 / d > 0; an item 0 is a division by zero, and then none of the
-record's rows is written."""
+record's rows is written; `exploded_sums` adds a record's items to its key's count and
+sum all, or (one overflowing) none."""
 import sys
 from pathlib import Path
 
@@ -67,4 +68,21 @@ for offset, r in enumerate(recs):
         continue
     rows += [{"key": r["k"], "value": {"k": r["k"], "d": d}} for d in ds if 100 // d > 0]
 write_expected("exploded", rows)
+
+# Explode, then an aggregate by the key in the same task: the record's rows all, or none.
+sums = {}
+for offset, r in enumerate(recs):
+    g = dict(sums.get(r["k"], {"c": 0, "s": None}))
+    ok = True
+    for x in r["ds"] or []:
+        s = x if g["s"] is None else g["s"] + x
+        if not fits(s):
+            ok = False
+            break
+        g = {"c": g["c"] + 1, "s": s}
+    if not ok:
+        dead(offset, r)
+    elif r["ds"]:
+        sums[r["k"]] = g
+write_expected("exploded-sums", [{"key": k, "value": {"k": k, **g}} for k, g in sums.items()])
 write_expected(f"{APP}-dlq", dlq)
