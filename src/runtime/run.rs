@@ -833,6 +833,13 @@ impl<F: Feed> TaskRun<F> {
     /// kept whole in a store, whose changelog takes no record over [`SizeLimits::tightest`]. (A
     /// stream merged with the main input is not kept.)
     fn too_large_to_keep(&self, i: usize, rec: &Record) -> Option<RecordError> {
+        let size = rec.key.as_ref().map_or(0, Vec::len)
+            + rec.value.as_ref().map_or(0, Vec::len)
+            + crate::runtime::topics::RECORD_OVERHEAD;
+        let max = self.task.record_max;
+        if size <= max {
+            return None;
+        }
         let spec = &self.task.spec;
         let kept = match i {
             0 => {
@@ -844,14 +851,7 @@ impl<F: Feed> TaskRun<F> {
             }
             i => i <= spec.tables.len() + spec.read_streams().count(),
         };
-        if !kept {
-            return None;
-        }
-        let size = rec.key.as_ref().map_or(0, Vec::len)
-            + rec.value.as_ref().map_or(0, Vec::len)
-            + crate::runtime::topics::RECORD_OVERHEAD;
-        let max = self.sizes.tightest();
-        (size > max).then(|| {
+        kept.then(|| {
             RecordError(format!(
                 "the record is about {size} bytes and is kept whole in a store, whose changelog takes at most {max} (max.message.bytes, message.max.bytes or embedded.max_message_bytes)"
             ))

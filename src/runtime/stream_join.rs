@@ -36,13 +36,32 @@ pub(crate) struct StreamJoins {
     journal: Vec<Undo>,
 }
 
+/// Take the entry at (`t`, `off`) of key `kb` out of one side's rows.
+fn unstore<E>(rows: &mut FxHashMap<Vec<u8>, BTreeMap<(i64, u64), E>>, kb: &[u8], t: i64, off: u64) {
+    if let Some(m) = rows.get_mut(kb) {
+        m.remove(&(t, off));
+        if m.is_empty() {
+            rows.remove(kb);
+        }
+    }
+}
+
 /// One change a record made to a join's state, as [`StreamJoins::undo`] takes it back.
 enum Undo {
-    /// A main-side row stored at (key, time, number), pending or kept for expiry as said; the
-    /// row counter and the pass gate as they were before.
-    Left { side: usize, kb: Vec<u8>, t: i64, off: u64, pending: bool, expiry: bool, seq: u64, min_time: i64 },
-    /// A joined stream's record stored likewise.
-    Right { side: usize, kb: Vec<u8>, t: i64, off: u64, pending: bool, expiry: bool, min_time: i64 },
+    /// A row stored at (key, time, number) on the main side (`main`) or the joined stream's,
+    /// pending or kept for expiry as said; the pass gate, and the main side's row counter, as
+    /// they were before.
+    Stored {
+        side: usize,
+        main: bool,
+        kb: Vec<u8>,
+        t: i64,
+        off: u64,
+        pending: bool,
+        expiry: bool,
+        seq: Option<u64>,
+        min_time: i64,
+    },
     /// A pending main-side row it matched.
     MatchedLeft { side: usize, kb: Vec<u8>, t: i64, off: u64 },
     /// A pending record of the joined stream it matched.
@@ -68,44 +87,30 @@ impl StreamJoins {
         let spec = self.spec.clone();
         while let Some(u) = self.journal.pop() {
             match u {
-                Undo::Left { side, kb, t, off, pending, expiry, seq, min_time } => {
+                Undo::Stored { side, main, kb, t, off, pending, expiry, seq, min_time } => {
                     let (si, js) = (&spec.streams[side], &mut self.sides[side]);
-                    if let Some(m) = js.left.get_mut(&kb) {
-                        m.remove(&(t, off));
-                        if m.is_empty() {
-                            js.left.remove(&kb);
-                        }
+                    if main {
+                        unstore(&mut js.left, &kb, t, off);
+                    } else {
+                        unstore(&mut js.right, &kb, t, off);
                     }
+                    let (waiting, expiring, store) = match main {
+                        true => (&mut js.pending, &mut js.main_expiry, si.left_store),
+                        false => (&mut js.other_pending, &mut js.other_expiry, si.right_store),
+                    };
                     let at = (t, kb, off);
                     if pending {
-                        js.pending.remove(&at);
+                        waiting.remove(&at);
                     }
                     if expiry {
-                        js.main_expiry.remove(&at);
+                        expiring.remove(&at);
                     }
                     js.min_time = min_time;
-                    self.seq = seq;
+                    if let Some(seq) = seq {
+                        self.seq = seq;
+                    }
                     let key = join_store_key(&at.1, t, off);
-                    changes.push(Change { store: si.left_store, key, value: None, timestamp: t, existed: true });
-                }
-                Undo::Right { side, kb, t, off, pending, expiry, min_time } => {
-                    let (si, js) = (&spec.streams[side], &mut self.sides[side]);
-                    if let Some(m) = js.right.get_mut(&kb) {
-                        m.remove(&(t, off));
-                        if m.is_empty() {
-                            js.right.remove(&kb);
-                        }
-                    }
-                    let at = (t, kb, off);
-                    if pending {
-                        js.other_pending.remove(&at);
-                    }
-                    if expiry {
-                        js.other_expiry.remove(&at);
-                    }
-                    js.min_time = min_time;
-                    let key = join_store_key(&at.1, t, off);
-                    changes.push(Change { store: si.right_store, key, value: None, timestamp: t, existed: true });
+                    changes.push(Change { store, key, value: None, timestamp: t, existed: true });
                 }
                 Undo::MatchedLeft { side, kb, t, off } => {
                     let (si, js) = (&spec.streams[side], &mut self.sides[side]);
@@ -342,8 +347,10 @@ impl StreamJoins {
         }
         let kept = stored || !entry.matched;
         if kept {
-            self.journal.push(Undo::Right {
+            self.journal.push(Undo::Stored {
                 side,
+                main: false,
+                seq: None,
                 kb: kb.clone(),
                 t: ts,
                 off: offset,
@@ -425,14 +432,15 @@ impl StreamJoins {
         // the outer join's own store): it is kept, matching nothing, until a pass.
         let owed = unmatched && !now;
         if stored || owed {
-            self.journal.push(Undo::Left {
+            self.journal.push(Undo::Stored {
                 side,
+                main: true,
                 kb: kb.clone(),
                 t: ts,
                 off: offset,
                 pending: owed,
                 expiry: stored,
-                seq: self.seq,
+                seq: Some(self.seq),
                 min_time: js.min_time,
             });
             self.seq += 1;

@@ -253,6 +253,8 @@ pub struct SizeLimits {
     topics: BTreeMap<String, usize>,
     /// The bound of every record, and the setting that gives it.
     all: (usize, &'static str),
+    /// The tightest of them (a record this small fits every topic: no lookup).
+    tightest: usize,
 }
 
 /// What a record takes besides its key, value and headers' bytes, at most: a record batch of one
@@ -267,7 +269,7 @@ pub const DEFAULT_MAX_MESSAGE_BYTES: usize = crate::config::DEFAULT_MAX_MESSAGE_
 impl SizeLimits {
     /// One bound for every topic, given by `setting`.
     pub fn uniform(max: usize, setting: &'static str) -> SizeLimits {
-        SizeLimits { topics: BTreeMap::new(), all: (max, setting) }
+        SizeLimits { topics: BTreeMap::new(), all: (max, setting), tightest: max }
     }
 
     /// On Kafka: the producer's bound (`message.max.bytes`) and each topic's
@@ -277,18 +279,22 @@ impl SizeLimits {
             .iter()
             .filter_map(|(t, c)| Some((t.clone(), c.get("max.message.bytes")?.trim().parse::<usize>().ok()?)))
             .filter(|(_, max)| *max < producer_max)
-            .collect();
-        SizeLimits { topics, all: (producer_max, "message.max.bytes") }
+            .collect::<BTreeMap<String, usize>>();
+        let tightest = topics.values().copied().fold(producer_max, usize::min);
+        SizeLimits { topics, all: (producer_max, "message.max.bytes"), tightest }
     }
 
     /// The tightest bound of any topic.
     pub fn tightest(&self) -> usize {
-        self.topics.values().copied().fold(self.all.0, usize::min)
+        self.tightest
     }
 
     /// Whether a record of about `bytes` bytes (key, value and headers, with
     /// [`RECORD_OVERHEAD`]) fits topic `topic`; if not, why, for the dead letter.
     pub fn check(&self, topic: &str, bytes: usize) -> Result<(), String> {
+        if bytes <= self.tightest {
+            return Ok(());
+        }
         let (max, setting, whose) = match self.topics.get(topic) {
             Some(max) => (*max, "max.message.bytes", format!("topic `{topic}`")),
             None => (self.all.0, self.all.1, "the producer".to_string()),
