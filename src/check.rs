@@ -1387,6 +1387,39 @@ impl<'a> Checker<'a> {
                         ok = false;
                         continue;
                     }
+                    // A key that is no field of the value (`key id: int`) would read as the
+                    // group key after the repartition: unless the grouping is that key alone, it
+                    // travels in the value instead, as a field of its name, which the group items
+                    // and aggregates then read (ksqlDB's key columns stay readable after GROUP BY).
+                    let key_alone = matches!(items.as_slice(), [g] if g.alias.is_none()
+                        && matches!(&g.expr.node, ast::Expr::Path(p) if p.len() == 1 && Some(&p[0].node) == shape.key_name.as_ref()));
+                    if let Some(k) = shape
+                        .key_name
+                        .clone()
+                        .filter(|k| !key_alone && shape.joined.is_empty() && shape.value.get(k).is_none())
+                    {
+                        let key =
+                            hir::Expr { kind: ExprKind::Field(Root::Key, vec![]), ty: shape.key.clone(), span: c.span };
+                        let mut fields: Vec<(String, hir::Expr)> = shape
+                            .value
+                            .fields
+                            .iter()
+                            .enumerate()
+                            .map(|(i, (n, t))| {
+                                let e = hir::Expr {
+                                    kind: ExprKind::Field(Root::Value, vec![i]),
+                                    ty: t.clone(),
+                                    span: c.span,
+                                };
+                                (n.clone(), e)
+                            })
+                            .collect();
+                        fields.push((k.clone(), key));
+                        shape.value.fields.push((k, shape.key.clone()));
+                        shape.key_name = None;
+                        shape.key_field = Some(shape.value.fields.len() - 1);
+                        push(self, StepKind::Map(fields), "key-as-field", shape.clone());
+                    }
                     let mut out = Vec::new();
                     for g in items {
                         let he = self.expr(&g.expr, &Scope::Row { shape: &shape, from: &from_name });

@@ -711,7 +711,8 @@ impl<F: Feed> TaskRun<F> {
             set_position(&mut self.positions, &keys[i], s.next);
             self.task.counters.counted = false;
             self.task.late_reason = None;
-            self.task.fk = crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false };
+            self.task.fk =
+                crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false, ..Default::default() };
             self.out.begin_record();
             let res = if let Some(e) = self.too_large_to_keep(i, &s.record) {
                 // A table's or a joined stream's record is kept whole in a store: one its
@@ -746,9 +747,10 @@ impl<F: Feed> TaskRun<F> {
                         return Err(e);
                     }
                     input.offset = s.offset;
+                    let old = self.task.decode_old(&s.record, &input.row).transpose()?;
                     // In a self-join the record is the other side's too, whatever became of it
                     // on the query's side (an error there is this side's only).
-                    let main = self.process(input);
+                    let main = self.task.process_update(old, input, &mut self.out, &self.trees);
                     let main = self.settle_record(main);
                     let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
                     main.and(self.settle_record(joined))

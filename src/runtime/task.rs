@@ -17,10 +17,10 @@ use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{
     Change, Counters, Input, NoStores, OutRef, Output, Outputs, RecordError, Route, StoreRead, TenantCounts,
 };
-use crate::runtime::ops::repartition::{H_FK_DELETED, H_FK_KEY, H_FK_OFFSET};
-use crate::runtime::ops::{self, group_table, sink::tombstone, Ctx, Down, FkMarks, Operator};
+use crate::runtime::ops::repartition::{H_FK_DELETED, H_FK_KEY, H_FK_OFFSET, H_OLD};
+use crate::runtime::ops::{self, group_table, sink::tombstone, Before, Ctx, Down, FkMarks, Operator};
 use crate::runtime::stream_join::StreamJoins;
-use crate::runtime::tables::{TableInputs, TableRecord};
+use crate::runtime::tables::{TableInputs, TableRecord, TableRow};
 use crate::runtime::tenant;
 pub use crate::runtime::wire::decode_key;
 use crate::runtime::wire::{decode_source_key, split_wire};
@@ -134,6 +134,7 @@ impl Task {
             joins: &mut self.joins,
             fk: &mut self.fk,
             record_max: self.record_max,
+            before: Default::default(),
         };
         (&mut self.chain, cx)
     }
@@ -226,6 +227,17 @@ impl Task {
         }
     }
 
+    /// The old row a grouped table's repartition record of an update within its group carries
+    /// (`streamc.old`), taken back: None for any other record.
+    pub fn decode_old(&self, rec: &Record, like: &Row) -> Option<Result<Row, RecordError>> {
+        let Decode::Internal { wire, nvalue, joined_keys, .. } = &self.spec.main.decode else { return None };
+        let (_, bytes) = rec.headers.iter().find(|(k, _)| k == H_OLD)?;
+        Some(decode_record(bytes, wire).map_err(RecordError).map(|fields| {
+            let (value, joined) = split_wire(fields, *nvalue, joined_keys);
+            Row { key: like.key.clone(), value, joined, tenant: like.tenant.clone(), retract: true }
+        }))
+    }
+
     /// A deletion (a record without a value) of the table a table query reads: a tombstone for
     /// its key downstream; in a grouped table's chain, its key's row taken back down the chain
     /// (`Row::retract`). None if the main input is not such a table.
@@ -275,12 +287,28 @@ impl Task {
 
     /// Process one record of the main input (or of a stream merged with it): down the chain.
     pub fn process(&mut self, input: Input, out: &mut Outputs, stores: &dyn StoreRead) -> Result<(), RecordError> {
+        self.process_update(None, input, out, stores)
+    }
+
+    /// Process one record of the main input that may carry the row it replaces (`old`, taken
+    /// back first: a grouped table's update within its group, see [`Task::decode_old`]).
+    pub fn process_update(
+        &mut self,
+        old: Option<Row>,
+        input: Input,
+        out: &mut Outputs,
+        stores: &dyn StoreRead,
+    ) -> Result<(), RecordError> {
         self.counters.records_in += 1;
         if let Some(t) = &input.row.tenant {
             self.counters.tenant(t).records_in += 1;
         }
         let (chain, mut cx) = self.parts(out, stores, None);
-        Down::from(chain, 0).emit(input.row, input.ts, &mut cx)
+        let taken = match old {
+            Some(old) => Down::from(&mut *chain, 0).emit(old, input.ts, &mut cx),
+            None => Ok(()),
+        };
+        taken.and(Down::from(chain, 0).emit(input.row, input.ts, &mut cx))
     }
 
     /// Process one record of a side input: `side` counts tables, then joined streams.
@@ -385,7 +413,8 @@ impl Task {
         if key.is_null() {
             return Err(RecordError(format!("a record of table `{}` has no key", src.name)));
         }
-        let before = self.tables.row(table, &key, tenant.as_ref(), stores)?.is_some();
+        let old = self.tables.row(table, &key, tenant.as_ref(), stores)?;
+        let before = old.is_some();
         self.tables.store(table, decoded, rec, &mut self.counters, &mut self.table_changes)?;
         self.counters.records_in += 1;
         let mine = self.tables.row(own_index, &key, tenant.as_ref(), stores)?;
@@ -399,8 +428,37 @@ impl Task {
             None => result(before, other.is_some()),
             Some(_) => result(mine.is_some(), before),
         };
+        // The join's row: this table's row, or an outer join's of the other table alone (this
+        // side null but its key).
+        let joined = |mine: &Option<TableRow>, other: &Option<TableRow>| {
+            let value = match mine {
+                Some(r) => r.as_ref().clone(),
+                None => {
+                    let mut v = vec![Value::Null; own.source.value.fields.len()];
+                    if let KeySpec::Field(i) = own.source.key {
+                        v[i] = key.clone();
+                    }
+                    v
+                }
+            };
+            Row {
+                key: key.clone(),
+                value,
+                joined: vec![other.clone().map(|r| (key.clone(), r))],
+                tenant: tenant.clone(),
+                retract: false,
+            }
+        };
+        // Whether the result this one replaces went through the rest of the query (a `where`
+        // deletes only a result that was sent).
+        let sent = match (had, side) {
+            (false, _) => Before::NotSent,
+            (true, None) => ops::sent(&spec.ops[m.op + 1..], joined(&old, &other)),
+            (true, Some(_)) => ops::sent(&spec.ops[m.op + 1..], joined(&mine, &old)),
+        };
         if !result(mine.is_some(), other.is_some()) {
-            if let (true, Some(sink)) = (had, spec.table_sink_spec()) {
+            // (A result that a `where` kept from the sink has nothing there to delete.)
+            if let (true, Some(sink)) = (had && sent != Before::NotSent, spec.table_sink_spec()) {
                 tombstone(out, sink, &key, None, ts, tenant.as_deref(), spec.version);
                 self.counters.records_out += 1;
             } else if had && spec.table_group.is_some() {
@@ -411,19 +469,9 @@ impl Task {
             }
             return Ok(());
         }
-        let value = match &mine {
-            Some(r) => r.as_ref().clone(),
-            None => {
-                // An outer join's row of the other table alone: this side null but its key.
-                let mut v = vec![Value::Null; own.source.value.fields.len()];
-                if let KeySpec::Field(i) = own.source.key {
-                    v[i] = key.clone();
-                }
-                v
-            }
-        };
-        let row = Row { key: key.clone(), value, joined: vec![other.map(|r| (key, r))], tenant, retract: false };
+        let row = joined(&mine, &other);
         let (chain, mut cx) = self.parts(out, stores, None);
+        cx.before = sent;
         Down::from(chain, m.op + 1).emit(row, ts, &mut cx)
     }
 
@@ -574,7 +622,7 @@ impl Task {
     ) -> Result<(), RecordError> {
         let retract = right.is_none();
         let row = Row { key, value, joined: vec![right.flatten()], tenant: None, retract };
-        self.fk = FkMarks { offset, deleted: false };
+        self.fk = FkMarks { offset, deleted: false, ..FkMarks::default() };
         let (chain, mut cx) = self.parts(out, stores, None);
         Down::from(chain, 0).emit(row, ts, &mut cx)
     }
@@ -649,7 +697,8 @@ impl Task {
         self.tables.flushed();
         self.foreign.flushed();
         {
-            let (chain, mut cx) = self.parts(out, &NoStores, Some(changes));
+            // (The stores as of the last commit: the flush's own changes are not in them yet.)
+            let (chain, mut cx) = self.parts(out, stores, Some(changes));
             for i in 0..chain.len() {
                 let (head, rest) = chain.split_at_mut(i + 1);
                 head[i].flush(&mut cx, &mut Down::after(rest, i + 1));

@@ -63,6 +63,11 @@ impl Background {
         self.0.wait().map(|s| s.success()).unwrap_or(false)
     }
 
+    /// How the process ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.0.try_wait().ok().flatten()
+    }
+
     /// SIGKILL, and wait for it to be gone.
     pub fn kill(&mut self) {
         let _ = self.0.kill();

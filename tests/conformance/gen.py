@@ -199,8 +199,14 @@ def main():
         for r in keyed_rows(21, 200, 12, lambda r: {"name": r.choice(names), "tier": r.choice(["gold", "silver"])})
     ])
     regions = ["north", "south", "east", "west", "polar"]
-    write("table_group_by", "accounts", keyed_rows(18, 800, 30, lambda r: {
-        "region": r.choice(regions), "balance": r.randint(-50, 250), "score": r.randint(0, 199) / 2}))
+    grouped = keyed_rows(18, 800, 30, lambda r: {
+        "region": r.choice(regions), "balance": r.randint(-50, 250), "score": r.randint(0, 199) / 2})
+    # Then every row of "polar" is deleted: the region is left without rows (it stays, count 0).
+    last = {}
+    for rec in grouped:
+        last[rec["key"]] = rec["value"]
+    grouped += [{"key": k, "value": None} for k, v in sorted(last.items()) if v and v["region"] == "polar"]
+    write("table_group_by", "accounts", grouped)
 
 
 if __name__ == "__main__":

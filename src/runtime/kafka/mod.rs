@@ -241,8 +241,14 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let result = (|| -> Result<Summary> {
         loop {
             match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
-                Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::Fatal))) => {
-                    return Err(state_error("the Kafka consumer hit a fatal error".to_string()))
+                // A fatal error (a static member fenced by its own rejoin after a session
+                // timeout, …) leaves the consumer out of the group for good: the run ends
+                // rather than go on as a member of nothing that reports itself ready.
+                Some(Err(KafkaError::MessageConsumptionFatal(code)))
+                | Some(Err(KafkaError::MessageConsumption(code @ RDKafkaErrorCode::Fatal))) => {
+                    let why =
+                        consumer.client().fatal_error().map_or_else(|| code.to_string(), |(c, m)| format!("{c}: {m}"));
+                    return Err(state_error(format!("the Kafka consumer hit a fatal error and left the group: {why}")));
                 }
                 Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
                 // Fetched before its partition was paused: the task's own reader reads it.
@@ -872,7 +878,11 @@ impl Engine {
                 }
                 eprintln!("commit failed ({e}); the tasks resume from their last commit");
                 if self.eos {
-                    self.abort()?;
+                    // (A producer that cannot be made again now fails the next commit too, which
+                    // counts towards the limit.)
+                    if let Err(e) = self.abort() {
+                        eprintln!("{e}; trying again at the next commit");
+                    }
                 } else {
                     // Records still on their way land before the tasks reopen, so that the
                     // restore sees them (after the committed end) and rewrites their keys.

@@ -21,7 +21,7 @@ use crate::runtime::agg::{
 use crate::runtime::op::{scoped, Change, RecordError, Stateful, StoreRead};
 use crate::runtime::ops::group_table::encode_row;
 use crate::runtime::ops::sink::PostSinks;
-use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::ops::{Before, Ctx, Down, Operator};
 use crate::runtime::tenant;
 use crate::runtime::window::{self, Cx, Windowing};
 use crate::value::Value;
@@ -30,8 +30,8 @@ use rustc_hash::FxHashMap;
 /// What a flush of the aggregate gives the task, in order.
 pub(crate) enum Emitted {
     /// A result row at its time (the entry's latest event time), for the chain after the
-    /// aggregate.
-    Row(Row, i64),
+    /// aggregate, with the result it replaces when that is tracked.
+    Row(Row, i64, Before),
     /// A result that could not be computed.
     Error(RecordError),
     /// A merged-away session, deleted downstream: a tombstone for its key at the query's sink,
@@ -58,6 +58,11 @@ pub(crate) struct Aggregate {
     args: AggArgs,
     /// A grouped table's refused rows changed since the last flush (see [`refusal_key`]).
     refused: FxHashMap<Vec<u8>, i64>,
+    /// Results go with whether the ones they replace were sent ([`Before`]), worked out on the
+    /// chain after the aggregate kept here: with a `where` after the aggregate, `emit changes`,
+    /// no session windows (whose results change keys), and nothing after it but `where`,
+    /// `select` and sinks.
+    befores: Option<Vec<Op>>,
 }
 
 /// About the memory one clean entry of a table aggregate's record cache holds (its key, group
@@ -82,6 +87,12 @@ impl Aggregate {
         if several && fixed && !agg.table {
             cache.journal = Some(Default::default());
         }
+        let sessions = matches!(agg.window.map(|w| w.kind), Some(crate::ast::WindowKind::Session { .. }));
+        let befores = (agg.emit == EmitMode::Changes
+            && !sessions
+            && spec.post.iter().any(|op| matches!(op, Op::Filter(_)))
+            && spec.post.iter().all(|op| matches!(op, Op::Filter(_) | Op::Map(_) | Op::Sink(_))))
+        .then(|| spec.post.clone());
         Some(Aggregate {
             stores: [agg.store],
             spec: agg,
@@ -93,6 +104,7 @@ impl Aggregate {
             group: Vec::new(),
             args: Vec::new(),
             refused: FxHashMap::default(),
+            befores,
         })
     }
 
@@ -232,8 +244,10 @@ impl Aggregate {
             }
         }
         entry.max_ts = entry.max_ts.max(ts);
+        // A group that loses its last row stays, with its aggregates as taking the rows back
+        // left them (count 0, sum 0), as Kafka Streams' `KGroupedTable#aggregate` and ksqlDB
+        // keep it: a `where` after the aggregate drops it downstream if wanted.
         entry.rows -= 1;
-        slot.deleted = entry.rows == 0;
         if slot.touch() {
             self.cache.dirty.push(w);
         }
@@ -272,10 +286,11 @@ impl Aggregate {
     fn flush_cache(
         &mut self,
         stream_time: i64,
-        cache_share: usize,
+        stores: &dyn StoreRead,
         changes: &mut Vec<Change>,
         emitted: &mut Vec<Emitted>,
     ) {
+        let cache_share = stores.cache_share();
         let agg = &self.spec;
         let close = match &agg.window {
             Some(w) => stream_time.saturating_sub(w.grace.0),
@@ -310,7 +325,18 @@ impl Aggregate {
                     emitted.push(deleted(entry, sent, scoped, &sk));
                 }
                 slot.emitted = Some(bounds);
-                emitted.push(result(agg, entry, tenant_of(scoped, &sk)));
+                let mut r = result(agg, entry, tenant_of(scoped, &sk));
+                if let (Some(post), Emitted::Row(_, _, before)) = (&self.befores, &mut r) {
+                    // The result last sent: of the entry the store holds (the last commit's).
+                    *before = match slot.stored.then(|| stores.get(agg.store, &sk)).flatten() {
+                        None => Before::NotSent,
+                        Some(b) => match decode_entry(&b, agg).map(|e| result(agg, &e, tenant_of(scoped, &sk))) {
+                            Ok(Emitted::Row(old, _, _)) => crate::runtime::ops::sent(post, old),
+                            _ => Before::Unknown,
+                        },
+                    };
+                }
+                emitted.push(r);
             }
             // A window that closes in this flush and was never stored needs neither a store
             // write nor a tombstone: the state after the commit does not hold it.
@@ -429,10 +455,11 @@ impl Operator for Aggregate {
         // The refusals changed are in the store from now on.
         self.refused.clear();
         let mut emitted = std::mem::take(&mut self.emitted);
-        self.flush_cache(*cx.stream_time, cx.stores.cache_share(), cx.changes, &mut emitted);
+        self.flush_cache(*cx.stream_time, cx.stores, cx.changes, &mut emitted);
         for e in emitted.drain(..) {
             match e {
-                Emitted::Row(row, ts) => {
+                Emitted::Row(row, ts, before) => {
+                    cx.before = before;
                     *cx.result_window = match row.value.as_slice() {
                         [Value::Ts(s), Value::Ts(e), ..] if self.spec.window.is_some() => Some((*s, *e)),
                         _ => None,
@@ -440,6 +467,7 @@ impl Operator for Aggregate {
                     if let Err(e) = down.emit(row, ts, cx) {
                         cx.orphans.push(e);
                     }
+                    cx.before = Before::Unknown;
                 }
                 Emitted::Error(e) => cx.orphans.push(e),
                 Emitted::Deleted { key, start, end, ts, tenant } => {
@@ -487,5 +515,9 @@ fn result(agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>) -> Emitted {
         Ok(v) => v,
         Err(e) => return Emitted::Error(RecordError(e)),
     };
-    Emitted::Row(Row { key: group_value(&e.group), value, joined: vec![], tenant, retract: false }, e.max_ts)
+    Emitted::Row(
+        Row { key: group_value(&e.group), value, joined: vec![], tenant, retract: false },
+        e.max_ts,
+        Before::Unknown,
+    )
 }

@@ -8,7 +8,7 @@ use crate::hir;
 use crate::plan::physical::SinkSpec;
 use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::sink::{tombstone, PostSinks};
-use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::ops::{Before, Ctx, Down, Operator};
 use crate::value::Value;
 
 /// What a row that does not match becomes downstream.
@@ -20,7 +20,8 @@ pub(crate) enum Dropped {
     /// delete of a key a table does not hold changes nothing).
     TableRow(Box<SinkSpec>),
     /// An aggregate's result row (`emit changes`): a tombstone for its key and window at every
-    /// sink of the query. With `emit final` a window's one result is simply not sent.
+    /// sink of the query, if the result it replaces was sent ([`Ctx::before`]). With `emit
+    /// final` a window's one result is simply not sent.
     Result(Arc<PostSinks>),
     /// A grouped table's row, before the grouping: the row goes on taken back
     /// (`Row::retract`), so that the key's old row leaves its group.
@@ -52,10 +53,16 @@ impl Operator for Filter {
                 row.retract = true;
                 return down.emit(row, ts, cx);
             }
+            // (Kafka Streams with old values, as ksqlDB runs it: a table–table join's result
+            // that was not sent is not deleted.)
+            Dropped::TableRow(_) if cx.before == Before::NotSent => {}
             Dropped::TableRow(sink) => {
                 tombstone(cx.out, sink, &row.key, None, ts, row.tenant.as_deref(), cx.spec.version);
                 cx.counters.records_out += 1;
             }
+            // (Kafka Streams with `sendOldValues`, as ksqlDB runs it: a result that was not
+            // sent is not deleted.)
+            Dropped::Result(_) if cx.before == Before::NotSent => {}
             Dropped::Result(sinks) => {
                 let window = *cx.result_window;
                 sinks.delete(&row.key, window, ts, row.tenant.as_deref(), cx);

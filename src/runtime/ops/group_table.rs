@@ -12,7 +12,7 @@ use crate::eval::{eval, Row};
 use crate::hir;
 use crate::runtime::bin;
 use crate::runtime::op::{scoped, Change, RecordError, Stateful};
-use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::ops::{Ctx, Down, InPlace, Operator};
 use crate::runtime::tenant;
 use crate::types::Type;
 use crate::value::Value;
@@ -117,12 +117,17 @@ impl Operator for GroupTable {
         // alike. An aggregate that refuses a row remembers it, so that taking it back later
         // takes nothing (`Aggregate::refusals`).
         let mut result = Ok(());
+        // A row updated within its group: taken back and added as one change.
+        let mut in_place = false;
         if let Some(mut old) = old {
+            let same = !row.retract && self.same_group(&old, &row);
             // The old row leaves its group first (a subscription that stays where it is is
             // replaced there by the new row).
-            if !(self.nulls && !row.retract && self.same_group(&old, &row)) {
+            if !(self.nulls && same) {
                 old.retract = true;
+                in_place = same;
                 cx.fk.deleted = self.nulls && row.retract;
+                cx.fk.in_place = if same { InPlace::Old } else { InPlace::No };
                 result = down.emit(old, ts, cx);
                 cx.fk.deleted = false;
             }
@@ -133,7 +138,9 @@ impl Operator for GroupTable {
             }
             return result;
         }
+        cx.fk.in_place = if in_place { InPlace::New } else { InPlace::No };
         let added = down.emit(row.clone(), ts, cx);
+        cx.fk.in_place = InPlace::No;
         self.set(kb, Some(row), ts, existed, cx);
         result.and(added)
     }

@@ -20,11 +20,12 @@ mod table_join;
 use std::sync::Arc;
 
 use crate::ast::EmitMode;
-use crate::eval::Row;
+use crate::eval::{eval, Row};
 use crate::plan::physical::{Decode, Op, TaskSpec};
 use crate::runtime::op::{Change, Counters, Outputs, RecordError, Stateful, StoreRead};
 use crate::runtime::stream_join::StreamJoins;
 use crate::runtime::tables::TableInputs;
+use crate::value::Value;
 
 use aggregate::Aggregate;
 use filter::{Dropped, Filter};
@@ -65,16 +66,73 @@ pub(crate) struct Ctx<'a> {
     /// The largest record any topic the task writes takes (a result larger than it would fail
     /// every commit).
     pub(crate) record_max: usize,
+    /// Whether the result an aggregate's result row running down the chain replaces was sent
+    /// (Kafka Streams' old value of a `Change`): a `where` deletes a result downstream only if
+    /// the one it replaces was.
+    pub(crate) before: Before,
+}
+
+/// Whether the result an aggregate's result row replaces was sent (see [`Ctx::before`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Before {
+    /// Not known (not tracked, or could not be worked out): as if it had been.
+    #[default]
+    Unknown,
+    /// No: the group or window had no result before, or the query's `where` dropped it.
+    NotSent,
+    /// Yes.
+    Sent,
 }
 
 /// What a foreign-key join's repartition records carry besides the row (docs/conventions.md,
 /// `streamc.fk.*`): the offset of the update of the query's table they come from, and whether
 /// an unsubscription is the row's deletion (its result is deleted) rather than a move to
 /// another foreign key.
+///
+/// And for a grouped table's repartition: a row updated within its group is one record, the
+/// new row with the old one in a header (`streamc.old`), so that the group's task applies
+/// both at once and no commit falls between them (Kafka Streams' KIP-904).
 #[derive(Debug, Default)]
 pub(crate) struct FkMarks {
     pub(crate) offset: i64,
     pub(crate) deleted: bool,
+    pub(crate) in_place: InPlace,
+}
+
+/// Where a grouped table's update within one group is (see [`FkMarks`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InPlace {
+    #[default]
+    No,
+    /// The old row, taken back: held by the repartition until…
+    Old,
+    /// …the new row, written with it.
+    New,
+}
+
+/// Whether a row of a table (an aggregate's result, a table–table join's) went through `ops`,
+/// the rest of its query (`where`, `select` and sinks only; any other operator: not known), to
+/// its sinks.
+pub(crate) fn sent(ops: &[Op], mut row: Row) -> Before {
+    for op in ops {
+        match op {
+            Op::Filter(pred) => match eval(pred, &row, &[]) {
+                Ok(Value::Bool(true)) => {}
+                Ok(_) => return Before::NotSent,
+                Err(_) => return Before::Unknown,
+            },
+            Op::Map(fields) => match fields.iter().map(|e| eval(e, &row, &[])).collect() {
+                Ok(v) => {
+                    row.value = v;
+                    row.joined.clear();
+                }
+                Err(_) => return Before::Unknown,
+            },
+            Op::Sink(_) => {}
+            _ => return Before::Unknown,
+        }
+    }
+    Before::Sent
 }
 
 /// What every operator of a task's chain is. The physical plan gives a task its chain

@@ -10,7 +10,7 @@ use crate::hir;
 use crate::plan::physical::RepartitionSpec;
 use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::sink::headers;
-use crate::runtime::ops::{Ctx, Down, Operator};
+use crate::runtime::ops::{Ctx, Down, InPlace, Operator};
 use crate::runtime::wire::RecordWriter;
 use crate::types::Type;
 use crate::value::Value;
@@ -23,14 +23,18 @@ pub const H_RETRACT: &str = "streamc.retract";
 pub const H_FK_KEY: &str = "streamc.fk.key";
 pub const H_FK_OFFSET: &str = "streamc.fk.offset";
 pub const H_FK_DELETED: &str = "streamc.fk.deleted";
+/// A grouped table's row updated within its group: the old row (in the internal wire format),
+/// on the record of the new one.
+pub const H_OLD: &str = "streamc.old";
 
-/// A repartition of the chain: the plan's [`RepartitionSpec`], and the writer of its rows.
-pub(crate) struct Repartition(RepartitionSpec, RecordWriter);
+/// A repartition of the chain: the plan's [`RepartitionSpec`], the writer of its rows, and a
+/// grouped table's old row held for the new one of an update within its group (wire bytes).
+pub(crate) struct Repartition(RepartitionSpec, RecordWriter, Option<Vec<u8>>);
 
 impl Repartition {
     pub(crate) fn new(spec: RepartitionSpec) -> Repartition {
         let writer = RecordWriter::new(&spec.wire);
-        Repartition(spec, writer)
+        Repartition(spec, writer, None)
     }
 }
 
@@ -39,6 +43,19 @@ impl Stateful for Repartition {}
 impl Operator for Repartition {
     fn on_row(&mut self, row: Row, ts: i64, cx: &mut Ctx, _down: &mut Down) -> Result<(), RecordError> {
         let r = &self.0;
+        // An update within one group: the old row waits for the new one (same group key, so
+        // same partition) and goes on its record.
+        let old = match cx.fk.in_place {
+            InPlace::Old if row.retract => {
+                let mut o = Vec::new();
+                self.1.write_row(&row, &r.wire, &mut o);
+                self.2 = Some(o);
+                return Ok(());
+            }
+            InPlace::New => self.2.take(),
+            _ => None,
+        };
+        self.2 = None;
         let k = match group_key(&r.key, &row) {
             Ok(k) => k,
             // A grouped table's row taken back whose group cannot be evaluated was never sent
@@ -59,6 +76,9 @@ impl Operator for Repartition {
         headers(&mut b, cx.spec.version, row.tenant.as_deref());
         if row.retract {
             b.header(Cow::Borrowed(H_RETRACT), b"1");
+        }
+        if let Some(old) = old {
+            b.header_with(H_OLD, |o| o.extend_from_slice(&old));
         }
         if r.fk {
             match &row.key {

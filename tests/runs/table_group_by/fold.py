@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """table_group_by: the table's final rows (each key's last record; a null value deletes), grouped:
 a group's final result is the aggregate of the rows it holds at the end, since taking a row back
-is the exact inverse of adding it (int sums; float sums of multiples of 0.5). A group holding no
-row at the end has no result (it was deleted). by_tier keeps only rows with balance >= 0."""
+is the exact inverse of adding it (int sums; float sums of multiples of 0.5). A group that held
+rows and holds none at the end stays, with count 0, sums 0 and mean 0.0 (Kafka Streams'
+KGroupedTable and ksqlDB keep it). by_tier keeps only rows with balance >= 0."""
 import sys
 from pathlib import Path
 
@@ -10,13 +11,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from foldkit import read_input, write_expected  # noqa: E402
 
 rows = {}
+# Every group a row ever joined.
+seen_regions, seen_tiers = set(), set()
 for rec in read_input("accounts"):
     if rec["value"] is None:
         rows.pop(rec["key"], None)
     else:
-        rows[rec["key"]] = rec["value"]
+        v = rec["value"]
+        rows[rec["key"]] = v
+        seen_regions.add(v["region"])
+        if v["balance"] >= 0:
+            seen_tiers.add((v["tier"], v["region"]))
 
-regions = {}
+regions = {r: [] for r in seen_regions}
 for r in rows.values():
     regions.setdefault(r["region"], []).append(r)
 out = []
@@ -26,12 +33,12 @@ for region, rs in regions.items():
         "region": region,
         "accounts": len(rs),
         "total": sum(r["balance"] for r in rs),
-        "mean_score": scores / len(rs),
+        "mean_score": scores / len(rs) if rs else 0.0,
     }
     out.append({"key": region, "value": value})
 write_expected("region-stats", out)
 
-tiers = {}
+tiers = {t: [] for t in seen_tiers}
 for r in rows.values():
     if r["balance"] >= 0:
         tiers.setdefault((r["tier"], r["region"]), []).append(r)

@@ -6,8 +6,10 @@ key) is null. Otherwise the key's old row (if any) leaves its group; a null valu
 key; else the row joins its region's group, unless that overflows the group's sum: then the
 repartition record that carried it (keyed by region) goes to <app>-dlq and the row into no
 aggregate (all or nothing: the count it already went into takes it back); it is still the key's
-row, and taking it back later takes nothing. The final table
-per region: count and sum of balances of the rows it holds, none for a region left empty."""
+row, and taking it back later takes nothing. A row replaced by one of the same region is one
+repartition record (the new row, carrying the old), else the old row taken back and the new row
+are two; the records carry the key `id` in their value. The final table per region: count and
+sum of balances of the rows it holds; a region left empty stays with count 0 and sum 0."""
 import json
 import sys
 from pathlib import Path
@@ -37,15 +39,14 @@ for offset, rec in enumerate(read_input("accounts")):
         dlq.append(bad)
         continue
     old = rows.pop(k, None)
-    if old is not None and old.get("refused"):
+    # An update within the region travels as one record.
+    in_place = old is not None and v is not None and old["region"] == v["region"]
+    if old is not None and not in_place:
         written += 1
-    elif old is not None:
-        written += 1
+    if old is not None and not old.get("refused"):
         g = groups[old["region"]]
         g["accounts"] -= 1
         g["total"] -= old["balance"]
-        if g["accounts"] == 0:
-            del groups[old["region"]]
     if v is None:
         continue
     at = written
@@ -56,7 +57,7 @@ for offset, rec in enumerate(read_input("accounts")):
         # The sum overflows in the aggregate's task: the repartition record is the dead letter
         # (keyed by the group), the row goes into no aggregate, and taking it back later takes
         # nothing.
-        dlq.append({"key": v["region"], "value": v, "headers": {"streamc.source.topic": REPARTITION,
+        dlq.append({"key": v["region"], "value": dict(v, id=k), "headers": {"streamc.source.topic": REPARTITION,
                     "streamc.source.partition": "0", "streamc.source.offset": str(at)}})
         rows[k] = dict(v, refused=True)
         continue

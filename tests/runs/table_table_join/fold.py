@@ -4,7 +4,9 @@ table it belongs to is updated (a null value deletes), then each join's result f
 worked out from both tables, as Kafka Streams' KTable-KTable joins do: a row if the key has a
 result now (inner: both tables hold it; left: users does, scores' side null without a match;
 outer: either does, the missing side null), else a tombstone if it had one before the record,
-else nothing. The outer join's filter then turns a row that does not match into a tombstone."""
+else nothing. The outer join's filter then turns a row that does not match into a tombstone if
+the key's last result sent was a row (Kafka Streams with old values, as ksqlDB runs it), else
+into nothing; a result that disappears is deleted only if its last result sent was a row."""
 import sys
 from pathlib import Path
 
@@ -22,6 +24,8 @@ KINDS = {
 }
 tables = {"users": {}, "scores": {}}
 out = {"inner": [], "left": [], "outer": []}
+# Per join, the keys whose last result sent was a row.
+shown = {"inner": set(), "left": set(), "outer": set()}
 for topic, rec in events:
     k, v = rec["key"], rec["value"]
     before = (tables["users"].get(k), tables["scores"].get(k))
@@ -39,9 +43,15 @@ for topic, rec in events:
                 row = {"name": u["name"] if u else None, "points": points}
             if kind == "outer" and not (points is None or points > 3):
                 row = None  # the filter after the join
-            out[kind].append({"key": k, "value": row})
-        elif has(*before):
+            if row is not None or k in shown[kind]:
+                out[kind].append({"key": k, "value": row})
+            if row is None:
+                shown[kind].discard(k)
+            else:
+                shown[kind].add(k)
+        elif has(*before) and k in shown[kind]:
             out[kind].append({"key": k, "value": None})
+            shown[kind].discard(k)
 
 write_expected("user-scores", out["inner"])
 write_expected("user-scores-left", out["left"])

@@ -209,8 +209,7 @@ public final class Main {
   static KTable<String, RegionStats> byRegion(KTable<String, JsonNode> accounts) {
     return accounts.groupBy((id, a) -> KeyValue.pair(a.get("region").asText(), a), Grouped.with(S, J))
         .aggregate(RegionStats::new, (r, a, s) -> s.plus(a, 1), (r, a, s) -> s.plus(a, -1),
-            Materialized.with(S, json(RegionStats.class)))
-        .filter((r, s) -> s.n > 0);
+            Materialized.with(S, json(RegionStats.class)));
   }
 
   /** count, sum, max and min of page views' ms. */
@@ -428,12 +427,13 @@ public final class Main {
             o.put("region", r);
             o.put("accounts", s.n);
             o.put("total", s.total);
-            o.put("mean_score", s.scores / s.n);
+            o.put("mean_score", s.n == 0 ? 0.0 : s.scores / s.n);
             return (JsonNode) o;
           })
           .toStream()
           .to(t.out("region-stats"), Produced.with(S, J));
       byRegion(accounts.filter((id, a) -> a.get("balance").asLong() >= 100))
+          .filter((r, s) -> s.n > 0)
           .mapValues((r, s) -> {
             ObjectNode o = JSON.createObjectNode();
             o.put("region", r);
