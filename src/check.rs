@@ -2913,7 +2913,8 @@ impl<'a> Checker<'a> {
             LambdaOp::Reduce => widen(body, &ty),
             _ => body,
         };
-        let ty = if nullable { ty.nullable() } else { ty };
+        // (`reduce` of a null list or map is its start value, as ksqlDB's REDUCE.)
+        let ty = if nullable && op != LambdaOp::Reduce { ty.nullable() } else { ty };
         hir::Expr {
             kind: ExprKind::Lambda {
                 op,

@@ -156,6 +156,14 @@ fn lambda(
     let items: Vec<(&Value, Option<&Value>)> = match &coll {
         Value::List(items) => items.iter().map(|x| (x, None)).collect(),
         Value::Map(entries) => entries.iter().map(|(k, v)| (k, Some(v))).collect(),
+        // ksqlDB's rules: `reduce` of null is its start value, `transform` and `filter` of
+        // null are null.
+        Value::Null if op == LambdaOp::Reduce => {
+            return match init {
+                Some(i) => eval(i, row, locals),
+                None => Ok(Value::Null),
+            }
+        }
         Value::Null => return Ok(Value::Null),
         v => return Err(format!("`{}` of {v}, which is not a list or a map", format!("{op:?}").to_lowercase())),
     };
@@ -215,6 +223,10 @@ fn lambda(
                 Some(i) => eval(i, row, locals)?,
                 None => Value::Null,
             };
+            // A null start value: null (ksqlDB's REDUCE).
+            if acc.is_null() {
+                return Ok(Value::Null);
+            }
             for params in items {
                 bind(&mut loc, Some(acc), params);
                 acc = eval(body, row, &loc)?;

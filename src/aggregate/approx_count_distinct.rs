@@ -46,6 +46,7 @@ static DOC: Doc = Doc {
             (3000, "\"home\""),
         ],
         result: "3",
+        session_result: None,
     },
 };
 

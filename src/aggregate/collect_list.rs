@@ -1,5 +1,6 @@
-//! `collect_list(x)`: the non-null values of `x` in event-time order (ties: the order records
-//! arrived in), at most [`LIST_LIMIT`] of them: the earliest.
+//! `collect_list(x)`: the values of `x`, nulls included (as ksqlDB's `collect_list` keeps them),
+//! in event-time order (ties: the order records arrived in), at most [`LIST_LIMIT`] of them: the
+//! earliest.
 //!
 //! The state is the list of `{t: timestamp, v: x}` pairs sorted by `t`, so that the result is
 //! the same whichever order records arrive in and however sessions merge: two lists merge like
@@ -20,7 +21,8 @@ pub struct CollectList;
 
 static DOC: Doc = Doc {
     signature: "collect_list(x) -> list<the type of x>",
-    summary: "the non-null values of `x` in event-time order (ties: arrival order; at most 1,000: the earliest)",
+    summary:
+        "the values of `x`, nulls included, in event-time order (ties: arrival order; at most 1,000: the earliest)",
     example: Example {
         arg_type: "string?",
         call: "collect_list(x)",
@@ -33,7 +35,8 @@ static DOC: Doc = Doc {
             (2500, "null"),
             (3000, "\"search\""),
         ],
-        result: "[\"home\", \"cart\", \"cart2\", \"search\", \"home\", \"pay\"]",
+        result: "[\"home\", \"cart\", \"cart2\", null, \"search\", \"home\", \"pay\"]",
+        session_result: None,
     },
 };
 
@@ -45,7 +48,7 @@ impl Native for CollectList {
         &DOC
     }
     fn signature(&self, args: &[Type]) -> Result<Signature, SignatureError> {
-        let t = one_arg(args)?.base().clone();
+        let t = one_arg(args)?.clone();
         let pair = RecordType { fields: vec![("t".into(), Type::Timestamp), ("v".into(), t.clone())] };
         Ok(Signature { result: Type::List(Box::new(t)), state: Type::List(Box::new(Type::Record(pair))) })
     }
@@ -54,9 +57,6 @@ impl Native for CollectList {
     }
     fn update(&self, state: &mut Value, args: &[Value], ts: i64) -> Result<(), String> {
         let Some(x) = args.first() else { return Err("`collect_list` without its argument".into()) };
-        if x.is_null() {
-            return Ok(());
-        }
         let items = list(state)?;
         // After every item at the same time or earlier: ties keep arrival order.
         let at = items.partition_point(|p| time(p) <= ts);

@@ -1,11 +1,12 @@
 //! `count_distinct(x)`: the exact number of distinct non-null values of `x`; `collect_set(x)`:
-//! those values themselves, as a list in the language's order (at most [`SET_LIMIT`]).
+//! those values themselves, as a list in the order they first arrived (at most [`SET_LIMIT`]:
+//! the first), as ksqlDB's `collect_set` keeps them.
 //!
-//! The state is the set of values seen, kept as a list sorted by the language's order, so it
-//! is stored and restored like any list and two sets merge by a sorted union. For
-//! `count_distinct` its size grows with the number of distinct values in a group (or window):
-//! bound it with a window. `collect_set` keeps the [`SET_LIMIT`] smallest values, so its result
-//! does not depend on the order records arrive in or on how sessions merge.
+//! `count_distinct`'s state is the set of values seen, kept as a list sorted by the language's
+//! order, so it is stored and restored like any list and two sets merge by a sorted union; its
+//! size grows with the number of distinct values in a group (or window): bound it with a window.
+//! `collect_set`'s state is the list itself; two sessions merge as the earlier one's values, then
+//! the later one's not among them.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub static COLLECT_SET: Distinct = Distinct { name: "collect_set", doc: &SET_DOC
 
 static SET_DOC: Doc = Doc {
     signature: "collect_set(x) -> list<the type of x>",
-    summary: "the distinct non-null values of `x`, smallest first (at most 1,000: the smallest)",
+    summary: "the distinct non-null values of `x` in the order they first arrived (at most 1,000: the first; ksqlDB's COLLECT_SET)",
     example: Example {
         arg_type: "string?",
         call: "collect_set(x)",
@@ -43,7 +44,9 @@ static SET_DOC: Doc = Doc {
             (2500, "null"),
             (3000, "\"home\""),
         ],
-        result: "[\"cart\", \"home\", \"pay\"]",
+        result: "[\"home\", \"pay\", \"cart\"]",
+        // Sessions [1000, 2000] (home, cart) and [4000, 5000] (home, pay) merge at 2500.
+        session_result: Some("[\"home\", \"cart\", \"pay\"]"),
     },
 };
 
@@ -62,6 +65,7 @@ static DOC: Doc = Doc {
             (3000, "\"home\""),
         ],
         result: "3",
+        session_result: None,
     },
 };
 
@@ -90,15 +94,14 @@ impl Native for Distinct {
             return Ok(());
         }
         let set = list(state)?;
+        if self.collect {
+            if set.len() < SET_LIMIT && !set.iter().any(|v| v.cmp_total(x) == Ordering::Equal) {
+                Arc::make_mut(set).push(x.clone());
+            }
+            return Ok(());
+        }
         if let Err(at) = set.binary_search_by(|v| v.cmp_total(x)) {
-            if self.collect && at >= SET_LIMIT {
-                return Ok(());
-            }
-            let set = Arc::make_mut(set);
-            set.insert(at, x.clone());
-            if self.collect {
-                set.truncate(SET_LIMIT);
-            }
+            Arc::make_mut(set).insert(at, x.clone());
         }
         Ok(())
     }
@@ -115,6 +118,16 @@ impl Native for Distinct {
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         let Value::List(b) = other else { return Err(format!("a {} state is not a list", self.name)) };
         let a = list(state)?;
+        if self.collect {
+            let mut out = a.to_vec();
+            for x in b.iter() {
+                if out.len() < SET_LIMIT && !out.iter().any(|v| v.cmp_total(x) == Ordering::Equal) {
+                    out.push(x.clone());
+                }
+            }
+            *a = Arc::new(out);
+            return Ok(());
+        }
         let mut out = Vec::with_capacity(a.len() + b.len());
         let (mut i, mut j) = (0, 0);
         while i < a.len() && j < b.len() {
@@ -136,9 +149,6 @@ impl Native for Distinct {
         }
         out.extend_from_slice(&a[i..]);
         out.extend_from_slice(&b[j..]);
-        if self.collect {
-            out.truncate(SET_LIMIT);
-        }
         *a = Arc::new(out);
         Ok(())
     }

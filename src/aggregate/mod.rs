@@ -157,6 +157,9 @@ pub struct Example {
     pub records: &'static [(i64, &'static str)],
     /// The aggregate's value over those records, as JSON.
     pub result: &'static str,
+    /// Its value in a session window, where it differs: the records make two sessions that
+    /// merge (`collect_set`: the earlier session's values, then the later one's new ones).
+    pub session_result: Option<&'static str>,
 }
 
 /// The one-argument check shared by aggregates over a single value.

@@ -118,3 +118,36 @@ impl Function for ParseTimestamp {
         Ok(Value::Ts(ts.as_millisecond()))
     }
 }
+
+pub struct ConvertTz;
+
+impl Function for ConvertTz {
+    fn name(&self) -> &'static str {
+        "convert_tz"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "convert_tz(timestamp, from: string, to: string) -> timestamp",
+            summary: "the timestamp moved by the difference between the two IANA zones' UTC offsets at that instant: a wall-clock time of `from` as the same wall-clock time of `to` (ksqlDB's CONVERT_TZ)",
+            examples: &[
+                ("convert_tz(from_epoch_ms(1700000000000), \"UTC\", \"Europe/Paris\")", "1700003600000"),
+                ("convert_tz(from_epoch_ms(1720000000000), \"America/New_York\", \"UTC\")", "1720014400000"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(3)?;
+        let ok = |i: usize, p: &dyn Fn(&Type) -> bool| p(a.types[i].base()) || *a.types[i] == Type::Null;
+        if !(ok(0, &|t| *t == Type::Timestamp) && ok(1, &is_string) && ok(2, &is_string)) {
+            return Err("takes (timestamp, string zone, string zone)".into());
+        }
+        Ok(Type::Timestamp.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let Value::Ts(ms) = v[0] else { return Ok(Value::Null) };
+        let ts = Timestamp::from_millisecond(ms).map_err(|e| format!("timestamp {ms} out of range: {e}"))?;
+        let (from, to) = (zone(v.get(1))?, zone(v.get(2))?);
+        let shift = i64::from(to.to_offset(ts).seconds()) - i64::from(from.to_offset(ts).seconds());
+        ms.checked_add(shift * 1000).map(Value::Ts).ok_or_else(|| format!("timestamp {ms} moved out of range"))
+    }
+}

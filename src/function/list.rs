@@ -231,10 +231,11 @@ impl Function for ArrayJoin {
     fn doc(&self) -> &'static Doc {
         &Doc {
             signature: "array_join(list<T>[, separator: string]) -> string",
-            summary: "the items as text (as `to_string` writes them), joined by the separator (default `,`); null items are left out",
+            summary: "the items as text, joined by the separator (default `,`), as ksqlDB's ARRAY_JOIN writes them: a null item as `null`, a float as Java writes a double (`1.0`, `1.0E7`), other items as `to_string` does",
             examples: &[
-                ("array_join([\"a\", \"b\", null, \"c\"], \"-\")", "\"a-b-c\""),
+                ("array_join([\"a\", \"b\", null, \"c\"], \"-\")", "\"a-b-null-c\""),
                 ("array_join([1, 2])", "\"1,2\""),
+                ("array_join([0.0, 2.5, 10000000.0, 0.0001])", "\"0.0,2.5,1.0E7,1.0E-4\""),
             ],
         }
     }
@@ -252,12 +253,163 @@ impl Function for ArrayJoin {
         let sep = v.get(1).map(text).unwrap_or(",");
         let parts: Vec<String> = items(&v[0])
             .iter()
-            .filter(|x| !x.is_null())
             .map(|x| match x {
+                Value::Null => "null".to_string(),
                 Value::Str(s) => s.to_string(),
+                Value::Float(f) => java_double(*f),
                 x => x.to_string(),
             })
             .collect();
         Ok(Value::str(&parts.join(sep)))
+    }
+}
+
+/// A double as Java's `Double.toString` writes it: plain from 10^-3 up to 10^7, with at least one
+/// digit after the point (`1.0`); else in scientific notation (`1.0E7`, `1.5E-5`).
+pub(crate) fn java_double(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0.0" } else { "0.0" }.into();
+    }
+    let point = |m: &str| if m.contains('.') { m.to_string() } else { format!("{m}.0") };
+    if (1e-3..1e7).contains(&x.abs()) {
+        return point(&format!("{x}"));
+    }
+    let s = format!("{x:e}");
+    let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+    format!("{}E{e}", point(m))
+}
+
+/// `array_min` and `array_max`.
+pub struct ArrayExtreme {
+    max: bool,
+}
+
+pub static ARRAY_MIN: ArrayExtreme = ArrayExtreme { max: false };
+pub static ARRAY_MAX: ArrayExtreme = ArrayExtreme { max: true };
+
+impl Function for ArrayExtreme {
+    fn name(&self) -> &'static str {
+        if self.max {
+            "array_max"
+        } else {
+            "array_min"
+        }
+    }
+    fn doc(&self) -> &'static Doc {
+        if self.max {
+            &Doc {
+                signature: "array_max(list<T>) -> T?, T ordered",
+                summary: "the largest non-null item; null if there is none (ksqlDB's ARRAY_MAX)",
+                examples: &[
+                    ("array_max([3, null, 7, 1])", "7"),
+                    ("array_max([\"b\", \"a\"])", "\"b\""),
+                    ("array_max([null])", "null"),
+                ],
+            }
+        } else {
+            &Doc {
+                signature: "array_min(list<T>) -> T?, T ordered",
+                summary: "the smallest non-null item; null if there is none (ksqlDB's ARRAY_MIN)",
+                examples: &[("array_min([3, null, 7, 1])", "1"), ("array_min([])", "null")],
+            }
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(1)?;
+        let item = item_type(a, 0, "a list")?;
+        if !item.is_ordered() && !matches!(item.base(), Type::Null | Type::Error) {
+            return Err(format!("takes a list of an ordered type, not {}", a.types[0]));
+        }
+        Ok(item.base().clone().nullable())
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let best = items(&v[0]).iter().filter(|x| !x.is_null()).reduce(|a, b| {
+            let o = b.cmp_total(a);
+            if (self.max && o == Ordering::Greater) || (!self.max && o == Ordering::Less) {
+                b
+            } else {
+                a
+            }
+        });
+        Ok(best.cloned().unwrap_or(Value::Null))
+    }
+}
+
+/// `array_except`, `array_intersect` and `array_union`: the distinct items (nulls are an item
+/// like another), in the order of the first list, then the second's.
+pub struct ArraySet {
+    name: &'static str,
+    doc: &'static Doc,
+}
+
+pub static ARRAY_EXCEPT: ArraySet = ArraySet {
+    name: "array_except",
+    doc: &Doc {
+        signature: "array_except(list<T>, list<T>) -> list<T>",
+        summary: "the distinct items of the first list that the second does not have, in the first's order (ksqlDB's ARRAY_EXCEPT)",
+        examples: &[("array_except([1, 2, 2, 3, null], [3, 4])", "[1, 2, null]")],
+    },
+};
+pub static ARRAY_INTERSECT: ArraySet = ArraySet {
+    name: "array_intersect",
+    doc: &Doc {
+        signature: "array_intersect(list<T>, list<T>) -> list<T>",
+        summary: "the distinct items of the first list that the second has too, in the first's order (ksqlDB's ARRAY_INTERSECT)",
+        examples: &[("array_intersect([3, 1, 2, 1], [1, 3, 5])", "[3, 1]")],
+    },
+};
+pub static ARRAY_UNION: ArraySet = ArraySet {
+    name: "array_union",
+    doc: &Doc {
+        signature: "array_union(list<T>, list<T>) -> list<T>",
+        summary: "the distinct items of both lists, the first's in its order, then the second's new ones (ksqlDB's ARRAY_UNION)",
+        examples: &[("array_union([1, 2, 1], [3, 2, 4])", "[1, 2, 3, 4]")],
+    },
+};
+
+/// The language's equality of two items, with null equal to null.
+fn same(a: &Value, b: &Value) -> bool {
+    a.equals(b) || (a.is_null() && b.is_null())
+}
+
+impl Function for ArraySet {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn doc(&self) -> &'static Doc {
+        self.doc
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(2)?;
+        let (x, y) = (item_type(a, 0, "two lists")?, item_type(a, 1, "two lists")?);
+        let item = match (x.base(), y.base()) {
+            (Type::Null | Type::Error, _) => y,
+            (_, Type::Null | Type::Error) => x,
+            _ => x
+                .unify(&y)
+                .ok_or_else(|| format!("takes two lists of one item type, not {} and {}", a.types[0], a.types[1]))?,
+        };
+        Ok(Type::List(Box::new(item)).nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let (xs, ys) = (items(&v[0]), items(&v[1]));
+        let mut out: Vec<Value> = Vec::new();
+        let add = |x: &Value, out: &mut Vec<Value>| {
+            if !out.iter().any(|y| same(x, y)) {
+                out.push(x.clone());
+            }
+        };
+        match self.name {
+            "array_except" => xs.iter().filter(|x| !ys.iter().any(|y| same(x, y))).for_each(|x| add(x, &mut out)),
+            "array_intersect" => xs.iter().filter(|x| ys.iter().any(|y| same(x, y))).for_each(|x| add(x, &mut out)),
+            _ => xs.iter().chain(ys).for_each(|x| add(x, &mut out)),
+        }
+        Ok(Value::List(Arc::new(out)))
     }
 }

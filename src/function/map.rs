@@ -89,10 +89,11 @@ impl Function for AsMap {
     fn doc(&self) -> &'static Doc {
         &Doc {
             signature: "as_map(keys: list<K>, values: list<V>) -> map<K, V>",
-            summary: "the map of each key to the value at its position (a repeated key: the last one's); lists of different lengths or a null key are an error",
+            summary: "the map of each key to the value at its position (a repeated key: the last one's), up to the shorter list (ksqlDB's AS_MAP); a null key is an error",
             examples: &[
                 ("as_map([\"a\", \"b\"], [1, 2])", "{\"a\": 1, \"b\": 2}"),
                 ("as_map([\"a\", \"a\"], [1, 2])", "{\"a\": 2}"),
+                ("as_map([\"a\", \"b\", \"c\"], [1])", "{\"a\": 1}"),
             ],
         }
     }
@@ -118,13 +119,11 @@ impl Function for AsMap {
         let (Value::List(ks), Value::List(vs)) = (&v[0], &v[1]) else {
             return Ok(Value::Null);
         };
-        if ks.len() != vs.len() {
-            return Err(format!("{} keys for {} values", ks.len(), vs.len()));
-        }
-        if ks.iter().any(Value::is_null) {
+        let n = ks.len().min(vs.len());
+        if ks[..n].iter().any(Value::is_null) {
             return Err("a map key is null".into());
         }
-        bounded(ks.iter().cloned().zip(vs.iter().cloned()).collect(), "a map")
+        bounded(ks[..n].iter().cloned().zip(vs[..n].iter().cloned()).collect(), "a map")
     }
 }
 
@@ -137,11 +136,11 @@ impl Function for MapUnion {
     fn doc(&self) -> &'static Doc {
         &Doc {
             signature: "map_union(map<K, V>, map<K, V>) -> map<K, V>",
-            summary: "the entries of both maps; where both have a key, the second map's value",
-            examples: &[(
-                "map_union(map { \"a\": 1, \"b\": 2 }, map { \"b\": 3, \"c\": 4 })",
-                "{\"a\": 1, \"b\": 3, \"c\": 4}",
-            )],
+            summary: "the entries of both maps; where both have a key, the second map's value; a null map counts as empty, and both null give null (ksqlDB's MAP_UNION)",
+            examples: &[
+                ("map_union(map { \"a\": 1, \"b\": 2 }, map { \"b\": 3, \"c\": 4 })", "{\"a\": 1, \"b\": 3, \"c\": 4}"),
+                ("map_union(map { \"a\": 1 }, null)", "{\"a\": 1}"),
+            ],
         }
     }
     fn check(&self, a: &Args) -> Result<Type, String> {
@@ -156,12 +155,19 @@ impl Function for MapUnion {
             (t0, t1) => t0.unify(t1),
         };
         match both {
-            Some(t) => Ok(t.nullable_if(a.nullable())),
+            Some(t) => Ok(t.base().clone().nullable_if(a.types.iter().all(|t| t.is_nullable()))),
             None => Err(format!("takes two maps of one type, not {} and {}", a.types[0], a.types[1])),
         }
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        if v.iter().all(Value::is_null) {
+            return Ok(Value::Null);
+        }
+        // (`entries` of a null map: none.)
         let out: Vec<(Value, Value)> = entries(&v[0]).iter().chain(entries(&v[1])).cloned().collect();
         bounded(out, "a union")
+    }
+    fn sees_nulls(&self) -> bool {
+        true
     }
 }

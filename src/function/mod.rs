@@ -32,10 +32,16 @@ pub static ALL: &[&dyn Function] = &[
     &text::CONTAINS,
     &text::STARTS_WITH,
     &text::ENDS_WITH,
+    &text::Instr,
+    &text::LPAD,
+    &text::RPAD,
+    &text::Initcap,
     &pattern::RegexpMatches,
     &pattern::RegexpExtract,
     &pattern::RegexpReplace,
     &pattern::Split,
+    &pattern::RegexpSplitToArray,
+    &pattern::RegexpExtractAll,
     &json::JsonExtract,
     &list::ElementAt,
     &list::ArrayContains,
@@ -43,6 +49,11 @@ pub static ALL: &[&dyn Function] = &[
     &list::ArraySort,
     &list::ArrayDistinct,
     &list::ArrayJoin,
+    &list::ARRAY_MIN,
+    &list::ARRAY_MAX,
+    &list::ARRAY_EXCEPT,
+    &list::ARRAY_INTERSECT,
+    &list::ARRAY_UNION,
     &map::MapKeys,
     &map::MapValues,
     &map::AsMap,
@@ -72,6 +83,7 @@ pub static ALL: &[&dyn Function] = &[
     &time::Millis,
     &calendar::FormatTimestamp,
     &calendar::ParseTimestamp,
+    &calendar::ConvertTz,
 ];
 
 /// The functions that take a lambda: the checker types them and the evaluator runs them
@@ -107,9 +119,10 @@ pub static LAMBDAS: &[(&str, Doc)] = &[
         Doc {
             signature:
                 "reduce(list<T>, start: S, (acc, x) => S) -> S, reduce(map<K, V>, start: S, (acc, k, v) => S) -> S",
-            summary: "the lambda folded over the items (or entries, in key order) from the start value",
+            summary: "the lambda folded over the items (or entries, in key order) from the start value; of a null list or map, the start value; from a null start value, null (ksqlDB's REDUCE)",
             examples: &[
                 ("reduce([1, 2, 3], 0, (acc, x) => acc + x)", "6"),
+                ("reduce(split(null, \",\"), 7, (acc, x) => acc + len(x))", "7"),
                 ("reduce(map { \"a\": 1, \"b\": 2 }, \"\", (acc, k, v) => acc + k)", "\"ab\""),
             ],
         },

@@ -135,10 +135,11 @@ impl Function for Split {
     fn doc(&self) -> &'static Doc {
         &Doc {
             signature: "split(string, separator: string) -> list<string>",
-            summary: "the parts between occurrences of the separator (an empty separator: each character)",
+            summary: "the parts between occurrences of the separator (an empty separator: each character; an empty string: one empty part, as ksqlDB's SPLIT)",
             examples: &[
                 ("split(\"a,b,,c\", \",\")", "[\"a\", \"b\", \"\", \"c\"]"),
                 ("split(\"héllo\", \"\")", "[\"h\", \"é\", \"l\", \"l\", \"o\"]"),
+                ("split(\"\", \"\")", "[\"\"]"),
             ],
         }
     }
@@ -149,11 +150,92 @@ impl Function for Split {
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
         let (s, sep) = (text(&v[0]), text(&v[1]));
-        let parts: Vec<Value> = if sep.is_empty() {
+        let parts: Vec<Value> = if s.is_empty() {
+            vec![Value::str("")]
+        } else if sep.is_empty() {
             s.chars().map(|c| Value::str(&c.to_string())).collect()
         } else {
             s.split(sep).map(Value::str).collect()
         };
         Ok(Value::List(parts.into()))
+    }
+}
+
+pub struct RegexpSplitToArray;
+
+impl Function for RegexpSplitToArray {
+    fn name(&self) -> &'static str {
+        "regexp_split_to_array"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "regexp_split_to_array(string, pattern: string) -> list<string>",
+            summary: "the parts between matches of the pattern, empty ones included (an empty pattern: each character; ksqlDB's REGEXP_SPLIT_TO_ARRAY)",
+            examples: &[
+                ("regexp_split_to_array(\"a1b22c\", \"[0-9]+\")", "[\"a\", \"b\", \"c\"]"),
+                ("regexp_split_to_array(\"a,b;;c\", \"[,;]\")", "[\"a\", \"b\", \"\", \"c\"]"),
+                ("regexp_split_to_array(\"ab\", \"\")", "[\"a\", \"b\"]"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(2)?;
+        a.all(&is_string, "strings")?;
+        Ok(Type::List(Box::new(Type::String)).nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let (s, p) = (text(&v[0]), text(&v[1]));
+        let parts: Vec<Value> = if p.is_empty() {
+            s.chars().map(|c| Value::str(&c.to_string())).collect()
+        } else {
+            regex(p)?.split(s).map(Value::str).collect()
+        };
+        Ok(Value::List(parts.into()))
+    }
+}
+
+pub struct RegexpExtractAll;
+
+impl Function for RegexpExtractAll {
+    fn name(&self) -> &'static str {
+        "regexp_extract_all"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "regexp_extract_all(string, pattern: string[, group: int]) -> list<string?>",
+            summary: "every match of the pattern, or of its numbered group (0, the default, is the whole match; a group that took no part: null), in order (ksqlDB's REGEXP_EXTRACT_ALL, which takes the pattern first)",
+            examples: &[
+                ("regexp_extract_all(\"a1 b22 c333\", \"[0-9]+\")", "[\"1\", \"22\", \"333\"]"),
+                ("regexp_extract_all(\"k=1, j=2\", \"([a-z])=([0-9])\", 2)", "[\"1\", \"2\"]"),
+                ("regexp_extract_all(\"none\", \"[0-9]\")", "[]"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        if !(2..=3).contains(&a.len()) {
+            return Err(format!("takes 2 or 3 arguments, not {}", a.len()));
+        }
+        if !a.types[..2].iter().all(|t| is_string(t.base()) || **t == Type::Null)
+            || (a.len() == 3 && !is_int(a.types[2].base()))
+        {
+            return Err("takes (string, string pattern[, int group])".into());
+        }
+        Ok(Type::List(Box::new(Type::String.nullable())).nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let group = if v.len() > 2 { int(&v[2]) } else { 0 };
+        let r = regex(text(&v[1]))?;
+        if group < 0 || group as usize >= r.captures_len() {
+            return Err(format!("the pattern has no group {group}"));
+        }
+        let all: Vec<Value> = r
+            .captures_iter(text(&v[0]))
+            .take(crate::value::MAX_LIST + 1)
+            .map(|c| c.get(group as usize).map(|m| Value::str(m.as_str())).unwrap_or(Value::Null))
+            .collect();
+        if all.len() > crate::value::MAX_LIST {
+            return Err(format!("more than {} matches", crate::value::MAX_LIST));
+        }
+        Ok(Value::List(all.into()))
     }
 }

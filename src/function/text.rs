@@ -65,8 +65,12 @@ impl Function for Concat {
     fn doc(&self) -> &'static Doc {
         &Doc {
             signature: "concat(string, ...) -> string",
-            summary: "the strings joined, in order (null if any is null)",
-            examples: &[("concat(\"a\", \"-\", \"b\")", "\"a-b\""), ("concat(\"a\", null)", "null")],
+            summary: "the strings joined, in order; a null one is skipped (ksqlDB's CONCAT: never null)",
+            examples: &[
+                ("concat(\"a\", \"-\", \"b\")", "\"a-b\""),
+                ("concat(\"a\", null, \"b\")", "\"ab\""),
+                ("concat(null)", "\"\""),
+            ],
         }
     }
     fn check(&self, a: &Args) -> Result<Type, String> {
@@ -74,10 +78,14 @@ impl Function for Concat {
             return Err("takes at least one argument".into());
         }
         a.all(&is_string, "strings")?;
-        Ok(Type::String.nullable_if(a.nullable()))
+        Ok(Type::String)
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        // (`text` of a null is "".)
         Ok(Value::str(&v.iter().map(text).collect::<String>()))
+    }
+    fn sees_nulls(&self) -> bool {
+        true
     }
 }
 
@@ -191,5 +199,164 @@ impl Function for Test {
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
         Ok(Value::Bool((self.f)(text(&v[0]), text(&v[1]))))
+    }
+}
+
+pub struct Instr;
+
+impl Function for Instr {
+    fn name(&self) -> &'static str {
+        "instr"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "instr(string, substring: string[, position: int[, occurrence: int]]) -> int",
+            summary: "the position (1 is the first character) of the substring's occurrence-th match (default the first) searching from `position` (default 1; negative: from that far from the end, backwards); 0 if there is none (ksqlDB's INSTR)",
+            examples: &[
+                ("instr(\"CORPORATE FLOOR\", \"OR\")", "2"),
+                ("instr(\"CORPORATE FLOOR\", \"OR\", 3)", "5"),
+                ("instr(\"CORPORATE FLOOR\", \"OR\", 3, 2)", "14"),
+                ("instr(\"CORPORATE FLOOR\", \"OR\", -3)", "5"),
+                ("instr(\"CORPORATE FLOOR\", \"OR\", -3, 2)", "2"),
+                ("instr(\"CORPORATE FLOOR\", \"MORE\")", "0"),
+            ],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        if !(2..=4).contains(&a.len())
+            || !a.types[..2].iter().all(|t| is_string(t.base()) || **t == Type::Null)
+            || !a.types[2..].iter().all(|t| *t.base() == Type::Int || **t == Type::Null)
+        {
+            return Err("takes (string, string substring[, int position[, int occurrence]])".into());
+        }
+        Ok(Type::Int.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let s: Vec<char> = text(&v[0]).chars().collect();
+        let sub: Vec<char> = text(&v[1]).chars().collect();
+        let position = v.get(2).map_or(1, int);
+        let occurrence = v.get(3).map_or(1, int);
+        let n = s.len() as i64;
+        let at = |i: i64| i >= 0 && i + sub.len() as i64 <= n && s[i as usize..i as usize + sub.len()] == sub[..];
+        if occurrence < 1 || position == 0 {
+            return Ok(Value::Int(0));
+        }
+        let mut seen = 0;
+        if position > 0 {
+            for i in position - 1..n.max(0) {
+                if at(i) {
+                    seen += 1;
+                    if seen == occurrence {
+                        return Ok(Value::Int(i + 1));
+                    }
+                }
+            }
+        } else {
+            let mut i = n + position;
+            while i >= 0 {
+                if at(i) {
+                    seen += 1;
+                    if seen == occurrence {
+                        return Ok(Value::Int(i + 1));
+                    }
+                }
+                i -= 1;
+            }
+        }
+        Ok(Value::Int(0))
+    }
+}
+
+/// `lpad` and `rpad`.
+pub struct Pad {
+    left: bool,
+}
+
+pub static LPAD: Pad = Pad { left: true };
+pub static RPAD: Pad = Pad { left: false };
+
+impl Function for Pad {
+    fn name(&self) -> &'static str {
+        if self.left {
+            "lpad"
+        } else {
+            "rpad"
+        }
+    }
+    fn doc(&self) -> &'static Doc {
+        if self.left {
+            &Doc {
+                signature: "lpad(string, length: int, padding: string) -> string",
+                summary: "the string made `length` characters long: the padding repeated before it, or its first `length` characters; null for an empty padding or a negative length (ksqlDB's LPAD)",
+                examples: &[("lpad(\"Foo\", 7, \"Bar\")", "\"BarBFoo\""), ("lpad(\"Foo\", 2, \"Bar\")", "\"Fo\""), ("lpad(\"Foo\", 5, \"\")", "null")],
+            }
+        } else {
+            &Doc {
+                signature: "rpad(string, length: int, padding: string) -> string",
+                summary: "the string made `length` characters long: the padding repeated after it, or its first `length` characters; null for an empty padding or a negative length (ksqlDB's RPAD)",
+                examples: &[("rpad(\"Foo\", 7, \"Bar\")", "\"FooBarB\""), ("rpad(\"Foo\", 2, \"Bar\")", "\"Fo\"")],
+            }
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(3)?;
+        let ok = |i: usize, p: &dyn Fn(&Type) -> bool| p(a.types[i].base()) || *a.types[i] == Type::Null;
+        if !(ok(0, &is_string) && ok(1, &|t| *t == Type::Int) && ok(2, &is_string)) {
+            return Err("takes (string, int length, string padding)".into());
+        }
+        Ok(Type::String.nullable())
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let (s, len, pad) = (text(&v[0]), int(&v[1]), text(&v[2]));
+        if pad.is_empty() || len < 0 {
+            return Ok(Value::Null);
+        }
+        // (A length past what a list may hold would be a huge string: bounded like lists.)
+        if len as usize > crate::value::MAX_LIST * 100 {
+            return Err(format!("a padded length of {len} characters"));
+        }
+        let len = len as usize;
+        let chars: Vec<char> = s.chars().collect();
+        if chars.len() >= len {
+            return Ok(Value::str(&chars[..len].iter().collect::<String>()));
+        }
+        let fill: String = pad.chars().cycle().take(len - chars.len()).collect();
+        Ok(Value::str(&if self.left { fill + s } else { s.to_string() + &fill }))
+    }
+}
+
+pub struct Initcap;
+
+impl Function for Initcap {
+    fn name(&self) -> &'static str {
+        "initcap"
+    }
+    fn doc(&self) -> &'static Doc {
+        &Doc {
+            signature: "initcap(string) -> string",
+            summary: "each word (runs of characters between whitespace) with its first letter in upper case and the rest in lower case (ksqlDB's INITCAP)",
+            examples: &[("initcap(\"the hOuse  on the HILL\")", "\"The House  On The Hill\"")],
+        }
+    }
+    fn check(&self, a: &Args) -> Result<Type, String> {
+        a.count(1)?;
+        a.all(&is_string, "a string")?;
+        Ok(Type::String.nullable_if(a.nullable()))
+    }
+    fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
+        let mut out = String::new();
+        let mut start = true;
+        for c in text(&v[0]).chars() {
+            if c.is_whitespace() {
+                start = true;
+                out.push(c);
+            } else if start {
+                out.extend(c.to_uppercase());
+                start = false;
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        }
+        Ok(Value::str(&out))
     }
 }
