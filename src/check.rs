@@ -1276,7 +1276,7 @@ impl<'a> Checker<'a> {
                             _ => None,
                         })
                         .collect();
-                    let Some(&(at_item, arg)) = explodes.first() else {
+                    let Some(&(at_item, _)) = explodes.first() else {
                         let (fields, out) = self.select(items, &shape, &from_name);
                         shape = out;
                         push(self, StepKind::Map(fields), "select", shape.clone());
@@ -1288,53 +1288,52 @@ impl<'a> Checker<'a> {
                             Diagnostic::new(Code::Explode, span, msg.to_string()).label("here").help(help.to_string()),
                         );
                     };
-                    if explodes.len() > 1 {
-                        refuse(
-                            self,
-                            items[explodes[1].0].span,
-                            "a second `explode` in one `select`",
-                            "explode one list per `select`; a second `select` can explode another",
-                        );
-                        ok = false;
-                        continue;
-                    }
                     if shape.table || aggregated.is_some() {
                         refuse(self, span, "`explode` on a table", "a table's rows (and an aggregate's results) are one per key: explode the records of a stream");
                         ok = false;
                         continue;
                     }
-                    // The list itself in the item's place, then its item type for the field.
+                    // Each list itself in its item's place, then its item type for the field.
+                    // Several are zipped (ksqlDB's table functions): past a shorter list's end
+                    // its field is null.
                     let mut plain = items.to_vec();
-                    if let ast::SelectItem::Named(n, _) = &items[at_item].node {
-                        plain[at_item] = Node::new(span, ast::SelectItem::Named(n.clone(), arg.clone()));
+                    let mut names = Vec::new();
+                    for &(i, arg) in &explodes {
+                        if let ast::SelectItem::Named(n, _) = &items[i].node {
+                            plain[i] = Node::new(items[i].span, ast::SelectItem::Named(n.clone(), arg.clone()));
+                            names.push((n.node.clone(), arg.span));
+                        }
                     }
-                    let name = match &items[at_item].node {
-                        ast::SelectItem::Named(n, _) => n.node.clone(),
-                        _ => unreachable!("only named items explode"),
-                    };
                     let (fields, mut out) = self.select(&plain, &shape, &from_name);
-                    let Some(at) = fields.iter().position(|(n, _)| *n == name) else {
-                        ok = false;
+                    let mut at = Vec::new();
+                    for (name, arg_span) in names {
+                        let Some(i) = fields.iter().position(|(n, _)| *n == name) else {
+                            ok = false;
+                            continue;
+                        };
+                        let item = match fields[i].1.ty.base() {
+                            Type::List(t) => Some((**t).clone()),
+                            Type::Error => Some(Type::Error),
+                            _ => None,
+                        };
+                        let Some(item) = item else {
+                            refuse(
+                                self,
+                                arg_span,
+                                &format!("`explode` takes a list, not a {}", fields[i].1.ty),
+                                "explode a list field, or `split(text, \",\")`",
+                            );
+                            ok = false;
+                            continue;
+                        };
+                        out.value.fields[i].1 = if explodes.len() > 1 { item.nullable() } else { item };
+                        if out.key_field == Some(i) {
+                            out.key_field = None;
+                        }
+                        at.push(i);
+                    }
+                    if at.len() != explodes.len() {
                         continue;
-                    };
-                    let item = match fields[at].1.ty.base() {
-                        Type::List(t) => Some((**t).clone()),
-                        Type::Error => Some(Type::Error),
-                        _ => None,
-                    };
-                    let Some(item) = item else {
-                        refuse(
-                            self,
-                            arg.span,
-                            &format!("`explode` takes a list, not a {}", fields[at].1.ty),
-                            "explode a list field, or `split(text, \",\")`",
-                        );
-                        ok = false;
-                        continue;
-                    };
-                    out.value.fields[at].1 = item;
-                    if out.key_field == Some(at) {
-                        out.key_field = None;
                     }
                     shape = out;
                     push(self, StepKind::Explode { fields, at }, "select", shape.clone());

@@ -156,12 +156,13 @@ pub struct Step {
 pub enum StepKind {
     Filter(Expr),
     Map(Vec<(String, Expr)>),
-    /// A `select` with an `explode(list)` item (a flat map): one record per item of the list
-    /// `fields[at]` evaluates to, that field holding the item (no record for an empty or null
-    /// list).
+    /// A `select` with `explode(list)` items (a flat map): one record per item of the lists the
+    /// fields `at` evaluate to, zipped (ksqlDB's several table functions: as many records as the
+    /// longest list has items, a shorter one's field null past its end; none when every list is
+    /// empty or null), each of those fields holding its item.
     Explode {
         fields: Vec<(String, Expr)>,
-        at: usize,
+        at: Vec<usize>,
     },
     /// `key by`: the key becomes this expression; stateful steps after it repartition.
     Rekey(Expr),
@@ -458,7 +459,10 @@ impl Program {
                 let what = match &st.kind {
                     StepKind::Filter(_) => "filter".to_string(),
                     StepKind::Map(_) => "map".to_string(),
-                    StepKind::Explode { fields, at } => format!("flat map (explode `{}`)", fields[*at].0),
+                    StepKind::Explode { fields, at } => format!(
+                        "flat map (explode {})",
+                        at.iter().map(|i| format!("`{}`", fields[*i].0)).collect::<Vec<_>>().join(", ")
+                    ),
                     StepKind::Rekey(_) => "rekey".to_string(),
                     StepKind::Aggregate(a) => format!(
                         "aggregate by {}{}{} [{}] emit {:?}",

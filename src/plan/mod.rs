@@ -75,10 +75,10 @@ pub enum NodeKind {
         fields: Vec<(String, hir::Expr)>,
         table: bool,
     },
-    /// A flat map: one record per item of the list `fields[at]` evaluates to.
+    /// A flat map: one record per item of the lists `fields[at]` evaluate to, zipped.
     Explode {
         fields: Vec<(String, hir::Expr)>,
-        at: usize,
+        at: Vec<usize>,
     },
     Rekey {
         key: hir::Expr,
@@ -879,8 +879,9 @@ impl NodeKind {
                 format!("value {{{}}}", fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", "))
             }
             NodeKind::Explode { fields, at } => format!(
-                "one record per item of `{}`: value {{{}}}",
-                fields[*at].0,
+                "one record per item of {}{}: value {{{}}}",
+                at.iter().map(|i| format!("`{}`", fields[*i].0)).collect::<Vec<_>>().join(", "),
+                if at.len() > 1 { " (zipped: a shorter list's field null past its end)" } else { "" },
                 fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
             ),
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),

@@ -73,10 +73,11 @@ pub struct StreamInput {
 pub enum Op {
     Filter(hir::Expr),
     Map(Vec<hir::Expr>),
-    /// A map whose field `at` is a list: one record per item, that field holding the item.
+    /// A map whose fields `at` are lists: one record per item (zipped), each of those fields
+    /// holding its item.
     Explode {
         fields: Vec<hir::Expr>,
-        at: usize,
+        at: Vec<usize>,
     },
     Rekey(hir::Expr),
     Repartition(RepartitionSpec),
@@ -373,7 +374,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                 NodeKind::Filter { pred, .. } => ops.push(Op::Filter(pred.clone())),
                 NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
                 NodeKind::Explode { fields, at } => {
-                    ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: *at })
+                    ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: at.clone() })
                 }
                 NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
                 NodeKind::RepartitionSink { topic, key, fk } => {

@@ -1,5 +1,7 @@
 //! `explode(xs)` in a `select`: one row per item of a list field (Kafka Streams' flatMap,
-//! ksqlDB's EXPLODE); a null list makes no row, and a record may become at most
+//! ksqlDB's EXPLODE); several in one `select` are zipped, as ksqlDB's table functions are: as
+//! many rows as the longest list has items, a shorter list's field null past its end. A null
+//! list counts as empty (no row when every list is), and a record may become at most
 //! [`MAX_EXPLODE`] rows (past it, it is bad input: a dead letter with the reason).
 
 use crate::eval::Row;
@@ -14,12 +16,12 @@ pub(crate) const MAX_EXPLODE: usize = 100_000;
 
 pub(crate) struct Explode {
     fields: Vec<hir::Expr>,
-    /// The field that holds the list.
-    at: usize,
+    /// The fields that hold the lists.
+    at: Vec<usize>,
 }
 
 impl Explode {
-    pub(crate) fn new(fields: Vec<hir::Expr>, at: usize) -> Explode {
+    pub(crate) fn new(fields: Vec<hir::Expr>, at: Vec<usize>) -> Explode {
         Explode { fields, at }
     }
 }
@@ -29,23 +31,27 @@ impl Stateful for Explode {}
 impl Operator for Explode {
     fn on_row(&mut self, mut row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
         let mut v = eval_all(&self.fields, &row)?;
-        let items = match std::mem::replace(&mut v[self.at], Value::Null) {
-            Value::List(items) => items,
-            // A null list: no record.
-            _ => return Ok(()),
-        };
-        if items.len() > MAX_EXPLODE {
-            return Err(RecordError(format!(
-                "explode: {} items, more than the {MAX_EXPLODE} one record may become",
-                items.len()
-            )));
+        let lists: Vec<_> = self
+            .at
+            .iter()
+            .map(|&at| match std::mem::replace(&mut v[at], Value::Null) {
+                Value::List(items) => Some(items),
+                // A null list: no item.
+                _ => None,
+            })
+            .collect();
+        let n = lists.iter().map(|l| l.as_ref().map_or(0, |l| l.len())).max().unwrap_or(0);
+        if n > MAX_EXPLODE {
+            return Err(RecordError(format!("explode: {n} items, more than the {MAX_EXPLODE} one record may become")));
         }
         row.value = v;
         row.joined.clear();
         // Each item goes down the rest of the chain as a record of its own.
-        for item in items.iter() {
+        for i in 0..n {
             let mut r = row.clone();
-            r.value[self.at] = item.clone();
+            for (&at, list) in self.at.iter().zip(&lists) {
+                r.value[at] = list.as_ref().and_then(|l| l.get(i)).cloned().unwrap_or(Value::Null);
+            }
             down.emit(r, ts, cx)?;
         }
         Ok(())

@@ -222,7 +222,7 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
             Op::Map(fields) => Box::new(map::Map::new(fields.clone())),
             Op::Explode { fields, at } => {
                 exploded = true;
-                Box::new(explode::Explode::new(fields.clone(), *at))
+                Box::new(explode::Explode::new(fields.clone(), at.clone()))
             }
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
             Op::Repartition(r) => Box::new(repartition::Repartition::new(r.clone())),

@@ -10,6 +10,8 @@ keeps empty parts; regexp_extract_all gives every match; array_min/array_max of 
 reduce of a null list is its start value; as_map pairs items up to the shorter list (a repeated
 key: the last value); map_union with a null map is the other map; convert_tz adds the difference of
 the zones' offsets at that instant.
+zipped, per event: one record per position up to the longer of nums and extra, each field null
+past its list's end (none when both are empty).
 collected, per user (final): collect_list of word in event-time order (ties: arrival), nulls
 kept; collect_set of the non-null words in first-arrival order. No dead letters."""
 import datetime
@@ -70,7 +72,7 @@ def paris_ms(at):
     return at + int(off.total_seconds()) * 1000
 
 
-shaped, groups = [], {}
+shaped, zipped, groups = [], [], {}
 import re  # noqa: E402
 
 for i, rec in enumerate(read_input("events")):
@@ -99,8 +101,12 @@ for i, rec in enumerate(read_input("events")):
         "paris": paris_ms(v["at"]),
     }
     shaped.append({"key": v["id"], "value": row})
+    for j in range(max(len(nums), len(extra))):
+        zipped.append({"key": v["id"], "value": {"id": v["id"], "n": nums[j] if j < len(nums) else None,
+                                                 "x": extra[j] if j < len(extra) else None}})
     groups.setdefault(user, []).append((v["at"], i, word))
 write_expected("shaped", shaped)
+write_expected("zipped", zipped)
 
 collected = []
 for user, rows in groups.items():
