@@ -46,7 +46,6 @@ static DOC: Doc = Doc {
             (3000, "\"home\""),
         ],
         result: "3",
-        session_result: None,
     },
 };
 

@@ -48,7 +48,6 @@ static DOC: Doc = Doc {
         // The median is 30; the sketch answers with its bucket's representative value: with
         // γ = 1.01 / 0.99, bucket ⌊ln 30 / ln γ⌋ = 170, whose value is γ¹⁷⁰ · 2γ / (1 + γ).
         result: "30.267171338721898",
-        session_result: None,
     },
 };
 

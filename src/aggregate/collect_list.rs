@@ -36,7 +36,6 @@ static DOC: Doc = Doc {
             (3000, "\"search\""),
         ],
         result: "[\"home\", \"cart\", \"cart2\", null, \"search\", \"home\", \"pay\"]",
-        session_result: None,
     },
 };
 

@@ -14,7 +14,6 @@ static DOC: Doc = Doc {
         call: "count(x)",
         records: &[(1000, "3"), (4000, "5"), (5000, "5"), (2000, "null"), (3000, "7")],
         result: "4",
-        session_result: None,
     },
 };
 

@@ -1,12 +1,8 @@
-//! `count_distinct(x)`: the exact number of distinct non-null values of `x`; `collect_set(x)`:
-//! those values themselves, as a list in the order they first arrived (at most [`SET_LIMIT`]:
-//! the first), as ksqlDB's `collect_set` keeps them.
+//! `count_distinct(x)`: the exact number of distinct non-null values of `x`.
 //!
-//! `count_distinct`'s state is the set of values seen, kept as a list sorted by the language's
-//! order, so it is stored and restored like any list and two sets merge by a sorted union; its
-//! size grows with the number of distinct values in a group (or window): bound it with a window.
-//! `collect_set`'s state is the list itself; two sessions merge as the earlier one's values, then
-//! the later one's not among them.
+//! The state is the set of values seen, kept as a list sorted by the language's order, so it
+//! is stored and restored like any list and two sets merge by a sorted union. Its size grows
+//! with the number of distinct values in a group (or window): bound it with a window.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -15,40 +11,13 @@ use super::{not_ordered, one_arg, Doc, Example, Native, Signature, SignatureErro
 use crate::types::Type;
 use crate::value::Value;
 
-/// The most values `collect_set` keeps (ksqlDB's `collect_set` default limit).
-pub const SET_LIMIT: usize = 1000;
-
 /// The set of distinct values, and what is made of it.
 pub struct Distinct {
     name: &'static str,
     doc: &'static Doc,
-    /// The result is the set itself, capped at [`SET_LIMIT`] values (`collect_set`); otherwise
-    /// its size (`count_distinct`, uncapped).
-    collect: bool,
 }
 
-pub static COUNT_DISTINCT: Distinct = Distinct { name: "count_distinct", doc: &DOC, collect: false };
-pub static COLLECT_SET: Distinct = Distinct { name: "collect_set", doc: &SET_DOC, collect: true };
-
-static SET_DOC: Doc = Doc {
-    signature: "collect_set(x) -> list<the type of x>",
-    summary: "the distinct non-null values of `x` in the order they first arrived (at most 1,000: the first; ksqlDB's COLLECT_SET)",
-    example: Example {
-        arg_type: "string?",
-        call: "collect_set(x)",
-        records: &[
-            (1000, "\"home\""),
-            (4000, "\"home\""),
-            (5000, "\"pay\""),
-            (2000, "\"cart\""),
-            (2500, "null"),
-            (3000, "\"home\""),
-        ],
-        result: "[\"home\", \"pay\", \"cart\"]",
-        // Sessions [1000, 2000] (home, cart) and [4000, 5000] (home, pay) merge at 2500.
-        session_result: Some("[\"home\", \"cart\", \"pay\"]"),
-    },
-};
+pub static COUNT_DISTINCT: Distinct = Distinct { name: "count_distinct", doc: &DOC };
 
 static DOC: Doc = Doc {
     signature: "count_distinct(x) -> int",
@@ -65,7 +34,6 @@ static DOC: Doc = Doc {
             (3000, "\"home\""),
         ],
         result: "3",
-        session_result: None,
     },
 };
 
@@ -82,8 +50,7 @@ impl Native for Distinct {
             return Err(not_ordered(self.name, t));
         }
         let set = Type::List(Box::new(t.base().clone()));
-        let result = if self.collect { set.clone() } else { Type::Int };
-        Ok(Signature { result, state: set })
+        Ok(Signature { result: Type::Int, state: set })
     }
     fn init(&self) -> Value {
         Value::List(Arc::new(Vec::new()))
@@ -94,12 +61,6 @@ impl Native for Distinct {
             return Ok(());
         }
         let set = list(state)?;
-        if self.collect {
-            if set.len() < SET_LIMIT && !set.iter().any(|v| v.cmp_total(x) == Ordering::Equal) {
-                Arc::make_mut(set).push(x.clone());
-            }
-            return Ok(());
-        }
         if let Err(at) = set.binary_search_by(|v| v.cmp_total(x)) {
             Arc::make_mut(set).insert(at, x.clone());
         }
@@ -118,16 +79,6 @@ impl Native for Distinct {
     fn merge(&self, state: &mut Value, other: Value) -> Result<(), String> {
         let Value::List(b) = other else { return Err(format!("a {} state is not a list", self.name)) };
         let a = list(state)?;
-        if self.collect {
-            let mut out = a.to_vec();
-            for x in b.iter() {
-                if out.len() < SET_LIMIT && !out.iter().any(|v| v.cmp_total(x) == Ordering::Equal) {
-                    out.push(x.clone());
-                }
-            }
-            *a = Arc::new(out);
-            return Ok(());
-        }
         let mut out = Vec::with_capacity(a.len() + b.len());
         let (mut i, mut j) = (0, 0);
         while i < a.len() && j < b.len() {
@@ -154,9 +105,7 @@ impl Native for Distinct {
     }
     fn result(&self, state: &Value) -> Value {
         match state {
-            Value::List(_) if self.collect => state.clone(),
             Value::List(set) => Value::Int(set.len() as i64),
-            _ if self.collect => Value::List(Arc::new(Vec::new())),
             _ => Value::Null,
         }
     }

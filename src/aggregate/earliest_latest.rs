@@ -27,7 +27,6 @@ static EARLIEST_DOC: Doc = Doc {
         call: "earliest(x)",
         records: &[(4000, "\"c\""), (1500, "\"b\""), (1000, "null"), (2500, "\"a\""), (1500, "\"b2\"")],
         result: "\"b\"",
-        session_result: None,
     },
 };
 
@@ -39,7 +38,6 @@ static LATEST_DOC: Doc = Doc {
         call: "latest(x)",
         records: &[(1000, "1"), (4000, "4"), (2500, "25"), (4000, "44"), (5000, "null")],
         result: "44",
-        session_result: None,
     },
 };
 

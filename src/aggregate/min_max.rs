@@ -23,7 +23,6 @@ static MIN_DOC: Doc = Doc {
         call: "min(x)",
         records: &[(1000, "2.5"), (4000, "7"), (2000, "null"), (3000, "-1.25")],
         result: "-1.25",
-        session_result: None,
     },
 };
 
@@ -35,7 +34,6 @@ static MAX_DOC: Doc = Doc {
         call: "max(x)",
         records: &[(1000, "\"pear\""), (4000, "\"plum\""), (2500, "\"apple\"")],
         result: "\"plum\"",
-        session_result: None,
     },
 };
 

@@ -11,6 +11,7 @@
 pub mod approx_count_distinct;
 pub mod approx_percentile;
 pub mod collect_list;
+pub mod collect_set;
 pub mod count;
 pub mod count_distinct;
 pub mod earliest_latest;
@@ -34,7 +35,7 @@ pub static ALL: &[&dyn Native] = &[
     &earliest_latest::EARLIEST,
     &earliest_latest::LATEST,
     &collect_list::CollectList,
-    &count_distinct::COLLECT_SET,
+    &collect_set::CollectSet,
     &top_k::TOP_K,
     &top_k::TOP_K_DISTINCT,
     &approx_count_distinct::ApproxCountDistinct,
@@ -157,9 +158,6 @@ pub struct Example {
     pub records: &'static [(i64, &'static str)],
     /// The aggregate's value over those records, as JSON.
     pub result: &'static str,
-    /// Its value in a session window, where it differs: the records make two sessions that
-    /// merge (`collect_set`: the earlier session's values, then the later one's new ones).
-    pub session_result: Option<&'static str>,
 }
 
 /// The one-argument check shared by aggregates over a single value.

@@ -14,7 +14,6 @@ static DOC: Doc = Doc {
         call: "sum(x)",
         records: &[(1000, "3"), (4000, "-1"), (2000, "null"), (3000, "5")],
         result: "7",
-        session_result: None,
     },
 };
 

@@ -36,7 +36,6 @@ static DOC: Doc = Doc {
         call: "top_k(x, 3)",
         records: &[(1000, "5"), (4000, "9"), (5000, "1"), (2000, "9"), (2500, "null"), (3000, "7")],
         result: "[9, 9, 7]",
-        session_result: None,
     },
 };
 
@@ -48,7 +47,6 @@ static DISTINCT_DOC: Doc = Doc {
         call: "top_k_distinct(x, 3)",
         records: &[(1000, "5"), (4000, "9"), (5000, "1"), (2000, "9"), (2500, "null"), (3000, "7")],
         result: "[9, 7, 5]",
-        session_result: None,
     },
 };
 

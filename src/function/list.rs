@@ -410,6 +410,14 @@ impl Function for ArraySet {
             "array_intersect" => xs.iter().filter(|x| ys.iter().any(|y| same(x, y))).for_each(|x| add(x, &mut out)),
             _ => xs.iter().chain(ys).for_each(|x| add(x, &mut out)),
         }
+        if out.len() > crate::value::MAX_LIST {
+            return Err(format!(
+                "{}: {} items, more than a list may hold ({})",
+                self.name,
+                out.len(),
+                crate::value::MAX_LIST
+            ));
+        }
         Ok(Value::List(Arc::new(out)))
     }
 }

@@ -186,10 +186,13 @@ impl Function for RegexpSplitToArray {
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
         let (s, p) = (text(&v[0]), text(&v[1]));
         let parts: Vec<Value> = if p.is_empty() {
-            s.chars().map(|c| Value::str(&c.to_string())).collect()
+            s.chars().take(crate::value::MAX_LIST + 1).map(|c| Value::str(&c.to_string())).collect()
         } else {
-            regex(p)?.split(s).map(Value::str).collect()
+            regex(p)?.split(s).take(crate::value::MAX_LIST + 1).map(Value::str).collect()
         };
+        if parts.len() > crate::value::MAX_LIST {
+            return Err(format!("more than {} parts", crate::value::MAX_LIST));
+        }
         Ok(Value::List(parts.into()))
     }
 }

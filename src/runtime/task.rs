@@ -451,10 +451,14 @@ impl Task {
         };
         // Whether the result this one replaces went through the rest of the query (a `where`
         // deletes only a result that was sent).
+        let rest = &spec.ops[m.op + 1..];
+        let filtered = rest.iter().any(|op| matches!(op, crate::plan::physical::Op::Filter(_)));
         let sent = match (had, side) {
             (false, _) => Before::NotSent,
-            (true, None) => ops::sent(&spec.ops[m.op + 1..], joined(&old, &other)),
-            (true, Some(_)) => ops::sent(&spec.ops[m.op + 1..], joined(&mine, &old)),
+            // (Nothing to work out without a `where`.)
+            (true, _) if !filtered => Before::Unknown,
+            (true, None) => ops::sent(rest, joined(&old, &other)),
+            (true, Some(_)) => ops::sent(rest, joined(&mine, &old)),
         };
         if !result(mine.is_some(), other.is_some()) {
             // (A result that a `where` kept from the sink has nothing there to delete.)

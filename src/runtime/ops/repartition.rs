@@ -63,6 +63,24 @@ impl Operator for Repartition {
             Err(_) if row.retract => return Ok(()),
             Err(e) => return Err(e),
         };
+        // An old row that would make the record too large for the topic goes as a record of
+        // its own, taken back, before the new one (as any move between groups does).
+        let old = match old {
+            Some(o) if 2 * o.len() + crate::runtime::topics::RECORD_OVERHEAD > cx.record_max => {
+                let mut b = cx.out.record(&r.topic, ts);
+                match &k {
+                    Value::Str(s) => b.key(s.as_bytes()),
+                    k => b.key_with(|out| k.write_json(&r.key_ty, out)),
+                }
+                b.value_with(|out| out.extend_from_slice(&o));
+                headers(&mut b, cx.spec.version, row.tenant.as_deref());
+                b.header(Cow::Borrowed(H_RETRACT), b"1");
+                b.done();
+                cx.counters.records_out += 1;
+                None
+            }
+            o => o,
+        };
         let mut b = cx.out.record(&r.topic, ts);
         // A foreign-key join's null foreign key: a record without a key (partition 0), not the
         // text `null`.

@@ -13,7 +13,8 @@ the zones' offsets at that instant.
 zipped, per event: one record per position up to the longer of nums and extra, each field null
 past its list's end (none when both are empty).
 collected, per user (final): collect_list of word in event-time order (ties: arrival), nulls
-kept; collect_set of the non-null words in first-arrival order. No dead letters."""
+kept; collect_set of the non-null words in the order of their first occurrence by event time
+(ties: arrival). No dead letters."""
 import datetime
 import sys
 import zoneinfo
@@ -111,7 +112,7 @@ write_expected("zipped", zipped)
 collected = []
 for user, rows in groups.items():
     words = [w for _, _, w in sorted(rows)]
-    first = distinct([w for _, _, w in rows if w is not None])
+    first = distinct([w for _, _, w in sorted(rows) if w is not None])
     collected.append({"key": user, "value": {"user": user, "words": words, "distinct_words": first}})
 write_expected("collected", collected)
 write_expected(f"{HERE.name}-dlq", [])
