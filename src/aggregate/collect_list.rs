@@ -48,8 +48,7 @@ impl Native for CollectList {
     }
     fn signature(&self, args: &[Type]) -> Result<Signature, SignatureError> {
         let t = one_arg(args)?.clone();
-        let pair = RecordType { fields: vec![("t".into(), Type::Timestamp), ("v".into(), t.clone())] };
-        Ok(Signature { result: Type::List(Box::new(t)), state: Type::List(Box::new(Type::Record(pair))) })
+        Ok(Signature { result: Type::List(Box::new(t.clone())), state: pair_list(t) })
     }
     fn init(&self) -> Value {
         Value::List(Arc::new(Vec::new()))
@@ -96,23 +95,41 @@ impl Native for CollectList {
         Ok(())
     }
     fn result(&self, state: &Value) -> Value {
-        let items = match state {
-            Value::List(items) => items.iter().map(|p| value(p).clone()).collect(),
-            _ => Vec::new(),
-        };
-        Value::List(Arc::new(items))
+        pair_values(state)
     }
 }
 
 fn list(state: &mut Value) -> Result<&mut Arc<Vec<Value>>, String> {
+    pairs(state, "collect_list")
+}
+
+/// The state of an aggregate kept as `{t, v}` pairs (`collect_list`, `collect_set`): the list of
+/// `{t: timestamp, v: x}` records.
+pub(super) fn pair_list(x: Type) -> Type {
+    let pair = RecordType { fields: vec![("t".into(), Type::Timestamp), ("v".into(), x)] };
+    Type::List(Box::new(Type::Record(pair)))
+}
+
+/// The pairs of such a state (`name`: the aggregate's, for the error).
+pub(super) fn pairs<'a>(state: &'a mut Value, name: &str) -> Result<&'a mut Arc<Vec<Value>>, String> {
     match state {
         Value::List(items) => Ok(items),
-        _ => Err("a collect_list state is not a list".into()),
+        _ => Err(format!("a {name} state is not a list")),
     }
 }
 
-/// The event time of a `{t, v}` pair (a restored state may hold it as an int).
-fn time(pair: &Value) -> i64 {
+/// The values of such a state, in order.
+pub(super) fn pair_values(state: &Value) -> Value {
+    let items = match state {
+        Value::List(items) => items.iter().map(|p| value(p).clone()).collect(),
+        _ => Vec::new(),
+    };
+    Value::List(Arc::new(items))
+}
+
+/// The event time of a `{t, v}` pair (a restored state may hold it as an int; an item that is
+/// no pair, as `collect_set`'s earlier version stored its values: the beginning of time).
+pub(super) fn time(pair: &Value) -> i64 {
     match pair {
         Value::Record(p) => match p.first() {
             Some(Value::Ts(t)) | Some(Value::Int(t)) => *t,
@@ -122,9 +139,10 @@ fn time(pair: &Value) -> i64 {
     }
 }
 
-fn value(pair: &Value) -> &Value {
+/// The value of a `{t, v}` pair (an item that is no pair: itself).
+pub(super) fn value(pair: &Value) -> &Value {
     match pair {
         Value::Record(p) => p.get(1).unwrap_or(&Value::Null),
-        _ => &Value::Null,
+        v => v,
     }
 }

@@ -11,8 +11,9 @@
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+use super::collect_list::{pair_list, pair_values, pairs, time, value};
 use super::{not_ordered, one_arg, Doc, Example, Native, Signature, SignatureError};
-use crate::types::{RecordType, Type};
+use crate::types::Type;
 use crate::value::Value;
 
 /// The most values `collect_set` keeps (ksqlDB's `collect_set` default limit).
@@ -51,8 +52,7 @@ impl Native for CollectSet {
             return Err(not_ordered("collect_set", t));
         }
         let t = t.base().clone();
-        let pair = RecordType { fields: vec![("t".into(), Type::Timestamp), ("v".into(), t.clone())] };
-        Ok(Signature { result: Type::List(Box::new(t)), state: Type::List(Box::new(Type::Record(pair))) })
+        Ok(Signature { result: Type::List(Box::new(t.clone())), state: pair_list(t) })
     }
     fn init(&self) -> Value {
         Value::List(Arc::new(Vec::new()))
@@ -114,37 +114,10 @@ impl Native for CollectSet {
         Ok(())
     }
     fn result(&self, state: &Value) -> Value {
-        let items = match state {
-            Value::List(items) => items.iter().map(|p| value(p).clone()).collect(),
-            _ => Vec::new(),
-        };
-        Value::List(Arc::new(items))
+        pair_values(state)
     }
 }
 
 fn list(state: &mut Value) -> Result<&mut Arc<Vec<Value>>, String> {
-    match state {
-        Value::List(items) => Ok(items),
-        _ => Err("a collect_set state is not a list".into()),
-    }
-}
-
-/// The earliest event time of a `{t, v}` pair (a restored state may hold it as an int; a value
-/// of an earlier version's state: the beginning of time).
-fn time(pair: &Value) -> i64 {
-    match pair {
-        Value::Record(p) => match p.first() {
-            Some(Value::Ts(t)) | Some(Value::Int(t)) => *t,
-            _ => i64::MIN,
-        },
-        _ => i64::MIN,
-    }
-}
-
-/// The value of a `{t, v}` pair (an earlier version's state holds the value itself).
-fn value(pair: &Value) -> &Value {
-    match pair {
-        Value::Record(p) => p.get(1).unwrap_or(&Value::Null),
-        v => v,
-    }
+    pairs(state, "collect_set")
 }

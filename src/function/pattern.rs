@@ -34,6 +34,29 @@ fn regex(pattern: &str) -> Result<Regex, String> {
     })
 }
 
+/// The arguments of `regexp_extract` and `regexp_extract_all`: (string, pattern[, group]).
+fn check_extract(a: &Args) -> Result<(), String> {
+    if !(2..=3).contains(&a.len()) {
+        return Err(format!("takes 2 or 3 arguments, not {}", a.len()));
+    }
+    if !a.types[..2].iter().all(|t| is_string(t.base()) || **t == Type::Null)
+        || (a.len() == 3 && !is_int(a.types[2].base()))
+    {
+        return Err("takes (string, string pattern[, int group])".into());
+    }
+    Ok(())
+}
+
+/// Their pattern, compiled, and the group asked for (0, the whole match, by default).
+fn pattern_group(v: &[Value]) -> Result<(Regex, usize), String> {
+    let group = if v.len() > 2 { int(&v[2]) } else { 0 };
+    let r = regex(text(&v[1]))?;
+    if group < 0 || group as usize >= r.captures_len() {
+        return Err(format!("the pattern has no group {group}"));
+    }
+    Ok((r, group as usize))
+}
+
 pub struct RegexpMatches;
 
 impl Function for RegexpMatches {
@@ -77,26 +100,12 @@ impl Function for RegexpExtract {
         }
     }
     fn check(&self, a: &Args) -> Result<Type, String> {
-        if !(2..=3).contains(&a.len()) {
-            return Err(format!("takes 2 or 3 arguments, not {}", a.len()));
-        }
-        if !a.types[..2].iter().all(|t| is_string(t.base()) || **t == Type::Null)
-            || (a.len() == 3 && !is_int(a.types[2].base()))
-        {
-            return Err("takes (string, string pattern[, int group])".into());
-        }
+        check_extract(a)?;
         Ok(Type::String.nullable())
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
-        let group = if v.len() > 2 { int(&v[2]) } else { 0 };
-        let r = regex(text(&v[1]))?;
-        if group < 0 || group as usize >= r.captures_len() {
-            return Err(format!("the pattern has no group {group}"));
-        }
-        Ok(r.captures(text(&v[0]))
-            .and_then(|c| c.get(group as usize))
-            .map(|m| Value::str(m.as_str()))
-            .unwrap_or(Value::Null))
+        let (r, group) = pattern_group(&v)?;
+        Ok(r.captures(text(&v[0])).and_then(|c| c.get(group)).map(|m| Value::str(m.as_str())).unwrap_or(Value::Null))
     }
 }
 
@@ -215,26 +224,15 @@ impl Function for RegexpExtractAll {
         }
     }
     fn check(&self, a: &Args) -> Result<Type, String> {
-        if !(2..=3).contains(&a.len()) {
-            return Err(format!("takes 2 or 3 arguments, not {}", a.len()));
-        }
-        if !a.types[..2].iter().all(|t| is_string(t.base()) || **t == Type::Null)
-            || (a.len() == 3 && !is_int(a.types[2].base()))
-        {
-            return Err("takes (string, string pattern[, int group])".into());
-        }
+        check_extract(a)?;
         Ok(Type::List(Box::new(Type::String.nullable())).nullable_if(a.nullable()))
     }
     fn eval(&self, v: Vec<Value>) -> Result<Value, String> {
-        let group = if v.len() > 2 { int(&v[2]) } else { 0 };
-        let r = regex(text(&v[1]))?;
-        if group < 0 || group as usize >= r.captures_len() {
-            return Err(format!("the pattern has no group {group}"));
-        }
+        let (r, group) = pattern_group(&v)?;
         let all: Vec<Value> = r
             .captures_iter(text(&v[0]))
             .take(crate::value::MAX_LIST + 1)
-            .map(|c| c.get(group as usize).map(|m| Value::str(m.as_str())).unwrap_or(Value::Null))
+            .map(|c| c.get(group).map(|m| Value::str(m.as_str())).unwrap_or(Value::Null))
             .collect();
         if all.len() > crate::value::MAX_LIST {
             return Err(format!("more than {} matches", crate::value::MAX_LIST));

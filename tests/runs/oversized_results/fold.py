@@ -7,7 +7,8 @@ text} as compact JSON. named: an inner join with the countries table, by country
 repartitioned by it, so keyed by it); a table row whose record
 (key, value, 128) is over 4096 is a dead letter of the table and not in the table.
 country-counts: the countries table grouped by its key, one row per code; a row too large is a
-dead letter there too. Each refused
+dead letter there too. team-sizes: the profiles table grouped by team (no row too large alone,
+so none refused, though an update's old and new rows together are over 4096). Each refused
 record goes to <app>-dlq once per query that refused it, as it came in."""
 import json
 import sys
@@ -59,6 +60,13 @@ for offset, rec in enumerate(read_input("events")):
         else:
             named.append({"key": v["country"], "value": joined})
 
+profiles = {}
+for rec in read_input("profiles"):
+    profiles[rec["key"]] = rec["value"]["team"]
+teams = {}
+for t in profiles.values():
+    teams[t] = teams.get(t, 0) + 1
+write_expected("team-sizes", [{"key": t, "value": {"team": t, "n": n}} for t, n in teams.items()])
 write_expected("country-counts", [{"key": k, "value": {"code": k, "n": 1}} for k in table])
 write_expected("counts", [{"key": k, "value": {"id": k, "n": n}} for k, n in counts.items()])
 write_expected("echo", echo)
