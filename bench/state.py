@@ -14,8 +14,11 @@ and the final per-key outputs of the binaries compared (they must be equal).
 Several --exe give columns side by side, with the ratio of the last to the first: before/after
 figures measured in one run on the same machine. --set passes settings to every run.
 
-Usage: bench/state.py [--keys K] [--exe PATH]... [--set KEY=VALUE]... [--keep]"""
-import argparse, json, os, re, shutil, subprocess, sys, tempfile, time
+--shuffle writes the keys in a random order (fixed seed) instead of key order: every flight of
+local state then lands all over the store's pages, the worst case for writing it.
+
+Usage: bench/state.py [--keys K] [--shuffle] [--exe PATH]... [--set KEY=VALUE]... [--keep]"""
+import argparse, json, os, random, re, shutil, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ap = argparse.ArgumentParser()
@@ -23,6 +26,7 @@ ap.add_argument("--keys", type=int, default=1_000_000)
 ap.add_argument("--exe", action="append", default=[], help="a streamc binary (repeatable); default: target/release/streamc, built")
 ap.add_argument("--set", action="append", default=[], dest="sets", help="KEY=VALUE for every run (repeatable)")
 ap.add_argument("--keep", action="store_true", help="keep the work directory")
+ap.add_argument("--shuffle", action="store_true", help="write the keys in a random order")
 a = ap.parse_args()
 
 if not a.exe:
@@ -32,8 +36,11 @@ work = tempfile.mkdtemp(prefix="streamc-state-bench-")
 prog = os.path.join(root, "bench", "keys.stream")
 data = os.path.join(work, "keys.jsonl")
 with open(data, "w") as f:
-    for i in range(a.keys):
-        f.write(json.dumps({"ticker": f"K{i:08d}", "price": 1.0, "size": i % 1000, "ts": 1_700_000_000_000 + i}) + "\n")
+    order = list(range(a.keys))
+    if a.shuffle:
+        random.Random(1).shuffle(order)
+    for n, i in enumerate(order):
+        f.write(json.dumps({"ticker": f"K{i:08d}", "price": 1.0, "size": i % 1000, "ts": 1_700_000_000_000 + n}) + "\n")
 extra = os.path.join(work, "extra.jsonl")
 with open(extra, "w") as f:
     f.write(json.dumps({"ticker": "K00000000", "price": 1.0, "size": 5, "ts": 1_700_000_000_000 + a.keys}) + "\n")
@@ -104,7 +111,7 @@ def bench(exe, n):
 
 try:
     results = [bench(exe, n) for n, exe in enumerate(a.exe)]
-    print(f"-- bench/state.py: {a.keys:,} distinct keys, bench/keys.stream, embedded, settings {a.sets or 'default'}")
+    print(f"-- bench/state.py: {a.keys:,} distinct keys{' in random order' if a.shuffle else ''}, bench/keys.stream, embedded, settings {a.sets or 'default'}")
     names = [os.path.basename(os.path.dirname(os.path.dirname(e))) + "/" + os.path.basename(e) if len(a.exe) == 1 else e for e in a.exe]
     print(f"{'':34}" + "".join(f"{n[-22:]:>24}" for n in names) + ("   last/first" if len(a.exe) > 1 else ""))
     for k in results[0][0]:

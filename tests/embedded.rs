@@ -171,8 +171,9 @@ fn results_do_not_depend_on_partitions_threads_or_restarts() {
     assert_eq!(final_windows(&restart), want);
 }
 
-/// The entries of one store partition in an application's local state, not its checkpoint
-/// (whose key starts with 0xff).
+/// The entries of one store partition in an application's local state, read from its pages
+/// (sled keys starting with 0x00, each a run of `uvarint(len) key uvarint(len) value`; the
+/// checkpoint and the layout's version start with 0xff), as src/runtime/pages.rs lays them out.
 fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     // A run that just returned may still hold sled's file lock for a moment (its flusher
     // thread ends after the last handle is dropped): wait for it, with a generous bound.
@@ -188,7 +189,32 @@ fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)>
         }
     };
     let tree = db.open_tree(tree).unwrap();
-    tree.iter().map(|kv| kv.unwrap()).filter(|(k, _)| k[0] != 0xff).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    let mut rows = Vec::new();
+    for (k, page) in tree.iter().map(|kv| kv.unwrap()) {
+        if k[0] != 0 {
+            continue;
+        }
+        let field = |at: &mut usize| {
+            let (mut n, mut shift) = (0usize, 0);
+            loop {
+                let b = page[*at];
+                *at += 1;
+                n |= usize::from(b & 0x7f) << shift;
+                shift += 7;
+                if b & 0x80 == 0 {
+                    break;
+                }
+            }
+            *at += n;
+            page[*at - n..*at].to_vec()
+        };
+        let mut at = 0;
+        while at < page.len() {
+            let key = field(&mut at);
+            rows.push((key, field(&mut at)));
+        }
+    }
+    rows
 }
 
 #[test]

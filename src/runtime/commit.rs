@@ -285,7 +285,7 @@ query per_user {
         let topo = crate::plan::lower(&program, "app");
         let spec = Arc::new(crate::plan::physical::specs(&program, &topo).unwrap().remove(0));
         assert_eq!(spec.stores.len(), 1, "the aggregate has one store");
-        let tree = db.open_tree("store").unwrap();
+        let tree = crate::runtime::pages::PagedTree::open(db, "store").unwrap();
         let opts = options("app", Config::default());
         let positions = BTreeMap::from([("clicks/0".to_string(), Pos { offset: 3, byte: 0 })]);
         TaskRun::new(
@@ -348,7 +348,7 @@ query per_user {
         assert!(!commit(&mut mem, &mut [&mut t], How { last: true, ..how }).unwrap());
         assert_eq!(mem.commits, 1);
         assert_eq!(t.trees.pending[0].len(), 0, "written");
-        let tree = db.open_tree("store").unwrap();
+        let tree = crate::runtime::pages::PagedTree::open(&db, "store").unwrap();
         assert_eq!(tree.get(b"k").unwrap().as_deref(), Some(&b"1"[..]));
     }
 

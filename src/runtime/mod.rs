@@ -20,6 +20,7 @@ pub(crate) mod op;
 pub(crate) mod open;
 pub(crate) mod ops;
 pub mod options;
+pub(crate) mod pages;
 pub mod query;
 pub(crate) mod restore;
 pub(crate) mod run;

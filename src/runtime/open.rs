@@ -13,6 +13,7 @@ use crate::plan::physical::TaskSpec;
 use crate::runtime::backend::Backend;
 use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
+use crate::runtime::pages::PagedTree;
 use crate::runtime::restore::{correct_stale, log_restore, restore_store, RestoreWatch};
 use crate::runtime::run::{check_tenant_layout, Feed, TaskRun};
 use crate::runtime::state::{open_tree, Pending};
@@ -59,7 +60,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     }
     log_restore(&into.join(", "), p, restored, started);
     let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
-    let stores: Vec<(sled::Tree, Pending)> = trees.into_iter().zip(pending).collect();
+    let stores: Vec<(PagedTree, Pending)> = trees.into_iter().zip(pending).collect();
     correct_stale(b, &spec.name, &changelogs, p, &stores, stale, &mut checkpoints)?;
     let limits = b.timestamp_limits(&spec);
     let stores =

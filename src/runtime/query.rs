@@ -10,7 +10,8 @@ use crate::control::Stage;
 use crate::hir;
 use crate::plan::physical::{AggSpec, TaskSpec};
 use crate::runtime::agg::{decode_entry, key_part, result_values, store_key};
-use crate::runtime::state::{Pending, CHECKPOINT};
+use crate::runtime::pages::PagedTree;
+use crate::runtime::state::Pending;
 use crate::runtime::wire::decode_key;
 use crate::types::{RecordType, Type};
 use crate::value::Value;
@@ -300,7 +301,7 @@ type Entry = (Vec<u8>, Vec<u8>);
 /// A store's shard as a query reads it: sled, with the committed changes not written to it yet
 /// over it (`layers`, oldest first: those in the writer's hands, then those pending).
 pub(crate) struct Shard<'a> {
-    pub(crate) tree: &'a sled::Tree,
+    pub(crate) tree: &'a PagedTree,
     pub(crate) layers: Vec<&'a Pending>,
 }
 
@@ -310,9 +311,7 @@ impl Shard<'_> {
         let mut all = std::collections::BTreeMap::new();
         for r in self.tree.scan_prefix(prefix) {
             let (k, v) = r.map_err(|e| format!("cannot read local state: {e}"))?;
-            if &k[..] != CHECKPOINT {
-                all.insert(k.to_vec(), v.to_vec());
-            }
+            all.insert(k, v);
         }
         for p in &self.layers {
             p.overlay(prefix, &mut all);
@@ -325,7 +324,7 @@ impl Shard<'_> {
         if let Some(v) = self.layers.iter().rev().find_map(|p| p.value(key)) {
             return Ok(v.clone());
         }
-        Ok(self.tree.get(key).map_err(|e| format!("cannot read local state: {e}"))?.map(|v| v.to_vec()))
+        self.tree.get(key).map_err(|e| format!("cannot read local state: {e}"))
     }
 }
 

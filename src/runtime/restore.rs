@@ -14,6 +14,7 @@ use crate::runtime::backend::{Backend, Extent};
 use crate::runtime::error::{state, RunError};
 use crate::runtime::metrics::RestoreMetrics;
 use crate::runtime::options::{RestoreBoard, RunOptions};
+use crate::runtime::pages::PagedTree;
 use crate::runtime::run::{progress_bar, RECORDS};
 use crate::runtime::state::{checkpoint, holds_no_rows, live_keys, open_tree, Pending};
 use crate::runtime::writer::Flight;
@@ -95,7 +96,7 @@ impl RestoreWatch {
 
 /// Where a store's restore starts: its checkpoint if it is at or before the changelog's `end`,
 /// else (no checkpoint, or local state ahead of the changelog) nothing: the local state is wiped.
-pub(crate) fn restore_start(tree: &sled::Tree, end: u64, deletions_from: u64) -> Result<Pos, RunError> {
+pub(crate) fn restore_start(tree: &PagedTree, end: u64, deletions_from: u64) -> Result<Pos, RunError> {
     match checkpoint(tree) {
         // A checkpoint before the changelog's start may have missed deletions that compaction
         // (or retention) removed since: the store starts over, as Kafka Streams' does.
@@ -116,7 +117,7 @@ pub(crate) fn restore_start(tree: &sled::Tree, end: u64, deletions_from: u64) ->
 /// interrupted restore resumes there), reading on while the writer writes on another core, and
 /// waits for the writer when more than a share is in flight.
 pub(crate) struct Restorer<'a> {
-    tree: &'a sled::Tree,
+    tree: &'a PagedTree,
     watch: &'a RestoreWatch,
     bar: ProgressBar,
     pending: Pending,
@@ -137,7 +138,7 @@ pub(crate) struct Restorer<'a> {
 
 impl<'a> Restorer<'a> {
     /// `total`: the records expected (for the progress bar and metrics), if known.
-    pub(crate) fn new(tree: &'a sled::Tree, watch: &'a RestoreWatch, from: Pos, total: u64) -> Restorer<'a> {
+    pub(crate) fn new(tree: &'a PagedTree, watch: &'a RestoreWatch, from: Pos, total: u64) -> Restorer<'a> {
         let bar = match &watch.label {
             Some(label) => progress_bar(total, RECORDS, label.clone()),
             None => ProgressBar::hidden(),
@@ -246,7 +247,7 @@ pub(crate) struct Restored {
 /// changelog and positions in one step, so it never has any.
 pub(crate) fn restore_store<B: Backend + ?Sized>(
     b: &B,
-    tree: &sled::Tree,
+    tree: &PagedTree,
     changelog: &str,
     p: u32,
     committed_end: Option<u64>,
@@ -294,7 +295,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
     task: &str,
     changelogs: &[String],
     p: u32,
-    stores: &[(sled::Tree, Pending)],
+    stores: &[(PagedTree, Pending)],
     stale: Vec<BTreeMap<Vec<u8>, i64>>,
     checkpoints: &mut [Pos],
 ) -> Result<(), RunError> {
@@ -371,7 +372,6 @@ mod tests {
     use crate::log::Stored;
     use crate::plan::physical::TaskSpec;
     use crate::runtime::run::testing::{options, NoFeed};
-    use crate::runtime::state::CHECKPOINT;
     use std::cell::RefCell;
 
     /// One changelog partition: the records from offset `low` on.
@@ -452,12 +452,8 @@ mod tests {
         m
     }
 
-    fn contents(tree: &sled::Tree) -> BTreeMap<Vec<u8>, Vec<u8>> {
-        tree.iter()
-            .map(|e| e.unwrap())
-            .filter(|(k, _)| &k[..] != CHECKPOINT)
-            .map(|(k, v)| (k.to_vec(), v.to_vec()))
-            .collect()
+    fn contents(tree: &PagedTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
+        tree.rows().map(|e| e.unwrap()).collect()
     }
 
     fn watch() -> RestoreWatch {
@@ -497,7 +493,7 @@ mod tests {
         let past = vec![rec("c", Some("4"), 4), rec("b", None, 5)];
         let b = Mem { low: 0, records: RefCell::new([committed.clone(), past].concat()) };
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         let w = watch();
         let r = restore_store(&b, &tree, "s", 0, Some(3), &w).unwrap();
         assert_eq!(contents(&tree), fold(&committed));
@@ -511,7 +507,7 @@ mod tests {
         assert_eq!(cps[0].offset, 7, "the checkpoint moves past the corrections");
         // The whole changelog now folds to the committed state: a restore from scratch agrees.
         assert_eq!(fold(&b.records.borrow()), fold(&committed));
-        let fresh = db.open_tree("s#1").unwrap();
+        let fresh = PagedTree::open(&db, "s#1").unwrap();
         let r = restore_store(&b, &fresh, "s", 0, None, &w).unwrap();
         assert_eq!(contents(&fresh), fold(&committed));
         assert_eq!(r.checkpoint.offset, 7);
@@ -522,7 +518,7 @@ mod tests {
         let records = vec![rec("x", Some("1"), 1), rec("y", Some("2"), 2), rec("x", None, 3), rec("z", Some("9"), 4)];
         let b = Mem { low: 10, records: RefCell::new(records.clone()) };
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         let w = watch();
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!(contents(&tree), fold(&records));
@@ -536,19 +532,19 @@ mod tests {
 
     /// Write `n` of the pending changes (in key order) to the tree without a checkpoint, as a
     /// writer stopped part way through a flight would have.
-    fn write_some(tree: &sled::Tree, pending: &Pending, n: usize) {
+    fn write_some(tree: &PagedTree, pending: &Pending, n: usize) {
         let mut changes: Vec<_> = pending.changes().collect();
         changes.sort();
         for (k, v) in changes.into_iter().take(n) {
             match v {
-                Some(v) => tree.insert(k.as_slice(), v.as_slice()).unwrap(),
-                None => tree.remove(k.as_slice()).unwrap(),
+                Some(v) => tree.put(k, Some(v)).unwrap(),
+                None => tree.put(k, None).unwrap(),
             };
         }
     }
 
     /// sled with the pending changes over it, as a task reads its store.
-    fn state(tree: &sled::Tree, pending: &Pending) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    fn state(tree: &PagedTree, pending: &Pending) -> BTreeMap<Vec<u8>, Vec<u8>> {
         let mut m = contents(tree);
         pending.overlay(b"", &mut m);
         m
@@ -565,7 +561,7 @@ mod tests {
             .collect();
         let b = Mem { low: 0, records: RefCell::new(first.clone()) };
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!((r.records, r.checkpoint.offset), (40, 40));
         assert!(contents(&tree).is_empty(), "nothing written to sled yet");
@@ -610,7 +606,7 @@ mod tests {
         let records: Vec<Record> = (0..60).map(|i| rec(&format!("key{i}"), Some("some value"), i)).collect();
         let b = Mem { low: 0, records: RefCell::new(records.clone()) };
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(r.pending.bytes() <= 500 && r.pending.len() < 10, "{} pending", r.pending.len());
         assert!(!r.complete);
@@ -627,9 +623,9 @@ mod tests {
         let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
         let b = Mem { low: 0, records: RefCell::new(vec![rec("k", Some("1"), 1), rec("k", None, 2)]) };
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         Pending::default().write(&tree, &Pos::default()).unwrap();
-        tree.insert("k", "1").unwrap();
+        tree.put(b"k", Some(b"1")).unwrap();
         let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(!r.complete, "sled holds a row the restore did not put");
         assert_eq!(r.pending.value(b"k"), Some(&None), "the deletion is kept for sled");
@@ -642,10 +638,10 @@ mod tests {
         let records = vec![rec("a", Some("1"), 1), rec("b", Some("2"), 2), rec("a", None, 3), rec("c", Some("3"), 4)];
         let b = Mem { low: 0, records: RefCell::new(records) };
         let db = sled::Config::new().temporary(true).open().unwrap();
-        db.open_tree("s#0").unwrap().insert("b", "2").unwrap();
+        PagedTree::open(&db, "s#0").unwrap().put(b"b", Some(b"2")).unwrap();
         assert_eq!(sweep(&b, &db, "s", "s", 0).unwrap(), 2);
         assert!(fold(&b.records.borrow()).is_empty());
-        assert!(db.open_tree("s#0").unwrap().is_empty());
+        assert!(PagedTree::open(&db, "s#0").unwrap().holds_no_rows());
         assert_eq!(sweep(&b, &db, "s", "s", 0).unwrap(), 0, "a second sweep has nothing to delete");
     }
 }

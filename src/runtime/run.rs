@@ -15,6 +15,7 @@ use crate::runtime::chaos::{Chaos, FailPoint};
 use crate::runtime::error::RunError;
 use crate::runtime::metrics::{TaskCounts, TaskMetrics};
 use crate::runtime::options::RunOptions;
+use crate::runtime::pages::PagedTree;
 use crate::runtime::state::{empty_store, Pending, Trees};
 use crate::runtime::task::{
     self, Change, Input, Output, Outputs, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
@@ -356,7 +357,7 @@ impl<F: Feed> TaskRun<F> {
         p: u32,
         group: String,
         feed: F,
-        stores: Vec<(sled::Tree, Pending, bool)>,
+        stores: Vec<(PagedTree, Pending, bool)>,
         meta: &serde_json::Value,
         positions: BTreeMap<String, Pos>,
         restored: u64,
@@ -449,12 +450,12 @@ impl<F: Feed> TaskRun<F> {
         stage: &crate::control::Stage,
         restart: bool,
         fresh: &[String],
-        open: &dyn Fn(&str) -> Result<sled::Tree, RunError>,
+        open: &dyn Fn(&str) -> Result<PagedTree, RunError>,
         opts: &RunOptions,
     ) -> Result<bool, RunError> {
         let old = self.task.spec.clone();
         let p = self.task.partition;
-        let mut old_trees: Vec<Option<(sled::Tree, Pending)>> =
+        let mut old_trees: Vec<Option<(PagedTree, Pending)>> =
             self.trees.take_stores()?.into_iter().map(Some).collect();
         let mut trees = Vec::new();
         let mut ends = Vec::new();

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use crate::log::{Pos, Stored};
 use crate::runtime::error::{state, RunError};
+pub(crate) use crate::runtime::pages::PagedTree;
 use crate::runtime::task::{Change, StoreRead, Task};
+pub(crate) use crate::runtime::writer::Pending;
 use crate::runtime::writer::{Flight, ENTRY_COST};
-pub(crate) use crate::runtime::writer::{Pending, CHECKPOINT};
 
 /// The committed local state of one task: per store, a sled tree under three layers in memory,
 /// newest first: the committed changes not handed to the writer yet (`pending`), those handed
@@ -26,7 +27,7 @@ pub(crate) use crate::runtime::writer::{Pending, CHECKPOINT};
 /// restore from that checkpoint replays, so the changelog tail after the checkpoint covers the
 /// rest after a crash.
 pub(crate) struct Trees {
-    pub(crate) trees: Vec<sled::Tree>,
+    pub(crate) trees: Vec<PagedTree>,
     /// Per store: key → (value or deletion, whether the key may be in sled).
     pub(crate) pending: Vec<Pending>,
     /// Per store: the changes handed to the writer, oldest first.
@@ -86,12 +87,12 @@ pub(crate) fn cache_share(cache_max: usize, others: usize) -> usize {
 pub(crate) const LOCAL_WRITE_COMMITS: u32 = 8;
 
 /// …or once this many changes are pending.
-pub(crate) const LOCAL_WRITE_PENDING: usize = 20_000;
+pub(crate) const LOCAL_WRITE_PENDING: usize = 200_000;
 
 impl Trees {
     /// A task's stores: each sled tree with the changes not written to it yet (a restore's)
     /// and whether the tree holds no row they do not (it was empty before them).
-    pub(crate) fn new(stores: Vec<(sled::Tree, Pending, bool)>, cache_max: usize) -> Trees {
+    pub(crate) fn new(stores: Vec<(PagedTree, Pending, bool)>, cache_max: usize) -> Trees {
         let mut trees = Trees {
             trees: Vec::new(),
             pending: Vec::new(),
@@ -110,7 +111,7 @@ impl Trees {
     }
 
     /// Add a store.
-    pub(crate) fn push(&mut self, tree: sled::Tree, pending: Pending, complete: bool) {
+    pub(crate) fn push(&mut self, tree: PagedTree, pending: Pending, complete: bool) {
         self.trees.push(tree);
         self.pending.push(pending);
         self.flights.push(VecDeque::new());
@@ -119,7 +120,7 @@ impl Trees {
     }
 
     /// Take every store out, settled (nothing in flight): (tree, pending changes).
-    pub(crate) fn take_stores(&mut self) -> Result<Vec<(sled::Tree, Pending)>, RunError> {
+    pub(crate) fn take_stores(&mut self) -> Result<Vec<(PagedTree, Pending)>, RunError> {
         self.settle()?;
         self.flights.clear();
         self.clean.clear();
@@ -362,7 +363,7 @@ impl Trees {
 
     /// Store `i` as a query reads it: its tree, and the changes not written to it over it,
     /// oldest first (in flight, then pending).
-    pub(crate) fn view(&self, i: usize) -> Option<(&sled::Tree, Vec<&Pending>)> {
+    pub(crate) fn view(&self, i: usize) -> Option<(&PagedTree, Vec<&Pending>)> {
         Some((self.trees.get(i)?, self.overlays(i).collect()))
     }
 
@@ -400,7 +401,7 @@ impl StoreRead for Trees {
         if clean.complete {
             return None;
         }
-        self.trees.get(store)?.get(key).ok().flatten().map(|v| v.to_vec())
+        self.trees.get(store)?.get(key).ok().flatten()
     }
     fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         // Called when a task starts: after a restore or after a control statement replaced its
@@ -411,11 +412,7 @@ impl StoreRead for Trees {
             self.clean[store].rows.overlay(b"", &mut rows);
             rows
         } else {
-            t.iter()
-                .filter_map(|r| r.ok())
-                .filter(|(k, _)| &k[..] != CHECKPOINT)
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .collect()
+            t.rows().filter_map(|r| r.ok()).collect()
         };
         for p in self.overlays(store) {
             p.overlay(b"", &mut all);
@@ -429,7 +426,7 @@ impl StoreRead for Trees {
         let mut all: std::collections::BTreeSet<Vec<u8>> = if self.clean[store].complete {
             self.clean[store].rows.changes().map(|(k, _)| k.clone()).collect()
         } else {
-            t.iter().keys().filter_map(|r| r.ok()).filter(|k| &k[..] != CHECKPOINT).map(|k| k.to_vec()).collect()
+            t.rows().filter_map(|r| r.ok()).map(|(k, _)| k).collect()
         };
         for p in self.overlays(store) {
             for (k, v) in p.changes() {
@@ -444,16 +441,21 @@ impl StoreRead for Trees {
 }
 
 /// Open the sled tree of one store's shard.
-pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<sled::Tree, RunError> {
-    db.open_tree(format!("{store}#{p}")).map_err(state(format!("cannot open store {store}")))
+pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<PagedTree, RunError> {
+    PagedTree::open(db, &format!("{store}#{p}")).map_err(state(format!("cannot open store {store}")))
 }
 
-/// Open the local state. It is a cache of the changelogs: if sled cannot open it (damage after
+/// Open the local state. It is a cache of the changelogs: if sled cannot open it or read it through (damage after
 /// an abrupt stop, or bytes overwritten), it is wiped and every store is restored from its
 /// changelog. Only a lock held by another process is an error.
 /// `cache`: sled's page cache, in bytes (`Config::sled_cache_bytes`).
 pub(crate) fn open_local_state(path: &Path, app: &str, cache: u64) -> Result<sled::Db, RunError> {
-    let open = || sled::Config::new().path(path).cache_capacity(cache).open();
+    // (Read through once opened: see `pages::verify`.)
+    let open = || {
+        let db = sled::Config::new().path(path).cache_capacity(cache).open()?;
+        crate::runtime::pages::verify(&db)?;
+        Ok(db)
+    };
     let damage = match open_catching_panics(open) {
         Ok(Ok(db)) => return Ok(db),
         Ok(Err(e)) if e.to_string().contains("lock") => {
@@ -497,7 +499,7 @@ fn open_catching_panics(open: impl Fn() -> sled::Result<sled::Db>) -> Result<sle
 /// tombstone queued for every key it held, to be committed to the changelog. Returns how many.
 pub(crate) fn empty_store(
     i: usize,
-    tree: &sled::Tree,
+    tree: &PagedTree,
     pending: &mut Pending,
     stream_time: i64,
     changes: &mut Vec<Change>,
@@ -519,16 +521,16 @@ pub(crate) fn empty_store(
 
 /// Every key a store holds, in key order: those in sled that no pending change deletes, and those
 /// pending changes put (its checkpoint is not a key).
-pub(crate) fn live_store_keys(tree: &sled::Tree, pending: &Pending, mut f: impl FnMut(&[u8])) {
+pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl FnMut(&[u8])) {
     let mut pending_puts: Vec<&Vec<u8>> = pending.changes().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
     pending_puts.sort_unstable();
     let mut puts = pending_puts.into_iter().peekable();
-    for k in tree.iter().keys().filter_map(|k| k.ok()) {
+    for (k, _) in tree.rows().filter_map(|k| k.ok()) {
         // Pending puts before this key, then the key itself unless pending changes decide it.
         while let Some(p) = puts.next_if(|p| p.as_slice() < &k[..]) {
             f(p);
         }
-        if &k[..] == CHECKPOINT || pending.contains(&k[..]) {
+        if pending.contains(&k[..]) {
             continue;
         }
         f(&k);
@@ -552,18 +554,13 @@ pub(crate) fn live_keys(live: &mut BTreeMap<Vec<u8>, i64>, records: impl IntoIte
 }
 
 /// Whether a tree holds no row (its checkpoint, if any, aside).
-pub(crate) fn holds_no_rows(tree: &sled::Tree) -> bool {
-    let only_checkpoint = |e: sled::Result<Option<(sled::IVec, sled::IVec)>>| match e {
-        Ok(None) => true,
-        Ok(Some((k, _))) => &k[..] == CHECKPOINT,
-        Err(_) => false,
-    };
-    only_checkpoint(tree.first()) && only_checkpoint(tree.last())
+pub(crate) fn holds_no_rows(tree: &PagedTree) -> bool {
+    tree.holds_no_rows()
 }
 
 /// The local checkpoint of a store: the changelog position its local state reflects.
-pub(crate) fn checkpoint(tree: &sled::Tree) -> Option<Pos> {
-    tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok())
+pub(crate) fn checkpoint(tree: &PagedTree) -> Option<Pos> {
+    tree.checkpoint()
 }
 
 #[cfg(test)]
@@ -583,7 +580,7 @@ mod tests {
     fn reads_through_the_layers_equal_the_changes_whatever_the_cache_keeps() {
         for cache in [0usize, 6_000, 1 << 30] {
             let db = sled::Config::new().temporary(true).open().unwrap();
-            let tree = db.open_tree("s#0").unwrap();
+            let tree = PagedTree::open(&db, "s#0").unwrap();
             let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], cache);
             let keys: Vec<Vec<u8>> = (0..400).map(|i| format!("key{i:04}").into_bytes()).collect();
             let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
@@ -621,12 +618,7 @@ mod tests {
             }
             t.write(&[Pos { offset: 60, byte: 0 }]).unwrap();
             drop(t);
-            let sled_rows: BTreeMap<Vec<u8>, Vec<u8>> = tree
-                .iter()
-                .map(|e| e.unwrap())
-                .filter(|(k, _)| &k[..] != CHECKPOINT)
-                .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                .collect();
+            let sled_rows: BTreeMap<Vec<u8>, Vec<u8>> = tree.rows().map(|e| e.unwrap()).collect();
             assert_eq!(sled_rows, model, "cache {cache}");
             assert_eq!(checkpoint(&tree).map(|c| c.offset), Some(60));
         }
@@ -638,11 +630,11 @@ mod tests {
     #[test]
     fn a_complete_store_answers_misses_from_memory() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], 1 << 30);
         t.pending[0].stage(b"a".to_vec(), Some(b"1".to_vec()), false);
         t.write(&[Pos { offset: 1, byte: 0 }]).unwrap();
-        tree.insert(b"b", b"behind its back".to_vec()).unwrap();
+        tree.put(b"b", Some(b"behind its back")).unwrap();
         assert_eq!(t.get(0, b"a").as_deref(), Some(&b"1"[..]), "from the clean rows");
         assert_eq!(t.get(0, b"b"), None, "complete: a miss is absent");
         t.clean[0].complete = false;

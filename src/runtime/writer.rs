@@ -1,14 +1,12 @@
 //! Writing local state: the changes not in sled yet ([`Pending`]), and the writer, one
-//! background thread per process that writes committed changes to
-//! sled behind the tasks, so that sled's cost (about 14 K instructions per key written and read
-//! back) is off the processing threads and on another core. sled runs every batch of the process
-//! one at a time anyway, so one thread is all it can use.
+//! background thread per process that writes committed changes to sled behind the tasks, so
+//! that sled's cost is off the processing threads and on another core. sled runs every batch of
+//! the process one at a time anyway, so one thread is all it can use.
 //!
 //! A task hands the writer a [`Flight`]: its committed changes not yet in sled, coalesced by key,
-//! with the changelog position they reach. The writer applies them in sorted batches of at most
-//! [`SLED_BATCH`] keys, the checkpoint with the last, then reads the keys back (sled consolidates
-//! a page only when it is read, see [`consolidate`]). Flights of one tree are written in the
-//! order they were handed over. Until a flight is written, sled holds the state of its last
+//! with the changelog position they reach. The writer sorts them and rewrites the pages they fall
+//! in ([`PagedTree::write`]), in batches, the checkpoint with the last. Flights of one tree are
+//! written in the order they were handed over. Until a flight is written, sled holds the state of its last
 //! checkpoint plus possibly some changes after it, all of them in the committed changelog after
 //! that checkpoint: a restore from there replays them over whatever sled holds.
 
@@ -20,9 +18,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use rustc_hash::FxHashMap;
 
 use crate::log::Pos;
-
-/// The key under which a tree holds its checkpoint: the changelog position it reflects.
-pub(crate) const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
+use crate::runtime::pages::PagedTree;
 
 /// Changes to one store that are not in sled yet, coalesced by key: key → (value or deletion,
 /// whether the key may already be in sled). Used by commits, restores and standbys alike.
@@ -158,48 +154,28 @@ impl Pending {
         }
     }
 
+    /// Every change, sorted by key.
+    fn sorted(&self) -> Vec<crate::runtime::pages::Change<'_>> {
+        let mut entries: Vec<_> = self.map.iter().map(|(k, (v, _))| (k.as_slice(), v.as_deref())).collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        entries
+    }
+
     /// Write every change and the checkpoint to the tree in one atomic batch (a standby's copy,
     /// whose changes may pass its task's last commit: sled must hold exactly its checkpoint).
-    pub(crate) fn write(&mut self, tree: &sled::Tree, checkpoint: &Pos) -> Result<(), sled::Error> {
-        let mut batch = sled::Batch::default();
-        let mut keys: Vec<&Vec<u8>> = self.map.keys().collect();
-        keys.sort_unstable();
-        for k in &keys {
-            match &self.map[*k].0 {
-                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
-                None => batch.remove(k.as_slice()),
-            }
-        }
-        batch.insert(CHECKPOINT, serde_json::to_vec(checkpoint).unwrap_or_default());
-        tree.apply_batch(batch)?;
-        consolidate(tree, keys.into_iter().map(|k| k.as_slice()));
+    pub(crate) fn write(&mut self, tree: &PagedTree, checkpoint: &Pos) -> Result<(), sled::Error> {
+        tree.write(&self.sorted(), Some(checkpoint), true)?;
         *self = Pending::default();
         Ok(())
     }
 
-    /// Write every change to the tree here and now, in batches (see [`writer::write`]), the
-    /// checkpoint with the last.
-    pub(crate) fn write_all(&mut self, tree: &sled::Tree, checkpoint: &Pos) -> Result<(), sled::Error> {
+    /// Write every change to the tree here and now, in batches, the checkpoint with the last.
+    pub(crate) fn write_all(&mut self, tree: &PagedTree, checkpoint: &Pos) -> Result<(), sled::Error> {
         write(tree, self, Some(checkpoint))?;
         *self = Pending::default();
         Ok(())
     }
 }
-
-/// Read back the keys a batch just wrote. sled 0.34 consolidates a page's pending updates when
-/// the page is read, not when it is written; a store that is only written (windows are served
-/// from the record cache, never read) otherwise keeps every update in memory and on disk: 3 M
-/// trades of the stats example grew to 680 MB of memory and 76 MB on disk without this, against
-/// 148 MB and 10 MB with it.
-pub(crate) fn consolidate<'a>(tree: &sled::Tree, keys: impl IntoIterator<Item = &'a [u8]>) {
-    for k in keys {
-        let _ = tree.get(k);
-    }
-}
-
-/// The most keys one sled batch writes: sled takes big batches badly (37 k records/s and 5.8 GB
-/// of memory for 1 M keys in one batch, against 90 k/s and 400 MB in batches of 10 k keys).
-pub(crate) const SLED_BATCH: usize = 20_000;
 
 /// Changes handed to the writer, readable by the task until they are written.
 pub(crate) struct Flight {
@@ -215,7 +191,7 @@ struct Done {
 }
 
 struct Job {
-    tree: sled::Tree,
+    tree: PagedTree,
     changes: Arc<Pending>,
     checkpoint: Option<Pos>,
     done: Arc<Done>,
@@ -288,7 +264,7 @@ impl Flight {
     /// Hand `changes` to the writer for `tree`, with the checkpoint they reach (None: sled's
     /// checkpoint stays where it is); `failed` is shared by the flights of the store.
     pub(crate) fn send(
-        tree: &sled::Tree,
+        tree: &PagedTree,
         failed: &Arc<AtomicBool>,
         changes: Pending,
         checkpoint: Option<Pos>,
@@ -333,32 +309,9 @@ impl Flight {
     }
 }
 
-/// One change, borrowed: a key and its new value (None: deleted).
-type Change<'a> = (&'a Vec<u8>, &'a Option<Vec<u8>>);
-
-/// Write `changes` to `tree` in sorted batches of at most [`SLED_BATCH`] keys, `checkpoint` with
-/// the last, each batch's keys read back after it.
-pub(crate) fn write(tree: &sled::Tree, changes: &Pending, checkpoint: Option<&Pos>) -> Result<(), sled::Error> {
-    let mut entries: Vec<Change<'_>> = changes.changes().collect();
-    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    // (No changes: one batch with the checkpoint alone.)
-    let chunks: Vec<&[Change<'_>]> = if entries.is_empty() { vec![&[]] } else { entries.chunks(SLED_BATCH).collect() };
-    let n = chunks.len();
-    for (i, chunk) in chunks.into_iter().enumerate() {
-        let mut batch = sled::Batch::default();
-        for (k, v) in chunk {
-            match v {
-                Some(v) => batch.insert(k.as_slice(), v.as_slice()),
-                None => batch.remove(k.as_slice()),
-            }
-        }
-        if let (true, Some(cp)) = (i + 1 == n, checkpoint) {
-            batch.insert(CHECKPOINT, serde_json::to_vec(cp).unwrap_or_default());
-        }
-        tree.apply_batch(batch)?;
-        consolidate(tree, chunk.iter().map(|(k, _)| k.as_slice()));
-    }
-    Ok(())
+/// Write `changes` to `tree` in batches, `checkpoint` with the last (see [`PagedTree::write`]).
+pub(crate) fn write(tree: &PagedTree, changes: &Pending, checkpoint: Option<&Pos>) -> Result<(), sled::Error> {
+    tree.write(&changes.sorted(), checkpoint, false)
 }
 
 #[cfg(test)]
@@ -370,7 +323,7 @@ mod tests {
     #[test]
     fn after_a_failed_flight_no_later_one_of_its_store_is_written() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = db.open_tree("s#0").unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
         let failed = Arc::new(AtomicBool::new(false));
         let mut p = Pending::default();
         p.stage(b"a".to_vec(), Some(b"1".to_vec()), false);
@@ -381,10 +334,9 @@ mod tests {
         p.stage(b"b".to_vec(), Some(b"2".to_vec()), false);
         assert!(Flight::send(&tree, &failed, p, Some(Pos { offset: 2, byte: 0 })).wait().is_err());
         assert_eq!(tree.get(b"b").unwrap(), None);
-        let cp: Pos = serde_json::from_slice(&tree.get(CHECKPOINT).unwrap().unwrap()).unwrap();
-        assert_eq!(cp.offset, 1, "the checkpoint stays before the gap");
+        assert_eq!(tree.checkpoint().map(|c| c.offset), Some(1), "the checkpoint stays before the gap");
         // Another store's flights go on.
-        let other = db.open_tree("s#1").unwrap();
+        let other = PagedTree::open(&db, "s#1").unwrap();
         let mut p = Pending::default();
         p.stage(b"c".to_vec(), Some(b"3".to_vec()), false);
         Flight::send(&other, &Arc::default(), p, None).wait().unwrap();

@@ -29,6 +29,7 @@ use crate::log::Pos;
 use crate::runtime::error::RunError;
 use crate::runtime::kafka::peers::GroupPeers;
 use crate::runtime::metrics::Metrics;
+use crate::runtime::pages::PagedTree;
 use crate::runtime::restore::restore_start;
 use crate::runtime::state::{open_tree, Pending};
 
@@ -52,7 +53,7 @@ struct Copy {
     /// The task (`<sub>_<partition>`) and store, for metrics and status.
     task: String,
     store: String,
-    tree: sled::Tree,
+    tree: PagedTree,
     pending: Pending,
     /// The offset after the last record applied: the checkpoint. (Not the reader's position,
     /// which moves past a transaction's commit marker: a commit records the marker's offset as
