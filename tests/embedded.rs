@@ -172,8 +172,9 @@ fn results_do_not_depend_on_partitions_threads_or_restarts() {
 }
 
 /// The entries of one store partition in an application's local state, read from its pages
-/// (sled keys starting with 0x00, each a run of `uvarint(len) key uvarint(len) value`; the
-/// checkpoint and the layout's version start with 0xff), as src/runtime/pages.rs lays them out.
+/// (sled keys starting with 0x00 or 0x01, each a run of `uvarint(len) key uvarint(len) value`;
+/// the checkpoint and the layout's version start with 0xff), as src/runtime/pages.rs lays them
+/// out.
 fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     // A run that just returned may still hold sled's file lock for a moment (its flusher
     // thread ends after the last handle is dropped): wait for it, with a generous bound.
@@ -191,7 +192,7 @@ fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)>
     let tree = db.open_tree(tree).unwrap();
     let mut rows = Vec::new();
     for (k, page) in tree.iter().map(|kv| kv.unwrap()) {
-        if k[0] != 0 {
+        if k[0] > 1 {
             continue;
         }
         let field = |at: &mut usize| {

@@ -4,31 +4,38 @@
 //! restore. Here a sled key holds a page of about [`PAGE_FILL`] bytes of rows in key order: a
 //! 1 M-row store is some 25 K sled keys.
 //!
-//! Layout of a tree: each page under `0x00` followed by its smallest row key (its fence); a row
-//! lives in the page with the greatest fence at or below its key. A page is a run of rows, each
-//! `uvarint(key length) key uvarint(value length) value`, in key order. Beside the pages: the
-//! checkpoint ([`CHECKPOINT`]) and the layout's version ([`LAYOUT`]). A tree without the version
-//! holds rows of an earlier layout: it is emptied when opened, and the store restores from its
-//! changelog, as it does from any local state it cannot use.
+//! Layout of a tree: each page but the last under `0x00` followed by its bound, a key at or above
+//! every row it holds and above every row of the pages before it; the last page, holding every
+//! row above the others' bounds, under `0x01` alone. A row lives in the first page whose key is
+//! at or above `0x00` + its key, so a lookup is one forward step in sled. A page is a run of
+//! rows, each `uvarint(key length) key uvarint(value length) value`, in key order. Beside the
+//! pages: the checkpoint ([`CHECKPOINT`]) and the layout's version ([`LAYOUT`]). A tree without
+//! this version holds rows of an earlier layout: it is emptied when opened, and the store
+//! restores from its changelog, as it does from any local state it cannot use.
 //!
-//! Writing a sorted run of changes rewrites each page they fall in once: the page read, the
-//! changes merged into its rows, the page removed and written again under its new fence, split
-//! into pages of about [`PAGE_FILL`] bytes once it holds more than [`PAGE_MAX`] (a row larger than
-//! that is a page of its own). A page emptied is removed; pages are not merged when they shrink.
-
-use std::ops::Bound;
+//! Writing a sorted run of changes rewrites each page they fall in once, in one sled batch with
+//! the page's removal: the changes merged into its rows, split into pages of about
+//! [`PAGE_FILL`] bytes once it holds more than [`PAGE_MAX`] (a row larger than that is a page of
+//! its own), the last piece keeping the page's key and the others keyed by their greatest row. A
+//! page emptied is removed; pages are not merged when they shrink. No page's key ever moves
+//! down, so a scan running beside the writer (an interactive query) misses no row it did not
+//! change (it may see a row twice when a page splits under it).
 
 use crate::log::Pos;
 
-/// The key under which a tree holds its checkpoint: the changelog position it reflects.
-pub(crate) const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffcheckpoint";
+/// The key under which a tree holds its checkpoint: the changelog position it reflects. (Not
+/// the key an earlier layout used, so that an earlier release finds no checkpoint in a paged
+/// tree and restores from the changelog rather than read pages as rows.)
+pub(crate) const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffpaged checkpoint";
 
 /// The key under which a tree holds the version of its layout.
 const LAYOUT: &[u8] = b"\xff\xff\xff\xfflayout";
-const LAYOUT_VERSION: &[u8] = b"pages 1";
+const LAYOUT_VERSION: &[u8] = b"pages 2";
 
-/// The first byte of every page's key.
+/// The first byte of a bounded page's key…
 const PAGE: u8 = 0x00;
+/// …and the last page's whole key.
+const LAST: u8 = 0x01;
 
 /// A page rewritten with more bytes of rows than this is split…
 pub(crate) const PAGE_MAX: usize = 4096;
@@ -56,15 +63,21 @@ pub(crate) struct PagedTree {
     tree: sled::Tree,
 }
 
-fn page_key(fence: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(fence.len() + 1);
+/// The key of a page bounded by `bound`, which is also where a lookup of row key `bound` starts.
+fn page_key(bound: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(bound.len() + 1);
     k.push(PAGE);
-    k.extend_from_slice(fence);
+    k.extend_from_slice(bound);
     k
 }
 
 fn is_page(key: &[u8]) -> bool {
-    key.first() == Some(&PAGE)
+    matches!(key.first(), Some(&PAGE) | Some(&LAST))
+}
+
+/// The bound of the page under `key`: None for the last page.
+fn bound(key: &[u8]) -> Option<&[u8]> {
+    (key.first() == Some(&PAGE)).then(|| &key[1..])
 }
 
 fn put_len(out: &mut Vec<u8>, mut v: usize) {
@@ -75,12 +88,16 @@ fn put_len(out: &mut Vec<u8>, mut v: usize) {
     out.push(v as u8);
 }
 
+fn len_bytes(v: usize) -> usize {
+    (usize::BITS - (v | 1).leading_zeros()).div_ceil(7) as usize
+}
+
 fn read_len(bytes: &[u8], at: &mut usize) -> Option<usize> {
     let mut v = 0usize;
-    for shift in (0..64).step_by(7) {
+    for shift in (0..usize::BITS).step_by(7) {
         let b = *bytes.get(*at)?;
         *at += 1;
-        v |= usize::from(b & 0x7f) << shift;
+        v |= usize::from(b & 0x7f).checked_shl(shift)?;
         if b & 0x80 == 0 {
             return Some(v);
         }
@@ -92,29 +109,38 @@ fn damaged() -> sled::Error {
     sled::Error::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "a page of local state is damaged"))
 }
 
+/// The row of `page` at byte `at`, and the byte after it; None when the bytes are damaged.
+fn row_at(page: &[u8], at: usize) -> Option<(Row<'_>, usize)> {
+    let mut at = at;
+    let mut field = || {
+        let n = read_len(page, &mut at)?;
+        let f = page.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(f)
+    };
+    let k = field()?;
+    let v = field()?;
+    Some(((k, v), at))
+}
+
 /// The rows of a page, in key order.
 fn decode(page: &[u8]) -> sled::Result<Vec<Row<'_>>> {
     let mut rows = Vec::new();
     let mut at = 0;
     while at < page.len() {
-        let mut field = || {
-            let n = read_len(page, &mut at)?;
-            let f = page.get(at..at.checked_add(n)?)?;
-            at += n;
-            Some(f)
-        };
-        let (Some(k), Some(v)) = (field(), field()) else { return Err(damaged()) };
-        rows.push((k, v));
+        let (row, next) = row_at(page, at).ok_or_else(damaged)?;
+        rows.push(row);
+        at = next;
     }
     Ok(rows)
 }
 
 fn row_bytes((k, v): &Row<'_>) -> usize {
-    k.len() + v.len() + 2
+    k.len() + v.len() + len_bytes(k.len()) + len_bytes(v.len())
 }
 
 fn encode(rows: &[Row<'_>]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(rows.iter().map(|r| row_bytes(r) + 4).sum());
+    let mut out = Vec::with_capacity(rows.iter().map(row_bytes).sum());
     for (k, v) in rows {
         put_len(&mut out, k.len());
         out.extend_from_slice(k);
@@ -124,27 +150,33 @@ fn encode(rows: &[Row<'_>]) -> Vec<u8> {
     out
 }
 
-/// The rows of a page with the changes (sorted, all within the page's range) applied.
-fn merge<'a>(rows: Vec<Row<'a>>, changes: &[Change<'a>]) -> Vec<Row<'a>> {
+/// The rows of a page with the changes (sorted, all within the page's range) applied, and
+/// whether that changed anything.
+fn merge<'a>(rows: Vec<Row<'a>>, changes: &[Change<'a>]) -> (Vec<Row<'a>>, bool) {
     let mut out = Vec::with_capacity(rows.len() + changes.len());
+    let mut changed = false;
     let mut rows = rows.into_iter().peekable();
     for (k, v) in changes {
         while let Some(r) = rows.next_if(|r| r.0 < *k) {
             out.push(r);
         }
-        rows.next_if(|r| r.0 == *k);
+        let old = rows.next_if(|r| r.0 == *k);
+        changed |= old.map(|r| r.1) != *v;
         if let Some(v) = v {
             out.push((*k, *v));
         }
     }
     out.extend(rows);
-    out
+    (out, changed)
 }
 
 /// Rows cut into pages: one if they hold at most [`PAGE_MAX`] bytes, else pages of about
-/// [`PAGE_FILL`] bytes each, evenly.
+/// [`PAGE_FILL`] bytes each, evenly; never an empty one.
 fn split<'r, 'a>(rows: &'r [Row<'a>]) -> Vec<&'r [Row<'a>]> {
     let total: usize = rows.iter().map(row_bytes).sum();
+    if rows.is_empty() {
+        return Vec::new();
+    }
     if total <= PAGE_MAX {
         return vec![rows];
     }
@@ -169,32 +201,18 @@ impl PagedTree {
     /// Open store shard `name` of `db`; a tree of an earlier layout is emptied first.
     pub(crate) fn open(db: &sled::Db, name: &str) -> sled::Result<PagedTree> {
         let tree = db.open_tree(name)?;
-        if tree.get(LAYOUT)?.as_deref() != Some(LAYOUT_VERSION) {
+        let paged = PagedTree { tree };
+        if paged.tree.get(LAYOUT)?.as_deref() != Some(LAYOUT_VERSION) {
             // Rows of an earlier layout (or none): the store restores from its changelog.
-            tree.clear()?;
-            tree.insert(LAYOUT, LAYOUT_VERSION)?;
+            paged.clear()?;
         }
-        Ok(PagedTree { tree })
+        Ok(paged)
     }
 
-    /// The page `key` lives in, or would: the one with the greatest fence at or below it, else
-    /// the first (None: no page at all).
+    /// The page `key` lives in, or would: the first whose key is at or above `0x00` + `key`
+    /// (None: `key` is above every bounded page and there is no last page).
     fn page_of(&self, key: &[u8]) -> sled::Result<Option<(sled::IVec, sled::IVec)>> {
-        if let Some((k, v)) = self.tree.range(..=page_key(key)).next_back().transpose()? {
-            if is_page(&k) {
-                return Ok(Some((k, v)));
-            }
-        }
-        self.next_page(Bound::Unbounded)
-    }
-
-    /// The first page after `from`.
-    fn next_page(&self, from: Bound<Vec<u8>>) -> sled::Result<Option<(sled::IVec, sled::IVec)>> {
-        let from = match from {
-            Bound::Unbounded => Bound::Included(vec![PAGE]),
-            b => b,
-        };
-        match self.tree.range::<Vec<u8>, _>((from, Bound::Unbounded)).next().transpose()? {
+        match self.tree.range(page_key(key)..).next().transpose()? {
             Some((k, v)) if is_page(&k) => Ok(Some((k, v))),
             _ => Ok(None),
         }
@@ -203,7 +221,16 @@ impl PagedTree {
     /// The value of `key`.
     pub(crate) fn get(&self, key: &[u8]) -> sled::Result<Option<Vec<u8>>> {
         let Some((_, page)) = self.page_of(key)? else { return Ok(None) };
-        Ok(decode(&page)?.into_iter().find(|r| r.0 == key).map(|r| r.1.to_vec()))
+        let mut at = 0;
+        while at < page.len() {
+            let ((k, v), next) = row_at(&page, at).ok_or_else(damaged)?;
+            match k.cmp(key) {
+                std::cmp::Ordering::Less => at = next,
+                std::cmp::Ordering::Equal => return Ok(Some(v.to_vec())),
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+        Ok(None)
     }
 
     /// Every row, in key order.
@@ -213,11 +240,7 @@ impl PagedTree {
 
     /// Every row whose key starts with `prefix`, in key order.
     pub(crate) fn scan_prefix(&self, prefix: &[u8]) -> Rows {
-        let start = match self.tree.range(..=page_key(prefix)).next_back() {
-            Some(Ok((k, _))) if is_page(&k) => k.to_vec(),
-            _ => vec![PAGE],
-        };
-        Rows { pages: self.tree.range(start..), page: None, at: 0, prefix: prefix.to_vec(), done: false }
+        Rows { pages: self.tree.range(page_key(prefix)..), page: None, at: 0, prefix: prefix.to_vec(), done: false }
     }
 
     /// Whether the tree holds no row.
@@ -234,8 +257,14 @@ impl PagedTree {
         self.tree.get(CHECKPOINT).ok().flatten().and_then(|b| serde_json::from_slice(&b).ok())
     }
 
-    /// Remove every row and the checkpoint.
+    /// Remove every row and the checkpoint. The checkpoint and the layout's version go first, in
+    /// one batch (sled's `clear` removes a key at a time): a crash part way leaves a tree without
+    /// the version, emptied when opened, never a checkpoint over some of its rows.
     pub(crate) fn clear(&self) -> sled::Result<()> {
+        let mut first = sled::Batch::default();
+        first.remove(CHECKPOINT);
+        first.remove(LAYOUT);
+        self.tree.apply_batch(first)?;
         self.tree.clear()?;
         self.tree.insert(LAYOUT, LAYOUT_VERSION)?;
         Ok(())
@@ -244,60 +273,64 @@ impl PagedTree {
     /// Apply `changes` (sorted by key, each key once) and then set the checkpoint, if any: in
     /// one atomic batch if `atomic`, else in batches of at most [`BATCH_ROWS`] changes, the
     /// checkpoint with the last (a crash in between leaves changes after the checkpoint, which
-    /// a restore from it replays). Each page written is read back: sled 0.34 consolidates a
-    /// page's updates only when it is read, and a tree only written keeps every update in
-    /// memory and on disk.
+    /// a restore from it replays; each page's rewrite is in one batch). Each page written is
+    /// read back: sled 0.34 consolidates a page's updates only when it is read, and a tree only
+    /// written keeps every update in memory and on disk.
     pub(crate) fn write(&self, changes: &[Change<'_>], checkpoint: Option<&Pos>, atomic: bool) -> sled::Result<()> {
         debug_assert!(changes.windows(2).all(|w| w[0].0 < w[1].0), "sorted, each key once");
         let mut batch = sled::Batch::default();
-        let mut touched: Vec<Vec<u8>> = Vec::new();
+        let mut written: Vec<Vec<u8>> = Vec::new();
         let (mut rows, mut bytes) = (0, 0);
         let mut i = 0;
         while i < changes.len() {
             let page = self.page_of(changes[i].0)?;
-            // The changes that fall in this page: those before the next page's fence (in
-            // batches, at most a batch's worth: the pages they make are then written before
-            // the next changes are merged into the last of them).
-            let all = match &page {
-                Some((pk, _)) => match self.next_page(Bound::Excluded(pk.to_vec()))? {
-                    Some((next, _)) => i + changes[i..].partition_point(|c| c.0 < &next[1..]),
-                    None => changes.len(),
-                },
+            // The changes that fall in this page: those up to its bound (in batches, at most a
+            // batch's worth: the pages they make are then written before the next changes are
+            // looked up).
+            let all = match page.as_ref().and_then(|(k, _)| bound(k)) {
+                Some(b) => i + changes[i..].partition_point(|c| c.0 <= b),
                 None => changes.len(),
             };
             let j = if atomic { all } else { all.min(i + BATCH_ROWS) };
             let held = match &page {
-                Some((pk, v)) => {
-                    batch.remove(pk.clone());
-                    touched.push(pk.to_vec());
-                    decode(v)?
-                }
+                Some((_, v)) => decode(v)?,
                 None => Vec::new(),
             };
-            let merged = merge(held, &changes[i..j]);
-            for piece in split(&merged).into_iter().filter(|p| !p.is_empty()) {
-                let key = page_key(piece[0].0);
-                let value = encode(piece);
-                bytes += value.len();
-                batch.insert(key.clone(), value);
-                touched.push(key);
+            let (merged, changed) = merge(held, &changes[i..j]);
+            if changed {
+                let key = match &page {
+                    Some((k, _)) => {
+                        batch.remove(k.clone());
+                        k.to_vec()
+                    }
+                    None => vec![LAST],
+                };
+                let pieces = split(&merged);
+                let n = pieces.len();
+                for (p, piece) in pieces.into_iter().enumerate() {
+                    let piece_key = if p + 1 == n { key.clone() } else { page_key(piece[piece.len() - 1].0) };
+                    let value = encode(piece);
+                    bytes += value.len();
+                    batch.insert(piece_key.clone(), value);
+                    written.push(piece_key);
+                }
             }
             rows += j - i;
             i = j;
             if !atomic && (j < all || rows >= BATCH_ROWS || bytes >= BATCH_BYTES) && i < changes.len() {
-                self.apply(std::mem::take(&mut batch), &mut touched)?;
+                self.apply(std::mem::take(&mut batch), &mut written)?;
                 (rows, bytes) = (0, 0);
             }
         }
         if let Some(cp) = checkpoint {
             batch.insert(CHECKPOINT, serde_json::to_vec(cp).unwrap_or_default());
         }
-        self.apply(batch, &mut touched)
+        self.apply(batch, &mut written)
     }
 
-    fn apply(&self, batch: sled::Batch, touched: &mut Vec<Vec<u8>>) -> sled::Result<()> {
+    fn apply(&self, batch: sled::Batch, written: &mut Vec<Vec<u8>>) -> sled::Result<()> {
         self.tree.apply_batch(batch)?;
-        for k in touched.drain(..) {
+        for k in written.drain(..) {
             let _ = self.tree.get(k);
         }
         Ok(())
@@ -338,7 +371,7 @@ pub(crate) fn verify(db: &sled::Db) -> sled::Result<()> {
 /// Rows of a tree in key order, from a prefix on (see [`PagedTree::scan_prefix`]).
 pub(crate) struct Rows {
     pages: sled::Iter,
-    /// The page being read, decoded lazily.
+    /// The page being read.
     page: Option<sled::IVec>,
     at: usize,
     prefix: Vec<u8>,
@@ -355,18 +388,11 @@ impl Iterator for Rows {
             }
             if let Some(page) = &self.page {
                 if self.at < page.len() {
-                    let mut at = self.at;
-                    let mut field = || {
-                        let n = read_len(page, &mut at)?;
-                        let f = page.get(at..at.checked_add(n)?)?;
-                        at += n;
-                        Some(f)
-                    };
-                    let (Some(k), Some(v)) = (field(), field()) else {
+                    let Some(((k, v), next)) = row_at(page, self.at) else {
                         self.done = true;
                         return Some(Err(damaged()));
                     };
-                    self.at = at;
+                    self.at = next;
                     if k.starts_with(&self.prefix) {
                         return Some(Ok((k.to_vec(), v.to_vec())));
                     }
@@ -458,23 +484,58 @@ mod tests {
         }
     }
 
-    /// A key below every page's fence goes to the first page, which takes it as its fence; the
-    /// empty key is a key like another.
+    /// Keys below and above every row go to the first and the last page; the empty key is a
+    /// key like another; a store emptied holds no page.
     #[test]
-    fn keys_below_the_first_fence_and_the_empty_key() {
+    fn keys_at_both_ends_and_the_empty_key() {
         let (_db, t) = tree();
         t.put(b"m", Some(b"1")).unwrap();
         t.put(b"c", Some(b"2")).unwrap();
         t.put(b"", Some(b"3")).unwrap();
+        t.put(b"\xff\xff", Some(b"4")).unwrap();
         assert_eq!(t.page_count(), 1);
         assert_eq!(t.get(b"").unwrap().as_deref(), Some(&b"3"[..]));
         assert_eq!(t.get(b"c").unwrap().as_deref(), Some(&b"2"[..]));
+        assert_eq!(t.get(b"\xff\xff").unwrap().as_deref(), Some(&b"4"[..]));
         assert_eq!(t.get(b"a").unwrap(), None);
-        t.put(b"", None).unwrap();
-        t.put(b"c", None).unwrap();
-        t.put(b"m", None).unwrap();
+        assert_eq!(t.get(b"\xff\xff\xff").unwrap(), None);
+        for k in [&b""[..], b"c", b"m", b"\xff\xff"] {
+            t.put(k, None).unwrap();
+        }
         assert!(t.holds_no_rows());
         assert_eq!(t.page_count(), 0);
+    }
+
+    /// A scan that the writer changes the tree under (an interactive query beside the writer
+    /// thread) still yields every row nobody changed: rows put below, inside and above what it
+    /// has read, pages split and emptied meanwhile.
+    #[test]
+    fn a_scan_beside_writes_misses_no_unchanged_row() {
+        let (_db, t) = tree();
+        let value = vec![b'v'; 100];
+        let keys: Vec<Vec<u8>> = (0..300).map(|i| format!("k{i:03}").into_bytes()).collect();
+        let changes: Vec<Change<'_>> = keys.iter().map(|k| (k.as_slice(), Some(value.as_slice()))).collect();
+        t.write(&changes, None, false).unwrap();
+        assert!(t.page_count() > 5);
+        let mut scan = t.scan_prefix(b"k1");
+        let mut seen: Vec<Vec<u8>> = (0..5).map(|_| scan.next().unwrap().unwrap().0).collect();
+        // Rows below the scan, around where it is and after it; rows of pages it has not read
+        // yet deleted (k150 to k169).
+        let new: Vec<Vec<u8>> = ["a", "k000a", "k0995", "k1025", "k104a", "k104b", "k1995", "z"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .chain((0..200).map(|i| format!("k12{i:03}").into_bytes()))
+            .collect();
+        let mut writes: BTreeMap<&[u8], Option<&[u8]>> = new.iter().map(|k| (k.as_slice(), Some(&value[..]))).collect();
+        for k in &keys[150..170] {
+            writes.insert(k, None);
+        }
+        let writes: Vec<Change<'_>> = writes.into_iter().collect();
+        t.write(&writes, None, false).unwrap();
+        seen.extend(scan.map(|r| r.unwrap().0));
+        for k in keys[100..200].iter().filter(|k| !(b"k150".as_slice()..b"k170".as_slice()).contains(&k.as_slice())) {
+            assert!(seen.contains(k), "{} missed", String::from_utf8_lossy(k));
+        }
     }
 
     /// A tree holding rows of the earlier layout (a row per sled key) is emptied when opened:
@@ -484,6 +545,8 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let raw = db.open_tree("s#0").unwrap();
         raw.insert(b"row", b"v".to_vec()).unwrap();
+        raw.insert(&b"\xff\xff\xff\xffcheckpoint"[..], serde_json::to_vec(&Pos { offset: 3, byte: 0 }).unwrap())
+            .unwrap();
         raw.insert(CHECKPOINT, serde_json::to_vec(&Pos { offset: 3, byte: 0 }).unwrap()).unwrap();
         let t = PagedTree::open(&db, "s#0").unwrap();
         assert!(t.holds_no_rows());
@@ -498,7 +561,7 @@ mod tests {
     fn a_damaged_page_is_an_error() {
         let (db, t) = tree();
         t.put(b"row", Some(b"value")).unwrap();
-        db.open_tree("s#0").unwrap().insert(page_key(b"row"), vec![0x05, b'r']).unwrap();
+        db.open_tree("s#0").unwrap().insert([LAST], vec![0x05, b'r']).unwrap();
         assert!(t.get(b"row").is_err());
         assert!(t.rows().any(|r| r.is_err()));
         assert!(t.put(b"rox", Some(b"v")).is_err());
