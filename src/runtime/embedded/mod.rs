@@ -152,6 +152,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     }
     total.interrupted = shared.stop.load(Ordering::SeqCst);
     shared.db.flush().map_err(state("cannot flush local state"))?;
+    drop(shared);
+    crate::runtime::state::mark_closed(&db_path);
     Ok(total)
 }
 
@@ -438,8 +440,8 @@ pub fn query_stopped(
         Err(e) => return Err(e.to_string()),
     };
     let partitions = log.topic(&target.spec.main.topic).map_err(|e| e.to_string())?.map_or(0, |m| m.partitions);
-    let db = open_local_state(&state_dir.join("apps").join(app).join("state"), app, cfg.sled_cache_bytes())
-        .map_err(|e| e.to_string())?;
+    let db_path = state_dir.join("apps").join(app).join("state");
+    let db = open_local_state(&db_path, app, cfg.sled_cache_bytes()).map_err(|e| e.to_string())?;
     let store = &target.spec.stores[target.store];
     let mut rows = Vec::new();
     for p in 0..partitions {
@@ -452,6 +454,8 @@ pub fn query_stopped(
         rows.extend(read(&target, fetch, p, &Shard { tree: &tree, layers: Vec::new() })?);
     }
     db.flush().map_err(|e| format!("cannot flush local state: {e}"))?;
+    drop(db);
+    crate::runtime::state::mark_closed(&db_path);
     Ok(Some(merge(rows)))
 }
 

@@ -112,11 +112,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
     let topic_configs = setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
     crate::runtime::schemas::register_sinks(&opts.config, &specs)?;
-    let db = state::open_local_state(
-        &opts.state_dir.join("apps").join(&opts.app).join("state"),
-        &opts.app,
-        opts.config.sled_cache_bytes(),
-    )?;
+    let state_path = opts.state_dir.join("apps").join(&opts.app).join("state");
+    let db = state::open_local_state(&state_path, &opts.app, opts.config.sled_cache_bytes())?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
     // The start-up end of every partition of every external input: `--drain` stops there.
@@ -142,6 +139,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         control_reader,
         subscribed: main_topics.clone(),
         db,
+        state_path,
         producer,
         instance: instance.clone(),
         eos,
@@ -684,6 +682,8 @@ struct Engine {
     /// The main inputs the group consumer is subscribed to.
     subscribed: BTreeSet<String>,
     db: sled::Db,
+    /// Where `db` lives.
+    state_path: std::path::PathBuf,
     producer: Producer,
     instance: String,
     eos: bool,
@@ -1203,6 +1203,9 @@ impl Engine {
             sb.close()?;
         }
         self.db.flush().map_err(crate::runtime::error::state("cannot flush local state"))?;
+        // (sled may still write when the database is dropped: the next open then reads the
+        // local state through all the same.)
+        crate::runtime::state::mark_closed(&self.state_path);
         Ok(self.closed.clone())
     }
 }
