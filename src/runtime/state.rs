@@ -456,7 +456,13 @@ pub(crate) fn open_tree(db: &sled::Db, store: &str, p: u32) -> Result<PagedTree,
 pub(crate) fn open_local_state(path: &Path, app: &str, cache: u64) -> Result<sled::Db, RunError> {
     let marker = closed_marker(path);
     let closed = std::fs::read_to_string(&marker).ok().is_some_and(|m| m == fingerprint(path));
-    let _ = std::fs::remove_file(&marker);
+    // Gone before anything can change the files (a marker left behind would vouch for them).
+    match std::fs::remove_file(&marker) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(RunError::Io { doing: format!("cannot remove {}", marker.display()), source: e });
+        }
+        _ => {}
+    }
     let open = || {
         let db = sled::Config::new().path(path).cache_capacity(cache).open()?;
         if !closed {
@@ -483,10 +489,18 @@ pub(crate) fn open_local_state(path: &Path, app: &str, cache: u64) -> Result<sle
     open().map_err(state(format!("cannot open local state {}", path.display())))
 }
 
-/// Say that the local state at `path` was closed cleanly (its database flushed): the next open
-/// skips reading it through if sled's files are still as they are now. (Best effort: a
-/// marker that cannot be written only costs the next open the read-through.)
+/// Say that the local state at `path` was closed cleanly: its database flushed and closed (no
+/// handle of it left in the process, so sled writes nothing more), and no write of it failed.
+/// The next open skips reading it through if sled's files still have the sizes and
+/// modification times they have now. (Best effort: a marker that cannot be written only costs
+/// the next open the read-through.)
 pub(crate) fn mark_closed(path: &Path) {
+    if !crate::runtime::writer::a_write_failed() {
+        write_closed_marker(path);
+    }
+}
+
+fn write_closed_marker(path: &Path) {
     let _ = std::fs::write(closed_marker(path), fingerprint(path));
 }
 
@@ -673,11 +687,17 @@ mod tests {
         std::fs::create_dir_all(path.join("blobs")).unwrap();
         std::fs::write(path.join("db"), b"0123456789").unwrap();
         std::fs::write(path.join("blobs").join("1"), b"blob").unwrap();
-        mark_closed(&path);
+        // (As `mark_closed` does when no write of local state failed in the process; another
+        // test here makes one fail on purpose.)
+        write_closed_marker(&path);
         let matches = || std::fs::read_to_string(closed_marker(&path)).ok() == Some(fingerprint(&path));
         assert!(matches());
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // (Written with bytes of the same length; its modification time set apart from the
+        // first, whatever the file system's clock granularity.)
+        let before = std::fs::metadata(path.join("db")).unwrap().modified().unwrap();
         std::fs::write(path.join("db"), b"0123456780").unwrap();
+        let f = std::fs::File::options().write(true).open(path.join("db")).unwrap();
+        f.set_modified(before + std::time::Duration::from_secs(2)).unwrap();
         assert!(!matches());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -191,7 +191,9 @@ struct Done {
 }
 
 struct Job {
-    tree: PagedTree,
+    /// (Let go of before the waiter hears the job is done: the last handle of a database
+    /// closes it, which must not happen here after the run that opened it has moved on.)
+    tree: Option<PagedTree>,
     changes: Arc<Pending>,
     checkpoint: Option<Pos>,
     done: Arc<Done>,
@@ -206,8 +208,9 @@ impl Job {
         if self.failed.load(Ordering::Acquire) {
             return Err(sled::Error::ReportableBug("an earlier write of this store failed".into()));
         }
+        let Some(tree) = &self.tree else { return Ok(()) };
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            write(&self.tree, &self.changes, self.checkpoint.as_ref())
+            write(tree, &self.changes, self.checkpoint.as_ref())
         }))
         .unwrap_or_else(|p| {
             let why = p
@@ -219,6 +222,7 @@ impl Job {
         });
         if r.is_err() {
             self.failed.store(true, Ordering::Release);
+            WRITE_FAILED.store(true, Ordering::Release);
         }
         r
     }
@@ -240,6 +244,16 @@ impl Drop for Job {
     }
 }
 
+/// Set once any write of local state failed in this process (a failed write is not always
+/// waited for: a task dropped after a lost partition): its local state is then not marked as
+/// closed cleanly ([`crate::runtime::state::mark_closed`]).
+static WRITE_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Whether any write of local state failed in this process.
+pub(crate) fn a_write_failed() -> bool {
+    WRITE_FAILED.load(Ordering::Acquire)
+}
+
 fn writer() -> &'static Mutex<Sender<Job>> {
     static WRITER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
     WRITER.get_or_init(|| {
@@ -250,8 +264,9 @@ fn writer() -> &'static Mutex<Sender<Job>> {
                 for mut job in rx {
                     let result = job.run();
                     // The writer lets go of the changes before it says it is done, so that the
-                    // task gets them back whole (`Flight::wait`).
+                    // task gets them back whole (`Flight::wait`), and of the tree.
                     job.changes = Arc::new(Pending::default());
+                    job.tree = None;
                     job.finish(result);
                 }
             })
@@ -272,7 +287,7 @@ impl Flight {
         let changes = Arc::new(changes);
         let done = Arc::new(Done::default());
         let job = Job {
-            tree: tree.clone(),
+            tree: Some(tree.clone()),
             changes: changes.clone(),
             checkpoint,
             done: done.clone(),
@@ -284,6 +299,7 @@ impl Flight {
             let mut job = e.0;
             let result = job.run();
             job.changes = Arc::new(Pending::default());
+            job.tree = None;
             job.finish(result);
         }
         Flight { changes, done }

@@ -139,7 +139,6 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         control_reader,
         subscribed: main_topics.clone(),
         db,
-        state_path,
         producer,
         instance: instance.clone(),
         eos,
@@ -217,7 +216,11 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         sb.warm_up(&engine.stage, &engine.db, opts.config.acceptable.recovery.lag, &stop)?;
         if stop.load(Ordering::Relaxed) {
             eprintln!("stopping while warming up: the copies are written, the group never joined");
-            return engine.close_all();
+            let summary = engine.close_all()?;
+            // (The database closed first: see `state::mark_closed`.)
+            drop(engine);
+            crate::runtime::state::mark_closed(&state_path);
+            return Ok(summary);
         }
     }
     let consumer: BaseConsumer<GroupCtx> =
@@ -317,7 +320,10 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         Ok(summary) => {
             // Leaving the group revokes what is left (nothing: every task is closed).
             consumer.unsubscribe();
+            // (The engine, and with it the database, goes with the consumer's context: the
+            // local state is closed before it is marked so.)
             drop(consumer);
+            crate::runtime::state::mark_closed(&state_path);
             Ok(summary)
         }
         Err(err) => {
@@ -682,8 +688,6 @@ struct Engine {
     /// The main inputs the group consumer is subscribed to.
     subscribed: BTreeSet<String>,
     db: sled::Db,
-    /// Where `db` lives.
-    state_path: std::path::PathBuf,
     producer: Producer,
     instance: String,
     eos: bool,
@@ -1203,9 +1207,6 @@ impl Engine {
             sb.close()?;
         }
         self.db.flush().map_err(crate::runtime::error::state("cannot flush local state"))?;
-        // (sled may still write when the database is dropped: the next open then reads the
-        // local state through all the same.)
-        crate::runtime::state::mark_closed(&self.state_path);
         Ok(self.closed.clone())
     }
 }
