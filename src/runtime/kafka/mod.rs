@@ -1500,6 +1500,13 @@ fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed");
+    // librdkafka stops fetching a partition once its local queue holds `queued.min.messages`
+    // (100,000) and then waits `fetch.queue.backoff.ms`, a second by default, before it fetches
+    // again: a reader that drains its queue fast (a restore, a task catching up) waited a second
+    // per 100,000 records. (A setting of the user's own wins.)
+    if c.get("fetch.queue.backoff.ms").is_none() {
+        c.set("fetch.queue.backoff.ms", "10");
+    }
     c
 }
 
