@@ -28,6 +28,12 @@ use crate::log::Pos;
 /// tree and restores from the changelog rather than read pages as rows.)
 pub(crate) const CHECKPOINT: &[u8] = b"\xff\xff\xff\xffpaged checkpoint";
 
+/// The key under which a tree holds the digest of its rows: the XOR of a hash of each row,
+/// kept up to date in every batch that changes pages, so that `verify` can tell a tree whose
+/// pages sled brought back inconsistent (a stale page beside newer ones, after damage) from
+/// one it can use.
+const DIGEST: &[u8] = b"\xff\xff\xff\xffdigest";
+
 /// The key under which a tree holds the version of its layout.
 const LAYOUT: &[u8] = b"\xff\xff\xff\xfflayout";
 const LAYOUT_VERSION: &[u8] = b"pages 2";
@@ -133,6 +139,19 @@ fn decode(page: &[u8]) -> sled::Result<Vec<Row<'_>>> {
         at = next;
     }
     Ok(rows)
+}
+
+/// A row's share of the digest.
+fn row_hash((k, v): &Row<'_>) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&(k.len() as u64).to_le_bytes());
+    h.update(k);
+    h.update(v);
+    h.digest()
+}
+
+fn digest_of(bytes: Option<&[u8]>) -> u64 {
+    bytes.and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes)
 }
 
 fn row_bytes((k, v): &Row<'_>) -> usize {
@@ -281,6 +300,7 @@ impl PagedTree {
         let mut batch = sled::Batch::default();
         let mut written: Vec<Vec<u8>> = Vec::new();
         let (mut rows, mut bytes) = (0, 0);
+        let mut digest = digest_of(self.tree.get(DIGEST)?.as_deref());
         let mut i = 0;
         while i < changes.len() {
             let page = self.page_of(changes[i].0)?;
@@ -296,8 +316,10 @@ impl PagedTree {
                 Some((_, v)) => decode(v)?,
                 None => Vec::new(),
             };
+            let before: u64 = held.iter().fold(0, |d, r| d ^ row_hash(r));
             let (merged, changed) = merge(held, &changes[i..j]);
             if changed {
+                digest ^= before ^ merged.iter().fold(0, |d, r| d ^ row_hash(r));
                 let key = match &page {
                     Some((k, _)) => {
                         batch.remove(k.clone());
@@ -318,6 +340,7 @@ impl PagedTree {
             rows += j - i;
             i = j;
             if !atomic && (j < all || rows >= BATCH_ROWS || bytes >= BATCH_BYTES) && i < changes.len() {
+                batch.insert(DIGEST, &digest.to_le_bytes()[..]);
                 self.apply(std::mem::take(&mut batch), &mut written)?;
                 (rows, bytes) = (0, 0);
             }
@@ -325,6 +348,7 @@ impl PagedTree {
         if let Some(cp) = checkpoint {
             batch.insert(CHECKPOINT, serde_json::to_vec(cp).unwrap_or_default());
         }
+        batch.insert(DIGEST, &digest.to_le_bytes()[..]);
         self.apply(batch, &mut written)
     }
 
@@ -358,11 +382,18 @@ pub(crate) fn verify(db: &sled::Db) -> sled::Result<()> {
     for name in db.tree_names() {
         let tree = db.open_tree(&name)?;
         let paged = tree.get(LAYOUT)?.as_deref() == Some(LAYOUT_VERSION);
+        let mut digest = 0;
         for kv in tree.iter() {
             let (k, v) = kv?;
             if paged && is_page(&k) {
-                decode(&v)?;
+                digest = decode(&v)?.iter().fold(digest, |d, r| d ^ row_hash(r));
             }
+        }
+        if paged && digest != digest_of(tree.get(DIGEST)?.as_deref()) {
+            return Err(sled::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("the rows of local state {} do not match their digest", String::from_utf8_lossy(&name)),
+            )));
         }
     }
     Ok(())
@@ -554,6 +585,24 @@ mod tests {
         t.put(b"row", Some(b"w")).unwrap();
         let t = PagedTree::open(&db, "s#0").unwrap();
         assert_eq!(t.get(b"row").unwrap().as_deref(), Some(&b"w"[..]));
+    }
+
+    /// verify accepts a tree as written and refuses one with a page put back to an older
+    /// version of itself (valid bytes, stale rows), as sled may after damage to its files.
+    #[test]
+    fn verify_refuses_a_stale_page() {
+        let (db, t) = tree();
+        let value = vec![b'v'; 100];
+        let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i:03}").into_bytes()).collect();
+        let changes: Vec<Change<'_>> = keys.iter().map(|k| (k.as_slice(), Some(value.as_slice()))).collect();
+        t.write(&changes, Some(&Pos { offset: 1, byte: 0 }), false).unwrap();
+        verify(&db).unwrap();
+        let raw = db.open_tree("s#0").unwrap();
+        let (page, old) = raw.iter().next().unwrap().unwrap();
+        t.put(b"k000", Some(b"new")).unwrap();
+        verify(&db).unwrap();
+        raw.insert(page, old).unwrap();
+        assert!(verify(&db).is_err());
     }
 
     /// A page whose bytes are damaged is an error, never a panic.
