@@ -94,6 +94,14 @@ pub struct Base {
 /// compaction exceed this many bytes and the size of its compacted part.
 pub const COMPACT_MIN_BYTES: u64 = 8 << 20;
 
+/// The keys a compaction holds in memory at most: its map's table of 2^19 slots of 25 bytes,
+/// 13 MB, whatever the keys' length. More keys take more scans, not more memory (a scan of
+/// 1.75 M records takes about 0.15 s).
+const COMPACT_MAP_KEYS: usize = 458_752;
+
+/// A key's hash (128 bits) → the place in a compaction's scan of its last record.
+type KeyPlaces = rustc_hash::FxHashMap<[u64; 2], usize>;
+
 impl Committed {
     pub fn end(&self, topic: &str, partition: u32) -> Pos {
         self.ends.get(&part_key(topic, partition)).copied().unwrap_or_default()
@@ -513,35 +521,59 @@ impl EmbeddedLog {
 
     /// Write generation `base.gen + 1` of a partition compacted up to `end`: every record of it
     /// (the compacted part and the frames up to `end`, which may not be committed yet) is read
-    /// twice, once to find each key's last offset and once to keep that record. Returns the new
+    /// to find each key's last record, then once more to keep those. Returns the new
     /// generation's base; the caller commits it.
     fn compact(&self, topic: &str, p: u32, base: Base, end: Pos) -> Result<Base> {
+        self.compact_within(topic, p, base, end, COMPACT_MAP_KEYS)
+    }
+
+    /// [`Self::compact`] holding about `map_keys` keys in memory at most. Keys are known by a
+    /// 128-bit hash (as Kafka's log cleaner keys its offset map by a 16-byte digest), so the
+    /// map's size does not depend on the keys' length. A partition with more keys than that
+    /// has its keys split by hash into shares, each found in a scan of its own: `r` records cost
+    /// about `2 + 8r / 7map_keys` scans, and memory stays bounded whatever the number of keys.
+    /// The records to keep are marked in a bitset by their place in the scan.
+    fn compact_within(&self, topic: &str, p: u32, base: Base, end: Pos, map_keys: usize) -> Result<Base> {
         let gen = base.gen + 1;
         // Deletions compacted by the previous compaction go now.
         let horizon = base.start.offset;
-        // Pass 1: each key's last offset (frames are scanned, not decoded).
-        let mut last: rustc_hash::FxHashMap<Vec<u8>, u64> = rustc_hash::FxHashMap::default();
-        self.scan_frames(topic, p, base, end, &mut |offset, frame| {
-            if let Some((Some(k), _)) = frame_key(frame) {
-                match last.get_mut(k) {
-                    Some(o) => *o = offset,
-                    None => {
-                        last.insert(k.to_vec(), offset);
-                    }
-                }
+        // Pass 1: each key's last record (frames are scanned, not decoded), all keys at once
+        // if they fit. (The table is made at its full size at once: growing it would hold the
+        // old one beside it. There are at most `end.offset` records.)
+        let mut last = KeyPlaces::with_capacity_and_hasher(map_keys.min(end.offset as usize), Default::default());
+        let (records, fits) = self.last_places(topic, p, base, end, (0, 1), Some(map_keys), &mut last)?;
+        let mut keep = vec![0u64; records.div_ceil(64)];
+        let mut mark = |last: &KeyPlaces| {
+            for &nth in last.values() {
+                keep[nth / 64] |= 1 << (nth % 64);
             }
-            Ok(())
-        })?;
+        };
+        if fits {
+            mark(&last);
+        } else {
+            // At most `records` keys, in shares of at most `7/8 map_keys` expected keys each (a
+            // share's spread around its expected size stays well under the bound; one over it
+            // would still be taken whole, the map growing).
+            let shares = records.div_ceil((map_keys - map_keys / 8).max(1)) as u64;
+            for share in 0..shares {
+                self.last_places(topic, p, base, end, (share, shares), None, &mut last)?;
+                mark(&last);
+            }
+        }
+        drop(last);
         // Pass 2: the frames to keep, copied as they are after their offsets.
         let path = self.compact_path(topic, p, gen);
         let file = File::create(&path).map_err(io(At("cannot create", &path)))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
         let mut bytes = 0u64;
+        let mut nth = 0usize;
         self.scan_frames(topic, p, base, end, &mut |offset, frame| {
             // Keyless records cannot be compacted away: they are kept. A key's last record
             // stays, unless it is a deletion from before the horizon.
+            let latest = keep.get(nth / 64).is_some_and(|w| w & (1 << (nth % 64)) != 0);
+            nth += 1;
             let (latest, deletion) = match frame_key(frame) {
-                Some((Some(k), deletion)) => (last.get(k) == Some(&offset), deletion),
+                Some((Some(_), deletion)) => (latest, deletion),
                 Some((None, deletion)) => (true, deletion),
                 None => (true, false),
             };
@@ -561,6 +593,42 @@ impl EmbeddedLog {
         let log = self.data_path(topic, p, &next);
         File::create(&log).map_err(io(At("cannot create", &log)))?;
         Ok(next)
+    }
+
+    /// One scan of a partition up to `end`: into `last`, the place in the scan (0 for its first
+    /// record) of the last record of each key whose hash falls in share `share.0` of `share.1`.
+    /// Returns the number of records scanned, and whether every such key fit under `bound`
+    /// (past it the map is not filled further, and the scan only counts).
+    #[allow(clippy::too_many_arguments)]
+    fn last_places(
+        &self,
+        topic: &str,
+        p: u32,
+        base: Base,
+        end: Pos,
+        share: (u64, u64),
+        bound: Option<usize>,
+        last: &mut KeyPlaces,
+    ) -> Result<(usize, bool)> {
+        last.clear();
+        let mut nth = 0usize;
+        let mut fits = true;
+        self.scan_frames(topic, p, base, end, &mut |_, frame| {
+            if let (true, Some((Some(k), _))) = (fits, frame_key(frame)) {
+                let h = xxhash_rust::xxh3::xxh3_128(k);
+                let h = [h as u64, (h >> 64) as u64];
+                if h[1] % share.1 == share.0 {
+                    if bound.is_some_and(|b| last.len() >= b) && !last.contains_key(&h) {
+                        fits = false;
+                    } else {
+                        last.insert(h, nth);
+                    }
+                }
+            }
+            nth += 1;
+            Ok(())
+        })?;
+        Ok((nth, fits))
     }
 
     /// Every frame of a partition up to `end`, in offset order, with its offset: the compacted
@@ -1259,6 +1327,52 @@ mod tests {
             folded.insert(s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()));
         }
         assert_eq!(folded, last);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_compaction_with_more_keys_than_its_map_holds_keeps_the_same_records() {
+        let dir = std::env::temp_dir().join(format!("streamc-log-compact-shares-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        log.create_topic("cl", 1, true).unwrap();
+        // Updates, deletions and keyless records over 300 keys, below the compaction threshold.
+        // The fold: each key's last offset, and every keyless record.
+        let mut want: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+        let mut keyless = Vec::new();
+        let mut x = 7u64;
+        let mut records = Vec::new();
+        for offset in 0..3_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let key = (!(x >> 40).is_multiple_of(50)).then(|| format!("key-{}", (x >> 33) % 300).into_bytes());
+            let value = (!(x >> 20).is_multiple_of(9)).then(|| offset.to_le_bytes().to_vec());
+            match &key {
+                Some(k) => {
+                    want.insert(k.clone(), offset);
+                }
+                None => keyless.push(offset),
+            }
+            records.push(Record { key, value, timestamp: offset as i64, headers: vec![] });
+        }
+        log.commit(vec![Append::of("cl", 0, &records)], vec![]).unwrap();
+        let end = log.committed().unwrap().end("cl", 0);
+        let mut expected: Vec<u64> = want.values().copied().chain(keyless).collect();
+        expected.sort();
+        let compacted = |map_keys: usize| {
+            let next = log.compact_within("cl", 0, Base::default(), end, map_keys).unwrap();
+            let mut frames = CompactedFrames::open(log.compact_path("cl", 0, next.gen), next.compacted_bytes).unwrap();
+            let mut kept = Vec::new();
+            while let Some((offset, frame)) = frames.next().unwrap() {
+                kept.push((offset, frame.to_vec()));
+            }
+            kept
+        };
+        let whole = compacted(1_000_000);
+        assert_eq!(whole.iter().map(|(o, _)| *o).collect::<Vec<_>>(), expected);
+        // 300 keys through a map of 7: one scan that does not fit, then shares of about 3.
+        for map_keys in [299, 64, 7, 1] {
+            assert_eq!(compacted(map_keys), whole, "map of {map_keys} keys");
+        }
         let _ = fs::remove_dir_all(&dir);
     }
 }
