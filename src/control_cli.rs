@@ -926,7 +926,7 @@ pub fn reset(
             topics
         }
     };
-    let local = state_dir.join("apps").join(app).join("state");
+    let local = streamc::runtime::local_state_path(state_dir, app);
     if local.exists() {
         std::fs::remove_dir_all(&local).map_err(|e| format!("cannot delete local state {}: {e}", local.display()))?;
     }

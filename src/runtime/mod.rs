@@ -37,3 +37,14 @@ pub(crate) mod writer;
 
 pub use error::RunError;
 pub use run::{now_ms, value_record, LinePlacer, Summary};
+
+/// An application's own directory in a state directory: `<state-dir>/apps/<app>` (its local
+/// state, its instance name on Kafka, the address it serves queries on).
+pub fn app_dir(state_dir: &std::path::Path, app: &str) -> std::path::PathBuf {
+    state_dir.join("apps").join(app)
+}
+
+/// An application's local state (sled, a cache of its changelogs): `<state-dir>/apps/<app>/state`.
+pub fn local_state_path(state_dir: &std::path::Path, app: &str) -> std::path::PathBuf {
+    app_dir(state_dir, app).join("state")
+}

@@ -97,7 +97,7 @@ pub fn parse_time(s: &str) -> Result<i64, String> {
 
 /// Where a running embedded instance of `app` serves its stores (recorded by `run --http-addr`).
 fn served_path(state_dir: &std::path::Path, app: &str) -> std::path::PathBuf {
-    state_dir.join("apps").join(app).join("http-addr")
+    crate::runtime::app_dir(state_dir, app).join("http-addr")
 }
 
 pub fn served_at(state_dir: &std::path::Path, app: &str) -> Option<String> {

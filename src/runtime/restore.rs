@@ -16,7 +16,7 @@ use crate::runtime::metrics::RestoreMetrics;
 use crate::runtime::options::{RestoreBoard, RunOptions};
 use crate::runtime::pages::PagedTree;
 use crate::runtime::run::{progress_bar, RECORDS};
-use crate::runtime::state::{checkpoint, holds_no_rows, live_keys, open_tree, Pending};
+use crate::runtime::state::{live_keys, open_tree, Pending};
 use crate::runtime::writer::Flight;
 
 /// `stores`: the names of the stores restored (as `explain` lists them).
@@ -97,7 +97,7 @@ impl RestoreWatch {
 /// Where a store's restore starts: its checkpoint if it is at or before the changelog's `end`,
 /// else (no checkpoint, or local state ahead of the changelog) nothing: the local state is wiped.
 pub(crate) fn restore_start(tree: &PagedTree, end: u64, deletions_from: u64) -> Result<Pos, RunError> {
-    match checkpoint(tree) {
+    match tree.checkpoint() {
         // A checkpoint before the changelog's start may have missed deletions that compaction
         // (or retention) removed since: the store starts over, as Kafka Streams' does.
         Some(cp) if cp.offset <= end && (cp.offset >= deletions_from || cp.offset == 0) => Ok(cp),
@@ -156,7 +156,7 @@ impl<'a> Restorer<'a> {
             n: 0,
             // (A checkpoint at the start does not clear the tree: it may hold rows of a flight
             // cut short by a crash, whose deletions must then be written.)
-            from_empty: from == Pos::default() && holds_no_rows(tree),
+            from_empty: from == Pos::default() && tree.holds_no_rows(),
         }
     }
 
@@ -260,7 +260,7 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     let mut stale = BTreeMap::new();
     if from.offset >= high.offset {
         watch.done();
-        let complete = holds_no_rows(tree);
+        let complete = tree.holds_no_rows();
         return Ok(Restored { records: 0, checkpoint: from, stale, pending: Pending::default(), complete });
     }
     let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(extent.low)));
@@ -576,7 +576,7 @@ mod tests {
         assert_eq!(state(&tree, &r.pending), fold(&first));
         r.pending.write_all(&tree, &r.checkpoint).unwrap();
         assert_eq!(contents(&tree), fold(&first));
-        assert_eq!(checkpoint(&tree).map(|c| c.offset), Some(40));
+        assert_eq!(tree.checkpoint().map(|c| c.offset), Some(40));
 
         // A tail: overwrites, deletions, new keys; a part of it written without the checkpoint.
         let tail: Vec<Record> = (40..70)
@@ -589,7 +589,7 @@ mod tests {
         assert_eq!(state(&tree, &r.pending), all);
         assert!(!r.complete, "replayed over what sled holds");
         write_some(&tree, &r.pending, 5);
-        assert_eq!(checkpoint(&tree).map(|c| c.offset), Some(40));
+        assert_eq!(tree.checkpoint().map(|c| c.offset), Some(40));
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!(r.records, 30, "replayed from the old checkpoint");
         assert_eq!(state(&tree, &r.pending), all);
@@ -611,7 +611,7 @@ mod tests {
         assert!(r.pending.bytes() <= 500 && r.pending.len() < 10, "{} pending", r.pending.len());
         assert!(!r.complete);
         assert!(contents(&tree).len() > 50);
-        assert!(checkpoint(&tree).is_some_and(|c| c.offset > 50 && c.offset <= 60));
+        assert!(tree.checkpoint().is_some_and(|c| c.offset > 50 && c.offset <= 60));
         assert_eq!(state(&tree, &r.pending), fold(&records));
     }
 

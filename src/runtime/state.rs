@@ -87,7 +87,7 @@ pub(crate) fn cache_share(cache_max: usize, others: usize) -> usize {
 pub(crate) const LOCAL_WRITE_COMMITS: u32 = 8;
 
 /// …or once this many changes are pending.
-pub(crate) const LOCAL_WRITE_PENDING: usize = 200_000;
+pub(crate) const LOCAL_WRITE_PENDING: usize = 100_000;
 
 impl Trees {
     /// A task's stores: each sled tree with the changes not written to it yet (a restore's)
@@ -607,16 +607,6 @@ pub(crate) fn live_keys(live: &mut BTreeMap<Vec<u8>, i64>, records: impl IntoIte
     }
 }
 
-/// Whether a tree holds no row (its checkpoint, if any, aside).
-pub(crate) fn holds_no_rows(tree: &PagedTree) -> bool {
-    tree.holds_no_rows()
-}
-
-/// The local checkpoint of a store: the changelog position its local state reflects.
-pub(crate) fn checkpoint(tree: &PagedTree) -> Option<Pos> {
-    tree.checkpoint()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -674,7 +664,7 @@ mod tests {
             drop(t);
             let sled_rows: BTreeMap<Vec<u8>, Vec<u8>> = tree.rows().map(|e| e.unwrap()).collect();
             assert_eq!(sled_rows, model, "cache {cache}");
-            assert_eq!(checkpoint(&tree).map(|c| c.offset), Some(60));
+            assert_eq!(tree.checkpoint().map(|c| c.offset), Some(60));
         }
     }
 

@@ -126,8 +126,12 @@ impl Pending {
             false
         });
         self.bytes = held;
-        // The table as large as it was would hold the memory the rows dropped held.
-        self.map.shrink_to_fit();
+        // A table left much larger than its rows would hold the memory the rows dropped held;
+        // one about their size stays (it fills up again, and a new one beside the old would
+        // double the table's memory for a moment, a peak every time the cache is trimmed).
+        if self.map.len() < self.map.capacity() / 4 {
+            self.map.shrink_to_fit();
+        }
     }
 
     /// Every change, taken: key → new value or deletion (None), in no particular order.

@@ -60,7 +60,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     let stage = hub.ev.latest().clone();
     let counts = setup_topics(&log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
     crate::runtime::schemas::register_sinks(&opts.config, &stage.specs)?;
-    let db_path = opts.state_dir.join("apps").join(&opts.app).join("state");
+    let db_path = crate::runtime::local_state_path(&opts.state_dir, &opts.app);
     let db = open_local_state(&db_path, &opts.app, opts.config.sled_cache_bytes())?;
     sweep_removed(&log, &db, &stage, &opts.app)?;
     let committed = log.committed()?;
@@ -440,7 +440,7 @@ pub fn query_stopped(
         Err(e) => return Err(e.to_string()),
     };
     let partitions = log.topic(&target.spec.main.topic).map_err(|e| e.to_string())?.map_or(0, |m| m.partitions);
-    let db_path = state_dir.join("apps").join(app).join("state");
+    let db_path = crate::runtime::local_state_path(state_dir, app);
     let db = open_local_state(&db_path, app, cfg.sled_cache_bytes()).map_err(|e| e.to_string())?;
     let store = &target.spec.stores[target.store];
     let mut rows = Vec::new();

@@ -112,7 +112,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
     let topic_configs = setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
     crate::runtime::schemas::register_sinks(&opts.config, &specs)?;
-    let state_path = opts.state_dir.join("apps").join(&opts.app).join("state");
+    let state_path = crate::runtime::local_state_path(&opts.state_dir, &opts.app);
     let db = state::open_local_state(&state_path, &opts.app, opts.config.sled_cache_bytes())?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
@@ -446,7 +446,7 @@ fn instance_name(opts: &RunOptions) -> Result<String> {
     if let Some(id) = &opts.config.instance.id {
         return Ok(id.clone());
     }
-    let dir = opts.state_dir.join("apps").join(&opts.app);
+    let dir = crate::runtime::app_dir(&opts.state_dir, &opts.app);
     let path = dir.join("instance");
     if let Ok(s) = std::fs::read_to_string(&path) {
         if !s.trim().is_empty() {
