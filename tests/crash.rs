@@ -216,3 +216,110 @@ fn sigkill_while_the_state_writer_is_behind_restores_the_tail_exactly() {
     assert_eq!(got.len(), expected.len());
     assert!(got == expected, "the rows after {kills} kills differ from the fold");
 }
+
+/// A restore from scratch larger than the task's share of `statestore.cache.max.bytes` hands
+/// its changes to the state writer as it reads them (it spills), and the run is ready before
+/// sled holds them. A SIGKILL while sled is seen filling (after the local state was deleted)
+/// leaves sled with part of the rows: the restart must restore again (sled's checkpoint, if it
+/// has one, says from where; today a restore's spilled flights carry none, so it starts over),
+/// and more input then folds onto every key's full history.
+#[test]
+fn sigkill_while_a_restore_spills_to_sled_loses_no_row() {
+    let dir = temp_dir("crash-restore-spill");
+    let state = dir.join("state");
+    let program = "bench/keys.stream";
+    // One record for each of 300,000 keys, then the same keys again with other sizes.
+    let write = |path: &Path, size: u64| {
+        let mut s = String::new();
+        for i in 0..300_000u64 {
+            s.push_str(&format!(
+                "{{\"ticker\":\"K{i:06}\",\"price\":1.0,\"size\":{},\"ts\":{}}}\n",
+                (i * size) % 997,
+                1_700_000_000_000u64 + i
+            ));
+        }
+        std::fs::write(path, s).unwrap();
+    };
+    let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
+    write(&first, 3);
+    write(&second, 7);
+    let produce = |path: &Path| {
+        assert!(streamc(&state, &["produce", "stocks", path.to_str().unwrap(), "--program", program])
+            .status()
+            .unwrap()
+            .success());
+    };
+    // A 2 MiB cache: the task's share holds a few thousand rows of the 300,000.
+    let run_args = ["run", program, "--drain", "--set", "statestore.cache.max.bytes=2097152"];
+    let run = |name: &str| -> String {
+        let log = dir.join(name);
+        let status = streamc(&state, &run_args).stderr(std::fs::File::create(&log).unwrap()).status().unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(status.success(), "run failed: {status}: {text}");
+        text
+    };
+    produce(&first);
+    run("first.log");
+    let local = streamc::runtime::local_state_path(&state, "keys");
+    // The bytes of sled's files.
+    fn size(p: &Path) -> u64 {
+        let Ok(rd) = std::fs::read_dir(p) else { return 0 };
+        rd.flatten()
+            .map(|e| match e.metadata() {
+                Ok(m) if m.is_dir() => size(&e.path()),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+    let full = size(&local);
+    // Delete the local state and restore it, killing the run once sled is seen filling (a
+    // third of its full size, short of all of it); a run that finishes first is tried again.
+    let mut killed = 0;
+    for attempt in 0..10 {
+        std::fs::remove_dir_all(state.join("apps")).unwrap();
+        let log = dir.join(format!("restore{attempt}.log"));
+        let mut child = streamc(&state, &run_args).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            let now = size(&local);
+            if now > full / 3 && now < full {
+                child.kill().unwrap();
+                break child.wait().unwrap();
+            }
+            assert!(Instant::now() < deadline, "restore run too slow");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        if !status.success() {
+            killed += 1;
+            break;
+        }
+    }
+    assert_eq!(killed, 1, "no restore run was caught while sled filled");
+    let text = run("after-kill.log");
+    let restored = text.lines().find(|l| l.contains(" records into ")).unwrap_or_default();
+    eprintln!("killed at a third of sled's size; the restart: {restored}");
+    assert!(!restored.is_empty() && !restored.contains("restored 0 records"), "the restart restored nothing: {text}");
+    produce(&second);
+    run("second.log");
+    // The fold: per key, two records and their sizes.
+    let mut expected: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for path in [&first, &second] {
+        for line in std::fs::read_to_string(path).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let e = expected.entry(v["ticker"].as_str().unwrap().to_string()).or_default();
+            e.0 += 1;
+            e.1 += v["size"].as_i64().unwrap();
+        }
+    }
+    let mut got: std::collections::BTreeMap<String, (i64, i64)> = Default::default();
+    for r in read_topic(&state, "per-key") {
+        let v = &r.value;
+        got.insert(r.key.clone().unwrap(), (v["trades"].as_i64().unwrap(), v["volume"].as_i64().unwrap()));
+    }
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "the rows after a kill mid-restore differ from the fold");
+}
