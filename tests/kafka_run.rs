@@ -1551,3 +1551,60 @@ fn drill_scale_three_one_three_then_kill_the_largest_tasks_owner() {
     got_big.sort();
     assert_eq!(got_big, want_big, "big trades: duplicates or losses");
 }
+
+/// On Kafka commits come by time; a task whose record cache holds more changed entries than it
+/// keeps (a quarter of its share of `statestore.cache.max.bytes`, at least 1,000) commits at
+/// once, as Kafka Streams flushes a full cache, so that a commit interval's keys do not pile up
+/// in memory. With a commit interval of ten minutes, 10,000 distinct keys and the smallest
+/// cache, the run commits about every 1,000 keys (on time alone: once, at the end), and every
+/// key's count is its records'.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_task_whose_cache_holds_too_many_changed_entries_commits_before_its_interval() {
+    let b = require();
+    let dir = temp_dir("kafka-cache-full");
+    let pfx = format!("cachefull{}", std::process::id());
+    let prog = dir.join("keys.stream");
+    std::fs::write(
+        &prog,
+        format!(
+            "stream trades from \"{pfx}.stocks\" {{\n  key ticker\n  value json {{ ticker: string, size: int, ts: timestamp }}\n  time ts\n}}\n\n\
+             query per_key {{\n  from trades\n  group by ticker\n  aggregate {{ trades = count(), volume = sum(size) }}\n  to \"{pfx}.per-key\"\n}}\n"
+        ),
+    )
+    .unwrap();
+    let prog = prog.to_str().unwrap();
+    let input = dir.join("keys.jsonl");
+    let mut text = String::new();
+    for i in 0..10_000u64 {
+        text.push_str(&format!("{{\"ticker\":\"K{i:05}\",\"size\":{},\"ts\":{}}}\n", i % 97, 1_700_000_000_000u64 + i));
+    }
+    std::fs::write(&input, text).unwrap();
+    let src = format!("{pfx}.stocks");
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, input.to_str().unwrap(), "--program", prog, "--partitions", "1", "--bootstrap-servers", &b],
+    );
+    let app = format!("{pfx}-app");
+    let mut sets = fast(&app);
+    sets.retain(|s| !s.starts_with("commit.interval_ms="));
+    sets.push("commit.interval_ms=600000".into());
+    sets.push("statestore.cache.max.bytes=0".into());
+    let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
+    with_sets(&mut args, &sets);
+    let log = streamc(&dir.join("s"), &args);
+    let commits: u64 = log
+        .lines()
+        .find_map(|l| l.strip_prefix("processed ")?.split(", ").last()?.strip_suffix(" commits")?.parse().ok())
+        .unwrap_or_else(|| panic!("no summary line:\n{log}"));
+    assert!(commits >= 5, "{commits} commits for 10,000 keys through a cache of 1,000 entries:\n{log}");
+    let mut last: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for r in consume(&dir.join("p"), &format!("{pfx}.per-key"), &["--bootstrap-servers", &b]) {
+        last.insert(
+            r.key.as_str().unwrap().to_string(),
+            (r.value["trades"].as_i64().unwrap(), r.value["volume"].as_i64().unwrap()),
+        );
+    }
+    let expected: BTreeMap<String, (i64, i64)> = (0..10_000i64).map(|i| (format!("K{i:05}"), (1, i % 97))).collect();
+    assert!(last == expected, "{} keys, not each key's one record", last.len());
+}

@@ -601,10 +601,25 @@ impl<F: Feed> TaskRun<F> {
         *self = fresh;
     }
 
+    /// Whether the task holds back more changed entries than its record cache keeps (see
+    /// [`crate::runtime::ops::record_cache_entries`]): on Kafka, where commits come by
+    /// time, it then commits early, as Kafka Streams flushes a full cache, so that the entries,
+    /// and the records and changes their flush makes, stay within `statestore.cache.max.bytes`
+    /// however many keys a commit interval brings. (The embedded log commits every
+    /// `commit.records` records.)
+    pub(crate) fn cache_full(&self) -> bool {
+        self.task.held() > self.cache_entries()
+    }
+
+    fn cache_entries(&self) -> usize {
+        use crate::runtime::op::StoreRead;
+        crate::runtime::ops::record_cache_entries(self.trees.cache_share())
+    }
+
     /// Process up to `max` records in timestamp order across the inputs (side inputs first on
     /// ties); returns how many were processed. Stops early when an input's next record is not
-    /// known yet.
-    pub(crate) fn step(&mut self, opts: &RunOptions, max: u64) -> Result<u64, RunError> {
+    /// known yet, and with `until_full` once [`Self::cache_full`].
+    pub(crate) fn step(&mut self, opts: &RunOptions, max: u64, until_full: bool) -> Result<u64, RunError> {
         let p = self.task.partition;
         let spec = self.task.spec.clone();
         let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
@@ -628,7 +643,8 @@ impl<F: Feed> TaskRun<F> {
         let registry_inputs = spec.registry_inputs();
         let registry_keys = spec.registry_keys();
         self.drained = false;
-        'records: while n < budget {
+        let most = if until_full { self.cache_entries() } else { usize::MAX };
+        'records: while n < budget && (most == usize::MAX || self.task.held() <= most) {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
                 // Redelivery: everything read since the last commit will be read again.
                 self.failed = true;

@@ -676,6 +676,12 @@ impl Task {
         Ok(())
     }
 
+    /// How many changed entries its operators hold back until the next flush, with the table
+    /// and join store changes made since the last one.
+    pub(crate) fn held(&self) -> usize {
+        self.chain.iter().map(|o| o.held()).sum::<usize>() + self.table_changes.len()
+    }
+
     /// Flush the operators, in chain order: first stream time advances for each (an
     /// aggregate's window kind drops what no window can need; with `close_all`, the end of a
     /// finite input with `--close-windows-at-end`, every join and window closes), then each

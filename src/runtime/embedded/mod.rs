@@ -815,7 +815,7 @@ impl TaskRun<EmbeddedFeed> {
         for (i, t) in spec.side_topics().iter().enumerate() {
             self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
         }
-        self.step(opts, max)
+        self.step(opts, max, false)
     }
 }
 

@@ -8,7 +8,9 @@
 //!   each with its own reader (a consumer assigned to its main and side partitions, one queue
 //!   per partition, end-of-partition events on), restored from its changelogs first: from the
 //!   local checkpoint when local state is consistent with the changelog, else from the start.
-//! - **Commit**, every `commit.interval_ms`: each task's record cache is flushed, outputs and
+//! - **Commit**, every `commit.interval_ms`, and sooner once a task holds back more changed
+//!   entries than its record cache keeps (`TaskRun::cache_full`), or `--drain` finds a task at
+//!   the end of its inputs with work to commit: each task's record cache is flushed, outputs and
 //!   changelog records are produced, and once the broker has acknowledged them the main
 //!   partition's offset is committed with every task's commit record (input positions, stream
 //!   times) as the offset's metadata. Under `exactly_once` all of it is one transaction. Local
@@ -152,6 +154,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         main_external: main_topics.iter().filter(|t| external.contains(*t)).cloned().collect(),
         closed: Summary::default(),
         last_commit: Instant::now(),
+        drain_commit: false,
         last_metrics: Instant::now(),
         failed_commits: 0,
         rebalances: 0,
@@ -288,9 +291,12 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
                 e.commit(&consumer, false)?;
                 return e.close_all();
             }
-            if e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
-                && e.commit(&consumer, false)?
-            {
+            // A commit every `commit.interval_ms`; sooner when a task's cache is full, or when
+            // `--drain` finds no more input to process (it ends only with everything committed).
+            let due = e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
+                || e.cache_full()
+                || e.drain_commit;
+            if due && e.commit(&consumer, false)? {
                 // Control statements apply at commit boundaries.
                 let e = &mut *e;
                 if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)?
@@ -709,6 +715,8 @@ struct Engine {
     /// Counts of the tasks closed so far.
     closed: Summary,
     last_commit: Instant,
+    /// `--drain` found a task at the end of its inputs with work to commit: commit at once.
+    drain_commit: bool,
     last_metrics: Instant,
     failed_commits: u32,
     /// Assignments received (each rebalance that gave this instance partitions, or none).
@@ -849,6 +857,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether a task holds back more changed entries than its cache keeps: a commit is due.
+    fn cache_full(&self) -> bool {
+        self.units.values().flatten().any(|t| t.cache_full())
+    }
+
     /// Process what the readers have; true if any record was processed.
     fn step(&mut self) -> Result<bool> {
         let mut worked = false;
@@ -856,7 +869,7 @@ impl Engine {
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
                 t.control_seen = seen;
-                if t.step(&self.opts, t.uncommitted + STEP)? > 0 {
+                if t.step(&self.opts, t.uncommitted + STEP, true)? > 0 {
                     worked = true;
                 }
             }
@@ -868,6 +881,7 @@ impl Engine {
     /// state (an error after [`MAX_FAILED_COMMITS`] failures in a row).
     fn commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<bool> {
         self.last_commit = Instant::now();
+        self.drain_commit = false;
         match self.try_commit(consumer, close_all) {
             Ok(()) => {
                 self.failed_commits = 0;
@@ -1128,14 +1142,16 @@ impl Engine {
         }
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                if t.uncommitted > 0 || !t.out.is_empty() {
-                    return Ok(false);
-                }
                 let n = t.feed.readers.len();
                 for i in 0..n {
                     if t.feed.peek(i)? != Next::End {
                         return Ok(false);
                     }
+                }
+                if t.uncommitted > 0 || !t.out.is_empty() {
+                    // At the end with work to commit: a commit now, not at the next interval.
+                    self.drain_commit = true;
+                    return Ok(false);
                 }
                 // At the end, past transaction markers (never delivered): commit that position.
                 let p = t.task.partition;

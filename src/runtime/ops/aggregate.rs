@@ -70,6 +70,13 @@ pub(crate) struct Aggregate {
 /// 20,000 in a run over 300,000 keys.
 const RECORD_CACHE_ENTRY_BYTES: usize = 512;
 
+/// The entries a table aggregate's record cache keeps, for a task's share of
+/// `statestore.cache.max.bytes`: a quarter of it, between 1,000 and 200,000 entries. Also the
+/// changed entries a task may hold back before it commits on Kafka ([`crate::runtime::run::TaskRun::cache_full`]).
+pub(crate) fn record_cache_entries(cache_share: usize) -> usize {
+    (cache_share / 4 / RECORD_CACHE_ENTRY_BYTES).clamp(1_000, 200_000)
+}
+
 impl Aggregate {
     /// The aggregate of a task, if its sub-topology has one.
     pub(crate) fn new(spec: &TaskSpec, sinks: Arc<PostSinks>) -> Option<Aggregate> {
@@ -357,7 +364,7 @@ impl Aggregate {
         }
         // The cache keeps clean entries for reuse, bounded by a quarter of the task's share of
         // `statestore.cache.max.bytes` (windows stay: they expire by time).
-        let most = (cache_share / 4 / RECORD_CACHE_ENTRY_BYTES).clamp(1_000, 200_000);
+        let most = record_cache_entries(cache_share);
         if self.spec.window.is_none() && self.cache.slots.len() > most {
             self.cache.slots.retain(|s| s.dirty);
         }
@@ -436,6 +443,10 @@ impl Stateful for Aggregate {
 }
 
 impl Operator for Aggregate {
+    fn held(&self) -> usize {
+        self.cache.dirty.len()
+    }
+
     fn settle(&mut self, ok: bool) {
         self.cache.settle(ok);
     }

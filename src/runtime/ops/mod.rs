@@ -8,6 +8,7 @@
 //! line in [`build`].
 
 mod aggregate;
+pub(crate) use aggregate::record_cache_entries;
 mod explode;
 mod filter;
 pub(crate) mod group_table;
@@ -151,6 +152,12 @@ pub(crate) trait Operator: Stateful + Send {
 
     /// At a commit: write its store changes to `cx.changes` and emit what it holds back.
     fn flush(&mut self, _cx: &mut Ctx, _down: &mut Down) {}
+
+    /// How many changed entries it holds back until its next flush (an aggregate's dirty
+    /// record cache entries).
+    fn held(&self) -> usize {
+        0
+    }
 
     /// The record being processed is through (`ok`), or failed: what it did is taken back (a
     /// record is applied all or nothing), where the operator keeps what it needs for that.
