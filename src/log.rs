@@ -99,6 +99,9 @@ pub const COMPACT_MIN_BYTES: u64 = 8 << 20;
 /// 1.75 M records takes about 0.15 s).
 const COMPACT_MAP_KEYS: usize = 458_752;
 
+/// The most shares a compaction splits its keys into (each one more scan).
+const COMPACT_MAX_SHARES: usize = 8;
+
 /// A key's hash (128 bits) → the place in a compaction's scan of its last record.
 type KeyPlaces = rustc_hash::FxHashMap<[u64; 2], usize>;
 
@@ -531,7 +534,8 @@ impl EmbeddedLog {
     /// 128-bit hash (as Kafka's log cleaner keys its offset map by a 16-byte digest), so the
     /// map's size does not depend on the keys' length. A partition with more keys than that
     /// has its keys split by hash into shares, each found in a scan of its own: `r` records cost
-    /// about `2 + 8r / 7map_keys` scans, and memory stays bounded whatever the number of keys.
+    /// about `2 + 8r / 7map_keys` scans, at most 2 + 8 (past 3.2 M keys the map grows instead,
+    /// by about 3 bytes a key).
     /// The records to keep are marked in a bitset by their place in the scan.
     fn compact_within(&self, topic: &str, p: u32, base: Base, end: Pos, map_keys: usize) -> Result<Base> {
         let gen = base.gen + 1;
@@ -554,7 +558,9 @@ impl EmbeddedLog {
             // At most `records` keys, in shares of at most `7/8 map_keys` expected keys each (a
             // share's spread around its expected size stays well under the bound; one over it
             // would still be taken whole, the map growing).
-            let shares = records.div_ceil((map_keys - map_keys / 8).max(1)) as u64;
+            // At most COMPACT_MAX_SHARES scans: past that many keys the map grows instead (3
+            // bytes a key over 8 shares), so that the scans do not grow with the square of them.
+            let shares = records.div_ceil((map_keys - map_keys / 8).max(1)).min(COMPACT_MAX_SHARES) as u64;
             for share in 0..shares {
                 self.last_places(topic, p, base, end, (share, shares), None, &mut last)?;
                 mark(&last);
@@ -1369,7 +1375,8 @@ mod tests {
         };
         let whole = compacted(1_000_000);
         assert_eq!(whole.iter().map(|(o, _)| *o).collect::<Vec<_>>(), expected);
-        // 300 keys through a map of 7: one scan that does not fit, then shares of about 3.
+        // 300 keys through maps too small: one scan that does not fit, then shares (at most 8,
+        // so a map of 7 grows to about 38 keys).
         for map_keys in [299, 64, 7, 1] {
             assert_eq!(compacted(map_keys), whole, "map of {map_keys} keys");
         }

@@ -220,9 +220,9 @@ fn sigkill_while_the_state_writer_is_behind_restores_the_tail_exactly() {
 /// A restore from scratch larger than the task's share of `statestore.cache.max.bytes` hands
 /// its changes to the state writer as it reads them (it spills), and the run is ready before
 /// sled holds them. A SIGKILL while sled is seen filling (after the local state was deleted)
-/// leaves sled with part of the rows: the restart must restore again (sled's checkpoint, if it
-/// has one, says from where; today a restore's spilled flights carry none, so it starts over),
-/// and more input then folds onto every key's full history.
+/// leaves sled with part of the rows, and a checkpoint of the last flight that landed, if any:
+/// the restart restores what sled lacks, and more input then folds onto every key's full
+/// history.
 #[test]
 fn sigkill_while_a_restore_spills_to_sled_loses_no_row() {
     let dir = temp_dir("crash-restore-spill");
@@ -281,28 +281,32 @@ fn sigkill_while_a_restore_spills_to_sled_loses_no_row() {
         let log = dir.join(format!("restore{attempt}.log"));
         let mut child = streamc(&state, &run_args).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
-        let status = loop {
+        let sent_kill = loop {
             if let Some(status) = child.try_wait().unwrap() {
-                break status;
+                assert!(status.success(), "restore run failed: {status}: {}", std::fs::read_to_string(&log).unwrap());
+                break false;
             }
             let now = size(&local);
             if now > full / 3 && now < full {
                 child.kill().unwrap();
-                break child.wait().unwrap();
+                let status = child.wait().unwrap();
+                // (Killed, unless it exited in between: then it must have succeeded.)
+                assert!(status.code().is_none() || status.success(), "restore run failed: {status}");
+                break status.code().is_none();
             }
             assert!(Instant::now() < deadline, "restore run too slow");
             std::thread::sleep(Duration::from_millis(2));
         };
-        if !status.success() {
+        if sent_kill {
             killed += 1;
             break;
         }
     }
     assert_eq!(killed, 1, "no restore run was caught while sled filled");
+    // (Usually a restore of the rows sled lacked; none if the kill came after its last flight.)
     let text = run("after-kill.log");
-    let restored = text.lines().find(|l| l.contains(" records into ")).unwrap_or_default();
-    eprintln!("killed at a third of sled's size; the restart: {restored}");
-    assert!(!restored.is_empty() && !restored.contains("restored 0 records"), "the restart restored nothing: {text}");
+    let restored = text.lines().find(|l| l.contains(" records into ")).unwrap_or("restored nothing");
+    eprintln!("killed at a third of sled's size or more; the restart: {restored}");
     produce(&second);
     run("second.log");
     // The fold: per key, two records and their sizes.

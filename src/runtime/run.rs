@@ -603,7 +603,7 @@ impl<F: Feed> TaskRun<F> {
 
     /// Whether the task holds back more changed entries than its record cache keeps (see
     /// [`crate::runtime::ops::record_cache_entries`]): on Kafka, where commits come by
-    /// time, it then commits early, as Kafka Streams flushes a full cache, so that the entries,
+    /// time, it then commits early (where Kafka Streams evicts from a full cache), so that the entries,
     /// and the records and changes their flush makes, stay within `statestore.cache.max.bytes`
     /// however many keys a commit interval brings. (The embedded log commits every
     /// `commit.records` records.)

@@ -676,10 +676,10 @@ impl Task {
         Ok(())
     }
 
-    /// How many changed entries its operators hold back until the next flush, with the table
-    /// and join store changes made since the last one.
+    /// How many changed entries its operators hold back until the next flush (a table
+    /// aggregate's dirty record cache entries).
     pub(crate) fn held(&self) -> usize {
-        self.chain.iter().map(|o| o.held()).sum::<usize>() + self.table_changes.len()
+        self.chain.iter().map(|o| o.held()).sum::<usize>()
     }
 
     /// Flush the operators, in chain order: first stream time advances for each (an

@@ -129,7 +129,8 @@ impl Pending {
         // A table left much larger than its rows would hold the memory the rows dropped held;
         // one about their size stays (it fills up again, and a new one beside the old would
         // double the table's memory for a moment, a peak every time the cache is trimmed).
-        if self.map.len() < self.map.capacity() / 4 {
+        // (Below half: `ENTRY_COST` counts a table loaded at least 7/16.)
+        if self.map.len() < self.map.capacity() / 2 {
             self.map.shrink_to_fit();
         }
     }

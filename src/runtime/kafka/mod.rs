@@ -292,10 +292,11 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
                 return e.close_all();
             }
             // A commit every `commit.interval_ms`; sooner when a task's cache is full, or when
-            // `--drain` finds no more input to process (it ends only with everything committed).
+            // `--drain` finds no more input to process (it ends only with everything committed),
+            // but not right after a failed commit (a rebalance in progress would fail the next
+            // ones as fast, up to the limit of failures in a row).
             let due = e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
-                || e.cache_full()
-                || e.drain_commit;
+                || (e.failed_commits == 0 && (e.cache_full() || e.drain_commit));
             if due && e.commit(&consumer, false)? {
                 // Control statements apply at commit boundaries.
                 let e = &mut *e;

@@ -153,8 +153,8 @@ pub(crate) trait Operator: Stateful + Send {
     /// At a commit: write its store changes to `cx.changes` and emit what it holds back.
     fn flush(&mut self, _cx: &mut Ctx, _down: &mut Down) {}
 
-    /// How many changed entries it holds back until its next flush (an aggregate's dirty
-    /// record cache entries).
+    /// How many changed entries it holds back until its next flush that a commit would let go
+    /// of (a table aggregate's dirty record cache entries).
     fn held(&self) -> usize {
         0
     }
