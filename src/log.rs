@@ -21,10 +21,13 @@
 //! record of every key at its own offset, and a deletion (tombstone) for one compaction more
 //! (the [`Base::horizon`]): a reader from any offset after the horizon still ends with every
 //! key's latest value, and a full restore reads one record per key instead of every update. A
-//! partition is compacted inside a commit, once the frames since its last compaction exceed
-//! [`COMPACT_MIN_BYTES`] and the compacted part: its new generation's files are written first
-//! and become the partition in the same `COMMITTED` rename; the old ones are deleted after. Byte positions stay absolute (the new `.log` starts at the compacted end), so
-//! positions taken before a compaction remain valid.
+//! partition is due once the frames since its last compaction exceed [`COMPACT_MIN_BYTES`] and
+//! the compacted part; the commit that finds it due queues it for the process's compactor
+//! thread ([`compactor`]), which writes the new generation's files from the committed records
+//! while commits go on, then, under the lock, copies the frames committed meanwhile after them
+//! and makes them the partition in one `COMMITTED` rename; the old ones are deleted after. Byte
+//! positions stay absolute (the new `.log` starts at the compacted end), so positions taken
+//! before a compaction remain valid, and readers move to the new files when the old ones end.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -32,6 +35,8 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+mod compactor;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Record {
@@ -101,6 +106,24 @@ const COMPACT_MAP_KEYS: usize = 458_752;
 
 /// The most shares a compaction splits its keys into (each one more scan).
 const COMPACT_MAX_SHARES: usize = 8;
+
+/// An exclusive lock of the file at `path` (made if missing), held for as long as the returned
+/// file lives; None if someone else holds it.
+fn try_lock_file(path: &Path) -> Result<Option<File>> {
+    let f =
+        OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io(At("cannot open", path)))?;
+    match f.try_lock() {
+        Ok(()) => Ok(Some(f)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(At("cannot lock", path))(e)),
+    }
+}
+
+/// Whether a partition whose files are `base`, committed up to `end`, is due for compaction:
+/// the frames since its last one exceed [`COMPACT_MIN_BYTES`] and the compacted part.
+fn due_for_compaction(base: &Base, end: &Pos) -> bool {
+    end.byte - base.start.byte > COMPACT_MIN_BYTES.max(base.compacted_bytes)
+}
 
 /// A key's hash (128 bits) → the place in a compaction's scan of its last record.
 type KeyPlaces = rustc_hash::FxHashMap<[u64; 2], usize>;
@@ -381,21 +404,11 @@ impl EmbeddedLog {
     /// state (other commands still append and read).
     pub fn lock_run(&self, app: &str) -> Result<File> {
         let path = self.dir.join(format!("RUN-{app}"));
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io(At("cannot open", &path)))?;
-        match f.try_lock() {
-            Ok(()) => Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => Err(LogError::Busy {
-                app: app.to_string(),
-                dir: self.dir.display().to_string(),
-                lock: path.display().to_string(),
-            }),
-            Err(std::fs::TryLockError::Error(e)) => Err(io(At("cannot lock", &path))(e)),
-        }
+        try_lock_file(&path)?.ok_or_else(|| LogError::Busy {
+            app: app.to_string(),
+            dir: self.dir.display().to_string(),
+            lock: path.display().to_string(),
+        })
     }
 
     fn lock(&self) -> Result<File> {
@@ -455,6 +468,7 @@ impl EmbeddedLog {
     pub fn commit(&self, appends: Vec<Append>, groups: Vec<(String, serde_json::Value)>) -> Result<Committed> {
         let _lock = self.lock()?;
         let mut c = self.committed()?;
+        // Partitions due for compaction, compacted by the compactor thread after the commit.
         let mut compact = BTreeMap::new();
         for a in appends {
             if a.is_empty() {
@@ -492,40 +506,91 @@ impl EmbeddedLog {
             end.byte += written;
             end.offset += a.count;
             c.ends.insert(key.clone(), end);
-            if meta.compacted && end.byte - base.start.byte > COMPACT_MIN_BYTES.max(base.compacted_bytes) {
-                compact.insert((a.topic.clone(), a.partition), (base, end));
+            if meta.compacted && due_for_compaction(&base, &end) {
+                compact.insert((a.topic.clone(), a.partition), end);
             }
         }
         for (g, v) in groups {
             c.groups.insert(g, v);
         }
-        let mut superseded = Vec::new();
-        for ((topic, p), (base, end)) in compact {
-            let next = self.compact(&topic, p, base, end)?;
-            c.bases.insert(part_key(&topic, p), next);
-            superseded.push((topic, p, base));
-        }
-        let tmp = self.dir.join("COMMITTED.tmp");
-        let mut f = File::create(&tmp).map_err(io("cannot write COMMITTED"))?;
-        f.write_all(&serde_json::to_vec(&c).unwrap_or_default()).map_err(io("cannot write COMMITTED"))?;
-        if self.fsync {
-            f.sync_data().map_err(io("fsync"))?;
-        }
-        fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))?;
-        // Committed: the superseded generations' files go (a failure leaves garbage, not harm).
-        for (topic, p, old) in superseded {
-            let _ = fs::remove_file(self.data_path(&topic, p, &old));
-            if old.gen > 0 {
-                let _ = fs::remove_file(self.compact_path(&topic, p, old.gen));
-            }
+        self.write_committed(&c)?;
+        drop(_lock);
+        for ((topic, p), end) in compact {
+            compactor::request(self, &topic, p, end);
         }
         Ok(c)
     }
 
+    /// Replace `COMMITTED` with `c` (the caller holds the lock): the commit point.
+    fn write_committed(&self, c: &Committed) -> Result<()> {
+        let tmp = self.dir.join("COMMITTED.tmp");
+        let mut f = File::create(&tmp).map_err(io("cannot write COMMITTED"))?;
+        f.write_all(&serde_json::to_vec(c).unwrap_or_default()).map_err(io("cannot write COMMITTED"))?;
+        if self.fsync {
+            f.sync_data().map_err(io("fsync"))?;
+        }
+        fs::rename(&tmp, self.dir.join("COMMITTED")).map_err(io("cannot replace COMMITTED"))
+    }
+
+    /// Compact a partition as its committed state stands, if it is due: its next generation is
+    /// written outside the lock, while commits go on, and then made the partition's, under the
+    /// lock, with the frames committed meanwhile copied after it. False if it was not due, or
+    /// the partition changed under it (another compaction, a reset).
+    fn compact_committed(&self, topic: &str, p: u32) -> Result<bool> {
+        // One compaction of a partition at a time, in any process: the next generation's
+        // files have fixed names (a compaction killed part way leaves them, to be overwritten).
+        let Some(_compacting) = self.try_lock_compaction(topic, p)? else { return Ok(false) };
+        let key = part_key(topic, p);
+        let c = self.committed()?;
+        let base = c.bases.get(&key).copied().unwrap_or_default();
+        let end = c.end(topic, p);
+        if !due_for_compaction(&base, &end) {
+            return Ok(false);
+        }
+        let next = self.compact(topic, p, base, end)?;
+        let _lock = self.lock()?;
+        let mut c = self.committed()?;
+        let now = c.end(topic, p);
+        if c.bases.get(&key).copied().unwrap_or_default() != base || now.offset < end.offset {
+            return Ok(false);
+        }
+        // The frames committed since `end`, after it in the new generation's `.log`.
+        let (old_log, new_log) = (self.data_path(topic, p, &base), self.data_path(topic, p, &next));
+        let mut from = File::open(&old_log).map_err(io(At("cannot open", &old_log)))?;
+        from.seek(SeekFrom::Start(end.byte - base.start.byte)).map_err(io("seek"))?;
+        let mut to = OpenOptions::new().append(true).open(&new_log).map_err(io(At("cannot open", &new_log)))?;
+        let tail = now.byte - end.byte;
+        let copied = std::io::copy(&mut from.take(tail), &mut to).map_err(io(At("cannot write", &new_log)))?;
+        if copied != tail {
+            return Err(LogError::Damaged { path: old_log.display().to_string(), byte: end.byte + copied });
+        }
+        if self.fsync {
+            to.sync_data().map_err(io("fsync"))?;
+        }
+        c.bases.insert(key, next);
+        self.write_committed(&c)?;
+        // Committed: the superseded generation's files go (a failure leaves garbage, not harm).
+        let _ = fs::remove_file(old_log);
+        if base.gen > 0 {
+            let _ = fs::remove_file(self.compact_path(topic, p, base.gen));
+        }
+        Ok(true)
+    }
+
+    /// The lock of a partition's compaction, if no one else holds it.
+    fn try_lock_compaction(&self, topic: &str, p: u32) -> Result<Option<File>> {
+        try_lock_file(&self.topic_dir(topic).join(format!("{p}.compacting")))
+    }
+
+    /// Wait until no compaction of this log is queued or running (the end of a run).
+    pub fn settle_compactions(&self) {
+        compactor::settle(self);
+    }
+
     /// Write generation `base.gen + 1` of a partition compacted up to `end`: every record of it
-    /// (the compacted part and the frames up to `end`, which may not be committed yet) is read
-    /// to find each key's last record, then once more to keep those. Returns the new
-    /// generation's base; the caller commits it.
+    /// (the compacted part and the frames up to `end`) is read to find each key's last record,
+    /// then once more to keep those; its `.log` is made empty. Returns the new generation's
+    /// base; the caller commits it.
     fn compact(&self, topic: &str, p: u32, base: Base, end: Pos) -> Result<Base> {
         self.compact_within(topic, p, base, end, COMPACT_MAP_KEYS)
     }
@@ -857,8 +922,7 @@ impl PartitionReader {
     /// Up to `max` records before `end`.
     pub fn read(&mut self, end: Pos, max: usize) -> Result<Vec<Stored>> {
         if self.base.is_none() {
-            let base = self.log.committed()?.bases.get(&part_key(&self.topic, self.partition)).copied();
-            self.use_base(base.unwrap_or_default())?;
+            self.use_current_base()?;
         }
         let mut out = Vec::new();
         'files: loop {
@@ -919,8 +983,23 @@ impl PartitionReader {
         self.buf.clear();
         self.start = self.pos.byte;
         self.compacted = None;
-        self.use_base(now)?;
+        self.use_current_base()?;
         Ok(true)
+    }
+
+    /// Read the partition's current files. (A compaction that ends meanwhile deletes the
+    /// ones just looked up: the newer ones are looked up again.)
+    fn use_current_base(&mut self) -> Result<()> {
+        let mut tries = 0;
+        loop {
+            let base = self.log.committed()?.bases.get(&part_key(&self.topic, self.partition)).copied();
+            match self.use_base(base.unwrap_or_default()) {
+                Err(LogError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && tries < 5 => {
+                    tries += 1;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// Load the next chunk of the file (up to `end`); false if nothing more could be read.
@@ -1233,12 +1312,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn compacted_topics_keep_the_last_record_of_each_key_at_its_offset() {
-        let dir = std::env::temp_dir().join(format!("streamc-log-compact-{}", std::process::id()));
+    /// A new log in a temporary directory with one compacted topic `cl` of one partition.
+    fn compacted_log(name: &str) -> (PathBuf, EmbeddedLog) {
+        let dir = std::env::temp_dir().join(format!("streamc-log-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let log = EmbeddedLog::open(&dir, false).unwrap();
         log.create_topic("cl", 1, true).unwrap();
+        (dir, log)
+    }
+
+    /// Each key's last record read: its offset and value (None: a deletion).
+    fn last_of_each_key(read: &[Stored]) -> BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> {
+        read.iter().map(|s| (s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()))).collect()
+    }
+
+    #[test]
+    fn compacted_topics_keep_the_last_record_of_each_key_at_its_offset() {
+        let (dir, log) = compacted_log("compact");
         // The fold the log must agree with: each key's last write (offset, value or deletion).
         let mut last: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
         // Keys deleted at once: their tombstones go after two compactions.
@@ -1277,6 +1367,8 @@ mod tests {
         let mut early = log.reader("cl", 0, Pos::default());
         let mut early_read = early.read(checkpoint, 100).unwrap();
         write(&log, 200, &mut last);
+        // (Compactions run on the compactor thread, beside the commits.)
+        log.settle_compactions();
         let c = log.committed().unwrap();
         loop {
             let b = early.read(c.end("cl", 0), 1000).unwrap();
@@ -1302,11 +1394,12 @@ mod tests {
         assert!(all.windows(2).all(|w| w[0].offset < w[1].offset));
         assert!(all.len() < 24_000 / 2, "{} records", all.len());
         assert_eq!(log.records("cl", 0).unwrap(), all.len() as u64, "the records a compacted partition holds");
-        let mut folded: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
-        for s in &all {
-            folded.insert(s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()));
-        }
-        assert_eq!(folded, last);
+        let mut folded = last_of_each_key(&all);
+        // (The first keys' deletions are still there until a compaction passes their horizon:
+        // how many compactions ran by now depends on the compactor thread's pace.)
+        assert!(folded.iter().filter(|(k, _)| k.starts_with(b"d")).all(|(_, (_, v))| v.is_none()));
+        folded.retain(|k, _| !k.starts_with(b"d"));
+        assert!(folded == last, "every key's last value, at its offset");
         // From a checkpoint taken before the compaction (its byte position is no longer in a
         // file): every key whose last write is at or after it, nothing before it.
         let since = read_all(&log, checkpoint);
@@ -1322,26 +1415,83 @@ mod tests {
         assert_eq!(tail.len() as u64, c.end("cl", 0).offset - base.start.offset);
         // A second compaction replaces the first generation.
         write(&log, 400, &mut last);
+        log.settle_compactions();
         let next = log.committed().unwrap().bases["cl/0"];
         assert!(next.gen > base.gen);
         assert!(next.horizon >= base.start.offset, "{next:?}");
         // Deletions before the horizon are gone; every later one is still there.
         last.retain(|_, (o, v)| v.is_some() || *o >= next.horizon);
         assert!(!dir.join(format!("log/topics/cl/0.{}.compact", base.gen)).exists());
-        let mut folded = BTreeMap::new();
-        for s in read_all(&log, Pos::default()) {
-            folded.insert(s.record.key.clone().unwrap(), (s.offset, s.record.value.clone()));
+        let folded = last_of_each_key(&read_all(&log, Pos::default()));
+        assert!(folded == last, "every key's last value at its offset, the old deletions gone");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A compaction runs beside commits: the frames committed while it writes the new
+    /// generation are copied after it, and readers from any position still read every key's
+    /// last record at its offset. Two compactions of a partition never run at once.
+    #[test]
+    fn commits_made_while_a_partition_is_compacted_are_kept() {
+        let (dir, log) = compacted_log("compact-beside");
+        let record = |n: u64| Record {
+            key: Some(format!("k{}", n % 3_000).into_bytes()),
+            value: (!n.is_multiple_of(11)).then(|| vec![b'a' + (n % 26) as u8; 400]),
+            timestamp: n as i64,
+            headers: vec![],
+        };
+        // Past the threshold, compacted once.
+        let mut n = 0u64;
+        while log.committed().unwrap().end("cl", 0).byte < 2 * COMPACT_MIN_BYTES {
+            let records: Vec<Record> = (n..n + 500).map(record).collect();
+            log.commit(vec![Append::of("cl", 0, &records)], vec![]).unwrap();
+            n += 500;
         }
-        assert_eq!(folded, last);
+        log.settle_compactions();
+        let gen = |log: &EmbeddedLog| log.committed().unwrap().bases["cl/0"].gen;
+        let first = gen(&log);
+        assert!(first >= 1);
+        // 1,200 commits of 50 records (26 MB, past the threshold three times over), while this
+        // thread compacts too whenever it can, racing the compactor thread the commits ask.
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let total = std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let mut n = n;
+                for _ in 0..1_200 {
+                    let records: Vec<Record> = (n..n + 50).map(record).collect();
+                    log.commit(vec![Append::of("cl", 0, &records)], vec![]).unwrap();
+                    n += 50;
+                }
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+                n
+            });
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if !log.compact_committed("cl", 0).unwrap() {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+            writer.join().unwrap()
+        });
+        log.settle_compactions();
+        assert!(gen(&log) > first, "compacted beside the commits");
+        let mut want: BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)> = BTreeMap::new();
+        for o in 0..total {
+            let r = record(o);
+            want.insert(r.key.unwrap(), (o, r.value));
+        }
+        let horizon = log.committed().unwrap().bases["cl/0"].horizon;
+        want.retain(|_, (o, v)| v.is_some() || *o >= horizon);
+        let all = read_all(&log, Pos::default());
+        assert!(all.windows(2).all(|w| w[0].offset < w[1].offset));
+        let got = last_of_each_key(&all);
+        assert_eq!(got.len(), want.len());
+        assert!(got == want, "the compacted partition differs from the fold of every commit");
+        assert_eq!(log.committed().unwrap().end("cl", 0).offset, total);
         let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_compaction_with_more_keys_than_its_map_holds_keeps_the_same_records() {
-        let dir = std::env::temp_dir().join(format!("streamc-log-compact-shares-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        let log = EmbeddedLog::open(&dir, false).unwrap();
-        log.create_topic("cl", 1, true).unwrap();
+        let (dir, log) = compacted_log("compact-shares");
         // Updates, deletions and keyless records over 300 keys, below the compaction threshold.
         // The fold: each key's last offset, and every keyless record.
         let mut want: BTreeMap<Vec<u8>, u64> = BTreeMap::new();

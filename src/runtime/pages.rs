@@ -141,13 +141,23 @@ fn decode(page: &[u8]) -> sled::Result<Vec<Row<'_>>> {
     Ok(rows)
 }
 
-/// A row's share of the digest.
+/// A row's share of the digest: the xxh3 hash of the key's length (8 bytes, little-endian),
+/// the key and the value. (Hashed at once from a copy: the streaming hasher's set-up cost more
+/// than the hashing, a third of the writer's time at 1 M keys.)
 fn row_hash((k, v): &Row<'_>) -> u64 {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    h.update(&(k.len() as u64).to_le_bytes());
-    h.update(k);
-    h.update(v);
-    h.digest()
+    let mut buf = [0u8; 256];
+    let n = 8 + k.len() + v.len();
+    if n > buf.len() {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        h.update(&(k.len() as u64).to_le_bytes());
+        h.update(k);
+        h.update(v);
+        return h.digest();
+    }
+    buf[..8].copy_from_slice(&(k.len() as u64).to_le_bytes());
+    buf[8..8 + k.len()].copy_from_slice(k);
+    buf[8 + k.len()..n].copy_from_slice(v);
+    xxhash_rust::xxh3::xxh3_64(&buf[..n])
 }
 
 fn digest_of(bytes: Option<&[u8]>) -> u64 {
@@ -169,24 +179,33 @@ fn encode(rows: &[Row<'_>]) -> Vec<u8> {
     out
 }
 
-/// The rows of a page with the changes (sorted, all within the page's range) applied, and
-/// whether that changed anything.
-fn merge<'a>(rows: Vec<Row<'a>>, changes: &[Change<'a>]) -> (Vec<Row<'a>>, bool) {
+/// The rows of a page with the changes (sorted, all within the page's range) applied, whether
+/// that changed anything, and the change of the digest (the rows it did not change cancel out,
+/// so only the rows replaced and their replacements are hashed).
+fn merge<'a>(rows: Vec<Row<'a>>, changes: &[Change<'a>]) -> (Vec<Row<'a>>, bool, u64) {
     let mut out = Vec::with_capacity(rows.len() + changes.len());
-    let mut changed = false;
+    let (mut changed, mut digest) = (false, 0);
     let mut rows = rows.into_iter().peekable();
     for (k, v) in changes {
         while let Some(r) = rows.next_if(|r| r.0 < *k) {
             out.push(r);
         }
         let old = rows.next_if(|r| r.0 == *k);
-        changed |= old.map(|r| r.1) != *v;
+        if old.map(|r| r.1) != *v {
+            changed = true;
+            if let Some(r) = &old {
+                digest ^= row_hash(r);
+            }
+            if let Some(v) = v {
+                digest ^= row_hash(&(*k, *v));
+            }
+        }
         if let Some(v) = v {
             out.push((*k, *v));
         }
     }
     out.extend(rows);
-    (out, changed)
+    (out, changed, digest)
 }
 
 /// Rows cut into pages: one if they hold at most [`PAGE_MAX`] bytes, else pages of about
@@ -316,10 +335,9 @@ impl PagedTree {
                 Some((_, v)) => decode(v)?,
                 None => Vec::new(),
             };
-            let before: u64 = held.iter().fold(0, |d, r| d ^ row_hash(r));
-            let (merged, changed) = merge(held, &changes[i..j]);
+            let (merged, changed, delta) = merge(held, &changes[i..j]);
             if changed {
-                digest ^= before ^ merged.iter().fold(0, |d, r| d ^ row_hash(r));
+                digest ^= delta;
                 let key = match &page {
                     Some((k, _)) => {
                         batch.remove(k.clone());
@@ -456,6 +474,21 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let t = PagedTree::open(&db, "s#0").unwrap();
         (db, t)
+    }
+
+    /// A row's hash is the one trees already written hold in their digests: xxh3 of the key's
+    /// length, the key and the value, fed to a streaming hasher (short rows and long ones).
+    #[test]
+    fn a_rows_hash_is_that_of_its_length_key_and_value() {
+        for (k, v) in [(0, 0), (9, 12), (16, 231), (17, 232), (100, 200), (3, 5000)] {
+            let key: Vec<u8> = (0..k).map(|i| i as u8 ^ 0x5a).collect();
+            let value: Vec<u8> = (0..v).map(|i| (i * 7) as u8).collect();
+            let mut h = xxhash_rust::xxh3::Xxh3::new();
+            h.update(&(k as u64).to_le_bytes());
+            h.update(&key);
+            h.update(&value);
+            assert_eq!(row_hash(&(&key[..], &value[..])), h.digest(), "key {k} bytes, value {v}");
+        }
     }
 
     fn all(t: &PagedTree) -> BTreeMap<Vec<u8>, Vec<u8>> {

@@ -96,6 +96,14 @@ impl Pending {
         }
     }
 
+    /// Set `key`'s row to `value` unless the key is here already (the clean rows' use).
+    pub(crate) fn put_if_absent(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        if let std::collections::hash_map::Entry::Vacant(e) = self.map.entry(key) {
+            self.bytes += entry_bytes(e.key(), &None) + value.len();
+            e.insert((Some(value), true));
+        }
+    }
+
     /// Forget `key`, if it is here.
     pub(crate) fn remove(&mut self, key: &[u8]) {
         if let Some((k, (v, _))) = self.map.remove_entry(key) {
@@ -161,9 +169,13 @@ impl Pending {
 
     /// Every change, sorted by key.
     fn sorted(&self) -> Vec<crate::runtime::pages::Change<'_>> {
-        let mut entries: Vec<_> = self.map.iter().map(|(k, (v, _))| (k.as_slice(), v.as_deref())).collect();
-        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        entries
+        // Ordered by the keys' first 16 bytes as a number first (zero-padded: the same order
+        // as the bytes', ties broken by the whole keys), so that most comparisons are one
+        // integer comparison instead of a call to compare bytes: a third of the writer's time
+        // at 1 M keys went to sorting.
+        let mut entries: Vec<_> = self.map.iter().map(|(k, (v, _))| (prefix(k), k.as_slice(), v.as_deref())).collect();
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        entries.into_iter().map(|(_, k, v)| (k, v)).collect()
     }
 
     /// Write every change and the checkpoint to the tree in one atomic batch (a standby's copy,
@@ -180,6 +192,15 @@ impl Pending {
         *self = Pending::default();
         Ok(())
     }
+}
+
+/// A key's first 16 bytes, zero-padded, as a big-endian number: two keys' prefixes compare as
+/// the keys do, or are equal.
+fn prefix(key: &[u8]) -> u128 {
+    let mut b = [0u8; 16];
+    let n = key.len().min(16);
+    b[..n].copy_from_slice(&key[..n]);
+    u128::from_be_bytes(b)
 }
 
 /// Changes handed to the writer, readable by the task until they are written.
@@ -338,6 +359,29 @@ pub(crate) fn write(tree: &PagedTree, changes: &Pending, checkpoint: Option<&Pos
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Changes come out in the keys' byte order: keys that share their first 16 bytes, that
+    /// end in zero bytes, shorter and longer than 16 bytes.
+    #[test]
+    fn changes_are_sorted_in_the_keys_byte_order() {
+        let mut keys: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0, 0], vec![1], vec![255; 20]];
+        let mut x = 7u64;
+        for _ in 0..2_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = (x >> 58) as usize % 24;
+            // Few distinct bytes, so that many keys share long prefixes and zeros.
+            let key: Vec<u8> = (0..len).map(|i| [0u8, 1, 255][((x >> (i % 40)) % 3) as usize]).collect();
+            keys.push(key);
+        }
+        let mut p = Pending::default();
+        for (i, k) in keys.iter().enumerate() {
+            p.stage(k.clone(), (i % 5 != 0).then(|| vec![i as u8]), true);
+        }
+        let got: Vec<Vec<u8>> = p.sorted().iter().map(|(k, _)| k.to_vec()).collect();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(got, keys);
+    }
 
     /// Once a flight of a store failed, its later flights are not written: no checkpoint
     /// passes the changes the failed one did not write.

@@ -151,6 +151,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         total.add_from(&r?);
     }
     total.interrupted = shared.stop.load(Ordering::SeqCst);
+    // The changelogs' compactions the last commits asked for, done before the run ends.
+    shared.log.settle_compactions();
     shared.db.flush().map_err(state("cannot flush local state"))?;
     drop(shared);
     crate::runtime::state::mark_closed(&db_path);

@@ -1,0 +1,108 @@
+//! The compactor: one thread per process that compacts the partitions of compacted topics
+//! (changelogs) a commit found due ([`EmbeddedLog::compact_committed`]), as Kafka's log
+//! cleaner runs beside the broker's request handlers: a compaction scans the whole partition,
+//! twice, which inside the commit cost a first run at 1 M keys a fifth of its processing
+//! thread. A partition is queued once however many commits find it due meanwhile; one whose
+//! compaction failed (a full disk) is tried again once it has grown by another
+//! [`COMPACT_MIN_BYTES`], not at every commit.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+
+use super::{EmbeddedLog, Pos, COMPACT_MIN_BYTES};
+
+/// A partition of one log: (the log's directory, topic, partition).
+type Key = (PathBuf, String, u32);
+
+struct Queue {
+    /// Partitions queued or being compacted.
+    busy: BTreeSet<Key>,
+    /// What the thread is to do, oldest first: the partition, and its committed end when asked.
+    jobs: VecDeque<(EmbeddedLog, Key, Pos)>,
+    /// Partitions whose last compaction failed, with their end then.
+    failed: BTreeMap<Key, Pos>,
+}
+
+static QUEUE: Mutex<Queue> =
+    Mutex::new(Queue { busy: BTreeSet::new(), jobs: VecDeque::new(), failed: BTreeMap::new() });
+/// Signalled when a job is queued and when one is done.
+static CHANGED: Condvar = Condvar::new();
+/// Whether the thread runs (it starts on the first request).
+static STARTED: OnceLock<bool> = OnceLock::new();
+
+fn queue() -> MutexGuard<'static, Queue> {
+    QUEUE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ask for a partition of `log`, committed up to `end`, to be compacted.
+pub(super) fn request(log: &EmbeddedLog, topic: &str, p: u32, end: Pos) {
+    let key = (log.dir.clone(), topic.to_string(), p);
+    {
+        let mut q = queue();
+        if q.busy.contains(&key) || q.failed.get(&key).is_some_and(|at| end.byte < at.byte + COMPACT_MIN_BYTES) {
+            return;
+        }
+        q.busy.insert(key.clone());
+        q.jobs.push_back((log.clone(), key, end));
+    }
+    CHANGED.notify_all();
+    if !started() {
+        // No thread (it could not start): compact here, as a commit did before.
+        while let Some(job) = queue().jobs.pop_front() {
+            run(job);
+        }
+    }
+}
+
+fn started() -> bool {
+    *STARTED.get_or_init(|| {
+        std::thread::Builder::new()
+            .name("streamc-compactor".into())
+            .spawn(|| loop {
+                let job = {
+                    let mut q = queue();
+                    loop {
+                        match q.jobs.pop_front() {
+                            Some(job) => break job,
+                            None => q = CHANGED.wait(q).unwrap_or_else(|p| p.into_inner()),
+                        }
+                    }
+                };
+                run(job);
+            })
+            .is_ok()
+    })
+}
+
+/// Compact one partition and mark it done; a failure is reported and remembered.
+fn run((log, key, end): (EmbeddedLog, Key, Pos)) {
+    let (_, topic, p) = &key;
+    let result = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.compact_committed(topic, *p))) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("the compaction panicked".to_string()),
+    };
+    let mut q = queue();
+    match result {
+        Ok(_) => {
+            q.failed.remove(&key);
+        }
+        Err(e) => {
+            eprintln!(
+                "warning: cannot compact {topic}/{p} of the embedded log (it is tried again once it has grown): {e}"
+            );
+            q.failed.insert(key.clone(), end);
+        }
+    }
+    q.busy.remove(&key);
+    drop(q);
+    CHANGED.notify_all();
+}
+
+/// Wait until no partition of `log` is queued or being compacted.
+pub(super) fn settle(log: &EmbeddedLog) {
+    let mut q = queue();
+    while q.busy.iter().any(|(dir, _, _)| *dir == log.dir) {
+        q = CHANGED.wait(q).unwrap_or_else(|p| p.into_inner());
+    }
+}
