@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -208,11 +208,24 @@ pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection to a Kafka cluster, configured by the `kafka.*` properties.
 pub struct Kafka {
     props: BTreeMap<String, String>,
+    /// The client that answers metadata questions (partition counts), made at the first one:
+    /// a client of its own for each question cost a connection each, half a second of a run's
+    /// start-up on a program of a few topics.
+    metadata: OnceLock<BaseConsumer>,
 }
 
 impl Kafka {
     pub fn new(props: &BTreeMap<String, String>) -> Kafka {
-        Kafka { props: props.clone() }
+        Kafka { props: props.clone(), metadata: OnceLock::new() }
+    }
+
+    /// The metadata client (see [`Kafka::metadata`]).
+    fn metadata_client(&self) -> Result<&BaseConsumer> {
+        if let Some(c) = self.metadata.get() {
+            return Ok(c);
+        }
+        let c: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
+        Ok(self.metadata.get_or_init(|| c))
     }
 
     /// A connection to the cluster `kafka.bootstrap.servers` names, checked: a cluster that
@@ -262,8 +275,8 @@ impl Kafka {
 
     /// The partition count of a topic, or None if it does not exist.
     pub fn partitions(&self, topic: &str) -> Result<Option<u32>> {
-        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
-        let md = consumer
+        let md = self
+            .metadata_client()?
             .fetch_metadata(Some(topic), TIMEOUT)
             .map_err(client(format!("cannot read metadata of `{topic}` from {}", self.servers())))?;
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };

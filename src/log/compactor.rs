@@ -7,6 +7,7 @@
 //! [`COMPACT_MIN_BYTES`], not at every commit.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -49,7 +50,10 @@ pub(super) fn request(log: &EmbeddedLog, topic: &str, p: u32, end: Pos) {
     CHANGED.notify_all();
     if !started() {
         // No thread (it could not start): compact here, as a commit did before.
-        while let Some(job) = queue().jobs.pop_front() {
+        loop {
+            // (The queue's lock is let go of before the job runs: `run` takes it again.)
+            let job = queue().jobs.pop_front();
+            let Some(job) = job else { break };
             run(job);
         }
     }
@@ -83,26 +87,27 @@ fn run((log, key, end): (EmbeddedLog, Key, Pos)) {
         Err(_) => Err("the compaction panicked".to_string()),
     };
     let mut q = queue();
-    match result {
-        Ok(_) => {
-            q.failed.remove(&key);
-        }
-        Err(e) => {
-            eprintln!(
-                "warning: cannot compact {topic}/{p} of the embedded log (it is tried again once it has grown): {e}"
-            );
-            q.failed.insert(key.clone(), end);
-        }
-    }
+    match &result {
+        Ok(_) => q.failed.remove(&key),
+        Err(_) => q.failed.insert(key.clone(), end),
+    };
     q.busy.remove(&key);
     drop(q);
     CHANGED.notify_all();
+    if let Err(e) = result {
+        // (Not `eprintln!`, which panics when standard error is gone.)
+        let _ = writeln!(
+            std::io::stderr(),
+            "warning: cannot compact {topic}/{p} of the embedded log (it is tried again once it has grown): {e}"
+        );
+    }
 }
 
-/// Wait until no partition of `log` is queued or being compacted.
-pub(super) fn settle(log: &EmbeddedLog) {
+/// Wait until no partition of `log` (or only `partition`, if given) is queued or being
+/// compacted.
+pub(super) fn settle(log: &EmbeddedLog, partition: Option<(&str, u32)>) {
     let mut q = queue();
-    while q.busy.iter().any(|(dir, _, _)| *dir == log.dir) {
+    while q.busy.iter().any(|(dir, t, p)| *dir == log.dir && partition.is_none_or(|(topic, n)| t == topic && *p == n)) {
         q = CHANGED.wait(q).unwrap_or_else(|p| p.into_inner());
     }
 }

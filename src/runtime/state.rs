@@ -39,6 +39,9 @@ pub(crate) struct Trees {
     failed: Vec<Arc<AtomicBool>>,
     /// Commits since local state was last handed to the writer.
     pub(crate) commits: u32,
+    /// Changes staged since local state was last handed to the writer (each change counts,
+    /// also one to a key already pending): what a restore after a crash replays at most.
+    staged: usize,
     /// Keys per tenant over every store, in a tenant-scoped task (None otherwise): counted once
     /// when the task opens, then kept up to date as changes are staged.
     pub(crate) tenant_keys: Option<BTreeMap<Vec<u8>, i64>>,
@@ -83,17 +86,18 @@ pub(crate) fn cache_share(cache_max: usize, others: usize) -> usize {
     cache_max / (LIVE_TASKS.load(Ordering::Relaxed) + others).max(1)
 }
 
-/// Local state is written at most every this many commits (and at the latest when the pending
-/// changes hold a quarter of the task's share of memory)…
+/// Local state is handed to the writer when the pending changes hold a quarter of the task's
+/// share of memory, and otherwise: when not all of the task's rows are in memory, every this
+/// many commits…
 pub(crate) const LOCAL_WRITE_COMMITS: u32 = 8;
 
-/// …once this many changes are pending (a store whose rows are not all in memory), or, for a
-/// store whose rows are all in memory, once its pending changes are at least half as many as
-/// its rows. A flight rewrites every page of sled its changes fall in, which for keys spread
-/// over the store is every page: flights that grow with the store rewrite each row a bounded
-/// number of times over a first run (about three), where flights of a fixed size rewrote the
-/// whole store at each one (at 1 M keys, 10 times). The checkpoint lags by at most as many
-/// changes, which a restart after a crash replays: less than half a restore from scratch.
+/// …or once this many changes are pending; when all of them are (every store complete), once
+/// the changes staged since the last hand-over (each one counted) are at least half as many as
+/// the rows, and at most every [`LOCAL_WRITE_COMMITS`] commits. A flight rewrites every page of
+/// sled its changes fall in, which for keys spread over the store is every page: flights that
+/// grow with the store rewrite each row a bounded number of times over a first run (about
+/// three), where flights of a fixed size rewrote the whole store at each one (at 1 M keys, 10
+/// times). A restart after a crash replays about as many changelog records as were staged.
 pub(crate) const LOCAL_WRITE_PENDING: usize = 100_000;
 
 impl Trees {
@@ -107,6 +111,7 @@ impl Trees {
             clean: Vec::new(),
             failed: Vec::new(),
             commits: 0,
+            staged: 0,
             tenant_keys: None,
             cache_max,
             _live: LiveTask::new(),
@@ -161,6 +166,7 @@ impl Trees {
                 }
             }
             self.pending[ch.store].stage(ch.key, ch.value, ch.existed);
+            self.staged += 1;
         }
     }
 
@@ -225,7 +231,7 @@ impl Trees {
             let changes = std::mem::take(&mut self.pending[i]);
             self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
         }
-        self.commits = 0;
+        (self.commits, self.staged) = (0, 0);
         // The task is closing: the rows written are not kept in memory (taking a first run's
         // last flight into the clean rows was a fifth of a second at 1 M keys, for nothing).
         self.reap(Reap::AllDropped)
@@ -245,7 +251,7 @@ impl Trees {
                     self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
                 }
             }
-            self.commits = 0;
+            (self.commits, self.staged) = (0, 0);
         }
         self.bound()?;
         Ok(due)
@@ -373,11 +379,11 @@ impl Trees {
         if self.pending.iter().map(|p| p.bytes()).sum::<usize>() > self.share() / 4 {
             return true;
         }
-        let pending = self.pending.iter().map(|p| p.len()).sum::<usize>();
         if self.clean.iter().all(|c| c.complete) {
             let rows = self.clean.iter().map(|c| c.rows.len()).sum::<usize>();
-            self.commits >= LOCAL_WRITE_COMMITS && pending >= rows / 2
+            self.commits >= LOCAL_WRITE_COMMITS && self.staged >= rows / 2
         } else {
+            let pending = self.pending.iter().map(|p| p.len()).sum::<usize>();
             self.commits >= LOCAL_WRITE_COMMITS || pending >= LOCAL_WRITE_PENDING
         }
     }
@@ -727,6 +733,43 @@ mod tests {
         f.set_modified(before + std::time::Duration::from_secs(2)).unwrap();
         assert!(!matches());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A store wholly in memory is written once the changes staged since its last flight are
+    /// half as many as its rows, however few keys they fall on: a few hot keys updated over and
+    /// over still reach sled (and the checkpoint moves), so that a restart after a crash never
+    /// replays more than about that many changes.
+    #[test]
+    fn hot_keys_of_a_store_in_memory_reach_sled_once_half_its_rows_of_changes_are_staged() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], 1 << 30);
+        for i in 0..1_000u32 {
+            t.pending[0].stage(i.to_be_bytes().to_vec(), Some(b"0".to_vec()), false);
+        }
+        t.commits = LOCAL_WRITE_COMMITS;
+        assert!(t.write_behind(&[Pos { offset: 1_000, byte: 0 }]).unwrap());
+        t.settle().unwrap();
+        assert!(t.clean[0].complete);
+        // Ten keys, ten changes each commit (as `stage` counts them).
+        let mut offset = 1_000;
+        let mut handed_at = None;
+        for commit in 1..=100 {
+            for i in 0..10u32 {
+                t.pending[0].stage(i.to_be_bytes().to_vec(), Some(commit.to_string().into_bytes()), true);
+                t.staged += 1;
+                offset += 1;
+            }
+            t.commits += 1;
+            if t.write_behind(&[Pos { offset, byte: 0 }]).unwrap() {
+                handed_at = Some(commit);
+                break;
+            }
+        }
+        assert_eq!(handed_at, Some(50), "500 changes staged: half of the 1,000 rows");
+        t.settle().unwrap();
+        assert_eq!(tree.checkpoint().map(|c| c.offset), Some(1_500));
+        assert_eq!(tree.get(&3u32.to_be_bytes()).unwrap().as_deref(), Some(&b"50"[..]));
     }
 
     /// A store that starts empty and fits its share never reads sled: rows sled does not have

@@ -128,7 +128,9 @@ impl Backend for Embedded<'_> {
             return Ok(None);
         }
         // A compacted changelog holds every key's last record from offset 0, and every deletion
-        // from its horizon on.
+        // from its horizon on (with no compaction under way that could move the horizon past
+        // where a restore starts).
+        self.log.settle_compaction(topic, p);
         let c = self.log.committed()?;
         let deletions_from = c.bases.get(&format!("{topic}/{p}")).map_or(0, |b| b.horizon);
         Ok(Some(Extent { low: 0, end: c.end(topic, p), deletions_from }))

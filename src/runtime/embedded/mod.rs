@@ -44,6 +44,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
     let log = EmbeddedLog::open(&opts.state_dir, opts.config.embedded.fsync)?;
     // One run of the application on this log, for as long as this one lives.
     let _run_lock = log.lock_run(&opts.app)?;
+    // However the run ends, the compactions its commits asked for end first, while it still
+    // holds the run lock (a `run --reset` after it must find no compaction at work).
+    let _compactions = SettleCompactions(log.clone());
     // A partition file cut short inside its committed records stops the run before anything
     // is appended after the tear.
     log.check_tails()?;
@@ -151,12 +154,19 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         total.add_from(&r?);
     }
     total.interrupted = shared.stop.load(Ordering::SeqCst);
-    // The changelogs' compactions the last commits asked for, done before the run ends.
-    shared.log.settle_compactions();
     shared.db.flush().map_err(state("cannot flush local state"))?;
     drop(shared);
     crate::runtime::state::mark_closed(&db_path);
     Ok(total)
+}
+
+/// Waits, when dropped, until the log's compactions are done.
+struct SettleCompactions(EmbeddedLog);
+
+impl Drop for SettleCompactions {
+    fn drop(&mut self) {
+        self.0.settle_compactions();
+    }
 }
 
 /// What the worker threads of an embedded run share.
