@@ -94,6 +94,7 @@ fn run((log, key, end): (EmbeddedLog, Key, Pos)) {
     q.busy.remove(&key);
     drop(q);
     CHANGED.notify_all();
+    crate::runtime::release_freed_memory();
     if let Err(e) = result {
         // (Not `eprintln!`, which panics when standard error is gone.)
         let _ = writeln!(

@@ -294,6 +294,7 @@ fn writer() -> &'static Mutex<Sender<Job>> {
                     job.changes = Arc::new(Pending::default());
                     job.tree = None;
                     job.finish(result);
+                    crate::runtime::release_freed_memory();
                 }
             })
             .expect("the local-state writer thread starts");

@@ -104,7 +104,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         .map(|o| o + 1)
         .max()
         .unwrap_or(0);
-    let control_reader: BaseConsumer = reader_config(&kafka, opts).create().map_err(client("Kafka consumer"))?;
+    let control_reader = reader(&kafka, opts)?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
     control_reader.assign(&tpl).map_err(client(format!("cannot read `{control_topic}`")))?;
@@ -120,7 +120,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
     // The start-up end of every partition of every external input: `--drain` stops there.
     let mut startup = BTreeMap::new();
-    let probe: BaseConsumer = reader_config(&kafka, opts).create().map_err(client("Kafka consumer"))?;
+    let probe = reader(&kafka, opts)?;
     let external: BTreeSet<String> = specs.iter().flat_map(|s| external_inputs(s)).collect();
     for t in &external {
         for p in 0..kafka.partitions(t)?.unwrap_or(0) {
@@ -327,6 +327,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         Ok(summary) => {
             // Leaving the group revokes what is left (nothing: every task is closed).
             consumer.unsubscribe();
+            close_quickly(&consumer);
             // (The engine, and with it the database, goes with the consumer's context: the
             // local state is closed before it is marked so.)
             drop(consumer);
@@ -390,7 +391,8 @@ impl RestoreReporter {
                 if stopping {
                     break;
                 }
-                std::thread::sleep(Duration::from_millis(100));
+                // (Woken at once when the run ends: see the drop.)
+                std::thread::park_timeout(Duration::from_millis(100));
             }
             if let Err(e) = producer.flush(Duration::from_secs(5)) {
                 eprintln!("cannot report restores to `{topic}`: {e}");
@@ -404,6 +406,7 @@ impl Drop for RestoreReporter {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -691,7 +694,7 @@ struct Engine {
     /// The program as of the control offset this instance applied.
     stage: Arc<Stage>,
     hub: Hub,
-    control_reader: BaseConsumer,
+    control_reader: Reader,
     /// The main inputs the group consumer is subscribed to.
     subscribed: BTreeSet<String>,
     db: sled::Db,
@@ -1385,7 +1388,7 @@ fn feed_for(
     let mut stop_at = Vec::new();
     for t in &topics {
         let pos = positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset);
-        let reader: BaseConsumer = reader_config(kafka, opts).create().map_err(client("Kafka consumer"))?;
+        let reader = reader(kafka, opts)?;
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64))?;
         reader.assign(&tpl).map_err(client(format!("cannot read `{t}` partition {p}")))?;
@@ -1509,6 +1512,40 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, 
     hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
 }
 
+/// A consumer assigned its partitions (never subscribed) that closes at once when dropped:
+/// rdkafka's drop of a consumer with a group id waits for the close in polls of 100 ms, a tenth
+/// of a second for each task's readers, each restore and each probe.
+struct Reader(BaseConsumer);
+
+impl std::ops::Deref for Reader {
+    type Target = BaseConsumer;
+    fn deref(&self) -> &BaseConsumer {
+        &self.0
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        close_quickly(&self.0);
+    }
+}
+
+/// Close a consumer, serving its queue in short polls until it is closed (at most 5 s), so
+/// that its drop finds it closed.
+fn close_quickly<C: ConsumerContext>(c: &BaseConsumer<C>) {
+    if c.close_queue().is_ok() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !c.closed() && Instant::now() < deadline {
+            c.poll(Duration::from_millis(1));
+        }
+    }
+}
+
+/// A reader (see [`reader_config`]).
+fn reader(k: &Kafka, opts: &RunOptions) -> Result<Reader> {
+    Ok(Reader(reader_config(k, opts).create().map_err(client("Kafka consumer"))?))
+}
+
 fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
     let mut c = k.config();
     c.set("group.id", format!("{}.reader", opts.app))
@@ -1533,7 +1570,7 @@ fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
 struct KafkaFeed {
     topics: Vec<String>,
     partition: i32,
-    readers: Vec<BaseConsumer>,
+    readers: Vec<Reader>,
     bufs: Vec<VecDeque<Stored>>,
     eof: Vec<bool>,
     /// The offset after the last record fetched.
@@ -1658,7 +1695,7 @@ impl Backend for Engine {
         let mut config = reader_config(&self.kafka, &self.opts);
         // Fetches return at once at the end, so the end is known without waiting.
         config.set("fetch.wait.max.ms", "10");
-        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
+        let consumer = Reader(config.create().map_err(client("Kafka consumer"))?);
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64)).map_err(BrokerError::from)?;
         consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
