@@ -275,8 +275,11 @@ impl Kafka {
 
     /// The partition count of a topic, or None if it does not exist.
     pub fn partitions(&self, topic: &str) -> Result<Option<u32>> {
-        let md = self
-            .metadata_client()?
+        let c = self.metadata_client()?;
+        // (Its events served, so that they do not pile up over a long run: it lives as long
+        // as the `Kafka`.)
+        let _ = c.poll(Duration::ZERO);
+        let md = c
             .fetch_metadata(Some(topic), TIMEOUT)
             .map_err(client(format!("cannot read metadata of `{topic}` from {}", self.servers())))?;
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };

@@ -92,9 +92,13 @@ fn run((log, key, end): (EmbeddedLog, Key, Pos)) {
         Err(_) => q.failed.insert(key.clone(), end),
     };
     q.busy.remove(&key);
+    let idle = q.jobs.is_empty();
     drop(q);
     CHANGED.notify_all();
-    crate::runtime::release_freed_memory();
+    if idle {
+        // About to wait: what the compactions freed goes back to the system.
+        crate::runtime::release_freed_memory();
+    }
     if let Err(e) = result {
         // (Not `eprintln!`, which panics when standard error is gone.)
         let _ = writeln!(

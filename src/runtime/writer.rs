@@ -294,6 +294,9 @@ fn writer() -> &'static Mutex<Sender<Job>> {
                     job.changes = Arc::new(Pending::default());
                     job.tree = None;
                     job.finish(result);
+                    // What the job freed goes back to the system (after each job, not only when
+                    // idle: a writer kept busy by a memory-bound run would otherwise never hand
+                    // anything back; 181 against 190 MiB in the 3 M-key run with 64 MiB).
                     crate::runtime::release_freed_memory();
                 }
             })
