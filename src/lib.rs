@@ -22,6 +22,7 @@ pub mod hir;
 pub mod kafka;
 pub mod log;
 pub mod lsp;
+pub(crate) mod memory;
 pub mod plan;
 pub mod protobuf;
 pub mod registry;

@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// Layers, lowest first. A module may use modules of its own layer and of layers before it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("base", &["ast", "types", "diag", "config", "gen", "value"]),
+    ("base", &["ast", "types", "diag", "config", "gen", "value", "memory"]),
     (
         "language",
         &[

@@ -97,7 +97,7 @@ fn run((log, key, end): (EmbeddedLog, Key, Pos)) {
     CHANGED.notify_all();
     if idle {
         // About to wait: what the compactions freed goes back to the system.
-        crate::runtime::release_freed_memory();
+        crate::memory::release_freed_memory();
     }
     if let Err(e) = result {
         // (Not `eprintln!`, which panics when standard error is gone.)

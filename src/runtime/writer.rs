@@ -297,7 +297,7 @@ fn writer() -> &'static Mutex<Sender<Job>> {
                     // What the job freed goes back to the system (after each job, not only when
                     // idle: a writer kept busy by a memory-bound run would otherwise never hand
                     // anything back; 181 against 190 MiB in the 3 M-key run with 64 MiB).
-                    crate::runtime::release_freed_memory();
+                    crate::memory::release_freed_memory();
                 }
             })
             .expect("the local-state writer thread starts");
