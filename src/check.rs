@@ -949,7 +949,6 @@ impl<'a> Checker<'a> {
         clause: Span,
         other: Span,
         after_steps: bool,
-        after_join: bool,
     ) -> bool {
         let refuse = |c: &mut Self, d: Diagnostic| {
             c.err(d);
@@ -973,14 +972,6 @@ impl<'a> Checker<'a> {
                 Diagnostic::new(Code::JoinKind, other, format!("`{name}` is a control-managed table"))
                     .label("no topic")
                     .help("a table–table join needs both tables read from topics (co-partitioned by their keys)"),
-            );
-        }
-        if after_join {
-            return refuse(
-                self,
-                Diagnostic::new(Code::ClauseOrder, clause, "a table joins one other table")
-                    .label("a second join")
-                    .help("join the tables two at a time: write this join's result to a topic and read it as a table"),
             );
         }
         if after_steps {
@@ -1210,7 +1201,8 @@ impl<'a> Checker<'a> {
                 }
             }
             let in_group = group.is_some();
-            let after_steps = !steps.is_empty();
+            // (Joins of tables on the key may follow one another: an n-way join.)
+            let after_steps = steps.iter().any(|s| !matches!(s.kind, StepKind::JoinTable { mutual: true, .. }));
             let order_err = |this: &mut Self, msg: &str, help: &str| {
                 this.err(
                     Diagnostic::new(Code::ClauseOrder, c.span, msg.to_string())
@@ -1392,32 +1384,11 @@ impl<'a> Checker<'a> {
                     // and aggregates then read (ksqlDB's key columns stay readable after GROUP BY).
                     let key_alone = matches!(items.as_slice(), [g] if g.alias.is_none()
                         && matches!(&g.expr.node, ast::Expr::Path(p) if p.len() == 1 && Some(&p[0].node) == shape.key_name.as_ref()));
-                    if let Some(k) = shape
-                        .key_name
-                        .clone()
-                        .filter(|k| !key_alone && shape.joined.is_empty() && shape.value.get(k).is_none())
-                    {
-                        let key =
-                            hir::Expr { kind: ExprKind::Field(Root::Key, vec![]), ty: shape.key.clone(), span: c.span };
-                        let mut fields: Vec<(String, hir::Expr)> = shape
-                            .value
-                            .fields
-                            .iter()
-                            .enumerate()
-                            .map(|(i, (n, t))| {
-                                let e = hir::Expr {
-                                    kind: ExprKind::Field(Root::Value, vec![i]),
-                                    ty: t.clone(),
-                                    span: c.span,
-                                };
-                                (n.clone(), e)
-                            })
-                            .collect();
-                        fields.push((k.clone(), key));
-                        shape.value.fields.push((k, shape.key.clone()));
+                    if let Some(k) = shape.key_name.clone().filter(|k| !key_alone && shape.value.get(k).is_none()) {
+                        shape.value.fields.push((k.clone(), shape.key.clone()));
                         shape.key_name = None;
                         shape.key_field = Some(shape.value.fields.len() - 1);
-                        push(self, StepKind::Map(fields), "key-as-field", shape.clone());
+                        push(self, StepKind::KeyAsField(k), "key-as-field", shape.clone());
                     }
                     let mut out = Vec::new();
                     for g in items {
@@ -1628,9 +1599,7 @@ impl<'a> Checker<'a> {
                     // A table joined with a table (Kafka Streams' KTable–KTable join): an update
                     // of either side gives the key's new result.
                     let mutual = shape.table;
-                    if mutual
-                        && !self.table_join_allowed(&src, &o, c.span, other.span, after_steps, !shape.joined.is_empty())
-                    {
+                    if mutual && !self.table_join_allowed(&src, &o, c.span, other.span, after_steps) {
                         ok = false;
                         continue;
                     }
@@ -1767,6 +1736,19 @@ impl<'a> Checker<'a> {
                     // Streams' `KTable#join(other, foreignKeyExtractor, joiner)`): `on` gives
                     // the other table's key from this table's row.
                     let foreign = mutual && !(is_key && shape.partitioned);
+                    // Several tables joined on the key in a row (an n-way join) are one task's
+                    // inputs; a foreign-key join joins one other table.
+                    if mutual && (foreign || foreign_join.is_some()) && !shape.joined.is_empty() {
+                        let mut d = Diagnostic::new(Code::ClauseOrder, c.span, "a foreign-key join joins one other table")
+                            .label(if foreign { "a foreign-key join after a join" } else { "a second join" })
+                            .help("join several tables on the key in a row, or write a foreign-key join's result to a topic and read it as a table");
+                        if let Some(fk) = foreign_join {
+                            d = d.related(fk, "the foreign-key join");
+                        }
+                        self.err(d);
+                        ok = false;
+                        continue;
+                    }
                     if foreign && !he.ty.is_error() {
                         let refusal = if *outer {
                             Some((

@@ -156,6 +156,10 @@ pub struct Step {
 pub enum StepKind {
     Filter(Expr),
     Map(Vec<(String, Expr)>),
+    /// The record's key appended to its value as a field of this name (what a join added
+    /// stays): before a repartition by a grouping that does not keep the key whole, so that the
+    /// key's name still reads it after.
+    KeyAsField(String),
     /// A `select` with `explode(list)` items (a flat map): one record per item of the lists the
     /// fields `at` evaluate to, zipped (ksqlDB's several table functions: as many records as the
     /// longest list has items, a shorter one's field null past its end; none when every list is
@@ -459,6 +463,7 @@ impl Program {
                 let what = match &st.kind {
                     StepKind::Filter(_) => "filter".to_string(),
                     StepKind::Map(_) => "map".to_string(),
+                    StepKind::KeyAsField(n) => format!("key as field `{n}`"),
                     StepKind::Explode { fields, at } => format!(
                         "flat map (explode {})",
                         at.iter().map(|i| format!("`{}`", fields[*i].0)).collect::<Vec<_>>().join(", ")

@@ -939,6 +939,13 @@ impl PartitionReader {
                     Some(s) => {
                         self.pos = s.next;
                         out.push(s);
+                        // Past the compacted part's last offset the frames begin: a position
+                        // there has their byte (the reader may stop here, at the end).
+                        let start = self.base.unwrap_or_default().start;
+                        if self.pos.offset >= start.offset {
+                            self.pos = start;
+                            self.compacted = None;
+                        }
                     }
                     None if self.compacted.as_ref().is_some_and(|c| c.ahead.is_some()) => return Ok(out),
                     None => {
@@ -1432,6 +1439,31 @@ mod tests {
         assert!(!dir.join(format!("log/topics/cl/0.{}.compact", base.gen)).exists());
         let folded = last_of_each_key(&read_all(&log, Pos::default()));
         assert!(folded == last, "every key's last value at its offset, the old deletions gone");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A partition compacted up to its end (no frame after the compacted part): a reader that
+    /// reads it to the end stands at the end, byte included, so that it can go on from there.
+    #[test]
+    fn a_reader_at_the_end_of_a_wholly_compacted_partition_stands_at_its_end() {
+        let (dir, log) = compacted_log("compact-whole");
+        // One commit past the threshold: the compaction it queues takes every frame.
+        let records: Vec<Record> = (0..9_000u64)
+            .map(|i| Record {
+                key: Some(format!("k{}", i % 100).into_bytes()),
+                value: Some(vec![b'v'; 1_000]),
+                timestamp: i as i64,
+                headers: vec![],
+            })
+            .collect();
+        log.commit(vec![Append::of("cl", 0, &records)], vec![]).unwrap();
+        log.settle_compactions();
+        let c = log.committed().unwrap();
+        assert_eq!(c.bases["cl/0"].start, c.end("cl", 0), "compacted up to the end");
+        // (read_all requires the reader's position to be the end.)
+        let all = read_all(&log, Pos::default());
+        assert_eq!(all.len(), 100);
+        assert_eq!(all.last().map(|s| s.offset), Some(8_999));
         let _ = fs::remove_dir_all(&dir);
     }
 

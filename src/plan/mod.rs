@@ -75,6 +75,10 @@ pub enum NodeKind {
         fields: Vec<(String, hir::Expr)>,
         table: bool,
     },
+    /// The key appended to the value as the field `name` (see `hir::StepKind::KeyAsField`).
+    KeyAsField {
+        name: String,
+    },
     /// A flat map: one record per item of the lists `fields[at]` evaluate to, zipped.
     Explode {
         fields: Vec<(String, hir::Expr)>,
@@ -615,6 +619,9 @@ impl Lowering<'_> {
             windowed: false,
             tenant_scoped: input.tenant.is_some(),
         };
+        // A table–table join's first join node keeps the query's own table's rows (the
+        // joins after it, an n-way join on the key, share them).
+        let mut own_rows = false;
         for step in &q.steps {
             let name = format!("{}-{}", q.name, step.slug);
             let (kind, line, clause) = (step.kind.clone(), step.line, step.text.clone());
@@ -629,6 +636,9 @@ impl Lowering<'_> {
                     self.node(q, sub, name, NodeKind::Explode { fields, at }, line, clause)
                 }
                 StepKind::Rekey(key) => self.node(q, sub, name, NodeKind::Rekey { key }, line, clause),
+                StepKind::KeyAsField(field) => {
+                    self.node(q, sub, name, NodeKind::KeyAsField { name: field }, line, clause)
+                }
                 StepKind::Aggregate(a) => {
                     if a.table {
                         let rows = format!("{}-{}-rows", q.name, a.group_slug);
@@ -703,8 +713,8 @@ impl Lowering<'_> {
                         line,
                         clause.clone(),
                     );
-                    if mutual {
-                        // This side's rows, for the other table's updates to join.
+                    if mutual && !std::mem::replace(&mut own_rows, true) {
+                        // This side's rows, for the other tables' updates to join.
                         self.store(
                             n,
                             format!("{name}-left"),
@@ -841,6 +851,7 @@ impl NodeKind {
             NodeKind::Map { table: true, .. } => "table map",
             NodeKind::Explode { .. } => "flat map",
             NodeKind::Rekey { .. } => "rekey",
+            NodeKind::KeyAsField { .. } => "key as field",
             NodeKind::RepartitionSink { .. } => "repartition sink",
             NodeKind::RepartitionSource { .. } => "repartition source",
             NodeKind::Aggregate(a) if a.window.is_some() => "window aggregate",
@@ -885,6 +896,9 @@ impl NodeKind {
                 fields.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
             ),
             NodeKind::Rekey { .. } => "changes the key; a later stateful clause repartitions".into(),
+            NodeKind::KeyAsField { name } => {
+                format!("adds the key to the value as `{name}`, which the grouping then reads across the repartition")
+            }
             NodeKind::RepartitionSink { topic, fk: true, .. } => {
                 format!("writes to {topic}, with the row's key and the offset of its update (streamc.fk.*)")
             }

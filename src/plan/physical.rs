@@ -73,6 +73,8 @@ pub struct StreamInput {
 pub enum Op {
     Filter(hir::Expr),
     Map(Vec<hir::Expr>),
+    /// The key appended to the value (what a join added stays).
+    KeyAsField,
     /// A map whose fields `at` are lists: one record per item (zipped), each of those fields
     /// holding its item.
     Explode {
@@ -133,14 +135,22 @@ pub struct TableJoinSpec {
     pub left: bool,
 }
 
-/// A table–table join (Kafka Streams' KTable–KTable join on the key): a record of either table
-/// updates that table's store, then the key's result is worked out from both tables' rows and
-/// sent down the chain after the join operator.
+/// A table–table join (Kafka Streams' KTable–KTable join on the key), or several in a row (an
+/// n-way join, `t1.join(t2).join(t3)`): a record of any of the tables updates that table's
+/// store, then the key's result is worked out from every table's row and sent down the chain
+/// after the last join operator.
 #[derive(Clone, Debug)]
 pub struct MutualJoin {
-    /// The join's index in the task's `ops` (the chain goes on after it).
+    /// The first join's index in the task's `ops` (the joins are `op..op + sides.len()`, and
+    /// the chain goes on after them).
     pub op: usize,
-    /// The other table: an index into the task's `tables`.
+    /// The other tables, in join order: each joins the result of the joins before it.
+    pub sides: Vec<MutualSide>,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct MutualSide {
+    /// The table: an index into the task's `tables`.
     pub right: usize,
     pub kind: MutualKind,
 }
@@ -377,6 +387,7 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                     ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: at.clone() })
                 }
                 NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
+                NodeKind::KeyAsField { .. } => ops.push(Op::KeyAsField),
                 NodeKind::RepartitionSink { topic, key, fk } => {
                     let e = topo
                         .graph
@@ -412,15 +423,24 @@ pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, P
                         let (Decode::Source(main), Some(right)) = (&spec.main.decode, table) else {
                             return Err(PlanError::Inconsistent("a table-table join without its tables"));
                         };
-                        let store = spec.stores.len();
-                        spec.stores.push(store_spec(topo, &node.name));
-                        spec.left = Some(TableInput { topic: spec.main.topic.clone(), source: main.clone(), store });
                         let kind = match (*outer, *left) {
                             (true, _) => MutualKind::Outer,
                             (false, true) => MutualKind::Left,
                             (false, false) => MutualKind::Inner,
                         };
-                        spec.mutual = Some(MutualJoin { op: ops.len(), right, kind });
+                        match &mut spec.mutual {
+                            // A join after a join (n-way): right after it, on the same rows.
+                            Some(m) if m.op + m.sides.len() == ops.len() => m.sides.push(MutualSide { right, kind }),
+                            Some(_) => return Err(PlanError::Inconsistent("table-table joins apart")),
+                            None => {
+                                let store = spec.stores.len();
+                                spec.stores.push(store_spec(topo, &node.name));
+                                spec.left =
+                                    Some(TableInput { topic: spec.main.topic.clone(), source: main.clone(), store });
+                                spec.mutual =
+                                    Some(MutualJoin { op: ops.len(), sides: vec![MutualSide { right, kind }] });
+                            }
+                        }
                     }
                     ops.push(Op::JoinTable(TableJoinSpec {
                         table,

@@ -11,7 +11,7 @@ use crate::codec::decode_tenanted;
 use crate::eval::{Row, Tenant};
 use crate::hir::{self, KeySpec};
 use crate::log::Record;
-use crate::plan::physical::{Decode, MutualKind, TaskSpec};
+use crate::plan::physical::{Decode, MutualJoin, MutualKind, TaskSpec};
 use crate::runtime::foreign::{split_offset, subscription_key, Foreign};
 use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{
@@ -377,12 +377,13 @@ impl Task {
         self.tables.apply(table, rec, &mut self.counters, &mut self.table_changes)
     }
 
-    /// A record of either table of a table–table join ([`TaskSpec::mutual`]): `side` is the
-    /// other table's side index, None for the query's own table (the main input). A value is
-    /// checked as any input record (its key against its key field, its event time), the table's
-    /// store updated, then the key's result, worked out from both tables' current rows, goes
-    /// down the chain after the join at time `ts`; if the key had a result and has none now, a
-    /// tombstone; if it had none and has none, nothing (Kafka Streams' KTable–KTable joins).
+    /// A record of any table of a table–table join ([`TaskSpec::mutual`]): `side` is the
+    /// table's index among the task's tables, None for the query's own table (the main input).
+    /// A value is checked as any input record (its key against its key field, its event time),
+    /// the table's store updated, then the key's result, worked out from every table's current
+    /// row, goes down the chain after the joins at time `ts`; if the key had a result and has
+    /// none now, a tombstone; if it had none and has none, nothing (Kafka Streams'
+    /// KTable–KTable joins, chained for an n-way join).
     pub fn mutual_join(
         &mut self,
         side: Option<usize>,
@@ -397,7 +398,7 @@ impl Task {
         };
         let own_index = spec.tables.len();
         let (table, src) = match side {
-            Some(s) if s == m.right => (s, &spec.tables[s].source),
+            Some(s) if m.sides.iter().any(|j| j.right == s) => (s, &spec.tables[s].source),
             Some(s) => return self.process_table(s, rec),
             None => (own_index, &own.source),
         };
@@ -414,53 +415,42 @@ impl Task {
             return Err(RecordError(format!("a record of table `{}` has no key", src.name)));
         }
         let old = self.tables.row(table, &key, tenant.as_ref(), stores)?;
-        let before = old.is_some();
         self.tables.store(table, decoded, rec, &mut self.counters, &mut self.table_changes)?;
         self.counters.records_in += 1;
         let mine = self.tables.row(own_index, &key, tenant.as_ref(), stores)?;
-        let other = self.tables.row(m.right, &key, tenant.as_ref(), stores)?;
-        let result = |mine: bool, other: bool| match m.kind {
-            MutualKind::Inner => mine && other,
-            MutualKind::Left => mine,
-            MutualKind::Outer => mine || other,
-        };
-        let had = match side {
-            None => result(before, other.is_some()),
-            Some(_) => result(mine.is_some(), before),
-        };
-        // The join's row: this table's row, or an outer join's of the other table alone (this
-        // side null but its key).
-        let joined = |mine: &Option<TableRow>, other: &Option<TableRow>| {
-            let value = match mine {
-                Some(r) => r.as_ref().clone(),
-                None => {
-                    let mut v = vec![Value::Null; own.source.value.fields.len()];
-                    if let KeySpec::Field(i) = own.source.key {
-                        v[i] = key.clone();
+        let others = m
+            .sides
+            .iter()
+            .map(|j| self.tables.row(j.right, &key, tenant.as_ref(), stores))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The rows as they were before this record.
+        let (mine_before, others_before) = match side {
+            None => (old, others.clone()),
+            Some(s) => {
+                let mut before = others.clone();
+                for (b, j) in before.iter_mut().zip(&m.sides) {
+                    if j.right == s {
+                        *b = old.clone();
                     }
-                    v
                 }
-            };
-            Row {
-                key: key.clone(),
-                value,
-                joined: vec![other.clone().map(|r| (key.clone(), r))],
-                tenant: tenant.clone(),
-                retract: false,
+                (mine.clone(), before)
             }
         };
+        let result = mutual_row(m, &own.source, &key, tenant.as_ref(), mine, others);
+        let previous = mutual_row(m, &own.source, &key, tenant.as_ref(), mine_before, others_before);
         // Whether the result this one replaces went through the rest of the query (a `where`
         // deletes only a result that was sent).
-        let rest = &spec.ops[m.op + 1..];
+        let after = m.op + m.sides.len();
+        let rest = &spec.ops[after..];
         let filtered = rest.iter().any(|op| matches!(op, crate::plan::physical::Op::Filter(_)));
-        let sent = match (had, side) {
-            (false, _) => Before::NotSent,
+        let had = previous.is_some();
+        let sent = match previous {
+            None => Before::NotSent,
             // (Nothing to work out without a `where`.)
-            (true, _) if !filtered => Before::Unknown,
-            (true, None) => ops::sent(rest, joined(&old, &other)),
-            (true, Some(_)) => ops::sent(rest, joined(&mine, &old)),
+            Some(_) if !filtered => Before::Unknown,
+            Some(row) => ops::sent(rest, row),
         };
-        if !result(mine.is_some(), other.is_some()) {
+        let Some(row) = result else {
             // (A result that a `where` kept from the sink has nothing there to delete.)
             if let (true, Some(sink)) = (had && sent != Before::NotSent, spec.table_sink_spec()) {
                 tombstone(out, sink, &key, None, ts, tenant.as_deref(), spec.version);
@@ -469,14 +459,13 @@ impl Task {
                 // Grouped: the key's old result leaves its group.
                 let row = Row { key, value: Vec::new(), joined: Vec::new(), tenant, retract: true };
                 let (chain, mut cx) = self.parts(out, stores, None);
-                return Down::from(chain, m.op + 1).emit(row, ts, &mut cx);
+                return Down::from(chain, after).emit(row, ts, &mut cx);
             }
             return Ok(());
-        }
-        let row = joined(&mine, &other);
+        };
         let (chain, mut cx) = self.parts(out, stores, None);
         cx.before = sent;
-        Down::from(chain, m.op + 1).emit(row, ts, &mut cx)
+        Down::from(chain, after).emit(row, ts, &mut cx)
     }
 
     /// A record of a foreign-key join's middle task ([`TaskSpec::foreign`]): `side` None, a
@@ -783,6 +772,51 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
         return Err(RecordError(format!("the event time {ts} is before the epoch (1970-01-01T00:00:00Z)")));
     }
     Ok(Input { row: Row { key, value: wire, joined: vec![], tenant, retract: false }, ts, offset: 0 })
+}
+
+/// A table–table join's result for a key from each table's row (`mine`, the query's own table;
+/// `others`, the joined tables in join order), None when there is none. Each join takes the
+/// result of the joins before it as its left side, as chained KTable joins do: where that
+/// result is missing and an outer join still gives one, every earlier table's fields are null
+/// (the own table's key field still holds the key).
+fn mutual_row(
+    m: &MutualJoin,
+    own: &hir::Source,
+    key: &Value,
+    tenant: Option<&Tenant>,
+    mine: Option<TableRow>,
+    others: Vec<Option<TableRow>>,
+) -> Option<Row> {
+    let mut present = mine.is_some();
+    let mut value = mine;
+    let mut joined: Vec<Option<(Value, TableRow)>> = Vec::with_capacity(others.len());
+    for (j, other) in m.sides.iter().zip(others) {
+        let next = match j.kind {
+            MutualKind::Inner => present && other.is_some(),
+            MutualKind::Left => present,
+            MutualKind::Outer => present || other.is_some(),
+        };
+        if !present {
+            value = None;
+            joined.iter_mut().for_each(|s| *s = None);
+        }
+        joined.push(other.map(|r| (key.clone(), r)));
+        present = next;
+    }
+    if !present {
+        return None;
+    }
+    let value = match value {
+        Some(r) => r.as_ref().clone(),
+        None => {
+            let mut v = vec![Value::Null; own.value.fields.len()];
+            if let KeySpec::Field(i) = own.key {
+                v[i] = key.clone();
+            }
+            v
+        }
+    };
+    Some(Row { key: key.clone(), value, joined, tenant: tenant.cloned(), retract: false })
 }
 
 #[cfg(test)]

@@ -185,6 +185,10 @@ def main():
         write(case, "payments", p)
     write("table_filter_map", "accounts", accounts(11, 800))
     write("group_by_repartition", "views", views(12, 1500))
+    rng = random.Random(25)
+    write("group_by_declared_key", "events", [
+        {"key": rng.randrange(7), "value": {"v1": rng.choice([10, 20, 30]), "x": rng.randint(-50, 50)}} for _ in range(900)
+    ])
     web, app = merge_clicks(14, 2000)
     write("merge_windows", "web", web)
     write("merge_windows", "app", app)
@@ -192,6 +196,12 @@ def main():
     names, cities = ["Ann", "Bob", "Cyd", "Dee", "Eve"], ["Oslo", "Rome", "Kyiv", "Lima"]
     write("table_table_join", "users", keyed_rows(16, 400, 30, lambda r: {"name": r.choice(names), "city": r.choice(cities)}))
     write("table_table_join", "scores", keyed_rows(17, 400, 30, lambda r: {"points": r.randint(0, 9)}))
+    write("table_nway_join", "users", keyed_rows(22, 300, 20, lambda r: {"name": r.choice(names), "city": r.choice(cities)}))
+    # u16..u19 never have scores (levels alone gives the outer join's row), u10..u13 never a level.
+    write("table_nway_join", "scores", keyed_rows(23, 300, 16, lambda r: {"points": r.randint(0, 9)}))
+    write("table_nway_join", "levels", [
+        r for r in keyed_rows(24, 300, 20, lambda r: {"level": r.randint(1, 3)}) if not "u10" <= r["key"] <= "u13"
+    ])
     write("stream_self_join", "stocks", trades(19, 1200, 0.1, 1000, tickers=10))
     write("foreign_key_join", "orders", fk_orders(20, 600))
     write("foreign_key_join", "customers", [

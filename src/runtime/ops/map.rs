@@ -39,6 +39,21 @@ pub(super) fn eval_all(exprs: &[hir::Expr], row: &Row) -> Result<Vec<crate::valu
     Ok(v)
 }
 
+/// The key appended to the value as a field (before a repartition whose key does not keep it
+/// whole); what a join added stays.
+pub(crate) struct KeyAsField;
+
+impl Stateful for KeyAsField {}
+
+impl Operator for KeyAsField {
+    fn on_row(&mut self, mut row: Row, ts: i64, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
+        if !row.retract {
+            row.value.push(row.key.clone());
+        }
+        down.emit(row, ts, cx)
+    }
+}
+
 /// `key by e`: the row's key becomes `e`.
 pub(crate) struct Rekey {
     key: hir::Expr,

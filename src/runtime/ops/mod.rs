@@ -232,6 +232,7 @@ pub(crate) fn build(spec: &TaskSpec) -> Vec<Box<dyn Operator>> {
                 Box::new(explode::Explode::new(fields.clone(), at.clone()))
             }
             Op::Rekey(e) => Box::new(map::Rekey::new(e.clone())),
+            Op::KeyAsField => Box::new(map::KeyAsField),
             Op::Repartition(r) => Box::new(repartition::Repartition::new(r.clone())),
             Op::JoinTable(j) => Box::new(table_join::TableJoin(j.clone())),
             Op::GroupTable { store, group, nulls } => {

@@ -391,6 +391,35 @@ public final class Main {
           .toStream()
           .to(t.out("joined-outer"), Produced.with(S, J));
     }));
+    // Three tables joined on the key in a row: each join's left side is the result before it.
+    CASES.put("table_nway_join", new Case(List.of("nway-inner-left", "nway-inner-outer"), (b, t) -> {
+      KTable<String, JsonNode> users = b.table(t.in("users"), Consumed.with(S, J));
+      KTable<String, JsonNode> scores = b.table(t.in("scores"), Consumed.with(S, J));
+      KTable<String, JsonNode> levels = b.table(t.in("levels"), Consumed.with(S, J));
+      KTable<String, JsonNode> both = users.join(scores, (u, s) -> {
+        ObjectNode o = JSON.createObjectNode();
+        o.set("name", u.get("name"));
+        o.set("points", s.get("points"));
+        return (JsonNode) o;
+      });
+      both.leftJoin(levels, (us, l) -> {
+            ObjectNode o = ((ObjectNode) us).deepCopy();
+            o.set("level", l == null ? null : l.get("level"));
+            return (JsonNode) o;
+          })
+          .toStream()
+          .to(t.out("nway-inner-left"), Produced.with(S, J));
+      both.outerJoin(levels, (us, l) -> {
+            ObjectNode o = JSON.createObjectNode();
+            o.set("name", us == null ? null : us.get("name"));
+            o.set("points", us == null ? null : us.get("points"));
+            o.set("level", l == null ? null : l.get("level"));
+            return (JsonNode) o;
+          })
+          .filter((id, o) -> o.get("level").isNull() || o.get("level").asInt() > 1)
+          .toStream()
+          .to(t.out("nway-inner-outer"), Produced.with(S, J));
+    }));
     // Foreign-key joins: each order names its customer (a null foreign key: no match; the left
     // join still has the order's row, as Kafka Streams has since 3.7).
     CASES.put("foreign_key_join", new Case(List.of("fk-joined", "fk-joined-left"), (b, t) -> {
@@ -473,6 +502,27 @@ public final class Main {
           return (JsonNode) o;
         })
         .to(t.out("per-user"), Produced.with(S, J))));
+    // A declared key (the record's key, no value field) grouped with a value field: the key is
+    // copied into the value before the regrouping, as ksqlDB's key columns stay readable.
+    CASES.put("group_by_declared_key", new Case(List.of("by-key-and-field"), (b, t) -> b.stream(t.in("events"), Consumed.with(S, J))
+        .mapValues((k, v) -> {
+          ObjectNode o = ((ObjectNode) v).deepCopy();
+          o.put("v0", Long.parseLong(k.trim()));
+          return (JsonNode) o;
+        })
+        .groupBy((k, v) -> "[" + v.get("v0").asLong() + "," + v.get("v1").asLong() + "]", Grouped.with(S, J))
+        .aggregate(() -> (JsonNode) JSON.createObjectNode(), (g, v, agg) -> {
+          ObjectNode o = JSON.createObjectNode();
+          long v0 = v.get("v0").asLong(), v1 = v.get("v1").asLong(), x = v.get("x").asLong();
+          o.put("v0", v0);
+          o.put("v1", v1);
+          o.put("n", (agg.has("n") ? agg.get("n").asLong() : 0) + 1);
+          o.put("t", (agg.has("t") ? agg.get("t").asLong() : 0) + v0 + v1);
+          o.put("top", agg.has("top") ? Math.max(agg.get("top").asLong(), v0 * x) : v0 * x);
+          return (JsonNode) o;
+        }, Materialized.with(S, J))
+        .toStream()
+        .to(t.out("by-key-and-field"), Produced.with(S, J))));
     // `from web, app`: KStream#merge, then a windowed count and sum, each window once.
     CASES.put("merge_windows", new Case(List.of("per-user"), (b, t) -> stream(b, t, "web")
         .merge(stream(b, t, "app"))
