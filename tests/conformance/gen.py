@@ -185,6 +185,10 @@ def main():
         write(case, "payments", p)
     write("table_filter_map", "accounts", accounts(11, 800))
     write("group_by_repartition", "views", views(12, 1500))
+    rng = random.Random(26)
+    votes = [f"n{i:02d}" for i in range(60) for _ in range(1 + i % 4)]
+    rng.shuffle(votes)
+    write("aggregate_having", "votes", [{"key": n, "value": {"name": n, "n": rng.randint(1, 9)}} for n in votes])
     rng = random.Random(25)
     write("group_by_declared_key", "events", [
         {"key": rng.randrange(7), "value": {"v1": rng.choice([10, 20, 30]), "x": rng.randint(-50, 50)}} for _ in range(900)

@@ -502,6 +502,22 @@ public final class Main {
           return (JsonNode) o;
         })
         .to(t.out("per-user"), Produced.with(S, J))));
+    // A filter after a stream's aggregate: a count that leaves 2 deletes the row.
+    CASES.put("aggregate_having", new Case(List.of("pairs"), (b, t) -> b.stream(t.in("votes"), Consumed.with(S, J))
+        .groupByKey(Grouped.with(S, J))
+        .count()
+        .filter((name, c) -> c == 2)
+        .toStream()
+        .map((name, c) -> {
+          if (c == null) {
+            return KeyValue.pair(name, (JsonNode) null);
+          }
+          ObjectNode o = JSON.createObjectNode();
+          o.put("name", name);
+          o.put("c", c);
+          return KeyValue.pair(name, (JsonNode) o);
+        })
+        .to(t.out("pairs"), Produced.with(S, J))));
     // A declared key (the record's key, no value field) grouped with a value field: the key is
     // copied into the value before the regrouping, as ksqlDB's key columns stay readable.
     CASES.put("group_by_declared_key", new Case(List.of("by-key-and-field"), (b, t) -> b.stream(t.in("events"), Consumed.with(S, J))
