@@ -573,7 +573,11 @@ impl Evaluator {
         Some(st)
     }
 
-    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<(), Rejection> {
+    /// A control record's signed envelope, checked before anything looks at its text: signed
+    /// by a trusted key for this application, its sequence number above the key's last one, not
+    /// expired, for a tenant the key may speak for. The tenant it is signed for (empty: none)
+    /// and the statement's text.
+    fn authentic<'r>(&mut self, r: &'r ControlRecord, st: &mut Status) -> Result<(String, &'r str), Rejection> {
         // The envelope, before anything looks at the text.
         let header = |name: &str| r.headers.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
         let text_header = |name: &'static str| -> Result<Option<String>, Rejection> {
@@ -627,6 +631,11 @@ impl Evaluator {
             }
         }
         let text = std::str::from_utf8(value).map_err(|_| Rejection::NotUtf8)?;
+        Ok((tenant, text))
+    }
+
+    fn evaluate(&mut self, r: &ControlRecord, st: &mut Status) -> Result<(), Rejection> {
+        let (tenant, text) = self.authentic(r, st)?;
         // The text.
         let latest = self.latest().clone();
         let program = &latest.program;
@@ -654,44 +663,13 @@ impl Evaluator {
         let scoped = (!tenant.is_empty()).then_some(tenant.as_bytes());
         let span_text = |s: crate::ast::Span| text.get(s.start..s.end).unwrap_or_default().to_string();
         // State updates: a row of a control-managed table; the program stays as it is.
-        match &control {
-            Control::Update { table, key, value } => {
-                let src = &program.sources[*table];
-                st.kind = Some("update".into());
-                st.target = Some(src.name.clone());
-                let row = Row::default();
-                let k = eval(key, &row, &[]).map_err(|e| Rejection::Eval { what: "key", reason: e })?;
-                let v = eval(value, &row, &[]).map_err(|e| Rejection::Eval { what: "value", reason: e })?;
-                let mut json = Vec::new();
-                v.write_json(&value.ty, &mut json);
-                let fields = codec::decode_visible(src, &json)
-                    .map_err(|e| Rejection::DoesNotFit { table: src.name.clone(), reason: e })?;
-                let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
-                drop(latest);
-                self.set_row(&name, kb, Some(Arc::new(fields)));
-                return Ok(());
+        if let Some(change) = state_change(&control, program, scoped, &tenant, st)? {
+            drop(latest);
+            match change {
+                StateChange::Row { table, key, row } => self.set_row(&table, key, row),
+                StateChange::Purge => self.purge(r.offset, &tenant),
             }
-            Control::Delete { table, key } => {
-                let src = &program.sources[*table];
-                st.kind = Some("delete".into());
-                st.target = Some(src.name.clone());
-                let k = eval(key, &Row::default(), &[]).map_err(|e| Rejection::Eval { what: "key", reason: e })?;
-                let (name, kb) = (src.name.clone(), table_key(scoped, &k.key_bytes(&src.key_type())));
-                drop(latest);
-                self.set_row(&name, kb, None);
-                return Ok(());
-            }
-            Control::Purge => {
-                st.kind = Some("purge".into());
-                st.target = Some(tenant.clone());
-                if tenant.is_empty() {
-                    return Err(Rejection::PurgeWithoutTenant);
-                }
-                drop(latest);
-                self.purge(r.offset, &tenant);
-                return Ok(());
-            }
-            _ => {}
+            return Ok(());
         }
         let mut queries = (*latest.queries).clone();
         let mut events = (*latest.events).clone();
@@ -761,24 +739,7 @@ impl Evaluator {
                         return Err(Rejection::IncompatibleState);
                     }
                     None => {}
-                    Some(crate::ast::ReplaceMode::Reprocess) => {
-                        // The whole query starts over: its stores would otherwise count the
-                        // input read again twice.
-                        ev.restart = true;
-                        epoch = version;
-                        report.rebuilt = std::mem::take(&mut report.kept);
-                        report.rebuilt.extend(
-                            report.incompatible.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()),
-                        );
-                    }
-                    Some(crate::ast::ReplaceMode::FreshState) => {
-                        report.emptied = report
-                            .incompatible
-                            .drain(..)
-                            .map(|s| s.split(':').next().unwrap_or_default().to_string())
-                            .collect();
-                        ev.fresh = report.emptied.clone();
-                    }
+                    Some(m) => replace_with(m, &mut report, &mut ev, &mut epoch),
                 }
                 let body = match &ast.body {
                     crate::ast::StatementBody::Replace { query, .. } => span_text(query.span),
@@ -977,6 +938,80 @@ fn store_difference(old: &plan::Store, new: &plan::Store) -> Option<String> {
 
 fn fmt_window(w: &hir::Window) -> String {
     format!("{:?}", w.kind).to_lowercase()
+}
+
+/// A replacement `with reprocess` (the whole query starts over from the start of its input,
+/// its stores rebuilt: they would otherwise count the input read again twice) or `with fresh
+/// state` (the stores that cannot be kept start empty): the event and the report say so.
+fn replace_with(mode: crate::ast::ReplaceMode, report: &mut Report, ev: &mut Event, epoch: &mut u64) {
+    let names = |v: &mut Vec<String>| -> Vec<String> {
+        v.drain(..).map(|s| s.split(':').next().unwrap_or_default().to_string()).collect()
+    };
+    match mode {
+        crate::ast::ReplaceMode::Reprocess => {
+            ev.restart = true;
+            *epoch = ev.version;
+            report.rebuilt = std::mem::take(&mut report.kept);
+            let incompatible = names(&mut report.incompatible);
+            report.rebuilt.extend(incompatible);
+        }
+        crate::ast::ReplaceMode::FreshState => {
+            report.emptied = names(&mut report.incompatible);
+            ev.fresh = report.emptied.clone();
+        }
+    }
+}
+
+/// What a statement that changes state, not the program, changes.
+enum StateChange {
+    /// A row of a control-managed table set (None: deleted), under its (tenant-scoped) key.
+    Row { table: String, key: Vec<u8>, row: Option<Arc<Vec<Value>>> },
+    /// Every row of the tenant's, in every control-managed table.
+    Purge,
+}
+
+/// The state change an `update`, `delete` or `purge` makes (None: the statement changes the
+/// program), its kind and target recorded in the status.
+fn state_change(
+    control: &Control,
+    program: &hir::Program,
+    scoped: Option<&[u8]>,
+    tenant: &str,
+    st: &mut Status,
+) -> Result<Option<StateChange>, Rejection> {
+    match control {
+        Control::Update { table, key, value } => {
+            let src = &program.sources[*table];
+            st.kind = Some("update".into());
+            st.target = Some(src.name.clone());
+            let row = Row::default();
+            let k = eval(key, &row, &[]).map_err(|e| Rejection::Eval { what: "key", reason: e })?;
+            let v = eval(value, &row, &[]).map_err(|e| Rejection::Eval { what: "value", reason: e })?;
+            let mut json = Vec::new();
+            v.write_json(&value.ty, &mut json);
+            let fields = codec::decode_visible(src, &json)
+                .map_err(|e| Rejection::DoesNotFit { table: src.name.clone(), reason: e })?;
+            let key = table_key(scoped, &k.key_bytes(&src.key_type()));
+            Ok(Some(StateChange::Row { table: src.name.clone(), key, row: Some(Arc::new(fields)) }))
+        }
+        Control::Delete { table, key } => {
+            let src = &program.sources[*table];
+            st.kind = Some("delete".into());
+            st.target = Some(src.name.clone());
+            let k = eval(key, &Row::default(), &[]).map_err(|e| Rejection::Eval { what: "key", reason: e })?;
+            let key = table_key(scoped, &k.key_bytes(&src.key_type()));
+            Ok(Some(StateChange::Row { table: src.name.clone(), key, row: None }))
+        }
+        Control::Purge => {
+            st.kind = Some("purge".into());
+            st.target = Some(tenant.to_string());
+            if tenant.is_empty() {
+                return Err(Rejection::PurgeWithoutTenant);
+            }
+            Ok(Some(StateChange::Purge))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Read the control records of a log, in order, into an evaluator; returns their statuses.

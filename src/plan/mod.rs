@@ -640,43 +640,9 @@ impl Lowering<'_> {
                     self.node(q, sub, name, NodeKind::KeyAsField { name: field }, line, clause)
                 }
                 StepKind::Aggregate(a) => {
-                    if a.table {
-                        let rows = format!("{}-{}-rows", q.name, a.group_slug);
-                        let group = a.group.iter().map(|(_, e)| e.clone()).collect();
-                        let kind = NodeKind::GroupTable { group, nulls: false };
-                        let n = self.node(q, sub, rows.clone(), kind, a.group_line, a.group_text.clone());
-                        self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
-                        let value = Type::Record(shape.value.clone());
-                        let kind = StoreKind::Grouped { grouping: a.identity.0.clone() };
-                        self.store(n, rows, kind, shape.key.clone(), value, shape.tenant_scoped);
-                        prev = n;
-                    }
-                    if a.repartition {
-                        let key = a.group.iter().map(|(_, e)| e.clone()).collect();
-                        let mut cut = shape.clone();
-                        cut.key = step.out.key.clone();
-                        let c = Cut { slug: &a.group_slug, key, partitions: None, fk: false };
-                        let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, a.group_line, &a.group_text);
-                        prev = src;
-                        sub = s;
-                        shape = cut;
-                    }
-                    let kind = match a.window {
-                        Some(w) => StoreKind::Window { window: w },
-                        // Its states were built from these arguments: taking a row back needs the same.
-                        None if a.table => {
-                            StoreKind::Grouped { grouping: format!("{}; {}", a.identity.0, a.identity.1) }
-                        }
-                        None => StoreKind::KeyValue,
-                    };
-                    let state = Type::Record(RecordType {
-                        fields: a.aggs.iter().map(|c| (c.name.clone(), c.state_ty.clone())).collect(),
-                    });
-                    let n = self.node(q, sub, name.clone(), NodeKind::Aggregate(a), line, clause);
-                    self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
-                    self.store(n, name, kind, step.out.key.clone(), state, shape.tenant_scoped);
-                    prev = n;
-                    shape = step.out.clone();
+                    let mut at = At { prev, sub, shape: shape.clone() };
+                    self.aggregate(q, step, &mut at, a);
+                    (prev, sub, shape) = (at.prev, at.sub, step.out.clone());
                     continue;
                 }
                 StepKind::JoinTable { table, left, foreign: true, on, .. } => {
@@ -687,125 +653,16 @@ impl Lowering<'_> {
                     shape = step.out.clone();
                     n
                 }
-                StepKind::JoinTable { table, left, outer, mutual, repartition, on, .. } => {
-                    let t = &program.sources[table];
-                    if repartition {
-                        let mut cut = shape.clone();
-                        cut.key = on.ty.clone();
-                        // Co-partitioned with the table: as many partitions as its topic.
-                        let c = Cut {
-                            slug: &step.slug,
-                            key: vec![on.clone()],
-                            partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())),
-                            fk: false,
-                        };
-                        let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
-                        prev = src;
-                        sub = s;
-                        shape = cut;
-                    }
-                    let global = t.is_global();
-                    let n = self.node(
-                        q,
-                        sub,
-                        name.clone(),
-                        NodeKind::JoinTable { table: t.name.clone(), on, left, global, mutual, outer },
-                        line,
-                        clause.clone(),
-                    );
-                    if mutual && !std::mem::replace(&mut own_rows, true) {
-                        // This side's rows, for the other tables' updates to join.
-                        self.store(
-                            n,
-                            format!("{name}-left"),
-                            StoreKind::KeyValue,
-                            input.key_type(),
-                            Type::Record(input.value.clone()),
-                            input.tenant.is_some(),
-                        );
-                    }
-                    if global {
-                        self.graph[n].stores.push(format!("{}-table", t.name));
-                    } else {
-                        self.table_source(q, sub, n, &name, t);
-                    }
+                StepKind::JoinTable { .. } => {
+                    let mut at = At { prev, sub, shape: shape.clone() };
+                    let n = self.join_table(q, step, &mut at, &mut own_rows);
+                    (prev, sub, shape) = (at.prev, at.sub, at.shape);
                     n
                 }
-                StepKind::JoinStream { stream, within, after, grace, left, outer, repartition, on } => {
-                    let o = &program.sources[stream];
-                    if repartition {
-                        let mut cut = shape.clone();
-                        cut.key = on.ty.clone();
-                        let c = Cut {
-                            slug: &step.slug,
-                            key: vec![on.clone()],
-                            partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())),
-                            fk: false,
-                        };
-                        let (src, s) = self.repartition(q, prev, sub, c, &shape, &cut, line, &clause);
-                        prev = src;
-                        sub = s;
-                        shape = cut;
-                    }
-                    let joined_keys = shape
-                        .joined
-                        .iter()
-                        .map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none()))
-                        .collect();
-                    let otopic = o.topic.clone().unwrap_or_default();
-                    // Joined with an input this sub-topology reads already (a self-join on the
-                    // key): one reader, each record both sides.
-                    let same_input = sub == first_sub && own_topics.contains(&otopic);
-                    let kind = NodeKind::JoinStream {
-                        stream: o.name.clone(),
-                        within,
-                        after,
-                        grace,
-                        left,
-                        outer,
-                        // The join key is this side's key: the value field `on` reads, if it is one.
-                        key_field: match &on.kind {
-                            hir::ExprKind::Field(hir::Root::Value, p) if p.len() == 1 => Some(p[0]),
-                            _ => None,
-                        },
-                        on: on.clone(),
-                        value_fields: shape.value.fields.len(),
-                        joined_keys,
-                        same_input,
-                    };
-                    let n = self.node(q, sub, name.clone(), kind, line, clause.clone());
-                    if !same_input {
-                        self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
-                        self.subs[sub].sources.push(otopic.clone());
-                        let os = self.node(
-                            q,
-                            sub,
-                            format!("{name}-source"),
-                            NodeKind::Source { topic: otopic, from: o.name.clone(), table: false },
-                            o.line,
-                            format!("stream {}", o.name),
-                        );
-                        let e =
-                            Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward };
-                        self.graph.add_edge(os, n, e);
-                    }
-                    let scoped = shape.tenant_scoped;
-                    self.store(
-                        n,
-                        format!("{name}-left"),
-                        StoreKind::JoinWindow { within, after, grace, outer },
-                        shape.key.clone(),
-                        Type::Record(shape.value.clone()),
-                        scoped,
-                    );
-                    self.store(
-                        n,
-                        format!("{name}-right"),
-                        StoreKind::JoinWindow { within, after, grace, outer },
-                        o.key_type(),
-                        Type::Record(o.value.clone()),
-                        scoped,
-                    );
+                StepKind::JoinStream { .. } => {
+                    let mut at = At { prev, sub, shape: shape.clone() };
+                    let n = self.join_stream(q, step, &mut at, first_sub, &own_topics);
+                    (prev, sub, shape) = (at.prev, at.sub, at.shape);
                     n
                 }
             };
@@ -835,6 +692,192 @@ impl Lowering<'_> {
             self.graph.add_edge(prev, n, edge(&shape, EdgeMode::Forward));
             prev = n;
         }
+    }
+
+    /// A stream–stream join step: a repartition first if the join key is not the key, the join
+    /// node with its two window stores, and the other stream's source node (unless a self-join
+    /// reads it as this sub-topology's own input).
+    /// A table join step (a lookup, or a table–table join on the key): a repartition first if
+    /// the join key is not the key, the join node, the table's source node and store; the first
+    /// table–table join of a query keeps the query's own table's rows too (`own_rows`).
+    fn join_table(&mut self, q: &hir::Query, step: &hir::Step, at: &mut At, own_rows: &mut bool) -> NodeIndex {
+        let program = self.program;
+        let input = &program.sources[q.input];
+        let name = format!("{}-{}", q.name, step.slug);
+        let (line, clause) = (step.line, step.text.clone());
+        let StepKind::JoinTable { table, left, outer, mutual, repartition, on, .. } = step.kind.clone() else {
+            unreachable!("a table join step")
+        };
+        let t = &program.sources[table];
+        if repartition {
+            let mut cut = at.shape.clone();
+            cut.key = on.ty.clone();
+            // Co-partitioned with the table: as many partitions as its topic.
+            let c = Cut {
+                slug: &step.slug,
+                key: vec![on.clone()],
+                partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())),
+                fk: false,
+            };
+            let (src, s) = self.repartition(q, at.prev, at.sub, c, &at.shape, &cut, line, &clause);
+            at.prev = src;
+            at.sub = s;
+            at.shape = cut;
+        }
+        let global = t.is_global();
+        let n = self.node(
+            q,
+            at.sub,
+            name.clone(),
+            NodeKind::JoinTable { table: t.name.clone(), on, left, global, mutual, outer },
+            line,
+            clause.clone(),
+        );
+        if mutual && !std::mem::replace(own_rows, true) {
+            // This side's rows, for the other tables' updates to join.
+            self.store(
+                n,
+                format!("{name}-left"),
+                StoreKind::KeyValue,
+                input.key_type(),
+                Type::Record(input.value.clone()),
+                input.tenant.is_some(),
+            );
+        }
+        if global {
+            self.graph[n].stores.push(format!("{}-table", t.name));
+        } else {
+            self.table_source(q, at.sub, n, &name, t);
+        }
+        n
+    }
+
+    /// An aggregate step: for a grouped table, the node keeping each key's row as last grouped;
+    /// a repartition by the grouping if needed; the aggregate node and its store.
+    fn aggregate(&mut self, q: &hir::Query, step: &hir::Step, at: &mut At, a: Box<hir::AggregateStep>) {
+        let name = format!("{}-{}", q.name, step.slug);
+        let (line, clause) = (step.line, step.text.clone());
+        if a.table {
+            let rows = format!("{}-{}-rows", q.name, a.group_slug);
+            let group = a.group.iter().map(|(_, e)| e.clone()).collect();
+            let kind = NodeKind::GroupTable { group, nulls: false };
+            let n = self.node(q, at.sub, rows.clone(), kind, a.group_line, a.group_text.clone());
+            self.graph.add_edge(at.prev, n, edge(&at.shape, EdgeMode::Forward));
+            let value = Type::Record(at.shape.value.clone());
+            let kind = StoreKind::Grouped { grouping: a.identity.0.clone() };
+            self.store(n, rows, kind, at.shape.key.clone(), value, at.shape.tenant_scoped);
+            at.prev = n;
+        }
+        if a.repartition {
+            let key = a.group.iter().map(|(_, e)| e.clone()).collect();
+            let mut cut = at.shape.clone();
+            cut.key = step.out.key.clone();
+            let c = Cut { slug: &a.group_slug, key, partitions: None, fk: false };
+            let (src, s) = self.repartition(q, at.prev, at.sub, c, &at.shape, &cut, a.group_line, &a.group_text);
+            at.prev = src;
+            at.sub = s;
+            at.shape = cut;
+        }
+        let kind = match a.window {
+            Some(w) => StoreKind::Window { window: w },
+            // Its states were built from these arguments: taking a row back needs the same.
+            None if a.table => StoreKind::Grouped { grouping: format!("{}; {}", a.identity.0, a.identity.1) },
+            None => StoreKind::KeyValue,
+        };
+        let state =
+            Type::Record(RecordType { fields: a.aggs.iter().map(|c| (c.name.clone(), c.state_ty.clone())).collect() });
+        let n = self.node(q, at.sub, name.clone(), NodeKind::Aggregate(a), line, clause);
+        self.graph.add_edge(at.prev, n, edge(&at.shape, EdgeMode::Forward));
+        self.store(n, name, kind, step.out.key.clone(), state, at.shape.tenant_scoped);
+        at.prev = n;
+    }
+
+    fn join_stream(
+        &mut self,
+        q: &hir::Query,
+        step: &hir::Step,
+        at: &mut At,
+        first_sub: usize,
+        own_topics: &[String],
+    ) -> NodeIndex {
+        let program = self.program;
+        let name = format!("{}-{}", q.name, step.slug);
+        let (line, clause) = (step.line, step.text.clone());
+        let StepKind::JoinStream { stream, within, after, grace, left, outer, repartition, on } = step.kind.clone()
+        else {
+            unreachable!("a stream–stream join step")
+        };
+        let o = &program.sources[stream];
+        if repartition {
+            let mut cut = at.shape.clone();
+            cut.key = on.ty.clone();
+            let c = Cut {
+                slug: &step.slug,
+                key: vec![on.clone()],
+                partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())),
+                fk: false,
+            };
+            let (src, s) = self.repartition(q, at.prev, at.sub, c, &at.shape, &cut, line, &clause);
+            at.prev = src;
+            at.sub = s;
+            at.shape = cut;
+        }
+        let joined_keys =
+            at.shape.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect();
+        let otopic = o.topic.clone().unwrap_or_default();
+        // Joined with an input this at.sub-topology reads already (a self-join on the
+        // key): one reader, each record both sides.
+        let same_input = at.sub == first_sub && own_topics.contains(&otopic);
+        let kind = NodeKind::JoinStream {
+            stream: o.name.clone(),
+            within,
+            after,
+            grace,
+            left,
+            outer,
+            // The join key is this side's key: the value field `on` reads, if it is one.
+            key_field: match &on.kind {
+                hir::ExprKind::Field(hir::Root::Value, p) if p.len() == 1 => Some(p[0]),
+                _ => None,
+            },
+            on: on.clone(),
+            value_fields: at.shape.value.fields.len(),
+            joined_keys,
+            same_input,
+        };
+        let n = self.node(q, at.sub, name.clone(), kind, line, clause.clone());
+        if !same_input {
+            self.topic(otopic.clone(), TopicRole::Source, Partitions::External, false);
+            self.subs[at.sub].sources.push(otopic.clone());
+            let os = self.node(
+                q,
+                at.sub,
+                format!("{name}-source"),
+                NodeKind::Source { topic: otopic, from: o.name.clone(), table: false },
+                o.line,
+                format!("stream {}", o.name),
+            );
+            let e = Edge { key: o.key_type(), value: Type::Record(o.value.clone()), mode: EdgeMode::Forward };
+            self.graph.add_edge(os, n, e);
+        }
+        let scoped = at.shape.tenant_scoped;
+        self.store(
+            n,
+            format!("{name}-left"),
+            StoreKind::JoinWindow { within, after, grace, outer },
+            at.shape.key.clone(),
+            Type::Record(at.shape.value.clone()),
+            scoped,
+        );
+        self.store(
+            n,
+            format!("{name}-right"),
+            StoreKind::JoinWindow { within, after, grace, outer },
+            o.key_type(),
+            Type::Record(o.value.clone()),
+            scoped,
+        );
+        n
     }
 }
 
@@ -1001,4 +1044,12 @@ pub fn window_desc(w: &WindowKind) -> String {
         WindowKind::Sliding { size } => format!("sliding {size}"),
         WindowKind::Session { gap } => format!("session gap {gap}"),
     }
+}
+
+/// Where the lowering of a query stands: the last node, its sub-topology, the shape of the
+/// records it gives.
+struct At {
+    prev: NodeIndex,
+    sub: usize,
+    shape: Shape,
 }

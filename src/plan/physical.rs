@@ -278,310 +278,328 @@ pub enum PlanError {
 
 /// Build the task specs of every sub-topology. Errors name what the runtime cannot run yet.
 pub fn specs(program: &hir::Program, topo: &Topology) -> Result<Vec<TaskSpec>, PlanError> {
-    let mut out = Vec::new();
-    for sub in &topo.subtopologies {
-        let mut spec = TaskSpec {
-            sub: sub.id,
-            query: sub.query.clone(),
-            name: String::new(),
-            main: InputSpec {
-                topic: String::new(),
-                decode: Decode::Internal {
-                    key: Type::Error,
-                    wire: RecordType::default(),
-                    nvalue: 0,
-                    joined_keys: vec![],
-                },
-            },
-            tables: Vec::new(),
-            streams: Vec::new(),
-            merged: Vec::new(),
-            ops: Vec::new(),
-            post: Vec::new(),
-            agg: None,
-            stores: Vec::new(),
-            nodes: Vec::new(),
-            version: 0,
-            epoch: 0,
-            time_fields: Vec::new(),
-            left: None,
-            mutual: None,
-            table_sink: None,
-            table_group: None,
-            foreign: None,
-            foreign_gate: None,
-            tenant: program
-                .queries
-                .iter()
-                .find(|q| q.name == sub.query)
-                .is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
-        };
-        // The other streams of this sub-topology's stream–stream joins: their source nodes are
-        // side inputs, not the main one.
-        let joined: Vec<&str> = sub
-            .nodes
+    topo.subtopologies.iter().map(|sub| sub_spec(program, topo, sub)).collect()
+}
+
+/// The task spec of one sub-topology: its nodes lowered in topological order.
+fn sub_spec(program: &hir::Program, topo: &Topology, sub: &crate::plan::SubTopology) -> Result<TaskSpec, PlanError> {
+    let mut spec = TaskSpec {
+        sub: sub.id,
+        query: sub.query.clone(),
+        name: String::new(),
+        main: InputSpec {
+            topic: String::new(),
+            decode: Decode::Internal { key: Type::Error, wire: RecordType::default(), nvalue: 0, joined_keys: vec![] },
+        },
+        tables: Vec::new(),
+        streams: Vec::new(),
+        merged: Vec::new(),
+        ops: Vec::new(),
+        post: Vec::new(),
+        agg: None,
+        stores: Vec::new(),
+        nodes: Vec::new(),
+        version: 0,
+        epoch: 0,
+        time_fields: Vec::new(),
+        left: None,
+        mutual: None,
+        table_sink: None,
+        table_group: None,
+        foreign: None,
+        foreign_gate: None,
+        tenant: program
+            .queries
             .iter()
-            .filter_map(|&n| match &topo.graph[n].kind {
-                // (A self-join's stream is the main or a merged input: read as that.)
-                NodeKind::JoinStream { stream, same_input: false, .. } => Some(stream.as_str()),
-                _ => None,
-            })
-            .collect();
-        // The streams merged into the main input (`from a, b, …`): their source nodes are
-        // inputs read like the main one.
-        let merged: Vec<&str> = sub
-            .nodes
-            .iter()
-            .filter_map(|&n| match &topo.graph[n].kind {
-                NodeKind::Merge { inputs } => Some(inputs.iter().skip(1).map(String::as_str)),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        for &n in &sub.nodes {
-            let node = &topo.graph[n];
-            let incoming =
-                topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
-            let nops = spec.ops.len() + spec.post.len();
-            let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
-            match &node.kind {
-                NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
-                NodeKind::Source { topic, from, .. } if merged.contains(&from.as_str()) => {
-                    let (_, src) = program
-                        .source(from)
-                        .ok_or_else(|| PlanError::Unknown { kind: "source", name: from.clone() })?;
-                    spec.merged.push(InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) });
-                }
-                NodeKind::Merge { .. } => {}
-                NodeKind::Source { topic, from, .. } => {
-                    if !spec.name.is_empty() {
-                        return Err(PlanError::TwoMainInputs(node.name.clone()));
-                    }
-                    let (_, src) = program
-                        .source(from)
-                        .ok_or_else(|| PlanError::Unknown { kind: "source", name: from.clone() })?;
-                    spec.name = node.name.clone();
-                    spec.main = InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) };
-                }
-                NodeKind::RepartitionSource { topic, value_fields, joined_keys } => {
-                    let e = incoming.ok_or(PlanError::Inconsistent("repartition source without input"))?;
-                    let Type::Record(wire) = e.value else {
-                        return Err(PlanError::Inconsistent("repartition value is not a record"));
-                    };
-                    spec.name = node.name.clone();
-                    let decode =
-                        Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
-                    spec.main = InputSpec { topic: topic.clone(), decode };
-                }
-                NodeKind::TableSource { topic, table } => {
-                    let (_, src) = program
-                        .source(table)
-                        .ok_or_else(|| PlanError::Unknown { kind: "table", name: table.clone() })?;
-                    let store = spec.stores.len();
-                    spec.stores.push(store_spec(topo, &node.name));
-                    spec.tables.push(TableInput { topic: topic.clone(), source: Arc::new(src.clone()), store });
-                }
-                NodeKind::Filter { pred, .. } => ops.push(Op::Filter(pred.clone())),
-                NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
-                NodeKind::Explode { fields, at } => {
-                    ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: at.clone() })
-                }
-                NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
-                NodeKind::KeyAsField { .. } => ops.push(Op::KeyAsField),
-                NodeKind::RepartitionSink { topic, key, fk } => {
-                    let e = topo
-                        .graph
-                        .edges_directed(n, petgraph::Direction::Outgoing)
-                        .next()
-                        .map(|e| e.weight().clone())
-                        .ok_or(PlanError::Inconsistent("repartition sink without output"))?;
-                    let Type::Record(wire) = e.value else {
-                        return Err(PlanError::Inconsistent("repartition value is not a record"));
-                    };
-                    ops.push(Op::Repartition(RepartitionSpec {
-                        topic: topic.as_str().into(),
-                        key: key.clone(),
-                        key_ty: e.key,
-                        wire,
-                        fk: *fk,
-                    }));
-                }
-                NodeKind::JoinTable { global, left, on, table: name, mutual, outer } => {
-                    // A topic-fed table is the task's table input of that name, declared by its
-                    // table source node (which comes before the join in topological order).
-                    let table = if *global {
-                        None
-                    } else {
-                        Some(
-                            spec.tables
-                                .iter()
-                                .rposition(|t| t.source.name == *name)
-                                .ok_or(PlanError::Inconsistent("join without its table"))?,
-                        )
-                    };
-                    if *mutual {
-                        let (Decode::Source(main), Some(right)) = (&spec.main.decode, table) else {
-                            return Err(PlanError::Inconsistent("a table-table join without its tables"));
-                        };
-                        let kind = match (*outer, *left) {
-                            (true, _) => MutualKind::Outer,
-                            (false, true) => MutualKind::Left,
-                            (false, false) => MutualKind::Inner,
-                        };
-                        match &mut spec.mutual {
-                            // A join after a join (n-way): right after it, on the same rows.
-                            Some(m) if m.op + m.sides.len() == ops.len() => m.sides.push(MutualSide { right, kind }),
-                            Some(_) => return Err(PlanError::Inconsistent("table-table joins apart")),
-                            None => {
-                                let store = spec.stores.len();
-                                spec.stores.push(store_spec(topo, &node.name));
-                                spec.left =
-                                    Some(TableInput { topic: spec.main.topic.clone(), source: main.clone(), store });
-                                spec.mutual =
-                                    Some(MutualJoin { op: ops.len(), sides: vec![MutualSide { right, kind }] });
-                            }
-                        }
-                    }
-                    ops.push(Op::JoinTable(TableJoinSpec {
-                        table,
-                        global: global.then(|| name.clone()),
-                        on: on.clone(),
-                        left: *left,
-                    }));
-                }
-                NodeKind::JoinStream {
-                    stream,
-                    within,
-                    after,
-                    grace,
-                    left,
-                    outer,
-                    key_field,
-                    on,
-                    value_fields,
-                    joined_keys,
-                    same_input,
-                } => {
-                    let (_, src) = program
-                        .source(stream)
-                        .ok_or_else(|| PlanError::Unknown { kind: "stream", name: stream.clone() })?;
-                    let side_source = format!("{}-source", node.name);
-                    let e = topo
-                        .graph
-                        .edges_directed(n, petgraph::Direction::Incoming)
-                        .find(|e| topo.graph[petgraph::visit::EdgeRef::source(e)].name != side_source)
-                        .map(|e| e.weight().clone())
-                        .ok_or(PlanError::Inconsistent("join without its input"))?;
-                    let Type::Record(wire) = e.value else {
-                        return Err(PlanError::Inconsistent("join input is not a record"));
-                    };
-                    let left_store = spec.stores.len();
-                    spec.stores.push(store_named(topo, &format!("{}-left", node.name)));
-                    spec.stores.push(store_named(topo, &format!("{}-right", node.name)));
-                    let side = spec.streams.len();
-                    spec.streams.push(StreamInput {
-                        topic: src.topic.clone().unwrap_or_default(),
-                        source: Arc::new(src.clone()),
-                        op: ops.len(),
-                        before: within.0,
-                        after: after.0,
-                        grace: grace.0,
-                        left: *left,
-                        outer: *outer,
-                        key_field: *key_field,
-                        on: on.clone(),
-                        left_store,
-                        right_store: left_store + 1,
-                        wire,
-                        nvalue: *value_fields,
-                        joined_keys: joined_keys.clone(),
-                        same_input: *same_input,
-                    });
-                    ops.push(Op::JoinStream { side });
-                }
-                NodeKind::GroupTable { group, nulls } => {
-                    let store = spec.stores.len();
-                    spec.stores.push(store_spec(topo, &node.name));
-                    spec.table_group = Some(ops.len());
-                    ops.push(Op::GroupTable { store, group: group.clone(), nulls: *nulls });
-                }
-                NodeKind::ForeignJoin { table, left, key } => {
-                    let right = spec
-                        .tables
-                        .iter()
-                        .rposition(|t| t.source.name == *table)
-                        .ok_or(PlanError::Inconsistent("foreign-key join without its table"))?;
-                    let subscriptions = spec.stores.len();
-                    spec.stores.push(store_named(topo, &format!("{}-fk-subscriptions", node.name)));
-                    spec.foreign = Some(ForeignJoin { right, left: *left, subscriptions, key_ty: key.clone() });
-                }
-                NodeKind::ForeignGate => {
-                    let store = spec.stores.len();
-                    spec.stores.push(store_spec(topo, &node.name));
-                    spec.foreign_gate = Some(store);
-                }
-                NodeKind::Aggregate(a) => {
-                    let store = spec.stores.len();
-                    spec.stores.push(store_spec(topo, &node.name));
-                    let key_ty =
-                        topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
-                    ops.push(Op::Aggregate);
-                    spec.agg = Some(AggSpec {
-                        node: node.name.clone(),
-                        group: a.group.iter().map(|(_, e)| e.clone()).collect(),
-                        key_ty,
-                        window: a.window,
-                        aggs: a.aggs.clone(),
-                        emit: a.emit,
-                        idle: a.idle,
-                        store,
-                        gap: match a.window.map(|w| w.kind) {
-                            Some(WindowKind::Session { gap }) => gap.0,
-                            // A sliding window's end is inclusive: it closes one ms after it.
-                            Some(WindowKind::Sliding { .. }) => 1,
-                            _ => 0,
-                        },
-                        windowed_key: false,
-                        table: a.table,
-                    });
-                }
-                NodeKind::Sink { topic, format, key_format, windowed, when, .. } => {
-                    let e = incoming.ok_or(PlanError::Inconsistent("sink without input"))?;
-                    let Type::Record(value_ty) = e.value else {
-                        return Err(PlanError::Inconsistent("sink value is not a record"));
-                    };
-                    if let Some(a) = spec.agg.as_mut() {
-                        a.windowed_key = *windowed;
-                    }
-                    let windowed = *windowed;
-                    let when = when.clone();
-                    let registry_schema = crate::codec::schema_text(*format, &value_ty, topic);
-                    let key_schema = key_format
-                        .and_then(|f| Some((f, crate::codec::key_schema_text(f, e.key.base(), topic, "key")?)));
-                    ops.push(Op::Sink(SinkSpec {
-                        topic: topic.as_str().into(),
-                        format: *format,
-                        key_ty: e.key,
-                        value_ty,
-                        windowed,
-                        when,
-                        registry_schema,
-                        key_schema,
-                    }));
-                }
-            }
-            if spec.ops.len() + spec.post.len() > nops {
-                spec.nodes.push(node.name.clone());
-            }
+            .find(|q| q.name == sub.query)
+            .is_some_and(|q| program.sources.get(q.input).is_some_and(|s| s.tenant.is_some())),
+    };
+    // The other streams of this sub-topology's stream–stream joins: their source nodes are
+    // side inputs, not the main one.
+    let joined: Vec<&str> = sub
+        .nodes
+        .iter()
+        .filter_map(|&n| match &topo.graph[n].kind {
+            // (A self-join's stream is the main or a merged input: read as that.)
+            NodeKind::JoinStream { stream, same_input: false, .. } => Some(stream.as_str()),
+            _ => None,
+        })
+        .collect();
+    // The streams merged into the main input (`from a, b, …`): their source nodes are
+    // inputs read like the main one.
+    let merged: Vec<&str> = sub
+        .nodes
+        .iter()
+        .filter_map(|&n| match &topo.graph[n].kind {
+            NodeKind::Merge { inputs } => Some(inputs.iter().skip(1).map(String::as_str)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    for &n in &sub.nodes {
+        let nops = spec.ops.len() + spec.post.len();
+        lower(program, topo, &mut spec, n, &joined, &merged)?;
+        if spec.ops.len() + spec.post.len() > nops {
+            spec.nodes.push(topo.graph[n].name.clone());
         }
-        let inputs = input_sources(&spec);
-        if inputs.len() > 1 {
-            spec.time_fields = inputs.iter().map(|s| s.and_then(time_field)).collect();
-        }
-        spec.table_sink = table_sink(&spec);
-        out.push(spec);
     }
-    Ok(out)
+    let inputs = input_sources(&spec);
+    if inputs.len() > 1 {
+        spec.time_fields = inputs.iter().map(|s| s.and_then(time_field)).collect();
+    }
+    spec.table_sink = table_sink(&spec);
+    Ok(spec)
+}
+
+/// A node of the sub-topology into the spec: an input, or an operator of the chain (after the
+/// aggregate, of the chain after it).
+fn lower(
+    program: &hir::Program,
+    topo: &Topology,
+    spec: &mut TaskSpec,
+    n: petgraph::graph::NodeIndex,
+    joined: &[&str],
+    merged: &[&str],
+) -> Result<(), PlanError> {
+    let node = &topo.graph[n];
+    let incoming = topo.graph.edges_directed(n, petgraph::Direction::Incoming).next().map(|e| e.weight().clone());
+    let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
+    match &node.kind {
+        NodeKind::Source { from, .. } if joined.contains(&from.as_str()) => {}
+        NodeKind::Source { topic, from, .. } if merged.contains(&from.as_str()) => {
+            let (_, src) =
+                program.source(from).ok_or_else(|| PlanError::Unknown { kind: "source", name: from.clone() })?;
+            spec.merged.push(InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) });
+        }
+        NodeKind::Merge { .. } => {}
+        NodeKind::Source { topic, from, .. } => {
+            if !spec.name.is_empty() {
+                return Err(PlanError::TwoMainInputs(node.name.clone()));
+            }
+            let (_, src) =
+                program.source(from).ok_or_else(|| PlanError::Unknown { kind: "source", name: from.clone() })?;
+            spec.name = node.name.clone();
+            spec.main = InputSpec { topic: topic.clone(), decode: Decode::Source(Arc::new(src.clone())) };
+        }
+        NodeKind::RepartitionSource { topic, value_fields, joined_keys } => {
+            let e = incoming.ok_or(PlanError::Inconsistent("repartition source without input"))?;
+            let Type::Record(wire) = e.value else {
+                return Err(PlanError::Inconsistent("repartition value is not a record"));
+            };
+            spec.name = node.name.clone();
+            let decode = Decode::Internal { key: e.key, wire, nvalue: *value_fields, joined_keys: joined_keys.clone() };
+            spec.main = InputSpec { topic: topic.clone(), decode };
+        }
+        NodeKind::TableSource { topic, table } => {
+            let (_, src) =
+                program.source(table).ok_or_else(|| PlanError::Unknown { kind: "table", name: table.clone() })?;
+            let store = spec.stores.len();
+            spec.stores.push(store_spec(topo, &node.name));
+            spec.tables.push(TableInput { topic: topic.clone(), source: Arc::new(src.clone()), store });
+        }
+        NodeKind::Filter { pred, .. } => ops.push(Op::Filter(pred.clone())),
+        NodeKind::Map { fields, .. } => ops.push(Op::Map(fields.iter().map(|(_, e)| e.clone()).collect())),
+        NodeKind::Explode { fields, at } => {
+            ops.push(Op::Explode { fields: fields.iter().map(|(_, e)| e.clone()).collect(), at: at.clone() })
+        }
+        NodeKind::Rekey { key } => ops.push(Op::Rekey(key.clone())),
+        NodeKind::KeyAsField { .. } => ops.push(Op::KeyAsField),
+        NodeKind::RepartitionSink { topic, key, fk } => {
+            let e = topo
+                .graph
+                .edges_directed(n, petgraph::Direction::Outgoing)
+                .next()
+                .map(|e| e.weight().clone())
+                .ok_or(PlanError::Inconsistent("repartition sink without output"))?;
+            let Type::Record(wire) = e.value else {
+                return Err(PlanError::Inconsistent("repartition value is not a record"));
+            };
+            ops.push(Op::Repartition(RepartitionSpec {
+                topic: topic.as_str().into(),
+                key: key.clone(),
+                key_ty: e.key,
+                wire,
+                fk: *fk,
+            }));
+        }
+        NodeKind::JoinTable { .. } | NodeKind::JoinStream { .. } => lower_join(program, topo, spec, n)?,
+        NodeKind::GroupTable { group, nulls } => {
+            let store = spec.stores.len();
+            spec.stores.push(store_spec(topo, &node.name));
+            spec.table_group = Some(ops.len());
+            ops.push(Op::GroupTable { store, group: group.clone(), nulls: *nulls });
+        }
+        NodeKind::ForeignJoin { table, left, key } => {
+            let right = spec
+                .tables
+                .iter()
+                .rposition(|t| t.source.name == *table)
+                .ok_or(PlanError::Inconsistent("foreign-key join without its table"))?;
+            let subscriptions = spec.stores.len();
+            spec.stores.push(store_named(topo, &format!("{}-fk-subscriptions", node.name)));
+            spec.foreign = Some(ForeignJoin { right, left: *left, subscriptions, key_ty: key.clone() });
+        }
+        NodeKind::ForeignGate => {
+            let store = spec.stores.len();
+            spec.stores.push(store_spec(topo, &node.name));
+            spec.foreign_gate = Some(store);
+        }
+        NodeKind::Aggregate(a) => {
+            let store = spec.stores.len();
+            spec.stores.push(store_spec(topo, &node.name));
+            let key_ty = topo.stores.iter().find(|s| s.node == node.name).map(|s| s.key.clone()).unwrap_or(Type::Error);
+            ops.push(Op::Aggregate);
+            spec.agg = Some(AggSpec {
+                node: node.name.clone(),
+                group: a.group.iter().map(|(_, e)| e.clone()).collect(),
+                key_ty,
+                window: a.window,
+                aggs: a.aggs.clone(),
+                emit: a.emit,
+                idle: a.idle,
+                store,
+                gap: match a.window.map(|w| w.kind) {
+                    Some(WindowKind::Session { gap }) => gap.0,
+                    // A sliding window's end is inclusive: it closes one ms after it.
+                    Some(WindowKind::Sliding { .. }) => 1,
+                    _ => 0,
+                },
+                windowed_key: false,
+                table: a.table,
+            });
+        }
+        NodeKind::Sink { topic, format, key_format, windowed, when, .. } => {
+            let e = incoming.ok_or(PlanError::Inconsistent("sink without input"))?;
+            let Type::Record(value_ty) = e.value else {
+                return Err(PlanError::Inconsistent("sink value is not a record"));
+            };
+            if let Some(a) = spec.agg.as_mut() {
+                a.windowed_key = *windowed;
+            }
+            let windowed = *windowed;
+            let when = when.clone();
+            let registry_schema = crate::codec::schema_text(*format, &value_ty, topic);
+            let key_schema =
+                key_format.and_then(|f| Some((f, crate::codec::key_schema_text(f, e.key.base(), topic, "key")?)));
+            ops.push(Op::Sink(SinkSpec {
+                topic: topic.as_str().into(),
+                format: *format,
+                key_ty: e.key,
+                value_ty,
+                windowed,
+                when,
+                registry_schema,
+                key_schema,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// A join node into the spec: a table lookup (or a table–table join, several on the key in a
+/// row), or a stream–stream join's side input.
+fn lower_join(
+    program: &hir::Program,
+    topo: &Topology,
+    spec: &mut TaskSpec,
+    n: petgraph::graph::NodeIndex,
+) -> Result<(), PlanError> {
+    let node = &topo.graph[n];
+    let ops = if spec.agg.is_some() { &mut spec.post } else { &mut spec.ops };
+    match &node.kind {
+        NodeKind::JoinTable { global, left, on, table: name, mutual, outer } => {
+            // A topic-fed table is the task's table input of that name, declared by its
+            // table source node (which comes before the join in topological order).
+            let table = if *global {
+                None
+            } else {
+                Some(
+                    spec.tables
+                        .iter()
+                        .rposition(|t| t.source.name == *name)
+                        .ok_or(PlanError::Inconsistent("join without its table"))?,
+                )
+            };
+            if *mutual {
+                let (Decode::Source(main), Some(right)) = (&spec.main.decode, table) else {
+                    return Err(PlanError::Inconsistent("a table-table join without its tables"));
+                };
+                let kind = match (*outer, *left) {
+                    (true, _) => MutualKind::Outer,
+                    (false, true) => MutualKind::Left,
+                    (false, false) => MutualKind::Inner,
+                };
+                match &mut spec.mutual {
+                    // A join after a join (n-way): right after it, on the same rows.
+                    Some(m) if m.op + m.sides.len() == ops.len() => m.sides.push(MutualSide { right, kind }),
+                    Some(_) => return Err(PlanError::Inconsistent("table-table joins apart")),
+                    None => {
+                        let store = spec.stores.len();
+                        spec.stores.push(store_spec(topo, &node.name));
+                        spec.left = Some(TableInput { topic: spec.main.topic.clone(), source: main.clone(), store });
+                        spec.mutual = Some(MutualJoin { op: ops.len(), sides: vec![MutualSide { right, kind }] });
+                    }
+                }
+            }
+            ops.push(Op::JoinTable(TableJoinSpec {
+                table,
+                global: global.then(|| name.clone()),
+                on: on.clone(),
+                left: *left,
+            }));
+        }
+        NodeKind::JoinStream {
+            stream,
+            within,
+            after,
+            grace,
+            left,
+            outer,
+            key_field,
+            on,
+            value_fields,
+            joined_keys,
+            same_input,
+        } => {
+            let (_, src) =
+                program.source(stream).ok_or_else(|| PlanError::Unknown { kind: "stream", name: stream.clone() })?;
+            let side_source = format!("{}-source", node.name);
+            let e = topo
+                .graph
+                .edges_directed(n, petgraph::Direction::Incoming)
+                .find(|e| topo.graph[petgraph::visit::EdgeRef::source(e)].name != side_source)
+                .map(|e| e.weight().clone())
+                .ok_or(PlanError::Inconsistent("join without its input"))?;
+            let Type::Record(wire) = e.value else {
+                return Err(PlanError::Inconsistent("join input is not a record"));
+            };
+            let left_store = spec.stores.len();
+            spec.stores.push(store_named(topo, &format!("{}-left", node.name)));
+            spec.stores.push(store_named(topo, &format!("{}-right", node.name)));
+            let side = spec.streams.len();
+            spec.streams.push(StreamInput {
+                topic: src.topic.clone().unwrap_or_default(),
+                source: Arc::new(src.clone()),
+                op: ops.len(),
+                before: within.0,
+                after: after.0,
+                grace: grace.0,
+                left: *left,
+                outer: *outer,
+                key_field: *key_field,
+                on: on.clone(),
+                left_store,
+                right_store: left_store + 1,
+                wire,
+                nvalue: *value_fields,
+                joined_keys: joined_keys.clone(),
+                same_input: *same_input,
+            });
+            ops.push(Op::JoinStream { side });
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn store_named(topo: &Topology, name: &str) -> StoreSpec {
