@@ -429,71 +429,7 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         streamc::runtime::query::set_client(&cfg.http)?;
     }
     match cli.command {
-        Command::Check { files, statement } => {
-            if statement.is_some() && files.len() != 1 {
-                return Err("--statement checks against exactly one program".into());
-            }
-            let mut failed = false;
-            let mut unreadable = false;
-            for f in &files {
-                let text = match read_program(f, &cfg) {
-                    Ok(Some(t)) => t,
-                    Ok(None) => {
-                        failed = true;
-                        continue;
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        unreadable = true;
-                        continue;
-                    }
-                };
-                let Some(p) = compile_file(f, &text) else {
-                    failed = true;
-                    continue;
-                };
-                // (A file whose name is no application id checks as a program alone.)
-                let app = config::application_id(&cfg, f).ok();
-                if app.as_deref().is_some_and(|app| refuse_reserved_sinks(f, &text, &p, app, &cfg)) {
-                    failed = true;
-                    continue;
-                }
-                let streams = p.sources.iter().filter(|s| s.kind == hir::SourceKind::Stream).count();
-                println!(
-                    "{}: ok ({} stream{}, {} table{}, {} quer{})",
-                    f.display(),
-                    streams,
-                    s(streams),
-                    p.sources.len() - streams,
-                    s(p.sources.len() - streams),
-                    p.queries.len(),
-                    if p.queries.len() == 1 { "y" } else { "ies" }
-                );
-                if !registry_sinks_compatible(&cfg, &p, app.as_deref().unwrap_or("app"))? {
-                    failed = true;
-                }
-                if let Some(stmt) = &statement {
-                    let app = app.as_deref().unwrap_or("app");
-                    let checked = plan::check_statement_text(&p, stmt, app, &cfg.topics.allow_internal_sinks);
-                    match checked {
-                        Ok(_) => println!("statement: ok"),
-                        Err(diags) => {
-                            eprint!("{}", diag::render(&diags, "<statement>", stmt, render_options()));
-                            let n = diags.len();
-                            eprintln!("error: the statement has {} error{}", n, s(n));
-                            failed = true;
-                        }
-                    }
-                }
-            }
-            Ok(if unreadable {
-                ExitCode::from(2)
-            } else if failed {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        Command::Check { files, statement } => check(&cfg, &files, statement.as_deref()),
         Command::Run { file, inputs, drain, close_windows_at_end, threads, http_addr, chaos, reset } => {
             let o = RunFlags {
                 inputs,
@@ -584,6 +520,75 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `streamc check FILE...`: each program compiled and its sinks' schemas checked against the
+/// registry, and `--statement` checked against the one program; exit 1 if any fails, 2 if a file
+/// cannot be read.
+fn check(cfg: &config::Config, files: &[PathBuf], statement: Option<&str>) -> Result<ExitCode, String> {
+    if statement.is_some() && files.len() != 1 {
+        return Err("--statement checks against exactly one program".into());
+    }
+    let mut failed = false;
+    let mut unreadable = false;
+    for f in files {
+        let text = match read_program(f, cfg) {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                failed = true;
+                continue;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                unreadable = true;
+                continue;
+            }
+        };
+        let Some(p) = compile_file(f, &text) else {
+            failed = true;
+            continue;
+        };
+        // (A file whose name is no application id checks as a program alone.)
+        let app = config::application_id(cfg, f).ok();
+        if app.as_deref().is_some_and(|app| refuse_reserved_sinks(f, &text, &p, app, cfg)) {
+            failed = true;
+            continue;
+        }
+        let streams = p.sources.iter().filter(|s| s.kind == hir::SourceKind::Stream).count();
+        println!(
+            "{}: ok ({} stream{}, {} table{}, {} quer{})",
+            f.display(),
+            streams,
+            s(streams),
+            p.sources.len() - streams,
+            s(p.sources.len() - streams),
+            p.queries.len(),
+            if p.queries.len() == 1 { "y" } else { "ies" }
+        );
+        if !registry_sinks_compatible(cfg, &p, app.as_deref().unwrap_or("app"))? {
+            failed = true;
+        }
+        if let Some(stmt) = statement {
+            let app = app.as_deref().unwrap_or("app");
+            let checked = plan::check_statement_text(&p, stmt, app, &cfg.topics.allow_internal_sinks);
+            match checked {
+                Ok(_) => println!("statement: ok"),
+                Err(diags) => {
+                    eprint!("{}", diag::render(&diags, "<statement>", stmt, render_options()));
+                    let n = diags.len();
+                    eprintln!("error: the statement has {} error{}", n, s(n));
+                    failed = true;
+                }
+            }
+        }
+    }
+    Ok(if unreadable {
+        ExitCode::from(2)
+    } else if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn log_of(g: &Global, cfg: &config::Config) -> Result<streamc::log::EmbeddedLog, String> {

@@ -776,86 +776,91 @@ impl Builder {
                 };
                 Clause::Emit(if final_ { EmitMode::Final } else { EmitMode::Changes }, idle)
             }
-            Rule::join_clause => {
-                let mut left = false;
-                let mut outer = false;
-                let mut other = None;
-                let mut alias = None;
-                let mut within = None;
-                let mut after = None;
-                let mut grace = None;
-                let mut on = None;
-                for c in parts {
-                    match c.as_rule() {
-                        Rule::left => left = true,
-                        Rule::outer => outer = true,
-                        Rule::ident => other = Some(self.ident(c)),
-                        Rule::alias => alias = Some(self.ident(inner(c).last().ok_or(())?)),
-                        Rule::within => {
-                            let mut w = inner(c);
-                            let first = w.next().ok_or(())?;
-                            if first.as_rule() == Rule::within_pair {
-                                let mut pair = inner(first);
-                                within = Some(self.duration(pair.next().ok_or(())?)?);
-                                after = Some(self.duration(pair.next().ok_or(())?)?);
-                            } else {
-                                within = Some(self.duration(first)?);
-                            }
-                            if let Some(g) = w.next() {
-                                grace = Some(self.duration(inner(g).next().ok_or(())?)?);
-                            }
-                        }
-                        Rule::expr => on = Some(self.expr(c, 0)?),
-                        r => return self.unexpected(&c, r),
-                    }
-                }
-                Clause::Join { left, outer, other: other.ok_or(())?, alias, within, after, grace, on: on.ok_or(())? }
-            }
-            Rule::to_clause => {
-                let topic = self.string(parts.remove(0))?;
-                let when = match parts.last() {
-                    Some(w) if w.as_rule() == Rule::to_when => {
-                        let w = parts.pop().ok_or(())?;
-                        Some(self.expr(inner(w).next().ok_or(())?, 1)?)
-                    }
-                    _ => None,
-                };
-                let windowed = match parts.last() {
-                    Some(w) if w.as_rule() == Rule::windowed_key => parts.pop().map(|w| self.sp(&w)),
-                    _ => None,
-                };
-                let key_format = match parts.last() {
-                    Some(k) if k.as_rule() == Rule::sink_key_format => {
-                        let k = parts.pop().ok_or(())?;
-                        let sp = self.sp(&k);
-                        let protobuf =
-                            k.into_inner().flat_map(|f| f.into_inner()).any(|f| f.as_rule() == Rule::kw_protobuf);
-                        Some(Node::new(sp, if protobuf { Format::Protobuf } else { Format::Avro }))
-                    }
-                    _ => None,
-                };
-                let format = match parts.pop() {
-                    Some(f) => {
-                        let fsp = self.sp(&f);
-                        let mut format = Format::Json;
-                        for k in f.into_inner() {
-                            match k.as_rule() {
-                                Rule::kw_string => format = Format::String,
-                                Rule::kw_csv => format = Format::Csv(Format::CSV_DEFAULT_DELIMITER),
-                                Rule::kw_avro => format = Format::Avro,
-                                Rule::kw_protobuf => format = Format::Protobuf,
-                                Rule::csv_delimiter => format = Format::Csv(self.csv_delimiter(k)?),
-                                _ => {}
-                            }
-                        }
-                        Some(Node::new(fsp, format))
-                    }
-                    None => None,
-                };
-                Clause::To { topic, format, key_format, windowed, when }
-            }
+            Rule::join_clause => self.join_clause(parts)?,
+            Rule::to_clause => self.sink_clause(parts)?,
             r => return self.unexpected(&p, r),
         })
+    }
+
+    /// `[left | outer] join OTHER [as A] [within D | within (B, A)] [grace G] on EXPR`.
+    fn join_clause(&mut self, parts: Vec<Pair<Rule>>) -> R<Clause> {
+        let mut left = false;
+        let mut outer = false;
+        let mut other = None;
+        let mut alias = None;
+        let mut within = None;
+        let mut after = None;
+        let mut grace = None;
+        let mut on = None;
+        for c in parts {
+            match c.as_rule() {
+                Rule::left => left = true,
+                Rule::outer => outer = true,
+                Rule::ident => other = Some(self.ident(c)),
+                Rule::alias => alias = Some(self.ident(inner(c).last().ok_or(())?)),
+                Rule::within => {
+                    let mut w = inner(c);
+                    let first = w.next().ok_or(())?;
+                    if first.as_rule() == Rule::within_pair {
+                        let mut pair = inner(first);
+                        within = Some(self.duration(pair.next().ok_or(())?)?);
+                        after = Some(self.duration(pair.next().ok_or(())?)?);
+                    } else {
+                        within = Some(self.duration(first)?);
+                    }
+                    if let Some(g) = w.next() {
+                        grace = Some(self.duration(inner(g).next().ok_or(())?)?);
+                    }
+                }
+                Rule::expr => on = Some(self.expr(c, 0)?),
+                r => return self.unexpected(&c, r),
+            }
+        }
+        Ok(Clause::Join { left, outer, other: other.ok_or(())?, alias, within, after, grace, on: on.ok_or(())? })
+    }
+
+    /// `to "topic" [FORMAT] [key FORMAT] [windowed] [when EXPR]`.
+    fn sink_clause(&mut self, mut parts: Vec<Pair<Rule>>) -> R<Clause> {
+        let topic = self.string(parts.remove(0))?;
+        let when = match parts.last() {
+            Some(w) if w.as_rule() == Rule::to_when => {
+                let w = parts.pop().ok_or(())?;
+                Some(self.expr(inner(w).next().ok_or(())?, 1)?)
+            }
+            _ => None,
+        };
+        let windowed = match parts.last() {
+            Some(w) if w.as_rule() == Rule::windowed_key => parts.pop().map(|w| self.sp(&w)),
+            _ => None,
+        };
+        let key_format = match parts.last() {
+            Some(k) if k.as_rule() == Rule::sink_key_format => {
+                let k = parts.pop().ok_or(())?;
+                let sp = self.sp(&k);
+                let protobuf = k.into_inner().flat_map(|f| f.into_inner()).any(|f| f.as_rule() == Rule::kw_protobuf);
+                Some(Node::new(sp, if protobuf { Format::Protobuf } else { Format::Avro }))
+            }
+            _ => None,
+        };
+        let format = match parts.pop() {
+            Some(f) => {
+                let fsp = self.sp(&f);
+                let mut format = Format::Json;
+                for k in f.into_inner() {
+                    match k.as_rule() {
+                        Rule::kw_string => format = Format::String,
+                        Rule::kw_csv => format = Format::Csv(Format::CSV_DEFAULT_DELIMITER),
+                        Rule::kw_avro => format = Format::Avro,
+                        Rule::kw_protobuf => format = Format::Protobuf,
+                        Rule::csv_delimiter => format = Format::Csv(self.csv_delimiter(k)?),
+                        _ => {}
+                    }
+                }
+                Some(Node::new(fsp, format))
+            }
+            None => None,
+        };
+        Ok(Clause::To { topic, format, key_format, windowed, when })
     }
 
     fn params(&mut self, p: Pair<Rule>) -> R<Vec<Param>> {

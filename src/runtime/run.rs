@@ -731,69 +731,7 @@ impl<F: Feed> TaskRun<F> {
             self.task.fk =
                 crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false, ..Default::default() };
             self.out.begin_record();
-            let res = if let Some(e) = self.too_large_to_keep(i, &s.record) {
-                // A table's or a joined stream's record is kept whole in a store: one its
-                // changelog would not take fails every commit.
-                Err(e)
-            } else if spec.foreign.is_some() && i <= spec.tables.len() {
-                // A foreign-key join's middle: a subscription (its time was checked where the
-                // row came in: refused here, an unsubscription would be lost), or a row of the
-                // other table.
-                match (i > 0).then(|| self.refused(head_time, now)).flatten() {
-                    Some(e) => Err(e),
-                    None => self.task.foreign(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
-                }
-            } else if spec.foreign_gate.is_some() && i == 0 {
-                // A foreign-key join's end: a result, passed on if it answers the row's latest update.
-                self.task.foreign_gate(&s.record, &mut self.out, &self.trees)
-            } else if spec.mutual.is_some() && i <= spec.tables.len() {
-                // Either table of a table–table join (ordered by their records' times); either
-                // gives results at its time, which the topics written must take.
-                match self.refused(head_time, now) {
-                    Some(e) => Err(e),
-                    None => self.task.mutual_join(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
-                }
-            } else if let Some(r) =
-                (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out, &self.trees)).flatten()
-            {
-                r
-            } else if i == 0 {
-                self.task.decode_main(&s.record).and_then(|mut input| {
-                    // (A repartition record too: this task's topics may bound more tightly.)
-                    if let Some(e) = self.refused(input.ts, now) {
-                        return Err(e);
-                    }
-                    input.offset = s.offset;
-                    let old = self.task.decode_old(&s.record, &input.row).transpose()?;
-                    // In a self-join the record is the other side's too, whatever became of it
-                    // on the query's side (an error there is this side's only).
-                    let main = self.task.process_update(old, input, &mut self.out, &self.trees);
-                    let main = self.settle_record(main);
-                    let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
-                    main.and(self.settle_record(joined))
-                })
-            } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
-                // A stream merged with the main input: through the query like the main input's.
-                self.task.decode_merged(k, &s.record).and_then(|mut input| {
-                    if let Some(e) = self.refused(input.ts, now) {
-                        return Err(e);
-                    }
-                    input.offset = s.offset;
-                    // In a self-join the record is the other side's too, whatever became of it
-                    // on the query's side (an error there is this side's only).
-                    let main = self.process(input);
-                    let main = self.settle_record(main);
-                    let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
-                    main.and(self.settle_record(joined))
-                })
-            } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
-                // A joined stream's record (its head time is its event time: a task with several
-                // inputs reads their time fields to order them). A table's record is stamped
-                // with its own timestamp in the table's changelog, which its topic took.
-                Err(e)
-            } else {
-                self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
-            };
+            let res = self.dispatch(&spec, i, &s, topic, head_time, now);
             if let Some(why) = crate::schema_tables::take_failure() {
                 // The registry could not be asked for this record (a schema not fetched ahead):
                 // the run stops before its commit, and the record is read again next time.
@@ -819,6 +757,83 @@ impl<F: Feed> TaskRun<F> {
             }
         }
         Ok(n)
+    }
+
+    /// A record of input `i` (0: the main input; then the tables, the joined streams, the merged
+    /// streams: `TaskSpec::side_topics`), read at `head_time` (its event time), through what the
+    /// task does with that input.
+    fn dispatch(
+        &mut self,
+        spec: &TaskSpec,
+        i: usize,
+        s: &Stored,
+        topic: &str,
+        head_time: i64,
+        now: i64,
+    ) -> Result<(), RecordError> {
+        if let Some(e) = self.too_large_to_keep(i, &s.record) {
+            // A table's or a joined stream's record is kept whole in a store: one its
+            // changelog would not take fails every commit.
+            Err(e)
+        } else if spec.foreign.is_some() && i <= spec.tables.len() {
+            // A foreign-key join's middle: a subscription (its time was checked where the
+            // row came in: refused here, an unsubscription would be lost), or a row of the
+            // other table.
+            match (i > 0).then(|| self.refused(head_time, now)).flatten() {
+                Some(e) => Err(e),
+                None => self.task.foreign(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
+            }
+        } else if spec.foreign_gate.is_some() && i == 0 {
+            // A foreign-key join's end: a result, passed on if it answers the row's latest update.
+            self.task.foreign_gate(&s.record, &mut self.out, &self.trees)
+        } else if spec.mutual.is_some() && i <= spec.tables.len() {
+            // Either table of a table–table join (ordered by their records' times); either
+            // gives results at its time, which the topics written must take.
+            match self.refused(head_time, now) {
+                Some(e) => Err(e),
+                None => self.task.mutual_join(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
+            }
+        } else if let Some(r) =
+            (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out, &self.trees)).flatten()
+        {
+            r
+        } else if i == 0 {
+            self.task.decode_main(&s.record).and_then(|mut input| {
+                // (A repartition record too: this task's topics may bound more tightly.)
+                if let Some(e) = self.refused(input.ts, now) {
+                    return Err(e);
+                }
+                input.offset = s.offset;
+                let old = self.task.decode_old(&s.record, &input.row).transpose()?;
+                // In a self-join the record is the other side's too, whatever became of it
+                // on the query's side (an error there is this side's only).
+                let main = self.task.process_update(old, input, &mut self.out, &self.trees);
+                let main = self.settle_record(main);
+                let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
+                main.and(self.settle_record(joined))
+            })
+        } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
+            // A stream merged with the main input: through the query like the main input's.
+            self.task.decode_merged(k, &s.record).and_then(|mut input| {
+                if let Some(e) = self.refused(input.ts, now) {
+                    return Err(e);
+                }
+                input.offset = s.offset;
+                // In a self-join the record is the other side's too, whatever became of it
+                // on the query's side (an error there is this side's only).
+                let main = self.process(input);
+                let main = self.settle_record(main);
+                let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
+                main.and(self.settle_record(joined))
+            })
+        } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
+            // A joined stream's record (its head time is its event time: a task with several
+            // inputs reads their time fields to order them). A table's record is stamped
+            // with its own timestamp in the table's changelog, which its topic took.
+            Err(e)
+        } else {
+            self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
+        }
     }
 
     /// Why a record of event time `ts` is refused, if the topics the task writes would refuse
