@@ -549,6 +549,7 @@ mod tests {
         assert_eq!(cfg.kafka.get("bootstrap.servers").map(String::as_str), Some("a:1"));
         assert_eq!(cfg.kafka.get("linger.ms").map(String::as_str), Some("5"));
         assert_eq!(cfg.kafka.get("client.id").map(String::as_str), Some("x"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -578,6 +579,7 @@ mod tests {
         std::fs::write(&c, "kafka:\n  # security.protocol: SASL_SSL\n").unwrap();
         let cfg = load_files(&[&a, &c], &[]).unwrap();
         assert_eq!(cfg.kafka.get("bootstrap.servers").map(String::as_str), Some("a:1"));
+        let _ = std::fs::remove_dir_all(&dir);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -1,6 +1,8 @@
 //! The `streamc` binary as a user runs it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn streamc(args: &[&str]) -> Output {
@@ -20,10 +22,9 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("streamc-cli-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh, empty directory, deleted at the end of a test that passes.
+fn temp_dir(name: &str) -> common::embedded::TempDir {
+    common::embedded::TempDir::new(&format!("streamc-cli-{name}-"))
 }
 
 #[test]

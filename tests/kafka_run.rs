@@ -407,7 +407,7 @@ fn free_addr() -> String {
 /// is gone, so that A must take B's tasks over). `extra` settings go to both.
 struct TwoInstances {
     b: String,
-    dir: std::path::PathBuf,
+    dir: common::embedded::TempDir,
     pfx: String,
     prog: String,
     app: String,

@@ -89,6 +89,14 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
     for t in tasks.iter_mut() {
         any |= t.flush_for_commit(how.close_all);
     }
+    for t in tasks.iter() {
+        if let Some(e) = t.trees.take_read_error() {
+            // Local state could not be read (a damaged or unreadable sled file): what was
+            // worked out since the last commit may rest on rows taken as absent; nothing of it
+            // is committed, and the run stops with the reason.
+            return Err(e);
+        }
+    }
     if let Some(why) = crate::schema_tables::take_failure() {
         // A result written at the flush needed the schema registry, which could not be asked:
         // nothing of this commit is committed; the run stops and resumes from the last one.

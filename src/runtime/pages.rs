@@ -236,6 +236,11 @@ fn split<'r, 'a>(rows: &'r [Row<'a>]) -> Vec<&'r [Row<'a>]> {
 }
 
 impl PagedTree {
+    /// The sled tree's name (the store's).
+    pub(crate) fn name(&self) -> String {
+        String::from_utf8_lossy(&self.tree.name()).into_owned()
+    }
+
     /// Open store shard `name` of `db`; a tree of an earlier layout is emptied first.
     pub(crate) fn open(db: &sled::Db, name: &str) -> sled::Result<PagedTree> {
         let tree = db.open_tree(name)?;

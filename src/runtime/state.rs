@@ -48,6 +48,10 @@ pub(crate) struct Trees {
     /// `statestore.cache.max.bytes`: the memory the local state of all of the process's tasks
     /// may hold, shared out evenly over the tasks alive.
     cache_max: usize,
+    /// The first read of sled that failed since it was last taken (the store's name, the
+    /// error): the row was taken as absent, so nothing worked out since may be committed
+    /// (`take_read_error`, before every commit).
+    read_error: std::sync::Mutex<Option<(String, sled::Error)>>,
     _live: LiveTask,
 }
 
@@ -114,12 +118,33 @@ impl Trees {
             staged: 0,
             tenant_keys: None,
             cache_max,
+            read_error: std::sync::Mutex::new(None),
             _live: LiveTask::new(),
         };
         for (tree, pending, complete) in stores {
             trees.push(tree, pending, complete);
         }
         trees
+    }
+
+    /// A read of sled that failed since the last call: the error to end the run with before
+    /// anything worked out from the rows read meanwhile (taken as absent) is committed.
+    pub(crate) fn take_read_error(&self) -> Option<RunError> {
+        let (store, source) = self.read_error.lock().ok()?.take()?;
+        Some(RunError::State { doing: format!("reading the local state of store {store}"), source })
+    }
+
+    /// A sled read's value; a failed read is remembered (see [`Self::take_read_error`]).
+    fn noted<T>(&self, store: usize, r: sled::Result<T>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                if let Ok(mut first) = self.read_error.lock() {
+                    first.get_or_insert_with(|| (self.trees[store].name(), e));
+                }
+                None
+            }
+        }
     }
 
     /// Add a store.
@@ -444,7 +469,7 @@ impl StoreRead for Trees {
         if clean.complete {
             return None;
         }
-        self.trees.get(store)?.get(key).ok().flatten()
+        self.noted(store, self.trees.get(store)?.get(key)).flatten()
     }
     fn entries(&self, store: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
         // Called when a task starts: after a restore or after a control statement replaced its
@@ -455,7 +480,7 @@ impl StoreRead for Trees {
             self.clean[store].rows.overlay(b"", &mut rows);
             rows
         } else {
-            t.rows().filter_map(|r| r.ok()).collect()
+            t.rows().filter_map(|r| self.noted(store, r)).collect()
         };
         for p in self.overlays(store) {
             p.overlay(b"", &mut all);
@@ -469,7 +494,7 @@ impl StoreRead for Trees {
         let mut all: std::collections::BTreeSet<Vec<u8>> = if self.clean[store].complete {
             self.clean[store].rows.changes().map(|(k, _)| k.clone()).collect()
         } else {
-            t.rows().filter_map(|r| r.ok()).map(|(k, _)| k).collect()
+            t.rows().filter_map(|r| self.noted(store, r)).map(|(k, _)| k).collect()
         };
         for p in self.overlays(store) {
             for (k, v) in p.changes() {
@@ -657,6 +682,23 @@ mod tests {
     /// A store's rows as a task reads them through every layer, for the keys `keys`.
     fn read_all(t: &Trees, keys: &[Vec<u8>]) -> BTreeMap<Vec<u8>, Vec<u8>> {
         keys.iter().filter_map(|k| Some((k.clone(), t.get(0, k)?))).collect()
+    }
+
+    /// A read of sled that fails is an absent row to the operator that asked, and the error
+    /// the next commit ends the run with (once), naming the store.
+    #[test]
+    fn a_failed_read_of_sled_is_kept_for_the_commit_to_refuse() {
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = PagedTree::open(&db, "app-agg#0").unwrap();
+        let t = Trees::new(vec![(tree, Pending::default(), false)], 1 << 20);
+        assert!(t.take_read_error().is_none());
+        assert_eq!(t.noted(0, Err::<u8, _>(sled::Error::Unsupported("damaged page".into()))), None);
+        // A later failure does not replace the first.
+        assert_eq!(t.noted(0, Err::<u8, _>(sled::Error::Unsupported("second".into()))), None);
+        assert_eq!(t.noted(0, Ok(7u8)), Some(7));
+        let e = t.take_read_error().expect("the failed read is kept").to_string();
+        assert!(e.contains("reading the local state of store app-agg#0") && e.contains("damaged page"), "{e}");
+        assert!(t.take_read_error().is_none(), "taken once");
     }
 
     /// Commits of random puts and deletions over 400 keys, written behind through the writer

@@ -70,24 +70,64 @@ impl<'a> Run<'a> {
     }
 }
 
-/// A fresh, empty directory under the system temp dir. Those an earlier test process left
-/// under the same name are deleted once that process is gone (a failed run's stay for
-/// inspection until the next run), so repeated runs do not fill the disk.
-pub fn temp_dir(name: &str) -> PathBuf {
-    let prefix = format!("streamc-test-{name}-");
-    if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in entries.flatten() {
-            let file = e.file_name().to_string_lossy().into_owned();
-            let Some(pid) = file.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
-            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_dir_all(e.path());
+/// A fresh, empty directory under the system temp dir (see [`TempDir`]).
+pub fn temp_dir(name: &str) -> TempDir {
+    TempDir::new(&format!("streamc-test-{name}-"))
+}
+
+/// A test's directory under the system temp dir, named `<prefix><pid>`: deleted when it is
+/// dropped at the end of a test that passed; a failed test's (dropped while panicking) stays
+/// for inspection until a later test process makes one of the same prefix, which deletes those
+/// of processes that are gone. So a run leaves nothing behind but its failures.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(prefix: &str) -> TempDir {
+        if let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) {
+            for e in entries.flatten() {
+                let file = e.file_name().to_string_lossy().into_owned();
+                let Some(pid) = file.strip_prefix(prefix).and_then(|p| p.parse::<u32>().ok()) else { continue };
+                if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
             }
         }
+        let d = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        TempDir(d)
     }
-    let d = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// A record read back: partition, offset, timestamp, key text, value JSON, headers.
