@@ -538,3 +538,61 @@ fn result(agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>) -> Emitted {
         Before::Unknown,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::value::Value;
+
+    /// Rows are folded into their group's window as they come; a flush (a commit) sends one
+    /// result per window changed since the last, with the window's fields, and writes the state
+    /// of the windows still open; a record too late for its window is counted, not folded.
+    #[test]
+    fn a_flush_sends_each_changed_window_once_and_late_records_are_counted() {
+        let program = r#"
+stream trades from "trades" {
+  key    ticker
+  value  json { ticker: string, size: int }
+}
+query per_ticker {
+  from trades
+  group by ticker
+  window tumbling 10s
+  aggregate { n = count(), volume = sum(size) }
+  emit changes
+  to "volumes"
+}
+"#;
+        let mut h = Harness::new(program, 0);
+        let mut chain = h.chain();
+        let at = h.spec.ops.len() - 1;
+        let agg = chain[at].as_mut();
+        let trade = |t: &str, size: i64| row(Value::str(t), vec![Value::str(t), Value::Int(size)]);
+        for (t, size, ts) in [("A", 1, 1_000), ("A", 2, 9_999), ("B", 5, 3_000), ("A", 4, 10_000)] {
+            assert!(h.send(agg, trade(t, size), ts).unwrap().is_empty(), "nothing leaves before a flush");
+        }
+        let mut results: Vec<(String, Vec<Value>)> =
+            h.flush(agg).into_iter().map(|(r, _)| (format!("{:?}", r.key), r.value)).collect();
+        results.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        let window = |s: i64| vec![Value::Ts(s), Value::Ts(s + 10_000)];
+        let with = |w: Vec<Value>, rest: Vec<Value>| w.into_iter().chain(rest).collect::<Vec<_>>();
+        assert_eq!(
+            results.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>(),
+            [
+                with(window(0), vec![Value::str("A"), Value::Int(2), Value::Int(3)]),
+                with(window(10_000), vec![Value::str("A"), Value::Int(1), Value::Int(4)]),
+                with(window(0), vec![Value::str("B"), Value::Int(1), Value::Int(5)]),
+            ]
+        );
+        // Stream time (10 s) closed both first windows (no grace) before the flush: only the
+        // open one's state is written; a window that opened and closed between two flushes
+        // writes none.
+        let written: Vec<(Vec<u8>, bool)> = h.changes.iter().map(|c| (c.key.clone(), c.value.is_some())).collect();
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert!(written[0].0.starts_with(b"\0\0\0\x01A") && written[0].1, "{written:?}");
+        // Stream time is 10 s: a record of the first window (no grace) is late.
+        assert!(h.send(agg, trade("A", 100), 500).unwrap().is_empty());
+        assert!(h.flush(agg).is_empty(), "nothing changed");
+        assert_eq!(h.counters.late, 1);
+    }
+}

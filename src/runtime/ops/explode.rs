@@ -57,3 +57,43 @@ impl Operator for Explode {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::value::Value;
+
+    /// Two exploded lists are zipped: as many rows as the longer has items, the shorter's
+    /// field null past its end; a record whose lists are both empty or null makes none.
+    #[test]
+    fn explodes_are_zipped_and_empty_lists_make_no_rows() {
+        let program = r#"
+stream orders from "orders" {
+  key    id
+  value  json { id: string, items: list<string>, counts: list<int>? }
+}
+query lines { from orders select { id, item = explode(items), n = explode(counts) } to "lines" }
+"#;
+        let mut h = Harness::new(program, 0);
+        let mut chain = h.chain();
+        let explode = chain[0].as_mut();
+        let list = |v: Vec<Value>| Value::List(Arc::new(v));
+        let order =
+            |items: Vec<Value>, counts: Value| row(Value::str("o1"), vec![Value::str("o1"), list(items), counts]);
+        let got = h
+            .send(explode, order(vec![Value::str("a"), Value::str("b"), Value::str("c")], list(vec![Value::Int(1)])), 5)
+            .unwrap();
+        let values: Vec<Vec<Value>> = got.into_iter().map(|(r, _)| r.value).collect();
+        assert_eq!(
+            values,
+            [
+                vec![Value::str("o1"), Value::str("a"), Value::Int(1)],
+                vec![Value::str("o1"), Value::str("b"), Value::Null],
+                vec![Value::str("o1"), Value::str("c"), Value::Null],
+            ]
+        );
+        assert!(h.send(explode, order(vec![], Value::Null), 6).unwrap().is_empty());
+    }
+}

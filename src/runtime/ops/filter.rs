@@ -71,3 +71,59 @@ impl Operator for Filter {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::runtime::ops::Before;
+    use crate::value::Value;
+
+    const TABLE: &str = r#"
+table accounts from "accounts" {
+  key    id: int
+  value  json { balance: int }
+}
+query rich { from accounts where balance >= 100 to "rich" }
+"#;
+
+    /// A table query's row that matches goes on; one that does not is deleted at the sink (a
+    /// tombstone), unless the result it replaces was not sent.
+    #[test]
+    fn a_table_row_that_does_not_match_is_deleted_downstream_if_it_was_sent() {
+        let mut h = Harness::new(TABLE, 0);
+        let mut chain = h.chain();
+        let filter = chain[0].as_mut();
+        let got = h.send(filter, row(Value::Int(1), vec![Value::Int(150)]), 10).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(h.written().is_empty());
+        let got = h.send(filter, row(Value::Int(1), vec![Value::Int(50)]), 11).unwrap();
+        assert!(got.is_empty());
+        assert_eq!(h.written(), [("rich".to_string(), Some("1".to_string()), None)]);
+        h.out.clear();
+        h.before = Before::NotSent;
+        let got = h.send(filter, row(Value::Int(2), vec![Value::Int(5)]), 12).unwrap();
+        assert!(got.is_empty() && h.written().is_empty(), "a result never sent is not deleted");
+    }
+
+    /// A stream's record that does not match stops here and nothing is written; a predicate
+    /// that cannot be evaluated is the record's error.
+    #[test]
+    fn a_stream_record_that_does_not_match_stops_and_a_failing_predicate_is_an_error() {
+        let program = r#"
+stream trades from "trades" {
+  key    ticker
+  value  json { ticker: string, price: float, size: int }
+}
+query big { from trades where size * 1000000000000 > 5 to "big" }
+"#;
+        let mut h = Harness::new(program, 0);
+        let mut chain = h.chain();
+        let filter = chain[0].as_mut();
+        let t = |size: i64| row(Value::str("T"), vec![Value::str("T"), Value::Float(1.0), Value::Int(size)]);
+        assert_eq!(h.send(filter, t(1), 1).unwrap().len(), 1);
+        assert!(h.send(filter, t(0), 2).unwrap().is_empty());
+        assert!(h.written().is_empty());
+        let e = h.send(filter, t(i64::MAX), 3).unwrap_err();
+        assert!(e.0.contains("overflow"), "{}", e.0);
+    }
+}

@@ -197,7 +197,51 @@ pub(crate) fn decode_row(b: &[u8], like: &Row) -> Result<Row, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::ops::testing::{row, Harness};
     use std::sync::Arc;
+
+    /// Each key's row as last grouped: a new row goes down as it is; an update first sends the
+    /// old row taken back (within its group or out of it), a deletion only that; a deletion of
+    /// a key with no row sends nothing; a null group key is bad input and changes nothing.
+    #[test]
+    fn an_update_takes_the_old_row_back_before_the_new_one_goes_on() {
+        let program = r#"
+table accounts from "accounts" {
+  key    id: int
+  value  json { region: string?, balance: int }
+}
+query by_region { from accounts group by region aggregate { n = count(), total = sum(balance) } to "r" }
+"#;
+        let mut h = Harness::new(program, 0);
+        let mut chain = h.chain();
+        let at = h.spec.table_group.expect("a grouped table");
+        let group = chain[at].as_mut();
+        let acct = |region: Value, balance: i64| row(Value::Int(1), vec![region, Value::Int(balance)]);
+        let seen = |rows: Vec<(Row, i64)>| -> Vec<(bool, Vec<Value>)> {
+            rows.into_iter().map(|(r, _)| (r.retract, r.value)).collect()
+        };
+        let got = seen(h.send(group, acct(Value::str("north"), 10), 1).unwrap());
+        assert_eq!(got, [(false, vec![Value::str("north"), Value::Int(10)])]);
+        let got = seen(h.send(group, acct(Value::str("north"), 25), 2).unwrap());
+        assert_eq!(
+            got,
+            [(true, vec![Value::str("north"), Value::Int(10)]), (false, vec![Value::str("north"), Value::Int(25)])]
+        );
+        let got = seen(h.send(group, acct(Value::str("south"), 25), 3).unwrap());
+        assert_eq!(
+            got,
+            [(true, vec![Value::str("north"), Value::Int(25)]), (false, vec![Value::str("south"), Value::Int(25)])]
+        );
+        assert!(h.send(group, acct(Value::Null, 5), 4).is_err(), "a null group key");
+        let mut gone = acct(Value::Null, 0);
+        gone.retract = true;
+        let got = seen(h.send(group, gone.clone(), 5).unwrap());
+        assert_eq!(got, [(true, vec![Value::str("south"), Value::Int(25)])], "the row as last grouped leaves");
+        assert!(h.send(group, gone, 6).unwrap().is_empty(), "a key with no row");
+        // Every change of the key's row is a change of the store: set, set, set, forgotten.
+        let stored: Vec<bool> = h.changes.iter().map(|c| c.value.is_some()).collect();
+        assert_eq!(stored, [true, true, true, false]);
+    }
 
     #[test]
     fn rows_round_trip_and_damage_is_an_error() {

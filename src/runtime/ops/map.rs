@@ -73,3 +73,36 @@ impl Operator for Rekey {
         down.emit(row, ts, cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::value::Value;
+
+    /// `select` computes the new value from the row; `key by` changes the key only.
+    #[test]
+    fn select_computes_the_value_and_key_by_the_key() {
+        let program = r#"
+stream trades from "trades" {
+  key    ticker
+  value  json { ticker: string, price: float, size: int }
+}
+query notional {
+  from trades
+  key by size
+  select { ticker, notional = price * to_float(size) }
+  to "notional"
+}
+"#;
+        let mut h = Harness::new(program, 0);
+        let mut chain = h.chain();
+        let input = row(Value::str("T"), vec![Value::str("T"), Value::Float(2.5), Value::Int(4)]);
+        let rekeyed = h.send(chain[0].as_mut(), input, 7).unwrap();
+        assert_eq!(rekeyed.len(), 1);
+        assert_eq!(rekeyed[0].0.key, Value::Int(4));
+        assert_eq!(rekeyed[0].1, 7);
+        let mapped = h.send(chain[1].as_mut(), rekeyed[0].0.clone(), 7).unwrap();
+        assert_eq!(mapped[0].0.value, vec![Value::str("T"), Value::Float(10.0)]);
+        assert_eq!(mapped[0].0.key, Value::Int(4));
+    }
+}

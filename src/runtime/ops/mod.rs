@@ -4,8 +4,9 @@
 //! in `runtime::agg`), the stream–stream join step (the joins' state in
 //! `runtime::stream_join`). Here too what they share: [`Ctx`], [`Down`], [`Operator`].
 //!
-//! Adding a processor kind: a variant of `Op` in the plan, a file here with its type, and its
-//! line in [`build`].
+//! Adding a processor kind: a variant of `Op` in the plan, a file here with its type and its
+//! unit tests (driven alone by `testing::Harness`: a program's task spec, state in memory), and
+//! its line in [`build`].
 
 mod aggregate;
 pub(crate) use aggregate::record_cache_entries;
@@ -17,6 +18,8 @@ pub(crate) mod repartition;
 pub(crate) mod sink;
 mod stream_join;
 mod table_join;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::sync::Arc;
 
