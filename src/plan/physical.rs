@@ -135,6 +135,30 @@ pub struct TableJoinSpec {
     pub left: bool,
 }
 
+/// What a task does with a record of one of its inputs ([`TaskSpec::input_roles`]); the index
+/// in each is the input's among those of its kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputRole {
+    /// The query's input (a stream, a table, or a repartition topic): down the chain (a table's
+    /// deletion as a tombstone, or a row taken back out of its group).
+    Main,
+    /// A stream merged with the main input (`from a, b`): down the chain like it.
+    Merged(usize),
+    /// A table the query looks up (`TaskSpec::tables`): its rows kept, in time order with the
+    /// stream.
+    Table(usize),
+    /// A stream joined with the query's stream: the join's other side (`read_streams`).
+    JoinedStream(usize),
+    /// A table of a table–table join: the query's own table (None, the main input) or a joined
+    /// one; either gives the key's result.
+    Mutual(Option<usize>),
+    /// A foreign-key join's middle: a subscription (None, the main input) or a row of the other
+    /// table.
+    Foreign(Option<usize>),
+    /// A foreign-key join's end: a result, passed on if it answers the row's latest update.
+    ForeignGate,
+}
+
 /// A table–table join (Kafka Streams' KTable–KTable join on the key), or several in a row (an
 /// n-way join, `t1.join(t2).join(t3)`): a record of any of the tables updates that table's
 /// store, then the key's result is worked out from every table's row and sent down the chain
@@ -630,6 +654,32 @@ impl TaskSpec {
             .chain(self.read_streams().map(|s| s.topic.clone()))
             .chain(self.merged.iter().map(|m| m.topic.clone()))
             .collect()
+    }
+
+    /// What the task does with each of its inputs, in input order (the main input, then
+    /// `side_topics`): a record is dispatched by its input's role.
+    pub fn input_roles(&self) -> Vec<InputRole> {
+        let main = if self.foreign.is_some() {
+            InputRole::Foreign(None)
+        } else if self.foreign_gate.is_some() {
+            InputRole::ForeignGate
+        } else if self.mutual.is_some() {
+            InputRole::Mutual(None)
+        } else {
+            InputRole::Main
+        };
+        let tables = (0..self.tables.len()).map(|k| {
+            if self.foreign.is_some() {
+                InputRole::Foreign(Some(k))
+            } else if self.mutual.is_some() {
+                InputRole::Mutual(Some(k))
+            } else {
+                InputRole::Table(k)
+            }
+        });
+        let streams = (0..self.read_streams().count()).map(InputRole::JoinedStream);
+        let merged = (0..self.merged.len()).map(InputRole::Merged);
+        std::iter::once(main).chain(tables).chain(streams).chain(merged).collect()
     }
 
     /// The joined streams read on their own (in `side_topics` order): all but self-joins'.

@@ -10,7 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::config::OnError;
 use crate::hir;
 use crate::log::{Pos, Record, Stored};
-use crate::plan::physical::{Decode, TaskSpec};
+use crate::plan::physical::{Decode, InputRole, TaskSpec};
 use crate::runtime::chaos::{Chaos, FailPoint};
 use crate::runtime::error::RunError;
 use crate::runtime::metrics::{TaskCounts, TaskMetrics};
@@ -642,6 +642,7 @@ impl<F: Feed> TaskRun<F> {
         // change it).
         let registry_inputs = spec.registry_inputs();
         let registry_keys = spec.registry_keys();
+        let roles = spec.input_roles();
         self.drained = false;
         let most = if until_full { self.cache_entries() } else { usize::MAX };
         'records: while n < budget && (most == usize::MAX || self.task.held() <= most) {
@@ -731,7 +732,7 @@ impl<F: Feed> TaskRun<F> {
             self.task.fk =
                 crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false, ..Default::default() };
             self.out.begin_record();
-            let res = self.dispatch(&spec, i, &s, topic, head_time, now);
+            let res = self.dispatch(roles[i], i, &s, topic, head_time, now);
             if let Some(why) = crate::schema_tables::take_failure() {
                 // The registry could not be asked for this record (a schema not fetched ahead):
                 // the run stops before its commit, and the record is read again next time.
@@ -761,10 +762,10 @@ impl<F: Feed> TaskRun<F> {
 
     /// A record of input `i` (0: the main input; then the tables, the joined streams, the merged
     /// streams: `TaskSpec::side_topics`), read at `head_time` (its event time), through what the
-    /// task does with that input.
+    /// task does with a record of that input (`role`).
     fn dispatch(
         &mut self,
-        spec: &TaskSpec,
+        role: InputRole,
         i: usize,
         s: &Stored,
         topic: &str,
@@ -774,65 +775,65 @@ impl<F: Feed> TaskRun<F> {
         if let Some(e) = self.too_large_to_keep(i, &s.record) {
             // A table's or a joined stream's record is kept whole in a store: one its
             // changelog would not take fails every commit.
-            Err(e)
-        } else if spec.foreign.is_some() && i <= spec.tables.len() {
-            // A foreign-key join's middle: a subscription (its time was checked where the
-            // row came in: refused here, an unsubscription would be lost), or a row of the
-            // other table.
-            match (i > 0).then(|| self.refused(head_time, now)).flatten() {
+            return Err(e);
+        }
+        match role {
+            // A foreign-key join's middle: a subscription (its time was checked where the row
+            // came in: refused here, an unsubscription would be lost), or a row of the other
+            // table.
+            InputRole::Foreign(side) => match side.and_then(|_| self.refused(head_time, now)) {
                 Some(e) => Err(e),
-                None => self.task.foreign(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
-            }
-        } else if spec.foreign_gate.is_some() && i == 0 {
+                None => self.task.foreign(side, &s.record, head_time, &mut self.out, &self.trees),
+            },
             // A foreign-key join's end: a result, passed on if it answers the row's latest update.
-            self.task.foreign_gate(&s.record, &mut self.out, &self.trees)
-        } else if spec.mutual.is_some() && i <= spec.tables.len() {
-            // Either table of a table–table join (ordered by their records' times); either
-            // gives results at its time, which the topics written must take.
-            match self.refused(head_time, now) {
+            InputRole::ForeignGate => self.task.foreign_gate(&s.record, &mut self.out, &self.trees),
+            // Any table of a table–table join (ordered by their records' times); each gives
+            // results at its time, which the topics written must take.
+            InputRole::Mutual(side) => match self.refused(head_time, now) {
                 Some(e) => Err(e),
-                None => self.task.mutual_join(i.checked_sub(1), &s.record, head_time, &mut self.out, &self.trees),
+                None => self.task.mutual_join(side, &s.record, head_time, &mut self.out, &self.trees),
+            },
+            InputRole::Main => {
+                if let Some(r) = self.task.table_deletion(&s.record, &mut self.out, &self.trees) {
+                    return r;
+                }
+                self.task.decode_main(&s.record).and_then(|mut input| {
+                    // (A repartition record too: this task's topics may bound more tightly.)
+                    if let Some(e) = self.refused(input.ts, now) {
+                        return Err(e);
+                    }
+                    input.offset = s.offset;
+                    let old = self.task.decode_old(&s.record, &input.row).transpose()?;
+                    // In a self-join the record is the other side's too, whatever became of it
+                    // on the query's side (an error there is this side's only).
+                    let main = self.task.process_update(old, input, &mut self.out, &self.trees);
+                    let main = self.settle_record(main);
+                    let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
+                    main.and(self.settle_record(joined))
+                })
             }
-        } else if let Some(r) =
-            (i == 0).then(|| self.task.table_deletion(&s.record, &mut self.out, &self.trees)).flatten()
-        {
-            r
-        } else if i == 0 {
-            self.task.decode_main(&s.record).and_then(|mut input| {
-                // (A repartition record too: this task's topics may bound more tightly.)
-                if let Some(e) = self.refused(input.ts, now) {
-                    return Err(e);
-                }
-                input.offset = s.offset;
-                let old = self.task.decode_old(&s.record, &input.row).transpose()?;
-                // In a self-join the record is the other side's too, whatever became of it
-                // on the query's side (an error there is this side's only).
-                let main = self.task.process_update(old, input, &mut self.out, &self.trees);
-                let main = self.settle_record(main);
-                let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
-                main.and(self.settle_record(joined))
-            })
-        } else if let Some(k) = (i - 1).checked_sub(spec.tables.len() + spec.read_streams().count()) {
             // A stream merged with the main input: through the query like the main input's.
-            self.task.decode_merged(k, &s.record).and_then(|mut input| {
+            InputRole::Merged(k) => self.task.decode_merged(k, &s.record).and_then(|mut input| {
                 if let Some(e) = self.refused(input.ts, now) {
                     return Err(e);
                 }
                 input.offset = s.offset;
-                // In a self-join the record is the other side's too, whatever became of it
-                // on the query's side (an error there is this side's only).
+                // In a self-join the record is the other side's too, whatever became of it on
+                // the query's side (an error there is this side's only).
                 let main = self.process(input);
                 let main = self.settle_record(main);
                 let joined = self.task.self_joins(topic, &s.record, s.offset, &mut self.out, &self.trees);
                 main.and(self.settle_record(joined))
-            })
-        } else if let Some(e) = (i > spec.tables.len()).then(|| self.refused(head_time, now)).flatten() {
+            }),
             // A joined stream's record (its head time is its event time: a task with several
-            // inputs reads their time fields to order them). A table's record is stamped
-            // with its own timestamp in the table's changelog, which its topic took.
-            Err(e)
-        } else {
-            self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees)
+            // inputs reads their time fields to order them).
+            InputRole::JoinedStream(_) => match self.refused(head_time, now) {
+                Some(e) => Err(e),
+                None => self.task.process_side(i - 1, &s.record, s.offset, &mut self.out, &self.trees),
+            },
+            // A table's record is stamped with its own timestamp in the table's changelog,
+            // which its topic took.
+            InputRole::Table(k) => self.task.process_side(k, &s.record, s.offset, &mut self.out, &self.trees),
         }
     }
 
