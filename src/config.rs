@@ -232,7 +232,31 @@ impl Default for CacheMax {
 /// rows (a short key, two numbers) in memory, so that restoring it needs no sled write first.
 pub const DEFAULT_CACHE_MAX_BYTES: u64 = 512 << 20;
 
+/// Where an application's topics live: chosen once, by the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The embedded log in the state directory (no `kafka.bootstrap.servers`).
+    Embedded,
+    /// Apache Kafka (`kafka.bootstrap.servers` set).
+    Kafka,
+}
+
 impl Config {
+    /// The backend this configuration runs on: Kafka when `kafka.bootstrap.servers` is set, the
+    /// embedded log otherwise.
+    pub fn backend(&self) -> BackendKind {
+        if self.kafka.contains_key("bootstrap.servers") {
+            BackendKind::Kafka
+        } else {
+            BackendKind::Embedded
+        }
+    }
+
+    /// Whether this configuration runs on Kafka ([`Config::backend`]).
+    pub fn on_kafka(&self) -> bool {
+        self.backend() == BackendKind::Kafka
+    }
+
     /// The part of `statestore.cache.max.bytes` sled's own page cache takes: a quarter, between
     /// 4 MiB and 64 MiB (sled's cache is per state directory, not per task).
     pub fn sled_cache_bytes(&self) -> u64 {
@@ -536,6 +560,17 @@ pub fn application_id(cfg: &Config, program: &Path) -> Result<String, ConfigErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The backend is Kafka exactly when `kafka.bootstrap.servers` is set; other `kafka.*` keys
+    /// alone leave it embedded.
+    #[test]
+    fn the_backend_is_kafka_exactly_when_bootstrap_servers_is_set() {
+        assert_eq!(load(None, &[]).unwrap().backend(), BackendKind::Embedded);
+        assert_eq!(load(None, &["kafka.linger.ms=5".into()]).unwrap().backend(), BackendKind::Embedded);
+        let kafka = load(None, &["kafka.bootstrap.servers=h:9092".into()]).unwrap();
+        assert_eq!(kafka.backend(), BackendKind::Kafka);
+        assert!(kafka.on_kafka());
+    }
 
     #[test]
     fn sets_override_file_values_and_kafka_keys_keep_their_dots() {

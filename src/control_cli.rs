@@ -18,7 +18,7 @@ pub enum Topics {
 
 impl Topics {
     pub fn open(state_dir: &Path, cfg: &config::Config) -> Result<Topics, String> {
-        if cfg.kafka.contains_key("bootstrap.servers") {
+        if cfg.on_kafka() {
             Ok(Topics::Kafka(streamc::kafka::Kafka::connect(&cfg.kafka)?))
         } else {
             Ok(Topics::Embedded(EmbeddedLog::open(state_dir, cfg.embedded.fsync)?))
@@ -675,9 +675,7 @@ pub fn query(
     let app = config::application_id(cfg, file)?;
     let rows = match url {
         Some(u) => ask_instance(u, fetch)?,
-        None if cfg.kafka.contains_key("bootstrap.servers") => {
-            return Err("on Kafka, pass --url with the --http-addr of a running instance".into())
-        }
+        None if cfg.on_kafka() => return Err("on Kafka, pass --url with the --http-addr of a running instance".into()),
         None => {
             let stage = {
                 let t = Topics::open(state_dir, cfg)?;

@@ -331,7 +331,7 @@ fn load_config(g: &Global) -> Result<config::Config, String> {
         sets.push(format!("kafka.bootstrap.servers={b}"));
     }
     let cfg = config::load_files(&g.config, &sets).map_err(String::from)?;
-    if !cfg.kafka.is_empty() && !cfg.kafka.contains_key("bootstrap.servers") {
+    if !cfg.kafka.is_empty() && !cfg.on_kafka() {
         let keys: Vec<String> = cfg.kafka.keys().map(|k| format!("kafka.{k}")).collect();
         eprintln!(
             "warning: {} ignored: without kafka.bootstrap.servers, streamc works on the embedded log",
@@ -592,7 +592,7 @@ fn check(cfg: &config::Config, files: &[PathBuf], statement: Option<&str>) -> Re
 }
 
 fn log_of(g: &Global, cfg: &config::Config) -> Result<streamc::log::EmbeddedLog, String> {
-    if cfg.kafka.contains_key("bootstrap.servers") {
+    if cfg.on_kafka() {
         return Err("`run` on Kafka is not available yet (`produce` and `consume` are); remove kafka.bootstrap.servers to use the embedded log".into());
     }
     streamc::log::EmbeddedLog::open(&g.state_dir, cfg.embedded.fsync).map_err(String::from)
@@ -635,7 +635,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     if refuse_reserved_sinks(file, &text, &p, &app, &cfg) {
         return Ok(ExitCode::from(1));
     }
-    let on_kafka = cfg.kafka.contains_key("bootstrap.servers");
+    let on_kafka = cfg.on_kafka();
     if on_kafka {
         if !inputs.is_empty() {
             return Err("--input is for the embedded log; on Kafka, write the input with `streamc produce`".into());
@@ -766,7 +766,7 @@ fn produce(
     use streamc::log::{partition_for, Append, Record};
     let create = partitions.unwrap_or(cfg.embedded.partitions).max(1);
     // The embedded log in the state directory, or Kafka when `kafka.bootstrap.servers` is set.
-    let kafka = match cfg.kafka.contains_key("bootstrap.servers") {
+    let kafka = match cfg.on_kafka() {
         true => Some(streamc::kafka::Kafka::connect(&cfg.kafka)?),
         false => None,
     };
@@ -960,7 +960,7 @@ fn consume(
     headers: bool,
 ) -> Result<ExitCode, String> {
     use std::io::Write;
-    if cfg.kafka.contains_key("bootstrap.servers") {
+    if cfg.on_kafka() {
         let k = streamc::kafka::Kafka::connect(&cfg.kafka)?;
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
