@@ -157,6 +157,13 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
             t.inject(FailPoint::AfterStoreWrite);
         }
     }
+    for t in tasks.iter() {
+        if let Some(e) = t.trees.take_read_error() {
+            // Staging read local state (a tenant-scoped task counts its tenants' keys): what
+            // was committed stands, and the run stops with the reason.
+            return Err(e);
+        }
+    }
     // The whole commit, local state included.
     let seconds = started.elapsed().as_secs_f64();
     for (t, worked) in tasks.iter().zip(worked) {

@@ -204,11 +204,13 @@ impl Trees {
         }
         let mut m: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         for (i, (tree, pending)) in self.trees.iter().zip(&self.pending).enumerate() {
-            live_store_keys(tree, pending, |k| {
+            let counted = live_store_keys(tree, pending, |k| {
                 if let Some(t) = task.key_tenant(i, k) {
                     *m.entry(t.to_vec()).or_default() += 1;
                 }
             });
+            // (Counts short of a key are wrong: the next commit refuses.)
+            self.noted(i, counted);
         }
         self.tenant_keys = Some(m);
     }
@@ -232,7 +234,8 @@ impl Trees {
                 if task.key_tenant(i, k).is_some_and(|t| tenants.contains(&t)) {
                     keys.push(k.to_vec());
                 }
-            });
+            })
+            .map_err(state("cannot read local state to purge a tenant"))?;
             for k in &keys {
                 pending.stage(k.clone(), None, true);
             }
@@ -627,7 +630,9 @@ pub(crate) fn empty_store(
     changes: &mut Vec<Change>,
 ) -> Result<u64, RunError> {
     let mut keys = Vec::new();
-    live_store_keys(tree, pending, |k| keys.push(k.to_vec()));
+    // (Every key read before anything is cleared: a key left unread would get no tombstone and
+    // come back from the changelog.)
+    live_store_keys(tree, pending, |k| keys.push(k.to_vec())).map_err(state("cannot read local state to empty it"))?;
     *pending = Pending::default();
     tree.clear().map_err(state("cannot clear local state"))?;
     let n = keys.len() as u64;
@@ -643,11 +648,14 @@ pub(crate) fn empty_store(
 
 /// Every key a store holds, in key order: those in sled that no pending change deletes, and those
 /// pending changes put (its checkpoint is not a key).
-pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl FnMut(&[u8])) {
+/// A read of sled that fails stops the walk with its error (what was given to `f` is then not
+/// every key).
+pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl FnMut(&[u8])) -> sled::Result<()> {
     let mut pending_puts: Vec<&Vec<u8>> = pending.changes().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
     pending_puts.sort_unstable();
     let mut puts = pending_puts.into_iter().peekable();
-    for (k, _) in tree.rows().filter_map(|k| k.ok()) {
+    for row in tree.rows() {
+        let (k, _) = row?;
         // Pending puts before this key, then the key itself unless pending changes decide it.
         while let Some(p) = puts.next_if(|p| p.as_slice() < &k[..]) {
             f(p);
@@ -660,6 +668,7 @@ pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl F
     for p in puts {
         f(p);
     }
+    Ok(())
 }
 
 /// Fold changelog records, in order, into the keys the changelog still holds a value for (the
