@@ -697,6 +697,30 @@ impl Lowering<'_> {
     /// A stream–stream join step: a repartition first if the join key is not the key, the join
     /// node with its two window stores, and the other stream's source node (unless a self-join
     /// reads it as this sub-topology's own input).
+    /// Before a join whose key is not the records' key: a repartition by `on`, co-partitioned
+    /// with the joined source (as many partitions as its topic); `at` moves past it.
+    fn repartition_for_join(
+        &mut self,
+        q: &hir::Query,
+        step: &hir::Step,
+        at: &mut At,
+        on: &hir::Expr,
+        joined: &hir::Source,
+    ) {
+        let mut cut = at.shape.clone();
+        cut.key = on.ty.clone();
+        let c = Cut {
+            slug: &step.slug,
+            key: vec![on.clone()],
+            partitions: Some(Partitions::Like(joined.topic.clone().unwrap_or_default())),
+            fk: false,
+        };
+        let (src, s) = self.repartition(q, at.prev, at.sub, c, &at.shape, &cut, step.line, &step.text);
+        at.prev = src;
+        at.sub = s;
+        at.shape = cut;
+    }
+
     /// A table join step (a lookup, or a table–table join on the key): a repartition first if
     /// the join key is not the key, the join node, the table's source node and store; the first
     /// table–table join of a query keeps the query's own table's rows too (`own_rows`).
@@ -710,19 +734,7 @@ impl Lowering<'_> {
         };
         let t = &program.sources[table];
         if repartition {
-            let mut cut = at.shape.clone();
-            cut.key = on.ty.clone();
-            // Co-partitioned with the table: as many partitions as its topic.
-            let c = Cut {
-                slug: &step.slug,
-                key: vec![on.clone()],
-                partitions: Some(Partitions::Like(t.topic.clone().unwrap_or_default())),
-                fk: false,
-            };
-            let (src, s) = self.repartition(q, at.prev, at.sub, c, &at.shape, &cut, line, &clause);
-            at.prev = src;
-            at.sub = s;
-            at.shape = cut;
+            self.repartition_for_join(q, step, at, &on, t);
         }
         let global = t.is_global();
         let n = self.node(
@@ -809,18 +821,7 @@ impl Lowering<'_> {
         };
         let o = &program.sources[stream];
         if repartition {
-            let mut cut = at.shape.clone();
-            cut.key = on.ty.clone();
-            let c = Cut {
-                slug: &step.slug,
-                key: vec![on.clone()],
-                partitions: Some(Partitions::Like(o.topic.clone().unwrap_or_default())),
-                fk: false,
-            };
-            let (src, s) = self.repartition(q, at.prev, at.sub, c, &at.shape, &cut, line, &clause);
-            at.prev = src;
-            at.sub = s;
-            at.shape = cut;
+            self.repartition_for_join(q, step, at, &on, o);
         }
         let joined_keys =
             at.shape.joined.iter().map(|j| j.key.as_ref().is_some_and(|(k, _)| j.value.get(k).is_none())).collect();

@@ -436,19 +436,20 @@ impl Task {
                 (mine.clone(), before)
             }
         };
+        let had = mutual_present(m, mine_before.is_some(), &others_before);
         let result = mutual_row(m, &own.source, &key, tenant.as_ref(), mine, others);
-        let previous = mutual_row(m, &own.source, &key, tenant.as_ref(), mine_before, others_before);
         // Whether the result this one replaces went through the rest of the query (a `where`
-        // deletes only a result that was sent).
+        // deletes only a result that was sent): its row is built only then.
         let after = m.op + m.sides.len();
         let rest = &spec.ops[after..];
         let filtered = rest.iter().any(|op| matches!(op, crate::plan::physical::Op::Filter(_)));
-        let had = previous.is_some();
-        let sent = match previous {
-            None => Before::NotSent,
-            // (Nothing to work out without a `where`.)
-            Some(_) if !filtered => Before::Unknown,
-            Some(row) => ops::sent(rest, row),
+        let sent = match (had, filtered) {
+            (false, _) => Before::NotSent,
+            (true, false) => Before::Unknown,
+            (true, true) => match mutual_row(m, &own.source, &key, tenant.as_ref(), mine_before, others_before) {
+                Some(row) => ops::sent(rest, row),
+                None => Before::NotSent,
+            },
         };
         let Some(row) = result else {
             // (A result that a `where` kept from the sink has nothing there to delete.)
@@ -779,6 +780,16 @@ fn decode_source(src: &hir::Source, rec: &Record) -> Result<Input, RecordError> 
 /// result of the joins before it as its left side, as chained KTable joins do: where that
 /// result is missing and an outer join still gives one, every earlier table's fields are null
 /// (the own table's key field still holds the key).
+/// Whether a key has a table–table join result, from which tables hold it (the own table's,
+/// then the joined ones in join order): each join over the result before it.
+fn mutual_present(m: &MutualJoin, mine: bool, others: &[Option<TableRow>]) -> bool {
+    m.sides.iter().zip(others).fold(mine, |present, (j, other)| match j.kind {
+        MutualKind::Inner => present && other.is_some(),
+        MutualKind::Left => present,
+        MutualKind::Outer => present || other.is_some(),
+    })
+}
+
 fn mutual_row(
     m: &MutualJoin,
     own: &hir::Source,
