@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use streamc::log::Record;
 use streamc::plan::physical::{self, TaskSpec};
+use streamc::record::Record;
 use streamc::runtime::task::{NoStores as Empty, Task};
 
 const TRADES: &str = r#"stream trades from "stocks" {

@@ -16,10 +16,10 @@ use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
 use crate::check::{self, Control};
-use crate::codec;
 use crate::config::TrustedKey;
 use crate::diag::{self, Code, Diagnostic, RenderOptions};
 use crate::eval::{eval, Row};
+use crate::format;
 use crate::hir;
 use crate::plan::physical::{self, TaskSpec};
 use crate::plan::{self, Topology};
@@ -398,7 +398,7 @@ pub type Tables = BTreeMap<String, Arc<BTreeMap<Vec<u8>, Arc<Vec<Value>>>>>;
 pub fn table_key(tenant: Option<&[u8]>, kb: &[u8]) -> Vec<u8> {
     match tenant {
         None => [&[0u8][..], kb].concat(),
-        Some(t) => [&[1u8][..], &codec::scope(t, kb)].concat(),
+        Some(t) => [&[1u8][..], &format::scoped::scope(t, kb)].concat(),
     }
 }
 
@@ -702,52 +702,11 @@ impl Evaluator {
                 st.kind = Some("replace".into());
                 st.target = Some(q.name.clone());
                 self.check_sink(&q)?;
-                let old_topo = &latest.topo;
-                let mut next_prog = prog.clone();
-                if let Some(slot) = next_prog.queries.iter_mut().find(|x| x.name == q.name) {
-                    *slot = q.clone();
-                }
-                let new_topo = plan::lower(&next_prog, &self.app);
-                let mut report = compare(old_topo, &new_topo, &q.name);
-                report.mode = mode.map(|m| match m {
-                    crate::ast::ReplaceMode::Reprocess => "reprocess".to_string(),
-                    crate::ast::ReplaceMode::FreshState => "fresh state".to_string(),
-                });
-                let needs = !report.incompatible.is_empty();
                 version = self.next;
-                let mut ev = Event {
-                    version,
-                    query: q.name.clone(),
-                    restart: false,
-                    fresh: Vec::new(),
-                    gone: stores_of(&latest.specs, &q.name),
-                };
-                let mut epoch = queries.get(&q.name).map_or(version, |s| s.epoch);
-                match mode {
-                    None if needs => {
-                        let (qspan, name) = match &ast.body {
-                            crate::ast::StatementBody::Replace { query, .. } => {
-                                (query.name.span, query.name.node.clone())
-                            }
-                            _ => (ast.span, q.name.clone()),
-                        };
-                        let d = Diagnostic::new(Code::IncompatibleState, qspan, format!("replacing `{name}` changes state that cannot be kept: {}", report.incompatible.join("; ")))
-                            .label("incompatible state")
-                            .help("add `with reprocess` to rebuild it from the start of the input, or `with fresh state` to start it empty from now");
-                        st.diagnostic = Some(rendered(&[d]));
-                        st.report = Some(report);
-                        return Err(Rejection::IncompatibleState);
-                    }
-                    None => {}
-                    Some(m) => replace_with(m, &mut report, &mut ev, &mut epoch),
-                }
-                let body = match &ast.body {
-                    crate::ast::StatementBody::Replace { query, .. } => span_text(query.span),
-                    _ => text.to_string(),
-                };
-                queries.insert(q.name.clone(), QueryState { version, epoch, text: body });
+                let (next_prog, state, ev) =
+                    self.replacement(q, mode, &ast, text, &latest, &queries, &prog, st, &rendered)?;
+                queries.insert(state.0, state.1);
                 events.push(ev);
-                st.report = Some(report);
                 prog = next_prog;
             }
             Control::Drop(name) => {
@@ -793,6 +752,68 @@ impl Evaluator {
         drop(latest);
         self.current = Arc::new(stage);
         Ok(())
+    }
+
+    /// A `replace` of query `q` (checked, its sink allowed) at version `self.next`: the program
+    /// with it replaced, the query's new state by name, and its event; or the rejection (state
+    /// that cannot be kept without a mode), its diagnostic and report in `st`.
+    #[allow(clippy::too_many_arguments)]
+    fn replacement(
+        &self,
+        q: hir::Query,
+        mode: Option<crate::ast::ReplaceMode>,
+        ast: &crate::ast::Statement,
+        text: &str,
+        latest: &Stage,
+        queries: &BTreeMap<String, QueryState>,
+        prog: &hir::Program,
+        st: &mut Status,
+        rendered: &dyn Fn(&[Diagnostic]) -> String,
+    ) -> Result<(hir::Program, (String, QueryState), Event), Rejection> {
+        let span_text = |s: crate::ast::Span| text.get(s.start..s.end).unwrap_or_default().to_string();
+        let old_topo = &latest.topo;
+        let mut next_prog = prog.clone();
+        if let Some(slot) = next_prog.queries.iter_mut().find(|x| x.name == q.name) {
+            *slot = q.clone();
+        }
+        let new_topo = plan::lower(&next_prog, &self.app);
+        let mut report = compare(old_topo, &new_topo, &q.name);
+        report.mode = mode.map(|m| match m {
+            crate::ast::ReplaceMode::Reprocess => "reprocess".to_string(),
+            crate::ast::ReplaceMode::FreshState => "fresh state".to_string(),
+        });
+        let needs = !report.incompatible.is_empty();
+        let version = self.next;
+        let mut ev = Event {
+            version,
+            query: q.name.clone(),
+            restart: false,
+            fresh: Vec::new(),
+            gone: stores_of(&latest.specs, &q.name),
+        };
+        let mut epoch = queries.get(&q.name).map_or(version, |s| s.epoch);
+        match mode {
+            None if needs => {
+                let (qspan, name) = match &ast.body {
+                    crate::ast::StatementBody::Replace { query, .. } => (query.name.span, query.name.node.clone()),
+                    _ => (ast.span, q.name.clone()),
+                };
+                let d = Diagnostic::new(Code::IncompatibleState, qspan, format!("replacing `{name}` changes state that cannot be kept: {}", report.incompatible.join("; ")))
+                    .label("incompatible state")
+                    .help("add `with reprocess` to rebuild it from the start of the input, or `with fresh state` to start it empty from now");
+                st.diagnostic = Some(rendered(&[d]));
+                st.report = Some(report);
+                return Err(Rejection::IncompatibleState);
+            }
+            None => {}
+            Some(m) => replace_with(m, &mut report, &mut ev, &mut epoch),
+        }
+        let body = match &ast.body {
+            crate::ast::StatementBody::Replace { query, .. } => span_text(query.span),
+            _ => text.to_string(),
+        };
+        st.report = Some(report);
+        Ok((next_prog, (q.name.clone(), QueryState { version, epoch, text: body }), ev))
     }
 }
 
@@ -989,7 +1010,7 @@ fn state_change(
             let v = eval(value, &row, &[]).map_err(|e| Rejection::Eval { what: "value", reason: e })?;
             let mut json = Vec::new();
             v.write_json(&value.ty, &mut json);
-            let fields = codec::decode_visible(src, &json)
+            let fields = format::decode_visible(src, &json)
                 .map_err(|e| Rejection::DoesNotFit { table: src.name.clone(), reason: e })?;
             let key = table_key(scoped, &k.key_bytes(&src.key_type()));
             Ok(Some(StateChange::Row { table: src.name.clone(), key, row: Some(Arc::new(fields)) }))

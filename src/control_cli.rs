@@ -7,68 +7,19 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use streamc::control::{self, ControlRecord, Evaluator, KeyFile, Status, PROGRAM_KEY};
-use streamc::log::{Append, EmbeddedLog, Record, Stored};
+use streamc::record::Record;
+use streamc::topics::{self, Topics};
 use streamc::{config, diag, hir, syntax};
 
-/// The topics of one application, on the embedded log or on Kafka.
-pub enum Topics {
-    Embedded(EmbeddedLog),
-    Kafka(streamc::kafka::Kafka),
+/// Append records to partition 0 of a one-partition topic (the control and status topics),
+/// creating it (infinite retention on Kafka).
+fn append_to(t: &dyn Topics, topic: &str, records: Vec<Record>) -> Result<(), String> {
+    t.ensure_topic(topic, 1, &control::topic_configs(topic))?;
+    t.append(topic, records.into_iter().map(|r| (0, r)).collect())
 }
 
-impl Topics {
-    pub fn open(state_dir: &Path, cfg: &config::Config) -> Result<Topics, String> {
-        if cfg.on_kafka() {
-            Ok(Topics::Kafka(streamc::kafka::Kafka::connect(&cfg.kafka)?))
-        } else {
-            Ok(Topics::Embedded(EmbeddedLog::open(state_dir, cfg.embedded.fsync)?))
-        }
-    }
-
-    /// Every committed record of partition 0 of a one-partition topic (none if it does not exist).
-    pub fn read(&self, topic: &str) -> Result<Vec<Stored>, String> {
-        match self {
-            Topics::Embedded(log) => {
-                if log.topic(topic)?.is_none() {
-                    return Ok(Vec::new());
-                }
-                let end = log.committed()?.end(topic, 0);
-                let mut r = log.reader(topic, 0, streamc::log::Pos::default());
-                let mut out = Vec::new();
-                loop {
-                    let b = r.read(end, 10_000)?;
-                    if b.is_empty() {
-                        return Ok(out);
-                    }
-                    out.extend(b);
-                }
-            }
-            Topics::Kafka(k) => {
-                if k.partitions(topic)?.is_none() {
-                    return Ok(Vec::new());
-                }
-                Ok(k.read_to_ends(topic, true)?.0.into_iter().filter(|(p, _)| *p == 0).map(|(_, s)| s).collect())
-            }
-        }
-    }
-
-    /// Append to partition 0 of a one-partition topic, creating it (infinite retention on Kafka).
-    pub fn append(&self, topic: &str, records: Vec<Record>) -> Result<(), String> {
-        match self {
-            Topics::Embedded(log) => {
-                log.ensure_topic(topic, 1)?;
-                log.commit(vec![Append::of(topic, 0, &records)], vec![]).map(|_| ()).map_err(String::from)
-            }
-            Topics::Kafka(k) => {
-                k.ensure_topic_with(topic, 1, &control::topic_configs(topic))?;
-                Ok(k.produce(topic, &records.into_iter().map(|r| (0, r)).collect::<Vec<_>>())?)
-            }
-        }
-    }
-}
-
-pub fn control_records(t: &Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
-    Ok(t.read(&control::control_topic(app))?
+pub fn control_records(t: &dyn Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
+    Ok(t.read_all(&control::control_topic(app))?
         .into_iter()
         .map(|s| ControlRecord {
             offset: s.offset,
@@ -80,7 +31,7 @@ pub fn control_records(t: &Topics, app: &str) -> Result<Vec<ControlRecord>, Stri
 }
 
 /// The program text the application runs as version 0 (recorded by `run` in the status topic).
-pub fn stored_program(t: &Topics, app: &str) -> Result<Option<String>, String> {
+pub fn stored_program(t: &dyn Topics, app: &str) -> Result<Option<String>, String> {
     Ok(stored_programs(t, app)?.pop())
 }
 
@@ -102,7 +53,7 @@ fn program_record(text: &str, source: &str) -> Record {
 
 /// The program the application last recorded, when it was recorded from a file whose text is
 /// `source` with fields taken from the registry: that expansion.
-pub fn recorded_expansion(t: &Topics, app: &str, source: &str) -> Result<Option<String>, String> {
+pub fn recorded_expansion(t: &dyn Topics, app: &str, source: &str) -> Result<Option<String>, String> {
     Ok(program_records(t, app)?
         .pop()
         .filter(|v| v.get("source").and_then(|s| s.as_str()) == Some(source))
@@ -110,13 +61,13 @@ pub fn recorded_expansion(t: &Topics, app: &str, source: &str) -> Result<Option<
 }
 
 /// Every program file the application has run, oldest first.
-fn stored_programs(t: &Topics, app: &str) -> Result<Vec<String>, String> {
+fn stored_programs(t: &dyn Topics, app: &str) -> Result<Vec<String>, String> {
     Ok(program_records(t, app)?.iter().filter_map(|v| v.get("text")?.as_str().map(str::to_string)).collect())
 }
 
 /// The values of the status topic's program records (see [`program_record`]), oldest first.
-fn program_records(t: &Topics, app: &str) -> Result<Vec<serde_json::Value>, String> {
-    Ok(t.read(&control::status_topic(app))?
+fn program_records(t: &dyn Topics, app: &str) -> Result<Vec<serde_json::Value>, String> {
+    Ok(t.read_all(&control::status_topic(app))?
         .iter()
         .filter(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
         .filter_map(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
@@ -124,7 +75,12 @@ fn program_records(t: &Topics, app: &str) -> Result<Vec<serde_json::Value>, Stri
 }
 
 /// The running program: version 0 plus the control log, evaluated as every instance does.
-pub fn running(t: &Topics, app: &str, cfg: &config::Config, file: &Path) -> Result<(Evaluator, Vec<Status>), String> {
+pub fn running(
+    t: &dyn Topics,
+    app: &str,
+    cfg: &config::Config,
+    file: &Path,
+) -> Result<(Evaluator, Vec<Status>), String> {
     let text = match stored_program(t, app)? {
         Some(t) => t,
         None => crate::read_program(file, cfg)?.ok_or_else(|| format!("{} has errors", file.display()))?,
@@ -169,7 +125,7 @@ pub struct Post<'a> {
 
 /// Sign and post statements; with `wait_secs`, wait for their statuses. Exit code 1 if one was
 /// rejected.
-fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Config) -> Result<ExitCode, String> {
+fn post(t: &dyn Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Config) -> Result<ExitCode, String> {
     let key = KeyFile::read(o.key).map_err(|e| e.to_string())?;
     if !cfg.control.trusted_keys.iter().any(|k| k.id == key.id) {
         eprintln!("warning: key `{}` is not in this command's control.trusted_keys: the check here does not know the statements it signed; the application verifies with its own configuration", key.id);
@@ -195,7 +151,7 @@ fn post(t: &Topics, app: &str, statements: &[String], o: &Post, cfg: &config::Co
         });
     }
     let topic = control::control_topic(app);
-    t.append(&topic, records)?;
+    append_to(t, &topic, records)?;
     // Where they landed: found by key id and sequence.
     let after = control_records(t, app)?;
     let mut offsets = Vec::new();
@@ -245,9 +201,9 @@ fn header(r: &ControlRecord, name: &str) -> Option<String> {
 }
 
 /// The status records written so far, in offset order.
-pub fn statuses(t: &Topics, app: &str) -> Result<Vec<Status>, String> {
+pub fn statuses(t: &dyn Topics, app: &str) -> Result<Vec<Status>, String> {
     let mut by_offset = std::collections::BTreeMap::new();
-    for s in t.read(&control::status_topic(app))? {
+    for s in t.read_all(&control::status_topic(app))? {
         if s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()) {
             continue;
         }
@@ -279,9 +235,9 @@ pub fn control_cmd(
     o: &Post,
 ) -> Result<ExitCode, String> {
     let app = config::application_id(cfg, file)?;
-    let t = Topics::open(state_dir, cfg)?;
+    let t = topics::open(state_dir, cfg)?;
     if check {
-        let (ev, _) = running(&t, &app, cfg, file)?;
+        let (ev, _) = running(&*t, &app, cfg, file)?;
         let program = &ev.latest().program;
         let allowed = &cfg.topics.allow_internal_sinks;
         if let Err(d) = streamc::plan::check_statement_text(program, statement, &app, allowed) {
@@ -296,8 +252,8 @@ pub fn control_cmd(
     // application rejects the mismatch, as it must).
     let from_text = syntax::parse_statement(statement).ok().and_then(|s| s.tenant.map(|t| t.node));
     match (o.tenant.is_empty(), from_text) {
-        (true, Some(tenant)) => post(&t, &app, &[statement.to_string()], &Post { tenant: &tenant, ..*o }, cfg),
-        _ => post(&t, &app, &[statement.to_string()], o, cfg),
+        (true, Some(tenant)) => post(&*t, &app, &[statement.to_string()], &Post { tenant: &tenant, ..*o }, cfg),
+        _ => post(&*t, &app, &[statement.to_string()], o, cfg),
     }
 }
 
@@ -311,13 +267,13 @@ pub fn deploy(
     o: &Post,
 ) -> Result<ExitCode, String> {
     let app = config::application_id(cfg, file)?;
-    let t = Topics::open(state_dir, cfg)?;
-    if stored_program(&t, &app)?.is_none() {
+    let t = topics::open(state_dir, cfg)?;
+    if stored_program(&*t, &app)?.is_none() {
         return Err(format!("application `{app}` has not run yet: start it with `streamc run {}`", file.display()));
     }
     let Some(text) = crate::read_program(file, cfg)? else { return Ok(ExitCode::from(1)) };
     let Some(new) = crate::compile_file(file, &text) else { return Ok(ExitCode::from(1)) };
-    let (ev, _) = running(&t, &app, cfg, file)?;
+    let (ev, _) = running(&*t, &app, cfg, file)?;
     let stage = ev.latest().clone();
     let mut statements = Vec::new();
     // Queries whose change needs `--reprocess` or `--fresh-state` that was not given.
@@ -384,7 +340,7 @@ pub fn deploy(
     if dry_run {
         return Ok(ExitCode::SUCCESS);
     }
-    post(&t, &app, &statements, o, cfg)
+    post(&*t, &app, &statements, o, cfg)
 }
 
 /// Evaluate `statements`, in order and signed with the posting key, against a copy of the
@@ -427,8 +383,8 @@ fn rejected(
 /// `streamc status FILE`: query versions, control offsets applied, recent rejections.
 pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<ExitCode, String> {
     let app = config::application_id(cfg, file)?;
-    let t = Topics::open(state_dir, cfg)?;
-    let (ev, evaluated) = running(&t, &app, cfg, file)?;
+    let t = topics::open(state_dir, cfg)?;
+    let (ev, evaluated) = running(&*t, &app, cfg, file)?;
     let stage = ev.latest();
     println!(
         "application {app}: program version {}, {} control statement{} ({} accepted)",
@@ -452,11 +408,11 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
         println!("control-managed tables: {}", tables.join(", "));
     }
     println!("tasks (control offset applied, query version; input lag: end offset minus committed position, per input partition; state: records in the task's changelogs{}):",
-        if matches!(t, Topics::Kafka(_)) { ", end minus start offset, what a restore from scratch reads at most" } else { "" });
-    let tasks = applied(&t, &app, stage, cfg)?;
-    let ends = input_ends(&t, &tasks)?;
-    let state = changelog_records(&t, stage, &tasks)?;
-    let owners = owners(&t, &app, cfg.metrics.interval_ms)?;
+        if t.is_kafka() { ", end minus start offset, what a restore from scratch reads at most" } else { "" });
+    let tasks = applied(&*t, &app, stage)?;
+    let ends = input_ends(&*t, &tasks)?;
+    let state = changelog_records(&*t, stage, &tasks)?;
+    let owners = owners(&*t, &app, cfg.metrics.interval_ms)?;
     let mut behind = 0;
     for task in &tasks {
         // A task applies statements at its commit points: until then it runs the older form.
@@ -519,7 +475,7 @@ pub fn status(state_dir: &Path, cfg: &config::Config, file: &Path) -> Result<Exi
             tasks.len()
         );
     }
-    let written = statuses(&t, &app)?;
+    let written = statuses(&*t, &app)?;
     let rejected: Vec<&Status> = written.iter().filter(|s| !s.accepted).collect();
     println!("rejected statements: {}", rejected.len());
     for st in rejected.iter().rev().take(5).rev() {
@@ -543,7 +499,7 @@ struct Applied {
 }
 
 /// Per task: its last commit's control offset, query version and input positions.
-fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) -> Result<Vec<Applied>, String> {
+fn applied(t: &dyn Topics, app: &str, stage: &control::Stage) -> Result<Vec<Applied>, String> {
     let mut out = Vec::new();
     let field = |m: &serde_json::Value, f: &str| m.get(f).and_then(|v| v.as_u64());
     let task = |name: String, m: &serde_json::Value| {
@@ -553,7 +509,7 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
             .map(|o| {
                 o.iter()
                     .filter_map(|(k, v)| {
-                        Some((k.clone(), serde_json::from_value::<streamc::log::Pos>(v.clone()).ok()?.offset))
+                        Some((k.clone(), serde_json::from_value::<streamc::record::Pos>(v.clone()).ok()?.offset))
                     })
                     .collect()
             })
@@ -563,43 +519,11 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
             .and_then(|(sub, p)| stage.specs.iter().find(|s| s.name == sub).map(|s| format!("{}_{p}", s.sub)));
         Applied { control: field(m, "control"), version: field(m, "version"), inputs, id, name }
     };
-    match t {
-        Topics::Embedded(log) => {
-            let c = log.committed()?;
-            for (g, m) in &c.groups {
-                let Some(rest) = g.strip_prefix(&format!("{app}#")) else { continue };
-                if rest == "control-status" || m.get("inputs").is_none() {
-                    continue;
-                }
-                out.push(task(rest.to_string(), m));
-            }
-        }
-        Topics::Kafka(k) => {
-            use rdkafka::consumer::{BaseConsumer, Consumer};
-            let mut c = k.config();
-            c.set("group.id", app).set("enable.auto.commit", "false");
-            let consumer: BaseConsumer =
-                c.create().map_err(|e| format!("Kafka consumer: {}", streamc::kafka::describe(&e)))?;
-            let mut tpl = rdkafka::TopicPartitionList::new();
-            let mains: std::collections::BTreeSet<&str> = stage.specs.iter().map(|s| s.main.topic.as_str()).collect();
-            for topic in mains {
-                for p in 0..k.partitions(topic)?.unwrap_or(0) {
-                    tpl.add_partition(topic, p as i32);
-                }
-            }
-            let committed = consumer
-                .committed_offsets(tpl, std::time::Duration::from_secs(10))
-                .map_err(|e| format!("cannot read the offsets of group `{app}`: {e}"))?;
-            for el in committed.elements() {
-                let Ok(meta) = serde_json::from_str::<serde_json::Value>(el.metadata()) else { continue };
-                let Some(obj) = meta.as_object() else { continue };
-                for (name, m) in obj {
-                    if m.get("inputs").is_some() {
-                        out.push(task(format!("{name}#{}", el.partition()), m));
-                    }
-                }
-            }
-            let _ = cfg;
+    let mains: std::collections::BTreeSet<String> = stage.specs.iter().map(|s| s.main.topic.clone()).collect();
+    for (name, m) in t.committed_tasks(app, &mains.into_iter().collect::<Vec<_>>())? {
+        // (The embedded log's status reader's position is no task's.)
+        if name != "control-status" && m.get("inputs").is_some() {
+            out.push(task(name, &m));
         }
     }
     out.sort();
@@ -607,52 +531,31 @@ fn applied(t: &Topics, app: &str, stage: &control::Stage, cfg: &config::Config) 
 }
 
 /// The end offset of every input partition the tasks have a position in.
-fn input_ends(t: &Topics, tasks: &[Applied]) -> Result<BTreeMap<String, i64>, String> {
+fn input_ends(t: &dyn Topics, tasks: &[Applied]) -> Result<BTreeMap<String, i64>, String> {
     let keys: std::collections::BTreeSet<&String> = tasks.iter().flat_map(|a| a.inputs.keys()).collect();
     let parts: Vec<(String, u32)> = keys
         .iter()
         .filter_map(|k| k.rsplit_once('/').and_then(|(t, p)| Some((t.to_string(), p.parse().ok()?))))
         .collect();
-    let ends: Vec<i64> = match t {
-        Topics::Embedded(log) => {
-            let c = log.committed()?;
-            parts.iter().map(|(topic, p)| c.end(topic, *p).offset as i64).collect()
-        }
-        Topics::Kafka(k) => k.ends(&parts)?,
-    };
+    let ends: Vec<i64> = t.ends(&parts)?.into_iter().map(|e| e as i64).collect();
     Ok(parts.into_iter().zip(ends).map(|((topic, p), e)| (format!("{topic}/{p}"), e)).collect())
 }
 
 /// Per task (by name): the records its stores' changelog partitions hold. On Kafka, end minus
 /// start offset (compaction may have removed some in between); on the embedded log, counted.
-fn changelog_records(t: &Topics, stage: &control::Stage, tasks: &[Applied]) -> Result<BTreeMap<String, u64>, String> {
+fn changelog_records(
+    t: &dyn Topics,
+    stage: &control::Stage,
+    tasks: &[Applied],
+) -> Result<BTreeMap<String, u64>, String> {
     let mut parts: Vec<(String, (String, u32))> = Vec::new();
     for task in tasks {
         let Some((sub, p)) = task.name.rsplit_once('#') else { continue };
         let (Some(spec), Ok(p)) = (stage.specs.iter().find(|s| s.name == sub), p.parse::<u32>()) else { continue };
         parts.extend(spec.stores.iter().map(|st| (task.name.clone(), (st.changelog.clone(), p))));
     }
-    let counts: Vec<Option<u64>> = match t {
-        Topics::Embedded(log) => parts
-            .iter()
-            .map(|(_, (topic, p))| match log.topic(topic)? {
-                Some(_) => log.records(topic, *p).map(Some).map_err(|e| e.to_string()),
-                None => Ok(Some(0)),
-            })
-            .collect::<Result<_, String>>()?,
-        Topics::Kafka(k) => {
-            // (A changelog not created yet holds nothing.)
-            let mut exists = BTreeMap::new();
-            for (_, (topic, _)) in &parts {
-                if !exists.contains_key(topic) {
-                    exists.insert(topic.clone(), k.partitions(topic)?.unwrap_or(0));
-                }
-            }
-            parts.retain(|(_, (topic, p))| exists.get(topic).is_some_and(|n| p < n));
-            let list: Vec<(String, u32)> = parts.iter().map(|(_, tp)| tp.clone()).collect();
-            k.extents(&list)?.into_iter().map(|e| e.map(|(low, high)| (high - low).max(0) as u64)).collect()
-        }
-    };
+    let list: Vec<(String, u32)> = parts.iter().map(|(_, tp)| tp.clone()).collect();
+    let counts = t.record_counts(&list)?;
     // (A task one of whose changelog partitions could not be read shows no state.)
     let mut out: BTreeMap<String, Option<u64>> = BTreeMap::new();
     for ((task, _), n) in parts.into_iter().zip(counts) {
@@ -673,15 +576,16 @@ pub fn query(
     url: Option<&str>,
 ) -> Result<ExitCode, String> {
     let app = config::application_id(cfg, file)?;
+    let mut stage = None;
     let rows = match url {
         Some(u) => ask_instance(u, fetch)?,
         None if cfg.on_kafka() => return Err("on Kafka, pass --url with the --http-addr of a running instance".into()),
         None => {
-            let stage = {
-                let t = Topics::open(state_dir, cfg)?;
-                running(&t, &app, cfg, file)?.0.latest().clone()
-            };
-            match streamc::runtime::embedded::query_stopped(state_dir, cfg, &app, &stage, fetch)? {
+            let stage = stage.insert({
+                let t = topics::open(state_dir, cfg)?;
+                running(&*t, &app, cfg, file)?.0.latest().clone()
+            });
+            match streamc::runtime::embedded::query_stopped(state_dir, cfg, &app, stage, fetch)? {
                 Some(rows) => rows,
                 None => {
                     let at = streamc::runtime::query::served_at(state_dir, &app).ok_or_else(|| {
@@ -694,6 +598,21 @@ pub fn query(
             }
         }
     };
+    if rows.is_empty() {
+        // Nothing printed: say so on stderr, and why a windowed store may hold nothing.
+        let windowed = stage.as_ref().is_some_and(|st| {
+            st.topo
+                .stores
+                .iter()
+                .any(|s| s.name == fetch.store && matches!(s.kind, streamc::plan::StoreKind::Window { .. }))
+        });
+        eprintln!("no rows: `{}` holds none for this query", fetch.store);
+        if windowed {
+            eprintln!(
+                "(a windowed store holds a window until it closes, at its end plus grace by stream time: once the input's time has passed every window, or a run ended with --close-windows-at-end, it holds none)"
+            );
+        }
+    }
     for r in rows {
         println!("{}", serde_json::to_string(&r).map_err(|e| e.to_string())?);
     }
@@ -709,14 +628,14 @@ fn ask_instance(
 
 /// On Kafka: the instance that last reported each task to `<app>-metrics`, and when (the
 /// record's `timestamp`, ms). The embedded log has one instance: none.
-fn owners(t: &Topics, app: &str, interval_ms: u64) -> Result<Owners, String> {
+fn owners(t: &dyn Topics, app: &str, interval_ms: u64) -> Result<Owners, String> {
     let mut out: BTreeMap<String, (String, i64)> = BTreeMap::new();
     let mut standbys: BTreeMap<String, BTreeMap<String, (u64, i64)>> = BTreeMap::new();
     // Per task, per instance: (stores restoring, (records restored, expected), reported at).
     type Reports = BTreeMap<String, (usize, (u64, u64), i64)>;
     let mut restoring: BTreeMap<String, Reports> = BTreeMap::new();
-    if let Topics::Kafka(_) = t {
-        for s in t.read(&format!("{app}-metrics"))? {
+    if t.is_kafka() {
+        for s in t.read_all(&format!("{app}-metrics"))? {
             let Some(v) = s.record.value.as_deref().and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok())
             else {
                 continue;
@@ -804,7 +723,7 @@ struct Owners {
 /// the two programs (with the control log applied to each) like a `replace` of every query.
 /// Ok(false): an incompatible change (the report was printed).
 pub fn check_program_file(
-    t: &Topics,
+    t: &dyn Topics,
     app: &str,
     cfg: &config::Config,
     text: &str,
@@ -813,7 +732,7 @@ pub fn check_program_file(
 ) -> Result<bool, String> {
     let status = control::status_topic(app);
     let Some(old_text) = stored_program(t, app)? else {
-        t.append(&status, vec![program_record(text, source)])?;
+        append_to(t, &status, vec![program_record(text, source)])?;
         return Ok(true);
     };
     if old_text == text {
@@ -823,7 +742,7 @@ pub fn check_program_file(
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {
         eprintln!("the program the application ran before no longer compiles: treating {app}'s program as new");
-        t.append(&status, vec![program_record(text, source)])?;
+        append_to(t, &status, vec![program_record(text, source)])?;
         return Ok(true);
     };
     let allowed = &cfg.topics.allow_internal_sinks;
@@ -838,8 +757,8 @@ pub fn check_program_file(
     // embedded log the run lock guarantees it). A file that a `deploy` made current runs as is.
     let same = a.queries.len() == b.queries.len()
         && a.queries.iter().all(|(n, q)| b.queries.get(n).is_some_and(|q2| q2.text.trim() == q.text.trim()));
-    if let (Topics::Kafka(k), false) = (t, same) {
-        let members = k.group_members(app)?;
+    if !same {
+        let members = t.group_members(app)?;
         if members > 0 {
             return Err(format!(
                 "this program file's queries differ from those the {members} running instance{} of `{app}` run{}: instances of one application run the same program; change a running application with `streamc deploy`, or stop every instance first (a killed one leaves the group after `session.timeout.ms`)",
@@ -867,7 +786,7 @@ pub fn check_program_file(
         eprintln!("query {name}: no longer in the file, its tasks stop");
     }
     if ok {
-        t.append(&status, vec![program_record(text, source)])?;
+        append_to(t, &status, vec![program_record(text, source)])?;
     }
     Ok(ok)
 }
@@ -876,7 +795,7 @@ pub fn check_program_file(
 /// positions and its local state; record FILE as the program (version 0). Ingested `--input`
 /// positions, the control log and the statuses written stay.
 pub fn reset(
-    t: &Topics,
+    t: &dyn Topics,
     app: &str,
     state_dir: &Path,
     text: &str,
@@ -909,26 +828,15 @@ pub fn reset(
         }
     }
     let internal = |name: &str| names.contains(name);
-    let deleted = match t {
-        Topics::Embedded(log) => {
-            let topics: Vec<String> = log.topics()?.into_iter().filter(|n| internal(n)).collect();
-            let keep = [format!("{app}#control-status"), format!("{app}#input#")];
-            log.delete(&topics, |g| {
-                g.starts_with(&format!("{app}#")) && !keep.iter().any(|k| g.starts_with(k.as_str()))
-            })?;
-            topics
-        }
-        Topics::Kafka(k) => {
-            let topics: Vec<String> = k.topic_names()?.into_iter().filter(|n| internal(n)).collect();
-            k.delete(&topics, app)?;
-            topics
-        }
-    };
+    let deleted: Vec<String> = t.topic_names()?.into_iter().filter(|n| internal(n)).collect();
+    // (The embedded log's control status reader and `--input` positions stay.)
+    let keep = [format!("{app}#control-status"), format!("{app}#input#")];
+    t.delete(&deleted, app, &|g| keep.iter().any(|k| g.starts_with(k.as_str())))?;
     let local = streamc::runtime::local_state_path(state_dir, app);
     if local.exists() {
         std::fs::remove_dir_all(&local).map_err(|e| format!("cannot delete local state {}: {e}", local.display()))?;
     }
-    t.append(&control::status_topic(app), vec![program_record(text, source)])?;
+    append_to(t, &control::status_topic(app), vec![program_record(text, source)])?;
     eprintln!("reset `{app}`: deleted {} internal topic{}, its committed positions and local state; the input is processed from the start", deleted.len(), if deleted.len() == 1 { "" } else { "s" });
     Ok(())
 }

@@ -52,7 +52,52 @@ fn svg(dot: &str) -> String {
     let mut visual = builder.get();
     let mut writer = SVGWriter::new();
     visual.do_it(false, false, false, &mut writer);
-    writer.finalize()
+    finish_svg(writer.finalize())
+}
+
+/// layout-rs's picture made to render anywhere: a generic font family (its `Times, serif`
+/// drew no text at all in a converter without Times), and its height cut to what is drawn (it
+/// left an empty band below the graph).
+fn finish_svg(svg: String) -> String {
+    let svg = svg.replace("font-family: Times, serif;", "font-family: sans-serif;");
+    let num = |c: &regex::Captures, i: usize| c.get(i).and_then(|m| m.as_str().parse::<f64>().ok()).unwrap_or(0.0);
+    let mut bottom: f64 = 0.0;
+    // A rectangle's bottom is its y plus its height; an ellipse's its centre plus its radius.
+    for pattern in
+        [r#"<rect [^>]*?y="([\d.]+)"[^>]*?height="([\d.]+)""#, r#"<ellipse [^>]*?cy="([\d.]+)"[^>]*?ry="([\d.]+)""#]
+    {
+        let Ok(re) = regex::Regex::new(pattern) else { continue };
+        for c in re.captures_iter(&svg) {
+            bottom = bottom.max(num(&c, 1) + num(&c, 2));
+        }
+    }
+    // A label: its first line's top at `y`, each `<tspan>` one line of 14 px.
+    if let Ok(re) = regex::Regex::new(r#"(?s)<text [^>]*?y="([\d.]+)"[^>]*>(.*?)</text>"#) {
+        for c in re.captures_iter(&svg) {
+            let lines = c.get(2).map_or(0, |m| m.as_str().matches("<tspan").count()).max(1);
+            bottom = bottom.max(num(&c, 1) + 14.0 * (lines as f64 + 1.0));
+        }
+    }
+    if let Ok(re) = regex::Regex::new(r#" d="([^"]*)""#) {
+        let pair = regex::Regex::new(r"([\d.]+)[ ,]+([\d.]+)").ok();
+        for c in re.captures_iter(&svg) {
+            for p in pair.iter().flat_map(|r| r.captures_iter(c.get(1).map_or("", |m| m.as_str()))) {
+                bottom = bottom.max(num(&p, 2));
+            }
+        }
+    }
+    let Ok(head) = regex::Regex::new(r#"<svg width="([\d.]+)" height="([\d.]+)" viewBox="0 0 ([\d.]+) ([\d.]+)""#)
+    else {
+        return svg;
+    };
+    let Some(c) = head.captures(&svg) else { return svg };
+    let (width, height) = (c[1].to_string(), num(&c, 2));
+    let cut = (bottom + 20.0).ceil();
+    if bottom <= 0.0 || cut >= height {
+        return svg;
+    }
+    let root = format!(r#"<svg width="{width}" height="{cut}" viewBox="0 0 {width} {cut}""#);
+    head.replace(&svg, root.as_str()).into_owned()
 }
 
 /// The selected part of a topology.
@@ -392,4 +437,26 @@ fn json(v: &View) -> serde_json::Value {
         })
         .collect();
     json!({"application": t.app, "subtopologies": subs, "stores": stores, "topics": topics})
+}
+
+#[cfg(test)]
+mod tests {
+    /// layout-rs's picture gets a generic font, and its height cut to what is drawn plus a
+    /// margin; a picture already tight keeps its height.
+    #[test]
+    fn the_picture_gets_a_generic_font_and_no_empty_band() {
+        let drawn = |height: u32| {
+            format!(
+                r##"<svg width="300" height="{height}" viewBox="0 0 300 {height}" xmlns="http://www.w3.org/2000/svg"><style>
+.a14 {{ font-size: 14px; font-family: Times, serif; }}
+</style><rect x="10" y="30" width="100" height="52" fill="#fff" /><ellipse cx="50" cy="100" rx="40" ry="17" /><text dominant-baseline="middle" x="50" y="120" class="a14"><tspan x="50" dy="1.0em">a</tspan></text><path d="M 10 20 C 10 40, 10 60, 10 130" /></svg>"##
+            )
+        };
+        let out = super::finish_svg(drawn(800));
+        assert!(out.contains("font-family: sans-serif;") && !out.contains("Times"), "{out}");
+        // The lowest thing drawn: the label, from 120 over its line and one more (148), under the
+        // path's end (130); then a margin of 20.
+        assert!(out.contains(r#"<svg width="300" height="168" viewBox="0 0 300 168""#), "{out}");
+        assert!(super::finish_svg(drawn(150)).contains(r#"height="150""#));
+    }
 }

@@ -18,7 +18,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
-use crate::log::{Pos, Record, Stored};
+use crate::record::{Pos, Record, Stored};
 
 /// A producer's delivery reports: the last offset written to each partition (the runtime's
 /// changelog checkpoints come from here), how many records the broker refused, and the first
@@ -582,7 +582,7 @@ impl Kafka {
 
     /// After [`Kafka::read_to_ends`], keep printing: every committed record of `topic` from
     /// `next` (per partition, the offset to go on from) as it arrives; `f` returns false to stop.
-    pub fn follow(&self, topic: &str, next: &[i64], mut f: impl FnMut(u32, &Stored) -> bool) -> Result<()> {
+    pub fn follow(&self, topic: &str, next: &[i64], mut f: impl FnMut(u32, Stored) -> bool) -> Result<()> {
         let mut config = self.config();
         config
             .set("group.id", "streamc-consume")
@@ -598,12 +598,8 @@ impl Kafka {
             match consumer.poll(Duration::from_millis(500)) {
                 None => {}
                 Some(Err(e)) => return Err(client(format!("cannot read `{topic}`"))(e)),
-                Some(Ok(m)) => {
-                    let s = stored(&m);
-                    if !f(m.partition() as u32, &s) {
-                        return Ok(());
-                    }
-                }
+                Some(Ok(m)) if !f(m.partition() as u32, stored(&m)) => return Ok(()),
+                Some(Ok(_)) => {}
             }
         }
     }
@@ -622,7 +618,7 @@ pub fn stored(m: &rdkafka::message::BorrowedMessage<'_>) -> Stored {
         headers,
     };
     let offset = m.offset() as u64;
-    Stored { offset, next: Pos { offset: offset + 1, byte: 0 }, record }
+    Stored { offset, next: Pos::at(offset + 1), record }
 }
 
 #[cfg(test)]

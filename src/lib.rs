@@ -6,16 +6,14 @@
 
 pub mod aggregate;
 pub mod ast;
-pub mod avro;
 pub mod check;
-pub mod codec;
 pub mod config;
 pub mod control;
-pub mod delimited;
 pub mod diag;
 pub mod eval;
 pub mod explain;
 pub mod fmt;
+pub mod format;
 pub mod function;
 pub mod gen;
 pub mod hir;
@@ -24,12 +22,12 @@ pub mod log;
 pub mod lsp;
 pub(crate) mod memory;
 pub mod plan;
-pub mod protobuf;
+pub mod record;
 pub mod registry;
 pub mod runtime;
-pub mod schema_tables;
 pub mod stdlib;
 pub mod syntax;
+pub mod topics;
 pub mod types;
 pub mod value;
 
@@ -49,7 +47,7 @@ pub fn compile(source: &str) -> Result<hir::Program, Diagnostics> {
 /// Fill in the fields of every `value avro` / `value protobuf` declared without them, from the
 /// schema registry: `lookup(topic, format)` gives the fields of the latest schema of
 /// `<topic>-value` as a record type's text (`{ ticker: string, price: float }`, see
-/// [`avro::declared_fields`] and [`protobuf::declared_fields`]), or why it cannot. The text is
+/// [`format::avro::declared_fields`] and [`format::protobuf::declared_fields`]), or why it cannot. The text is
 /// inserted after `value avro` / `value protobuf` on the same line, so that every other line keeps
 /// its number. A run records this expanded text as its program, with the file's own text: a
 /// later run of the same file reuses the recorded fields (`streamc run`), so every instance and

@@ -370,8 +370,8 @@ fn expand_program(path: &Path, text: String, cfg: &config::Config) -> Result<Opt
                     return Err(format!("{at} is a {kind:?} schema, not {format}"));
                 }
                 let fields = match format {
-                    streamc::ast::Format::Protobuf => streamc::protobuf::declared_fields(&schema),
-                    _ => streamc::avro::declared_fields(&schema),
+                    streamc::ast::Format::Protobuf => streamc::format::protobuf::declared_fields(&schema),
+                    _ => streamc::format::avro::declared_fields(&schema),
                 }
                 .map_err(|e| format!("{at}: {e}"))?;
                 eprintln!("value {format} of `{topic}`: the fields of {at}: {fields}");
@@ -617,8 +617,8 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     // registry then (every instance and restart compiles the same program); `--reset` and
     // `deploy` look them up again.
     let recorded = match !reset && streamc::has_registry_fields(&source) {
-        true => control_cli::Topics::open(&g.state_dir, &cfg)
-            .and_then(|t| control_cli::recorded_expansion(&t, &app, &source))?,
+        true => streamc::topics::open(&g.state_dir, &cfg)
+            .and_then(|t| control_cli::recorded_expansion(&*t, &app, &source))?,
         false => None,
     };
     let text = match recorded {
@@ -651,10 +651,10 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
         false => Some(log_of(g, &cfg)?.lock_run(&app).map_err(String::from)?),
     };
     // Version 0 of the running program: the file as the application first ran it.
-    let topics = control_cli::Topics::open(&g.state_dir, &cfg)?;
+    let topics = streamc::topics::open(&g.state_dir, &cfg)?;
     if reset {
-        control_cli::reset(&topics, &app, &g.state_dir, &text, &source, &cfg)?;
-    } else if !control_cli::check_program_file(&topics, &app, &cfg, &text, &source, &p)? {
+        control_cli::reset(&*topics, &app, &g.state_dir, &text, &source, &cfg)?;
+    } else if !control_cli::check_program_file(&*topics, &app, &cfg, &text, &source, &p)? {
         return Err(format!(
             "{} changed incompatibly since `{app}` first ran: start it over with `streamc run --reset`, or change the running application with `streamc deploy --reprocess` or `--fresh-state`",
             file.display()
@@ -730,16 +730,19 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
     drop(server);
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "processed {} records in {:.2}s ({:.0}/s): {} out, {} late, {} dead letters, {} skipped, {} restored, {} commits",
+        "processed {} record{} in {:.2}s ({:.0}/s): {} out, {} late, {} dead letter{}, {} skipped, {} restored, {} commit{}",
         sum.records_in,
+        s(sum.records_in as usize),
         secs,
         sum.records_in as f64 / secs.max(1e-9),
         sum.records_out,
         sum.late,
         sum.dead_letters,
+        s(sum.dead_letters as usize),
         sum.skipped,
         sum.restored,
-        sum.commits
+        sum.commits,
+        s(sum.commits as usize)
     );
     if opts.chaos.is_some() {
         eprintln!("chaos: {} faults injected", sum.faults);
@@ -763,17 +766,10 @@ fn produce(
     partitions: Option<u32>,
 ) -> Result<ExitCode, String> {
     use std::io::BufRead;
-    use streamc::log::{partition_for, Append, Record};
+    use streamc::record::{partition_for, Record};
     let create = partitions.unwrap_or(cfg.embedded.partitions).max(1);
     // The embedded log in the state directory, or Kafka when `kafka.bootstrap.servers` is set.
-    let kafka = match cfg.on_kafka() {
-        true => Some(streamc::kafka::Kafka::connect(&cfg.kafka)?),
-        false => None,
-    };
-    let log = match &kafka {
-        Some(_) => None,
-        None => Some(log_of(g, cfg)?),
-    };
+    let topics = streamc::topics::open(&g.state_dir, cfg)?;
     let source = match program {
         Some(f) => {
             let raw = read(f)?;
@@ -791,62 +787,24 @@ fn produce(
         }
         None => None,
     };
-    let nparts = match (&kafka, &log) {
-        (Some(k), _) => k.ensure_topic(topic, create, false)?,
-        (_, Some(l)) => l.ensure_topic(topic, create)?.partitions,
-        _ => unreachable!("one backend is chosen"),
-    };
+    let nparts = topics.ensure_topic(topic, create, &[])?;
     let reader: Box<dyn BufRead> = match file {
         Some(f) if f != Path::new("-") => Box::new(std::io::BufReader::new(
             std::fs::File::open(f).map_err(|e| format!("cannot read {}: {e}", f.display()))?,
         )),
         _ => Box::new(std::io::BufReader::new(std::io::stdin())),
     };
-    let mut batch: Vec<Vec<Record>> = vec![Vec::new(); nparts as usize];
+    // Each record with its partition, appended every 10,000 records (one commit, or one
+    // flushed batch on Kafka).
+    let mut batch: Vec<(u32, Record)> = Vec::new();
     let (mut n, mut rr) = (0u64, 0u32);
-    let flush = |batch: &mut Vec<Vec<Record>>| -> Result<(), String> {
-        match (&kafka, &log) {
-            (Some(k), _) => {
-                let recs: Vec<(u32, Record)> = batch
-                    .iter_mut()
-                    .enumerate()
-                    .flat_map(|(p, r)| std::mem::take(r).into_iter().map(move |x| (p as u32, x)))
-                    .collect();
-                Ok(k.produce(topic, &recs)?)
-            }
-            (_, Some(l)) => {
-                let appends = batch
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(p, r)| {
-                        let a = Append::of(topic, p as u32, r.iter());
-                        r.clear();
-                        a
-                    })
-                    .collect();
-                l.commit(appends, vec![]).map(|_| ()).map_err(String::from)
-            }
-            _ => Ok(()),
-        }
+    let flush = |batch: &mut Vec<(u32, Record)>| match batch.is_empty() {
+        true => Ok(()),
+        false => topics.append(topic, std::mem::take(batch)),
     };
     let mut blank = 0u64;
     let mut keyless = 0u64;
-    // An avro or protobuf source: its schema (derived from its declared fields) registered for
-    // the topic; each line's (or envelope's) JSON object is written in its format with it.
-    if let Some(src) = source.as_ref().filter(|s| s.format.uses_registry()) {
-        let registry = streamc::registry::Registry::of(cfg)
-            .ok_or_else(|| format!("`{}` is {}: set schema.registry.url to produce to it", src.name, src.format))?;
-        streamc::runtime::schemas::register(&registry, topic, &src.wire, src.format).map_err(|e| e.to_string())?;
-    }
-    // Likewise its keys, in their format (`key … avro|protobuf`).
-    if let Some((src, format)) = source.as_ref().and_then(|s| Some((s, s.key_format?))) {
-        let registry = streamc::registry::Registry::of(cfg).ok_or_else(|| {
-            format!("the keys of `{}` are {format}: set schema.registry.url to produce to it", src.name)
-        })?;
-        let field = src.key_name().unwrap_or("key");
-        streamc::runtime::schemas::register_key(&registry, topic, &src.key_type(), field, format)
-            .map_err(|e| e.to_string())?;
-    }
+    register_produced(cfg, topic, source.as_ref())?;
     let placer = streamc::runtime::LinePlacer::new(source.as_ref());
     for (i, line) in reader.lines().enumerate() {
         let line = line.map_err(|e| format!("cannot read input: {e}"))?;
@@ -880,7 +838,7 @@ fn produce(
                 rr
             }
         };
-        batch[p as usize].push(rec);
+        batch.push((p, rec));
         n += 1;
         if n.is_multiple_of(10_000) {
             flush(&mut batch)?;
@@ -892,26 +850,50 @@ fn produce(
     } else {
         eprintln!("produced {n} records to {topic}");
     }
-    // A table's rows need keys: say so when the lines gave none (a key declared outside the
-    // value cannot come from a plain line).
     if let Some(src) = source.as_ref().filter(|s| s.kind == hir::SourceKind::Table && keyless > 0) {
-        let how = match &src.key {
-            hir::KeySpec::Named(name, _) => format!(
-                "its key `{name}` is not in the value, so a plain line cannot give it: write the rows with --envelope ({{\"key\": …, \"value\": …}})"
-            ),
-            _ => "give each row a key (--envelope, or the value's key field)".to_string(),
-        };
-        eprintln!(
-            "warning: {keyless} of these records have no key, and `{}` is a table: a run dead-letters them; {how}",
-            src.name
-        );
+        warn_keyless_rows(src, keyless);
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// For `produce` to an avro or protobuf source: its schema (derived from its declared fields)
+/// registered for the topic, so that each line's (or envelope's) JSON object is written in its
+/// format with it; likewise its keys, in their format (`key … avro|protobuf`).
+fn register_produced(cfg: &config::Config, topic: &str, source: Option<&hir::Source>) -> Result<(), String> {
+    if let Some(src) = source.filter(|s| s.format.uses_registry()) {
+        let registry = streamc::registry::Registry::of(cfg)
+            .ok_or_else(|| format!("`{}` is {}: set schema.registry.url to produce to it", src.name, src.format))?;
+        streamc::runtime::schemas::register(&registry, topic, &src.wire, src.format).map_err(|e| e.to_string())?;
+    }
+    if let Some((src, format)) = source.and_then(|s| Some((s, s.key_format?))) {
+        let registry = streamc::registry::Registry::of(cfg).ok_or_else(|| {
+            format!("the keys of `{}` are {format}: set schema.registry.url to produce to it", src.name)
+        })?;
+        let field = src.key_name().unwrap_or("key");
+        streamc::runtime::schemas::register_key(&registry, topic, &src.key_type(), field, format)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// A table's rows need keys: say so when `produce`'s lines gave `keyless` of them none (a key
+/// declared outside the value cannot come from a plain line).
+fn warn_keyless_rows(src: &hir::Source, keyless: u64) {
+    let how = match &src.key {
+        hir::KeySpec::Named(name, _) => format!(
+            "its key `{name}` is not in the value, so a plain line cannot give it: write the rows with --envelope ({{\"key\": …, \"value\": …}})"
+        ),
+        _ => "give each row a key (--envelope, or the value's key field)".to_string(),
+    };
+    eprintln!(
+        "warning: {keyless} of these records have no key, and `{}` is a table: a run dead-letters them; {how}",
+        src.name
+    );
+}
+
 /// The record of an envelope line, and whether its value was a JSON object or array (not a
 /// string of raw bytes).
-fn envelope_record(line: &str, now: i64) -> Result<(streamc::log::Record, bool), String> {
+fn envelope_record(line: &str, now: i64) -> Result<(streamc::record::Record, bool), String> {
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| format!("not JSON: {e}"))?;
     let bytes = |x: &serde_json::Value| -> Option<Vec<u8>> {
         match x {
@@ -948,7 +930,7 @@ fn envelope_record(line: &str, now: i64) -> Result<(streamc::log::Record, bool),
             .collect::<Result<Vec<_>, String>>()?,
         _ => Vec::new(),
     };
-    Ok((streamc::log::Record { key, value, timestamp, headers }, structured))
+    Ok((streamc::record::Record { key, value, timestamp, headers }, structured))
 }
 
 fn consume(
@@ -960,60 +942,73 @@ fn consume(
     headers: bool,
 ) -> Result<ExitCode, String> {
     use std::io::Write;
-    if cfg.on_kafka() {
-        let k = streamc::kafka::Kafka::connect(&cfg.kafka)?;
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::new(stdout.lock());
-        let (recs, ends) = k.read_to_ends(topic, from_beginning)?;
-        prefetch_registered(cfg, topic, &recs.iter().map(|(_, s)| s).collect::<Vec<_>>())?;
-        for (p, s) in recs {
-            if writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_err() {
-                return Ok(ExitCode::SUCCESS);
-            }
-        }
-        let _ = out.flush();
-        if follow {
-            k.follow(topic, &ends, |p, s| {
-                let _ = prefetch_registered(cfg, topic, &[s]);
-                writeln!(out, "{}", consumed_json(topic, p, s, headers)).is_ok() && out.flush().is_ok()
-            })?;
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
-    let log = log_of(g, cfg)?;
-    let Some(meta) = log.topic(topic)? else { return Err(format!("no topic `{topic}` in {}", g.state_dir.display())) };
-    let start = log.committed()?;
-    let mut readers: Vec<_> = (0..meta.partitions)
-        .map(|p| {
-            let from = if from_beginning { streamc::log::Pos::default() } else { start.end(topic, p) };
-            log.reader(topic, p, from)
-        })
-        .collect();
+    let topics = streamc::topics::open(&g.state_dir, cfg)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    let mut ends: Vec<streamc::log::Pos> = (0..meta.partitions).map(|p| start.end(topic, p)).collect();
-    loop {
-        for (p, r) in readers.iter_mut().enumerate() {
-            loop {
-                let recs = r.read(ends[p], 10_000)?;
-                if recs.is_empty() {
-                    break;
-                }
-                prefetch_registered(cfg, topic, &recs.iter().collect::<Vec<_>>())?;
-                for s in recs {
-                    if writeln!(out, "{}", consumed_json(topic, p as u32, &s, headers)).is_err() {
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                }
+    // Records are printed in batches of up to 10,000, the schemas their values and keys name
+    // fetched from the registry first (as a batch: `Registry::of` is not free); a batch ends
+    // whenever the reader is at the end for now, and the output is flushed then. A registry
+    // error stops the reading, except while following Kafka (the record is printed as it is).
+    // A failed write, such as a closed pipe, stops it too.
+    let mut failed = None;
+    let mut batch: Vec<(u32, streamc::record::Stored)> = Vec::new();
+    let mut following = false;
+    let on_kafka = topics.is_kafka();
+    let mut print = |batch: &mut Vec<(u32, streamc::record::Stored)>, following: bool, at_end: bool| -> bool {
+        let recs: Vec<&streamc::record::Stored> = batch.iter().map(|(_, s)| s).collect();
+        if let Err(e) = prefetch_registered(cfg, topic, &recs) {
+            if !(following && on_kafka) {
+                failed = Some(e);
+                return false;
             }
         }
-        let _ = out.flush();
-        if !follow {
-            return Ok(ExitCode::SUCCESS);
+        batch.drain(..).all(|(p, s)| writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_ok())
+            && (!at_end || out.flush().is_ok())
+    };
+    let mut printed = 0u64;
+    topics.stream(topic, from_beginning, follow, &mut |rec| match rec {
+        Some((p, s)) => {
+            printed += 1;
+            batch.push((p, s));
+            batch.len() < 10_000 || print(&mut batch, following, false)
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        let c = log.committed()?;
-        ends = (0..meta.partitions).map(|p| c.end(topic, p)).collect();
+        None => {
+            let ok = print(&mut batch, following, true);
+            if !following && printed == 0 && follow {
+                eprintln!(
+                    "{}; waiting for new records (Ctrl-C to stop)",
+                    nothing_read(&*topics, topic, from_beginning)
+                );
+            }
+            following = true;
+            ok
+        }
+    })?;
+    let _ = out.flush();
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if printed == 0 && !follow {
+        // Nothing on stdout: say why on stderr (a user's first `consume` of a topic with records
+        // starts at its end).
+        eprintln!("{}", nothing_read(&*topics, topic, from_beginning));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Why `consume` printed no record of `topic`: it holds none, or (without `--from-beginning`)
+/// it started at the end, after the records the topic holds.
+fn nothing_read(topics: &dyn streamc::topics::Topics, topic: &str, from_beginning: bool) -> String {
+    let n = topics.partitions(topic).ok().flatten().unwrap_or(0);
+    let parts: Vec<(String, u32)> = (0..n).map(|p| (topic.to_string(), p)).collect();
+    let held: u64 = topics.record_counts(&parts).map(|c| c.into_iter().flatten().sum()).unwrap_or(0);
+    match (held, from_beginning) {
+        (0, _) => format!("`{topic}` holds no committed record"),
+        (_, true) => format!("no record of `{topic}` printed"),
+        (held, false) => format!(
+            "no record printed: without --from-beginning, consume starts at the end of `{topic}`, after the {held} record{} it holds",
+            if held == 1 { "" } else { "s" }
+        ),
     }
 }
 
@@ -1074,7 +1069,7 @@ static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 pub(crate) fn prefetch_registered(
     cfg: &config::Config,
     topic: &str,
-    recs: &[&streamc::log::Stored],
+    recs: &[&streamc::record::Stored],
 ) -> Result<(), String> {
     if streamc::registry::Registry::of(cfg).is_none() {
         return Ok(());
@@ -1090,15 +1085,18 @@ pub(crate) fn prefetch_registered(
 }
 
 /// One consumed record as docs/conventions.md prints it.
-fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -> serde_json::Value {
+fn consumed_json(topic: &str, p: u32, s: &streamc::record::Stored, headers: bool) -> serde_json::Value {
     let decode = |b: &Option<Vec<u8>>| -> serde_json::Value {
         match b {
             None => serde_json::Value::Null,
             // A value in the wire format whose schema the registry gave (see `consume`).
-            Some(b) if REGISTERED.load(std::sync::atomic::Ordering::Relaxed) && streamc::avro::schema_id(b).is_ok() => {
-                let protobuf = streamc::avro::schema_id(b).is_ok_and(streamc::protobuf::writer_known)
-                    && !streamc::avro::schema_id(b).is_ok_and(streamc::avro::writer_known);
-                if protobuf { streamc::protobuf::to_json(b) } else { streamc::avro::to_json(b) }
+            Some(b)
+                if REGISTERED.load(std::sync::atomic::Ordering::Relaxed)
+                    && streamc::format::avro::schema_id(b).is_ok() =>
+            {
+                let protobuf = streamc::format::avro::schema_id(b).is_ok_and(streamc::format::protobuf::writer_known)
+                    && !streamc::format::avro::schema_id(b).is_ok_and(streamc::format::avro::writer_known);
+                if protobuf { streamc::format::protobuf::to_json(b) } else { streamc::format::avro::to_json(b) }
                     .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(b).into_owned()))
             }
             Some(b) => serde_json::from_slice(b)
@@ -1109,6 +1107,10 @@ fn consumed_json(topic: &str, p: u32, s: &streamc::log::Stored, headers: bool) -
         "topic": topic, "partition": p, "offset": s.offset, "timestamp": s.record.timestamp,
         "key": decode(&s.record.key), "value": decode(&s.record.value),
     });
+    // A dead letter's or late record's reason, shown without --headers too.
+    if let Some(why) = s.record.header("streamc.error") {
+        o["error"] = serde_json::Value::String(String::from_utf8_lossy(why).into_owned());
+    }
     if headers {
         let h: serde_json::Map<String, serde_json::Value> = s
             .record

@@ -14,6 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use streamc::topics::Topics;
 
 use serde_json::Value as J;
 
@@ -129,8 +130,8 @@ fn run_fixture(
         if source.is_none() {
             return Err(format!("`inputs`: the program reads no topic `{topic}`"));
         }
-        let meta = log.ensure_topic(topic, cfg.embedded.partitions).map_err(String::from)?;
-        let mut parts: Vec<Vec<streamc::log::Record>> = vec![Vec::new(); meta.partitions as usize];
+        let partitions = Topics::ensure_topic(&log, topic, cfg.embedded.partitions, &[])?;
+        let mut recs: Vec<(u32, streamc::record::Record)> = Vec::new();
         let mut rr = 0u32;
         // An avro or protobuf source (value or key): its schemas registered, as `produce` does.
         let placer = streamc::runtime::LinePlacer::new(source);
@@ -148,20 +149,15 @@ fn run_fixture(
         for (n, r) in records.iter().enumerate() {
             let rec = input_record(r, &placer).map_err(|e| format!("inputs of `{topic}`, record {}: {e}", n + 1))?;
             let part = match &rec.key {
-                Some(k) => streamc::log::partition_for(k, meta.partitions),
+                Some(k) => streamc::record::partition_for(k, partitions),
                 None => {
-                    rr = (rr + 1) % meta.partitions;
+                    rr = (rr + 1) % partitions;
                     rr
                 }
             };
-            parts[part as usize].push(rec);
+            recs.push((part, rec));
         }
-        let appends = parts
-            .into_iter()
-            .enumerate()
-            .map(|(i, records)| streamc::log::Append::of(topic, i as u32, &records))
-            .collect();
-        log.commit(appends, vec![]).map_err(String::from)?;
+        Topics::append(&log, topic, recs)?;
     }
     drop(log);
     let flags = crate::RunFlags {
@@ -194,7 +190,7 @@ fn run_fixture(
 
 /// The log record of an input: as `produce --envelope` writes it, with the key (if absent) and
 /// the timestamp (if absent) from the program's declaration, as plain `produce` takes them.
-fn input_record(r: &Input, placer: &streamc::runtime::LinePlacer) -> Result<streamc::log::Record, String> {
+fn input_record(r: &Input, placer: &streamc::runtime::LinePlacer) -> Result<streamc::record::Record, String> {
     let bytes = |x: &J| match x {
         J::Null => None,
         J::String(s) => Some(s.as_bytes().to_vec()),
@@ -215,27 +211,31 @@ fn input_record(r: &Input, placer: &streamc::runtime::LinePlacer) -> Result<stre
         Some(_) => return Err("timestamp must be epoch ms or RFC 3339".into()),
     };
     let headers = r.headers.iter().map(|(k, v)| (k.clone(), v.as_bytes().to_vec())).collect();
-    Ok(streamc::log::Record { key, value, timestamp, headers })
+    Ok(streamc::record::Record { key, value, timestamp, headers })
 }
 
-/// Every committed record of an embedded topic (partition by partition), as `consume
-/// --headers` prints them; a topic that was never written is empty.
-fn read_topic(log: &streamc::log::EmbeddedLog, topic: &str, cfg: &streamc::config::Config) -> Result<Vec<J>, String> {
-    let Some(meta) = log.topic(topic).map_err(String::from)? else { return Ok(Vec::new()) };
-    let committed = log.committed().map_err(String::from)?;
-    let mut out = Vec::new();
-    for p in 0..meta.partitions {
-        let mut r = log.reader(topic, p, streamc::log::Pos::default());
-        loop {
-            let recs = r.read(committed.end(topic, p), 10_000).map_err(String::from)?;
-            if recs.is_empty() {
-                break;
-            }
-            crate::prefetch_registered(cfg, topic, &recs.iter().collect::<Vec<_>>())?;
-            out.extend(recs.iter().map(|s| crate::consumed_json(topic, p, s, true)));
-        }
+/// Every committed record of a topic (partition by partition), as `consume --headers` prints
+/// them; a topic that was never written is empty.
+fn read_topic(topics: &dyn Topics, topic: &str, cfg: &streamc::config::Config) -> Result<Vec<J>, String> {
+    if topics.partitions(topic)?.is_none() {
+        return Ok(Vec::new());
     }
-    Ok(out)
+    let mut out = Vec::new();
+    let mut failed = None;
+    topics.stream(topic, true, false, &mut |rec| {
+        if let Some((p, s)) = rec {
+            if let Err(e) = crate::prefetch_registered(cfg, topic, &[&s]) {
+                failed = Some(e);
+                return false;
+            }
+            out.push(crate::consumed_json(topic, p, &s, true));
+        }
+        true
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 /// Values compared by value: numbers equal if they are within 1e-9 of each other relatively (so

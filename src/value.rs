@@ -336,9 +336,33 @@ pub fn decode_record(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String
         return Err(format!("invalid UTF-8 at byte {}: JSON text must be UTF-8", e.valid_up_to()));
     }
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let v = RecordSeed(rt).deserialize(&mut de).map_err(|e| e.to_string())?;
+    FAILED_FIELD.with(|f| f.borrow_mut().clear());
+    let v = RecordSeed(rt).deserialize(&mut de).map_err(field_error)?;
     de.end().map_err(|e| e.to_string())?;
     Ok(v)
+}
+
+thread_local! {
+    /// The field path of the value a record's decoding failed in, innermost first (see
+    /// [`field_error`]).
+    static FAILED_FIELD: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A record's decoding error as a dead letter's reason: a value of the wrong type names its
+/// field (`price: expected float, found a string`, `order.total: …` nested) instead of where
+/// it is in the text; a document that is not JSON keeps its line and column.
+fn field_error(e: serde_json::Error) -> String {
+    let path: Vec<String> = FAILED_FIELD.with(|f| std::mem::take(&mut *f.borrow_mut()));
+    if path.is_empty() || e.is_syntax() || e.is_eof() {
+        return e.to_string();
+    }
+    let text = e.to_string();
+    let message = match text.rfind(" at line ") {
+        Some(i) if text[i..].contains(" column ") => &text[..i],
+        _ => text.as_str(),
+    };
+    let field: Vec<&str> = path.iter().rev().map(String::as_str).collect();
+    format!("{}: {message}", field.join("."))
 }
 
 /// Decode only the fields of a JSON record at `want` (indexes into `rt`): the others are
@@ -472,7 +496,9 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
             };
             match i {
                 Some(i) => {
-                    out[i] = map.next_value_seed(TypeSeed(&rt.fields[i].1))?;
+                    out[i] = map.next_value_seed(TypeSeed(&rt.fields[i].1)).inspect_err(|_| {
+                        FAILED_FIELD.with(|f| f.borrow_mut().push(rt.fields[i].0.clone()));
+                    })?;
                     if n > 64 {
                         seen_more[i] = true;
                     } else {
@@ -846,6 +872,29 @@ mod flat {
 
 #[cfg(test)]
 mod tests {
+    /// A record's decoding error names the field of a value of the wrong type (nested: its
+    /// path) instead of its place in the text; JSON that does not parse keeps line and column.
+    #[test]
+    fn a_wrong_type_names_its_field_and_bad_json_its_place() {
+        let inner = RecordType { fields: vec![("total".into(), Type::Float)] };
+        let rt = RecordType {
+            fields: vec![
+                ("id".into(), Type::Int),
+                ("order".into(), Type::Record(inner)),
+                ("note".into(), Type::String),
+            ],
+        };
+        let e = decode_record(br#"{"id":"seven","order":{"total":1.0},"note":"x"}"#, &rt).unwrap_err();
+        assert_eq!(e, "id: expected int, found a string");
+        let e = decode_record(br#"{"id":7,"order":{"total":"lots"},"note":"x"}"#, &rt).unwrap_err();
+        assert_eq!(e, "order.total: expected float, found a string");
+        let e = decode_record(br#"{"id":7,"order":{"total":1.0}"#, &rt).unwrap_err();
+        assert!(e.contains("line 1 column"), "{e}");
+        // (A failure does not leave its path to the next one.)
+        let e = decode_record(br#"{"id":7,"order":{"total":1.0}}"#, &rt).unwrap_err();
+        assert!(e.starts_with("missing field `note`"), "{e}");
+    }
+
     use super::*;
 
     /// The flat-record fast path gives exactly what the serde path gives, for every record it

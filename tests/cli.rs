@@ -714,3 +714,30 @@ fn status_gives_each_tasks_state_in_changelog_records() {
         .collect();
     assert_eq!(said, want, "{out}");
 }
+
+/// `consume` that prints nothing says why on stderr: without --from-beginning it starts at the
+/// topic's end (after the records it holds), or the topic holds none.
+#[test]
+fn a_consume_that_prints_nothing_says_why() {
+    let dir = temp_dir("consume-none");
+    let s = dir.to_str().unwrap();
+    let data = dir.join("two.jsonl");
+    std::fs::write(&data, "{\"a\":1}\n{\"a\":2}\n").unwrap();
+    let o = streamc(&["--state-dir", s, "produce", "two", data.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "two"]);
+    assert!(o.status.success() && stdout(&o).is_empty(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("without --from-beginning, consume starts at the end of `two`, after the 2 records"),
+        "{}",
+        stderr(&o)
+    );
+    let o = streamc(&["--state-dir", s, "consume", "two", "--from-beginning"]);
+    assert_eq!(stdout(&o).lines().count(), 2, "{}", stderr(&o));
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "produce", "none", "/dev/null"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "none", "--from-beginning"]);
+    assert!(o.status.success() && stdout(&o).is_empty(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("`none` holds no committed record"), "{}", stderr(&o));
+}

@@ -61,7 +61,7 @@ fn stats_reference_with_late_records(trades: &[Trade], partitions: u32) -> (BTre
     let mut late_records = 0;
     for t in trades.iter().filter(|t| t.price > 0.0) {
         let before = late;
-        let p = streamc::log::partition_for(t.ticker.as_bytes(), partitions);
+        let p = streamc::record::partition_for(t.ticker.as_bytes(), partitions);
         let st = stream_time.entry(p).or_insert(i64::MIN);
         *st = (*st).max(t.ts);
         let mut start = (t.ts - size + advance).max(0) / advance * advance;
@@ -1040,7 +1040,8 @@ fn an_oversized_bad_record_is_dead_lettered_cut_with_its_size_and_digest() {
     assert_eq!(sum.dead_letters, 1);
     let log = streamc::log::EmbeddedLog::open(&state, false).unwrap();
     let c = log.committed().unwrap();
-    let dlq = log.reader("stats-dlq", 0, streamc::log::Pos::default()).read(c.end("stats-dlq", 0), usize::MAX).unwrap();
+    let dlq =
+        log.reader("stats-dlq", 0, streamc::record::Pos::default()).read(c.end("stats-dlq", 0), usize::MAX).unwrap();
     assert_eq!(dlq.len(), 1);
     let rec = &dlq[0].record;
     let value = rec.value.as_deref().unwrap();

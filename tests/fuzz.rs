@@ -393,7 +393,7 @@ fn random_records_decode_as_built_or_are_refused() {
             Value::List(std::sync::Arc::new(tags.iter().map(|t| Value::str(t)).collect())),
             Value::Record(std::sync::Arc::new(vec![Value::Int(a), Value::str(&b)])),
         ];
-        let got = streamc::codec::decode_visible(&src, &bytes).unwrap_or_else(|e| panic!("{e}: {json}"));
+        let got = streamc::format::decode_visible(&src, &bytes).unwrap_or_else(|e| panic!("{e}: {json}"));
         assert_eq!(got, want, "{json}");
         let rec = streamc::runtime::value_record(Some(&src), &bytes, 0);
         assert_eq!(rec.key.as_deref(), Some(id.as_bytes()), "the key is the id field");
@@ -404,7 +404,7 @@ fn random_records_decode_as_built_or_are_refused() {
         for ty in [streamc::types::Type::Int, streamc::types::Type::String, streamc::types::Type::Timestamp] {
             let _ = streamc::runtime::task::decode_key(Some(&bad), &ty);
         }
-        match streamc::codec::decode_visible(&src, &bad) {
+        match streamc::format::decode_visible(&src, &bad) {
             Ok(fields) => {
                 decoded += 1;
                 assert_eq!(fields.len(), src.value.fields.len());

@@ -330,7 +330,7 @@ query big {
 /// stream time (its largest timestamp) reaches the window's end.
 fn counts_reference(trades: &[(String, i64, i64)], partitions: u32) -> Counts {
     let mut max_ts: BTreeMap<u32, i64> = BTreeMap::new();
-    let part = |t: &str| streamc::log::partition_for(t.as_bytes(), partitions);
+    let part = |t: &str| streamc::record::partition_for(t.as_bytes(), partitions);
     for (t, _, ts) in trades {
         let m = max_ts.entry(part(t)).or_insert(i64::MIN);
         *m = (*m).max(*ts);
@@ -567,7 +567,7 @@ fn two_instances_split_the_work_and_one_takes_over_after_a_sigkill() {
     }
     // Interactive queries through the survivor (`streamc query --url`): the windows still open
     // in its stores — those the reference has not closed — equal a fold of the trades.
-    let part = |t: &str| streamc::log::partition_for(t.as_bytes(), 4);
+    let part = |t: &str| streamc::record::partition_for(t.as_bytes(), 4);
     let mut max_ts: BTreeMap<u32, i64> = BTreeMap::new();
     for (t, _, ts) in trades.iter() {
         let m = max_ts.entry(part(t)).or_insert(i64::MIN);
@@ -1487,7 +1487,7 @@ fn drill_scale_three_one_three_then_kill_the_largest_tasks_owner() {
     let largest = {
         let mut n = [0usize; 6];
         for (t, _, _) in &trades {
-            n[streamc::log::partition_for(t.as_bytes(), 6) as usize] += 1;
+            n[streamc::record::partition_for(t.as_bytes(), 6) as usize] += 1;
         }
         (0..6).max_by_key(|p| n[*p]).unwrap() as u64
     };
@@ -1595,7 +1595,10 @@ fn a_task_whose_cache_holds_too_many_changed_entries_commits_before_its_interval
     let log = streamc(&dir.join("s"), &args);
     let commits: u64 = log
         .lines()
-        .find_map(|l| l.strip_prefix("processed ")?.split(", ").last()?.strip_suffix(" commits")?.parse().ok())
+        .find_map(|l| {
+            let last = l.strip_prefix("processed ")?.split(", ").last()?;
+            last.strip_suffix(" commits").or_else(|| last.strip_suffix(" commit"))?.parse().ok()
+        })
         .unwrap_or_else(|| panic!("no summary line:\n{log}"));
     assert!(commits >= 5, "{commits} commits for 10,000 keys through a cache of 1,000 entries:\n{log}");
     let mut last: BTreeMap<String, (i64, i64)> = BTreeMap::new();

@@ -7,28 +7,10 @@ use std::path::Path;
 
 /// Layers, lowest first. A module may use modules of its own layer and of layers before it.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("base", &["ast", "types", "diag", "config", "gen", "value", "memory"]),
-    (
-        "language",
-        &[
-            "syntax",
-            "aggregate",
-            "function",
-            "hir",
-            "check",
-            "stdlib",
-            "eval",
-            "codec",
-            "delimited",
-            "avro",
-            "protobuf",
-            "schema_tables",
-            "fmt",
-            "lsp",
-        ],
-    ),
+    ("base", &["ast", "types", "diag", "config", "gen", "value", "memory", "record"]),
+    ("language", &["syntax", "aggregate", "function", "hir", "check", "stdlib", "eval", "format", "fmt", "lsp"]),
     ("plan", &["plan", "explain"]),
-    ("io", &["log", "kafka", "registry"]),
+    ("io", &["log", "kafka", "registry", "topics"]),
     ("control", &["control"]),
     ("runtime", &["runtime"]),
 ];

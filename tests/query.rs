@@ -259,3 +259,30 @@ fn http_get(addr: &str, path: &str) -> String {
     s.read_to_string(&mut text).unwrap();
     text
 }
+
+/// A windowed store whose windows all closed (the run ended with --close-windows-at-end) gives
+/// no row: nothing on stdout, exit 0, and stderr says so and why; a key-value store's key that
+/// is not there says so too, without the windows' reason.
+#[test]
+fn an_empty_answer_is_said_on_stderr_with_why_a_windowed_store_may_hold_none() {
+    let dir = temp_dir("query-empty");
+    let state = dir.join("state");
+    let prog_path = dir.join("q.stream");
+    std::fs::write(&prog_path, PROGRAM).unwrap();
+    let prog = prog_path.to_str().unwrap();
+    let trades = dir.join("trades.jsonl");
+    write_trades(&trades, 200, 3, 1, 0);
+    let input = format!("trades={}", trades.display());
+    streamc(&state, &["run", prog, "--input", &input, "--drain", "--close-windows-at-end"]);
+    let o = streamc_output(&state, &["query", prog, "per_second-aggregate", "T0000"]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && out.is_empty(), "{out}{err}");
+    assert!(
+        err.contains("no rows: `per_second-aggregate` holds none") && err.contains("--close-windows-at-end"),
+        "{err}"
+    );
+    let o = streamc_output(&state, &["query", prog, "volume-aggregate", "NOPE"]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && out.is_empty(), "{out}{err}");
+    assert!(err.contains("no rows: `volume-aggregate` holds none") && !err.contains("windowed"), "{err}");
+}

@@ -385,7 +385,8 @@ fn append_raw(state: &Path, topic: &str, records: Vec<(&str, Vec<u8>)>) {
 
 /// Append records of raw keys and values, with timestamps from `t0` on, to the embedded log.
 fn append_keyed(state: &Path, topic: &str, t0: i64, records: Vec<(Vec<u8>, Vec<u8>)>) {
-    use streamc::log::{Append, EmbeddedLog, Record};
+    use streamc::log::EmbeddedLog;
+    use streamc::record::{Append, Record};
     let log = EmbeddedLog::open(state, false).unwrap();
     log.ensure_topic(topic, 1).unwrap();
     let records: Vec<Record> = records
@@ -406,7 +407,8 @@ fn register_avro(url: &str, subject: &str, text: &str) -> u32 {
 
 /// The raw keys of a topic of the embedded log.
 fn raw_keys(state: &Path, topic: &str) -> Vec<Vec<u8>> {
-    use streamc::log::{EmbeddedLog, Pos};
+    use streamc::log::EmbeddedLog;
+    use streamc::record::Pos;
     let log = EmbeddedLog::open(state, false).unwrap();
     let end = log.committed().unwrap().end(topic, 0);
     let mut r = log.reader(topic, 0, Pos::default());
@@ -423,7 +425,8 @@ fn latest(url: &str, subject: &str) -> (u32, String) {
 
 /// The raw values of a topic of the embedded log.
 fn raw_values(state: &Path, topic: &str) -> Vec<Vec<u8>> {
-    use streamc::log::{EmbeddedLog, Pos};
+    use streamc::log::EmbeddedLog;
+    use streamc::record::Pos;
     let log = EmbeddedLog::open(state, false).unwrap();
     let end = log.committed().unwrap().end(topic, 0);
     let mut r = log.reader(topic, 0, Pos::default());

@@ -233,11 +233,11 @@ impl Checker<'_> {
                 let rt = self.record_type(fields);
                 let (why, help) = match format {
                     Format::Protobuf => (
-                        crate::protobuf::unsupported(&rt).map(|w| format!("no Protobuf form: {w}")),
+                        crate::format::protobuf::unsupported(&rt).map(|w| format!("no Protobuf form: {w}")),
                         "Protobuf field names are letters, digits and `_`; map keys are strings or ints; lists and map values are not nullable and do not nest without a record between",
                     ),
                     _ => (
-                        crate::avro::unsupported(&rt).map(|w| format!("no Avro form: {w}")),
+                        crate::format::avro::unsupported(&rt).map(|w| format!("no Avro form: {w}")),
                         "Avro names are letters, digits and `_`; map keys are strings",
                     ),
                 };

@@ -1157,12 +1157,12 @@ impl Checker<'_> {
             let (name, unsupported, help) = match fmt {
                     Format::Protobuf => (
                         "Protobuf",
-                        crate::protobuf::unsupported(&written),
+                        crate::format::protobuf::unsupported(&written),
                         "`select` fields with Protobuf names (letters, digits, `_`), string- or int-keyed maps, lists of non-null items and no list in a list, or write `json`",
                     ),
                     _ => (
                         "Avro",
-                        crate::avro::unsupported(&written),
+                        crate::format::avro::unsupported(&written),
                         "`select` fields with Avro names (letters, digits, `_`) and string-keyed maps, or write `json`",
                     ),
                 };

@@ -202,10 +202,10 @@ pub struct SinkSpec {
     /// (the next branch's sink).
     pub when: Option<hir::Expr>,
     /// An avro or protobuf sink: its schema's text, derived from `value_ty`
-    /// ([`crate::codec::schema_text`]).
+    /// ([`crate::format::schema_text`]).
     pub registry_schema: Option<String>,
     /// `to … key avro|protobuf`: the format of its keys and their schema's text, derived from
-    /// `key_ty` ([`crate::codec::key_schema_text`]).
+    /// `key_ty` ([`crate::format::key_schema_text`]).
     pub key_schema: Option<(Format, String)>,
 }
 
@@ -502,9 +502,9 @@ fn lower(
             }
             let windowed = *windowed;
             let when = when.clone();
-            let registry_schema = crate::codec::schema_text(*format, &value_ty, topic);
+            let registry_schema = crate::format::schema_text(*format, &value_ty, topic);
             let key_schema =
-                key_format.and_then(|f| Some((f, crate::codec::key_schema_text(f, e.key.base(), topic, "key")?)));
+                key_format.and_then(|f| Some((f, crate::format::key_schema_text(f, e.key.base(), topic, "key")?)));
             ops.push(Op::Sink(SinkSpec {
                 topic: topic.as_str().into(),
                 format: *format,
@@ -792,44 +792,17 @@ fn input_sources(spec: &TaskSpec) -> Vec<Option<&hir::Source>> {
 /// is the record timestamp.
 fn time_field(src: &hir::Source) -> Option<TimeField> {
     let field = src.value.fields.get(src.time?)?;
-    match src.format {
-        Format::Json => Some(TimeField::Json(RecordType { fields: vec![field.clone()] })),
-        Format::Csv(delimiter) => {
-            Some(TimeField::Csv { delimiter, wire: src.wire.clone(), column: src.wire.index_of(&field.0)? })
-        }
-        Format::Avro | Format::Protobuf => Some(TimeField::Registry {
-            format: src.format,
-            wire: src.wire.clone(),
-            column: src.wire.index_of(&field.0)?,
-        }),
-        Format::String => None,
-    }
+    Some(TimeField(crate::format::FieldReader::new(src.format, &src.wire, field)?))
 }
 
 /// How to read a declared event-time field alone from a record (see [`TaskSpec::time_fields`]).
 #[derive(Clone, Debug)]
-pub enum TimeField {
-    /// A JSON object: this one-field record type decodes only that member.
-    Json(RecordType),
-    /// A csv record: the column of the source's columns.
-    Csv { delimiter: u8, wire: RecordType, column: usize },
-    /// An Avro or Protobuf record (decoded whole): the field of the source's fields.
-    Registry { format: Format, wire: RecordType, column: usize },
-}
+pub struct TimeField(crate::format::FieldReader);
 
 impl TimeField {
     /// The event time of a record's value, if it decodes.
     pub fn read(&self, value: &[u8]) -> Option<i64> {
-        let v = match self {
-            TimeField::Json(rt) => crate::value::decode_record(value, rt).ok()?.into_iter().next()?,
-            TimeField::Csv { delimiter, wire, column } => {
-                crate::delimited::decode_some(value, wire, *delimiter, &[*column]).ok()?.into_iter().nth(*column)??
-            }
-            TimeField::Registry { format, wire, column } => {
-                crate::codec::decode_registered(*format, value, wire).ok()?.into_iter().nth(*column)?
-            }
-        };
-        match v {
+        match self.0.read(value)? {
             crate::value::Value::Ts(t) => Some(t),
             _ => None,
         }

@@ -7,8 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use crate::log::{Append, Pos, Stored};
 use crate::plan::physical::TaskSpec;
+use crate::record::{Append, Pos, Stored};
 use crate::runtime::error::RunError;
 use crate::runtime::run::Feed;
 use crate::runtime::topics::{SizeLimits, TimestampLimits};

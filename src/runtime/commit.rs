@@ -17,8 +17,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::log::Pos;
 use crate::plan::physical::TaskSpec;
+use crate::record::Pos;
 use crate::runtime::chaos::FailPoint;
 use crate::runtime::error::RunError;
 use crate::runtime::run::{Feed, TaskRun};
@@ -97,7 +97,7 @@ pub(crate) fn commit<F: Feed, C: Commit + ?Sized>(
             return Err(e);
         }
     }
-    if let Some(why) = crate::schema_tables::take_failure() {
+    if let Some(why) = crate::format::schema_tables::take_failure() {
         // A result written at the flush needed the schema registry, which could not be asked:
         // nothing of this commit is committed; the run stops and resumes from the last one.
         return Err(RunError::Registry(format!("the schema registry, at a commit: {why}")));
@@ -302,7 +302,7 @@ query per_user {
         assert_eq!(spec.stores.len(), 1, "the aggregate has one store");
         let tree = crate::runtime::pages::PagedTree::open(db, "store").unwrap();
         let opts = options("app", Config::default());
-        let positions = BTreeMap::from([("clicks/0".to_string(), Pos { offset: 3, byte: 0 })]);
+        let positions = BTreeMap::from([("clicks/0".to_string(), Pos::at(3))]);
         TaskRun::new(
             spec,
             0,
@@ -317,7 +317,7 @@ query per_user {
     }
 
     fn output(topic: &str) -> crate::runtime::task::Output {
-        let record = crate::log::Record { key: Some(b"k".to_vec()), value: None, timestamp: 5, headers: vec![] };
+        let record = crate::record::Record { key: Some(b"k".to_vec()), value: None, timestamp: 5, headers: vec![] };
         crate::runtime::task::Output { topic: topic.into(), route: crate::runtime::op::Route::Key, record }
     }
 
@@ -351,7 +351,7 @@ query per_user {
         assert_eq!(mem.metas[0].0, "g0");
         assert_eq!(mem.metas[0].1["inputs"]["clicks/0"]["offset"], 3, "the commit record holds the positions");
         assert_eq!((t.uncommitted, t.commits), (0, 1));
-        assert_eq!(t.ends, vec![Pos { offset: 1, byte: 0 }], "the ends the backend reported");
+        assert_eq!(t.ends, vec![Pos::at(1)], "the ends the backend reported");
         assert!(t.changes.is_empty(), "the changes are staged for local state");
         assert_eq!(t.trees.pending[0].len(), 1);
 

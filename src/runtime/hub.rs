@@ -5,7 +5,7 @@
 
 use crate::control::{self, ControlRecord, Evaluator, Status};
 use crate::hir;
-use crate::log::Record;
+use crate::record::Record;
 use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
 

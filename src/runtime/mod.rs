@@ -21,6 +21,7 @@ pub(crate) mod open;
 pub(crate) mod ops;
 pub mod options;
 pub(crate) mod pages;
+mod placement;
 pub mod query;
 pub(crate) mod restore;
 pub(crate) mod run;
@@ -36,7 +37,8 @@ pub(crate) mod wire;
 pub(crate) mod writer;
 
 pub use error::RunError;
-pub use run::{now_ms, value_record, LinePlacer, Summary};
+pub use placement::{value_record, LinePlacer};
+pub use run::{now_ms, Summary};
 
 /// An application's own directory in a state directory: `<state-dir>/apps/<app>` (its local
 /// state, its instance name on Kafka, the address it serves queries on).

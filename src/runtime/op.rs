@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::eval::{Row, Tenant};
-use crate::log::Record;
+use crate::record::Record;
 
 /// One decoded input record.
 pub struct Input {
@@ -46,7 +46,7 @@ impl Output {
             Route::Key => self.record.key.as_deref(),
             Route::Bytes(b) => Some(b.as_slice()),
         };
-        by.map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
+        by.map(|k| crate::record::partition_for(k, partitions)).unwrap_or(0)
     }
 }
 
@@ -228,6 +228,27 @@ impl Building<'_> {
         self.set(|e| e.value = Some(p));
     }
 
+    /// Its value is what `write` appends to the buffer, if it says there is one (true); an
+    /// error leaves the record as it was.
+    pub fn try_value_with<E>(&mut self, write: impl FnOnce(&mut Vec<u8>) -> Result<bool, E>) -> Result<(), E> {
+        let start = self.out.bytes.len();
+        match write(&mut self.out.bytes) {
+            Ok(true) => {
+                let p = Part { start, end: self.out.bytes.len() };
+                self.set(|e| e.value = Some(p));
+                Ok(())
+            }
+            Ok(false) => {
+                self.out.bytes.truncate(start);
+                Ok(())
+            }
+            Err(e) => {
+                self.out.bytes.truncate(start);
+                Err(e)
+            }
+        }
+    }
+
     /// A header (headers keep the order they are added in).
     pub fn header(&mut self, name: Cow<'static, str>, v: &[u8]) {
         let part = self.part(|b| b.extend_from_slice(v));
@@ -328,7 +349,7 @@ impl<'a> OutRef<'a> {
             Routed::Key => self.key(),
             Routed::Bytes(p) => Some(self.bytes(p)),
         };
-        by.map(|k| crate::log::partition_for(k, partitions)).unwrap_or(0)
+        by.map(|k| crate::record::partition_for(k, partitions)).unwrap_or(0)
     }
 
     /// The record, owned.

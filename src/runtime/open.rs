@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::control::Stage;
-use crate::log::Pos;
 use crate::plan::physical::TaskSpec;
+use crate::record::Pos;
 use crate::runtime::backend::Backend;
 use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
@@ -71,7 +71,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     run.set_sizes(b.size_limits(&run.task.spec, &opts.config));
     // Rows of avro values restored into join stores need their writer schemas: a registry that
     // could not be asked stops the run here, rather than leave rows out of the joins.
-    if let Some(why) = crate::schema_tables::take_failure() {
+    if let Some(why) = crate::format::schema_tables::take_failure() {
         return Err(RunError::Registry(format!(
             "the schema registry, while opening task {}: {why}",
             run.task.spec.name

@@ -21,7 +21,7 @@
 //! down, so a scan running beside the writer (an interactive query) misses no row it did not
 //! change (it may see a row twice when a page splits under it).
 
-use crate::log::Pos;
+use crate::record::Pos;
 
 /// The key under which a tree holds its checkpoint: the changelog position it reflects. (Not
 /// the key an earlier layout used, so that an earlier release finds no checkpoint in a paged
@@ -532,7 +532,7 @@ mod tests {
                     };
                 }
                 let sorted: Vec<Change<'_>> = changes.iter().map(|(k, v)| (k.as_slice(), v.as_deref())).collect();
-                t.write(&sorted, Some(&Pos { offset: run, byte: 0 }), atomic).unwrap();
+                t.write(&sorted, Some(&Pos::at(run)), atomic).unwrap();
                 assert_eq!(all(&t), model, "run {run}");
                 for k in changes.keys().chain([b"k".to_vec(), b"zz".to_vec(), Vec::new()].iter()) {
                     assert_eq!(t.get(k).unwrap().as_ref(), model.get(k), "run {run}, key {k:?}");
@@ -614,9 +614,8 @@ mod tests {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let raw = db.open_tree("s#0").unwrap();
         raw.insert(b"row", b"v".to_vec()).unwrap();
-        raw.insert(&b"\xff\xff\xff\xffcheckpoint"[..], serde_json::to_vec(&Pos { offset: 3, byte: 0 }).unwrap())
-            .unwrap();
-        raw.insert(CHECKPOINT, serde_json::to_vec(&Pos { offset: 3, byte: 0 }).unwrap()).unwrap();
+        raw.insert(&b"\xff\xff\xff\xffcheckpoint"[..], serde_json::to_vec(&Pos::at(3)).unwrap()).unwrap();
+        raw.insert(CHECKPOINT, serde_json::to_vec(&Pos::at(3)).unwrap()).unwrap();
         let t = PagedTree::open(&db, "s#0").unwrap();
         assert!(t.holds_no_rows());
         assert_eq!(t.checkpoint(), None);
@@ -633,7 +632,7 @@ mod tests {
         let value = vec![b'v'; 100];
         let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("k{i:03}").into_bytes()).collect();
         let changes: Vec<Change<'_>> = keys.iter().map(|k| (k.as_slice(), Some(value.as_slice()))).collect();
-        t.write(&changes, Some(&Pos { offset: 1, byte: 0 }), false).unwrap();
+        t.write(&changes, Some(&Pos::at(1)), false).unwrap();
         verify(&db).unwrap();
         let raw = db.open_tree("s#0").unwrap();
         let (page, old) = raw.iter().next().unwrap().unwrap();

@@ -434,7 +434,7 @@ pub(crate) fn read(t: &Target, f: &Fetch, p: u32, shard: &Shard<'_>) -> Result<V
                 if !filter.takes(&key) {
                     continue;
                 }
-                let row = crate::codec::decode_visible(source, &v)?;
+                let row = crate::format::decode_visible(source, &v)?;
                 let value = json(&Value::Record(Arc::new(row)), &Type::Record(source.value.clone()));
                 out.push((key.clone(), 0, Answer { key: json(&key, &ty), partition: p, value }));
             }

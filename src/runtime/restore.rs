@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use indicatif::ProgressBar;
 
-use crate::log::{Append, Pos, Record};
+use crate::record::{Append, Pos, Record};
 use crate::runtime::backend::{Backend, Extent};
 use crate::runtime::error::{state, RunError};
 use crate::runtime::metrics::RestoreMetrics;
@@ -265,7 +265,7 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     }
     let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(extent.low)));
     // A compacted changelog may start after the checkpoint.
-    let read_from = if from.offset < extent.low { Pos { offset: extent.low, byte: 0 } } else { from };
+    let read_from = if from.offset < extent.low { Pos::at(extent.low) } else { from };
     let last = b.read_changelog(changelog, p, read_from, high, &mut |batch, after| {
         for s in batch {
             if s.offset >= end {
@@ -277,11 +277,11 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
             r.apply(s.record.key, s.record.value);
         }
         // The checkpoint never passes the committed end.
-        let at = if after.offset > end { Pos { offset: end, byte: 0 } } else { after };
+        let at = if after.offset > end { Pos::at(end) } else { after };
         r.write(&at)
     })?;
     // With stale records, local state reflects the committed end only.
-    let checkpoint = if stale.is_empty() { last } else { Pos { offset: end, byte: 0 } };
+    let checkpoint = if stale.is_empty() { last } else { Pos::at(end) };
     let (records, pending, complete) = r.finish(&checkpoint)?;
     Ok(Restored { records, checkpoint, stale, pending, complete })
 }
@@ -345,7 +345,7 @@ pub(crate) fn sweep<B: Backend + ?Sized>(
     open_tree(db, store, p)?.clear().map_err(state(format!("cannot clear local state of {store}")))?;
     let Some(extent) = b.changelog_extent(changelog, p)? else { return Ok(0) };
     let mut live = BTreeMap::new();
-    b.read_changelog(changelog, p, Pos { offset: extent.low, byte: 0 }, extent.end, &mut |batch, _| {
+    b.read_changelog(changelog, p, Pos::at(extent.low), extent.end, &mut |batch, _| {
         live_keys(&mut live, batch);
         Ok(())
     })?;
@@ -369,8 +369,8 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::log::Stored;
     use crate::plan::physical::TaskSpec;
+    use crate::record::Stored;
     use crate::runtime::run::testing::{options, NoFeed};
     use std::cell::RefCell;
 
@@ -387,7 +387,7 @@ mod tests {
         }
         fn changelog_extent(&self, _: &str, _: u32) -> Result<Option<Extent>, RunError> {
             let end = self.low + self.records.borrow().len() as u64;
-            Ok(Some(Extent { low: self.low, end: Pos { offset: end, byte: 0 }, deletions_from: self.low }))
+            Ok(Some(Extent { low: self.low, end: Pos::at(end), deletions_from: self.low }))
         }
         fn read_changelog(
             &self,
@@ -404,16 +404,12 @@ mod tests {
             while at < end.offset {
                 let upto = (at + 2).min(end.offset);
                 let batch = (at..upto)
-                    .map(|o| Stored {
-                        offset: o,
-                        next: Pos { offset: o + 1, byte: 0 },
-                        record: all[(o - self.low) as usize].clone(),
-                    })
+                    .map(|o| Stored { offset: o, next: Pos::at(o + 1), record: all[(o - self.low) as usize].clone() })
                     .collect();
                 at = upto;
-                visit(batch, Pos { offset: at, byte: 0 })?;
+                visit(batch, Pos::at(at))?;
             }
-            Ok(Pos { offset: at, byte: 0 })
+            Ok(Pos::at(at))
         }
         fn changelog_may_pass_commit(&self) -> bool {
             true
@@ -424,7 +420,7 @@ mod tests {
                 .into_iter()
                 .map(|a| {
                     r.extend(a.records());
-                    Pos { offset: self.low + r.len() as u64, byte: 0 }
+                    Pos::at(self.low + r.len() as u64)
                 })
                 .collect())
         }

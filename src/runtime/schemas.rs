@@ -16,7 +16,7 @@ use crate::runtime::error::RunError;
 
 /// The subject of a topic's values (Confluent's TopicNameStrategy).
 pub fn subject(topic: &str) -> String {
-    crate::schema_tables::value_subject(topic)
+    crate::format::schema_tables::value_subject(topic)
 }
 
 fn no_registry(what: &str, format: Format) -> RunError {
@@ -57,7 +57,7 @@ pub fn retry<T>(mut f: impl FnMut() -> Result<T, RegistryError>) -> Result<T, Re
 /// control statement changes). Without a registry configured, such a program cannot run.
 pub fn register_sinks(cfg: &Config, specs: &[std::sync::Arc<TaskSpec>]) -> Result<(), RunError> {
     if let Some(r) = Registry::of(cfg) {
-        crate::schema_tables::set_registry(std::sync::Arc::new(Lookups(r)));
+        crate::format::schema_tables::set_registry(std::sync::Arc::new(Lookups(r)));
     }
     let mut done = std::collections::BTreeSet::new();
     for spec in specs {
@@ -70,7 +70,7 @@ pub fn register_sinks(cfg: &Config, specs: &[std::sync::Arc<TaskSpec>]) -> Resul
                 }
             }
             if let Some((format, text)) = &sink.key_schema {
-                let key_subject = crate::schema_tables::key_subject(&sink.topic);
+                let key_subject = crate::format::schema_tables::key_subject(&sink.topic);
                 if done.insert((key_subject.clone(), text.clone())) {
                     let what = format!("the keys of sink topic `{}`", sink.topic);
                     let registry = Registry::of(cfg).ok_or_else(|| no_registry(&what, *format))?;
@@ -86,7 +86,7 @@ pub fn register_sinks(cfg: &Config, specs: &[std::sync::Arc<TaskSpec>]) -> Resul
 /// retries).
 struct Lookups(Registry);
 
-impl crate::schema_tables::Lookup for Lookups {
+impl crate::format::schema_tables::Lookup for Lookups {
     fn writer(&self, id: u32) -> Result<Option<String>, String> {
         retry(|| self.0.schema(id)).map(|s| s.map(|(text, _)| text)).map_err(|e| e.to_string())
     }
@@ -103,7 +103,7 @@ pub fn register(
     rt: &crate::types::RecordType,
     format: Format,
 ) -> Result<u32, RunError> {
-    let text = crate::codec::schema_text(format, rt, topic)
+    let text = crate::format::schema_text(format, rt, topic)
         .ok_or_else(|| RunError::Registry(format!("`{topic}` is {format}: no schema registry format")))?;
     register_text(registry, &subject(topic), &text, format)
 }
@@ -117,9 +117,9 @@ pub fn register_key(
     field: &str,
     format: Format,
 ) -> Result<u32, RunError> {
-    let text = crate::codec::key_schema_text(format, ty, topic, field)
+    let text = crate::format::key_schema_text(format, ty, topic, field)
         .ok_or_else(|| RunError::Registry(format!("the keys of `{topic}` are {format}: no schema registry format")))?;
-    register_text(registry, &crate::schema_tables::key_subject(topic), &text, format)
+    register_text(registry, &crate::format::schema_tables::key_subject(topic), &text, format)
 }
 
 fn register_text(registry: &Registry, subject: &str, text: &str, format: Format) -> Result<u32, RunError> {
@@ -134,24 +134,15 @@ fn register_text(registry: &Registry, subject: &str, text: &str, format: Format)
             RunError::Registry(format!("cannot register {what} under `{subject}`: {e}"))
         })
     };
-    if format == Format::Protobuf {
-        let writer = crate::protobuf::Writer::parse(text).map_err(invalid)?;
-        let id = register()?;
-        crate::protobuf::set_schema(subject, text, id, &writer);
-        return Ok(id);
-    }
-    let schema = apache_avro::Schema::parse_str(text).map_err(|e| invalid(e.to_string()))?;
+    crate::format::with(format, |f| f.check_schema(text)).map_err(invalid)?;
     let id = register()?;
-    crate::avro::set_schema(subject, text, id, schema);
+    crate::format::with(format, |f| f.keep_schema(subject, text, id));
     Ok(id)
 }
 
 /// Whether the writer schema `id` is known to the decoder of `format`.
 fn known(format: Format, id: u32) -> bool {
-    match format {
-        Format::Protobuf => crate::protobuf::writer_known(id),
-        _ => crate::avro::writer_known(id),
-    }
+    crate::format::with(format, |f| f.writer_known(id))
 }
 
 /// Make sure the writer schema a framed value of a source of `format` (Avro or Protobuf) names
@@ -159,7 +150,7 @@ fn known(format: Format, id: u32) -> bool {
 /// (or of another schema type): left to decoding, which dead-letters the record with the
 /// reason. The registry down: an error that stops the run.
 pub fn prefetch(cfg: &Config, what: &str, value: Option<&[u8]>, format: Format) -> Result<(), RunError> {
-    let Some(Ok(id)) = value.map(crate::avro::schema_id) else { return Ok(()) };
+    let Some(Ok(id)) = value.map(crate::format::avro::schema_id) else { return Ok(()) };
     if known(format, id) {
         return Ok(());
     }
@@ -173,7 +164,7 @@ pub fn prefetch(cfg: &Config, what: &str, value: Option<&[u8]>, format: Format) 
 /// Like [`prefetch`], for a value of no declared format (`streamc consume`): kept for the
 /// decoder of the type the registry gives; that type, if the registry knows the id.
 pub fn prefetch_any(cfg: &Config, what: &str, value: Option<&[u8]>) -> Result<Option<Format>, RunError> {
-    let Some(Ok(id)) = value.map(crate::avro::schema_id) else { return Ok(None) };
+    let Some(Ok(id)) = value.map(crate::format::avro::schema_id) else { return Ok(None) };
     for format in [Format::Avro, Format::Protobuf] {
         if known(format, id) {
             return Ok(Some(format));
@@ -217,12 +208,8 @@ fn remember(format: Format, id: u32, schema: Option<(String, SchemaType)>) {
         Some((text, _)) => Some(text),
         None => None,
     };
-    match format {
-        Format::Protobuf => crate::protobuf::remember_writer(
-            id,
-            text.and_then(|t| crate::protobuf::Writer::parse(&t).map_err(unusable).ok()),
-        ),
-        _ => crate::avro::remember_writer(id, text.and_then(|t| crate::avro::Writer::parse(&t).map_err(unusable).ok())),
+    if let Err(e) = crate::format::with(format, |f| f.remember_writer(id, text.as_deref())) {
+        unusable(e);
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::log::{Pos, Stored};
+use crate::record::{Pos, Stored};
 use crate::runtime::error::{state, RunError};
 pub(crate) use crate::runtime::pages::PagedTree;
 use crate::runtime::task::{Change, StoreRead, Task};
@@ -745,7 +745,7 @@ mod tests {
                     t.pending[0].stage(ch.key, ch.value, ch.existed);
                 }
                 t.commits += 1;
-                t.write_behind(&[Pos { offset: commit + 1, byte: 0 }]).unwrap();
+                t.write_behind(&[Pos::at(commit + 1)]).unwrap();
                 assert_eq!(read_all(&t, &keys), model, "cache {cache}, commit {commit}");
                 assert!(t.memory() <= cache.max(4_000) + 50 * 120, "cache {cache}: {} bytes held", t.memory());
             }
@@ -754,7 +754,7 @@ mod tests {
             if cache < 1 << 20 {
                 assert!(!t.clean[0].complete, "cache {cache}: rows were dropped, so misses read sled");
             }
-            t.write(&[Pos { offset: 60, byte: 0 }]).unwrap();
+            t.write(&[Pos::at(60)]).unwrap();
             drop(t);
             let sled_rows: BTreeMap<Vec<u8>, Vec<u8>> = tree.rows().map(|e| e.unwrap()).collect();
             assert_eq!(sled_rows, model, "cache {cache}");
@@ -799,7 +799,7 @@ mod tests {
             t.pending[0].stage(i.to_be_bytes().to_vec(), Some(b"0".to_vec()), false);
         }
         t.commits = LOCAL_WRITE_COMMITS;
-        assert!(t.write_behind(&[Pos { offset: 1_000, byte: 0 }]).unwrap());
+        assert!(t.write_behind(&[Pos::at(1_000)]).unwrap());
         t.settle().unwrap();
         assert!(t.clean[0].complete);
         // Ten keys, ten changes each commit (as `stage` counts them).
@@ -812,7 +812,7 @@ mod tests {
                 offset += 1;
             }
             t.commits += 1;
-            if t.write_behind(&[Pos { offset, byte: 0 }]).unwrap() {
+            if t.write_behind(&[Pos::at(offset)]).unwrap() {
                 handed_at = Some(commit);
                 break;
             }
@@ -833,7 +833,7 @@ mod tests {
         let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], 1 << 30);
         t.pending[0].stage(b"a".to_vec(), Some(b"1".to_vec()), false);
         t.commits = LOCAL_WRITE_COMMITS;
-        assert!(t.write_behind(&[Pos { offset: 1, byte: 0 }]).unwrap(), "due");
+        assert!(t.write_behind(&[Pos::at(1)]).unwrap(), "due");
         t.settle().unwrap();
         tree.put(b"b", Some(b"behind its back")).unwrap();
         assert_eq!(t.get(0, b"a").as_deref(), Some(&b"1"[..]), "from the clean rows");

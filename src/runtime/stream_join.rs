@@ -14,12 +14,13 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::codec::decode_visible;
 use crate::eval::Row;
+use crate::format::decode_visible;
+use crate::format::json::write_row;
 use crate::plan::physical::{StreamInput, TaskSpec};
 use crate::runtime::agg::{key_part, store_key};
 use crate::runtime::op::{Change, Stateful, StoreRead};
-use crate::runtime::wire::{decode_key, split_wire, unscope, write_row};
+use crate::runtime::wire::{decode_key, split_wire, unscope};
 use crate::value::{decode_record, Value};
 
 /// The stream–stream joins of a task.

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
-use crate::codec::{decode_tenanted, decode_visible};
 use crate::eval::Tenant;
-use crate::log::Record;
+use crate::format::{decode_tenanted, decode_visible};
 use crate::plan::physical::{TableInput, TaskSpec};
+use crate::record::Record;
 use crate::runtime::op::{scoped, Change, Counters, RecordError, Stateful, StoreRead};
 use crate::runtime::tenant;
 use crate::runtime::wire::decode_source_key;

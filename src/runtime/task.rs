@@ -7,11 +7,11 @@
 
 use std::sync::Arc;
 
-use crate::codec::decode_tenanted;
 use crate::eval::{Row, Tenant};
+use crate::format::decode_tenanted;
 use crate::hir::{self, KeySpec};
-use crate::log::Record;
 use crate::plan::physical::{Decode, MutualJoin, MutualKind, TaskSpec};
+use crate::record::Record;
 use crate::runtime::foreign::{split_offset, subscription_key, Foreign};
 use crate::runtime::op::Stateful;
 pub use crate::runtime::op::{

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::eval::Tenant;
 use crate::hir::{Source, TenantSpec};
-use crate::log::Record;
+use crate::record::Record;
 use crate::value::Value;
 
 /// Header that carries the tenant through internal topics and on outputs (docs/conventions.md).
@@ -21,7 +21,7 @@ pub use crate::control::H_TENANT;
 /// Longest tenant id accepted (a record with a longer one is bad input).
 pub const MAX_TENANT: usize = 1 << 20;
 
-pub use crate::codec::{prefix, scope, split};
+pub use crate::format::scoped::{prefix, scope, split, write_json};
 
 /// The tenant of a record of `src` (a tenant-scoped stream or table), given the value of its
 /// tenant field as decoded (None: the record has no value). A record without one is bad input.
@@ -65,24 +65,6 @@ pub fn checked(t: &[u8]) -> Result<Tenant, String> {
         return Err(format!("the tenant id is {} bytes long (at most {MAX_TENANT})", t.len()));
     }
     Ok(Arc::from(t))
-}
-
-/// A tenant id in JSON (the output key and the `tenant` field): a string when it is UTF-8, else
-/// the array of its bytes, so that two ids never print alike.
-pub fn write_json(t: &[u8], out: &mut Vec<u8>) {
-    match std::str::from_utf8(t) {
-        Ok(s) => crate::value::write_str(s, out),
-        Err(_) => {
-            out.push(b'[');
-            for (i, b) in t.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(itoa::Buffer::new().format(*b).as_bytes());
-            }
-            out.push(b']');
-        }
-    }
 }
 
 /// A tenant id as a metrics label or in a message: its text when UTF-8, else `0x` and hex; an id

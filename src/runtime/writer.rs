@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use rustc_hash::FxHashMap;
 
-use crate::log::Pos;
+use crate::record::Pos;
 use crate::runtime::pages::PagedTree;
 
 /// Changes to one store that are not in sled yet, coalesced by key: key → (value or deletion,
@@ -396,12 +396,12 @@ mod tests {
         let failed = Arc::new(AtomicBool::new(false));
         let mut p = Pending::default();
         p.stage(b"a".to_vec(), Some(b"1".to_vec()), false);
-        Flight::send(&tree, &failed, p, Some(Pos { offset: 1, byte: 0 })).wait().unwrap();
+        Flight::send(&tree, &failed, p, Some(Pos::at(1))).wait().unwrap();
         // (As the writer marks a store whose write failed.)
         failed.store(true, Ordering::Release);
         let mut p = Pending::default();
         p.stage(b"b".to_vec(), Some(b"2".to_vec()), false);
-        assert!(Flight::send(&tree, &failed, p, Some(Pos { offset: 2, byte: 0 })).wait().is_err());
+        assert!(Flight::send(&tree, &failed, p, Some(Pos::at(2))).wait().is_err());
         assert_eq!(tree.get(b"b").unwrap(), None);
         assert_eq!(tree.checkpoint().map(|c| c.offset), Some(1), "the checkpoint stays before the gap");
         // Another store's flights go on.

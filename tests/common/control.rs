@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use streamc::control::{self, KeyFile};
-use streamc::log::Record;
+use streamc::record::Record;
 
 use super::cli::{bin, streamc, write_isolated};
 use super::embedded::write_trades;

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use streamc::config::Config;
-use streamc::log::{EmbeddedLog, Pos};
+use streamc::log::EmbeddedLog;
+use streamc::record::Pos;
 use streamc::runtime::options::RunOptions;
 use streamc::runtime::{embedded, Summary};
 

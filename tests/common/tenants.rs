@@ -6,7 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::Path;
 
-use streamc::log::{EmbeddedLog, Pos, Record};
+use streamc::log::EmbeddedLog;
+use streamc::record::{Pos, Record};
 
 use super::control::{Env, Lcg as Rng};
 

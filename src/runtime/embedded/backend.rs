@@ -5,8 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use crate::log::{Append, EmbeddedLog, PartitionReader, Pos, Stored};
+use crate::log::{EmbeddedLog, PartitionReader};
 use crate::plan::physical::TaskSpec;
+use crate::record::{Append, Pos, Stored};
 use crate::runtime::backend::{Backend, Extent, Membership};
 use crate::runtime::commit::{Commit, Share};
 use crate::runtime::error::RunError;

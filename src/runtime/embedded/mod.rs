@@ -18,17 +18,19 @@ use sha2::{Digest, Sha256};
 use crate::config::Config;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::log::{partition_for, Append, Committed, EmbeddedLog, PartitionReader, Pos, Record};
+use crate::log::{Committed, EmbeddedLog, PartitionReader};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
+use crate::record::{partition_for, Append, Pos, Record};
 use crate::runtime::backend::{tasks_on, Membership};
 use crate::runtime::commit;
 use crate::runtime::error::{state, RunError};
 use crate::runtime::hub::{ControlLog, Hub};
 use crate::runtime::open::{self, Applied};
 use crate::runtime::options::RunOptions;
+use crate::runtime::placement::LinePlacer;
 use crate::runtime::restore::sweep;
-use crate::runtime::run::{now_ms, positions_of, progress_bar, LinePlacer, Summary, TaskRun, BYTES, RECORDS};
+use crate::runtime::run::{now_ms, positions_of, progress_bar, Summary, TaskRun, BYTES, RECORDS};
 use crate::runtime::state::open_local_state;
 use crate::runtime::topics::{self, TopicKind};
 
@@ -291,59 +293,10 @@ fn worker(
             let committed = sh.log.committed()?;
             let mut gone = Vec::new();
             for (i, t) in tasks.iter_mut().enumerate() {
-                t.control_seen = (seen, stage.next);
-                t.main_may_grow = {
-                    let busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-                    busy.values().any(|w| w.contains(&t.task.spec.main.topic))
-                };
-                // A task that reads a repartition topic beside other inputs sees what its writers
-                // committed up to now: a writer found idle has committed all it will write.
-                let fresh;
-                let c = if matches!(t.task.spec.main.decode, Decode::Internal { .. }) && t.task.spec.has_side_inputs() {
-                    fresh = sh.log.committed()?;
-                    &fresh
-                } else {
-                    &committed
-                };
-                if t.step_embedded(c, &sh.startup, opts, commit_every)? > 0 {
-                    progress = true;
-                }
-                // A step stops at `commit.records` uncommitted records or at the end of the
-                // available input: either way, a commit point.
-                if (t.uncommitted > 0 || t.meta_changed) && !t.failed {
-                    t.commit(&sh.log, opts, false, false)?;
-                    progress = true;
-                }
-                if t.failed {
-                    t.reopen(&sh.log, &sh.db, &stage, opts)?;
-                    progress = true;
-                }
-                let writes = t.task.spec.repartition_topics();
-                let key = (t.task.spec.name.clone(), t.task.partition);
-                let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-                // Idle: at the end of every input, committed, and not reading a repartition topic
-                // whose own writers are still at work (busy carries down a chain of them).
-                if writes.is_empty() || (t.drained && t.uncommitted == 0 && !t.failed && !t.main_may_grow) {
-                    // A writer going idle lets its readers go on: that is progress (`--drain`
-                    // must not stop before they read what it committed).
-                    if busy.remove(&key).is_some() {
-                        progress = true;
-                    }
-                } else {
-                    busy.insert(key, writes);
-                }
-                drop(busy);
-                // Control statements apply at commit boundaries.
-                if !t.failed && t.uncommitted == 0 && t.control < stage.next {
-                    progress = true;
-                    if !t.apply_stage(&stage, &sh.log, &sh.db, opts)? {
-                        t.commit(&sh.log, opts, false, false)?;
-                        // Forgotten once its state's deletion is committed (a failed commit
-                        // reopens it as committed, and it is retired again).
-                        if !t.failed {
-                            gone.push(i);
-                        }
-                    }
+                let (moved, retire) = task_round(t, (seen, &stage), &committed, sh, opts, commit_every)?;
+                progress |= moved;
+                if retire {
+                    gone.push(i);
                 }
             }
             {
@@ -366,36 +319,9 @@ fn worker(
             }
             // The leader opens the tasks of new queries (or of new sub-topologies), once every
             // task has applied the stage: none still runs a form that uses their stores.
-            let mut live = sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-            if leader && live.values().all(|c| *c >= stage.next) {
-                // (`live` is held while they open, and released before the barrier below.)
-                let counts = match &counts_for {
-                    Some((next, c)) if *next == stage.next => c.clone(),
-                    _ => {
-                        let c = setup_topics(&sh.log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
-                        crate::runtime::schemas::register_sinks(&opts.config, &stage.specs)?;
-                        counts_for = Some((stage.next, c.clone()));
-                        c
-                    }
-                };
-                let owned = WholeLog { specs: &stage.specs, counts: &counts }.owned()?;
-                for (spec, p) in tasks_on(&stage.specs, &owned) {
-                    if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
-                        let writes = spec.repartition_topics();
-                        let mut t =
-                            TaskRun::open_at(spec.clone(), p, &stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
-                        t.bar = sh.bar.clone();
-                        slot.insert(t.control);
-                        if !writes.is_empty() {
-                            let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-                            busy.insert((spec.name.clone(), p), writes);
-                        }
-                        tasks.push(t);
-                        progress = true;
-                    }
-                }
+            if leader {
+                progress |= open_new_tasks(tasks, &stage, sh, opts, &mut counts_for)?;
             }
-            drop(live);
             if opts.drain {
                 sh.any.fetch_or(progress, Ordering::SeqCst);
                 // A signal stops every thread at the same round: the leader reads it, all the
@@ -431,6 +357,116 @@ fn worker(
         s.add_from(&t.summary());
     }
     Ok(s)
+}
+
+/// One task's turn in a worker's round: a step over its input, the commit point it reaches, a
+/// failed task reopened, its part in the idle bookkeeping of repartition topics, and the stage
+/// applied at a commit boundary. (Whether it made progress, whether it is to be retired: its
+/// query dropped.)
+fn task_round(
+    t: &mut TaskRun<EmbeddedFeed>,
+    (seen, stage): (u64, &Stage),
+    committed: &Committed,
+    sh: &Shared,
+    opts: &RunOptions,
+    commit_every: u64,
+) -> Result<(bool, bool), RunError> {
+    let (mut progress, mut retire) = (false, false);
+    t.control_seen = (seen, stage.next);
+    t.main_may_grow = {
+        let busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+        busy.values().any(|w| w.contains(&t.task.spec.main.topic))
+    };
+    // A task that reads a repartition topic beside other inputs sees what its writers
+    // committed up to now: a writer found idle has committed all it will write.
+    let fresh;
+    let c = if matches!(t.task.spec.main.decode, Decode::Internal { .. }) && t.task.spec.has_side_inputs() {
+        fresh = sh.log.committed()?;
+        &fresh
+    } else {
+        committed
+    };
+    if t.step_embedded(c, &sh.startup, opts, commit_every)? > 0 {
+        progress = true;
+    }
+    // A step stops at `commit.records` uncommitted records or at the end of the
+    // available input: either way, a commit point.
+    if (t.uncommitted > 0 || t.meta_changed) && !t.failed {
+        t.commit(&sh.log, opts, false, false)?;
+        progress = true;
+    }
+    if t.failed {
+        t.reopen(&sh.log, &sh.db, stage, opts)?;
+        progress = true;
+    }
+    let writes = t.task.spec.repartition_topics();
+    let key = (t.task.spec.name.clone(), t.task.partition);
+    let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+    // Idle: at the end of every input, committed, and not reading a repartition topic
+    // whose own writers are still at work (busy carries down a chain of them).
+    if writes.is_empty() || (t.drained && t.uncommitted == 0 && !t.failed && !t.main_may_grow) {
+        // A writer going idle lets its readers go on: that is progress (`--drain`
+        // must not stop before they read what it committed).
+        if busy.remove(&key).is_some() {
+            progress = true;
+        }
+    } else {
+        busy.insert(key, writes);
+    }
+    drop(busy);
+    // Control statements apply at commit boundaries.
+    if !t.failed && t.uncommitted == 0 && t.control < stage.next {
+        progress = true;
+        if !t.apply_stage(stage, &sh.log, &sh.db, opts)? {
+            t.commit(&sh.log, opts, false, false)?;
+            // Forgotten once its state's deletion is committed (a failed commit
+            // reopens it as committed, and it is retired again).
+            retire = !t.failed;
+        }
+    }
+    Ok((progress, retire))
+}
+
+/// The leader's part of a round: once every task has applied the stage (none still runs a form
+/// that uses their stores), open the tasks of new queries or sub-topologies. True if it opened
+/// any. (`live` is held while they open, and released before the round's barrier.)
+fn open_new_tasks(
+    tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
+    stage: &Arc<Stage>,
+    sh: &Shared,
+    opts: &RunOptions,
+    counts_for: &mut Option<(u64, Vec<u32>)>,
+) -> Result<bool, RunError> {
+    let mut live = sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+    if !live.values().all(|c| *c >= stage.next) {
+        return Ok(false);
+    }
+    let mut progress = false;
+    let counts = match &*counts_for {
+        Some((next, c)) if *next == stage.next => c.clone(),
+        _ => {
+            let c = setup_topics(&sh.log, &stage.program, &stage.topo, &stage.specs, &opts.config)?;
+            crate::runtime::schemas::register_sinks(&opts.config, &stage.specs)?;
+            *counts_for = Some((stage.next, c.clone()));
+            c
+        }
+    };
+    let owned = WholeLog { specs: &stage.specs, counts: &counts }.owned()?;
+    for (spec, p) in tasks_on(&stage.specs, &owned) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
+            let writes = spec.repartition_topics();
+            let mut t = TaskRun::open_at(spec.clone(), p, stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
+            t.bar = sh.bar.clone();
+            slot.insert(t.control);
+            if !writes.is_empty() {
+                let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+                busy.insert((spec.name.clone(), p), writes);
+            }
+            tasks.push(t);
+            progress = true;
+        }
+    }
+    Ok(progress)
 }
 
 /// `streamc query` on an application that is not running: each partition's shard of the store

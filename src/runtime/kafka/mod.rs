@@ -36,9 +36,9 @@ use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
 use crate::kafka::{client, io, stored, BrokerError, Deliveries, Kafka};
-use crate::log::{Append, Pos, Record, Stored};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
+use crate::record::{Append, Pos, Record, Stored};
 use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
 use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
@@ -90,26 +90,7 @@ pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> std::
 fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let kafka = Kafka::connect(&opts.config.kafka)?;
     // The control log first, read in full: tasks start with the program as of its end.
-    let mut hub = Hub::new(program, opts)?;
-    let control_topic = control::control_topic(&opts.app);
-    let status_topic = control::status_topic(&opts.app);
-    for t in [&control_topic, &status_topic] {
-        kafka.ensure_topic_with(t, 1, &control::topic_configs(t))?;
-    }
-    hub.written = kafka
-        .read_to_ends(&status_topic, true)?
-        .0
-        .iter()
-        .filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok())
-        .map(|o| o + 1)
-        .max()
-        .unwrap_or(0);
-    let control_reader = reader(&kafka, opts)?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
-    control_reader.assign(&tpl).map_err(client(format!("cannot read `{control_topic}`")))?;
-    poll_control(&kafka, &control_reader, &mut hub, &opts.app, true)?;
-    hub.verbose = true;
+    let (hub, control_reader) = read_control(&kafka, program, opts)?;
     let stage = hub.ev.latest().clone();
     let specs: Vec<Arc<TaskSpec>> = stage.specs.to_vec();
     let topic_configs = setup_topics(&kafka, &stage.program, &stage.topo, &specs)?;
@@ -118,18 +99,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let db = state::open_local_state(&state_path, &opts.app, opts.config.sled_cache_bytes())?;
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
-    // The start-up end of every partition of every external input: `--drain` stops there.
-    let mut startup = BTreeMap::new();
-    let probe = reader(&kafka, opts)?;
     let external: BTreeSet<String> = specs.iter().flat_map(|s| external_inputs(s)).collect();
-    for t in &external {
-        for p in 0..kafka.partitions(t)?.unwrap_or(0) {
-            let (_, high) = probe
-                .fetch_watermarks(t, p as i32, TIMEOUT)
-                .map_err(client(format!("cannot read the end offsets of `{t}` partition {p}")))?;
-            startup.insert((t.clone(), p), high.max(0) as u64);
-        }
-    }
+    let startup = startup_ends(&kafka, opts, &external)?;
     let main_topics: BTreeSet<String> = specs.iter().map(|s| s.main.topic.clone()).collect();
     let producer = Producer::create(&kafka, opts, &instance, eos)?;
     let _reporter = RestoreReporter::start(&kafka, opts, &instance)?;
@@ -237,89 +208,10 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         opts.config.kafka.get("bootstrap.servers").map_or("?", |s| s),
         if eos { "exactly_once" } else { "at_least_once" }
     );
-    let mut idle = false;
-    let mut windows_closed = false;
     if let Some(m) = &opts.metrics {
         m.queries.set_workers(1);
     }
-    let result = (|| -> Result<Summary> {
-        loop {
-            match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
-                // A fatal error (a static member fenced by its own rejoin after a session
-                // timeout, …) leaves the consumer out of the group for good: the run ends
-                // rather than go on as a member of nothing that reports itself ready.
-                Some(Err(KafkaError::MessageConsumptionFatal(code)))
-                | Some(Err(KafkaError::MessageConsumption(code @ RDKafkaErrorCode::Fatal))) => {
-                    let why =
-                        consumer.client().fatal_error().map_or_else(|| code.to_string(), |(c, m)| format!("{c}: {m}"));
-                    return Err(state_error(format!("the Kafka consumer hit a fatal error and left the group: {why}")));
-                }
-                Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
-                // Fetched before its partition was paused: the task's own reader reads it.
-                Some(Ok(_)) | None => {}
-            }
-            let mut e = lock(&consumer.context().engine);
-            if let Some(err) = e.error.take() {
-                return Err(err);
-            }
-            if let Some(m) = &opts.metrics {
-                // Readiness: an assignment received, and every assigned partition's task open
-                // (restored). `open_assigned` restores before it returns.
-                m.health.set(match (e.joined, e.assigned.is_empty()) {
-                    (false, _) => Err("waiting for the consumer group's first assignment"),
-                    (true, false) => Err("restoring the stores of newly assigned partitions"),
-                    (true, true) => Ok(()),
-                });
-            }
-            let opened = e.open_assigned(&consumer)?;
-            if let (Some(m), true) = (&opts.metrics, opened) {
-                m.health.set(if e.assigned.is_empty() {
-                    Ok(())
-                } else {
-                    Err("restoring the stores of newly assigned partitions")
-                });
-            }
-            let worked = e.step()? || opened;
-            if let Some(m) = &opts.metrics {
-                e.answer_queries(&m.queries);
-            }
-            // (Copying other instances' changelogs is not this instance's work: `--drain` does
-            // not wait for it.)
-            let copied = e.standby_turn()?;
-            if stop.load(Ordering::Relaxed) {
-                eprintln!("stopping: a last commit, then leaving the group");
-                e.commit(&consumer, false)?;
-                return e.close_all();
-            }
-            // A commit every `commit.interval_ms`; sooner when a task's cache is full, or when
-            // `--drain` finds no more input to process (it ends only with everything committed),
-            // but not right after a failed commit (a rebalance in progress would fail the next
-            // ones as fast, up to the limit of failures in a row).
-            let due = e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
-                || (e.failed_commits == 0 && (e.cache_full() || e.drain_commit));
-            if due && e.commit(&consumer, false)? {
-                // Control statements apply at commit boundaries.
-                let e = &mut *e;
-                if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)?
-                    || e.hub.ev.latest().next != e.stage.next
-                {
-                    e.apply_stage(&consumer)?;
-                }
-            }
-            idle = !worked && !copied;
-            if opts.drain && !worked && e.drained(&consumer)? {
-                if opts.close_windows_at_end && !windows_closed {
-                    windows_closed = e.commit(&consumer, true)?;
-                    continue;
-                }
-                // The last counts go to `<app>-metrics` too.
-                e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
-                if e.commit(&consumer, false)? {
-                    return e.close_all();
-                }
-            }
-        }
-    })();
+    let result = drive(&consumer, opts, &stop);
     if let Some(m) = &opts.metrics {
         m.queries.set_workers(0);
     }
@@ -840,7 +732,7 @@ impl Engine {
         let main_key = format!("{}/{p}", spec.main.topic);
         if meta.is_null() {
             if let Some(o) = committed {
-                positions.insert(main_key.clone(), Pos { offset: o, byte: 0 });
+                positions.insert(main_key.clone(), Pos::at(o));
             }
         }
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
@@ -1313,7 +1205,7 @@ impl TxnCommit<'_> {
                             .entry(st.changelog.as_str())
                             .or_insert_with(|| producer.take_delivered(&st.changelog));
                         let offset = d.get(&(s.partition as i32)).map_or(end.offset, |o| end.offset.max(*o as u64 + 1));
-                        Pos { offset, byte: 0 }
+                        Pos::at(offset)
                     })
                     .collect()
             })
@@ -1541,6 +1433,132 @@ fn close_quickly<C: ConsumerContext>(c: &BaseConsumer<C>) {
     }
 }
 
+/// The instance's loop, once it has subscribed: poll the group consumer (rebalances run in its
+/// callbacks), open what was assigned, step the tasks, copy changelogs for standbys, commit when
+/// due and apply control stages at commit boundaries; until a signal, or `--drain` finds every
+/// input processed and committed.
+fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool) -> Result<Summary> {
+    let mut idle = false;
+    let mut windows_closed = false;
+    loop {
+        match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
+            // A fatal error (a static member fenced by its own rejoin after a session
+            // timeout, …) leaves the consumer out of the group for good: the run ends
+            // rather than go on as a member of nothing that reports itself ready.
+            Some(Err(KafkaError::MessageConsumptionFatal(code)))
+            | Some(Err(KafkaError::MessageConsumption(code @ RDKafkaErrorCode::Fatal))) => {
+                let why =
+                    consumer.client().fatal_error().map_or_else(|| code.to_string(), |(c, m)| format!("{c}: {m}"));
+                return Err(state_error(format!("the Kafka consumer hit a fatal error and left the group: {why}")));
+            }
+            Some(Err(e)) => eprintln!("Kafka consumer: {e}"),
+            // Fetched before its partition was paused: the task's own reader reads it.
+            Some(Ok(_)) | None => {}
+        }
+        let mut e = lock(&consumer.context().engine);
+        if let Some(err) = e.error.take() {
+            return Err(err);
+        }
+        if let Some(m) = &opts.metrics {
+            // Readiness: an assignment received, and every assigned partition's task open
+            // (restored). `open_assigned` restores before it returns.
+            m.health.set(match (e.joined, e.assigned.is_empty()) {
+                (false, _) => Err("waiting for the consumer group's first assignment"),
+                (true, false) => Err("restoring the stores of newly assigned partitions"),
+                (true, true) => Ok(()),
+            });
+        }
+        let opened = e.open_assigned(consumer)?;
+        if let (Some(m), true) = (&opts.metrics, opened) {
+            m.health.set(if e.assigned.is_empty() {
+                Ok(())
+            } else {
+                Err("restoring the stores of newly assigned partitions")
+            });
+        }
+        let worked = e.step()? || opened;
+        if let Some(m) = &opts.metrics {
+            e.answer_queries(&m.queries);
+        }
+        // (Copying other instances' changelogs is not this instance's work: `--drain` does
+        // not wait for it.)
+        let copied = e.standby_turn()?;
+        if stop.load(Ordering::Relaxed) {
+            eprintln!("stopping: a last commit, then leaving the group");
+            e.commit(consumer, false)?;
+            return e.close_all();
+        }
+        // A commit every `commit.interval_ms`; sooner when a task's cache is full, or when
+        // `--drain` finds no more input to process (it ends only with everything committed),
+        // but not right after a failed commit (a rebalance in progress would fail the next
+        // ones as fast, up to the limit of failures in a row).
+        let due = e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
+            || (e.failed_commits == 0 && (e.cache_full() || e.drain_commit));
+        if due && e.commit(consumer, false)? {
+            // Control statements apply at commit boundaries.
+            let e = &mut *e;
+            if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)?
+                || e.hub.ev.latest().next != e.stage.next
+            {
+                e.apply_stage(consumer)?;
+            }
+        }
+        idle = !worked && !copied;
+        if opts.drain && !worked && e.drained(consumer)? {
+            if opts.close_windows_at_end && !windows_closed {
+                windows_closed = e.commit(consumer, true)?;
+                continue;
+            }
+            // The last counts go to `<app>-metrics` too.
+            e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
+            if e.commit(consumer, false)? {
+                return e.close_all();
+            }
+        }
+    }
+}
+
+/// The application's control log read in full (its control and status topics made if missing),
+/// and the reader that follows it: tasks start with the program as of its end.
+fn read_control(kafka: &Kafka, program: &hir::Program, opts: &RunOptions) -> Result<(Hub, Reader)> {
+    let mut hub = Hub::new(program, opts)?;
+    let control_topic = control::control_topic(&opts.app);
+    let status_topic = control::status_topic(&opts.app);
+    for t in [&control_topic, &status_topic] {
+        kafka.ensure_topic_with(t, 1, &control::topic_configs(t))?;
+    }
+    hub.written = kafka
+        .read_to_ends(&status_topic, true)?
+        .0
+        .iter()
+        .filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok())
+        .map(|o| o + 1)
+        .max()
+        .unwrap_or(0);
+    let control_reader = reader(kafka, opts)?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
+    control_reader.assign(&tpl).map_err(client(format!("cannot read `{control_topic}`")))?;
+    poll_control(kafka, &control_reader, &mut hub, &opts.app, true)?;
+    hub.verbose = true;
+    Ok((hub, control_reader))
+}
+
+/// The start-up end of every partition of every external input: `--drain` stops there.
+fn startup_ends(kafka: &Kafka, opts: &RunOptions, external: &BTreeSet<String>) -> Result<BTreeMap<(String, u32), u64>> {
+    let mut startup = BTreeMap::new();
+    let probe = reader(kafka, opts)?;
+    for t in external {
+        for p in 0..kafka.partitions(t)?.unwrap_or(0) {
+            let (_, high) = probe
+                .fetch_watermarks(t, p as i32, TIMEOUT)
+                .map_err(client(format!("cannot read the end offsets of `{t}` partition {p}")))?;
+            startup.insert((t.clone(), p), high.max(0) as u64);
+        }
+    }
+    Ok(startup)
+}
+
 /// A reader (see [`reader_config`]).
 fn reader(k: &Kafka, opts: &RunOptions) -> Result<Reader> {
     Ok(Reader(reader_config(k, opts).create().map_err(client("Kafka consumer"))?))
@@ -1679,7 +1697,7 @@ impl Backend for Engine {
             .fetch_watermarks(topic, p as i32, TIMEOUT)
             .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
         let low = low.max(0) as u64;
-        Ok(Some(Extent { low, end: Pos { offset: high.max(0) as u64, byte: 0 }, deletions_from: low }))
+        Ok(Some(Extent { low, end: Pos::at(high.max(0) as u64), deletions_from: low }))
     }
 
     /// Committed records only (read_committed); returns once the position reaches `end`, which
@@ -1714,7 +1732,7 @@ impl Backend for Engine {
                     next = m.offset() as u64 + 1;
                     batch.push(stored(&m));
                     if batch.len() >= BATCH {
-                        visit(std::mem::take(&mut batch), Pos { offset: next, byte: 0 })?;
+                        visit(std::mem::take(&mut batch), Pos::at(next))?;
                     }
                     if next >= end.offset {
                         break;
@@ -1722,7 +1740,7 @@ impl Backend for Engine {
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) | None => {
                     if !batch.is_empty() {
-                        visit(std::mem::take(&mut batch), Pos { offset: next, byte: 0 })?;
+                        visit(std::mem::take(&mut batch), Pos::at(next))?;
                     }
                     // Under read_committed the end of partition is the last stable offset: an
                     // open transaction (of an instance that died) holds the rest until it is
@@ -1743,10 +1761,10 @@ impl Backend for Engine {
             }
         }
         if !batch.is_empty() {
-            visit(std::mem::take(&mut batch), Pos { offset: next, byte: 0 })?;
+            visit(std::mem::take(&mut batch), Pos::at(next))?;
         }
         // Past transaction markers, the position may be beyond the last record.
-        Ok(Pos { offset: position().unwrap_or(next).max(next), byte: 0 })
+        Ok(Pos::at(position().unwrap_or(next).max(next)))
     }
 
     fn changelog_may_pass_commit(&self) -> bool {
@@ -1785,7 +1803,7 @@ impl Engine {
             .iter()
             .map(|a| {
                 let d = delivered.entry(a.topic.clone()).or_insert_with(|| self.producer.take_delivered(&a.topic));
-                Pos { offset: d.get(&(a.partition as i32)).map_or(0, |o| *o as u64 + 1), byte: 0 }
+                Pos::at(d.get(&(a.partition as i32)).map_or(0, |o| *o as u64 + 1))
             })
             .collect())
     }

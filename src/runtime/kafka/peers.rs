@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::kafka::Kafka;
-use crate::log::Record;
+use crate::record::Record;
 use crate::runtime::query::{Owners, Peers};
 
 /// How long an answer about the group is reused: queries in a burst ask the broker once.

@@ -25,7 +25,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::control::Stage;
-use crate::log::Pos;
+use crate::record::Pos;
 use crate::runtime::error::RunError;
 use crate::runtime::kafka::peers::GroupPeers;
 use crate::runtime::metrics::Metrics;
@@ -69,7 +69,7 @@ struct Copy {
 impl Copy {
     fn write(&mut self) -> Result<(), RunError> {
         self.pending
-            .write(&self.tree, &Pos { offset: self.next, byte: 0 })
+            .write(&self.tree, &Pos::at(self.next))
             .map_err(crate::runtime::error::state("cannot write a standby replica"))?;
         self.written = Instant::now();
         Ok(())

@@ -6,12 +6,12 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::eval::{eval, Row};
+use crate::format::json::RecordWriter;
 use crate::hir;
 use crate::plan::physical::RepartitionSpec;
 use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::sink::headers;
 use crate::runtime::ops::{Ctx, Down, InPlace, Operator};
-use crate::runtime::wire::RecordWriter;
 use crate::types::Type;
 use crate::value::Value;
 
@@ -121,4 +121,45 @@ fn group_key(exprs: &[hir::Expr], row: &Row) -> Result<Value, RecordError> {
         vals.push(eval(e, row, &[]).map_err(RecordError)?);
     }
     Ok(if vals.len() == 1 { vals.pop().unwrap_or(Value::Null) } else { Value::List(Arc::new(vals)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::value::Value;
+
+    const PROGRAM: &str = r#"
+stream trades from "trades" {
+  key    ticker
+  value  json { ticker: string, price: float, venue: string }
+}
+query per_venue {
+  from trades
+  group by venue
+  aggregate { n = count() }
+  to "per-venue"
+}
+"#;
+
+    /// A row leaves for the next sub-topology on the repartition topic, keyed by its group key,
+    /// its value the row's fields as an object; a row taken back is marked so.
+    #[test]
+    fn a_row_is_written_keyed_by_its_group_and_a_retraction_is_marked() {
+        let mut h = Harness::new(PROGRAM, 0);
+        let mut chain = h.chain();
+        let repartition = chain.last_mut().expect("the repartition").as_mut();
+        let trade = row(Value::str("A"), vec![Value::str("A"), Value::Float(1.5), Value::str("xnas")]);
+        assert!(h.send(repartition, trade.clone(), 10).unwrap().is_empty());
+        let written = h.written();
+        assert_eq!(written.len(), 1);
+        let (topic, key, value) = &written[0];
+        assert!(topic.ends_with("-repartition"), "{topic}");
+        assert_eq!(key.as_deref(), Some("xnas"));
+        assert_eq!(value.as_deref(), Some(r#"{"ticker":"A","price":1.5,"venue":"xnas"}"#));
+        let retracted = crate::eval::Row { retract: true, ..trade };
+        h.send(repartition, retracted, 11).unwrap();
+        let last = h.out.iter().last().expect("a second record");
+        assert!(last.headers().any(|(n, v)| n == super::H_RETRACT && v == b"1"));
+        assert_eq!(h.counters.records_out, 2);
+    }
 }

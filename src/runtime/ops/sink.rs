@@ -6,13 +6,12 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::ast::Format;
 use crate::eval::{eval, Row};
+use crate::format::{RowEncoder, Target};
 use crate::plan::physical::{SinkSpec, TaskSpec};
 use crate::runtime::op::{Building, Outputs, RecordError, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 use crate::runtime::tenant::{self, H_TENANT};
-use crate::runtime::wire::{wire_row, RecordWriter};
 use crate::types::Type;
 use crate::value::Value;
 
@@ -22,13 +21,15 @@ pub const H_VERSION: &str = "streamc.query.version";
 pub const H_WINDOW_START: &str = "streamc.window.start";
 pub const H_WINDOW_END: &str = "streamc.window.end";
 
-/// A sink of the chain: the plan's [`SinkSpec`] and the writer of its JSON values.
-pub(crate) struct Sink(SinkSpec, RecordWriter);
+/// A sink of the chain: the plan's [`SinkSpec`] and the encoder of its values.
+pub(crate) struct Sink(SinkSpec, RowEncoder);
 
 impl Sink {
     pub(crate) fn new(spec: SinkSpec) -> Sink {
-        let writer = RecordWriter::new(&spec.value_ty);
-        Sink(spec, writer)
+        // (A registry format's schema was registered for the topic when the program started or
+        // changed.)
+        let encoder = RowEncoder::new(spec.format, &spec.value_ty, &spec.topic, spec.registry_schema.as_deref());
+        Sink(spec, encoder)
     }
 }
 
@@ -111,7 +112,7 @@ fn registered_key(sink: &SinkSpec, key: &Value) -> Result<Option<Vec<u8>>, Strin
     if key.is_null() {
         return Ok(None);
     }
-    crate::codec::encode_registered_key(*format, &sink.topic, text, key, sink.key_ty.base()).map(Some)
+    crate::format::encode_key(*format, key, sink.key_ty.base(), Target { topic: &sink.topic, schema: text }).map(Some)
 }
 
 /// The headers of a record a task writes: the version of the query that wrote it, and the
@@ -168,7 +169,7 @@ fn sink_key(b: &mut Building, key: &Value, key_ty: &Type, tenant: Option<&[u8]>,
 /// Write a row's record at a sink to `out`: its key, headers and value in the sink's format.
 fn sink_record(
     sink: &SinkSpec,
-    writer: &RecordWriter,
+    encoder: &RowEncoder,
     row: &Row,
     ts: i64,
     version: u64,
@@ -185,47 +186,108 @@ fn sink_record(
         None => sink_key(&mut b, &row.key, &sink.key_ty, row.tenant.as_deref(), window),
     }
     headers(&mut b, version, row.tenant.as_deref());
-    match sink.format {
-        Format::Json => b.value_with(|o| {
-            let start = o.len();
-            writer.write_row(row, &sink.value_ty, o);
-            if let Some(t) = &row.tenant {
-                // The tenant, as the last field `tenant` (the checker keeps the name free).
-                o.pop();
-                if o.len() - start > 1 {
-                    o.push(b',');
-                }
-                o.extend_from_slice(b"\"tenant\":");
-                tenant::write_json(t, o);
-                o.push(b'}');
-            }
-        }),
-        Format::String => match row.value.first() {
-            Some(Value::Str(s)) => b.value(s.as_bytes()),
-            Some(Value::Null) | None => {}
-            Some(v) => b.value(v.to_string().as_bytes()),
-        },
-        Format::Csv(d) => {
-            // The checker allows only scalar columns; a tenant's id is a last column.
-            let types = sink.value_ty.fields.iter().map(|f| &f.1);
-            let tenant: Vec<&[u8]> = row.tenant.as_deref().into_iter().collect();
-            if row.joined.is_empty() {
-                b.value(&crate::delimited::encode(&row.value, types, &tenant, d));
-            } else {
-                b.value(&crate::delimited::encode(&wire_row(row, &sink.value_ty), types, &tenant, d));
-            }
-        }
-        Format::Avro | Format::Protobuf => {
-            // The schema was registered for the topic when the program started or changed.
-            let schema = sink.registry_schema.as_deref().unwrap_or_default();
-            let encode = |values: &[Value]| {
-                crate::codec::encode_registered(sink.format, &sink.topic, schema, values, &sink.value_ty)
-            };
-            let encoded =
-                if row.joined.is_empty() { encode(&row.value) } else { encode(&wire_row(row, &sink.value_ty)) };
-            b.value(&encoded.map_err(RecordError)?);
-        }
-    }
+    b.try_value_with(|o| encoder.encode(row, o)).map_err(RecordError)?;
     b.done();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::value::Value;
+
+    const PROGRAM: &str = r#"
+stream trades from "trades" {
+  key    ticker
+  value  json { ticker: string, price: float, note: string }
+}
+query j { from trades select { ticker, price } to "j" }
+query c { from trades select { ticker, price } to "c" csv delimiter "|" }
+query s { from trades select { note } to "s" string }
+query b {
+  from trades
+  select { ticker, price }
+  to "big"  when price > 100
+  to "rest" when true
+}
+"#;
+
+    fn trade(price: f64) -> crate::eval::Row {
+        row(Value::str("A"), vec![Value::str("A"), Value::Float(price)])
+    }
+
+    /// A `json` sink writes the key's text and the value as an object of the row's fields;
+    /// a tenant's record is keyed `[tenant, key]` and carries `tenant` as its last field; every
+    /// record names the query's version in a header.
+    #[test]
+    fn a_json_sink_writes_the_key_and_an_object_with_the_tenant_last() {
+        let mut h = Harness::new(PROGRAM, 0);
+        let mut chain = h.chain();
+        let sink = chain.last_mut().expect("a sink").as_mut();
+        assert!(h.send(sink, trade(1.5), 10).unwrap().is_empty(), "a sink passes nothing down");
+        let mut tenanted = trade(2.0);
+        tenanted.tenant = Some(Arc::from(&b"acme"[..]));
+        h.send(sink, tenanted, 11).unwrap();
+        assert_eq!(
+            h.written(),
+            [
+                ("j".to_string(), Some("A".to_string()), Some(r#"{"ticker":"A","price":1.5}"#.to_string())),
+                (
+                    "j".to_string(),
+                    Some(r#"["acme","A"]"#.to_string()),
+                    Some(r#"{"ticker":"A","price":2.0,"tenant":"acme"}"#.to_string())
+                ),
+            ]
+        );
+        let first = h.out.iter().next().expect("a record");
+        let headers: Vec<(&str, &[u8])> = first.headers().collect();
+        assert_eq!(headers, [(super::H_VERSION, &b"0"[..])]);
+        assert_eq!(h.counters.records_out, 2);
+    }
+
+    /// A `csv` sink writes one delimited record of the row's fields, a tenant's id as a last
+    /// column.
+    #[test]
+    fn a_csv_sink_writes_one_delimited_record_with_the_tenant_last() {
+        let mut h = Harness::new(PROGRAM, 1);
+        let mut chain = h.chain();
+        let sink = chain.last_mut().expect("a sink").as_mut();
+        h.send(sink, trade(1.5), 10).unwrap();
+        let mut tenanted = trade(3.25);
+        tenanted.tenant = Some(Arc::from(&b"acme"[..]));
+        h.send(sink, tenanted, 11).unwrap();
+        let values: Vec<Option<String>> = h.written().into_iter().map(|(_, _, v)| v).collect();
+        assert_eq!(values, [Some("A|1.5".to_string()), Some("A|3.25|acme".to_string())]);
+    }
+
+    /// A `string` sink writes its one field as text; a null field writes a record with no
+    /// value.
+    #[test]
+    fn a_string_sink_writes_its_field_as_text_and_a_null_as_no_value() {
+        let mut h = Harness::new(PROGRAM, 2);
+        let mut chain = h.chain();
+        let sink = chain.last_mut().expect("a sink").as_mut();
+        h.send(sink, row(Value::str("A"), vec![Value::str("hello, world")]), 10).unwrap();
+        h.send(sink, row(Value::str("A"), vec![Value::Null]), 11).unwrap();
+        let values: Vec<Option<String>> = h.written().into_iter().map(|(_, _, v)| v).collect();
+        assert_eq!(values, [Some("hello, world".to_string()), None]);
+    }
+
+    /// A branch writes the rows its condition holds for, and passes the others on to the next
+    /// branch.
+    #[test]
+    fn a_branch_writes_what_its_condition_holds_for_and_passes_the_rest_on() {
+        let mut h = Harness::new(PROGRAM, 3);
+        let mut chain = h.chain();
+        let n = chain.len();
+        let big = chain[n - 2].as_mut();
+        assert!(h.send(big, trade(150.0), 10).unwrap().is_empty());
+        let passed = h.send(big, trade(50.0), 11).unwrap();
+        assert_eq!(passed.len(), 1);
+        assert_eq!(passed[0].0.value, vec![Value::str("A"), Value::Float(50.0)]);
+        let topics: Vec<String> = h.written().into_iter().map(|(t, _, _)| t).collect();
+        assert_eq!(topics, ["big"]);
+    }
 }

@@ -136,3 +136,46 @@ fn join_late(side: usize, ts: i64, si: &StreamInput, cx: &mut Ctx) {
         cx.joins.time(side)
     ));
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::runtime::ops::testing::{row, Harness};
+    use crate::value::Value;
+
+    const PROGRAM: &str = r#"
+stream clicks from "clicks" {
+  key    user
+  value  json { user: string, page: string }
+}
+stream buys from "buys" {
+  key    user
+  value  json { user: string, amount: float }
+}
+query j {
+  from clicks
+  join buys within 10s on user
+  to "j"
+}
+"#;
+
+    /// A click is kept for buys to come; a buy of the same user within the bounds joins it
+    /// (the click's row with the buy as its joined side), one of another user or too far in
+    /// time does not.
+    #[test]
+    fn records_of_both_sides_join_by_key_within_the_bounds() {
+        let mut h = Harness::new(PROGRAM, 0);
+        let mut chain = h.chain();
+        let step = chain[0].as_mut();
+        let click = row(Value::str("ann"), vec![Value::str("ann"), Value::str("/home")]);
+        assert!(h.send(step, click, 100_000).unwrap().is_empty(), "nothing to join yet");
+        let buy = |user: &str, amount: f64| row(Value::str(user), vec![Value::str(user), Value::Float(amount)]);
+        let raw = |amount: f64| Some(format!(r#"{{"user":"x","amount":{amount}}}"#).into_bytes());
+        let got = h.send_right(0, buy("ann", 9.5), 105_000, 0, raw(9.5)).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0.value, vec![Value::str("ann"), Value::str("/home")]);
+        let (k, side) = got[0].0.joined[0].clone().expect("the buy");
+        assert_eq!((k, side.as_ref().clone()), (Value::str("ann"), vec![Value::str("ann"), Value::Float(9.5)]));
+        assert!(h.send_right(0, buy("bob", 1.0), 105_500, 1, raw(1.0)).unwrap().is_empty(), "another key");
+        assert!(h.send_right(0, buy("ann", 2.0), 111_000, 2, raw(2.0)).unwrap().is_empty(), "11 s after: outside");
+    }
+}

@@ -98,6 +98,22 @@ impl Harness {
         r.map(|()| rows)
     }
 
+    /// A record of joined stream `side` (`row` keyed by the join key, `raw` its value's bytes)
+    /// into its join step, as the task sends it: what the step passed down the rest of the
+    /// chain, or the record's error.
+    pub(crate) fn send_right(
+        &mut self,
+        side: usize,
+        row: Row,
+        ts: i64,
+        offset: u64,
+        raw: Option<Vec<u8>>,
+    ) -> Result<Vec<(Row, i64)>, RecordError> {
+        let input = crate::runtime::op::Input { row, ts, offset };
+        let (r, rows) = self.drive(|cx, down| crate::runtime::ops::join_right(side, input, raw, offset, cx, down));
+        r.map(|()| rows)
+    }
+
     /// Run a flush of `op` (a commit): what it passed down.
     pub(crate) fn flush(&mut self, op: &mut dyn Operator) -> Vec<(Row, i64)> {
         self.drive(|cx, down| op.flush(cx, down)).1

@@ -16,8 +16,8 @@ for offset, rec in enumerate(read_input("readings")):
     v = rec["value"]
     if not isinstance(v["celsius"], (int, float)):
         headers = {("original." + k if k.startswith("streamc.") else k): h for k, h in rec.get("headers", {}).items()}
-        # The decoder's message for the compact JSON the value is written as.
-        reason = "expected float, found a string at line 1 column 30"
+        # A value of the wrong type: the reason names its field (docs/conventions.md).
+        reason = "celsius: expected float, found a string"
         headers.update({"streamc.error": reason, "streamc.source.topic": "readings",
                         "streamc.source.partition": "0", "streamc.source.offset": str(offset)})
         dlq.append({"key": rec["key"], "value": v, "headers": headers})

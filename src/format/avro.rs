@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::schema::{Name, Schema};
-use apache_avro::types::Value as Avro;
+use apache_avro::types::Value as Datum;
 
 use crate::types::{RecordType, Type};
 use crate::value::Value;
@@ -79,10 +79,10 @@ fn collect_names(s: &Schema, names: &mut HashMap<Name, Schema>) {
 }
 
 /// The writer schemas this process has looked up.
-static WRITERS: crate::schema_tables::Writers<Writer> = crate::schema_tables::Writers::new();
+static WRITERS: crate::format::schema_tables::Writers<Writer> = crate::format::schema_tables::Writers::new();
 
 /// The schemas of sink topics, as registered.
-static SINKS: crate::schema_tables::Sinks<Arc<Schema>> = crate::schema_tables::Sinks::new();
+static SINKS: crate::format::schema_tables::Sinks<Arc<Schema>> = crate::format::schema_tables::Sinks::new();
 
 /// Whether the writer schema `id` has been looked up.
 pub fn writer_known(id: u32) -> bool {
@@ -110,10 +110,10 @@ pub fn key_schema_json(ty: &Type) -> String {
 /// A key written under `<topic>-key` with the schema `text` ([`key_schema_json`]) registered
 /// for it: by the runtime ahead, or now.
 pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec<u8>, String> {
-    let (id, _) = SINKS.of(&crate::schema_tables::key_subject(topic), text, crate::ast::Format::Avro, |t| {
+    let (id, _) = SINKS.of(&crate::format::schema_tables::key_subject(topic), text, crate::ast::Format::Avro, |t| {
         Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
     })?;
-    let mut out = crate::schema_tables::wire_header(id);
+    let mut out = crate::format::schema_tables::wire_header(id);
     write_avro(&mut out, key, ty).map_err(|e| format!("cannot write an Avro key for `{topic}`: {e}"))?;
     Ok(out)
 }
@@ -123,10 +123,10 @@ pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec
 pub fn decode_key(bytes: &[u8], ty: &Type) -> Result<Value, String> {
     let (id, w, datum) = read_framed(bytes)?;
     match (&datum, w.resolve(w.schema)) {
-        (Avro::Record(fields), Schema::Record(r)) if fields.len() == 1 && r.fields.len() == 1 => {
+        (Datum::Record(fields), Schema::Record(r)) if fields.len() == 1 && r.fields.len() == 1 => {
             convert(&fields[0].1, &r.fields[0].schema, ty, &w, "")
         }
-        (Avro::Record(fields), _) => {
+        (Datum::Record(fields), _) => {
             Err(format!("the key's schema id {id} is a record of {} fields: a key is one value", fields.len()))
         }
         _ => convert(&datum, w.schema, ty, &w, ""),
@@ -135,7 +135,7 @@ pub fn decode_key(bytes: &[u8], ty: &Type) -> Result<Value, String> {
 
 /// The writer schema id of a framed value.
 pub fn schema_id(bytes: &[u8]) -> Result<u32, String> {
-    crate::schema_tables::wire_schema_id(bytes, "Avro")
+    crate::format::schema_tables::wire_schema_id(bytes, "Avro")
 }
 
 /// A framed value decoded to the declared record type, with the writer schema its id names.
@@ -147,8 +147,8 @@ pub fn decode(bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
     }
 }
 
-fn record(v: &Avro, s: &Schema, rt: &RecordType, w: &Writer, path: &str) -> Result<Value, String> {
-    let (Avro::Record(fields), Schema::Record(rs)) = (v, w.resolve(s)) else {
+fn record(v: &Datum, s: &Schema, rt: &RecordType, w: &Writer, path: &str) -> Result<Value, String> {
+    let (Datum::Record(fields), Schema::Record(rs)) = (v, w.resolve(s)) else {
         return Err(format!("{}: the writer wrote {}, not a record", at(path), kind(v)));
     };
     let mut out = Vec::with_capacity(rt.fields.len());
@@ -177,44 +177,44 @@ fn at(path: &str) -> String {
     }
 }
 
-fn kind(v: &Avro) -> &'static str {
+fn kind(v: &Datum) -> &'static str {
     match v {
-        Avro::Null => "null",
-        Avro::Boolean(_) => "a boolean",
-        Avro::Int(_) | Avro::Long(_) => "an integer",
-        Avro::Float(_) | Avro::Double(_) => "a floating-point number",
-        Avro::Bytes(_) | Avro::Fixed(..) => "bytes",
-        Avro::String(_) => "a string",
-        Avro::Enum(..) => "an enum symbol",
-        Avro::Union(..) => "a union",
-        Avro::Array(_) => "an array",
-        Avro::Map(_) => "a map",
-        Avro::Record(_) => "a record",
-        Avro::Date(_) => "a date",
-        Avro::Decimal(_) | Avro::BigDecimal(_) => "a decimal",
-        Avro::TimeMillis(_) | Avro::TimeMicros(_) => "a time of day",
-        Avro::TimestampMillis(_)
-        | Avro::TimestampMicros(_)
-        | Avro::TimestampNanos(_)
-        | Avro::LocalTimestampMillis(_)
-        | Avro::LocalTimestampMicros(_)
-        | Avro::LocalTimestampNanos(_) => "a timestamp",
-        Avro::Duration(_) => "an Avro duration",
-        Avro::Uuid(_) => "a uuid",
+        Datum::Null => "null",
+        Datum::Boolean(_) => "a boolean",
+        Datum::Int(_) | Datum::Long(_) => "an integer",
+        Datum::Float(_) | Datum::Double(_) => "a floating-point number",
+        Datum::Bytes(_) | Datum::Fixed(..) => "bytes",
+        Datum::String(_) => "a string",
+        Datum::Enum(..) => "an enum symbol",
+        Datum::Union(..) => "a union",
+        Datum::Array(_) => "an array",
+        Datum::Map(_) => "a map",
+        Datum::Record(_) => "a record",
+        Datum::Date(_) => "a date",
+        Datum::Decimal(_) | Datum::BigDecimal(_) => "a decimal",
+        Datum::TimeMillis(_) | Datum::TimeMicros(_) => "a time of day",
+        Datum::TimestampMillis(_)
+        | Datum::TimestampMicros(_)
+        | Datum::TimestampNanos(_)
+        | Datum::LocalTimestampMillis(_)
+        | Datum::LocalTimestampMicros(_)
+        | Datum::LocalTimestampNanos(_) => "a timestamp",
+        Datum::Duration(_) => "an Avro duration",
+        Datum::Uuid(_) => "a uuid",
     }
 }
 
 /// One value of the writer's schema `s` as the declared type `ty`.
-fn convert(v: &Avro, s: &Schema, ty: &Type, w: &Writer, path: &str) -> Result<Value, String> {
+fn convert(v: &Datum, s: &Schema, ty: &Type, w: &Writer, path: &str) -> Result<Value, String> {
     let s = w.resolve(s);
-    if let Avro::Union(i, inner) = v {
+    if let Datum::Union(i, inner) = v {
         let branch = match s {
             Schema::Union(u) => u.variants().get(*i as usize).unwrap_or(s),
             s => s,
         };
         return convert(inner, branch, ty, w, path);
     }
-    if let Avro::Null = v {
+    if let Datum::Null = v {
         return if ty.is_nullable() || *ty == Type::Error {
             Ok(Value::Null)
         } else {
@@ -223,31 +223,33 @@ fn convert(v: &Avro, s: &Schema, ty: &Type, w: &Writer, path: &str) -> Result<Va
     }
     let bad = || format!("{}: the writer wrote {}, which does not read as a {}", at(path), kind(v), ty.base());
     Ok(match (ty.base(), v) {
-        (Type::String, Avro::String(s)) => Value::str(s),
-        (Type::String, Avro::Enum(_, s)) => Value::str(s),
-        (Type::String, Avro::Uuid(u)) => Value::str(&u.to_string()),
-        (Type::String, Avro::Bytes(b)) => Value::str(std::str::from_utf8(b).map_err(|_| bad())?),
-        (Type::Int, Avro::Int(i)) => Value::Int((*i).into()),
-        (Type::Int, Avro::Long(i)) => Value::Int(*i),
-        (Type::Float, Avro::Int(i)) => Value::Float((*i).into()),
-        (Type::Float, Avro::Long(i)) => Value::Float(*i as f64),
-        (Type::Float, Avro::Float(f)) => finite((*f).into()).ok_or_else(bad)?,
-        (Type::Float, Avro::Double(f)) => finite(*f).ok_or_else(bad)?,
-        (Type::Float, Avro::Decimal(d)) => {
+        (Type::String, Datum::String(s)) => Value::str(s),
+        (Type::String, Datum::Enum(_, s)) => Value::str(s),
+        (Type::String, Datum::Uuid(u)) => Value::str(&u.to_string()),
+        (Type::String, Datum::Bytes(b)) => Value::str(std::str::from_utf8(b).map_err(|_| bad())?),
+        (Type::Int, Datum::Int(i)) => Value::Int((*i).into()),
+        (Type::Int, Datum::Long(i)) => Value::Int(*i),
+        (Type::Float, Datum::Int(i)) => Value::Float((*i).into()),
+        (Type::Float, Datum::Long(i)) => Value::Float(*i as f64),
+        (Type::Float, Datum::Float(f)) => finite((*f).into()).ok_or_else(bad)?,
+        (Type::Float, Datum::Double(f)) => finite(*f).ok_or_else(bad)?,
+        (Type::Float, Datum::Decimal(d)) => {
             let Schema::Decimal(ds) = s else { return Err(bad()) };
             let bytes = <Vec<u8>>::try_from(d).map_err(|_| bad())?;
             finite(unscaled(&bytes).ok_or_else(bad)? / 10f64.powi(ds.scale as i32)).ok_or_else(bad)?
         }
-        (Type::Bool, Avro::Boolean(b)) => Value::Bool(*b),
-        (Type::Timestamp, Avro::TimestampMillis(t) | Avro::LocalTimestampMillis(t) | Avro::Long(t)) => Value::Ts(*t),
-        (Type::Timestamp, Avro::TimestampMicros(t) | Avro::LocalTimestampMicros(t)) => Value::Ts(t.div_euclid(1_000)),
-        (Type::Timestamp, Avro::TimestampNanos(t) | Avro::LocalTimestampNanos(t)) => Value::Ts(t.div_euclid(1_000_000)),
-        (Type::Timestamp, Avro::Int(t)) => Value::Ts((*t).into()),
-        (Type::Timestamp, Avro::Date(d)) => Value::Ts(i64::from(*d) * 86_400_000),
-        (Type::Duration, Avro::Long(d)) => Value::Dur(*d),
-        (Type::Duration, Avro::Int(d) | Avro::TimeMillis(d)) => Value::Dur((*d).into()),
-        (Type::Duration, Avro::TimeMicros(d)) => Value::Dur(d.div_euclid(1_000)),
-        (Type::List(item), Avro::Array(xs)) => {
+        (Type::Bool, Datum::Boolean(b)) => Value::Bool(*b),
+        (Type::Timestamp, Datum::TimestampMillis(t) | Datum::LocalTimestampMillis(t) | Datum::Long(t)) => Value::Ts(*t),
+        (Type::Timestamp, Datum::TimestampMicros(t) | Datum::LocalTimestampMicros(t)) => Value::Ts(t.div_euclid(1_000)),
+        (Type::Timestamp, Datum::TimestampNanos(t) | Datum::LocalTimestampNanos(t)) => {
+            Value::Ts(t.div_euclid(1_000_000))
+        }
+        (Type::Timestamp, Datum::Int(t)) => Value::Ts((*t).into()),
+        (Type::Timestamp, Datum::Date(d)) => Value::Ts(i64::from(*d) * 86_400_000),
+        (Type::Duration, Datum::Long(d)) => Value::Dur(*d),
+        (Type::Duration, Datum::Int(d) | Datum::TimeMillis(d)) => Value::Dur((*d).into()),
+        (Type::Duration, Datum::TimeMicros(d)) => Value::Dur(d.div_euclid(1_000)),
+        (Type::List(item), Datum::Array(xs)) => {
             let Schema::Array(a) = s else { return Err(bad()) };
             let items = xs
                 .iter()
@@ -256,7 +258,7 @@ fn convert(v: &Avro, s: &Schema, ty: &Type, w: &Writer, path: &str) -> Result<Va
                 .collect::<Result<Vec<_>, _>>()?;
             Value::List(Arc::new(items))
         }
-        (Type::Map(k, vt), Avro::Map(m)) => {
+        (Type::Map(k, vt), Datum::Map(m)) => {
             let Schema::Map(ms) = s else { return Err(bad()) };
             let mut entries = Vec::with_capacity(m.len());
             for (key, x) in m {
@@ -266,7 +268,7 @@ fn convert(v: &Avro, s: &Schema, ty: &Type, w: &Writer, path: &str) -> Result<Va
             }
             Value::map(entries)
         }
-        (Type::Record(rt), Avro::Record(_)) => record(v, s, rt, w, path)?,
+        (Type::Record(rt), Datum::Record(_)) => record(v, s, rt, w, path)?,
         _ => return Err(bad()),
     })
 }
@@ -296,7 +298,7 @@ pub fn to_json(bytes: &[u8]) -> Result<serde_json::Value, String> {
 }
 
 /// A framed value's schema id, writer schema and datum; bytes after the datum are an error.
-fn read_framed(bytes: &[u8]) -> Result<(u32, Arc<Writer>, Avro), String> {
+fn read_framed(bytes: &[u8]) -> Result<(u32, Arc<Writer>, Datum), String> {
     let id = schema_id(bytes)?;
     let w = WRITERS.of(id, Writer::parse, "an Avro schema streamc reads")?;
     let mut payload = &bytes[5..];
@@ -307,37 +309,37 @@ fn read_framed(bytes: &[u8]) -> Result<(u32, Arc<Writer>, Avro), String> {
     Ok((id, w, datum))
 }
 
-fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {
+fn json_of(v: &Datum, s: &Schema, w: &Writer) -> serde_json::Value {
     use serde_json::{json, Value as J};
     let s = w.resolve(s);
     match v {
-        Avro::Null => J::Null,
-        Avro::Boolean(b) => json!(b),
-        Avro::Date(d) => json!(i64::from(*d) * 86_400_000),
-        Avro::Int(i) | Avro::TimeMillis(i) => json!(i),
-        Avro::Long(i) | Avro::TimestampMillis(i) | Avro::LocalTimestampMillis(i) => json!(i),
-        Avro::TimeMicros(i) | Avro::TimestampMicros(i) | Avro::LocalTimestampMicros(i) => json!(i.div_euclid(1_000)),
-        Avro::TimestampNanos(i) | Avro::LocalTimestampNanos(i) => json!(i.div_euclid(1_000_000)),
-        Avro::Float(f) => json!(f),
-        Avro::Double(f) => json!(f),
-        Avro::Bytes(b) | Avro::Fixed(_, b) => json!({ "hex": hex::encode(b) }),
-        Avro::String(t) | Avro::Enum(_, t) => json!(t),
-        Avro::Uuid(u) => json!(u.to_string()),
-        Avro::Union(i, inner) => {
+        Datum::Null => J::Null,
+        Datum::Boolean(b) => json!(b),
+        Datum::Date(d) => json!(i64::from(*d) * 86_400_000),
+        Datum::Int(i) | Datum::TimeMillis(i) => json!(i),
+        Datum::Long(i) | Datum::TimestampMillis(i) | Datum::LocalTimestampMillis(i) => json!(i),
+        Datum::TimeMicros(i) | Datum::TimestampMicros(i) | Datum::LocalTimestampMicros(i) => json!(i.div_euclid(1_000)),
+        Datum::TimestampNanos(i) | Datum::LocalTimestampNanos(i) => json!(i.div_euclid(1_000_000)),
+        Datum::Float(f) => json!(f),
+        Datum::Double(f) => json!(f),
+        Datum::Bytes(b) | Datum::Fixed(_, b) => json!({ "hex": hex::encode(b) }),
+        Datum::String(t) | Datum::Enum(_, t) => json!(t),
+        Datum::Uuid(u) => json!(u.to_string()),
+        Datum::Union(i, inner) => {
             let branch = match s {
                 Schema::Union(u) => u.variants().get(*i as usize).unwrap_or(s),
                 s => s,
             };
             json_of(inner, branch, w)
         }
-        Avro::Array(xs) => {
+        Datum::Array(xs) => {
             let items = match s {
                 Schema::Array(a) => &*a.items,
                 s => s,
             };
             J::Array(xs.iter().map(|x| json_of(x, items, w)).collect())
         }
-        Avro::Map(m) => {
+        Datum::Map(m) => {
             let values = match s {
                 Schema::Map(ms) => &*ms.types,
                 s => s,
@@ -346,7 +348,7 @@ fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {
             keys.sort();
             J::Object(keys.into_iter().map(|k| (k.clone(), json_of(&m[k], values, w))).collect())
         }
-        Avro::Record(fields) => {
+        Datum::Record(fields) => {
             let schemas: Vec<&Schema> = match s {
                 Schema::Record(r) => r.fields.iter().map(|f| &f.schema).collect(),
                 _ => Vec::new(),
@@ -359,12 +361,12 @@ fn json_of(v: &Avro, s: &Schema, w: &Writer) -> serde_json::Value {
                     .collect(),
             )
         }
-        Avro::Decimal(d) => match (s, <Vec<u8>>::try_from(d).ok().and_then(|b| unscaled(&b))) {
+        Datum::Decimal(d) => match (s, <Vec<u8>>::try_from(d).ok().and_then(|b| unscaled(&b))) {
             (Schema::Decimal(ds), Some(u)) => json!(u / 10f64.powi(ds.scale as i32)),
             _ => J::Null,
         },
-        Avro::BigDecimal(d) => json!(d.to_string()),
-        Avro::Duration(d) => json!({
+        Datum::BigDecimal(d) => json!(d.to_string()),
+        Datum::Duration(d) => json!({
             "months": u32::from(d.months()), "days": u32::from(d.days()), "millis": u32::from(d.millis())
         }),
     }
@@ -530,11 +532,12 @@ fn type_json(t: &Type, name: &str) -> serde_json::Value {
 /// A row of `rt` framed for `topic`, with the schema `text` (derived from `rt` by
 /// [`schema_json`]) registered for it: by the runtime ahead, or now.
 pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    let (id, _) = SINKS.of(&crate::schema_tables::value_subject(topic), text, crate::ast::Format::Avro, |t| {
-        Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
-    })?;
+    let (id, _) =
+        SINKS.of(&crate::format::schema_tables::value_subject(topic), text, crate::ast::Format::Avro, |t| {
+            Schema::parse_str(t).map(Arc::new).map_err(|e| e.to_string())
+        })?;
     // (Written here by the derived schema's rules; the schema was compiled when registered.)
-    let mut out = crate::schema_tables::wire_header(id);
+    let mut out = crate::format::schema_tables::wire_header(id);
     write_record(&mut out, values, rt).map_err(|e| format!("cannot write Avro for `{topic}`: {e}"))?;
     Ok(out)
 }
@@ -612,6 +615,66 @@ fn write_avro(out: &mut Vec<u8>, v: &Value, t: &Type) -> Result<(), String> {
     Ok(())
 }
 
+/// The `avro` format: values (and keys) in the Confluent wire format, with schemas from the
+/// registry.
+pub struct Avro;
+
+impl crate::format::ValueFormat for Avro {
+    fn decode(&self, bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
+        decode(bytes, rt)
+    }
+
+    fn encode(
+        &self,
+        values: &[Value],
+        rt: &RecordType,
+        _tenant: Option<&[u8]>,
+        target: crate::format::Target,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, String> {
+        out.extend_from_slice(&encode(target.topic, target.schema, values, rt)?);
+        Ok(true)
+    }
+
+    fn schema_text(&self, rt: &RecordType, topic: &str) -> Option<String> {
+        Some(schema_json(rt, &record_name(topic)).to_string())
+    }
+
+    fn key_schema_text(&self, ty: &Type, topic: &str, field: &str) -> Option<String> {
+        let _ = (topic, field);
+        Some(key_schema_json(ty))
+    }
+
+    fn decode_key(&self, bytes: &[u8], ty: &Type) -> Result<Value, String> {
+        decode_key(bytes, ty)
+    }
+
+    fn writer_known(&self, id: u32) -> bool {
+        writer_known(id)
+    }
+
+    fn remember_writer(&self, id: u32, text: Option<&str>) -> Result<(), String> {
+        let parsed = text.map(Writer::parse).transpose();
+        let failed = parsed.as_ref().err().cloned();
+        remember_writer(id, parsed.ok().flatten());
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn check_schema(&self, text: &str) -> Result<(), String> {
+        apache_avro::Schema::parse_str(text).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn keep_schema(&self, subject: &str, text: &str, id: u32) {
+        if let Ok(schema) = apache_avro::Schema::parse_str(text) {
+            set_schema(subject, text, id, schema);
+        }
+    }
+
+    fn encode_key(&self, key: &Value, ty: &Type, target: crate::format::Target) -> Result<Vec<u8>, String> {
+        encode_key(target.topic, target.schema, key, ty)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,7 +718,7 @@ mod tests {
     /// Register `rt`'s schema as both the sink's and writer `id`, as the runtime does.
     fn registered(topic: &str, id: u32, rt: &RecordType) -> String {
         let json = schema_json(rt, &record_name(topic)).to_string();
-        set_schema(&crate::schema_tables::value_subject(topic), &json, id, Schema::parse_str(&json).unwrap());
+        set_schema(&crate::format::schema_tables::value_subject(topic), &json, id, Schema::parse_str(&json).unwrap());
         remember_writer(id, Some(Writer::parse(&json).unwrap()));
         json
     }
@@ -689,14 +752,14 @@ mod tests {
             {"name": "maybe", "type": ["null", "long"]}
         ]}"#;
         let w = Writer::parse(writer).unwrap();
-        let datum = Avro::Record(vec![
-            ("extra".into(), Avro::String("ignored".into())),
-            ("name".into(), Avro::Enum(1, "b".into())),
-            ("x".into(), Avro::Int(3)),
-            ("price".into(), Avro::Decimal(apache_avro::Decimal::from((-12345i32).to_be_bytes()))),
-            ("at".into(), Avro::TimestampMicros(1_700_000_000_123_999)),
-            ("day".into(), Avro::Date(2)),
-            ("maybe".into(), Avro::Union(1, Box::new(Avro::Long(5)))),
+        let datum = Datum::Record(vec![
+            ("extra".into(), Datum::String("ignored".into())),
+            ("name".into(), Datum::Enum(1, "b".into())),
+            ("x".into(), Datum::Int(3)),
+            ("price".into(), Datum::Decimal(apache_avro::Decimal::from((-12345i32).to_be_bytes()))),
+            ("at".into(), Datum::TimestampMicros(1_700_000_000_123_999)),
+            ("day".into(), Datum::Date(2)),
+            ("maybe".into(), Datum::Union(1, Box::new(Datum::Long(5)))),
         ]);
         let body = GenericDatumWriter::builder(w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
         remember_writer(9002, Some(w));
@@ -858,26 +921,26 @@ mod tests {
         // A datum written with the schema reads into the declared fields: every declared type
         // is one the reader takes the writer's values as.
         let w = Writer::parse(schema).unwrap();
-        let inner = Avro::Record(vec![("a".into(), Avro::Int(7))]);
-        let datum = Avro::Record(vec![
-            ("id".into(), Avro::String("k".into())),
-            ("n".into(), Avro::Long(-2)),
-            ("i".into(), Avro::Int(3)),
-            ("x".into(), Avro::Double(1.5)),
-            ("f".into(), Avro::Float(0.25)),
-            ("ok".into(), Avro::Boolean(true)),
-            ("kind".into(), Avro::Enum(1, "B".into())),
-            ("u".into(), Avro::Uuid("00000000-0000-0000-0000-000000000001".parse().unwrap())),
-            ("b".into(), Avro::Bytes(b"hi".to_vec())),
-            ("d".into(), Avro::Decimal(apache_avro::Decimal::from(250i32.to_be_bytes()))),
-            ("at".into(), Avro::TimestampMicros(5_000_999)),
-            ("day".into(), Avro::Date(1)),
-            ("tod".into(), Avro::TimeMillis(60_000)),
-            ("note".into(), Avro::Union(0, Box::new(Avro::Null))),
-            ("tags".into(), Avro::Array(vec![Avro::String("t".into())])),
-            ("m".into(), Avro::Map([("z".to_string(), Avro::Union(1, Box::new(Avro::Long(4))))].into())),
+        let inner = Datum::Record(vec![("a".into(), Datum::Int(7))]);
+        let datum = Datum::Record(vec![
+            ("id".into(), Datum::String("k".into())),
+            ("n".into(), Datum::Long(-2)),
+            ("i".into(), Datum::Int(3)),
+            ("x".into(), Datum::Double(1.5)),
+            ("f".into(), Datum::Float(0.25)),
+            ("ok".into(), Datum::Boolean(true)),
+            ("kind".into(), Datum::Enum(1, "B".into())),
+            ("u".into(), Datum::Uuid("00000000-0000-0000-0000-000000000001".parse().unwrap())),
+            ("b".into(), Datum::Bytes(b"hi".to_vec())),
+            ("d".into(), Datum::Decimal(apache_avro::Decimal::from(250i32.to_be_bytes()))),
+            ("at".into(), Datum::TimestampMicros(5_000_999)),
+            ("day".into(), Datum::Date(1)),
+            ("tod".into(), Datum::TimeMillis(60_000)),
+            ("note".into(), Datum::Union(0, Box::new(Datum::Null))),
+            ("tags".into(), Datum::Array(vec![Datum::String("t".into())])),
+            ("m".into(), Datum::Map([("z".to_string(), Datum::Union(1, Box::new(Datum::Long(4))))].into())),
             ("in".into(), inner.clone()),
-            ("again".into(), Avro::Union(1, Box::new(inner))),
+            ("again".into(), Datum::Union(1, Box::new(inner))),
         ]);
         let body = GenericDatumWriter::builder(w.schema).build().unwrap().write_value_to_vec(datum).unwrap();
         remember_writer(9003, Some(w));

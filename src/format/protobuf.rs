@@ -94,10 +94,10 @@ impl protox::file::FileResolver for Single {
 }
 
 /// The writer schemas this process has looked up.
-static WRITERS: crate::schema_tables::Writers<Writer> = crate::schema_tables::Writers::new();
+static WRITERS: crate::format::schema_tables::Writers<Writer> = crate::format::schema_tables::Writers::new();
 
 /// The messages of sink topics' schemas, as registered.
-static SINKS: crate::schema_tables::Sinks<MessageDescriptor> = crate::schema_tables::Sinks::new();
+static SINKS: crate::format::schema_tables::Sinks<MessageDescriptor> = crate::format::schema_tables::Sinks::new();
 
 /// Whether the writer schema `id` has been looked up.
 pub fn writer_known(id: u32) -> bool {
@@ -130,14 +130,16 @@ pub fn key_schema_text(ty: &Type, name: &str, field: &str) -> String {
 /// for it: by the runtime ahead, or now.
 pub fn encode_key(topic: &str, text: &str, key: &Value, ty: &Type) -> Result<Vec<u8>, String> {
     // (The key's message has the one field, number 1, whatever its name: see `key_record`.)
-    framed(&crate::schema_tables::key_subject(topic), text, |out| write_value(out, 1, key, ty, ty.is_nullable()))
+    framed(&crate::format::schema_tables::key_subject(topic), text, |out| {
+        write_value(out, 1, key, ty, ty.is_nullable())
+    })
 }
 
 /// A message under `subject`, the schema `text` registered for it (by the runtime ahead, or
 /// now), with message indexes `[0]` (the single byte 0) and the body `write` gives.
 fn framed(subject: &str, text: &str, write: impl FnOnce(&mut Vec<u8>)) -> Result<Vec<u8>, String> {
     let (id, _) = SINKS.of(subject, text, crate::ast::Format::Protobuf, |t| Writer::parse(t).map(|w| w.first()))?;
-    let mut out = crate::schema_tables::wire_header(id);
+    let mut out = crate::format::schema_tables::wire_header(id);
     put_varint(&mut out, 0);
     write(&mut out);
     Ok(out)
@@ -181,7 +183,7 @@ fn put_varint(out: &mut Vec<u8>, v: i64) {
 
 /// A framed value's schema id, message indexes and the offset of the message.
 fn header(bytes: &[u8]) -> Result<(u32, Vec<usize>, usize), String> {
-    let id = crate::schema_tables::wire_schema_id(bytes, "Protobuf")?;
+    let id = crate::format::schema_tables::wire_schema_id(bytes, "Protobuf")?;
     let bad = || format!("the message indexes of a Protobuf value of schema id {id} are not well formed");
     let mut at = 5;
     let (count, n) = varint(&bytes[at..]).ok_or_else(bad)?;
@@ -498,7 +500,11 @@ fn message_text(m: &MessageDescriptor, path: &str, depth: usize) -> Result<Strin
     let mut parts = Vec::new();
     for fd in m.fields() {
         let at = if path.is_empty() { fd.name().to_string() } else { format!("{path}.{}", fd.name()) };
-        let name = if crate::avro::QUOTED.contains(&fd.name()) { format!("`{}`", fd.name()) } else { fd.name().into() };
+        let name = if crate::format::avro::QUOTED.contains(&fd.name()) {
+            format!("`{}`", fd.name())
+        } else {
+            fd.name().into()
+        };
         parts.push(format!("{name}: {}", field_text(&fd, &at, depth)?));
     }
     if parts.is_empty() {
@@ -572,7 +578,7 @@ pub fn unsupported(rt: &RecordType) -> Option<String> {
         }
     }
     for (name, ty) in &rt.fields {
-        if !crate::avro::valid_name(name) {
+        if !crate::format::avro::valid_name(name) {
             return Some(format!(
                 "`{name}` is not a Protobuf field name (letters, digits and `_`, not starting with a digit)"
             ));
@@ -665,7 +671,7 @@ fn nested_names(rt: &RecordType) -> Vec<Option<String>> {
         .collect()
 }
 
-/// The proto3 file of values of `rt`, a message named `name` (see [`crate::avro::record_name`]);
+/// The proto3 file of values of `rt`, a message named `name` (see [`crate::format::avro::record_name`]);
 /// nested records are messages nested in theirs, named after their field ([`nested_names`]).
 pub fn schema_text(rt: &RecordType, name: &str) -> String {
     let mut body = String::new();
@@ -733,7 +739,7 @@ fn scalar(t: &Type) -> &'static str {
 /// here, from the row and the derived schema's rules (field numbers are positions), not by
 /// reflection: map entries in the map's (sorted) order, so that a row is always the same bytes.
 pub fn encode(topic: &str, text: &str, values: &[Value], rt: &RecordType) -> Result<Vec<u8>, String> {
-    framed(&crate::schema_tables::value_subject(topic), text, |out| write_message(out, values, rt))
+    framed(&crate::format::schema_tables::value_subject(topic), text, |out| write_message(out, values, rt))
 }
 
 fn uvarint(out: &mut Vec<u8>, mut v: u64) {
@@ -846,6 +852,66 @@ fn span(out: &mut Vec<u8>, n: usize, seconds: i64, millis: i64) {
     });
 }
 
+/// The `protobuf` format: values (and keys) in the Confluent wire format, with schemas from the
+/// registry.
+pub struct Protobuf;
+
+impl crate::format::ValueFormat for Protobuf {
+    fn decode(&self, bytes: &[u8], rt: &RecordType) -> Result<Vec<Value>, String> {
+        decode(bytes, rt)
+    }
+
+    fn encode(
+        &self,
+        values: &[Value],
+        rt: &RecordType,
+        _tenant: Option<&[u8]>,
+        target: crate::format::Target,
+        out: &mut Vec<u8>,
+    ) -> Result<bool, String> {
+        out.extend_from_slice(&encode(target.topic, target.schema, values, rt)?);
+        Ok(true)
+    }
+
+    fn schema_text(&self, rt: &RecordType, topic: &str) -> Option<String> {
+        Some(schema_text(rt, &crate::format::avro::record_name(topic)))
+    }
+
+    fn key_schema_text(&self, ty: &Type, topic: &str, field: &str) -> Option<String> {
+        let _ = (topic, field);
+        Some(key_schema_text(ty, &crate::format::avro::record_name(topic), field))
+    }
+
+    fn decode_key(&self, bytes: &[u8], ty: &Type) -> Result<Value, String> {
+        decode_key(bytes, ty)
+    }
+
+    fn writer_known(&self, id: u32) -> bool {
+        writer_known(id)
+    }
+
+    fn remember_writer(&self, id: u32, text: Option<&str>) -> Result<(), String> {
+        let parsed = text.map(Writer::parse).transpose();
+        let failed = parsed.as_ref().err().cloned();
+        remember_writer(id, parsed.ok().flatten());
+        failed.map_or(Ok(()), Err)
+    }
+
+    fn check_schema(&self, text: &str) -> Result<(), String> {
+        Writer::parse(text).map(|_| ())
+    }
+
+    fn keep_schema(&self, subject: &str, text: &str, id: u32) {
+        if let Ok(writer) = Writer::parse(text) {
+            set_schema(subject, text, id, &writer);
+        }
+    }
+
+    fn encode_key(&self, key: &Value, ty: &Type, target: crate::format::Target) -> Result<Vec<u8>, String> {
+        encode_key(target.topic, target.schema, key, ty)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -934,9 +1000,9 @@ mod tests {
 
     /// Register `rt`'s schema as both the sink's and writer `id`, as the runtime does.
     fn registered(topic: &str, id: u32, rt: &RecordType) -> String {
-        let text = schema_text(rt, &crate::avro::record_name(topic));
+        let text = schema_text(rt, &crate::format::avro::record_name(topic));
         let w = Writer::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        set_schema(&crate::schema_tables::value_subject(topic), &text, id, &w);
+        set_schema(&crate::format::schema_tables::value_subject(topic), &text, id, &w);
         remember_writer(id, Some(w));
         text
     }
