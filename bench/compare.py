@@ -74,7 +74,7 @@ def timed(cmd):
 
 
 def consume(topic, *extra):
-    r = subprocess.run([exe, "--state-dir", os.path.join(work, "c"), "consume", topic, "--from-beginning", "--bootstrap-servers", bootstrap, *extra], capture_output=True, text=True)
+    r = subprocess.run([exe, "--state-dir", os.path.join(work, "c"), "consume", topic, "--from-beginning", "--exit-at-end", "--bootstrap-servers", bootstrap, *extra], capture_output=True, text=True)
     if r.returncode != 0:
         print(f"cannot read {topic}: {r.stderr.strip()[-300:]}", file=sys.stderr)
         return None

@@ -67,7 +67,7 @@ def parts(k):
 
 def finals(state, topic, backend_args):
     """(key, window_start) → last value, from the committed records of `topic`."""
-    out = subprocess.run([exe, "--state-dir", state, "consume", topic, "--from-beginning", *backend_args],
+    out = subprocess.run([exe, "--state-dir", state, "consume", topic, "--from-beginning", "--exit-at-end", *backend_args],
                          check=True, capture_output=True, text=True).stdout
     last = {}
     for l in out.splitlines():

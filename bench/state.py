@@ -87,7 +87,7 @@ def bench(exe, n):
     m = re.findall(r"restored (\d+) records into .*? in ([\d.]+)s", restore[3])
     restored = sum(int(x) for x, _ in m)
     restore_s = max((float(s) for _, s in m), default=0.0)
-    out = subprocess.run([exe, "--state-dir", state, "consume", "per-key", "--from-beginning"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([exe, "--state-dir", state, "consume", "per-key", "--from-beginning", "--exit-at-end"], capture_output=True, text=True, check=True).stdout
     finals = {}
     for line in out.splitlines():
         r = json.loads(line)

@@ -18,7 +18,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
-use crate::record::{Pos, Record, Stored};
+use crate::record::{Pos, Record, Start, Stored};
 
 /// A producer's delivery reports: the last offset written to each partition (the runtime's
 /// changelog checkpoints come from here), how many records the broker refused, and the first
@@ -199,7 +199,8 @@ impl From<BrokerError> for String {
 type Result<T> = std::result::Result<T, BrokerError>;
 
 /// Records read (partition, record) and the end offset of each partition they were read to.
-pub type Read = (Vec<(u32, Stored)>, Vec<i64>);
+/// Records read (partition, record), and the end offset each partition read was read to.
+pub type Read = (Vec<(u32, Stored)>, Vec<(u32, i64)>);
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a command waits for a cluster to answer at all.
@@ -494,20 +495,20 @@ impl Kafka {
             .collect()
     }
 
-    /// Every record of a topic from the start (or from the end offsets as of now), up to the end
-    /// offsets as of now, partition by partition in offset order. Reads committed records only.
-    /// Also returns the end offset of each partition it read to.
-    pub fn read_to_ends(&self, topic: &str, from_beginning: bool) -> Result<Read> {
-        self.read_parts(topic, from_beginning, None, true)
+    /// Every record of a topic from where `start` says (see [`Start`]), up to the end offsets as
+    /// of now, partition by partition in offset order. Reads committed records only. Also
+    /// returns the end offset of each partition it read to.
+    pub fn read_to_ends(&self, topic: &str, start: &Start) -> Result<Read> {
+        self.read_parts(topic, start, true)
     }
 
     /// Every committed record of one partition up to its end offset as of now; an error if the
     /// end cannot be reached (an open transaction holding it for 30 s).
     pub fn read_partition(&self, topic: &str, partition: u32) -> Result<Vec<Stored>> {
-        Ok(self.read_parts(topic, true, Some(partition), false)?.0.into_iter().map(|(_, s)| s).collect())
+        Ok(self.read_parts(topic, &Start::At(vec![(partition, 0)]), false)?.0.into_iter().map(|(_, s)| s).collect())
     }
 
-    fn read_parts(&self, topic: &str, from_beginning: bool, only: Option<u32>, partial_ok: bool) -> Result<Read> {
+    fn read_parts(&self, topic: &str, start: &Start, partial_ok: bool) -> Result<Read> {
         let n = self
             .partitions(topic)?
             .ok_or_else(|| BrokerError::State(format!("no topic `{topic}` on {}", self.servers())))?;
@@ -520,15 +521,15 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         let mut ends = Vec::new();
         for p in 0..n {
-            if only.is_some_and(|o| o != p) {
+            let Some(at) = start.offset(p) else {
                 // Not read: nothing to wait for.
                 ends.push((0, 0));
                 continue;
-            }
+            };
             let (low, high) = consumer
                 .fetch_watermarks(topic, p as i32, TIMEOUT)
                 .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
-            let from = if from_beginning { low } else { high };
+            let from = at.map_or(high, |o| (o.min(i64::MAX as u64) as i64).clamp(low, high));
             tpl.add_partition_offset(topic, p as i32, Offset::Offset(from))?;
             ends.push((from, high));
         }
@@ -577,12 +578,19 @@ impl Kafka {
                 }
             }
         }
-        Ok((out.into_iter().flatten().collect(), ends.iter().map(|(_, high)| *high).collect()))
+        let read = (0..n).filter(|p| start.offset(*p).is_some()).map(|p| (p, ends[p as usize].1)).collect();
+        Ok((out.into_iter().flatten().collect(), read))
     }
 
     /// After [`Kafka::read_to_ends`], keep printing: every committed record of `topic` from
-    /// `next` (per partition, the offset to go on from) as it arrives; `f` returns false to stop.
-    pub fn follow(&self, topic: &str, next: &[i64], mut f: impl FnMut(u32, Stored) -> bool) -> Result<()> {
+    /// `next` (the partitions to follow, each with the offset to go on from) as it arrives,
+    /// handed to `f`, and None after half a second without one; `f` returns false to stop.
+    pub fn follow(
+        &self,
+        topic: &str,
+        next: &[(u32, i64)],
+        mut f: impl FnMut(Option<(u32, Stored)>) -> bool,
+    ) -> Result<()> {
         let mut config = self.config();
         config
             .set("group.id", "streamc-consume")
@@ -590,15 +598,16 @@ impl Kafka {
             .set("isolation.level", "read_committed");
         let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
         let mut tpl = TopicPartitionList::new();
-        for (p, o) in next.iter().enumerate() {
-            tpl.add_partition_offset(topic, p as i32, Offset::Offset(*o))?;
+        for (p, o) in next {
+            tpl.add_partition_offset(topic, *p as i32, Offset::Offset(*o))?;
         }
         consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
         loop {
             match consumer.poll(Duration::from_millis(500)) {
+                None if !f(None) => return Ok(()),
                 None => {}
                 Some(Err(e)) => return Err(client(format!("cannot read `{topic}`"))(e)),
-                Some(Ok(m)) if !f(m.partition() as u32, stored(&m)) => return Ok(()),
+                Some(Ok(m)) if !f(Some((m.partition() as u32, stored(&m)))) => return Ok(()),
                 Some(Ok(_)) => {}
             }
         }

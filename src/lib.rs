@@ -10,6 +10,7 @@ pub mod check;
 pub mod config;
 pub mod control;
 pub mod diag;
+pub mod dlq;
 pub mod eval;
 pub mod explain;
 pub mod fmt;

@@ -15,9 +15,11 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use streamc::diag::{self, RenderOptions};
 use streamc::explain::{self, ExplainFormat};
+use streamc::record::Start;
 use streamc::{config, hir, plan};
 
 mod control_cli;
+mod dlq_cli;
 mod fmt_cli;
 mod test_cli;
 
@@ -158,15 +160,33 @@ enum Command {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=streamc::config::MAX_EMBEDDED_PARTITIONS as i64))]
         partitions: Option<u32>,
     },
-    /// Print a topic's committed records, one JSON object per line.
+    /// Print a topic's committed records, one JSON object per line, and keep printing new ones
+    /// as they are committed (as `kafka-console-consumer` does) until Ctrl-C, --exit-at-end,
+    /// --max-messages or --timeout-ms.
     Consume {
         /// The topic to read.
         topic: String,
-        /// Start at the first record (default: only records committed from now on, with --follow).
+        /// Start at the first record (default: at the end, with the records committed from now).
         #[arg(long)]
         from_beginning: bool,
-        /// Keep printing new records.
+        /// Read only this partition.
+        #[arg(long, value_name = "N")]
+        partition: Option<u32>,
+        /// With --partition: start at this offset, `earliest` or `latest`.
+        #[arg(long, value_name = "OFFSET", requires = "partition", value_parser = parse_offset)]
+        offset: Option<u64>,
+        /// Stop after printing this many records.
+        #[arg(long, value_name = "N")]
+        max_messages: Option<u64>,
+        /// Stop once no record has come for this long (milliseconds).
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+        /// Stop at the end of the topic as it is when that is reached, instead of waiting for
+        /// more records.
         #[arg(long)]
+        exit_at_end: bool,
+        /// Keep printing new records (the default; kept for scripts that pass it).
+        #[arg(long, hide = true, conflicts_with = "exit_at_end")]
         follow: bool,
         /// Print each record's headers too.
         #[arg(long)]
@@ -249,6 +269,11 @@ enum Command {
         #[arg(long)]
         url: Option<String>,
     },
+    /// The application's dead letters (`<app>-dlq`): counted by reason, or replayed.
+    Dlq {
+        #[command(subcommand)]
+        what: DlqWhat,
+    },
     /// Generate deterministic test data.
     Gen {
         #[command(subcommand)]
@@ -272,6 +297,16 @@ struct SignArgs {
     wait: u64,
 }
 
+/// An offset of `consume --offset`: a number, `earliest` (0: the first record there is) or
+/// `latest` (the end).
+fn parse_offset(s: &str) -> Result<u64, String> {
+    match s {
+        "earliest" => Ok(0),
+        "latest" => Ok(u64::MAX),
+        n => n.parse().map_err(|_| "an offset (a number), `earliest` or `latest`".to_string()),
+    }
+}
+
 fn parse_duration_ms(s: &str) -> Result<i64, String> {
     let (n, unit) =
         s.find(|c: char| !c.is_ascii_digit()).map(|i| s.split_at(i)).ok_or("a duration like 30s, 10m or 1h")?;
@@ -285,6 +320,32 @@ fn parse_duration_ms(s: &str) -> Result<i64, String> {
         _ => return Err("a duration like 30s, 10m or 1h".into()),
     };
     n.checked_mul(ms).ok_or_else(|| "the duration is too long".to_string())
+}
+
+#[derive(Subcommand)]
+enum DlqWhat {
+    /// Count the dead letters by reason: how many, how many replayed, their offsets, the topics
+    /// their records came from.
+    List {
+        /// The program file: names the application.
+        file: PathBuf,
+    },
+    /// Append the records of dead letters again to the topic and partition each was read from,
+    /// as it came (key, value, timestamp, headers) plus a `streamc.replay.of` header. Each dead
+    /// letter once: a replay cut off is finished by the next one. One replay at a time.
+    Replay {
+        /// The program file: names the application.
+        file: PathBuf,
+        /// Only dead letters whose reason contains this text.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// Only dead letters at or after this offset of `<app>-dlq`.
+        #[arg(long, value_name = "OFFSET")]
+        from: Option<u64>,
+        /// Only dead letters at or before this offset.
+        #[arg(long, value_name = "OFFSET")]
+        to: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -488,8 +549,36 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
         Command::Produce { topic, file, envelope, program, partitions } => {
             produce(&cli.global, &cfg, &topic, file.as_deref(), envelope, program.as_deref(), partitions)
         }
-        Command::Consume { topic, from_beginning, follow, headers } => {
-            consume(&cli.global, &cfg, &topic, from_beginning, follow, headers)
+        Command::Consume {
+            topic,
+            from_beginning,
+            partition,
+            offset,
+            max_messages,
+            timeout_ms,
+            exit_at_end,
+            follow: _,
+            headers,
+        } => {
+            let start = match (partition, offset) {
+                (Some(p), Some(o)) => Start::At(vec![(p, o)]),
+                (Some(p), None) => Start::At(vec![(p, if from_beginning { 0 } else { u64::MAX })]),
+                (None, _) if from_beginning => Start::Beginning,
+                (None, _) => Start::End,
+            };
+            let flags = ConsumeFlags {
+                start,
+                follow: !exit_at_end,
+                max_messages,
+                timeout: timeout_ms.map(std::time::Duration::from_millis),
+                headers,
+            };
+            consume(&cli.global, &cfg, &topic, &flags)
+        }
+        Command::Dlq { what: DlqWhat::List { file } } => dlq_cli::list(&cli.global.state_dir, &cfg, &file),
+        Command::Dlq { what: DlqWhat::Replay { file, reason, from, to } } => {
+            let filter = streamc::dlq::Filter { reason, from, to };
+            dlq_cli::replay(&cli.global.state_dir, &cfg, &file, &filter)
         }
         Command::Gen { what: GenWhat::Trades { count, tickers, seed, rate, disorder_ms } } => {
             let o = streamc::gen::TradesOptions { count, tickers, seed, rate, disorder_ms };
@@ -933,16 +1022,24 @@ fn envelope_record(line: &str, now: i64) -> Result<(streamc::record::Record, boo
     Ok((streamc::record::Record { key, value, timestamp, headers }, structured))
 }
 
-fn consume(
-    g: &Global,
-    cfg: &config::Config,
-    topic: &str,
-    from_beginning: bool,
+/// How `streamc consume` reads.
+struct ConsumeFlags {
+    start: Start,
     follow: bool,
+    max_messages: Option<u64>,
+    timeout: Option<std::time::Duration>,
     headers: bool,
-) -> Result<ExitCode, String> {
+}
+
+fn consume(g: &Global, cfg: &config::Config, topic: &str, o: &ConsumeFlags) -> Result<ExitCode, String> {
     use std::io::Write;
     let topics = streamc::topics::open(&g.state_dir, cfg)?;
+    if let Start::At(parts) = &o.start {
+        let n = topics.partitions(topic)?.unwrap_or(0);
+        if let Some((p, _)) = parts.iter().find(|(p, _)| *p >= n) {
+            return Err(format!("`{topic}` has no partition {p} (it has {n})"));
+        }
+    }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // Records are printed in batches of up to 10,000, the schemas their values and keys name
@@ -962,42 +1059,60 @@ fn consume(
                 return false;
             }
         }
-        batch.drain(..).all(|(p, s)| writeln!(out, "{}", consumed_json(topic, p, &s, headers)).is_ok())
+        batch.drain(..).all(|(p, s)| writeln!(out, "{}", consumed_json(topic, p, &s, o.headers)).is_ok())
             && (!at_end || out.flush().is_ok())
     };
     let mut printed = 0u64;
-    topics.stream(topic, from_beginning, follow, &mut |rec| match rec {
+    let mut last = std::time::Instant::now();
+    let mut timed_out = false;
+    let from_beginning =
+        matches!(o.start, Start::Beginning) || matches!(&o.start, Start::At(p) if p.iter().all(|(_, o)| *o == 0));
+    topics.stream(topic, &o.start, o.follow, &mut |rec| match rec {
         Some((p, s)) => {
             printed += 1;
+            last = std::time::Instant::now();
             batch.push((p, s));
+            if o.max_messages.is_some_and(|m| printed >= m) {
+                return false;
+            }
             batch.len() < 10_000 || print(&mut batch, following, false)
         }
         None => {
             let ok = print(&mut batch, following, true);
-            if !following && printed == 0 && follow {
+            if !following && printed == 0 && o.follow {
                 eprintln!(
                     "{}; waiting for new records (Ctrl-C to stop)",
                     nothing_read(&*topics, topic, from_beginning)
                 );
             }
             following = true;
+            if o.timeout.is_some_and(|t| last.elapsed() >= t) {
+                timed_out = true;
+                return false;
+            }
             ok
         }
     })?;
+    print(&mut batch, following, true);
     let _ = out.flush();
     if let Some(e) = failed {
         return Err(e);
     }
-    if printed == 0 && !follow {
+    if printed == 0 && !o.follow {
         // Nothing on stdout: say why on stderr (a user's first `consume` of a topic with records
         // starts at its end).
         eprintln!("{}", nothing_read(&*topics, topic, from_beginning));
     }
+    if timed_out {
+        eprintln!(
+            "no record for {} ms: stopped after {printed} record{}",
+            o.timeout.unwrap_or_default().as_millis(),
+            s(printed as usize)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Why `consume` printed no record of `topic`: it holds none, or (without `--from-beginning`)
-/// it started at the end, after the records the topic holds.
 fn nothing_read(topics: &dyn streamc::topics::Topics, topic: &str, from_beginning: bool) -> String {
     let n = topics.partitions(topic).ok().flatten().unwrap_or(0);
     let parts: Vec<(String, u32)> = (0..n).map(|p| (topic.to_string(), p)).collect();

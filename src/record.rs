@@ -42,6 +42,30 @@ impl Pos {
     }
 }
 
+/// Where a reading of a topic starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// Every partition, from its first record.
+    Beginning,
+    /// Every partition, from its end as of now.
+    End,
+    /// These partitions only, each from this offset (from its first record if that one is
+    /// gone, from its end if the offset is past it).
+    At(Vec<(u32, u64)>),
+}
+
+impl Start {
+    /// Where partition `p` is read from: None if it is not read, Some(None) from its end,
+    /// Some(Some(offset)) from that offset.
+    pub fn offset(&self, p: u32) -> Option<Option<u64>> {
+        match self {
+            Start::Beginning => Some(Some(0)),
+            Start::End => Some(None),
+            Start::At(parts) => parts.iter().find(|(q, _)| *q == p).map(|(_, o)| Some(*o)),
+        }
+    }
+}
+
 /// Records to append to one partition in a commit, encoded as the log's frames as they are
 /// added (from borrowed parts: a record is copied once, into its frame).
 #[derive(Debug, Default)]

@@ -222,7 +222,7 @@ fn read_topic(topics: &dyn Topics, topic: &str, cfg: &streamc::config::Config) -
     }
     let mut out = Vec::new();
     let mut failed = None;
-    topics.stream(topic, true, false, &mut |rec| {
+    topics.stream(topic, &streamc::record::Start::Beginning, false, &mut |rec| {
         if let Some((p, s)) = rec {
             if let Err(e) = crate::prefetch_registered(cfg, topic, &[&s]) {
                 failed = Some(e);

@@ -10,7 +10,7 @@ use std::path::Path;
 use crate::config::Config;
 use crate::kafka::Kafka;
 use crate::log::EmbeddedLog;
-use crate::record::{Append, Pos, Record, Stored};
+use crate::record::{Append, Pos, Record, Start, Stored};
 
 /// What [`Topics::stream`] passes each record to (see there).
 pub type Visit<'a> = dyn FnMut(Option<(u32, Stored)>) -> bool + 'a;
@@ -32,12 +32,12 @@ pub trait Topics {
     /// flushed batch on Kafka.
     fn append(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String>;
 
-    /// Every committed record of `topic` from its start (or, `from_beginning` false, from its
-    /// end as of now) to its end as of now, each handed to `f` as it is read (`Some((partition,
-    /// record))`), partition by partition; then, with `follow`, every record committed after, as
-    /// it comes. `f(None)` says that the records so far are all there is for now (before a wait,
-    /// and at the end). `f` returns false to stop. An error if the topic does not exist.
-    fn stream(&self, topic: &str, from_beginning: bool, follow: bool, f: &mut Visit) -> Result<(), String>;
+    /// Every committed record of `topic` from where `start` says to its end as of now, each
+    /// handed to `f` as it is read (`Some((partition, record))`), partition by partition; then,
+    /// with `follow`, every record committed after, as it comes. `f(None)` says that the records
+    /// so far are all there is for now (before a wait, and at the end). `f` returns false to
+    /// stop. An error if the topic does not exist.
+    fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String>;
 
     /// The end offset of each partition asked for, as of now.
     fn ends(&self, parts: &[(String, u32)]) -> Result<Vec<u64>, String>;
@@ -70,7 +70,7 @@ pub trait Topics {
             return Ok(Vec::new());
         }
         let mut out = Vec::new();
-        self.stream(topic, true, false, &mut |rec| {
+        self.stream(topic, &Start::At(vec![(0, 0)]), false, &mut |rec| {
             if let Some((0, s)) = rec {
                 out.push(s);
             }
@@ -118,15 +118,21 @@ impl Topics for EmbeddedLog {
         self.commit(appends, vec![]).map(|_| ()).map_err(String::from)
     }
 
-    fn stream(&self, topic: &str, from_beginning: bool, follow: bool, f: &mut Visit) -> Result<(), String> {
+    fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String> {
         let meta = self.topic(topic)?.ok_or_else(|| format!("no topic `{topic}` in {}", self.state_dir().display()))?;
         let mut committed = self.committed()?;
+        // (A reader starts at a record's byte position, which only reading finds: from an offset
+        // it reads from the start and skips the records before it.)
         let mut readers: Vec<_> = (0..meta.partitions)
-            .map(|p| self.reader(topic, p, if from_beginning { Pos::default() } else { committed.end(topic, p) }))
+            .filter_map(|p| {
+                let from = start.offset(p)?;
+                let pos = if from.is_some() { Pos::default() } else { committed.end(topic, p) };
+                Some((p, from.unwrap_or(0), self.reader(topic, p, pos)))
+            })
             .collect();
         loop {
-            for (p, r) in readers.iter_mut().enumerate() {
-                let end = committed.end(topic, p as u32);
+            for (p, from, r) in readers.iter_mut() {
+                let end = committed.end(topic, *p);
                 loop {
                     // (In batches: a large topic is never held whole.)
                     let batch = r.read(end, 10_000)?;
@@ -134,7 +140,7 @@ impl Topics for EmbeddedLog {
                         break;
                     }
                     for s in batch {
-                        if !f(Some((p as u32, s))) {
+                        if s.offset >= *from && !f(Some((*p, s))) {
                             return Ok(());
                         }
                     }
@@ -204,8 +210,8 @@ impl Topics for Kafka {
         Ok(self.produce(topic, &records)?)
     }
 
-    fn stream(&self, topic: &str, from_beginning: bool, follow: bool, f: &mut Visit) -> Result<(), String> {
-        let (records, ends) = Kafka::read_to_ends(self, topic, from_beginning)?;
+    fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String> {
+        let (records, ends) = Kafka::read_to_ends(self, topic, start)?;
         for (p, s) in records {
             if !f(Some((p, s))) {
                 return Ok(());
@@ -215,7 +221,10 @@ impl Topics for Kafka {
             return Ok(());
         }
         // (librdkafka's poll does not say when it waits: each record is all there is for now.)
-        Ok(Kafka::follow(self, topic, &ends, |p, s| f(Some((p, s))) && f(None))?)
+        Ok(Kafka::follow(self, topic, &ends, |r| match r {
+            Some(r) => f(Some(r)) && f(None),
+            None => f(None),
+        })?)
     }
 
     fn ends(&self, parts: &[(String, u32)]) -> Result<Vec<u64>, String> {
@@ -302,14 +311,14 @@ mod tests {
         assert!(!t.is_kafka());
         assert_eq!(t.partitions("t").unwrap(), None);
         assert!(t.read_all("t").unwrap().is_empty(), "a topic that does not exist holds nothing");
-        let e = t.stream("t", true, false, &mut |_| true).unwrap_err();
+        let e = t.stream("t", &Start::Beginning, false, &mut |_| true).unwrap_err();
         assert_eq!(e, format!("no topic `t` in {}", dir.display()));
         assert_eq!(t.ensure_topic("t", 2, &[]).unwrap(), 2);
         assert_eq!(t.ensure_topic("t", 5, &[]).unwrap(), 2, "an existing topic keeps its partitions");
         t.append("t", vec![(1, rec("a")), (0, rec("b")), (1, rec("c"))]).unwrap();
         let mut seen = Vec::new();
         let mut ends = 0;
-        t.stream("t", true, false, &mut |r| {
+        t.stream("t", &Start::Beginning, false, &mut |r| {
             match r {
                 Some((p, s)) => {
                     seen.push((p, s.offset, String::from_utf8_lossy(s.record.value.as_deref().unwrap()).into_owned()))
@@ -322,7 +331,7 @@ mod tests {
         assert_eq!(seen, [(0, 0, "b".to_string()), (1, 0, "a".to_string()), (1, 1, "c".to_string())]);
         assert_eq!(ends, 1, "the end is said once when not following");
         let mut from_end = 0;
-        t.stream("t", false, false, &mut |r| {
+        t.stream("t", &Start::End, false, &mut |r| {
             from_end += r.is_some() as usize;
             true
         })
@@ -330,7 +339,7 @@ mod tests {
         assert_eq!(from_end, 0, "from the end: nothing yet");
         // Following: stops when told to, after the records appended while it waits.
         let mut got = 0;
-        t.stream("t", true, true, &mut |r| {
+        t.stream("t", &Start::Beginning, true, &mut |r| {
             got += r.is_some() as usize;
             got < 3
         })

@@ -163,6 +163,7 @@ fn writing_into_internal_topics_is_refused_unless_allowed() {
         ("shop-control", "this application's control topic"),
         ("shop-control-status", "this application's control status topic"),
         ("shop-dlq", "this application's dead letters topic"),
+        ("shop-dlq-replays", "this application's dead-letter replays topic"),
         ("shop-metrics", "this application's metrics topic"),
         ("billing-totals-aggregate-changelog", "named like a store's changelog"),
         ("billing-by-user-repartition", "named like a repartition topic"),
@@ -246,7 +247,7 @@ fn a_second_run_of_one_application_on_one_state_directory_is_refused() {
     // Wait (generously) until it has committed results: it holds its lock by then.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
-        let o = streamc(&["--state-dir", &s, "consume", "stock-stats", "--from-beginning"]);
+        let o = streamc(&["--state-dir", &s, "consume", "stock-stats", "--exit-at-end", "--from-beginning"]);
         if o.status.success() && !o.stdout.is_empty() {
             break;
         }
@@ -311,7 +312,7 @@ fn an_unreachable_broker_is_named() {
     let dir = temp_dir("unreachable");
     let s = dir.join("state");
     let s = s.to_str().unwrap();
-    for args in [vec!["run", "examples/stats.stream", "--drain"], vec!["consume", "stock-stats"]] {
+    for args in [vec!["run", "examples/stats.stream", "--drain"], vec!["consume", "stock-stats", "--exit-at-end"]] {
         let mut a = vec!["--state-dir", s, "--bootstrap-servers", "127.0.0.1:1"];
         a.extend(args.iter().copied());
         let o = streamc(&a);
@@ -439,7 +440,7 @@ fn an_embedded_run_says_it_waits_and_stops_cleanly_on_sigterm() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let out = streamc(&["--state-dir", s, "consume", "stock-stats", "--from-beginning"]);
+        let out = streamc(&["--state-dir", s, "consume", "stock-stats", "--exit-at-end", "--from-beginning"]);
         if text.contains("waiting for input (Ctrl-C stops it)") && stdout(&out).lines().count() >= 5 {
             break;
         }
@@ -561,7 +562,7 @@ fn input_bookkeeping_is_per_topic_and_file() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = streamc(&["--state-dir", s, "run", "examples/alerts.stream", "--input", &input, "--drain"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = streamc(&["--state-dir", s, "consume", "stocks", "--from-beginning"]);
+    let o = streamc(&["--state-dir", s, "consume", "stocks", "--exit-at-end", "--from-beginning"]);
     let lines =
         std::fs::read_to_string("examples/data/trades.jsonl").unwrap().lines().filter(|l| !l.trim().is_empty()).count();
     assert_eq!(stdout(&o).lines().count(), lines, "the file was appended once");
@@ -603,9 +604,10 @@ fn explode_past_its_cap_is_a_dead_letter() {
     let p = program.to_str().unwrap();
     let o = streamc(&["--state-dir", s, "run", p, "--input", &format!("lines={}", input.display()), "--drain"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&streamc(&["--state-dir", s, "consume", "chars", "--from-beginning"]));
+    let out = stdout(&streamc(&["--state-dir", s, "consume", "chars", "--exit-at-end", "--from-beginning"]));
     assert_eq!(out.lines().count(), 4, "a, b of `ab` and c, d of `cd`:\n{out}");
-    let dlq = stdout(&streamc(&["--state-dir", s, "consume", "chars-dlq", "--from-beginning", "--headers"]));
+    let dlq =
+        stdout(&streamc(&["--state-dir", s, "consume", "chars-dlq", "--exit-at-end", "--from-beginning", "--headers"]));
     assert_eq!(dlq.lines().count(), 1, "{dlq}");
     assert!(
         dlq.contains("explode: 100001 items, more than the 100000 one record may become"),
@@ -648,7 +650,7 @@ fn emit_final_idle_closes_windows_when_the_input_stops() {
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     let got = loop {
-        let out = streamc(&["--state-dir", s, "consume", "counts", "--from-beginning"]);
+        let out = streamc(&["--state-dir", s, "consume", "counts", "--exit-at-end", "--from-beginning"]);
         let got: Vec<serde_json::Value> = stdout(&out).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         if got.len() >= 2 {
             break got;
@@ -692,7 +694,14 @@ fn status_gives_each_tasks_state_in_changelog_records() {
         &format!("stocks={}", trades.display()),
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = streamc(&["--state-dir", s, "consume", "stats-stock_stats-aggregate-changelog", "--from-beginning"]);
+    let o = streamc(&[
+        "--state-dir",
+        s,
+        "consume",
+        "stats-stock_stats-aggregate-changelog",
+        "--exit-at-end",
+        "--from-beginning",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let mut want = std::collections::BTreeMap::<u64, u64>::new();
     for l in stdout(&o).lines() {
@@ -725,19 +734,81 @@ fn a_consume_that_prints_nothing_says_why() {
     std::fs::write(&data, "{\"a\":1}\n{\"a\":2}\n").unwrap();
     let o = streamc(&["--state-dir", s, "produce", "two", data.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = streamc(&["--state-dir", s, "consume", "two"]);
+    let o = streamc(&["--state-dir", s, "consume", "two", "--exit-at-end"]);
     assert!(o.status.success() && stdout(&o).is_empty(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("without --from-beginning, consume starts at the end of `two`, after the 2 records"),
         "{}",
         stderr(&o)
     );
-    let o = streamc(&["--state-dir", s, "consume", "two", "--from-beginning"]);
+    let o = streamc(&["--state-dir", s, "consume", "two", "--exit-at-end", "--from-beginning"]);
     assert_eq!(stdout(&o).lines().count(), 2, "{}", stderr(&o));
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     let o = streamc(&["--state-dir", s, "produce", "none", "/dev/null"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = streamc(&["--state-dir", s, "consume", "none", "--from-beginning"]);
+    let o = streamc(&["--state-dir", s, "consume", "none", "--exit-at-end", "--from-beginning"]);
     assert!(o.status.success() && stdout(&o).is_empty(), "{}", stderr(&o));
     assert!(stderr(&o).contains("`none` holds no committed record"), "{}", stderr(&o));
+}
+
+/// `consume` as `kafka-console-consumer`: it follows the topic by default (a record produced
+/// while it waits is printed), and stops at the end, after N records, or after a quiet spell
+/// when told to; `--partition` with `--offset` starts there.
+#[test]
+fn consume_follows_by_default_and_stops_when_told() {
+    use std::io::BufRead;
+    let dir = temp_dir("consume-follow");
+    let s = dir.to_str().unwrap();
+    let data = dir.join("three.jsonl");
+    std::fs::write(&data, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n").unwrap();
+    let o = streamc(&["--state-dir", s, "produce", "three", data.to_str().unwrap(), "--partitions", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let offsets = |o: &Output| -> Vec<u64> {
+        stdout(o)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["offset"].as_u64().unwrap())
+            .collect()
+    };
+    let o = streamc(&["--state-dir", s, "consume", "three", "--from-beginning", "--max-messages", "2"]);
+    assert_eq!(offsets(&o), [0, 1], "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "three", "--partition", "0", "--offset", "1", "--exit-at-end"]);
+    assert_eq!(offsets(&o), [1, 2], "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "three", "--partition", "0", "--offset", "latest", "--exit-at-end"]);
+    assert_eq!(offsets(&o), Vec::<u64>::new(), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "three", "--from-beginning", "--timeout-ms", "300"]);
+    assert_eq!(offsets(&o), [0, 1, 2], "{}", stderr(&o));
+    assert!(stderr(&o).contains("no record for 300 ms: stopped after 3 records"), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "three", "--partition", "4", "--exit-at-end"]);
+    assert!(!o.status.success() && stderr(&o).contains("`three` has no partition 4 (it has 1)"), "{}", stderr(&o));
+    let o = streamc(&["--state-dir", s, "consume", "three", "--offset", "1"]);
+    assert!(!o.status.success() && stderr(&o).contains("--partition"), "{}", stderr(&o));
+
+    // Following from the end: the record produced after it started is printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .args(["--state-dir", s, "consume", "three"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // (It says it waits once it is at the end: produce only then, or the record would be
+    // before its start.)
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.contains("waiting for new records"), "{line}");
+    std::fs::write(&data, "{\"a\":4}\n").unwrap();
+    let o = streamc(&["--state-dir", s, "produce", "three", data.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        let mut first = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut first);
+        let _ = tx.send(first);
+    });
+    let first = rx.recv_timeout(std::time::Duration::from_secs(120)).unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first:?}"));
+    assert_eq!((v["offset"].as_u64(), v["value"]["a"].as_i64()), (Some(3), Some(4)));
 }

@@ -105,8 +105,10 @@ fn produce_and_consume_match_the_embedded_log() {
 
     streamc(&["--state-dir", state, "produce", &topic, input, "--program", program, "--partitions", "3"]);
     streamc(&["produce", &topic, input, "--program", program, "--partitions", "3", "--bootstrap-servers", &addr]);
-    let embedded = streamc(&["--state-dir", state, "consume", &topic, "--from-beginning", "--headers"]);
-    let kafka = streamc(&["consume", &topic, "--from-beginning", "--headers", "--bootstrap-servers", &addr]);
+    let embedded =
+        streamc(&["--state-dir", state, "consume", &topic, "--exit-at-end", "--from-beginning", "--headers"]);
+    let kafka =
+        streamc(&["consume", &topic, "--exit-at-end", "--from-beginning", "--headers", "--bootstrap-servers", &addr]);
     assert_eq!(embedded.lines().count(), 3_000);
     let partitions: std::collections::BTreeSet<u64> = kafka
         .lines()
@@ -116,7 +118,7 @@ fn produce_and_consume_match_the_embedded_log() {
     assert!(embedded == kafka, "the broker's records differ from the embedded log's");
 
     // Without --from-beginning, consume starts at the end: nothing new, nothing printed.
-    assert_eq!(streamc(&["consume", &topic, "--bootstrap-servers", &addr]), "");
+    assert_eq!(streamc(&["consume", &topic, "--exit-at-end", "--bootstrap-servers", &addr]), "");
 }
 
 /// A record the broker refuses (here: a timestamp further ahead than the topic allows) makes

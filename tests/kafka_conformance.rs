@@ -61,7 +61,13 @@ fn root() -> PathBuf {
 
 /// The records of a topic as `streamc consume --headers` prints them.
 fn consume(state: &Path, topic: &str, extra: &[String]) -> Vec<serde_json::Value> {
-    let mut args = vec!["consume".to_string(), topic.to_string(), "--from-beginning".into(), "--headers".into()];
+    let mut args = vec![
+        "consume".to_string(),
+        topic.to_string(),
+        "--from-beginning".into(),
+        "--exit-at-end".into(),
+        "--headers".into(),
+    ];
     args.extend(extra.iter().cloned());
     let out = streamc_stdout(state, &args).unwrap_or_else(|e| panic!("{e}"));
     out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("consume {topic}: {e}: {l}"))).collect()

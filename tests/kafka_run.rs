@@ -964,7 +964,10 @@ query copy {{
     assert_eq!(copied.len(), rows.len(), "the stateless query writes to a topic without the bound");
 
     let dlq = format!("{app}-dlq");
-    let out = streamc_output(&state, &["consume", &dlq, "--from-beginning", "--headers", "--bootstrap-servers", &b]);
+    let out = streamc_output(
+        &state,
+        &["consume", &dlq, "--exit-at-end", "--from-beginning", "--headers", "--bootstrap-servers", &b],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let dead: Vec<serde_json::Value> =
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -1064,7 +1067,10 @@ query copy {{
     assert_eq!(consume(&state, &format!("{pfx}.copy"), &kafka).len(), copies);
 
     let dlq = format!("{app}-dlq");
-    let out = streamc_output(&state, &["consume", &dlq, "--from-beginning", "--headers", "--bootstrap-servers", &b]);
+    let out = streamc_output(
+        &state,
+        &["consume", &dlq, "--exit-at-end", "--from-beginning", "--headers", "--bootstrap-servers", &b],
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let dead: Vec<serde_json::Value> =
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();

@@ -11,7 +11,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("language", &["syntax", "aggregate", "function", "hir", "check", "stdlib", "eval", "format", "fmt", "lsp"]),
     ("plan", &["plan", "explain"]),
     ("io", &["log", "kafka", "registry", "topics"]),
-    ("control", &["control"]),
+    ("control", &["control", "dlq"]),
     ("runtime", &["runtime"]),
 ];
 

@@ -154,7 +154,7 @@ fn a_sink_schema_its_subject_refuses_is_reported_by_check_and_stops_run_before_a
     assert!(!o.status.success(), "{err}");
     assert!(err.contains(&format!("cannot register the schema of `{topic}` under `{topic}-value`")), "{err}");
     assert!(err.contains("409"), "the registry's answer: {err}");
-    let o = streamc_output(&state, &["consume", &topic, "--from-beginning"]);
+    let o = streamc_output(&state, &["consume", &topic, "--exit-at-end", "--from-beginning"]);
     assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "nothing was written");
 }
 
@@ -186,9 +186,9 @@ fn a_registry_that_is_down_stops_the_run_and_the_next_run_loses_nothing() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("cannot read schema id") && err.contains("cannot be reached"), "{err}");
-    let o = streamc_output(&state, &["consume", &format!("{topic}-totals"), "--from-beginning"]);
+    let o = streamc_output(&state, &["consume", &format!("{topic}-totals"), "--exit-at-end", "--from-beginning"]);
     assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "nothing was written");
-    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning", "--headers"]);
+    let o = streamc_output(&state, &["consume", "app-dlq", "--exit-at-end", "--from-beginning", "--headers"]);
     assert!(
         String::from_utf8_lossy(&o.stdout).trim().is_empty(),
         "no record was dead-lettered for the registry's absence"
@@ -239,7 +239,7 @@ fn avro_rows_restored_into_a_join_store_are_read_by_the_next_run() {
         .map(|r| (r.value["sku"].as_str().unwrap().to_string(), r.value["total"].as_f64().unwrap()))
         .collect();
     assert_eq!(got, vec![("a".to_string(), 3.0), ("b".to_string(), 12.0), ("a".to_string(), 15.0)]);
-    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning"]);
+    let o = streamc_output(&state, &["consume", "app-dlq", "--exit-at-end", "--from-beginning"]);
     assert!(String::from_utf8_lossy(&o.stdout).trim().is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
 }
 
@@ -560,7 +560,7 @@ message Order {
         ]
     );
     // The dead letters name their reasons.
-    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning", "--headers"]);
+    let o = streamc_output(&state, &["consume", "app-dlq", "--exit-at-end", "--from-beginning", "--headers"]);
     let reasons: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
     assert_eq!(reasons.len(), 4, "{reasons:?}");
     assert!(reasons.iter().any(|r| r.contains("bad-index") && r.contains("no message at indexes [3]")), "{reasons:?}");
@@ -723,7 +723,7 @@ fn keys_in_the_wire_format_are_read_as_the_declared_keys() {
     let per_user: std::collections::BTreeMap<String, i64> =
         got(&format!("{clicks}-per-user")).into_iter().map(|(k, v)| (k, v["clicks"].as_i64().unwrap())).collect();
     assert_eq!(per_user, [("\"u1\"".to_string(), 5), ("\"u2\"".to_string(), 1)].into());
-    let o = streamc_output(&state, &["consume", "app-dlq", "--from-beginning", "--headers"]);
+    let o = streamc_output(&state, &["consume", "app-dlq", "--exit-at-end", "--from-beginning", "--headers"]);
     let reasons = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(reasons.contains("bad key: not in the Avro wire format"), "{reasons}");
     assert!(reasons.contains("the record key `bob` differs from its `customer` field `ann`"), "{reasons}");

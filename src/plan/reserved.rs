@@ -19,7 +19,7 @@ pub(crate) const APP_TOPICS: [(&str, TopicRole); 5] = [
 
 /// Why a query of `topo`'s application may not write to `topic`: a topic of Kafka itself
 /// (`__…`), one of the application's own internal topics (changelogs, repartition topics, dead
-/// letters, late records, control, control status, metrics), or a name with the shape of
+/// letters and their replays, late records, control, control status, metrics), or a name with the shape of
 /// another application's internal topics (`…-changelog`, `…-repartition`,
 /// `…-control-status`). None if it may, or if `allowed` (`topics.allow_internal_sinks`) lists
 /// it.
@@ -33,6 +33,9 @@ pub fn reserved_sink(topic: &str, topo: &Topology, allowed: &[String]) -> Option
     let own = APP_TOPICS.iter().find(|(name, _)| topic.strip_prefix(topo.app.as_str()) == Some(&format!("-{name}")));
     if let Some((_, role)) = own {
         return Some(format!("this application's {} topic", role.as_str()));
+    }
+    if topic.strip_prefix(topo.app.as_str()) == Some("-dlq-replays") {
+        return Some("this application's dead-letter replays topic".into());
     }
     if let Some(t) = topo.topics.iter().find(|t| t.name == topic && t.role.internal()) {
         return Some(format!("this application's {} topic", t.role.as_str()));

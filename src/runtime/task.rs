@@ -27,10 +27,7 @@ use crate::runtime::wire::{decode_source_key, split_wire};
 use crate::value::{decode_record, Value};
 
 /// Header names of docs/conventions.md.
-pub const H_ERROR: &str = "streamc.error";
-pub const H_TOPIC: &str = "streamc.source.topic";
-pub const H_PARTITION: &str = "streamc.source.partition";
-pub const H_OFFSET: &str = "streamc.source.offset";
+pub use crate::dlq::{H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC};
 pub use crate::runtime::ops::repartition::H_RETRACT;
 pub use crate::runtime::ops::sink::{H_VERSION, H_WINDOW_END, H_WINDOW_START};
 

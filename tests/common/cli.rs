@@ -103,7 +103,7 @@ pub fn consume_if_created(state: &Path, topic: &str, extra: &[&str]) -> Vec<Cons
 }
 
 fn consume_topic(state: &Path, topic: &str, extra: &[&str], missing_is_empty: bool) -> Vec<Consumed> {
-    let mut args = vec!["consume", topic, "--from-beginning"];
+    let mut args = vec!["consume", topic, "--from-beginning", "--exit-at-end"];
     args.extend_from_slice(extra);
     let out = Command::new(bin()).arg("--state-dir").arg(state).args(&args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

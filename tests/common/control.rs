@@ -146,7 +146,7 @@ impl Env {
         let out = Command::new(bin())
             .arg("--state-dir")
             .arg(&self.state)
-            .args(self.args(&["consume", &t, "--from-beginning", "--headers"]))
+            .args(self.args(&["consume", &t, "--exit-at-end", "--from-beginning", "--headers"]))
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
@@ -171,7 +171,7 @@ impl Env {
         let out = Command::new(bin())
             .arg("--state-dir")
             .arg(&self.state)
-            .args(self.args(&["consume", &t, "--from-beginning"]))
+            .args(self.args(&["consume", &t, "--exit-at-end", "--from-beginning"]))
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -191,7 +191,7 @@ impl Env {
         let out = Command::new(bin())
             .arg("--state-dir")
             .arg(&self.state)
-            .args(self.args(&["consume", &t, "--from-beginning", "--headers"]))
+            .args(self.args(&["consume", &t, "--exit-at-end", "--from-beginning", "--headers"]))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout)
@@ -209,7 +209,7 @@ impl Env {
         let out = Command::new(bin())
             .arg("--state-dir")
             .arg(&self.state)
-            .args(self.args(&["consume", &t, "--from-beginning"]))
+            .args(self.args(&["consume", &t, "--exit-at-end", "--from-beginning"]))
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.contains("\"key\":\"program\"")).count()
@@ -220,7 +220,7 @@ impl Env {
         let out = Command::new(bin())
             .arg("--state-dir")
             .arg(&self.state)
-            .args(self.args(&["consume", topic, "--from-beginning"]))
+            .args(self.args(&["consume", topic, "--exit-at-end", "--from-beginning"]))
             .output()
             .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -676,7 +676,7 @@ pub fn consume_headers(
     let out = Command::new(bin())
         .arg("--state-dir")
         .arg(&env.state)
-        .args(env.args(&["consume", topic, "--from-beginning", "--headers"]))
+        .args(env.args(&["consume", topic, "--exit-at-end", "--from-beginning", "--headers"]))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -9,6 +9,7 @@ use streamc::{ast, check, explain, hir, plan, syntax};
 pub mod cli;
 pub mod control;
 pub mod data;
+pub mod dlq;
 pub mod embedded;
 pub mod kafka;
 pub mod runs;

@@ -189,7 +189,13 @@ fn run_and_compare(
     streamc(&state, &args)?;
     let mut diffs = Vec::new();
     for (out, mode) in &case.file.outputs {
-        let mut args = vec!["consume".to_string(), topic(out), "--from-beginning".into(), "--headers".into()];
+        let mut args = vec![
+            "consume".to_string(),
+            topic(out),
+            "--from-beginning".into(),
+            "--exit-at-end".into(),
+            "--headers".into(),
+        ];
         args.extend(extra.iter().cloned());
         let mut got: Vec<serde_json::Value> = streamc_stdout(&state, &args)?
             .lines()

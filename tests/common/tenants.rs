@@ -229,7 +229,7 @@ pub fn raw_records(env: &Env, topic: &str) -> Vec<(u32, Record)> {
         Some(i) => {
             let props: BTreeMap<String, String> = [("bootstrap.servers".to_string(), env.extra[i + 1].clone())].into();
             let k = streamc::kafka::Kafka::new(&props);
-            let (recs, _) = k.read_to_ends(topic, true).unwrap();
+            let (recs, _) = k.read_to_ends(topic, &streamc::record::Start::Beginning).unwrap();
             recs.into_iter().map(|(p, s)| (p, s.record)).collect()
         }
         None => {

@@ -38,7 +38,7 @@ use crate::hir;
 use crate::kafka::{client, io, stored, BrokerError, Deliveries, Kafka};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::record::{Append, Pos, Record, Stored};
+use crate::record::{Append, Pos, Record, Start, Stored};
 use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
 use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
@@ -1528,7 +1528,7 @@ fn read_control(kafka: &Kafka, program: &hir::Program, opts: &RunOptions) -> Res
         kafka.ensure_topic_with(t, 1, &control::topic_configs(t))?;
     }
     hub.written = kafka
-        .read_to_ends(&status_topic, true)?
+        .read_to_ends(&status_topic, &Start::Beginning)?
         .0
         .iter()
         .filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok())

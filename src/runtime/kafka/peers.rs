@@ -106,7 +106,8 @@ impl GroupPeers {
         // Where each instance serves, by the client id its group consumer uses.
         let mut servers: BTreeMap<String, (String, String, i64)> = BTreeMap::new();
         let metrics = format!("{}-metrics", self.app);
-        for (_, s) in self.kafka.read_to_ends(&metrics, true).map_err(|e| e.to_string())?.0 {
+        for (_, s) in self.kafka.read_to_ends(&metrics, &crate::record::Start::Beginning).map_err(|e| e.to_string())?.0
+        {
             if !s.record.key.as_deref().is_some_and(|k| k.starts_with(SERVER_KEY.as_bytes())) {
                 continue;
             }
