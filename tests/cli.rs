@@ -812,3 +812,36 @@ fn consume_follows_by_default_and_stops_when_told() {
     let v: serde_json::Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first:?}"));
     assert_eq!((v["offset"].as_u64(), v["value"]["a"].as_i64()), (Some(3), Some(4)));
 }
+
+/// A live run that mostly waited for input gives its rate over the time it spent processing,
+/// and says how long that was, not over the time it waited.
+#[test]
+fn a_live_runs_rate_is_over_its_processing_time() {
+    let dir = temp_dir("live-rate");
+    let s = dir.to_str().unwrap();
+    let err = dir.join("run.err");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamc"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["--state-dir", s, "run", "examples/stats.stream", "--input", "stocks=examples/data/trades.jsonl"])
+        .args(["--set", "commit.interval_ms=100"])
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    // Once its results are committed, it waits: two seconds of that, then it is stopped.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while stdout(&streamc(&["--state-dir", s, "consume", "stock-stats", "--from-beginning", "--exit-at-end"]))
+        .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "no result committed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    assert!(child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&err).unwrap();
+    let line = text.lines().find(|l| l.starts_with("processed 2000 records in ")).unwrap_or_else(|| panic!("{text}"));
+    let secs = |at: &str| -> f64 { at.split('s').next().unwrap().parse().unwrap() };
+    let (total, rest) = line["processed 2000 records in ".len()..].split_once(" (").unwrap();
+    let (busy, _) = rest.split_once(" of it processing: ").unwrap_or_else(|| panic!("{line}"));
+    assert!(secs(total) >= 2.0 && secs(busy) < secs(total) - 1.0, "{line}");
+}

@@ -38,6 +38,9 @@ pub struct Summary {
     /// Stopped by SIGINT or SIGTERM (an embedded run): what it processed is committed, but with
     /// `--drain` its input may not have been read to the end.
     pub interrupted: bool,
+    /// How long the busiest processing thread spent in rounds that did work (processing,
+    /// committing, restoring), not waiting for input: what a rate is worked out over.
+    pub busy: std::time::Duration,
 }
 
 impl Summary {
@@ -53,6 +56,7 @@ impl Summary {
         self.cache_misses += o.cache_misses;
         self.faults += o.faults;
         self.interrupted |= o.interrupted;
+        self.busy = self.busy.max(o.busy);
     }
 }
 
@@ -812,6 +816,7 @@ impl<F: Feed> TaskRun<F> {
             cache_misses: c.cache_misses,
             faults: self.chaos.as_ref().map_or(0, |c| c.faults),
             interrupted: false,
+            busy: std::time::Duration::ZERO,
         }
     }
 

@@ -276,9 +276,11 @@ fn worker(
     let leader = index == 0;
     let commit_every = opts.config.commit.records.max(1);
     let mut retired = Summary::default();
+    let mut busy = std::time::Duration::ZERO;
     let result = (|| -> Result<(), RunError> {
         let mut counts_for: Option<(u64, Vec<u32>)> = None;
         loop {
+            let round = std::time::Instant::now();
             let mut progress = false;
             let (stage, seen) = {
                 let mut hub = sh.hub.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
@@ -322,6 +324,9 @@ fn worker(
             if leader {
                 progress |= open_new_tasks(tasks, &stage, sh, opts, &mut counts_for)?;
             }
+            if progress {
+                busy += round.elapsed();
+            }
             if opts.drain {
                 sh.any.fetch_or(progress, Ordering::SeqCst);
                 // A signal stops every thread at the same round: the leader reads it, all the
@@ -348,6 +353,7 @@ fn worker(
         }
     })();
     result?;
+    let closing = std::time::Instant::now();
     let mut s = retired;
     // Stopped by a signal, the input may not be at its end: closing every window now would
     // make the rest late for good. They close at the end of a run that drains it.
@@ -356,6 +362,7 @@ fn worker(
         t.commit(&sh.log, opts, close, true)?;
         s.add_from(&t.summary());
     }
+    s.busy = busy + closing.elapsed();
     Ok(s)
 }
 

@@ -1438,9 +1438,18 @@ fn close_quickly<C: ConsumerContext>(c: &BaseConsumer<C>) {
 /// due and apply control stages at commit boundaries; until a signal, or `--drain` finds every
 /// input processed and committed.
 fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool) -> Result<Summary> {
+    // (The time of the rounds that did work, and of closing: what the run's rate is over.)
+    fn closing(e: &mut Engine, busy: Duration) -> Result<Summary> {
+        let at = Instant::now();
+        let mut s = e.close_all()?;
+        s.busy = busy + at.elapsed();
+        Ok(s)
+    }
+    let mut busy = Duration::ZERO;
     let mut idle = false;
     let mut windows_closed = false;
     loop {
+        let round = Instant::now();
         match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
             // A fatal error (a static member fenced by its own rejoin after a session
             // timeout, …) leaves the consumer out of the group for good: the run ends
@@ -1486,7 +1495,7 @@ fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool
         if stop.load(Ordering::Relaxed) {
             eprintln!("stopping: a last commit, then leaving the group");
             e.commit(consumer, false)?;
-            return e.close_all();
+            return closing(&mut e, busy);
         }
         // A commit every `commit.interval_ms`; sooner when a task's cache is full, or when
         // `--drain` finds no more input to process (it ends only with everything committed),
@@ -1504,6 +1513,9 @@ fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool
             }
         }
         idle = !worked && !copied;
+        if worked {
+            busy += round.elapsed();
+        }
         if opts.drain && !worked && e.drained(consumer)? {
             if opts.close_windows_at_end && !windows_closed {
                 windows_closed = e.commit(consumer, true)?;
@@ -1512,7 +1524,7 @@ fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool
             // The last counts go to `<app>-metrics` too.
             e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
             if e.commit(consumer, false)? {
-                return e.close_all();
+                return closing(&mut e, busy);
             }
         }
     }
