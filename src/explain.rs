@@ -303,15 +303,37 @@ fn dot(v: &View) -> String {
         }
         let _ = writeln!(o, "  }}");
     }
+    // The topics read and written, as rounded boxes outside the sub-topologies (the repartition
+    // topics label their dashed edges).
+    let mut drawn = std::collections::BTreeSet::new();
+    for s in &v.subs {
+        for n in &t.subtopologies[*s].nodes {
+            let node = &t.graph[*n];
+            let (topic, into) = match &node.kind {
+                NodeKind::Source { topic, .. } | NodeKind::TableSource { topic, .. } => (topic, true),
+                NodeKind::Sink { topic, .. } => (topic, false),
+                _ => continue,
+            };
+            if drawn.insert(topic.clone()) {
+                let _ =
+                    writeln!(o, "  \"topic:{}\" [shape=Mrecord, style=filled, label=\"{}\"];", esc(topic), esc(topic));
+            }
+            let (a, b) = if into {
+                (format!("topic:{topic}"), node.name.clone())
+            } else {
+                (node.name.clone(), format!("topic:{topic}"))
+            };
+            let _ = writeln!(o, "  \"{}\" -> \"{}\";", esc(&a), esc(&b));
+        }
+    }
     for s in &v.subs {
         for n in &t.subtopologies[*s].nodes {
             for e in t.graph.edges_directed(*n, Direction::Outgoing) {
                 let (a, b, w) = (&t.graph[e.source()], &t.graph[e.target()], e.weight());
+                let types = format!("key {}\\nvalue {}", esc(&w.key.to_string()), wrapped(&esc(&w.value.to_string())));
                 let style = match &w.mode {
-                    EdgeMode::Forward => format!("label=\"key {}\"", esc(&w.key.to_string())),
-                    EdgeMode::Repartition { topic } => {
-                        format!("label=\"{}\\nkey {}\", style=dashed", esc(topic), esc(&w.key.to_string()))
-                    }
+                    EdgeMode::Forward => format!("label=\"{types}\""),
+                    EdgeMode::Repartition { topic } => format!("label=\"{}\\n{types}\", style=dashed", esc(topic)),
                 };
                 let _ = writeln!(o, "  \"{}\" -> \"{}\" [{}];", esc(&a.name), esc(&b.name), style);
             }
@@ -319,6 +341,23 @@ fn dot(v: &View) -> String {
     }
     o.push_str("}\n");
     o
+}
+
+/// A type's text in lines of about 48 characters, broken after its commas (a dot label's `\n`).
+/// (The first part of a line always goes on it, however long.)
+fn wrapped(ty: &str) -> String {
+    let mut out = String::new();
+    let mut line = 0;
+    for part in ty.split_inclusive(", ") {
+        if line > 0 && line + part.len() > 48 {
+            out.truncate(out.trim_end().len());
+            out.push_str("\\n");
+            line = 0;
+        }
+        out.push_str(part);
+        line += part.len();
+    }
+    out
 }
 
 fn mermaid(v: &View) -> String {

@@ -99,6 +99,13 @@ fn explain_formats_and_query_filter() {
 
     let dot = stdout(&streamc(&["explain", "examples/stats.stream", "--format", "dot"]));
     assert!(dot.starts_with("digraph") && dot.contains("shape=cylinder"), "{dot}");
+    // The topics, and the value types on the edges as the text form has them.
+    assert!(
+        dot.contains("\"topic:stocks\" -> \"stock_stats-from\"")
+            && dot.contains("\"stock_stats-to\" -> \"topic:stock-stats\""),
+        "{dot}"
+    );
+    assert!(dot.contains("key string\\nvalue {ticker: string, price: float, size: int,\\nts: timestamp}"), "{dot}");
     let mermaid = stdout(&streamc(&["explain", "examples/stats.stream", "--format", "mermaid"]));
     assert!(mermaid.starts_with("flowchart TD"), "{mermaid}");
 }
