@@ -539,7 +539,7 @@ impl Kafka {
             // Under read_committed the last offsets may be transaction markers, never delivered.
             out.iter().zip(ends).all(|(o, (from, high))| o.last().map_or(*from, |(_, s)| s.offset as i64 + 1) >= *high)
         };
-        let mut idle = 0;
+        let mut quiet = std::time::Instant::now();
         while !done(&out, &ends) {
             match consumer.poll(Duration::from_millis(200)) {
                 None => {
@@ -554,11 +554,10 @@ impl Kafka {
                         };
                         at >= *high
                     });
-                    idle += 1;
                     if at_end {
                         break;
                     }
-                    if idle > 150 {
+                    if quiet.elapsed() > Duration::from_secs(30) {
                         // (After 30 s without a record, an open transaction holds the rest.)
                         if !partial_ok {
                             return Err(BrokerError::State(format!(
@@ -568,9 +567,11 @@ impl Kafka {
                         break;
                     }
                 }
-                Some(Err(e)) => return Err(client(format!("cannot read `{topic}`"))(e)),
+                Some(Err(e)) if is_fatal(&e) => return Err(client(format!("cannot read `{topic}`"))(e)),
+                // (A dropped connection: librdkafka reconnects; the reading waits for it.)
+                Some(Err(_)) => std::thread::sleep(Duration::from_millis(10)),
                 Some(Ok(m)) => {
-                    idle = 0;
+                    quiet = std::time::Instant::now();
                     let p = m.partition() as u32;
                     if m.offset() < ends[p as usize].1 {
                         out[p as usize].push((p, stored(&m)));
@@ -606,12 +607,29 @@ impl Kafka {
             match consumer.poll(Duration::from_millis(500)) {
                 None if !f(None) => return Ok(()),
                 None => {}
-                Some(Err(e)) => return Err(client(format!("cannot read `{topic}`"))(e)),
+                Some(Err(e)) if is_fatal(&e) => return Err(client(format!("cannot read `{topic}`"))(e)),
+                Some(Err(_)) => {}
                 Some(Ok(m)) if !f(Some((m.partition() as u32, stored(&m)))) => return Ok(()),
                 Some(Ok(_)) => {}
             }
         }
     }
+}
+
+/// Whether a consumer error is the end of a reading. librdkafka reports transport problems (a
+/// dropped connection, every broker briefly unreachable) as errors too, and recovers from them
+/// itself: those are not.
+pub fn is_fatal(e: &KafkaError) -> bool {
+    !matches!(
+        e,
+        KafkaError::MessageConsumption(
+            RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::OperationTimedOut
+        )
+    )
 }
 
 /// A consumed message as a stored record.

@@ -770,7 +770,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
             let server = streamc::runtime::http::serve(addr, m.clone(), access)?;
             if let Some(a) = server.addr() {
                 eprintln!(
-                    "serving metrics on {scheme}://{a}/metrics, probes on /healthz and /ready, stores on /stores"
+                    "serving metrics on {scheme}://{a}/metrics, probes on /healthz and /ready, stores on /stores, the console on /"
                 );
                 let advertised = cfg.application.server.clone().or_else(|| {
                     (!a.ip().is_unspecified()).then(|| {
@@ -782,6 +782,7 @@ fn run_program(g: &Global, cfg: config::Config, file: &Path, flags: RunFlags) ->
                     })
                 });
                 m.queries.set_me(&app, "embedded", advertised);
+                m.console.set_backend(if on_kafka { "kafka" } else { "embedded" });
                 if !on_kafka {
                     // `streamc query` asks the running instance here (forgotten when the run
                     // ends, however it ends).

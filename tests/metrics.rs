@@ -248,7 +248,7 @@ fn a_drained_run_with_metrics_exits_and_prints_its_summary() {
     assert!(status.success(), "{err}");
     assert!(
         err.contains(&format!(
-            "serving metrics on http://127.0.0.1:{port}/metrics, probes on /healthz and /ready, stores on /stores\n"
+            "serving metrics on http://127.0.0.1:{port}/metrics, probes on /healthz and /ready, stores on /stores, the console on /\n"
         )),
         "{err}"
     );

@@ -1,5 +1,7 @@
-//! The HTTP server of `run --http-addr`: metrics (`/metrics`), probes (`/healthz`, `/ready`)
-//! and interactive queries (`/stores`, `/stores/<store>`, `/metadata`), served by hyper on a
+//! The HTTP server of `run --http-addr`: the web console (`/`, `/console/state`,
+//! `/console/topology.svg`, see [`crate::runtime::console`]), metrics (`/metrics`), probes
+//! (`/healthz`, `/ready`) and interactive queries (`/stores`, `/stores/<store>`, `/metadata`),
+//! served by hyper on a
 //! thread of its own (a current-thread tokio runtime; a store query, which waits for the tasks,
 //! on tokio's blocking pool).
 //!
@@ -8,7 +10,8 @@
 //! descriptors only slow the accept loop down), a
 //! request head read within [`HEAD_TIMEOUT`] (an idle keep-alive connection likewise) and at
 //! most [`MAX_HEAD_BYTES`] long (else 431), a connection closed after [`CONNECTION_MAX`], and 400
-//! for a request that does not parse. With `http.auth.token` every path but the probes wants
+//! for a request that does not parse. With `http.auth.token` every path but the probes and the
+//! console's page wants
 //! `Authorization: Bearer <token>` (else 401); with `http.tls.cert` and `http.tls.key` it speaks
 //! HTTPS only.
 
@@ -235,7 +238,9 @@ async fn handle(req: Request<Incoming>, metrics: Arc<Metrics>, token: Option<&st
         Some(q) => format!("{path}?{q}"),
         None => path.clone(),
     };
-    let probe = matches!(path.as_str(), "/healthz" | "/ready");
+    // (The console's page holds no data: it asks for it with the token, which it takes from
+    // the address a user opens, `/#token=…`.)
+    let probe = matches!(path.as_str(), "/healthz" | "/ready" | "/");
     if let (Some(want), false) = (token, probe) {
         if !authorized(req.headers().get(AUTHORIZATION), want) {
             let mut r = reply(

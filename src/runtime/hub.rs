@@ -26,6 +26,8 @@ pub(crate) struct Hub {
     unwritten: Vec<Status>,
     /// Show verdicts on stderr (not while the start-up backlog is read).
     pub verbose: bool,
+    /// Where the web console hears of verdicts and of the running program.
+    metrics: Option<std::sync::Arc<crate::runtime::metrics::Metrics>>,
 }
 
 impl Hub {
@@ -33,7 +35,10 @@ impl Hub {
         let trusted = control::trusted_keys(&opts.config.control.trusted_keys)?;
         let ev = Evaluator::new(&opts.app, program.clone(), &opts.program_text, trusted)?
             .allow_sinks(&opts.config.topics.allow_internal_sinks);
-        Ok(Hub { ev, written: 0, unwritten: Vec::new(), verbose: false })
+        if let Some(m) = &opts.metrics {
+            m.console.stage(ev.latest());
+        }
+        Ok(Hub { ev, written: 0, unwritten: Vec::new(), verbose: false, metrics: opts.metrics.clone() })
     }
 
     /// Read the control records that arrived, evaluate them and write their statuses. True if
@@ -57,11 +62,18 @@ impl Hub {
             if self.verbose || st.offset >= self.written {
                 eprintln!("control {}", st.describe());
             }
+            if let Some(m) = &self.metrics {
+                m.console.control(&st);
+            }
             if st.offset >= self.written {
                 self.unwritten.push(st);
             }
         }
-        self.ev.latest().next != before
+        let changed = self.ev.latest().next != before;
+        if let (true, Some(m)) = (changed, &self.metrics) {
+            m.console.stage(self.ev.latest());
+        }
+        changed
     }
 
     /// The status records to write, keyed by control offset; the caller writes them and then

@@ -88,6 +88,8 @@ pub struct Metrics {
     pub health: Health,
     /// Interactive queries of the instance's stores (`/stores`), answered by its tasks.
     pub queries: crate::runtime::query::Queries,
+    /// What the web console shows besides the counters.
+    pub console: crate::runtime::console::Console,
 }
 
 /// Whether the instance is ready for traffic, as a driver reports it: not until it has its
@@ -237,6 +239,7 @@ impl Metrics {
             ready,
             health: Health::new(),
             queries: Default::default(),
+            console: Default::default(),
             tenant_records_in,
             tenant_dead_letters,
             tenant_state_keys,
@@ -512,6 +515,12 @@ pub(crate) fn respond(get: bool, url: &str, metrics: &Metrics) -> (u16, &'static
     match (get, path) {
         (true, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
         (true, "/healthz") => (200, "text/plain; charset=utf-8", "ok\n".to_string()),
+        (true, "/") => (200, "text/html; charset=utf-8", crate::runtime::console::PAGE.to_string()),
+        (true, "/console/state") => {
+            let ready = metrics.health.ready();
+            (200, JSON, metrics.console.state(&metrics.app, ready, &metrics.encode()))
+        }
+        (true, "/console/topology.svg") => (200, "image/svg+xml", metrics.console.svg()),
         (true, "/stores") => match metrics.queries.stores() {
             Ok(v) => (200, JSON, format!("{v}\n")),
             Err(why) => (503, JSON, error_json(&why)),
@@ -523,7 +532,8 @@ pub(crate) fn respond(get: bool, url: &str, metrics: &Metrics) -> (u16, &'static
         (true, _) => (
             404,
             "text/plain; charset=utf-8",
-            "not found: metrics are at /metrics, probes at /healthz and /ready, stores at /stores\n".to_string(),
+            "not found: the console is at /, metrics at /metrics, probes at /healthz and /ready, stores at /stores\n"
+                .to_string(),
         ),
         _ => (405, "text/plain; charset=utf-8", "only GET is supported\n".to_string()),
     }

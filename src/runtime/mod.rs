@@ -9,6 +9,7 @@ pub(crate) mod backend;
 pub(crate) mod bin;
 pub mod chaos;
 mod commit;
+pub mod console;
 pub mod embedded;
 pub mod error;
 pub(crate) mod foreign;

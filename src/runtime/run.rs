@@ -854,6 +854,9 @@ impl<F: Feed> TaskRun<F> {
             OnError::DeadLetter => {
                 let tenant = self.task.record_tenant(topic, &s.record);
                 self.task.dead_letter(tenant.as_deref());
+                if let Some(m) = &opts.metrics {
+                    m.console.dead_letter(&e.0, topic, p, s.offset, s.record.timestamp);
+                }
                 let rec = with_source_headers(&s.record, e.0, topic, p, s.offset, self.external_input(topic));
                 self.out.push(Output { topic: format!("{}-dlq", opts.app), route: Route::Partition(0), record: rec });
                 Ok(())

@@ -57,6 +57,11 @@ pub fn spawn(state: &Path, args: &[&str], log: &Path) -> Background {
 pub struct Background(Child);
 
 impl Background {
+    /// A child process, killed when this is dropped.
+    pub fn of(child: Child) -> Background {
+        Background(child)
+    }
+
     /// SIGTERM, and wait for the exit; true if it exited successfully.
     pub fn terminate(&mut self) -> bool {
         let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();

@@ -7,6 +7,7 @@ use streamc::diag::{self, Diagnostics, RenderOptions};
 use streamc::{ast, check, explain, hir, plan, syntax};
 
 pub mod cli;
+pub mod console;
 pub mod control;
 pub mod data;
 pub mod dlq;

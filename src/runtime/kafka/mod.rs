@@ -35,7 +35,7 @@ use rustc_hash::FxHashMap;
 use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::kafka::{client, io, stored, BrokerError, Deliveries, Kafka};
+use crate::kafka::{client, io, is_fatal, stored, BrokerError, Deliveries, Kafka};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::record::{Append, Pos, Record, Start, Stored};
@@ -1300,21 +1300,6 @@ fn feed_for(
     })
 }
 
-/// Whether a consumer error ends the run. librdkafka reports transport problems (a dropped
-/// connection, every broker briefly unreachable) as errors too, and recovers from them itself.
-fn is_fatal(e: &KafkaError) -> bool {
-    !matches!(
-        e,
-        KafkaError::MessageConsumption(
-            RDKafkaErrorCode::AllBrokersDown
-                | RDKafkaErrorCode::BrokerTransportFailure
-                | RDKafkaErrorCode::Resolve
-                | RDKafkaErrorCode::RequestTimedOut
-                | RDKafkaErrorCode::OperationTimedOut
-        )
-    )
-}
-
 /// The control topic on Kafka: its reader (a consumer assigned to its one partition), and the
 /// status topic written with a plain produce.
 struct KafkaControl<'a> {
@@ -1769,7 +1754,11 @@ impl Backend for Engine {
                         )));
                     }
                 }
-                Some(Err(e)) => return Err(client(format!("cannot read `{topic}` partition {p}"))(e).into()),
+                Some(Err(e)) if is_fatal(&e) => {
+                    return Err(client(format!("cannot read `{topic}` partition {p}"))(e).into())
+                }
+                // (A dropped connection: librdkafka reconnects; the wait for the end goes on.)
+                Some(Err(_)) => {}
             }
         }
         if !batch.is_empty() {
