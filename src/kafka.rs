@@ -632,6 +632,30 @@ pub fn is_fatal(e: &KafkaError) -> bool {
     )
 }
 
+/// The end offset (high watermark) of a partition `consumer` reads, as librdkafka last saw it
+/// in a fetch response: no request to the broker (rdkafka has no safe call for it). None until
+/// a fetch has told it.
+pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<i64> {
+    let topic = std::ffi::CString::new(topic).ok()?;
+    let (mut low, mut high) = (-1i64, -1i64);
+    // SAFETY: the client pointer is valid while `consumer` lives; the topic is a NUL-terminated
+    // string that outlives the call; librdkafka only writes the two offsets.
+    let err = unsafe {
+        rdkafka::bindings::rd_kafka_get_watermark_offsets(
+            consumer.client().native_ptr(),
+            topic.as_ptr(),
+            partition,
+            &mut low,
+            &mut high,
+        )
+    };
+    (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
 /// A consumed message as a stored record.
 pub fn stored(m: &rdkafka::message::BorrowedMessage<'_>) -> Stored {
     let headers = m

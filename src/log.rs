@@ -797,6 +797,11 @@ impl PartitionReader {
         self.pos
     }
 
+    /// The topic and partition read.
+    pub fn partition(&self) -> (&str, u32) {
+        (&self.topic, self.partition)
+    }
+
     fn use_base(&mut self, base: Base) -> Result<()> {
         self.path = self.log.data_path(&self.topic, self.partition, &base);
         self.base = Some(base);

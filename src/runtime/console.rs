@@ -2,8 +2,8 @@
 //! binary: no CDN, it works offline) that polls `/console/state` every two seconds and draws
 //! `/console/topology.svg` with each processor's records on it.
 //!
-//! `/console/state` is this instance's view, as JSON: its tasks' counters (read back from the
-//! Prometheus registry, so the page and `/metrics` never disagree), readiness, restores and
+//! `/console/state` is this instance's view, as JSON: its tasks' counters and input lag (read
+//! back from the Prometheus registry, so the page and `/metrics` never disagree), readiness, restores and
 //! standby replicas in progress, the running program's version and query versions, the last
 //! control statements with their verdicts, and the last dead letters with their reasons — the
 //! last three kept here by the drivers as they happen.
@@ -92,18 +92,22 @@ impl Console {
         let mut tasks: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
         let mut processors: BTreeMap<(String, String), serde_json::Map<String, Value>> = BTreeMap::new();
         let mut stores: BTreeMap<(String, String), serde_json::Map<String, Value>> = BTreeMap::new();
+        let mut inputs: BTreeMap<(String, String), serde_json::Map<String, Value>> = BTreeMap::new();
         for (name, labels, v) in samples(prometheus) {
             let (Some(task), field) = (labels.get("task"), name.strip_prefix("streamc_")) else { continue };
             let Some(field) = field else { continue };
             let field = field.strip_suffix("_total").unwrap_or(field).to_string();
             let v = json!(v);
-            match (labels.get("processor"), labels.get("store"), labels.get("tenant")) {
-                (_, _, Some(_)) => {}
-                (Some(p), _, _) => {
+            match (labels.get("processor"), labels.get("store"), labels.get("input"), labels.get("tenant")) {
+                (_, _, _, Some(_)) => {}
+                (Some(p), _, _, _) => {
                     processors.entry((task.clone(), p.clone())).or_default().insert(field, v);
                 }
-                (_, Some(s), _) => {
+                (_, Some(s), _, _) => {
                     stores.entry((task.clone(), s.clone())).or_default().insert(field, v);
+                }
+                (_, _, Some(i), _) => {
+                    inputs.entry((task.clone(), i.clone())).or_default().insert(field, v);
                 }
                 _ if field.starts_with("commit_latency") => {}
                 _ => {
@@ -130,6 +134,7 @@ impl Console {
             "tasks": tasks.into_iter().map(|(task, mut f)| { f.insert("task".into(), json!(task)); Value::Object(f) }).collect::<Vec<_>>(),
             "processors": keyed(processors, "processor"),
             "stores": keyed(stores, "store"),
+            "inputs": keyed(inputs, "input"),
             "control": b.control.iter().collect::<Vec<_>>(),
             "dead_letters": b.dead.iter().collect::<Vec<_>>(),
         });
@@ -189,6 +194,7 @@ mod tests {
         let text = "# HELP x\nstreamc_records_in_total{application=\"a\",task=\"0_1\"} 25\n\
                     streamc_processor_records_total{application=\"a\",task=\"0_1\",processor=\"q-where\"} 7\n\
                     streamc_restore_remaining_records{application=\"a\",task=\"0_1\",store=\"q-agg\"} 3\n\
+                    streamc_input_lag_records{application=\"a\",task=\"0_1\",input=\"in/1\"} 4\n\
                     streamc_tenant_records_in_total{application=\"a\",task=\"0_1\",tenant=\"t\\\"1\"} 2\n\
                     streamc_ready{application=\"a\"} 1\n";
         let c = Console::default();
@@ -199,6 +205,7 @@ mod tests {
         assert_eq!(v["tasks"], json!([{"task": "0_1", "records_in": 25.0}]));
         assert_eq!(v["processors"], json!([{"task": "0_1", "processor": "q-where", "processor_records": 7.0}]));
         assert_eq!(v["stores"], json!([{"task": "0_1", "store": "q-agg", "restore_remaining_records": 3.0}]));
+        assert_eq!(v["inputs"], json!([{"task": "0_1", "input": "in/1", "input_lag_records": 4.0}]));
         assert_eq!((v["ready"].clone(), v["not_ready"].clone()), (json!(false), json!("restoring")));
         let dead = v["dead_letters"].as_array().unwrap();
         assert_eq!((dead.len(), dead[0]["reason"].clone(), dead[19]["offset"].clone()), (20, json!("r5"), json!(24)));

@@ -47,6 +47,14 @@ struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InputLabels {
+    application: String,
+    task: String,
+    /// `topic/partition`.
+    input: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
     application: String,
     task: String,
@@ -81,6 +89,7 @@ pub struct Metrics {
     restore_remaining: Family<StoreLabels, Gauge<i64, AtomicI64>>,
     standby_lag: Family<StoreLabels, Gauge<i64, AtomicI64>>,
     standby_offset: Family<StoreLabels, Gauge<i64, AtomicI64>>,
+    input_lag: Family<InputLabels, Gauge<i64, AtomicI64>>,
     tenant_records_in: Family<TenantLabels, Counter>,
     tenant_dead_letters: Family<TenantLabels, Counter>,
     tenant_state_keys: Family<TenantLabels, Gauge<i64, AtomicI64>>,
@@ -211,6 +220,12 @@ impl Metrics {
             "The changelog offset a standby replica of a store has applied up to (the next to apply)",
             standby_offset.clone(),
         );
+        let input_lag = Family::<InputLabels, Gauge<i64, AtomicI64>>::default();
+        registry.register(
+            "streamc_input_lag_records",
+            "Records of an input partition after a task's position, as of its last commit (the end offset the backend last saw minus the position)",
+            input_lag.clone(),
+        );
         let tenant_records_in = Family::<TenantLabels, Counter>::default();
         registry.register(
             "streamc_tenant_records_in",
@@ -260,6 +275,7 @@ impl Metrics {
             restore_remaining,
             standby_lag,
             standby_offset,
+            input_lag,
         }
     }
 
@@ -300,6 +316,7 @@ impl Metrics {
                 }
             }),
             reported: TaskCounts::default(),
+            input_lag: self.input_lag.clone(),
             tenants: TenantFamilies {
                 app: self.app.clone(),
                 task: task.to_string(),
@@ -349,6 +366,8 @@ pub struct TaskCounts {
     pub cache_misses: u64,
     /// Records that reached each operator, indexed like the `processors` given to [`Metrics::task`].
     pub processors: Vec<u64>,
+    /// Per input partition (`topic/partition`): records after the task's position.
+    pub lags: Vec<(String, u64)>,
     /// Per tenant: records in and dead letters (totals), and keys in the task's stores (now).
     pub tenants: BTreeMap<Vec<u8>, crate::runtime::task::TenantCounts>,
     pub tenant_keys: BTreeMap<Vec<u8>, i64>,
@@ -391,6 +410,7 @@ pub struct TaskMetrics {
     aggregate: Option<AggregateMetrics>,
     reported: TaskCounts,
     tenants: TenantFamilies,
+    input_lag: Family<InputLabels, Gauge<i64, AtomicI64>>,
 }
 
 /// Add to `c` what `now` has gained since `*reported`.
@@ -416,6 +436,14 @@ impl TaskMetrics {
         add(&self.dead_letters, &mut r.dead_letters, now.dead_letters);
         add(&self.skipped, &mut r.skipped, now.skipped);
         add(&self.commits, &mut r.commits, now.commits);
+        for (input, lag) in &now.lags {
+            let l = InputLabels {
+                application: self.tenants.app.clone(),
+                task: self.tenants.task.clone(),
+                input: input.clone(),
+            };
+            self.input_lag.get_or_create(&l).set((*lag).min(i64::MAX as u64) as i64);
+        }
         r.processors.resize(self.processors.len(), 0);
         for ((c, rep), n) in self.processors.iter().zip(r.processors.iter_mut()).zip(&now.processors) {
             add(c, rep, *n);

@@ -89,6 +89,9 @@ pub(crate) trait Feed {
     fn take(&mut self, i: usize) -> Option<Stored>;
     /// The record [`Feed::peek`] saw, if it saw one.
     fn peeked(&self, i: usize) -> Option<&Stored>;
+    /// Per input partition (`topic/partition`): the records after the task's position, as far
+    /// as the backend knows without asking (the last end offset it saw).
+    fn lags(&self) -> Vec<(String, u64)>;
 }
 
 /// The next record of an input, as far as the backend knows.
@@ -797,6 +800,7 @@ impl<F: Feed> TaskRun<F> {
             cache_hits: c.cache_hits,
             cache_misses: c.cache_misses,
             processors: c.ops_in.clone(),
+            lags: self.feed.lags(),
             tenants: c.tenants.clone(),
             tenant_keys: self.trees.tenant_keys.clone().unwrap_or_default(),
         });
@@ -972,6 +976,9 @@ pub(crate) mod testing {
         }
         fn peeked(&self, _: usize) -> Option<&Stored> {
             None
+        }
+        fn lags(&self) -> Vec<(String, u64)> {
+            Vec::new()
         }
     }
 

@@ -92,6 +92,15 @@ impl Feed for EmbeddedFeed {
     fn peeked(&self, i: usize) -> Option<&Stored> {
         self.ahead[i].front()
     }
+    fn lags(&self) -> Vec<(String, u64)> {
+        (self.readers.iter().zip(&self.ahead).zip(&self.ends))
+            .map(|((r, ahead), end)| {
+                let (topic, p) = r.partition();
+                let at = ahead.front().map_or(r.position().offset, |s| s.offset);
+                (format!("{topic}/{p}"), end.offset.saturating_sub(at))
+            })
+            .collect()
+    }
 }
 
 /// Readers of a task's inputs from its positions.
@@ -181,5 +190,40 @@ impl Membership for WholeLog<'_> {
             owned.extend((0..n).map(|p| (spec.main.topic.clone(), p)));
         }
         Ok(owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Record;
+
+    /// An input's lag is the committed end the feed reads to minus the offset of the next
+    /// record the task takes, records read ahead but not taken included.
+    #[test]
+    fn an_inputs_lag_counts_the_records_not_taken_yet() {
+        let dir = std::env::temp_dir().join(format!("streamc-feed-lag-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = EmbeddedLog::open(&dir, false).unwrap();
+        log.create_topic("in", 2, false).unwrap();
+        let r = Record { key: None, value: Some(b"{}".to_vec()), timestamp: 1, headers: vec![] };
+        log.commit(vec![Append::of("in", 1, [&r, &r, &r, &r, &r])], vec![]).unwrap();
+        let end = log.committed().unwrap().end("in", 1);
+        let mut feed = EmbeddedFeed {
+            readers: vec![log.reader("in", 1, Pos::default())],
+            ahead: vec![VecDeque::new()],
+            ends: vec![end],
+        };
+        assert_eq!(feed.lags(), [("in/1".to_string(), 5)]);
+        assert_eq!(feed.peek(0).unwrap(), Next::Record(1));
+        assert_eq!(feed.lags(), [("in/1".to_string(), 5)], "read ahead, not taken");
+        feed.take(0);
+        feed.take(0);
+        assert_eq!(feed.lags(), [("in/1".to_string(), 3)]);
+        for _ in 0..3 {
+            feed.take(0);
+        }
+        assert_eq!(feed.lags(), [("in/1".to_string(), 0)]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

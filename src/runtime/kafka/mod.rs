@@ -1657,6 +1657,16 @@ impl Feed for KafkaFeed {
     fn peeked(&self, i: usize) -> Option<&Stored> {
         self.bufs[i].front()
     }
+    fn lags(&self) -> Vec<(String, u64)> {
+        // (The end offsets librdkafka last fetched with records: no request to the broker.)
+        (0..self.topics.len())
+            .map(|i| {
+                let at = self.bufs[i].front().map_or(self.next[i], |s| s.offset);
+                let high = crate::kafka::cached_high_watermark(&self.readers[i], &self.topics[i], self.partition);
+                (format!("{}/{}", self.topics[i], self.partition), (high.unwrap_or(0).max(0) as u64).saturating_sub(at))
+            })
+            .collect()
+    }
 }
 
 /// Changelog records handed to the core at once while reading.
