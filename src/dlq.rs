@@ -222,7 +222,8 @@ pub fn replay(t: &dyn Topics, app: &str, filter: &Filter) -> Result<Replay, Stri
         return Ok(done);
     }
     let ledger_topic = replays_topic(app);
-    t.ensure_topic(&ledger_topic, 1, &[])?;
+    // (Kept as long as the dead letters may be: no retention on Kafka.)
+    t.ensure_topic(&ledger_topic, 1, &[("retention.ms", "-1")])?;
     let mut ledger = Ledger::read(t, app)?;
     if let Some((offsets, ends)) = ledger.open.take() {
         let found = appended_of(t, &offsets, &ends)?;
@@ -241,9 +242,14 @@ pub fn replay(t: &dyn Topics, app: &str, filter: &Filter) -> Result<Replay, Stri
         }
         let mut by_topic: BTreeMap<String, Vec<(u32, Record)>> = BTreeMap::new();
         let mut offsets = Vec::new();
+        let mut counts: BTreeMap<String, Option<u32>> = BTreeMap::new();
         for s in batch.drain(..) {
             let Some((src, p)) = source(&s.record) else { continue };
-            match t.partitions(&src)? {
+            let n = match counts.get(&src) {
+                Some(n) => *n,
+                None => *counts.entry(src.clone()).or_insert(t.partitions(&src)?),
+            };
+            match n {
                 Some(n) if p < n => {}
                 Some(_) => {
                     *done.skipped.entry(format!("partition {p} of `{src}` does not exist")).or_default() += 1;
@@ -326,6 +332,9 @@ fn appended_of(t: &dyn Topics, offsets: &[u64], ends: &[End]) -> Result<BTreeSet
         by_topic.entry(topic).or_default().push((*p, *end));
     }
     for (topic, parts) in by_topic {
+        // (A topic deleted since holds none of them.)
+        let Some(n) = t.partitions(topic)? else { continue };
+        let parts: Vec<(u32, u64)> = parts.into_iter().filter(|(p, _)| *p < n).collect();
         t.stream(topic, &Start::At(parts), false, &mut |rec| {
             if let Some((_, s)) = rec {
                 let of = s.record.header(H_REPLAY_OF).and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());

@@ -431,8 +431,14 @@ impl Kafka {
     /// broker refuses (e.g. a timestamp beyond its `message.timestamp.after.max.ms`) is an error
     /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
+        let mut config = self.config();
+        // (A retry after a lost acknowledgement must not write a record twice: `dlq replay`
+        // counts on each record once. Kafka's Java producer's default since 3.0.)
+        if !self.props.contains_key("enable.idempotence") {
+            config.set("enable.idempotence", "true");
+        }
         let producer: BaseProducer<Deliveries> =
-            self.config().create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?;
+            config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?;
         for (p, r) in records {
             let mut headers = OwnedHeaders::new();
             for (k, v) in &r.headers {
@@ -502,6 +508,12 @@ impl Kafka {
         self.read_parts(topic, start, true)
     }
 
+    /// As [`Kafka::read_to_ends`], but an error where a partition's end cannot be reached (an
+    /// open transaction holding it, the broker gone for 30 s): never part of what is there.
+    pub fn read_complete(&self, topic: &str, start: &Start) -> Result<Read> {
+        self.read_parts(topic, start, false)
+    }
+
     /// Every committed record of one partition up to its end offset as of now; an error if the
     /// end cannot be reached (an open transaction holding it for 30 s).
     pub fn read_partition(&self, topic: &str, partition: u32) -> Result<Vec<Stored>> {
@@ -539,8 +551,20 @@ impl Kafka {
             // Under read_committed the last offsets may be transaction markers, never delivered.
             out.iter().zip(ends).all(|(o, (from, high))| o.last().map_or(*from, |(_, s)| s.offset as i64 + 1) >= *high)
         };
+        // (After 30 s without a record below the ends, an open transaction holds the rest, or
+        // the broker is gone: an error, or with `partial_ok` the records read so far.)
         let mut quiet = std::time::Instant::now();
+        let mut transport = None;
         while !done(&out, &ends) {
+            if quiet.elapsed() > Duration::from_secs(30) {
+                if !partial_ok || transport.is_some() {
+                    return Err(BrokerError::State(match transport.take() {
+                        Some(e) => format!("cannot read `{topic}` to its end: {e}"),
+                        None => format!("cannot read `{topic}` to its end: an open transaction holds it"),
+                    }));
+                }
+                break;
+            }
             match consumer.poll(Duration::from_millis(200)) {
                 None => {
                     // Under read_committed the last offsets may be transaction markers, which
@@ -557,29 +581,33 @@ impl Kafka {
                     if at_end {
                         break;
                     }
-                    if quiet.elapsed() > Duration::from_secs(30) {
-                        // (After 30 s without a record, an open transaction holds the rest.)
-                        if !partial_ok {
-                            return Err(BrokerError::State(format!(
-                                "cannot read `{topic}` to its end: an open transaction holds it"
-                            )));
-                        }
-                        break;
-                    }
                 }
                 Some(Err(e)) if is_fatal(&e) => return Err(client(format!("cannot read `{topic}`"))(e)),
                 // (A dropped connection: librdkafka reconnects; the reading waits for it.)
-                Some(Err(_)) => std::thread::sleep(Duration::from_millis(10)),
+                Some(Err(e)) => {
+                    transport = Some(e.to_string());
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 Some(Ok(m)) => {
-                    quiet = std::time::Instant::now();
                     let p = m.partition() as u32;
                     if m.offset() < ends[p as usize].1 {
+                        quiet = std::time::Instant::now();
+                        transport = None;
                         out[p as usize].push((p, stored(&m)));
                     }
                 }
             }
         }
-        let read = (0..n).filter(|p| start.offset(*p).is_some()).map(|p| (p, ends[p as usize].1)).collect();
+        // Where each partition read goes on from: past its last record read (its end, unless
+        // the reading stopped short with `partial_ok`).
+        let read = (0..n)
+            .filter(|p| start.offset(*p).is_some())
+            .map(|p| {
+                let (from, high) = ends[p as usize];
+                let next = out[p as usize].last().map_or(from, |(_, s)| s.offset as i64 + 1);
+                (p, if done(&out, &ends) { high.max(next) } else { next })
+            })
+            .collect();
         Ok((out.into_iter().flatten().collect(), read))
     }
 

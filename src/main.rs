@@ -176,7 +176,7 @@ enum Command {
         #[arg(long, value_name = "OFFSET", requires = "partition", value_parser = parse_offset)]
         offset: Option<u64>,
         /// Stop after printing this many records.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
         max_messages: Option<u64>,
         /// Stop once no record has come for this long (milliseconds).
         #[arg(long, value_name = "MS")]

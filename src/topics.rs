@@ -36,7 +36,8 @@ pub trait Topics {
     /// handed to `f` as it is read (`Some((partition, record))`), partition by partition; then,
     /// with `follow`, every record committed after, as it comes. `f(None)` says that the records
     /// so far are all there is for now (before a wait, and at the end). `f` returns false to
-    /// stop. An error if the topic does not exist.
+    /// stop. An error if the topic does not exist, or (not following) if a partition's end
+    /// cannot be reached (on Kafka, an open transaction holding it).
     fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String>;
 
     /// The end offset of each partition asked for, as of now.
@@ -123,11 +124,15 @@ impl Topics for EmbeddedLog {
         let mut committed = self.committed()?;
         // (A reader starts at a record's byte position, which only reading finds: from an offset
         // it reads from the start and skips the records before it.)
+        // An offset at or past the end starts at the end, as on Kafka.
         let mut readers: Vec<_> = (0..meta.partitions)
             .filter_map(|p| {
-                let from = start.offset(p)?;
-                let pos = if from.is_some() { Pos::default() } else { committed.end(topic, p) };
-                Some((p, from.unwrap_or(0), self.reader(topic, p, pos)))
+                let end = committed.end(topic, p);
+                let (pos, from) = match start.offset(p)? {
+                    Some(o) if o < end.offset => (Pos::default(), o),
+                    _ => (end, end.offset),
+                };
+                Some((p, from, self.reader(topic, p, pos)))
             })
             .collect();
         loop {
@@ -211,7 +216,9 @@ impl Topics for Kafka {
     }
 
     fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String> {
-        let (records, ends) = Kafka::read_to_ends(self, topic, start)?;
+        // (Read to the ends or an error; following, what could be read, and on from there.)
+        let (records, ends) =
+            if follow { Kafka::read_to_ends(self, topic, start)? } else { Kafka::read_complete(self, topic, start)? };
         for (p, s) in records {
             if !f(Some((p, s))) {
                 return Ok(());

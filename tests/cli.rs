@@ -790,34 +790,44 @@ fn consume_follows_by_default_and_stops_when_told() {
     let o = streamc(&["--state-dir", s, "consume", "three", "--offset", "1"]);
     assert!(!o.status.success() && stderr(&o).contains("--partition"), "{}", stderr(&o));
 
-    // Following from the end: the record produced after it started is printed.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_streamc"))
-        .args(["--state-dir", s, "consume", "three"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // (It says it waits once it is at the end: produce only then, or the record would be
-    // before its start.)
-    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
-    assert!(line.contains("waiting for new records"), "{line}");
-    std::fs::write(&data, "{\"a\":4}\n").unwrap();
-    let o = streamc(&["--state-dir", s, "produce", "three", data.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        let mut first = String::new();
-        let _ = std::io::BufReader::new(out).read_line(&mut first);
-        let _ = tx.send(first);
-    });
-    let first = rx.recv_timeout(std::time::Duration::from_secs(120)).unwrap_or_default();
-    let _ = child.kill();
-    let _ = child.wait();
-    let v: serde_json::Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first:?}"));
+    // Following from the end (of the topic, of one partition): the record produced after it
+    // started is printed.
+    let follow = |args: &[&str], value: i64| -> serde_json::Value {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_streamc"))
+            .args(["--state-dir", s, "consume", "three"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // (It says it waits once it is at the end: produce only then, or the record would be
+        // before its start.)
+        let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.contains("waiting for new records"), "{line}");
+        std::fs::write(&data, format!("{{\"a\":{value}}}\n")).unwrap();
+        let o = streamc(&["--state-dir", s, "produce", "three", data.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut first = String::new();
+            let _ = std::io::BufReader::new(out).read_line(&mut first);
+            let _ = tx.send(first);
+        });
+        let first = rx.recv_timeout(std::time::Duration::from_secs(120)).unwrap_or_default();
+        let _ = child.kill();
+        let _ = child.wait();
+        serde_json::from_str(&first).unwrap_or_else(|e| panic!("{args:?}: {e}: {first:?}"))
+    };
+    let v = follow(&[], 4);
     assert_eq!((v["offset"].as_u64(), v["value"]["a"].as_i64()), (Some(3), Some(4)));
+    // (An offset past the end starts at the end, as on Kafka.)
+    let v = follow(&["--partition", "0", "--offset", "1000"], 5);
+    assert_eq!((v["offset"].as_u64(), v["value"]["a"].as_i64()), (Some(4), Some(5)));
+    let o = streamc(&["--state-dir", s, "consume", "three", "--max-messages", "0"]);
+    assert!(!o.status.success(), "{}", stderr(&o));
 }
 
 /// A live run that mostly waited for input gives its rate over the time it spent processing,

@@ -1617,3 +1617,42 @@ fn a_task_whose_cache_holds_too_many_changed_entries_commits_before_its_interval
     let expected: BTreeMap<String, (i64, i64)> = (0..10_000i64).map(|i| (format!("K{i:05}"), (1, i % 97))).collect();
     assert!(last == expected, "{} keys, not each key's one record", last.len());
 }
+
+/// The web console on Kafka shows the whole application: either instance's `/console/state`
+/// holds both instances (asked as interactive queries ask for stores), each with the tasks it
+/// runs; no task twice, and their records read add up to what both instances' `/metrics` say.
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn the_console_of_either_instance_shows_the_whole_application() {
+    let (t, _a, _bb) = TwoInstances::start("console", 20_000, 11, &[]);
+    t.produce_second();
+    t.wait_complete();
+    let state = |addr: &str| -> serde_json::Value {
+        let text = http_get(addr, "/console/state");
+        serde_json::from_str(text.split_once("\r\n\r\n").map_or("null", |(_, b)| b)).unwrap_or_default()
+    };
+    let metrics_total = || {
+        metric_sum(&scrape(&t.addr_a), "streamc_records_in_total")
+            + metric_sum(&scrape(&t.addr_b), "streamc_records_in_total")
+    };
+    wait_for(120, "either console to show both instances with every record read", || {
+        [&t.addr_a, &t.addr_b].iter().all(|addr| {
+            let s = state(addr);
+            let Some(instances) = s["instances"].as_array() else { return false };
+            let mut names: Vec<&str> = instances.iter().filter_map(|i| i["instance"].as_str()).collect();
+            names.sort();
+            let tasks: Vec<String> = instances
+                .iter()
+                .flat_map(|i| i["state"]["tasks"].as_array().cloned().unwrap_or_default())
+                .filter_map(|t| t["task"].as_str().map(String::from))
+                .collect();
+            let distinct: std::collections::BTreeSet<&String> = tasks.iter().collect();
+            let read: f64 = instances
+                .iter()
+                .flat_map(|i| i["state"]["tasks"].as_array().cloned().unwrap_or_default())
+                .filter_map(|t| t["records_in"].as_f64())
+                .sum();
+            names == ["a", "b"] && distinct.len() == tasks.len() && !tasks.is_empty() && read == metrics_total()
+        })
+    });
+}

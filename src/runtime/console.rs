@@ -88,6 +88,10 @@ impl Console {
 
     /// `/console/state`: the board with the counters of `prometheus` (the registry's text).
     pub fn state(&self, app: &str, ready: Result<(), String>, prometheus: &str) -> String {
+        format!("{}\n", self.state_value(app, ready, prometheus))
+    }
+
+    fn state_value(&self, app: &str, ready: Result<(), String>, prometheus: &str) -> Value {
         let b = self.board();
         let mut tasks: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
         let mut processors: BTreeMap<(String, String), serde_json::Map<String, Value>> = BTreeMap::new();
@@ -138,8 +142,48 @@ impl Console {
             "control": b.control.iter().collect::<Vec<_>>(),
             "dead_letters": b.dead.iter().collect::<Vec<_>>(),
         });
-        format!("{state}\n")
+        state
     }
+}
+
+/// `/console/state` (without `?local`): this instance's state, and under `instances` each
+/// instance of the application (on Kafka: every member of the group that serves HTTP, asked for
+/// its `/console/state?local` as interactive queries ask for stores) with its state or why it
+/// did not answer. On the embedded log, one instance.
+/// (`app`, `ready`, `prometheus`: the instance's as [`Console::state`] takes them; `queries`:
+/// who the other instances are.)
+pub fn application_state(
+    url: &str,
+    console: &Console,
+    queries: &crate::runtime::query::Queries,
+    (app, ready, prometheus): (&str, Result<(), String>, &str),
+) -> String {
+    let local = url.split_once('?').is_some_and(|(_, q)| q.split('&').any(|p| p == "local"));
+    let mut me = console.state_value(app, ready, prometheus);
+    if local {
+        return format!("{me}\n");
+    }
+    let mut instances = Vec::new();
+    match queries.others() {
+        Ok((name, others)) => {
+            instances.push(json!({"instance": name, "address": queries.server(), "state": me.clone()}));
+            for (name, address) in others {
+                let asked = crate::runtime::query::get_json(
+                    &address,
+                    "/console/state?local",
+                    std::time::Duration::from_secs(5),
+                );
+                instances.push(match asked {
+                    Ok((_, 200, state)) => json!({"instance": name, "address": address, "state": state}),
+                    Ok((base, status, body)) => json!({"instance": name, "address": address, "error": format!("{base} answered {status}: {body}")}),
+                    Err(e) => json!({"instance": name, "address": address, "error": e}),
+                });
+            }
+        }
+        Err(e) => instances.push(json!({"error": format!("the group's members are not known: {e}")})),
+    }
+    me["instances"] = Value::Array(instances);
+    format!("{me}\n")
 }
 
 /// The samples of Prometheus text: (name, labels, value), comments skipped.

@@ -252,6 +252,16 @@ async fn handle(req: Request<Incoming>, metrics: Arc<Metrics>, token: Option<&st
             return r;
         }
     }
+    if req.method() == Method::GET && path == "/console/state" {
+        // (On Kafka it asks the other instances: on the blocking pool, as a store query.)
+        let answer = tokio::task::spawn_blocking(move || crate::runtime::metrics::console_state(&url, &metrics)).await;
+        return match answer {
+            Ok(body) => reply(StatusCode::OK, crate::runtime::metrics::JSON, body),
+            Err(_) => {
+                reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain; charset=utf-8", "the console failed\n".into())
+            }
+        };
+    }
     if req.method() == Method::GET && (path.starts_with("/stores/") || path == "/metadata") {
         // A query waits for the tasks (and for other instances, or the cluster): on the
         // blocking pool, so that probes and scrapes are answered meanwhile.
@@ -314,7 +324,9 @@ mod tests {
         assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
         assert!(ok.contains("text/plain; version=0.0.4"), "{ok}");
         assert!(ok.contains("streamc_records_in_total{application=\"app\",task=\"0_0\"} 3"), "{ok}");
-        assert!(get("/").starts_with("HTTP/1.1 404"));
+        assert!(get("/nothing").starts_with("HTTP/1.1 404"));
+        let page = get("/");
+        assert!(page.starts_with("HTTP/1.1 200") && page.contains("text/html") && page.contains("streamc console"));
         assert!(get("/healthz").starts_with("HTTP/1.1 200"));
         let starting = get("/ready");
         assert!(starting.starts_with("HTTP/1.1 503") && starting.ends_with("not ready: starting\n"), "{starting}");

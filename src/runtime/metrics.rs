@@ -70,6 +70,12 @@ fn commit_latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 15))
 }
 
+/// `/console/state` (see [`crate::runtime::console::application_state`]).
+pub(crate) fn console_state(url: &str, m: &Metrics) -> String {
+    let text = m.encode();
+    crate::runtime::console::application_state(url, &m.console, &m.queries, (&m.app, m.health.ready(), &text))
+}
+
 /// Every metric of one application's run.
 pub struct Metrics {
     app: String,
@@ -280,6 +286,11 @@ impl Metrics {
     }
 
     /// The current values in the Prometheus text format, version 0.0.4.
+    /// The application's id.
+    pub fn app(&self) -> &str {
+        &self.app
+    }
+
     pub fn encode(&self) -> String {
         let app = AppLabels { application: self.app.clone() };
         self.ready.get_or_create(&app).set(self.health.ready().is_ok() as i64);
@@ -544,10 +555,7 @@ pub(crate) fn respond(get: bool, url: &str, metrics: &Metrics) -> (u16, &'static
         (true, "/metrics") => (200, prometheus_text::CONTENT_TYPE, metrics.encode()),
         (true, "/healthz") => (200, "text/plain; charset=utf-8", "ok\n".to_string()),
         (true, "/") => (200, "text/html; charset=utf-8", crate::runtime::console::PAGE.to_string()),
-        (true, "/console/state") => {
-            let ready = metrics.health.ready();
-            (200, JSON, metrics.console.state(&metrics.app, ready, &metrics.encode()))
-        }
+        (true, "/console/state") => (200, JSON, console_state(url, metrics)),
         (true, "/console/topology.svg") => (200, "image/svg+xml", metrics.console.svg()),
         (true, "/stores") => match metrics.queries.stores() {
             Ok(v) => (200, JSON, format!("{v}\n")),

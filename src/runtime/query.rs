@@ -160,10 +160,28 @@ pub fn set_client(c: &crate::config::HttpConfig) -> Result<(), String> {
 
 /// Ask the instance serving at `server` (`HOST:PORT` or a URL).
 pub fn ask_server(server: &str, f: &Fetch, timeout: Duration) -> Result<Local, String> {
+    let store: String = form_urlencoded::byte_serialize(f.store.as_bytes()).collect();
+    let (base, status, body) = get_json(server, &format!("/stores/{store}?{}", f.query_string()), timeout)?;
+    if status != 200 {
+        return Err(format!("{base}: {}", body["error"].as_str().unwrap_or("error")));
+    }
+    Ok(Local {
+        rows: serde_json::from_value(body["rows"].clone())
+            .map_err(|e| format!("{base} answered rows that are not rows: {e}"))?,
+        partitions: serde_json::from_value(body["partitions"].clone()).unwrap_or_default(),
+    })
+}
+
+/// `GET path` of the instance serving at `server` (`HOST:PORT` or a URL), as this process asks
+/// instances (its token, its CA): the base URL, the status and the JSON body.
+pub(crate) fn get_json(
+    server: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<(String, u16, serde_json::Value), String> {
     let base =
         if server.contains("://") { server.trim_end_matches('/').to_string() } else { format!("http://{server}") };
-    let store: String = form_urlencoded::byte_serialize(f.store.as_bytes()).collect();
-    let at = format!("{base}/stores/{store}?{}", f.query_string());
+    let at = format!("{base}{path}");
     let client = CLIENT.get_or_init(Client::default);
     let mut tls = ureq::tls::TlsConfig::builder();
     if let Some(roots) = &client.roots {
@@ -193,14 +211,7 @@ pub fn ask_server(server: &str, f: &Fetch, timeout: Duration) -> Result<Local, S
         .map_err(|e| format!("no answer from {base}: {e}"))?;
     let body: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("{base} answered {status} with a body that is not JSON ({e}): {text}"))?;
-    if status != 200 {
-        return Err(format!("{base}: {}", body["error"].as_str().unwrap_or("error")));
-    }
-    Ok(Local {
-        rows: serde_json::from_value(body["rows"].clone())
-            .map_err(|e| format!("{base} answered rows that are not rows: {e}"))?,
-        partitions: serde_json::from_value(body["partitions"].clone()).unwrap_or_default(),
-    })
+    Ok((base, status, body))
 }
 
 /// One row of an answer: the key, the partition of the task that holds it, and the row.
@@ -609,6 +620,15 @@ impl Queries {
         if let Ok(mut p) = self.peers.lock() {
             *p = Some(peers);
         }
+    }
+
+    /// This instance's name and the other instances of the application with the address each
+    /// serves at (none without peers: the embedded log, or Kafka before the group is joined).
+    pub(crate) fn others(&self) -> Result<(String, Vec<(String, String)>), String> {
+        let me = self.instance();
+        let Some(peers) = self.peers() else { return Ok((me, Vec::new())) };
+        let owners = peers.owners(&[])?;
+        Ok((me.clone(), owners.servers.into_iter().filter(|(name, _)| *name != me).collect()))
     }
 
     fn peers(&self) -> Option<Arc<dyn Peers>> {
