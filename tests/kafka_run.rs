@@ -1625,6 +1625,10 @@ fn a_task_whose_cache_holds_too_many_changed_entries_commits_before_its_interval
 #[ignore = "needs a Kafka broker (./dev/test starts one)"]
 fn the_console_of_either_instance_shows_the_whole_application() {
     let (t, _a, _bb) = TwoInstances::start("console", 20_000, 11, &[]);
+    wait_for(120, "both instances to process records", || {
+        metric_sum(&scrape(&t.addr_a), "streamc_records_in_total") > 0.0
+            && metric_sum(&scrape(&t.addr_b), "streamc_records_in_total") > 0.0
+    });
     t.produce_second();
     t.wait_complete();
     let state = |addr: &str| -> serde_json::Value {
@@ -1635,9 +1639,11 @@ fn the_console_of_either_instance_shows_the_whole_application() {
         metric_sum(&scrape(&t.addr_a), "streamc_records_in_total")
             + metric_sum(&scrape(&t.addr_b), "streamc_records_in_total")
     };
-    wait_for(120, "either console to show both instances with every record read", || {
+    let last = std::cell::RefCell::new(String::new());
+    let shown = || {
         [&t.addr_a, &t.addr_b].iter().all(|addr| {
             let s = state(addr);
+            *last.borrow_mut() = format!("{s}");
             let Some(instances) = s["instances"].as_array() else { return false };
             let mut names: Vec<&str> = instances.iter().filter_map(|i| i["instance"].as_str()).collect();
             names.sort();
@@ -1654,5 +1660,15 @@ fn the_console_of_either_instance_shows_the_whole_application() {
                 .sum();
             names == ["a", "b"] && distinct.len() == tasks.len() && !tasks.is_empty() && read == metrics_total()
         })
-    });
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !shown() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "either console to show both instances with every record read; metrics say {}; last state: {}",
+            metrics_total(),
+            last.borrow()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }

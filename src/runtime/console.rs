@@ -8,7 +8,7 @@
 //! control statements with their verdicts, and the last dead letters with their reasons — the
 //! last three kept here by the drivers as they happen.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Mutex;
 
 use serde_json::{json, Value};
@@ -87,11 +87,13 @@ impl Console {
     }
 
     /// `/console/state`: the board with the counters of `prometheus` (the registry's text).
-    pub fn state(&self, app: &str, ready: Result<(), String>, prometheus: &str) -> String {
-        format!("{}\n", self.state_value(app, ready, prometheus))
+    /// `live`: the tasks the instance runs now (series of others stay in the registry after a
+    /// task has moved); a store's restore or standby replica shows whoever runs its task.
+    pub fn state(&self, app: &str, ready: Result<(), String>, prometheus: &str, live: &BTreeSet<String>) -> String {
+        format!("{}\n", self.state_value(app, ready, prometheus, live))
     }
 
-    fn state_value(&self, app: &str, ready: Result<(), String>, prometheus: &str) -> Value {
+    fn state_value(&self, app: &str, ready: Result<(), String>, prometheus: &str, live: &BTreeSet<String>) -> Value {
         let b = self.board();
         let mut tasks: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
         let mut processors: BTreeMap<(String, String), serde_json::Map<String, Value>> = BTreeMap::new();
@@ -100,6 +102,11 @@ impl Console {
         for (name, labels, v) in samples(prometheus) {
             let (Some(task), field) = (labels.get("task"), name.strip_prefix("streamc_")) else { continue };
             let Some(field) = field else { continue };
+            let standby_or_restore = labels.contains_key("store")
+                && (field.starts_with("standby_") || (field == "restore_remaining_records" && v > 0.0));
+            if !live.contains(task) && !standby_or_restore {
+                continue;
+            }
             let field = field.strip_suffix("_total").unwrap_or(field).to_string();
             let v = json!(v);
             match (labels.get("processor"), labels.get("store"), labels.get("input"), labels.get("tenant")) {
@@ -150,16 +157,16 @@ impl Console {
 /// instance of the application (on Kafka: every member of the group that serves HTTP, asked for
 /// its `/console/state?local` as interactive queries ask for stores) with its state or why it
 /// did not answer. On the embedded log, one instance.
-/// (`app`, `ready`, `prometheus`: the instance's as [`Console::state`] takes them; `queries`:
+/// (`app`, `ready`, `prometheus`, `live`: the instance's as [`Console::state`] takes them; `queries`:
 /// who the other instances are.)
 pub fn application_state(
     url: &str,
     console: &Console,
     queries: &crate::runtime::query::Queries,
-    (app, ready, prometheus): (&str, Result<(), String>, &str),
+    (app, ready, prometheus, live): (&str, Result<(), String>, &str, &BTreeSet<String>),
 ) -> String {
     let local = url.split_once('?').is_some_and(|(_, q)| q.split('&').any(|p| p == "local"));
-    let mut me = console.state_value(app, ready, prometheus);
+    let mut me = console.state_value(app, ready, prometheus, live);
     if local {
         return format!("{me}\n");
     }
@@ -232,7 +239,8 @@ mod tests {
     use super::*;
 
     /// The state reads the counters back from the registry's text by task, processor and store,
-    /// and keeps the last dead letters and control verdicts, newest last.
+    /// of the tasks the instance runs (and standby replicas of others), and keeps the last dead
+    /// letters and control verdicts, newest last.
     #[test]
     fn the_state_groups_the_counters_and_keeps_the_last_events() {
         let text = "# HELP x\nstreamc_records_in_total{application=\"a\",task=\"0_1\"} 25\n\
@@ -240,15 +248,25 @@ mod tests {
                     streamc_restore_remaining_records{application=\"a\",task=\"0_1\",store=\"q-agg\"} 3\n\
                     streamc_input_lag_records{application=\"a\",task=\"0_1\",input=\"in/1\"} 4\n\
                     streamc_tenant_records_in_total{application=\"a\",task=\"0_1\",tenant=\"t\\\"1\"} 2\n\
+                    streamc_records_in_total{application=\"a\",task=\"0_2\"} 9\n\
+                    streamc_standby_lag_records{application=\"a\",task=\"0_2\",store=\"q-agg\"} 6\n\
                     streamc_ready{application=\"a\"} 1\n";
         let c = Console::default();
         for i in 0..25 {
             c.dead_letter(&format!("r{i}"), "in", 0, i, 0);
         }
-        let v: Value = serde_json::from_str(&c.state("a", Err("restoring".into()), text)).unwrap();
-        assert_eq!(v["tasks"], json!([{"task": "0_1", "records_in": 25.0}]));
+        let live = BTreeSet::from(["0_1".to_string()]);
+        let v: Value = serde_json::from_str(&c.state("a", Err("restoring".into()), text, &live)).unwrap();
+        assert_eq!(v["tasks"], json!([{"task": "0_1", "records_in": 25.0}]), "0_2 runs elsewhere");
         assert_eq!(v["processors"], json!([{"task": "0_1", "processor": "q-where", "processor_records": 7.0}]));
-        assert_eq!(v["stores"], json!([{"task": "0_1", "store": "q-agg", "restore_remaining_records": 3.0}]));
+        assert_eq!(
+            v["stores"],
+            json!([
+                {"task": "0_1", "store": "q-agg", "restore_remaining_records": 3.0},
+                {"task": "0_2", "store": "q-agg", "standby_lag_records": 6.0},
+            ]),
+            "a standby replica of a task that runs elsewhere"
+        );
         assert_eq!(v["inputs"], json!([{"task": "0_1", "input": "in/1", "input_lag_records": 4.0}]));
         assert_eq!((v["ready"].clone(), v["not_ready"].clone()), (json!(false), json!("restoring")));
         let dead = v["dead_letters"].as_array().unwrap();

@@ -73,7 +73,8 @@ fn commit_latency_histogram() -> Histogram {
 /// `/console/state` (see [`crate::runtime::console::application_state`]).
 pub(crate) fn console_state(url: &str, m: &Metrics) -> String {
     let text = m.encode();
-    crate::runtime::console::application_state(url, &m.console, &m.queries, (&m.app, m.health.ready(), &text))
+    let live = m.live_tasks();
+    crate::runtime::console::application_state(url, &m.console, &m.queries, (&m.app, m.health.ready(), &text, &live))
 }
 
 /// Every metric of one application's run.
@@ -105,6 +106,9 @@ pub struct Metrics {
     pub queries: crate::runtime::query::Queries,
     /// What the web console shows besides the counters.
     pub console: crate::runtime::console::Console,
+    /// The tasks that have metrics now (a task's series stay when it moves to another
+    /// instance; the console shows the tasks here only), each with how many forms of it are open.
+    live: Arc<Mutex<BTreeMap<String, usize>>>,
 }
 
 /// Whether the instance is ready for traffic, as a driver reports it: not until it has its
@@ -261,6 +265,7 @@ impl Metrics {
             health: Health::new(),
             queries: Default::default(),
             console: Default::default(),
+            live: Default::default(),
             tenant_records_in,
             tenant_dead_letters,
             tenant_state_keys,
@@ -302,6 +307,11 @@ impl Metrics {
 
     /// The handles of task `task` (`<subtopology>_<partition>`): `processors` names the plan node
     /// of each of its operators, `aggregate` its aggregate's node if it has one.
+    /// The tasks whose metrics are open (the tasks this instance runs).
+    pub fn live_tasks(&self) -> std::collections::BTreeSet<String> {
+        self.live.lock().map(|l| l.keys().cloned().collect()).unwrap_or_default()
+    }
+
     pub fn task(&self, task: &str, processors: &[String], aggregate: Option<&str>) -> TaskMetrics {
         let t = TaskLabels { application: self.app.clone(), task: task.to_string() };
         let p = |name: &str| ProcessorLabels {
@@ -328,6 +338,13 @@ impl Metrics {
             }),
             reported: TaskCounts::default(),
             input_lag: self.input_lag.clone(),
+            inputs: Vec::new(),
+            live: {
+                if let Ok(mut l) = self.live.lock() {
+                    *l.entry(task.to_string()).or_default() += 1;
+                }
+                self.live.clone()
+            },
             tenants: TenantFamilies {
                 app: self.app.clone(),
                 task: task.to_string(),
@@ -422,6 +439,32 @@ pub struct TaskMetrics {
     reported: TaskCounts,
     tenants: TenantFamilies,
     input_lag: Family<InputLabels, Gauge<i64, AtomicI64>>,
+    /// The inputs whose lag it set (their series go with it).
+    inputs: Vec<String>,
+    live: Arc<Mutex<BTreeMap<String, usize>>>,
+}
+
+impl Drop for TaskMetrics {
+    fn drop(&mut self) {
+        let task = &self.tenants.task;
+        if let Ok(mut l) = self.live.lock() {
+            if let Some(n) = l.get_mut(task) {
+                *n -= 1;
+                if *n == 0 {
+                    l.remove(task);
+                    // (The task has gone from this instance: its lag is no longer this one's to say.)
+                    for input in &self.inputs {
+                        let labels = InputLabels {
+                            application: self.tenants.app.clone(),
+                            task: task.clone(),
+                            input: input.clone(),
+                        };
+                        self.input_lag.remove(&labels);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Add to `c` what `now` has gained since `*reported`.
@@ -454,6 +497,9 @@ impl TaskMetrics {
                 input: input.clone(),
             };
             self.input_lag.get_or_create(&l).set((*lag).min(i64::MAX as u64) as i64);
+            if !self.inputs.contains(input) {
+                self.inputs.push(input.clone());
+            }
         }
         r.processors.resize(self.processors.len(), 0);
         for ((c, rep), n) in self.processors.iter().zip(r.processors.iter_mut()).zip(&now.processors) {
