@@ -8,8 +8,9 @@
 //! to), after it the offsets replayed. A replay cut off between the two is finished by the next
 //! one: it reads those partitions from the intent's ends and takes the records whose
 //! `streamc.replay.of` names one of the intent's dead letters as replayed. So a dead letter is
-//! appended once, however often a replay is interrupted and started again. (One replay of an
-//! application at a time: two at once could both append a dead letter.)
+//! appended once, however often a replay is interrupted and started again. One replay of an
+//! application at a time: the embedded log refuses a second one; on Kafka two at once could
+//! both append a dead letter.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -221,6 +222,10 @@ pub fn replay(t: &dyn Topics, app: &str, filter: &Filter) -> Result<Replay, Stri
     if t.partitions(&topic)?.is_none() {
         return Ok(done);
     }
+    // (One replay at a time: the embedded log refuses a second; on Kafka it is the user's to see.)
+    let Some(_alone) = t.lock_exclusive(&format!("DLQ-REPLAY-{app}"))? else {
+        return Err(format!("another `streamc dlq replay` of application {app} is running: one at a time"));
+    };
     let ledger_topic = replays_topic(app);
     // (Kept as long as the dead letters may be: no retention on Kafka.)
     t.ensure_topic(&ledger_topic, 1, &[("retention.ms", "-1")])?;
@@ -437,6 +442,20 @@ mod tests {
         assert_eq!(names, ["trace", "streamc.retract", H_REPLAY_OF]);
         assert_eq!(r.header(H_REPLAY_OF), Some(&b"3"[..]));
         assert_eq!(list(t, "app").unwrap().unwrap().0["too large"].replayed, 4);
+    }
+
+    /// A replay while another holds the embedded log's replay lock is refused.
+    #[test]
+    fn a_second_replay_at_once_is_refused_on_the_embedded_log() {
+        let (_dir, log) = log("alone");
+        let t: &dyn Topics = &log;
+        t.ensure_topic("app-dlq", 1, &[]).unwrap();
+        let held = t.lock_exclusive("DLQ-REPLAY-app").unwrap();
+        assert!(held.is_some());
+        let e = replay(t, "app", &Filter::default()).unwrap_err();
+        assert_eq!(e, "another `streamc dlq replay` of application app is running: one at a time");
+        drop(held);
+        assert!(replay(t, "app", &Filter::default()).is_ok());
     }
 
     /// Dead letters cut when they were written, or not streamc's, are not replayed, and said so.

@@ -318,6 +318,12 @@ impl EmbeddedLog {
         })
     }
 
+    /// An exclusive lock named `name` in the log's directory (a command that must run alone),
+    /// held for as long as the returned file lives; None if someone else holds it.
+    pub fn try_lock_named(&self, name: &str) -> Result<Option<File>> {
+        try_lock_file(&self.dir.join(name))
+    }
+
     fn lock(&self) -> Result<File> {
         let f = OpenOptions::new()
             .create(true)

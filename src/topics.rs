@@ -64,6 +64,13 @@ pub trait Topics {
     /// application at a time holds its run lock).
     fn group_members(&self, group: &str) -> Result<usize, String>;
 
+    /// A lock named `name` that one process holds at a time, for as long as the returned guard
+    /// lives; None if another holds it. The embedded log locks a file in its directory; Kafka
+    /// has no such lock, and always grants it.
+    fn lock_exclusive(&self, _name: &str) -> Result<Option<Box<dyn std::any::Any>>, String> {
+        Ok(Some(Box::new(())))
+    }
+
     /// Every committed record of partition 0 of a one-partition topic (none if it does not
     /// exist): the control, status and metrics topics.
     fn read_all(&self, topic: &str) -> Result<Vec<Stored>, String> {
@@ -94,6 +101,10 @@ pub fn open(state_dir: &Path, cfg: &Config) -> Result<Box<dyn Topics>, String> {
 impl Topics for EmbeddedLog {
     fn is_kafka(&self) -> bool {
         false
+    }
+
+    fn lock_exclusive(&self, name: &str) -> Result<Option<Box<dyn std::any::Any>>, String> {
+        Ok(self.try_lock_named(name)?.map(|f| Box::new(f) as Box<dyn std::any::Any>))
     }
 
     fn partitions(&self, topic: &str) -> Result<Option<u32>, String> {
