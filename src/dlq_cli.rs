@@ -48,6 +48,11 @@ fn sources(r: &dlq::Reason) -> String {
 
 /// `streamc dlq replay PROGRAM [--reason TEXT] [--from O] [--to O]`.
 pub fn replay(state_dir: &Path, cfg: &config::Config, file: &Path, filter: &Filter) -> Result<ExitCode, String> {
+    if let (Some(from), Some(to)) = (filter.from, filter.to) {
+        if from > to {
+            return Err(format!("--from {from} is past --to {to}"));
+        }
+    }
     let app = config::application_id(cfg, file)?;
     let t = topics::open(state_dir, cfg)?;
     let topic = dlq::dlq_topic(&app);
@@ -67,10 +72,22 @@ pub fn replay(state_dir: &Path, cfg: &config::Config, file: &Path, filter: &Filt
     match r.span {
         Some((first, last)) => {
             let to: Vec<String> = r.appended.iter().map(|(t, n)| format!("{n} to `{t}`")).collect();
-            let at = if first == last { format!("offset {first}") } else { format!("offsets {first} to {last}") };
+            let at =
+                if first == last { format!("offset {first}") } else { format!("first offset {first}, last {last}") };
             println!("replayed {n} dead letter{} of `{topic}` ({at}): {}", plural(n), to.join(", "));
         }
-        None => println!("replayed nothing: no dead letter of `{topic}` to replay"),
+        None => {
+            let held = t.ends(&[(topic.clone(), 0)])?.first().copied().unwrap_or(0);
+            let range = match (filter.from, filter.to) {
+                (None, None) => String::new(),
+                (from, to) => format!(
+                    " in offsets {} to {} (it holds offsets before {held})",
+                    from.unwrap_or(0),
+                    to.map_or("its end".to_string(), |t| t.to_string())
+                ),
+            };
+            println!("replayed nothing: no dead letter of `{topic}` to replay{range}")
+        }
     }
     let mut not = Vec::new();
     if r.already > 0 {

@@ -3,7 +3,7 @@
 //! Used by `streamc produce` and `streamc consume` when `kafka.bootstrap.servers` is set, and
 //! by the Kafka driver (`runtime::kafka`) for topic set-up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -521,6 +521,29 @@ impl Kafka {
     }
 
     fn read_parts(&self, topic: &str, start: &Start, partial_ok: bool) -> Result<Read> {
+        let mut out = Vec::new();
+        let (next, _) = self.read_each(topic, start, partial_ok, &mut |p, s| {
+            out.push((p, s));
+            true
+        })?;
+        Ok((out, next))
+    }
+
+    /// Every committed record of `topic` from where `start` says up to the end offsets as of
+    /// now, partition by partition in offset order, each handed to `f` as it is read (one
+    /// partition assigned at a time: nothing is held but the fetch queue); `f` returns false
+    /// to stop. Returns where each partition read goes on from (past its last record read:
+    /// its end, unless the reading stopped short with `partial_ok`), and whether `f` stopped
+    /// it. After 30 s without a record below a partition's end, an open transaction holds the
+    /// rest, or the broker is gone: an error, or with `partial_ok` (and no transport error)
+    /// what was read so far.
+    pub fn read_each(
+        &self,
+        topic: &str,
+        start: &Start,
+        partial_ok: bool,
+        f: &mut dyn FnMut(u32, Stored) -> bool,
+    ) -> Result<(Vec<(u32, i64)>, bool)> {
         let n = self
             .partitions(topic)?
             .ok_or_else(|| BrokerError::State(format!("no topic `{topic}` on {}", self.servers())))?;
@@ -528,87 +551,100 @@ impl Kafka {
         config
             .set("group.id", "streamc-consume")
             .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed");
+            .set("isolation.level", "read_committed")
+            // (A partition resumed is fetched at once, not after a fetch for the paused ones
+            // waits out the broker's 500 ms.)
+            .set("fetch.wait.max.ms", "10");
         let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
+        // Every partition read is assigned at once (an assignment per partition cost a fetch
+        // round trip each), all but the one being read paused: records of the others that
+        // arrive all the same wait in `early` until their turn.
+        let mut parts = Vec::new();
         let mut tpl = TopicPartitionList::new();
-        let mut ends = Vec::new();
         for p in 0..n {
-            let Some(at) = start.offset(p) else {
-                // Not read: nothing to wait for.
-                ends.push((0, 0));
-                continue;
-            };
+            let Some(at) = start.offset(p) else { continue };
             let (low, high) = consumer
                 .fetch_watermarks(topic, p as i32, TIMEOUT)
                 .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
             let from = at.map_or(high, |o| (o.min(i64::MAX as u64) as i64).clamp(low, high));
             tpl.add_partition_offset(topic, p as i32, Offset::Offset(from))?;
-            ends.push((from, high));
+            parts.push((p, from, high));
         }
         consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
-        let mut out: Vec<Vec<(u32, Stored)>> = (0..n).map(|_| Vec::new()).collect();
-        let done = |out: &Vec<Vec<(u32, Stored)>>, ends: &Vec<(i64, i64)>| {
-            // Under read_committed the last offsets may be transaction markers, never delivered.
-            out.iter().zip(ends).all(|(o, (from, high))| o.last().map_or(*from, |(_, s)| s.offset as i64 + 1) >= *high)
+        let only = |q: u32| -> Result<()> {
+            let mut others = TopicPartitionList::new();
+            let mut this = TopicPartitionList::new();
+            for (p, _, _) in &parts {
+                if *p == q {
+                    this.add_partition(topic, *p as i32)
+                } else {
+                    others.add_partition(topic, *p as i32)
+                };
+            }
+            consumer.pause(&others).map_err(client(format!("cannot read `{topic}`")))?;
+            consumer.resume(&this).map_err(client(format!("cannot read `{topic}`")))?;
+            Ok(())
         };
-        // (After 30 s without a record below the ends, an open transaction holds the rest, or
-        // the broker is gone: an error, or with `partial_ok` the records read so far.)
-        let mut quiet = std::time::Instant::now();
-        let mut transport = None;
-        while !done(&out, &ends) {
-            if quiet.elapsed() > Duration::from_secs(30) {
-                if !partial_ok || transport.is_some() {
-                    return Err(BrokerError::State(match transport.take() {
-                        Some(e) => format!("cannot read `{topic}` to its end: {e}"),
-                        None => format!("cannot read `{topic}` to its end: an open transaction holds it"),
-                    }));
-                }
-                break;
+        let mut early: BTreeMap<u32, VecDeque<Stored>> = BTreeMap::new();
+        let mut reached = Vec::new();
+        for &(p, from, high) in &parts {
+            if from < high {
+                only(p)?;
             }
-            match consumer.poll(Duration::from_millis(200)) {
-                None => {
-                    // Under read_committed the last offsets may be transaction markers, which
-                    // are never delivered but do move the consumer's position past them.
-                    let pos = consumer.position().map_err(client(format!("cannot read `{topic}`")))?;
-                    let at_end = ends.iter().enumerate().all(|(p, (from, high))| {
-                        let read = out[p].last().map_or(*from, |(_, s)| s.offset as i64 + 1);
-                        let at = match pos.find_partition(topic, p as i32).map(|e| e.offset()) {
-                            Some(Offset::Offset(o)) => o.max(read),
-                            _ => read,
-                        };
-                        at >= *high
-                    });
-                    if at_end {
-                        break;
-                    }
-                }
-                Some(Err(e)) if is_fatal(&e) => return Err(client(format!("cannot read `{topic}`"))(e)),
-                // (A dropped connection: librdkafka reconnects; the reading waits for it.)
-                Some(Err(e)) => {
-                    transport = Some(e.to_string());
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Some(Ok(m)) => {
-                    let p = m.partition() as u32;
-                    if m.offset() < ends[p as usize].1 {
-                        quiet = std::time::Instant::now();
-                        transport = None;
-                        out[p as usize].push((p, stored(&m)));
+            let mut next = from;
+            for s in early.remove(&p).unwrap_or_default() {
+                if (s.offset as i64) >= next && (s.offset as i64) < high {
+                    next = s.offset as i64 + 1;
+                    if !f(p, s) {
+                        return Ok((reached, true));
                     }
                 }
             }
+            let mut quiet = std::time::Instant::now();
+            let mut transport = None;
+            while next < high {
+                if quiet.elapsed() > Duration::from_secs(30) {
+                    if !partial_ok || transport.is_some() {
+                        return Err(BrokerError::State(match transport.take() {
+                            Some(e) => format!("cannot read `{topic}` partition {p} to its end: {e}"),
+                            None => {
+                                format!("cannot read `{topic}` partition {p} to its end: an open transaction holds it")
+                            }
+                        }));
+                    }
+                    break;
+                }
+                match consumer.poll(Duration::from_millis(200)) {
+                    None => {
+                        // Under read_committed the last offsets may be transaction markers, which
+                        // are never delivered but do move the consumer's position past them.
+                        let pos = consumer.position().map_err(client(format!("cannot read `{topic}`")))?;
+                        if let Some(Offset::Offset(o)) = pos.find_partition(topic, p as i32).map(|e| e.offset()) {
+                            next = next.max(o);
+                        }
+                    }
+                    Some(Err(e)) if is_fatal(&e) => return Err(client(format!("cannot read `{topic}`"))(e)),
+                    // (A dropped connection: librdkafka reconnects; the reading waits for it.)
+                    Some(Err(e)) => {
+                        transport = Some(e.to_string());
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Some(Ok(m)) if m.partition() == p as i32 => {
+                        if m.offset() >= next && m.offset() < high {
+                            quiet = std::time::Instant::now();
+                            transport = None;
+                            next = m.offset() + 1;
+                            if !f(p, stored(&m)) {
+                                return Ok((reached, true));
+                            }
+                        }
+                    }
+                    Some(Ok(m)) => early.entry(m.partition() as u32).or_default().push_back(stored(&m)),
+                }
+            }
+            reached.push((p, if next >= high { high } else { next }));
         }
-        // Where each partition read goes on from: past its last record read (its end, unless
-        // the reading stopped short with `partial_ok`).
-        let read = (0..n)
-            .filter(|p| start.offset(*p).is_some())
-            .map(|p| {
-                let (from, high) = ends[p as usize];
-                let next = out[p as usize].last().map_or(from, |(_, s)| s.offset as i64 + 1);
-                (p, if done(&out, &ends) { high.max(next) } else { next })
-            })
-            .collect();
-        Ok((out.into_iter().flatten().collect(), read))
+        Ok((reached, false))
     }
 
     /// After [`Kafka::read_to_ends`], keep printing: every committed record of `topic` from

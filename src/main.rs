@@ -943,9 +943,13 @@ fn produce(
     }
     flush(&mut batch)?;
     if blank > 0 {
-        eprintln!("produced {n} records to {topic} ({blank} blank line{} skipped)", if blank == 1 { "" } else { "s" });
+        eprintln!(
+            "produced {n} record{} to {topic} ({blank} blank line{} skipped)",
+            s(n as usize),
+            if blank == 1 { "" } else { "s" }
+        );
     } else {
-        eprintln!("produced {n} records to {topic}");
+        eprintln!("produced {n} record{} to {topic}", s(n as usize));
     }
     if let Some(src) = source.as_ref().filter(|s| s.kind == hir::SourceKind::Table && keyless > 0) {
         warn_keyless_rows(src, keyless);
@@ -1075,6 +1079,15 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, o: &ConsumeFlags) -> R
     let mut timed_out = false;
     let from_beginning =
         matches!(o.start, Start::Beginning) || matches!(&o.start, Start::At(p) if p.iter().all(|(_, o)| *o == 0));
+    // (What to say when nothing is printed at the first end.)
+    let nothing = |topics: &dyn streamc::topics::Topics| match &o.start {
+        Start::At(parts) if !from_beginning => {
+            let (p, at) = parts[0];
+            let at = if at == u64::MAX { "its end".to_string() } else { format!("offset {at}") };
+            format!("no record of `{topic}` partition {p} from {at} (an offset past the end starts at the end)")
+        }
+        _ => nothing_read(topics, topic, from_beginning),
+    };
     topics.stream(topic, &o.start, o.follow, &mut |rec| match rec {
         Some((p, s)) => {
             printed += 1;
@@ -1088,10 +1101,7 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, o: &ConsumeFlags) -> R
         None => {
             let ok = print(&mut batch, following, true);
             if !following && printed == 0 && o.follow {
-                eprintln!(
-                    "{}; waiting for new records (Ctrl-C to stop)",
-                    nothing_read(&*topics, topic, from_beginning)
-                );
+                eprintln!("{}; waiting for new records (Ctrl-C to stop)", nothing(&*topics));
             }
             following = true;
             if o.timeout.is_some_and(|t| last.elapsed() >= t) {
@@ -1109,7 +1119,7 @@ fn consume(g: &Global, cfg: &config::Config, topic: &str, o: &ConsumeFlags) -> R
     if printed == 0 && !o.follow {
         // Nothing on stdout: say why on stderr (a user's first `consume` of a topic with records
         // starts at its end).
-        eprintln!("{}", nothing_read(&*topics, topic, from_beginning));
+        eprintln!("{}", nothing(&*topics));
     }
     if timed_out {
         eprintln!(

@@ -227,15 +227,10 @@ impl Topics for Kafka {
     }
 
     fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String> {
-        // (Read to the ends or an error; following, what could be read, and on from there.)
-        let (records, ends) =
-            if follow { Kafka::read_to_ends(self, topic, start)? } else { Kafka::read_complete(self, topic, start)? };
-        for (p, s) in records {
-            if !f(Some((p, s))) {
-                return Ok(());
-            }
-        }
-        if !f(None) || !follow {
+        // (Read to the ends or an error; following, what could be read, and on from there.
+        // Record by record, a partition at a time: a large topic is never held whole.)
+        let (ends, stopped) = Kafka::read_each(self, topic, start, follow, &mut |p, s| f(Some((p, s))))?;
+        if stopped || !f(None) || !follow {
             return Ok(());
         }
         // (librdkafka's poll does not say when it waits: each record is all there is for now.)
