@@ -53,10 +53,10 @@ pub struct Filter {
 }
 
 impl Filter {
-    fn takes(&self, offset: u64, reason: &str) -> bool {
-        self.from.is_none_or(|f| offset >= f)
-            && self.to.is_none_or(|t| offset <= t)
-            && self.reason.as_deref().is_none_or(|r| reason.contains(r))
+    /// Whether the reason is one the filter takes (the offsets bound where the reading starts
+    /// and stops).
+    fn takes_reason(&self, reason: &str) -> bool {
+        self.reason.as_deref().is_none_or(|r| reason.contains(r))
     }
 }
 
@@ -250,11 +250,10 @@ pub fn replay(t: &dyn Topics, app: &str, filter: &Filter) -> Result<Replay, Stri
         let mut counts: BTreeMap<String, Option<u32>> = BTreeMap::new();
         for s in batch.drain(..) {
             let Some((src, p)) = source(&s.record) else { continue };
-            let n = match counts.get(&src) {
-                Some(n) => *n,
-                None => *counts.entry(src.clone()).or_insert(t.partitions(&src)?),
-            };
-            match n {
+            if !counts.contains_key(&src) {
+                counts.insert(src.clone(), t.partitions(&src)?);
+            }
+            match counts[&src] {
                 Some(n) if p < n => {}
                 Some(_) => {
                     *done.skipped.entry(format!("partition {p} of `{src}` does not exist")).or_default() += 1;
@@ -299,7 +298,7 @@ pub fn replay(t: &dyn Topics, app: &str, filter: &Filter) -> Result<Replay, Stri
         if filter.to.is_some_and(|to| s.offset > to) {
             return false;
         }
-        if !filter.takes(s.offset, &reason(&s.record)) {
+        if !filter.takes_reason(&reason(&s.record)) {
             done.passed_over += 1;
             return true;
         }

@@ -505,24 +505,8 @@ impl Kafka {
     /// of now, partition by partition in offset order. Reads committed records only. Also
     /// returns the end offset of each partition it read to.
     pub fn read_to_ends(&self, topic: &str, start: &Start) -> Result<Read> {
-        self.read_parts(topic, start, true)
-    }
-
-    /// As [`Kafka::read_to_ends`], but an error where a partition's end cannot be reached (an
-    /// open transaction holding it, the broker gone for 30 s): never part of what is there.
-    pub fn read_complete(&self, topic: &str, start: &Start) -> Result<Read> {
-        self.read_parts(topic, start, false)
-    }
-
-    /// Every committed record of one partition up to its end offset as of now; an error if the
-    /// end cannot be reached (an open transaction holding it for 30 s).
-    pub fn read_partition(&self, topic: &str, partition: u32) -> Result<Vec<Stored>> {
-        Ok(self.read_parts(topic, &Start::At(vec![(partition, 0)]), false)?.0.into_iter().map(|(_, s)| s).collect())
-    }
-
-    fn read_parts(&self, topic: &str, start: &Start, partial_ok: bool) -> Result<Read> {
         let mut out = Vec::new();
-        let (next, _) = self.read_each(topic, start, partial_ok, &mut |p, s| {
+        let (next, _) = self.read_each(topic, start, true, &mut |p, s| {
             out.push((p, s));
             true
         })?;
@@ -530,9 +514,9 @@ impl Kafka {
     }
 
     /// Every committed record of `topic` from where `start` says up to the end offsets as of
-    /// now, partition by partition in offset order, each handed to `f` as it is read (one
-    /// partition assigned at a time: nothing is held but the fetch queue); `f` returns false
-    /// to stop. Returns where each partition read goes on from (past its last record read:
+    /// now, partition by partition in offset order, each handed to `f` as it is read (every
+    /// partition assigned at once, all but the one being read paused: nothing is held but the
+    /// fetch queue and what arrives for a paused one); `f` returns false to stop. Returns where each partition read goes on from (past its last record read:
     /// its end, unless the reading stopped short with `partial_ok`), and whether `f` stopped
     /// it. After 30 s without a record below a partition's end, an open transaction holds the
     /// rest, or the broker is gone: an error, or with `partial_ok` (and no transport error)
@@ -642,7 +626,7 @@ impl Kafka {
                     Some(Ok(m)) => early.entry(m.partition() as u32).or_default().push_back(stored(&m)),
                 }
             }
-            reached.push((p, if next >= high { high } else { next }));
+            reached.push((p, next.min(high)));
         }
         Ok((reached, false))
     }

@@ -640,8 +640,7 @@ impl crate::format::ValueFormat for Avro {
         Some(schema_json(rt, &record_name(topic)).to_string())
     }
 
-    fn key_schema_text(&self, ty: &Type, topic: &str, field: &str) -> Option<String> {
-        let _ = (topic, field);
+    fn key_schema_text(&self, ty: &Type, _topic: &str, _field: &str) -> Option<String> {
         Some(key_schema_json(ty))
     }
 

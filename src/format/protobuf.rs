@@ -878,7 +878,6 @@ impl crate::format::ValueFormat for Protobuf {
     }
 
     fn key_schema_text(&self, ty: &Type, topic: &str, field: &str) -> Option<String> {
-        let _ = (topic, field);
         Some(key_schema_text(ty, &crate::format::avro::record_name(topic), field))
     }
 

@@ -52,10 +52,11 @@ impl Console {
 
     /// The running program, as of a stage: its picture, version and query versions.
     pub fn stage(&self, stage: &Stage) {
-        let svg = crate::explain::render(&stage.topo, None, crate::explain::ExplainFormat::Svg);
         let mut b = self.board();
-        if b.version != stage.version || b.svg.is_empty() || b.queries.len() != stage.queries.len() {
-            b.svg = svg;
+        // (Drawn again only for a new program version: a table update or a purge changes the
+        // stage, not the picture.)
+        if b.version != stage.version || b.svg.is_empty() {
+            b.svg = crate::explain::render(&stage.topo, None, crate::explain::ExplainFormat::Svg);
         }
         b.version = stage.version;
         b.queries = stage.queries.iter().map(|(n, q)| (n.clone(), q.version)).collect();
