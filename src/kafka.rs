@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -209,24 +209,37 @@ pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection to a Kafka cluster, configured by the `kafka.*` properties.
 pub struct Kafka {
     props: BTreeMap<String, String>,
-    /// The client that answers metadata questions (partition counts), made at the first one:
-    /// a client of its own for each question cost a connection each, half a second of a run's
-    /// start-up on a program of a few topics.
-    metadata: OnceLock<BaseConsumer>,
+    /// The client that answers metadata questions (partition counts, watermarks, groups), made
+    /// at the first one or kept from [`Kafka::connect`]'s check: a client of its own for each
+    /// question cost a connection each (about 50 ms on a local broker), half a second of a
+    /// run's start-up on a program of a few topics.
+    metadata: OnceLock<BaseConsumer<Reach>>,
+    /// The admin client (topic creation and configurations), made at its first use.
+    admin: OnceLock<AdminClient<DefaultClientContext>>,
 }
 
 impl Kafka {
     pub fn new(props: &BTreeMap<String, String>) -> Kafka {
-        Kafka { props: props.clone(), metadata: OnceLock::new() }
+        Kafka { props: props.clone(), metadata: OnceLock::new(), admin: OnceLock::new() }
     }
 
     /// The metadata client (see [`Kafka::metadata`]).
-    fn metadata_client(&self) -> Result<&BaseConsumer> {
+    fn metadata_client(&self) -> Result<&BaseConsumer<Reach>> {
         if let Some(c) = self.metadata.get() {
             return Ok(c);
         }
-        let c: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
+        let c: BaseConsumer<Reach> =
+            self.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?;
         Ok(self.metadata.get_or_init(|| c))
+    }
+
+    /// The admin client (see [`Kafka::admin`]).
+    fn admin_client(&self) -> Result<&AdminClient<DefaultClientContext>> {
+        if let Some(c) = self.admin.get() {
+            return Ok(c);
+        }
+        let c: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        Ok(self.admin.get_or_init(|| c))
     }
 
     /// A connection to the cluster `kafka.bootstrap.servers` names, checked: a cluster that
@@ -239,7 +252,11 @@ impl Kafka {
             k.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?;
         let deadline = std::time::Instant::now() + REACH_TIMEOUT;
         loop {
-            let Err(e) = consumer.fetch_metadata(None, Duration::from_millis(500)) else { return Ok(k) };
+            let Err(e) = consumer.fetch_metadata(None, Duration::from_millis(500)) else {
+                // (Kept to answer the metadata questions that follow.)
+                let _ = k.metadata.set(consumer);
+                return Ok(k);
+            };
             // The client's log lines and error events (a refused handshake or login among them)
             // come through its main queue, which a consumer without a group serves in `poll`,
             // handing them to the context; `poll` says None for each, so serve a bounded number.
@@ -302,7 +319,7 @@ impl Kafka {
         if let Some(n) = self.partitions(topic)? {
             return Ok(n);
         }
-        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        let admin = self.admin_client()?;
         let mut t = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
         for (k, v) in configs {
             t = t.set(k, v);
@@ -339,7 +356,7 @@ impl Kafka {
         if topics.is_empty() {
             return Ok(out);
         }
-        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        let admin = self.admin_client()?;
         let specs: Vec<ResourceSpecifier<'_>> = topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
         let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
         let results = rt
@@ -366,8 +383,8 @@ impl Kafka {
 
     /// How many members consumer group `group` has now (0 if it is empty or unknown).
     pub fn group_members(&self, group: &str) -> Result<usize> {
-        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
-        let groups = consumer
+        let groups = self
+            .metadata_client()?
             .fetch_group_list(Some(group), TIMEOUT)
             .map_err(client(format!("cannot describe consumer group `{group}` on {}", self.servers())))?;
         Ok(groups.groups().iter().filter(|g| g.name() == group).map(|g| g.members().len()).sum())
@@ -375,8 +392,8 @@ impl Kafka {
 
     /// Every topic's name.
     pub fn topic_names(&self) -> Result<Vec<String>> {
-        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
-        let md = consumer
+        let md = self
+            .metadata_client()?
             .fetch_metadata(None, TIMEOUT)
             .map_err(client(format!("cannot read metadata from {}", self.servers())))?;
         Ok(md.topics().iter().map(|t| t.name().to_string()).collect())
@@ -384,7 +401,7 @@ impl Kafka {
 
     /// Delete topics and a consumer group (`run --reset`); waits until the topics are gone.
     pub fn delete(&self, topics: &[String], group: &str) -> Result<()> {
-        let admin: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        let admin = self.admin_client()?;
         let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
         let opts = AdminOptions::new().operation_timeout(Some(TIMEOUT));
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
@@ -481,15 +498,13 @@ impl Kafka {
     /// The start and end offsets (low and high watermarks) of each partition asked for (None
     /// where they cannot be read).
     pub fn extents(&self, parts: &[(String, u32)]) -> Result<Vec<Option<(i64, i64)>>> {
-        let consumer: BaseConsumer = self.config().create().map_err(client("Kafka client"))?;
+        let consumer = self.metadata_client()?;
         Ok(parts.iter().map(|(topic, p)| consumer.fetch_watermarks(topic, *p as i32, TIMEOUT).ok()).collect())
     }
 
     /// The end offset (high watermark) of each partition asked for, as of now.
     pub fn ends(&self, parts: &[(String, u32)]) -> Result<Vec<i64>> {
-        let mut config = self.config();
-        config.set("group.id", "streamc-status").set("enable.auto.commit", "false");
-        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
+        let consumer = self.metadata_client()?;
         parts
             .iter()
             .map(|(topic, p)| {
@@ -539,7 +554,7 @@ impl Kafka {
             // (A partition resumed is fetched at once, not after a fetch for the paused ones
             // waits out the broker's 500 ms.)
             .set("fetch.wait.max.ms", "10");
-        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
+        let consumer = Reader(config.create().map_err(client("Kafka consumer"))?);
         // Every partition read is assigned at once (an assignment per partition cost a fetch
         // round trip each), all but the one being read paused: records of the others that
         // arrive all the same wait in `early` until their turn.
@@ -645,7 +660,7 @@ impl Kafka {
             .set("group.id", "streamc-consume")
             .set("enable.auto.commit", "false")
             .set("isolation.level", "read_committed");
-        let consumer: BaseConsumer = config.create().map_err(client("Kafka consumer"))?;
+        let consumer = Reader(config.create().map_err(client("Kafka consumer"))?);
         let mut tpl = TopicPartitionList::new();
         for (p, o) in next {
             tpl.add_partition_offset(topic, *p as i32, Offset::Offset(*o))?;
@@ -660,6 +675,35 @@ impl Kafka {
                 Some(Ok(m)) if !f(Some((m.partition() as u32, stored(&m)))) => return Ok(()),
                 Some(Ok(_)) => {}
             }
+        }
+    }
+}
+
+/// A consumer assigned its partitions (never subscribed) that closes at once when dropped:
+/// rdkafka's drop of a consumer with a group id waits for the close in polls of 100 ms, a tenth
+/// of a second for each task's readers, each restore, each probe and each read of a topic.
+pub(crate) struct Reader(pub(crate) BaseConsumer);
+
+impl std::ops::Deref for Reader {
+    type Target = BaseConsumer;
+    fn deref(&self) -> &BaseConsumer {
+        &self.0
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        close_quickly(&self.0);
+    }
+}
+
+/// Close a consumer, serving its queue in short polls until it is closed (at most 5 s), so
+/// that its drop finds it closed.
+pub(crate) fn close_quickly<C: ConsumerContext>(c: &BaseConsumer<C>) {
+    if c.close_queue().is_ok() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !c.closed() && Instant::now() < deadline {
+            c.poll(Duration::from_millis(1));
         }
     }
 }

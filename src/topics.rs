@@ -278,6 +278,7 @@ impl Topics for Kafka {
         c.set("group.id", app).set("enable.auto.commit", "false");
         let consumer: BaseConsumer =
             c.create().map_err(|e| format!("Kafka consumer: {}", crate::kafka::describe(&e)))?;
+        let consumer = crate::kafka::Reader(consumer);
         let mut tpl = rdkafka::TopicPartitionList::new();
         for topic in main_topics {
             for p in 0..Kafka::partitions(self, topic)?.unwrap_or(0) {

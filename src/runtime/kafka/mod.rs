@@ -35,7 +35,7 @@ use rustc_hash::FxHashMap;
 use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::kafka::{client, io, is_fatal, stored, BrokerError, Deliveries, Kafka};
+use crate::kafka::{client, close_quickly, io, is_fatal, stored, BrokerError, Deliveries, Kafka, Reader};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::record::{Append, Pos, Record, Start, Stored};
@@ -1389,35 +1389,6 @@ fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, 
     hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
 }
 
-/// A consumer assigned its partitions (never subscribed) that closes at once when dropped:
-/// rdkafka's drop of a consumer with a group id waits for the close in polls of 100 ms, a tenth
-/// of a second for each task's readers, each restore and each probe.
-struct Reader(BaseConsumer);
-
-impl std::ops::Deref for Reader {
-    type Target = BaseConsumer;
-    fn deref(&self) -> &BaseConsumer {
-        &self.0
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        close_quickly(&self.0);
-    }
-}
-
-/// Close a consumer, serving its queue in short polls until it is closed (at most 5 s), so
-/// that its drop finds it closed.
-fn close_quickly<C: ConsumerContext>(c: &BaseConsumer<C>) {
-    if c.close_queue().is_ok() {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !c.closed() && Instant::now() < deadline {
-            c.poll(Duration::from_millis(1));
-        }
-    }
-}
-
 /// The instance's loop, once it has subscribed: poll the group consumer (rebalances run in its
 /// callbacks), open what was assigned, step the tasks, copy changelogs for standbys, commit when
 /// due and apply control stages at commit boundaries; until a signal, or `--drain` finds every
@@ -1731,11 +1702,13 @@ impl Backend for Engine {
             };
         let mut next = from.offset;
         let mut batch = Vec::new();
+        // (When the last record was read: taken when the reading pauses, not per record.)
         let mut quiet = Instant::now();
+        let mut heard = false;
         loop {
             match consumer.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
-                    quiet = Instant::now();
+                    heard = true;
                     next = m.offset() as u64 + 1;
                     batch.push(stored(&m));
                     if batch.len() >= BATCH {
@@ -1746,6 +1719,9 @@ impl Backend for Engine {
                     }
                 }
                 Some(Err(KafkaError::PartitionEOF(_))) | None => {
+                    if std::mem::take(&mut heard) {
+                        quiet = Instant::now();
+                    }
                     if !batch.is_empty() {
                         visit(std::mem::take(&mut batch), Pos::at(next))?;
                     }
