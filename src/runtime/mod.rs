@@ -22,6 +22,7 @@ pub(crate) mod open;
 pub(crate) mod ops;
 pub mod options;
 pub(crate) mod pages;
+pub(crate) mod pending;
 mod placement;
 pub mod query;
 pub(crate) mod restore;

@@ -333,7 +333,7 @@ impl Shard<'_> {
     /// The value of one store key.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
         if let Some(v) = self.layers.iter().rev().find_map(|p| p.value(key)) {
-            return Ok(v.clone());
+            return Ok(v.map(<[u8]>::to_vec));
         }
         self.tree.get(key).map_err(|e| format!("cannot read local state: {e}"))
     }

@@ -148,7 +148,11 @@ impl<'a> Restorer<'a> {
             tree,
             watch,
             bar,
-            pending: Pending::default(),
+            // (No more entries than the records, nor than the share holds of rows of 64 bytes
+            // before a flight: a table counts in the share whole, from the start.)
+            pending: Pending::with_capacity(
+                (total.min(usize::MAX as u64) as usize).min(watch.share / (crate::runtime::pending::ENTRY_COST + 64)),
+            ),
             flights: VecDeque::new(),
             failed: Arc::default(),
             unwritten: 0,
@@ -173,12 +177,12 @@ impl<'a> Restorer<'a> {
     /// pending goes to the writer with checkpoint `at` if it holds more than the task's share.
     pub(crate) fn write(&mut self, at: &Pos) -> Result<(), RunError> {
         self.watch.read(std::mem::take(&mut self.unreported));
-        if self.pending.bytes() > self.watch.share {
+        if self.pending.bytes_in_flight() > self.watch.share {
             let changes = std::mem::take(&mut self.pending);
             self.flights.push_back(Flight::send(self.tree, &self.failed, changes, Some(*at)));
             self.from_empty = false;
             // At most about one share in flight besides the one being read into.
-            while self.flights.iter().map(|f| f.changes.bytes()).sum::<usize>() > self.watch.share {
+            while self.flights.iter().map(|f| f.changes.bytes_in_flight()).sum::<usize>() > self.watch.share {
                 self.land_oldest()?;
             }
         }
@@ -313,7 +317,7 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
         let (tree, pending) = &stores[i];
         for (k, ts) in keys {
             let value = match pending.value(&k) {
-                Some(v) => v.clone(),
+                Some(v) => v.map(<[u8]>::to_vec),
                 None => tree.get(&k).map_err(state("cannot read local state"))?.map(|v| v.to_vec()),
             };
             records.push(Record { key: Some(k), value, timestamp: ts, headers: vec![] });
@@ -624,7 +628,7 @@ mod tests {
         tree.put(b"k", Some(b"1")).unwrap();
         let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(!r.complete, "sled holds a row the restore did not put");
-        assert_eq!(r.pending.value(b"k"), Some(&None), "the deletion is kept for sled");
+        assert_eq!(r.pending.value(b"k"), Some(None), "the deletion is kept for sled");
         r.pending.write_all(&tree, &r.checkpoint).unwrap();
         assert!(contents(&tree).is_empty());
     }

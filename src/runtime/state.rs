@@ -9,9 +9,10 @@ use std::sync::Arc;
 use crate::record::{Pos, Stored};
 use crate::runtime::error::{state, RunError};
 pub(crate) use crate::runtime::pages::PagedTree;
+pub(crate) use crate::runtime::pending::Pending;
+use crate::runtime::pending::ENTRY_COST;
 use crate::runtime::task::{Change, StoreRead, Task};
-pub(crate) use crate::runtime::writer::Pending;
-use crate::runtime::writer::{Flight, ENTRY_COST};
+use crate::runtime::writer::Flight;
 
 /// The committed local state of one task: per store, a sled tree under three layers in memory,
 /// newest first: the committed changes not handed to the writer yet (`pending`), those handed
@@ -323,11 +324,7 @@ impl Trees {
                     // run's state, written, stays in memory in the map it was built in. The
                     // fewer clean rows it did not change join it.
                     used -= clean.rows.bytes();
-                    for (k, v) in std::mem::take(&mut clean.rows).into_changes() {
-                        if let Some(v) = v {
-                            written.put_if_absent(k, v);
-                        }
-                    }
+                    std::mem::take(&mut clean.rows).merge_into(&mut written);
                     written.drop_deletions();
                     if used + written.bytes() > share {
                         written.shrink_to(share.saturating_sub(used));
@@ -337,15 +334,15 @@ impl Trees {
                     clean.rows = written;
                     continue;
                 }
-                for (k, v) in written.into_changes() {
+                for (k, v) in written.changes() {
                     let before = clean.rows.bytes();
                     match v {
                         Some(v) if used + k.len() + v.len() + ENTRY_COST <= share => clean.rows.put(k, v),
                         Some(_) => {
-                            clean.rows.remove(&k);
+                            clean.rows.remove(k);
                             clean.complete = false;
                         }
-                        None => clean.rows.remove(&k),
+                        None => clean.rows.remove(k),
                     }
                     used = used + clean.rows.bytes() - before;
                 }
@@ -397,7 +394,7 @@ impl Trees {
     /// About the memory the layers hold.
     pub(crate) fn memory(&self) -> usize {
         self.pending.iter().map(|p| p.bytes()).sum::<usize>()
-            + self.flights.iter().flatten().map(|f| f.changes.bytes()).sum::<usize>()
+            + self.flights.iter().flatten().map(|f| f.changes.bytes_in_flight()).sum::<usize>()
             + self.clean.iter().map(|c| c.rows.bytes()).sum::<usize>()
     }
 
@@ -458,16 +455,16 @@ impl StoreRead for Trees {
     }
     fn get(&self, store: usize, key: &[u8]) -> Option<Vec<u8>> {
         if let Some(v) = self.pending.get(store)?.value(key) {
-            return v.clone();
+            return v.map(<[u8]>::to_vec);
         }
         for f in self.flights[store].iter().rev() {
             if let Some(v) = f.changes.value(key) {
-                return v.clone();
+                return v.map(<[u8]>::to_vec);
             }
         }
         let clean = &self.clean[store];
         if let Some(v) = clean.rows.value(key) {
-            return v.clone();
+            return v.map(<[u8]>::to_vec);
         }
         if clean.complete {
             return None;
@@ -495,14 +492,14 @@ impl StoreRead for Trees {
         // As `entries`, without copying the values.
         let Some(t) = self.trees.get(store) else { return Vec::new() };
         let mut all: std::collections::BTreeSet<Vec<u8>> = if self.clean[store].complete {
-            self.clean[store].rows.changes().map(|(k, _)| k.clone()).collect()
+            self.clean[store].rows.changes().map(|(k, _)| k.to_vec()).collect()
         } else {
             t.rows().filter_map(|r| self.noted(store, r)).map(|(k, _)| k).collect()
         };
         for p in self.overlays(store) {
             for (k, v) in p.changes() {
                 match v {
-                    Some(_) => all.insert(k.clone()),
+                    Some(_) => all.insert(k.to_vec()),
                     None => all.remove(k),
                 };
             }
@@ -651,13 +648,13 @@ pub(crate) fn empty_store(
 /// A read of sled that fails stops the walk with its error (what was given to `f` is then not
 /// every key).
 pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl FnMut(&[u8])) -> sled::Result<()> {
-    let mut pending_puts: Vec<&Vec<u8>> = pending.changes().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
+    let mut pending_puts: Vec<&[u8]> = pending.changes().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
     pending_puts.sort_unstable();
     let mut puts = pending_puts.into_iter().peekable();
     for row in tree.rows() {
         let (k, _) = row?;
         // Pending puts before this key, then the key itself unless pending changes decide it.
-        while let Some(p) = puts.next_if(|p| p.as_slice() < &k[..]) {
+        while let Some(p) = puts.next_if(|p| *p < &k[..]) {
             f(p);
         }
         if pending.contains(&k[..]) {

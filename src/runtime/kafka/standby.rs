@@ -455,7 +455,7 @@ impl Standbys {
                         // (Only records after the copy's position: never one applied twice.)
                         if offset >= c.next {
                             if let Some(k) = m.key() {
-                                c.pending.stage(k.to_vec(), m.payload().map(<[u8]>::to_vec), true);
+                                c.pending.stage_slices(k, m.payload(), true);
                             }
                             c.next = offset + 1;
                             c.end = c.end.max(c.next);
