@@ -80,7 +80,13 @@ impl rdkafka::client::ClientContext for Reach {
 
     fn error(&self, error: KafkaError, reason: &str) {
         if let Some(code) = error.rdkafka_error_code() {
-            self.events.lock().unwrap_or_else(|p| p.into_inner()).push((code, reason.to_string()));
+            let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+            // The last ones only: the client lives as long as its `Kafka` (the metadata client),
+            // through any number of dropped connections.
+            if events.len() >= 64 {
+                events.remove(0);
+            }
+            events.push((code, reason.to_string()));
         }
     }
 }

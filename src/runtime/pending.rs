@@ -206,13 +206,6 @@ impl Pending {
         push(&mut self.chunks, (&mut self.used, &mut self.held), next, key, value, may_exist)
     }
 
-    /// Room for `n` entries in the index, made at once: a restore that knows how many records
-    /// it reads grows no table step by step (each step rehashes every entry and holds the old
-    /// table beside the new one).
-    pub(crate) fn with_capacity(n: usize) -> Pending {
-        Pending { index: HashTable::with_capacity(n), ..Pending::default() }
-    }
-
     fn find(&self, key: &[u8]) -> Option<Pos> {
         let chunks = &self.chunks;
         let h = hash(key);
@@ -362,6 +355,11 @@ impl Pending {
         }
         for (h, pos) in out {
             self.take_out(h, pos);
+        }
+        // A table left much larger than its rows (after removals that did not call for a
+        // compaction) would hold the memory the rows dropped held.
+        if self.index.len() < self.index.capacity() / 2 {
+            self.index.shrink_to_fit(|s| spread(s.hash));
         }
         self.compact();
     }

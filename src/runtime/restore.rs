@@ -148,11 +148,7 @@ impl<'a> Restorer<'a> {
             tree,
             watch,
             bar,
-            // (No more entries than the records, nor than the share holds of rows of 64 bytes
-            // before a flight: a table counts in the share whole, from the start.)
-            pending: Pending::with_capacity(
-                (total.min(usize::MAX as u64) as usize).min(watch.share / (crate::runtime::pending::ENTRY_COST + 64)),
-            ),
+            pending: Pending::default(),
             flights: VecDeque::new(),
             failed: Arc::default(),
             unwritten: 0,

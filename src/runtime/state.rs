@@ -318,7 +318,8 @@ impl Trees {
                     clean.complete = false;
                     continue;
                 };
-                used = used.saturating_sub(written.bytes());
+                // (`memory` counted it with what its writing took: see `Pending::bytes_in_flight`.)
+                used = used.saturating_sub(written.bytes_in_flight());
                 if written.len() >= clean.rows.len() {
                     // The rows as they are (no copy, no second map): a restore's or a first
                     // run's state, written, stays in memory in the map it was built in. The
