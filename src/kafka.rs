@@ -454,24 +454,10 @@ impl Kafka {
     /// broker refuses (e.g. a timestamp beyond its `message.timestamp.after.max.ms`) is an error
     /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
+        let mut config = self.config();
         // (A retry after a lost acknowledgement must not write a record twice: `dlq replay`
         // counts on each record once. Kafka's Java producer's default since 3.0.)
-        self.produce_with(topic, records, true)
-    }
-
-    /// [`Kafka::produce`] without idempotence (unless `kafka.enable.idempotence` asks for it),
-    /// for records whose repetition after a lost acknowledgement changes nothing (a status keyed
-    /// by its control offset, where an instance serves): an idempotent producer sends nothing
-    /// until it has its producer id, and librdkafka, finding no broker connection up when it
-    /// asks at the producer's creation, asks again only 500 ms later. A run applying control
-    /// statements waited that long for each batch of statuses.
-    pub fn produce_plain(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
-        self.produce_with(topic, records, false)
-    }
-
-    fn produce_with(&self, topic: &str, records: &[(u32, Record)], idempotent: bool) -> Result<()> {
-        let mut config = self.config();
-        if idempotent && !self.props.contains_key("enable.idempotence") {
+        if !self.props.contains_key("enable.idempotence") {
             config.set("enable.idempotence", "true");
         }
         let producer: BaseProducer<Deliveries> =
