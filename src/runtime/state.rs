@@ -238,7 +238,7 @@ impl Trees {
             })
             .map_err(state("cannot read local state to purge a tenant"))?;
             for k in &keys {
-                pending.stage(k.clone(), None, true);
+                pending.stage_slices(k, None, true);
             }
             n += keys.len() as u64;
             changes.extend(keys.into_iter().map(|key| Change {
