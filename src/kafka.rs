@@ -18,7 +18,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
-use crate::record::{Pos, Record, Start, Stored};
+use crate::record::{Entry, Pos, Record, Start, Stored};
 
 /// A producer's delivery reports: the last offset written to each partition (the runtime's
 /// changelog checkpoints come from here), how many records the broker refused, and the first
@@ -222,11 +222,15 @@ pub struct Kafka {
     metadata: OnceLock<BaseConsumer<Reach>>,
     /// The admin client (topic creation and configurations), made at its first use.
     admin: OnceLock<AdminClient<DefaultClientContext>>,
+    /// The producer of [`Kafka::produce`], made at its first use and kept: an idempotent
+    /// producer waits about half a second for its producer id before its first records go out,
+    /// which `streamc produce` paid for every 10,000 records (200,000 records took 11 s).
+    producer: Mutex<Option<BaseProducer<Deliveries>>>,
 }
 
 impl Kafka {
     pub fn new(props: &BTreeMap<String, String>) -> Kafka {
-        Kafka { props: props.clone(), metadata: OnceLock::new(), admin: OnceLock::new() }
+        Kafka { props: props.clone(), metadata: OnceLock::new(), admin: OnceLock::new(), producer: Mutex::new(None) }
     }
 
     /// The metadata client (see [`Kafka::metadata`]).
@@ -454,14 +458,21 @@ impl Kafka {
     /// broker refuses (e.g. a timestamp beyond its `message.timestamp.after.max.ms`) is an error
     /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
-        let mut config = self.config();
-        // (A retry after a lost acknowledgement must not write a record twice: `dlq replay`
-        // counts on each record once. Kafka's Java producer's default since 3.0.)
-        if !self.props.contains_key("enable.idempotence") {
-            config.set("enable.idempotence", "true");
-        }
-        let producer: BaseProducer<Deliveries> =
-            config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?;
+        // (One call at a time: a flush waits for every record the producer holds, and the
+        // refusals it counts are this call's.)
+        let mut kept = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        let producer = match kept.take() {
+            Some(p) => p,
+            None => {
+                let mut config = self.config();
+                // (A retry after a lost acknowledgement must not write a record twice: `dlq
+                // replay` counts on each record once. Kafka's Java producer's default since 3.0.)
+                if !self.props.contains_key("enable.idempotence") {
+                    config.set("enable.idempotence", "true");
+                }
+                config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?
+            }
+        };
         for (p, r) in records {
             let mut headers = OwnedHeaders::new();
             for (k, v) in &r.headers {
@@ -486,9 +497,12 @@ impl Kafka {
             }
             producer.poll(Duration::ZERO);
         }
-        producer.flush(TIMEOUT).map_err(client(format!("cannot deliver to `{topic}` on {}", self.servers())))?;
-        let failed = producer.context().failed.load(Ordering::Relaxed);
+        // (A producer that could not deliver is dropped, with what it still holds.)
+        flush(&producer, TIMEOUT).map_err(client(format!("cannot deliver to `{topic}` on {}", self.servers())))?;
+        let failed = producer.context().failed.swap(0, Ordering::Relaxed);
         let first = producer.context().first.lock().unwrap_or_else(|p| p.into_inner()).take();
+        producer.context().last.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *kept = Some(producer);
         match first {
             Some(e) => {
                 Err(BrokerError::State(format!(
@@ -506,6 +520,24 @@ impl Kafka {
     pub fn extents(&self, parts: &[(String, u32)]) -> Result<Vec<Option<(i64, i64)>>> {
         let consumer = self.metadata_client()?;
         Ok(parts.iter().map(|(topic, p)| consumer.fetch_watermarks(topic, *p as i32, TIMEOUT).ok()).collect())
+    }
+
+    /// The start and end offsets (low and high watermarks) of a partition, as of now, from the
+    /// metadata client: it fetches nothing, so its request is answered at once. (A consumer
+    /// waiting at the end of a partition has a fetch parked at the broker for up to
+    /// `fetch.wait.max.ms`, 500 ms by default, and the broker answers a connection's requests in
+    /// order: a watermark asked through it waited that long.)
+    pub fn watermarks(&self, topic: &str, p: u32) -> Result<(i64, i64)> {
+        self.metadata_client()?
+            .fetch_watermarks(topic, p as i32, TIMEOUT)
+            .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))
+    }
+
+    /// The metadata of one topic, from the metadata client (see [`Kafka::watermarks`]).
+    pub(crate) fn topic_metadata(&self, topic: &str) -> Result<rdkafka::metadata::Metadata> {
+        self.metadata_client()?
+            .fetch_metadata(Some(topic), TIMEOUT)
+            .map_err(client(format!("cannot read metadata of `{topic}` from {}", self.servers())))
     }
 
     /// The end offset (high watermark) of each partition asked for, as of now.
@@ -714,6 +746,29 @@ pub(crate) fn close_quickly<C: ConsumerContext>(c: &BaseConsumer<C>) {
     }
 }
 
+/// Wait until every record `producer` was handed is acknowledged (or refused), serving its
+/// delivery reports as they come. (rdkafka's own `flush`, once anything is in flight, polls
+/// in turns of 100 ms that each last the whole 100 ms: every commit on Kafka waited a tenth of
+/// a second for acknowledgements that took a millisecond. Its poll with a shorter wait spins:
+/// it rounds what is left of a millisecond down to no wait at all.)
+pub(crate) fn flush<C: rdkafka::producer::ProducerContext>(
+    producer: &BaseProducer<C>,
+    timeout: Duration,
+) -> std::result::Result<(), KafkaError> {
+    let deadline = Instant::now() + timeout;
+    // (Also tells librdkafka to send what waits out `linger.ms` now.)
+    let mut flushed = producer.flush(Duration::ZERO);
+    while matches!(flushed, Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))) && Instant::now() < deadline {
+        producer.poll(Duration::ZERO);
+        if producer.in_flight_count() > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        } else {
+            flushed = producer.flush(Duration::ZERO);
+        }
+    }
+    flushed
+}
+
 /// Whether a consumer error is the end of a reading. librdkafka reports transport problems (a
 /// dropped connection, every broker briefly unreachable) as errors too, and recovers from them
 /// itself: those are not.
@@ -752,6 +807,16 @@ pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
         )
     };
     (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
+}
+
+/// A consumed message as a changelog [`Entry`], borrowed from it (its headers left out).
+pub fn entry<'a>(m: &'a rdkafka::message::BorrowedMessage<'_>) -> Entry<'a> {
+    Entry {
+        offset: m.offset().max(0) as u64,
+        key: m.key(),
+        value: m.payload(),
+        timestamp: m.timestamp().to_millis().unwrap_or(0),
+    }
 }
 
 /// A consumed message as a stored record.

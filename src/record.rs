@@ -27,6 +27,28 @@ pub struct Stored {
     pub record: Record,
 }
 
+/// A changelog record as a restore reads it: borrowed from the reader's buffers (no copy per
+/// record; a restore copies only into the rows it keeps), without its headers.
+#[derive(Clone, Copy, Debug)]
+pub struct Entry<'a> {
+    pub offset: u64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub timestamp: i64,
+}
+
+impl Stored {
+    /// The record as an [`Entry`].
+    pub fn entry(&self) -> Entry<'_> {
+        Entry {
+            offset: self.offset,
+            key: self.record.key.as_deref(),
+            value: self.record.value.as_deref(),
+            timestamp: self.record.timestamp,
+        }
+    }
+}
+
 /// A place in a partition: an offset and its byte position.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pos {

@@ -397,14 +397,43 @@ fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// `streamc status` of application `app`.
+fn status(dir: &Path, prog: &str, b: &str, app: &str) -> String {
+    let app_set = format!("application.id={app}");
+    let o = streamc_output(&dir.join("p"), &["status", prog, "--bootstrap-servers", b, "--set", &app_set]);
+    assert!(o.status.success(), "status failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Wait until `streamc status` names an owner for every task, and each of `names` owns some.
+fn wait_for_owners(dir: &Path, prog: &str, b: &str, app: &str, names: &[&str]) {
+    let start = Instant::now();
+    loop {
+        let last = status(dir, prog, b, app);
+        let tasks: Vec<&str> = last.lines().filter(|l| l.starts_with("  ") && l.contains("; input lag ")).collect();
+        if !tasks.is_empty()
+            && tasks.iter().all(|l| l.contains("; owner "))
+            && names.iter().all(|n| tasks.iter().any(|l| l.contains(&format!("; owner {n} ("))))
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(180),
+            "timed out after 180s waiting for {names:?} to own tasks:\n{last}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().to_string()
 }
 
 /// Two instances `a` and `b` of the counts program (at least once) over a 4-partition input of
-/// `n` trades: the first half produced before they start, the second kept for later (once B
-/// is gone, so that A must take B's tasks over). `extra` settings go to both.
+/// `n` trades: the first half produced once both run tasks (or, with `prepare`, before an
+/// instance starts), the second kept for later (once B is gone, so that A must take B's tasks
+/// over). `extra` settings go to both.
 struct TwoInstances {
     b: String,
     dir: common::embedded::TempDir,
@@ -412,6 +441,7 @@ struct TwoInstances {
     prog: String,
     app: String,
     trades: Vec<(String, i64, i64)>,
+    first: std::path::PathBuf,
     second: std::path::PathBuf,
     addr_a: String,
     addr_b: String,
@@ -424,13 +454,24 @@ impl TwoInstances {
         seed: u64,
         extra: &[&str],
     ) -> (TwoInstances, common::cli::Background, common::cli::Background) {
-        let t = TwoInstances::prepare(name, n, seed);
+        let t = TwoInstances::files(name, n, seed);
         let (a, bb) = (t.spawn("a", extra), t.spawn("b", extra));
+        // Input only once both run tasks: an instance that joined first may otherwise process
+        // all of it before the other is given any task (both must have records to process).
+        wait_for_owners(&t.dir, &t.prog, &t.b, &t.app, &["a", "b"]);
+        t.produce_first();
         (t, a, bb)
     }
 
     /// The trades written and the first half produced; no instance started.
     fn prepare(name: &str, n: usize, seed: u64) -> TwoInstances {
+        let t = TwoInstances::files(name, n, seed);
+        t.produce_first();
+        t
+    }
+
+    /// The trades written, and the input topic made (empty, 4 partitions).
+    fn files(name: &str, n: usize, seed: u64) -> TwoInstances {
         let b = require();
         let dir = temp_dir(&format!("kafka-{name}"));
         let pfx = format!("{name}{}", std::process::id());
@@ -443,21 +484,21 @@ impl TwoInstances {
         let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
         std::fs::write(&first, lines[..n / 2].join("\n") + "\n").unwrap();
         std::fs::write(&second, lines[n / 2..].join("\n") + "\n").unwrap();
+        let empty = dir.join("empty.jsonl");
+        std::fs::write(&empty, "").unwrap();
         let src = format!("{pfx}.stocks");
-        streamc(
-            &dir.join("p"),
-            &[
-                "produce",
-                &src,
-                first.to_str().unwrap(),
-                "--program",
-                &prog,
-                "--partitions",
-                "4",
-                "--bootstrap-servers",
-                &b,
-            ],
-        );
+        let args = [
+            "produce",
+            &src,
+            empty.to_str().unwrap(),
+            "--program",
+            &prog,
+            "--partitions",
+            "4",
+            "--bootstrap-servers",
+            &b,
+        ];
+        streamc(&dir.join("p"), &args);
         TwoInstances {
             app: format!("{pfx}-app"),
             addr_a: free_addr(),
@@ -467,8 +508,19 @@ impl TwoInstances {
             pfx,
             prog,
             trades,
+            first,
             second,
         }
+    }
+
+    /// Produce the first half.
+    fn produce_first(&self) {
+        let src = format!("{}.stocks", self.pfx);
+        let first = self.first.to_str().unwrap();
+        streamc(
+            &self.dir.join("p"),
+            &["produce", &src, first, "--program", &self.prog, "--bootstrap-servers", &self.b],
+        );
     }
 
     /// Start instance `name` ("a" or "b") with the `extra` settings.
@@ -513,13 +565,7 @@ impl TwoInstances {
 
     /// `streamc status` of the application.
     fn status(&self) -> String {
-        let app_set = format!("application.id={}", self.app);
-        let o = streamc_output(
-            &self.dir.join("p"),
-            &["status", &self.prog, "--bootstrap-servers", &self.b, "--set", &app_set],
-        );
-        assert!(o.status.success(), "status failed: {}", String::from_utf8_lossy(&o.stderr));
-        String::from_utf8_lossy(&o.stdout).into_owned()
+        status(&self.dir, &self.prog, &self.b, &self.app)
     }
 }
 
@@ -1472,8 +1518,17 @@ fn drill_scale_three_one_three_then_kill_the_largest_tasks_owner() {
         spawn(&dir.join(names[i]), &args, &dir.join(format!("{}.log", names[i])))
     };
     let records_in = |i: usize| metric_sum(&scrape(&addrs[i]), "streamc_records_in_total");
-    produce_part(0);
+    // The input topic made empty; its first part produced once all three run tasks (one that
+    // joined first could otherwise process all of it alone).
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, empty.to_str().unwrap(), "--program", prog, "--partitions", "6", "--bootstrap-servers", &b],
+    );
     let mut procs: Vec<Option<common::cli::Background>> = (0..3).map(|i| Some(start(i))).collect();
+    wait_for_owners(&dir, prog, &b, &app, &names);
+    produce_part(0);
     wait_for(180, "all three instances to run tasks and process records", || {
         (0..3).all(|i| ready(&addrs[i]) && records_in(i) > 0.0)
     });

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use crate::plan::physical::TaskSpec;
-use crate::record::{Append, Pos, Stored};
+use crate::record::{Append, Entry, Pos};
 use crate::runtime::error::RunError;
 use crate::runtime::run::Feed;
 use crate::runtime::topics::{SizeLimits, TimestampLimits};
@@ -25,6 +25,10 @@ pub(crate) struct Extent {
     pub(crate) deletions_from: u64,
 }
 
+/// What [`Backend::read_changelog`] hands each batch of changelog records to, with the
+/// position after the batch.
+pub(crate) type Visit<'a> = dyn FnMut(&[Entry<'_>], Pos) -> Result<(), RunError> + 'a;
+
 /// A log that tasks run over.
 pub(crate) trait Backend {
     /// How a task reads its inputs on this backend.
@@ -39,16 +43,9 @@ pub(crate) trait Backend {
     fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>, RunError>;
 
     /// Read the committed records of partition `p` of a changelog from `from` up to `end`, in
-    /// batches: `visit` gets each batch with the position after it. Returns the position after
-    /// the last record read (on Kafka possibly past transaction markers after it).
-    fn read_changelog(
-        &self,
-        topic: &str,
-        p: u32,
-        from: Pos,
-        end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), RunError>,
-    ) -> Result<Pos, RunError>;
+    /// batches: `visit` gets each batch, borrowed, with the position after it. Returns the
+    /// position after the last record read (on Kafka possibly past transaction markers after it).
+    fn read_changelog(&self, topic: &str, p: u32, from: Pos, end: Pos, visit: &mut Visit<'_>) -> Result<Pos, RunError>;
 
     /// Whether a changelog may hold records after its task's last commit (Kafka at least once:
     /// outputs and changelog are produced before the input offsets are committed). The embedded

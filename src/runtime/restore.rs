@@ -161,12 +161,12 @@ impl<'a> Restorer<'a> {
     }
 
     /// Apply one changelog record (a record without a key is counted and ignored).
-    pub(crate) fn apply(&mut self, key: Option<Vec<u8>>, value: Option<Vec<u8>>) {
+    pub(crate) fn apply(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) {
         self.n += 1;
         self.unwritten += 1;
         self.unreported += 1;
         let Some(k) = key else { return };
-        self.pending.stage(k, value, !self.from_empty);
+        self.pending.stage_slices(k, value, !self.from_empty);
     }
 
     /// After each batch read, at changelog position `at`: the board hears of it, and what is
@@ -269,12 +269,12 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     let last = b.read_changelog(changelog, p, read_from, high, &mut |batch, after| {
         for s in batch {
             if s.offset >= end {
-                if let Some(k) = s.record.key {
-                    stale.insert(k, s.record.timestamp);
+                if let Some(k) = s.key {
+                    stale.insert(k.to_vec(), s.timestamp);
                 }
                 continue;
             }
-            r.apply(s.record.key, s.record.value);
+            r.apply(s.key, s.value);
         }
         // The checkpoint never passes the committed end.
         let at = if after.offset > end { Pos::at(end) } else { after };
@@ -370,7 +370,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::plan::physical::TaskSpec;
-    use crate::record::Stored;
+    use crate::record::{Entry, Stored};
     use crate::runtime::run::testing::{options, NoFeed};
     use std::cell::RefCell;
 
@@ -395,7 +395,7 @@ mod tests {
             _: u32,
             from: Pos,
             end: Pos,
-            visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), RunError>,
+            visit: &mut crate::runtime::backend::Visit<'_>,
         ) -> Result<Pos, RunError> {
             assert!(from.offset >= self.low, "read from {} before the changelog's start {}", from.offset, self.low);
             let all = self.records.borrow().clone();
@@ -403,11 +403,12 @@ mod tests {
             // Batches of 2, so that restore writes in several steps.
             while at < end.offset {
                 let upto = (at + 2).min(end.offset);
-                let batch = (at..upto)
+                let batch: Vec<Stored> = (at..upto)
                     .map(|o| Stored { offset: o, next: Pos::at(o + 1), record: all[(o - self.low) as usize].clone() })
                     .collect();
                 at = upto;
-                visit(batch, Pos::at(at))?;
+                let entries: Vec<Entry<'_>> = batch.iter().map(Stored::entry).collect();
+                visit(&entries, Pos::at(at))?;
             }
             Ok(Pos::at(at))
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::record::{Pos, Stored};
+use crate::record::{Entry, Pos};
 use crate::runtime::error::{state, RunError};
 pub(crate) use crate::runtime::pages::PagedTree;
 pub(crate) use crate::runtime::pending::Pending;
@@ -671,12 +671,12 @@ pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl F
 
 /// Fold changelog records, in order, into the keys the changelog still holds a value for (the
 /// last record of each key is not a tombstone), with that record's timestamp.
-pub(crate) fn live_keys(live: &mut BTreeMap<Vec<u8>, i64>, records: impl IntoIterator<Item = Stored>) {
+pub(crate) fn live_keys(live: &mut BTreeMap<Vec<u8>, i64>, records: &[Entry<'_>]) {
     for s in records {
-        if let Some(k) = s.record.key {
-            match s.record.value {
-                Some(_) => live.insert(k, s.record.timestamp),
-                None => live.remove(&k),
+        if let Some(k) = s.key {
+            match s.value {
+                Some(_) => live.insert(k.to_vec(), s.timestamp),
+                None => live.remove(k),
             };
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::log::{EmbeddedLog, PartitionReader};
 use crate::plan::physical::TaskSpec;
-use crate::record::{Append, Pos, Stored};
+use crate::record::{Append, Entry, Pos, Stored};
 use crate::runtime::backend::{Backend, Extent, Membership};
 use crate::runtime::commit::{Commit, Share};
 use crate::runtime::error::RunError;
@@ -152,7 +152,7 @@ impl Backend for Embedded<'_> {
         p: u32,
         from: Pos,
         end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<(), RunError>,
+        visit: &mut crate::runtime::backend::Visit<'_>,
     ) -> Result<Pos, RunError> {
         let mut r = self.log.reader(topic, p, from);
         loop {
@@ -160,7 +160,8 @@ impl Backend for Embedded<'_> {
             if batch.is_empty() {
                 return Ok(r.position());
             }
-            visit(batch, r.position())?;
+            let entries: Vec<Entry<'_>> = batch.iter().map(Stored::entry).collect();
+            visit(&entries, r.position())?;
         }
     }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
@@ -35,10 +35,10 @@ use rustc_hash::FxHashMap;
 use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::kafka::{client, close_quickly, io, is_fatal, stored, BrokerError, Deliveries, Kafka, Reader};
+use crate::kafka::{client, close_quickly, entry, io, is_fatal, stored, BrokerError, Deliveries, Kafka, Reader};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::record::{Append, Pos, Record, Start, Stored};
+use crate::record::{Append, Entry, Pos, Record, Start, Stored};
 use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
 use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
@@ -100,7 +100,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let instance = instance_name(opts)?;
     let eos = opts.config.processing.guarantee == Guarantee::ExactlyOnce;
     let external: BTreeSet<String> = specs.iter().flat_map(|s| external_inputs(s)).collect();
-    let startup = startup_ends(&kafka, opts, &external)?;
+    let startup = startup_ends(&kafka, &external)?;
     let main_topics: BTreeSet<String> = specs.iter().map(|s| s.main.topic.clone()).collect();
     let producer = Producer::create(&kafka, opts, &instance, eos)?;
     let _reporter = RestoreReporter::start(&kafka, opts, &instance)?;
@@ -170,8 +170,14 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         // A copy's position that the changelog no longer holds is an error, not a jump.
         rc.set("enable.partition.eof", "false").set("auto.offset.reset", "error");
         let reader: BaseConsumer = rc.create().map_err(client("Kafka consumer"))?;
-        engine.standbys =
-            Some(standby::Standbys::new(replicas, &client_id, peers.clone(), reader, opts.metrics.clone()));
+        engine.standbys = Some(standby::Standbys::new(
+            replicas,
+            &client_id,
+            peers.clone(),
+            reader,
+            Kafka::new(&opts.config.kafka),
+            opts.metrics.clone(),
+        ));
     }
     // SIGTERM or SIGINT: commit, write local state and leave the group.
     let stop = Arc::new(AtomicBool::new(false));
@@ -286,7 +292,7 @@ impl RestoreReporter {
                 // (Woken at once when the run ends: see the drop.)
                 std::thread::park_timeout(Duration::from_millis(100));
             }
-            if let Err(e) = producer.flush(Duration::from_secs(5)) {
+            if let Err(e) = crate::kafka::flush(&producer, Duration::from_secs(5)) {
                 eprintln!("cannot report restores to `{topic}`: {e}");
             }
         });
@@ -563,7 +569,7 @@ impl Producer {
 
     /// Wait until every record sent is acknowledged; the first delivery failure is an error.
     fn flush(&self) -> Result<()> {
-        self.inner.flush(TIMEOUT).map_err(client("cannot deliver the commit's records"))?;
+        crate::kafka::flush(&self.inner, TIMEOUT).map_err(client("cannot deliver the commit's records"))?;
         match self.inner.context().first.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(state_error(e)),
             None => Ok(()),
@@ -800,7 +806,7 @@ impl Engine {
                 } else {
                     // Records still on their way land before the tasks reopen, so that the
                     // restore sees them (after the committed end) and rewrites their keys.
-                    let _ = self.producer.inner.flush(TIMEOUT);
+                    let _ = crate::kafka::flush(&self.producer.inner, TIMEOUT);
                 }
                 self.reopen_all();
                 Ok(false)
@@ -868,9 +874,9 @@ impl Engine {
             for r in tasks {
                 let c = &r.task.counters;
                 let mut lag = serde_json::Map::new();
-                let p = r.task.partition as i32;
+                let p = r.task.partition;
                 for (i, topic) in r.feed.topics.iter().enumerate() {
-                    if let Ok((_, high)) = r.feed.readers[i].fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                    if let Ok((_, high)) = self.kafka.watermarks(topic, p) {
                         lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed.next[i] as i64).max(0)));
                     }
                 }
@@ -1067,9 +1073,7 @@ impl Engine {
                 if matches!(t.task.spec.main.decode, Decode::Internal { .. }) {
                     let topic = t.task.spec.main.topic.clone();
                     let p = t.task.partition as i32;
-                    let (_, high) = t.feed.readers[0]
-                        .fetch_watermarks(&topic, p, TIMEOUT)
-                        .map_err(client(format!("cannot read the end of `{topic}`")))?;
+                    let (_, high) = self.kafka.watermarks(&topic, p as u32)?;
                     let pos = t.feed.readers[0]
                         .position()
                         .ok()
@@ -1328,15 +1332,7 @@ impl KafkaControl<'_> {
         let topic = control::control_topic(self.app);
         let reader = self.reader;
         // With `to_end`: up to the end offset as of now (past any transaction marker).
-        let end = if to_end {
-            reader
-                .fetch_watermarks(&topic, 0, TIMEOUT)
-                .map_err(client(format!("cannot read the end of `{topic}`")))?
-                .1
-                .max(0) as u64
-        } else {
-            0
-        };
+        let end = if to_end { self.kafka.watermarks(&topic, 0)?.1.max(0) as u64 } else { 0 };
         let position = |r: &BaseConsumer| {
             r.position()
                 .ok()
@@ -1513,14 +1509,11 @@ fn read_control(kafka: &Kafka, program: &hir::Program, opts: &RunOptions) -> Res
 }
 
 /// The start-up end of every partition of every external input: `--drain` stops there.
-fn startup_ends(kafka: &Kafka, opts: &RunOptions, external: &BTreeSet<String>) -> Result<BTreeMap<(String, u32), u64>> {
+fn startup_ends(kafka: &Kafka, external: &BTreeSet<String>) -> Result<BTreeMap<(String, u32), u64>> {
     let mut startup = BTreeMap::new();
-    let probe = reader(kafka, opts)?;
     for t in external {
         for p in 0..kafka.partitions(t)?.unwrap_or(0) {
-            let (_, high) = probe
-                .fetch_watermarks(t, p as i32, TIMEOUT)
-                .map_err(client(format!("cannot read the end offsets of `{t}` partition {p}")))?;
+            let (_, high) = kafka.watermarks(t, p)?;
             startup.insert((t.clone(), p), high.max(0) as u64);
         }
     }
@@ -1659,21 +1652,15 @@ impl Backend for Engine {
     }
 
     fn changelog_extent(&self, topic: &str, p: u32) -> Result<Option<Extent>> {
-        // The metadata through a client already connected (Kafka::partitions makes one).
-        let md = self
-            .control_reader
-            .fetch_metadata(Some(topic), TIMEOUT)
-            .map_err(client(format!("cannot read metadata of `{topic}` from {}", self.kafka.servers())))?;
+        // (Through the metadata client, connected and never waiting on a fetch of its own.)
+        let md = self.kafka.topic_metadata(topic)?;
         let Some(t) = md.topics().iter().find(|t| t.name() == topic) else { return Ok(None) };
         match t.error().map(RDKafkaErrorCode::from) {
             None if (p as usize) < t.partitions().len() => {}
             None | Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(None),
             Some(e) => return Err(BrokerError::Refused { doing: format!("topic `{topic}`"), code: e }.into()),
         }
-        let (low, high) = self
-            .control_reader
-            .fetch_watermarks(topic, p as i32, TIMEOUT)
-            .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
+        let (low, high) = self.kafka.watermarks(topic, p)?;
         let low = low.max(0) as u64;
         Ok(Some(Extent { low, end: Pos::at(high.max(0) as u64), deletions_from: low }))
     }
@@ -1686,7 +1673,7 @@ impl Backend for Engine {
         p: u32,
         from: Pos,
         end: Pos,
-        visit: &mut dyn FnMut(Vec<Stored>, Pos) -> Result<()>,
+        visit: &mut crate::runtime::backend::Visit<'_>,
     ) -> Result<Pos> {
         let mut config = reader_config(&self.kafka, &self.opts);
         // Fetches return at once at the end, so the end is known without waiting.
@@ -1701,7 +1688,15 @@ impl Backend for Engine {
                 _ => None,
             };
         let mut next = from.offset;
-        let mut batch = Vec::new();
+        // The messages of a batch, held (borrowed from librdkafka's buffers) until it is visited.
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut visit_batch = |batch: &mut Vec<BorrowedMessage<'_>>, next: u64| {
+            let entries: Vec<Entry<'_>> = batch.iter().map(entry).collect();
+            let r = visit(&entries, Pos::at(next));
+            drop(entries);
+            batch.clear();
+            r
+        };
         // (When the last record was read: taken when the reading pauses, not per record.)
         let mut quiet = Instant::now();
         let mut heard = false;
@@ -1710,9 +1705,9 @@ impl Backend for Engine {
                 Some(Ok(m)) => {
                     heard = true;
                     next = m.offset() as u64 + 1;
-                    batch.push(stored(&m));
+                    batch.push(m);
                     if batch.len() >= BATCH {
-                        visit(std::mem::take(&mut batch), Pos::at(next))?;
+                        visit_batch(&mut batch, next)?;
                     }
                     if next >= end.offset {
                         break;
@@ -1723,7 +1718,7 @@ impl Backend for Engine {
                         quiet = Instant::now();
                     }
                     if !batch.is_empty() {
-                        visit(std::mem::take(&mut batch), Pos::at(next))?;
+                        visit_batch(&mut batch, next)?;
                     }
                     // Under read_committed the end of partition is the last stable offset: an
                     // open transaction (of an instance that died) holds the rest until it is
@@ -1748,7 +1743,7 @@ impl Backend for Engine {
             }
         }
         if !batch.is_empty() {
-            visit(std::mem::take(&mut batch), Pos::at(next))?;
+            visit_batch(&mut batch, next)?;
         }
         // Past transaction markers, the position may be beyond the last record.
         Ok(Pos::at(position().unwrap_or(next).max(next)))

@@ -25,6 +25,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::control::Stage;
+use crate::kafka::Kafka;
 use crate::record::Pos;
 use crate::runtime::error::RunError;
 use crate::runtime::kafka::peers::GroupPeers;
@@ -86,6 +87,9 @@ pub(crate) struct Standbys {
     me: String,
     peers: Arc<GroupPeers>,
     reader: BaseConsumer,
+    /// Asks for the changelogs' ends (see [`Kafka::watermarks`]: the reader's connection
+    /// waits on its fetches).
+    kafka: Kafka,
     metrics: Option<Arc<Metrics>>,
     /// (changelog topic, partition) → its copy.
     copies: BTreeMap<(String, u32), Copy>,
@@ -104,6 +108,7 @@ impl Standbys {
         me: &str,
         peers: Arc<GroupPeers>,
         reader: BaseConsumer,
+        kafka: Kafka,
         metrics: Option<Arc<Metrics>>,
     ) -> Standbys {
         Standbys {
@@ -111,6 +116,7 @@ impl Standbys {
             me: me.to_string(),
             peers,
             reader,
+            kafka,
             metrics,
             copies: BTreeMap::new(),
             tasks: BTreeMap::new(),
@@ -368,10 +374,7 @@ impl Standbys {
             let mut copies = Vec::new();
             for (changelog, p, task_id, store) in stores {
                 let tree = open_tree(db, &store, p).map_err(err)?;
-                let (low, high) = self
-                    .reader
-                    .fetch_watermarks(&changelog, p as i32, Duration::from_secs(10))
-                    .map_err(|e| format!("cannot read the offsets of `{changelog}` partition {p}: {e}"))?;
+                let (low, high) = self.kafka.watermarks(&changelog, p).map_err(|e| e.to_string())?;
                 let (low, high) = (low.max(0) as u64, high.max(0) as u64);
                 copies.push((changelog, p, task_id, store, tree, low, high));
             }
@@ -426,7 +429,7 @@ impl Standbys {
 
     fn read_ends(&mut self) {
         for ((t, p), c) in self.copies.iter_mut() {
-            if let Ok((_, high)) = self.reader.fetch_watermarks(t, *p as i32, Duration::from_secs(5)) {
+            if let Ok((_, high)) = self.kafka.watermarks(t, *p) {
                 c.end = high.max(0) as u64;
             }
             // Past transaction markers the reader's position is ahead of the last record.
