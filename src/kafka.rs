@@ -226,11 +226,39 @@ pub struct Kafka {
     /// producer waits about half a second for its producer id before its first records go out,
     /// which `streamc produce` paid for every 10,000 records (200,000 records took 11 s).
     producer: Mutex<Option<BaseProducer<Deliveries>>>,
+    /// The producer of [`Kafka::produce_plain`], kept likewise.
+    plain: Mutex<Option<BaseProducer<Deliveries>>>,
+}
+
+/// A metadata client let go of, with the settings it was made with.
+type Idle = (BTreeMap<String, String>, BaseConsumer<Reach>);
+
+/// Metadata clients of dropped `Kafka`s, for [`Kafka::connect`] to take up.
+fn idle_clients() -> &'static Mutex<Vec<Idle>> {
+    static IDLE: OnceLock<Mutex<Vec<Idle>>> = OnceLock::new();
+    IDLE.get_or_init(Mutex::default)
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        if let Some(c) = self.metadata.take() {
+            let mut idle = idle_clients().lock().unwrap_or_else(|p| p.into_inner());
+            // (One kept: a process talks to one cluster; the one kept is the latest.)
+            idle.clear();
+            idle.push((std::mem::take(&mut self.props), c));
+        }
+    }
 }
 
 impl Kafka {
     pub fn new(props: &BTreeMap<String, String>) -> Kafka {
-        Kafka { props: props.clone(), metadata: OnceLock::new(), admin: OnceLock::new(), producer: Mutex::new(None) }
+        Kafka {
+            props: props.clone(),
+            metadata: OnceLock::new(),
+            admin: OnceLock::new(),
+            producer: Mutex::new(None),
+            plain: Mutex::new(None),
+        }
     }
 
     /// The metadata client (see [`Kafka::metadata`]).
@@ -258,8 +286,17 @@ impl Kafka {
     /// as soon as it says so (librdkafka would retry them forever).
     pub fn connect(props: &BTreeMap<String, String>) -> Result<Kafka> {
         let k = Kafka::new(props);
-        let consumer: BaseConsumer<Reach> =
-            k.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?;
+        // A client this process connected with the same settings and let go of (a run checks
+        // its program through one `Kafka` and then runs through another): asked again, it
+        // answers in a round trip instead of the 50 ms of a new connection.
+        let kept = {
+            let mut idle = idle_clients().lock().unwrap_or_else(|p| p.into_inner());
+            idle.iter().position(|(p, _)| p == props).map(|i| idle.swap_remove(i).1)
+        };
+        let consumer: BaseConsumer<Reach> = match kept {
+            Some(c) => c,
+            None => k.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?,
+        };
         let deadline = std::time::Instant::now() + REACH_TIMEOUT;
         loop {
             let Err(e) = consumer.fetch_metadata(None, Duration::from_millis(500)) else {
@@ -458,16 +495,35 @@ impl Kafka {
     /// broker refuses (e.g. a timestamp beyond its `message.timestamp.after.max.ms`) is an error
     /// naming the first refusal and how many were refused, never a silent loss.
     pub fn produce(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
+        // (A retry after a lost acknowledgement must not write a record twice: `dlq replay`
+        // counts on each record once. Kafka's Java producer's default since 3.0.)
+        self.produce_with(topic, records, true)
+    }
+
+    /// [`Kafka::produce`] without idempotence (unless `kafka.enable.idempotence` asks for it),
+    /// for records whose repetition after a lost acknowledgement changes nothing (a status keyed
+    /// by its control offset, where an instance serves): an idempotent producer sends nothing
+    /// until it has its producer id, and librdkafka, finding no broker connection up when it
+    /// asks at the producer's creation, asks again only 500 ms later. A run with `--http-addr`
+    /// waited that long before it joined its group, and a run applying control statements for
+    /// its first batch of statuses.
+    pub fn produce_plain(&self, topic: &str, records: &[(u32, Record)]) -> Result<()> {
+        self.produce_with(topic, records, false)
+    }
+
+    fn produce_with(&self, topic: &str, records: &[(u32, Record)], idempotent: bool) -> Result<()> {
         // (One call at a time: a flush waits for every record the producer holds, and the
         // refusals it counts are this call's.)
-        let mut kept = self.producer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = match idempotent {
+            true => self.producer.lock(),
+            false => self.plain.lock(),
+        }
+        .unwrap_or_else(|p| p.into_inner());
         let producer = match kept.take() {
             Some(p) => p,
             None => {
                 let mut config = self.config();
-                // (A retry after a lost acknowledgement must not write a record twice: `dlq
-                // replay` counts on each record once. Kafka's Java producer's default since 3.0.)
-                if !self.props.contains_key("enable.idempotence") {
+                if idempotent && !self.props.contains_key("enable.idempotence") {
                     config.set("enable.idempotence", "true");
                 }
                 config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?

@@ -66,6 +66,11 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let stores =
         stores.into_iter().zip(complete).map(|((tree, pending), complete)| (tree, pending, complete)).collect();
     let mut run = TaskRun::new(spec, p, group, feed, stores, meta, positions, restored, opts);
+    if restored > 0 {
+        // (Written behind from now on: a 4-partition restore on one instance wrote each task's
+        // rows after the others had restored, 0.5 s of a 1.3 s run with 1 M keys.)
+        run.trees.hand_over(&checkpoints);
+    }
     run.ends = checkpoints;
     run.limits = limits;
     run.set_sizes(b.size_limits(&run.task.spec, &opts.config));

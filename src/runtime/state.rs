@@ -286,6 +286,19 @@ impl Trees {
         Ok(due)
     }
 
+    /// Hand every store's pending changes to the writer now, with its checkpoint (a task just
+    /// restored: its rows are written while it runs, and while the next task restores, rather
+    /// than at its first write; once written they stay in memory as its clean rows).
+    pub(crate) fn hand_over(&mut self, checkpoints: &[Pos]) {
+        for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
+            if !self.pending[i].is_empty() {
+                let changes = std::mem::take(&mut self.pending[i]);
+                self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
+            }
+        }
+        (self.commits, self.staged) = (0, 0);
+    }
+
     /// Wait until the writer has written every flight, and take them in.
     pub(crate) fn settle(&mut self) -> Result<(), RunError> {
         self.reap(Reap::All)

@@ -157,8 +157,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         if let Some(server) = q.server() {
             // Where this instance serves its stores: now, and again with every metrics batch.
             let rec = peers::server_record(&instance, &server, &client_id, run::now_ms());
-            Kafka::new(&opts.config.kafka)
-                .produce(&format!("{}-metrics", opts.app), &[(0, rec)])
+            engine
+                .kafka
+                .produce_plain(&format!("{}-metrics", opts.app), &[(0, rec)])
                 .map_err(|e| state_error(format!("cannot publish where this instance serves its stores: {e}")))?;
             engine.served = Some((server, client_id.clone()));
         }
@@ -1319,7 +1320,8 @@ impl ControlLog for KafkaControl<'_> {
 
     fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> Result<()> {
         let records: Vec<(u32, Record)> = records.into_iter().map(|r| (0, r)).collect();
-        self.kafka.produce(&control::status_topic(self.app), &records)?;
+        // (A status written twice reads as once: statuses are keyed by their control offset.)
+        self.kafka.produce_plain(&control::status_topic(self.app), &records)?;
         Ok(())
     }
 }
