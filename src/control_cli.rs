@@ -18,6 +18,16 @@ fn append_to(t: &dyn Topics, topic: &str, records: Vec<Record>) -> Result<(), St
     t.append(topic, records.into_iter().map(|r| (0, r)).collect())
 }
 
+/// Record `text` as the application's program (version 0) on its status topic. (Without
+/// idempotence: the program is the last such record, and one written twice by a retry reads
+/// the same; an idempotent producer's wait for its producer id was half a second of every new
+/// application's first start on Kafka.)
+fn record_program(t: &dyn Topics, app: &str, text: &str, source: &str) -> Result<(), String> {
+    let status = control::status_topic(app);
+    t.ensure_topic(&status, 1, &control::topic_configs(&status))?;
+    t.append_plain(&status, vec![(0, program_record(text, source))])
+}
+
 pub fn control_records(t: &dyn Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
     Ok(t.read_all(&control::control_topic(app))?
         .into_iter()
@@ -730,9 +740,8 @@ pub fn check_program_file(
     source: &str,
     program: &hir::Program,
 ) -> Result<bool, String> {
-    let status = control::status_topic(app);
     let Some(old_text) = stored_program(t, app)? else {
-        append_to(t, &status, vec![program_record(text, source)])?;
+        record_program(t, app, text, source)?;
         return Ok(true);
     };
     if old_text == text {
@@ -742,7 +751,7 @@ pub fn check_program_file(
     let records = control_records(t, app)?;
     let Ok(old_program) = streamc::compile(&old_text) else {
         eprintln!("the program the application ran before no longer compiles: treating {app}'s program as new");
-        append_to(t, &status, vec![program_record(text, source)])?;
+        record_program(t, app, text, source)?;
         return Ok(true);
     };
     let allowed = &cfg.topics.allow_internal_sinks;
@@ -786,7 +795,7 @@ pub fn check_program_file(
         eprintln!("query {name}: no longer in the file, its tasks stop");
     }
     if ok {
-        append_to(t, &status, vec![program_record(text, source)])?;
+        record_program(t, app, text, source)?;
     }
     Ok(ok)
 }
@@ -836,7 +845,7 @@ pub fn reset(
     if local.exists() {
         std::fs::remove_dir_all(&local).map_err(|e| format!("cannot delete local state {}: {e}", local.display()))?;
     }
-    append_to(t, &control::status_topic(app), vec![program_record(text, source)])?;
+    record_program(t, app, text, source)?;
     eprintln!("reset `{app}`: deleted {} internal topic{}, its committed positions and local state; the input is processed from the start", deleted.len(), if deleted.len() == 1 { "" } else { "s" });
     Ok(())
 }
