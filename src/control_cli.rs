@@ -18,14 +18,12 @@ fn append_to(t: &dyn Topics, topic: &str, records: Vec<Record>) -> Result<(), St
     t.append(topic, records.into_iter().map(|r| (0, r)).collect())
 }
 
-/// Record `text` as the application's program (version 0) on its status topic. (Without
-/// idempotence: the program is the last such record, and one written twice by a retry reads
-/// the same; an idempotent producer's wait for its producer id was half a second of every new
-/// application's first start on Kafka.)
+/// Record `text` as the application's program (version 0) on its status topic. (Idempotent,
+/// though the producer id it waits for is half a second of a new application's first start on
+/// Kafka: the program is the last such record, and a retry of one process's record landing
+/// after another's would make the first one's program current again.)
 fn record_program(t: &dyn Topics, app: &str, text: &str, source: &str) -> Result<(), String> {
-    let status = control::status_topic(app);
-    t.ensure_topic(&status, 1, &control::topic_configs(&status))?;
-    t.append_plain(&status, vec![(0, program_record(text, source))])
+    append_to(t, &control::status_topic(app), vec![program_record(text, source)])
 }
 
 pub fn control_records(t: &dyn Topics, app: &str) -> Result<Vec<ControlRecord>, String> {

@@ -242,10 +242,15 @@ fn idle_clients() -> &'static Mutex<Vec<Idle>> {
 impl Drop for Kafka {
     fn drop(&mut self) {
         if let Some(c) = self.metadata.take() {
-            let mut idle = idle_clients().lock().unwrap_or_else(|p| p.into_inner());
-            // (One kept: a process talks to one cluster; the one kept is the latest.)
-            idle.clear();
-            idle.push((std::mem::take(&mut self.props), c));
+            // (One kept: a process talks to one cluster; the one kept is the latest. The one it
+            // replaces is destroyed after the lock is let go of.)
+            let replaced = {
+                let mut idle = idle_clients().lock().unwrap_or_else(|p| p.into_inner());
+                let replaced = std::mem::take(&mut *idle);
+                idle.push((std::mem::take(&mut self.props), c));
+                replaced
+            };
+            drop(replaced);
         }
     }
 }
@@ -267,8 +272,16 @@ impl Kafka {
             return Ok(c);
         }
         let c: BaseConsumer<Reach> =
-            self.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?;
+            self.metadata_config().create_with_context(Reach::default()).map_err(client("Kafka client"))?;
         Ok(self.metadata.get_or_init(|| c))
+    }
+
+    /// The metadata client's configuration: the end offsets it reads are the last stable ones
+    /// (`read_committed`, whatever `kafka.isolation.level` says), as every reader's are.
+    fn metadata_config(&self) -> ClientConfig {
+        let mut c = self.config();
+        c.set("isolation.level", "read_committed");
+        c
     }
 
     /// The admin client (see [`Kafka::admin`]).
@@ -294,8 +307,13 @@ impl Kafka {
             idle.iter().position(|(p, _)| p == props).map(|i| idle.swap_remove(i).1)
         };
         let consumer: BaseConsumer<Reach> = match kept {
-            Some(c) => c,
-            None => k.config().create_with_context(Reach::default()).map_err(client("Kafka client"))?,
+            Some(c) => {
+                // (What it heard before is not this check's: a refusal is judged afresh.)
+                c.context().events.lock().unwrap_or_else(|p| p.into_inner()).clear();
+                *c.context().last.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                c
+            }
+            None => k.metadata_config().create_with_context(Reach::default()).map_err(client("Kafka client"))?,
         };
         let deadline = std::time::Instant::now() + REACH_TIMEOUT;
         loop {
@@ -558,7 +576,10 @@ impl Kafka {
         let failed = producer.context().failed.swap(0, Ordering::Relaxed);
         let first = producer.context().first.lock().unwrap_or_else(|p| p.into_inner()).take();
         producer.context().last.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        *kept = Some(producer);
+        // (One that hit a fatal error, or whose records were refused, is not kept.)
+        if failed == 0 && producer.client().fatal_error().is_none() {
+            *kept = Some(producer);
+        }
         match first {
             Some(e) => {
                 Err(BrokerError::State(format!(
@@ -584,8 +605,13 @@ impl Kafka {
     /// `fetch.wait.max.ms`, 500 ms by default, and the broker answers a connection's requests in
     /// order: a watermark asked through it waited that long.)
     pub fn watermarks(&self, topic: &str, p: u32) -> Result<(i64, i64)> {
+        self.watermarks_within(topic, p, TIMEOUT)
+    }
+
+    /// [`Kafka::watermarks`], waiting at most `timeout` for the answer.
+    pub fn watermarks_within(&self, topic: &str, p: u32, timeout: Duration) -> Result<(i64, i64)> {
         self.metadata_client()?
-            .fetch_watermarks(topic, p as i32, TIMEOUT)
+            .fetch_watermarks(topic, p as i32, timeout)
             .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))
     }
 
@@ -812,14 +838,19 @@ pub(crate) fn flush<C: rdkafka::producer::ProducerContext>(
     timeout: Duration,
 ) -> std::result::Result<(), KafkaError> {
     let deadline = Instant::now() + timeout;
-    // (Also tells librdkafka to send what waits out `linger.ms` now.)
+    // (Also tells librdkafka to send what waits out `linger.ms` now; again every 100 ms.)
     let mut flushed = producer.flush(Duration::ZERO);
+    let mut told = Instant::now();
     while matches!(flushed, Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))) && Instant::now() < deadline {
+        // (A poll serves one event, which may report many records.)
+        let before = producer.in_flight_count();
         producer.poll(Duration::ZERO);
-        if producer.in_flight_count() > 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        } else {
+        let left = producer.in_flight_count();
+        if left == 0 || told.elapsed() >= Duration::from_millis(100) {
             flushed = producer.flush(Duration::ZERO);
+            told = Instant::now();
+        } else if left == before {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     flushed

@@ -32,12 +32,6 @@ pub trait Topics {
     /// flushed batch on Kafka.
     fn append(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String>;
 
-    /// [`Topics::append`] of records that read the same when written twice (on Kafka without
-    /// idempotence, see [`Kafka::produce_plain`]).
-    fn append_plain(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String> {
-        self.append(topic, records)
-    }
-
     /// Every committed record of `topic` from where `start` says to its end as of now, each
     /// handed to `f` as it is read (`Some((partition, record))`), partition by partition; then,
     /// with `follow`, every record committed after, as it comes. `f(None)` says that the records
@@ -230,10 +224,6 @@ impl Topics for Kafka {
 
     fn append(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String> {
         Ok(self.produce(topic, &records)?)
-    }
-
-    fn append_plain(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String> {
-        Ok(self.produce_plain(topic, &records)?)
     }
 
     fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String> {

@@ -408,8 +408,11 @@ fn status(dir: &Path, prog: &str, b: &str, app: &str) -> String {
 /// Wait until `streamc status` names an owner for every task, and each of `names` owns some.
 fn wait_for_owners(dir: &Path, prog: &str, b: &str, app: &str, names: &[&str]) {
     let start = Instant::now();
+    let app_set = format!("application.id={app}");
     loop {
-        let last = status(dir, prog, b, app);
+        // (A status that fails, a broker slow to answer, is asked again.)
+        let o = streamc_output(&dir.join("p"), &["status", prog, "--bootstrap-servers", b, "--set", &app_set]);
+        let last = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
         let tasks: Vec<&str> = last.lines().filter(|l| l.starts_with("  ") && l.contains("; input lag ")).collect();
         if !tasks.is_empty()
             && tasks.iter().all(|l| l.contains("; owner "))

@@ -877,7 +877,7 @@ impl Engine {
                 let mut lag = serde_json::Map::new();
                 let p = r.task.partition;
                 for (i, topic) in r.feed.topics.iter().enumerate() {
-                    if let Ok((_, high)) = self.kafka.watermarks(topic, p) {
+                    if let Ok((_, high)) = self.kafka.watermarks_within(topic, p, Duration::from_secs(5)) {
                         lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed.next[i] as i64).max(0)));
                     }
                 }

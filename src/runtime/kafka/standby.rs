@@ -374,7 +374,8 @@ impl Standbys {
             let mut copies = Vec::new();
             for (changelog, p, task_id, store) in stores {
                 let tree = open_tree(db, &store, p).map_err(err)?;
-                let (low, high) = self.kafka.watermarks(&changelog, p).map_err(|e| e.to_string())?;
+                let (low, high) =
+                    self.kafka.watermarks_within(&changelog, p, Duration::from_secs(10)).map_err(|e| e.to_string())?;
                 let (low, high) = (low.max(0) as u64, high.max(0) as u64);
                 copies.push((changelog, p, task_id, store, tree, low, high));
             }
@@ -429,7 +430,7 @@ impl Standbys {
 
     fn read_ends(&mut self) {
         for ((t, p), c) in self.copies.iter_mut() {
-            if let Ok((_, high)) = self.kafka.watermarks(t, *p) {
+            if let Ok((_, high)) = self.kafka.watermarks_within(t, *p, Duration::from_secs(5)) {
                 c.end = high.max(0) as u64;
             }
             // Past transaction markers the reader's position is ahead of the last record.
