@@ -170,9 +170,30 @@ impl Flight {
     }
 }
 
-/// Write `changes` to `tree` in batches, `checkpoint` with the last (see [`PagedTree::write`]).
+/// The changes a flight's write turns from positions into slices at a time (see
+/// [`Pending::order`]).
+#[cfg(not(test))]
+const WINDOW: usize = 65_536;
+/// (Small in tests, so that flights are written in several windows.)
+#[cfg(test)]
+const WINDOW: usize = 70;
+
+/// Write `changes` to `tree` in batches, `checkpoint` with the last (see [`PagedTree::write`]):
+/// sorted as positions, written a window at a time (a page that two windows fall in is
+/// rewritten by each).
 pub(crate) fn write(tree: &PagedTree, changes: &Pending, checkpoint: Option<&Pos>) -> Result<(), sled::Error> {
-    tree.write(&changes.sorted(), checkpoint, false)
+    let order = changes.order();
+    if order.is_empty() {
+        return tree.write(&[], checkpoint, false);
+    }
+    let mut window = Vec::with_capacity(WINDOW.min(order.len()));
+    let mut parts = order.chunks(WINDOW).peekable();
+    while let Some(part) = parts.next() {
+        window.clear();
+        changes.changes_at(part, &mut window);
+        tree.write(&window, if parts.peek().is_none() { checkpoint } else { None }, false)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
