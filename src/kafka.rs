@@ -94,6 +94,12 @@ impl rdkafka::client::ClientContext for Reach {
 impl rdkafka::consumer::ConsumerContext for Reach {}
 
 impl Reach {
+    /// Forget what was heard (a client taken up again: a refusal is judged afresh).
+    fn forget(&self) {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     /// How often a refusal must be heard before it is taken as final: a broker that drops a
     /// connection during its SASL handshake (a rolling restart) is reported as an
     /// authentication failure once; a wrong password or an untrusted certificate is heard at
@@ -308,9 +314,7 @@ impl Kafka {
         };
         let consumer: BaseConsumer<Reach> = match kept {
             Some(c) => {
-                // (What it heard before is not this check's: a refusal is judged afresh.)
-                c.context().events.lock().unwrap_or_else(|p| p.into_inner()).clear();
-                *c.context().last.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                c.context().forget();
                 c
             }
             None => k.metadata_config().create_with_context(Reach::default()).map_err(client("Kafka client"))?,
@@ -595,8 +599,8 @@ impl Kafka {
     /// The start and end offsets (low and high watermarks) of each partition asked for (None
     /// where they cannot be read).
     pub fn extents(&self, parts: &[(String, u32)]) -> Result<Vec<Option<(i64, i64)>>> {
-        let consumer = self.metadata_client()?;
-        Ok(parts.iter().map(|(topic, p)| consumer.fetch_watermarks(topic, *p as i32, TIMEOUT).ok()).collect())
+        self.metadata_client()?;
+        Ok(parts.iter().map(|(topic, p)| self.watermarks(topic, *p).ok()).collect())
     }
 
     /// The start and end offsets (low and high watermarks) of a partition, as of now, from the
@@ -608,11 +612,21 @@ impl Kafka {
         self.watermarks_within(topic, p, TIMEOUT)
     }
 
-    /// [`Kafka::watermarks`], waiting at most `timeout` for the answer.
+    /// [`Kafka::watermarks`], waiting at most `timeout` for the answer. A partition whose
+    /// leader is not known yet (a topic just made: `NotLeaderForPartition` until its election
+    /// is done) is asked again every 100 ms meanwhile.
     pub fn watermarks_within(&self, topic: &str, p: u32, timeout: Duration) -> Result<(i64, i64)> {
-        self.metadata_client()?
-            .fetch_watermarks(topic, p as i32, timeout)
-            .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))
+        let consumer = self.metadata_client()?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match consumer.fetch_watermarks(topic, p as i32, left) {
+                Err(KafkaError::MetadataFetch(
+                    RDKafkaErrorCode::NotLeaderForPartition | RDKafkaErrorCode::LeaderNotAvailable,
+                )) if left > Duration::from_millis(100) => std::thread::sleep(Duration::from_millis(100)),
+                r => return r.map_err(client(format!("cannot read the offsets of `{topic}` partition {p}"))),
+            }
+        }
     }
 
     /// The metadata of one topic, from the metadata client (see [`Kafka::watermarks`]).
@@ -624,16 +638,7 @@ impl Kafka {
 
     /// The end offset (high watermark) of each partition asked for, as of now.
     pub fn ends(&self, parts: &[(String, u32)]) -> Result<Vec<i64>> {
-        let consumer = self.metadata_client()?;
-        parts
-            .iter()
-            .map(|(topic, p)| {
-                consumer
-                    .fetch_watermarks(topic, *p as i32, TIMEOUT)
-                    .map(|(_, high)| high)
-                    .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))
-            })
-            .collect()
+        parts.iter().map(|(topic, p)| self.watermarks(topic, *p).map(|(_, high)| high)).collect()
     }
 
     /// Every record of a topic from where `start` says (see [`Start`]), up to the end offsets as
@@ -682,9 +687,7 @@ impl Kafka {
         let mut tpl = TopicPartitionList::new();
         for p in 0..n {
             let Some(at) = start.offset(p) else { continue };
-            let (low, high) = consumer
-                .fetch_watermarks(topic, p as i32, TIMEOUT)
-                .map_err(client(format!("cannot read the offsets of `{topic}` partition {p}")))?;
+            let (low, high) = self.watermarks(topic, p)?;
             let from = at.map_or(high, |o| (o.min(i64::MAX as u64) as i64).clamp(low, high));
             tpl.add_partition_offset(topic, p as i32, Offset::Offset(from))?;
             parts.push((p, from, high));

@@ -397,21 +397,44 @@ fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// `streamc status` of application `app`, as it ran.
+fn status_output(dir: &Path, prog: &str, b: &str, app: &str) -> std::process::Output {
+    let app_set = format!("application.id={app}");
+    streamc_output(&dir.join("p"), &["status", prog, "--bootstrap-servers", b, "--set", &app_set])
+}
+
 /// `streamc status` of application `app`.
 fn status(dir: &Path, prog: &str, b: &str, app: &str) -> String {
-    let app_set = format!("application.id={app}");
-    let o = streamc_output(&dir.join("p"), &["status", prog, "--bootstrap-servers", b, "--set", &app_set]);
+    let o = status_output(dir, prog, b, app);
     assert!(o.status.success(), "status failed: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Make topic `src` with `partitions` partitions, empty (`streamc produce` of no records).
+fn make_empty_topic(dir: &Path, src: &str, prog: &str, partitions: u32, b: &str) {
+    let empty = dir.join("empty.jsonl");
+    std::fs::write(&empty, "").unwrap();
+    let partitions = partitions.to_string();
+    let args = [
+        "produce",
+        src,
+        empty.to_str().unwrap(),
+        "--program",
+        prog,
+        "--partitions",
+        &partitions,
+        "--bootstrap-servers",
+        b,
+    ];
+    streamc(&dir.join("p"), &args);
 }
 
 /// Wait until `streamc status` names an owner for every task, and each of `names` owns some.
 fn wait_for_owners(dir: &Path, prog: &str, b: &str, app: &str, names: &[&str]) {
     let start = Instant::now();
-    let app_set = format!("application.id={app}");
     loop {
         // (A status that fails, a broker slow to answer, is asked again.)
-        let o = streamc_output(&dir.join("p"), &["status", prog, "--bootstrap-servers", b, "--set", &app_set]);
+        let o = status_output(dir, prog, b, app);
         let last = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
         let tasks: Vec<&str> = last.lines().filter(|l| l.starts_with("  ") && l.contains("; input lag ")).collect();
         if !tasks.is_empty()
@@ -487,21 +510,7 @@ impl TwoInstances {
         let (first, second) = (dir.join("first.jsonl"), dir.join("second.jsonl"));
         std::fs::write(&first, lines[..n / 2].join("\n") + "\n").unwrap();
         std::fs::write(&second, lines[n / 2..].join("\n") + "\n").unwrap();
-        let empty = dir.join("empty.jsonl");
-        std::fs::write(&empty, "").unwrap();
-        let src = format!("{pfx}.stocks");
-        let args = [
-            "produce",
-            &src,
-            empty.to_str().unwrap(),
-            "--program",
-            &prog,
-            "--partitions",
-            "4",
-            "--bootstrap-servers",
-            &b,
-        ];
-        streamc(&dir.join("p"), &args);
+        make_empty_topic(&dir, &format!("{pfx}.stocks"), &prog, 4, &b);
         TwoInstances {
             app: format!("{pfx}-app"),
             addr_a: free_addr(),
@@ -518,12 +527,14 @@ impl TwoInstances {
 
     /// Produce the first half.
     fn produce_first(&self) {
+        self.produce(&self.first);
+    }
+
+    /// Produce the trades of `file` to the input.
+    fn produce(&self, file: &Path) {
         let src = format!("{}.stocks", self.pfx);
-        let first = self.first.to_str().unwrap();
-        streamc(
-            &self.dir.join("p"),
-            &["produce", &src, first, "--program", &self.prog, "--bootstrap-servers", &self.b],
-        );
+        let file = file.to_str().unwrap();
+        streamc(&self.dir.join("p"), &["produce", &src, file, "--program", &self.prog, "--bootstrap-servers", &self.b]);
     }
 
     /// Start instance `name` ("a" or "b") with the `extra` settings.
@@ -540,12 +551,7 @@ impl TwoInstances {
 
     /// Produce the second half.
     fn produce_second(&self) {
-        let src = format!("{}.stocks", self.pfx);
-        let second = self.second.to_str().unwrap();
-        streamc(
-            &self.dir.join("p"),
-            &["produce", &src, second, "--program", &self.prog, "--bootstrap-servers", &self.b],
-        );
+        self.produce(&self.second);
     }
 
     /// Wait until the output holds every closed window of the fold (at least once: a window may
@@ -1523,12 +1529,7 @@ fn drill_scale_three_one_three_then_kill_the_largest_tasks_owner() {
     let records_in = |i: usize| metric_sum(&scrape(&addrs[i]), "streamc_records_in_total");
     // The input topic made empty; its first part produced once all three run tasks (one that
     // joined first could otherwise process all of it alone).
-    let empty = dir.join("empty.jsonl");
-    std::fs::write(&empty, "").unwrap();
-    streamc(
-        &dir.join("p"),
-        &["produce", &src, empty.to_str().unwrap(), "--program", prog, "--partitions", "6", "--bootstrap-servers", &b],
-    );
+    make_empty_topic(&dir, &src, prog, 6, &b);
     let mut procs: Vec<Option<common::cli::Background>> = (0..3).map(|i| Some(start(i))).collect();
     wait_for_owners(&dir, prog, &b, &app, &names);
     produce_part(0);

@@ -274,21 +274,16 @@ impl Trees {
         self.reap(Reap::Landed)?;
         let due = self.due();
         if due {
-            for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
-                if !self.pending[i].is_empty() {
-                    let changes = std::mem::take(&mut self.pending[i]);
-                    self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
-                }
-            }
-            (self.commits, self.staged) = (0, 0);
+            self.hand_over(checkpoints);
         }
         self.bound()?;
         Ok(due)
     }
 
-    /// Hand every store's pending changes to the writer now, with its checkpoint (a task just
-    /// restored: its rows are written while it runs, and while the next task restores, rather
-    /// than at its first write; once written they stay in memory as its clean rows).
+    /// Hand the pending changes of every store that has some to the writer now, with its
+    /// checkpoint: when due, and for a task just restored (its rows are written while it runs,
+    /// and while the next task restores, rather than at its first write; once written they stay
+    /// in memory as its clean rows).
     pub(crate) fn hand_over(&mut self, checkpoints: &[Pos]) {
         for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
             if !self.pending[i].is_empty() {
