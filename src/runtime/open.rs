@@ -39,7 +39,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let ends = committed_ends(b, &spec, meta);
     let mut trees = Vec::new();
     let mut pending = Vec::new();
-    let mut complete = Vec::new();
+    let mut keys = Vec::new();
     let mut checkpoints = Vec::new();
     let mut stale = Vec::new();
     let mut restored = 0;
@@ -55,7 +55,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
         checkpoints.push(r.checkpoint);
         stale.push(r.stale);
         pending.push(r.pending);
-        complete.push(r.complete);
+        keys.push(r.keys);
         trees.push(tree);
     }
     log_restore(&into.join(", "), p, restored, started);
@@ -63,8 +63,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let stores: Vec<(PagedTree, Pending)> = trees.into_iter().zip(pending).collect();
     correct_stale(b, &spec.name, &changelogs, p, &stores, stale, &mut checkpoints)?;
     let limits = b.timestamp_limits(&spec);
-    let stores =
-        stores.into_iter().zip(complete).map(|((tree, pending), complete)| (tree, pending, complete)).collect();
+    let stores = stores.into_iter().zip(keys).map(|((tree, pending), keys)| (tree, pending, keys)).collect();
     let mut run = TaskRun::new(spec, p, group, feed, stores, meta, positions, restored, opts);
     if restored > 0 {
         // (Written behind from now on: a 4-partition restore on one instance wrote each task's

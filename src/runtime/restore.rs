@@ -12,11 +12,12 @@ use indicatif::ProgressBar;
 use crate::record::{Append, Pos, Record};
 use crate::runtime::backend::{Backend, Extent};
 use crate::runtime::error::{state, RunError};
+use crate::runtime::key_filter::KeyFilter;
 use crate::runtime::metrics::RestoreMetrics;
 use crate::runtime::options::{RestoreBoard, RunOptions};
 use crate::runtime::pages::PagedTree;
 use crate::runtime::run::{progress_bar, RECORDS};
-use crate::runtime::state::{live_keys, open_tree, Pending};
+use crate::runtime::state::{live_keys, open_tree, Pending, SledKeys};
 use crate::runtime::writer::Flight;
 
 /// `stores`: the names of the stores restored (as `explain` lists them).
@@ -134,6 +135,9 @@ pub(crate) struct Restorer<'a> {
     /// Restoring from scratch into an empty tree, nothing handed to the writer yet: no key is in
     /// sled (a deletion of a key put only in memory is dropped, not written).
     from_empty: bool,
+    /// Restoring from scratch, with flights handed to the writer: the keys they put, all that
+    /// sled may hold.
+    filter: Option<KeyFilter>,
 }
 
 impl<'a> Restorer<'a> {
@@ -157,6 +161,7 @@ impl<'a> Restorer<'a> {
             // (A checkpoint at the start does not clear the tree: it may hold rows of a flight
             // cut short by a crash, whose deletions must then be written.)
             from_empty: from == Pos::default() && tree.holds_no_rows(),
+            filter: None,
         }
     }
 
@@ -175,6 +180,11 @@ impl<'a> Restorer<'a> {
         self.watch.read(std::mem::take(&mut self.unreported));
         if self.pending.bytes_in_flight() > self.watch.share {
             let changes = std::mem::take(&mut self.pending);
+            if self.from_empty {
+                self.filter = Some(KeyFilter::of([&changes]));
+            } else if let Some(f) = &mut self.filter {
+                f.add_puts(&changes);
+            }
             self.flights.push_back(Flight::send(self.tree, &self.failed, changes, Some(*at)));
             self.from_empty = false;
             // At most about one share in flight besides the one being read into.
@@ -199,9 +209,10 @@ impl<'a> Restorer<'a> {
     }
 
     /// The restore reached checkpoint `at`: returns the records applied, the changes not
-    /// written to sled yet (if none, sled's checkpoint moves to `at` here), and whether sled
-    /// holds no row they do not (it was restored from scratch without handing the writer any).
-    pub(crate) fn finish(mut self, at: &Pos) -> Result<(u64, Pending, bool), RunError> {
+    /// written to sled yet (if none, sled's checkpoint moves to `at` here), and what they tell
+    /// of the keys sled holds: every one if it was restored from scratch without handing the
+    /// writer any, those of the filter if it handed some, else nothing.
+    pub(crate) fn finish(mut self, at: &Pos) -> Result<(u64, Pending, SledKeys), RunError> {
         self.advance();
         while !self.flights.is_empty() {
             self.land_oldest()?;
@@ -211,7 +222,12 @@ impl<'a> Restorer<'a> {
         }
         self.bar.finish_and_clear();
         self.watch.done();
-        Ok((self.n, std::mem::take(&mut self.pending), self.from_empty))
+        let keys = match (self.from_empty, self.filter.take()) {
+            (true, _) => SledKeys::InMemory,
+            (false, Some(f)) => SledKeys::Filtered(f),
+            (false, None) => SledKeys::Unknown,
+        };
+        Ok((self.n, std::mem::take(&mut self.pending), keys))
     }
 }
 
@@ -234,9 +250,9 @@ pub(crate) struct Restored {
     pub(crate) stale: BTreeMap<Vec<u8>, i64>,
     /// The restored changes sled does not hold yet: local state is sled with these over it.
     pub(crate) pending: Pending,
-    /// sled holds no row that `pending` does not: the store was restored from scratch (or is
-    /// empty) and all of it is in memory.
-    pub(crate) complete: bool,
+    /// What `pending` tells of the keys sled holds: every one when the store was restored from
+    /// scratch (or is empty) and all of it is in memory.
+    pub(crate) keys: SledKeys,
 }
 
 /// Bring a store up to its changelog's end as of the task's last commit (`committed_end`;
@@ -260,8 +276,8 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     let mut stale = BTreeMap::new();
     if from.offset >= high.offset {
         watch.done();
-        let complete = tree.holds_no_rows();
-        return Ok(Restored { records: 0, checkpoint: from, stale, pending: Pending::default(), complete });
+        let keys = if tree.holds_no_rows() { SledKeys::InMemory } else { SledKeys::Unknown };
+        return Ok(Restored { records: 0, checkpoint: from, stale, pending: Pending::default(), keys });
     }
     let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(extent.low)));
     // A compacted changelog may start after the checkpoint.
@@ -282,8 +298,8 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     })?;
     // With stale records, local state reflects the committed end only.
     let checkpoint = if stale.is_empty() { last } else { Pos::at(end) };
-    let (records, pending, complete) = r.finish(&checkpoint)?;
-    Ok(Restored { records, checkpoint, stale, pending, complete })
+    let (records, pending, keys) = r.finish(&checkpoint)?;
+    Ok(Restored { records, checkpoint, stale, pending, keys })
 }
 
 /// Changelog records after a task's last commit describe input that will be processed again:
@@ -565,7 +581,7 @@ mod tests {
         assert_eq!(state(&tree, &r.pending), fold(&first));
         // Two keys written, without the checkpoint: sled has none, so the next restore starts
         // over (and clears them).
-        assert!(r.complete, "restored from scratch, all in memory");
+        assert!(matches!(r.keys, SledKeys::InMemory), "restored from scratch, all in memory");
         write_some(&tree, &r.pending, 2);
         assert_eq!(contents(&tree).len(), 2);
         let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
@@ -584,7 +600,7 @@ mod tests {
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!((r.records, r.checkpoint.offset), (30, 70));
         assert_eq!(state(&tree, &r.pending), all);
-        assert!(!r.complete, "replayed over what sled holds");
+        assert!(matches!(r.keys, SledKeys::Unknown), "replayed over what sled holds");
         write_some(&tree, &r.pending, 5);
         assert_eq!(tree.checkpoint().map(|c| c.offset), Some(40));
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
@@ -593,7 +609,8 @@ mod tests {
     }
 
     /// The memory bound: pending changes pass the task's share of `statestore.cache.max.bytes`,
-    /// and the restore hands them to the writer (with the checkpoint reached) as it goes.
+    /// and the restore hands them to the writer (with the checkpoint reached) as it goes, with a
+    /// filter of the keys it put there.
     #[test]
     fn a_restore_past_the_memory_bound_writes_as_it_goes() {
         let mut config = Config::default();
@@ -606,8 +623,11 @@ mod tests {
         let tree = PagedTree::open(&db, "s#0").unwrap();
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(r.pending.bytes() <= 500 && r.pending.len() < 10, "{} pending", r.pending.len());
-        assert!(!r.complete);
+        let SledKeys::Filtered(filter) = &r.keys else {
+            panic!("restored from scratch in flights: a filter of their keys")
+        };
         assert!(contents(&tree).len() > 50);
+        assert!(contents(&tree).keys().all(|k| filter.may_hold(k)), "every key sled holds passes the filter");
         assert!(tree.checkpoint().is_some_and(|c| c.offset > 50 && c.offset <= 60));
         assert_eq!(state(&tree, &r.pending), fold(&records));
     }
@@ -624,7 +644,7 @@ mod tests {
         Pending::default().write(&tree, &Pos::default()).unwrap();
         tree.put(b"k", Some(b"1")).unwrap();
         let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
-        assert!(!r.complete, "sled holds a row the restore did not put");
+        assert!(matches!(r.keys, SledKeys::Unknown), "sled holds a row the restore did not put");
         assert_eq!(r.pending.value(b"k"), Some(None), "the deletion is kept for sled");
         r.pending.write_all(&tree, &r.checkpoint).unwrap();
         assert!(contents(&tree).is_empty());

@@ -15,7 +15,7 @@ use crate::runtime::error::RunError;
 use crate::runtime::metrics::{TaskCounts, TaskMetrics};
 use crate::runtime::options::RunOptions;
 use crate::runtime::pages::PagedTree;
-use crate::runtime::state::{empty_store, Pending, Trees};
+use crate::runtime::state::{empty_store, Pending, SledKeys, Trees};
 use crate::runtime::task::{
     self, Change, Input, Output, Outputs, RecordError, Route, Task, H_ERROR, H_OFFSET, H_PARTITION, H_TOPIC,
 };
@@ -240,7 +240,7 @@ impl<F: Feed> TaskRun<F> {
         p: u32,
         group: String,
         feed: F,
-        stores: Vec<(PagedTree, Pending, bool)>,
+        stores: Vec<(PagedTree, Pending, SledKeys)>,
         meta: &serde_json::Value,
         positions: BTreeMap<String, Pos>,
         restored: u64,
@@ -364,7 +364,7 @@ impl<F: Feed> TaskRun<F> {
         }
         for (tree, pend) in trees {
             // (What sled holds of the store is not in memory.)
-            self.trees.push(tree, pend, false);
+            self.trees.push(tree, pend, SledKeys::Unknown);
         }
         self.ends = ends;
         let topics = |s: &TaskSpec| -> Vec<String> {

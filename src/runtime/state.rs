@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::record::{Entry, Pos};
 use crate::runtime::error::{state, RunError};
+use crate::runtime::key_filter::KeyFilter;
 pub(crate) use crate::runtime::pages::PagedTree;
 pub(crate) use crate::runtime::pending::Pending;
 use crate::runtime::pending::ENTRY_COST;
@@ -18,8 +19,9 @@ use crate::runtime::writer::Flight;
 /// newest first: the committed changes not handed to the writer yet (`pending`), those handed
 /// to it and not yet written (`flights`), and rows sled holds, kept for reads (`clean`). A read
 /// looks in that order and goes to sled only when the layers do not hold every row of the store
-/// (`Clean::complete`): a store that starts empty (a first run, a restore from scratch) and
-/// fits its share of `statestore.cache.max.bytes` never reads sled at all.
+/// ([`SledKeys`]): a store that starts empty (a first run, a restore from scratch) and fits its
+/// share of `statestore.cache.max.bytes` never reads sled at all, and once it outgrows it,
+/// reads sled only for keys it may have written there.
 ///
 /// Local state is written behind the commits, by the writer thread ([`crate::runtime::writer`]):
 /// every few commits the pending changes go to it as one flight with the changelog ends they
@@ -61,9 +63,62 @@ pub(crate) struct Trees {
 struct Clean {
     /// (A `Pending` of puts only: a flight that lands on an empty store becomes it whole.)
     rows: Pending,
-    /// The layers (pending, flights, these rows) hold every row of the store: a key they do not
-    /// have is not in sled either. Lost for good once a row is dropped for want of memory.
-    complete: bool,
+    /// What the layers know of the keys sled holds.
+    keys: SledKeys,
+}
+
+/// What the layers in memory (pending, flights, clean rows) know of the keys a store's sled
+/// tree holds.
+#[derive(Default)]
+pub(crate) enum SledKeys {
+    /// Every one: the layers hold every row of the store, and a key they do not have is not in
+    /// sled either. Lost for good once a row is dropped for want of memory…
+    InMemory,
+    /// …when they become this filter of the keys the layers held (and of those put since): a
+    /// key it rules out is not in sled.
+    Filtered(KeyFilter),
+    /// Nothing: a key the layers do not have is looked for in sled (a store opened over rows
+    /// of an earlier run).
+    #[default]
+    Unknown,
+}
+
+impl SledKeys {
+    /// The layers hold every row.
+    fn in_memory(&self) -> bool {
+        matches!(self, SledKeys::InMemory)
+    }
+
+    /// Whether a key the layers do not have may be in sled.
+    fn may_hold(&self, key: &[u8]) -> bool {
+        match self {
+            SledKeys::InMemory => false,
+            SledKeys::Filtered(f) => f.may_hold(key),
+            SledKeys::Unknown => true,
+        }
+    }
+
+    /// Rows are about to be dropped from the layers, which hold `layers` besides the clean
+    /// rows: their keys become the filter (if the layers held every row).
+    fn dropping<'a>(&mut self, layers: impl IntoIterator<Item = &'a Pending> + Clone) {
+        if self.in_memory() {
+            *self = SledKeys::Filtered(KeyFilter::of(layers));
+        }
+    }
+
+    /// `changes` are handed to the writer: a filter takes in the keys they put.
+    fn handing(&mut self, changes: &Pending) {
+        if let SledKeys::Filtered(f) = self {
+            f.add_puts(changes);
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            SledKeys::Filtered(f) => f.bytes(),
+            _ => 0,
+        }
+    }
 }
 
 /// The tasks alive in the process, among which `statestore.cache.max.bytes` is shared.
@@ -108,7 +163,7 @@ pub(crate) const LOCAL_WRITE_PENDING: usize = 100_000;
 impl Trees {
     /// A task's stores: each sled tree with the changes not written to it yet (a restore's)
     /// and whether the tree holds no row they do not (it was empty before them).
-    pub(crate) fn new(stores: Vec<(PagedTree, Pending, bool)>, cache_max: usize) -> Trees {
+    pub(crate) fn new(stores: Vec<(PagedTree, Pending, SledKeys)>, cache_max: usize) -> Trees {
         let mut trees = Trees {
             trees: Vec::new(),
             pending: Vec::new(),
@@ -122,8 +177,8 @@ impl Trees {
             read_error: std::sync::Mutex::new(None),
             _live: LiveTask::new(),
         };
-        for (tree, pending, complete) in stores {
-            trees.push(tree, pending, complete);
+        for (tree, pending, keys) in stores {
+            trees.push(tree, pending, keys);
         }
         trees
     }
@@ -149,11 +204,11 @@ impl Trees {
     }
 
     /// Add a store.
-    pub(crate) fn push(&mut self, tree: PagedTree, pending: Pending, complete: bool) {
+    pub(crate) fn push(&mut self, tree: PagedTree, pending: Pending, keys: SledKeys) {
         self.trees.push(tree);
         self.pending.push(pending);
         self.flights.push(VecDeque::new());
-        self.clean.push(Clean { complete, ..Clean::default() });
+        self.clean.push(Clean { keys, ..Clean::default() });
         self.failed.push(Arc::default());
     }
 
@@ -172,7 +227,7 @@ impl Trees {
         self.settle()?;
         for (i, (tree, pending)) in self.trees.iter().zip(self.pending.iter_mut()).enumerate() {
             empty_store(i, tree, pending, stream_time, changes)?;
-            self.clean[i] = Clean { complete: true, ..Clean::default() };
+            self.clean[i] = Clean { keys: SledKeys::InMemory, ..Clean::default() };
         }
         Ok(())
     }
@@ -257,8 +312,7 @@ impl Trees {
     /// commit (a task closing, the end of a run).
     pub(crate) fn write(&mut self, checkpoints: &[Pos]) -> Result<(), RunError> {
         for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
-            let changes = std::mem::take(&mut self.pending[i]);
-            self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
+            self.send(i, *cp);
         }
         (self.commits, self.staged) = (0, 0);
         // The task is closing: the rows written are not kept in memory (taking a first run's
@@ -287,11 +341,17 @@ impl Trees {
     pub(crate) fn hand_over(&mut self, checkpoints: &[Pos]) {
         for (i, cp) in checkpoints.iter().enumerate().take(self.trees.len()) {
             if !self.pending[i].is_empty() {
-                let changes = std::mem::take(&mut self.pending[i]);
-                self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(*cp)));
+                self.send(i, *cp);
             }
         }
         (self.commits, self.staged) = (0, 0);
+    }
+
+    /// Hand store `i`'s pending changes to the writer with checkpoint `cp`.
+    fn send(&mut self, i: usize, cp: Pos) {
+        let changes = std::mem::take(&mut self.pending[i]);
+        self.clean[i].keys.handing(&changes);
+        self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(cp)));
     }
 
     /// Wait until the writer has written every flight, and take them in.
@@ -300,7 +360,7 @@ impl Trees {
     }
 
     /// Take in the flights the writer is through with (see [`Reap`]): their rows join the clean
-    /// layer while the task's share allows, else the store is no longer complete.
+    /// layer while the task's share allows, else the store's rows are no longer all in memory.
     fn reap(&mut self, how: Reap) -> Result<(), RunError> {
         let share = self.share();
         let mut used = self.memory();
@@ -312,18 +372,19 @@ impl Trees {
                 let written = match f.wait() {
                     Ok(w) => w,
                     Err(e) => {
-                        // (Every flight is waited for all the same: none is left behind.)
+                        // (Every flight is waited for all the same: none is left behind. Which
+                        // keys the failed one wrote is not known.)
                         first_error.get_or_insert(e);
-                        clean.complete = false;
+                        clean.keys = SledKeys::Unknown;
                         continue;
                     }
                 };
                 let (Some(mut written), false) = (written, how == Reap::AllDropped) else {
                     // Its rows cannot be taken in (the clean rows they changed would be
-                    // stale), or are not wanted.
+                    // stale), or are not wanted (and then neither are their keys).
                     used -= clean.rows.bytes();
                     clean.rows = Pending::default();
-                    clean.complete = false;
+                    clean.keys = SledKeys::Unknown;
                     continue;
                 };
                 // (`memory` counted it with what its writing took: see `Pending::bytes_in_flight`.)
@@ -336,8 +397,9 @@ impl Trees {
                     std::mem::take(&mut clean.rows).merge_into(&mut written);
                     written.drop_deletions();
                     if used + written.bytes() > share {
+                        let later = self.flights[i].iter().map(|f| &*f.changes);
+                        clean.keys.dropping(later.chain([&self.pending[i], &written]));
                         written.shrink_to(share.saturating_sub(used));
-                        clean.complete = false;
                     }
                     used += written.bytes();
                     clean.rows = written;
@@ -348,8 +410,9 @@ impl Trees {
                     match v {
                         Some(v) if used + k.len() + v.len() + ENTRY_COST <= share => clean.rows.put(k, v),
                         Some(_) => {
+                            let later = self.flights[i].iter().map(|f| &*f.changes);
+                            clean.keys.dropping(later.chain([&self.pending[i], &written, &clean.rows]));
                             clean.rows.remove(k);
-                            clean.complete = false;
                         }
                         None => clean.rows.remove(k),
                     }
@@ -373,22 +436,26 @@ impl Trees {
         }
         let target = share - share / 4;
         let mut used = self.memory();
-        for clean in self.clean.iter_mut() {
+        for (i, clean) in self.clean.iter_mut().enumerate() {
             if used <= target {
                 break;
             }
             let before = clean.rows.bytes();
+            let layers = self.flights[i].iter().map(|f| &*f.changes).chain([&self.pending[i], &clean.rows]);
+            clean.keys.dropping(layers);
             clean.rows.shrink_to(before.saturating_sub(used - target));
             used -= before - clean.rows.bytes();
-            clean.complete = false;
         }
         // Still over: the writer is behind. Wait for its oldest flights (the processing thread
         // slows down to sled's pace rather than hold more).
         while self.memory() > share {
             let Some(i) = (0..self.trees.len()).find(|i| !self.flights[*i].is_empty()) else { break };
             let f = self.flights[i].pop_front().expect("not empty");
+            let clean = &mut self.clean[i];
+            let layers =
+                self.flights[i].iter().map(|f| &*f.changes).chain([&*f.changes, &self.pending[i], &clean.rows]);
+            clean.keys.dropping(layers);
             f.wait().map_err(state("cannot write local state"))?;
-            self.clean[i].complete = false;
         }
         Ok(())
     }
@@ -404,7 +471,7 @@ impl Trees {
     pub(crate) fn memory(&self) -> usize {
         self.pending.iter().map(|p| p.bytes()).sum::<usize>()
             + self.flights.iter().flatten().map(|f| f.changes.bytes_in_flight()).sum::<usize>()
-            + self.clean.iter().map(|c| c.rows.bytes()).sum::<usize>()
+            + self.clean.iter().map(|c| c.rows.bytes() + c.keys.bytes()).sum::<usize>()
     }
 
     /// Whether the pending changes are due to be handed to the writer (see
@@ -413,7 +480,7 @@ impl Trees {
         if self.pending.iter().map(|p| p.bytes()).sum::<usize>() > self.share() / 4 {
             return true;
         }
-        if self.clean.iter().all(|c| c.complete) {
+        if self.clean.iter().all(|c| c.keys.in_memory()) {
             let rows = self.clean.iter().map(|c| c.rows.len()).sum::<usize>();
             self.commits >= LOCAL_WRITE_COMMITS && self.staged >= rows / 2
         } else {
@@ -475,7 +542,7 @@ impl StoreRead for Trees {
         if let Some(v) = clean.rows.value(key) {
             return v.map(<[u8]>::to_vec);
         }
-        if clean.complete {
+        if !clean.keys.may_hold(key) {
             return None;
         }
         self.noted(store, self.trees.get(store)?.get(key)).flatten()
@@ -484,7 +551,7 @@ impl StoreRead for Trees {
         // Called when a task starts: after a restore or after a control statement replaced its
         // query (committed changes may be pending or in flight).
         let Some(t) = self.trees.get(store) else { return Vec::new() };
-        let mut all: BTreeMap<Vec<u8>, Vec<u8>> = if self.clean[store].complete {
+        let mut all: BTreeMap<Vec<u8>, Vec<u8>> = if self.clean[store].keys.in_memory() {
             let mut rows = BTreeMap::new();
             self.clean[store].rows.overlay(b"", &mut rows);
             rows
@@ -500,7 +567,7 @@ impl StoreRead for Trees {
     fn keys(&self, store: usize) -> Vec<Vec<u8>> {
         // As `entries`, without copying the values.
         let Some(t) = self.trees.get(store) else { return Vec::new() };
-        let mut all: std::collections::BTreeSet<Vec<u8>> = if self.clean[store].complete {
+        let mut all: std::collections::BTreeSet<Vec<u8>> = if self.clean[store].keys.in_memory() {
             self.clean[store].rows.changes().map(|(k, _)| k.to_vec()).collect()
         } else {
             t.rows().filter_map(|r| self.noted(store, r)).map(|(k, _)| k).collect()
@@ -705,7 +772,7 @@ mod tests {
     fn a_failed_read_of_sled_is_kept_for_the_commit_to_refuse() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = PagedTree::open(&db, "app-agg#0").unwrap();
-        let t = Trees::new(vec![(tree, Pending::default(), false)], 1 << 20);
+        let t = Trees::new(vec![(tree, Pending::default(), SledKeys::Unknown)], 1 << 20);
         assert!(t.take_read_error().is_none());
         assert_eq!(t.noted(0, Err::<u8, _>(sled::Error::Unsupported("damaged page".into()))), None);
         // A later failure does not replace the first.
@@ -725,7 +792,7 @@ mod tests {
         for cache in [0usize, 6_000, 1 << 30] {
             let db = sled::Config::new().temporary(true).open().unwrap();
             let tree = PagedTree::open(&db, "s#0").unwrap();
-            let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], cache);
+            let mut t = Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory)], cache);
             let keys: Vec<Vec<u8>> = (0..400).map(|i| format!("key{i:04}").into_bytes()).collect();
             let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
             let mut rng = 0x9E3779B97F4A7C15u64;
@@ -758,7 +825,10 @@ mod tests {
             let entries: BTreeMap<Vec<u8>, Vec<u8>> = t.entries(0).into_iter().collect();
             assert_eq!(entries, model, "cache {cache}");
             if cache < 1 << 20 {
-                assert!(!t.clean[0].complete, "cache {cache}: rows were dropped, so misses read sled");
+                assert!(
+                    matches!(t.clean[0].keys, SledKeys::Filtered(_)),
+                    "cache {cache}: rows were dropped, so misses the filter does not rule out read sled"
+                );
             }
             t.write(&[Pos::at(60)]).unwrap();
             drop(t);
@@ -800,14 +870,14 @@ mod tests {
     fn hot_keys_of_a_store_in_memory_reach_sled_once_half_its_rows_of_changes_are_staged() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = PagedTree::open(&db, "s#0").unwrap();
-        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], 1 << 30);
+        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory)], 1 << 30);
         for i in 0..1_000u32 {
             t.pending[0].stage(i.to_be_bytes().to_vec(), Some(b"0".to_vec()), false);
         }
         t.commits = LOCAL_WRITE_COMMITS;
         assert!(t.write_behind(&[Pos::at(1_000)]).unwrap());
         t.settle().unwrap();
-        assert!(t.clean[0].complete);
+        assert!(t.clean[0].keys.in_memory());
         // Ten keys, ten changes each commit (as `stage` counts them).
         let mut offset = 1_000;
         let mut handed_at = None;
@@ -830,21 +900,28 @@ mod tests {
     }
 
     /// A store that starts empty and fits its share never reads sled: rows sled does not have
-    /// (written behind its back) stay invisible while the store is complete, and show once a
-    /// row has been dropped for want of memory (then misses read sled).
+    /// (written behind its back) stay invisible while the store is in memory, and once rows have
+    /// been dropped for want of memory, while the keys' filter rules them out; a store opened
+    /// over an earlier run's rows reads sled at every miss.
     #[test]
     fn a_complete_store_answers_misses_from_memory() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = PagedTree::open(&db, "s#0").unwrap();
-        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), true)], 1 << 30);
+        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory)], 1 << 30);
         t.pending[0].stage(b"a".to_vec(), Some(b"1".to_vec()), false);
         t.commits = LOCAL_WRITE_COMMITS;
         assert!(t.write_behind(&[Pos::at(1)]).unwrap(), "due");
         t.settle().unwrap();
         tree.put(b"b", Some(b"behind its back")).unwrap();
         assert_eq!(t.get(0, b"a").as_deref(), Some(&b"1"[..]), "from the clean rows");
-        assert_eq!(t.get(0, b"b"), None, "complete: a miss is absent");
-        t.clean[0].complete = false;
+        assert_eq!(t.get(0, b"b"), None, "in memory: a miss is absent");
+        let layers = [&t.clean[0].rows];
+        t.clean[0].keys = SledKeys::Filtered(KeyFilter::of(layers));
+        assert_eq!(t.get(0, b"b"), None, "ruled out by the filter of the keys written");
+        tree.put(b"a", Some(b"2, behind its back")).unwrap();
+        t.clean[0].rows = Pending::default();
+        assert_eq!(t.get(0, b"a").as_deref(), Some(&b"2, behind its back"[..]), "a key written: read from sled");
+        t.clean[0].keys = SledKeys::Unknown;
         assert_eq!(t.get(0, b"b").as_deref(), Some(&b"behind its back"[..]));
     }
 }
