@@ -172,9 +172,9 @@ fn results_do_not_depend_on_partitions_threads_or_restarts() {
 }
 
 /// The entries of one store partition in an application's local state, read from its pages
-/// (sled keys starting with 0x00 or 0x01, each a run of `uvarint(len) key uvarint(len) value`;
-/// the checkpoint and the layout's version start with 0xff), as src/runtime/pages.rs lays them
-/// out.
+/// (sled keys starting with 0x00 or 0x01, each a run of `uvarint(len) key uvarint(len) value`
+/// held as an LZ4 block after the run's length in 4 bytes, little-endian; the checkpoint and the
+/// layout's version start with 0xff), as src/runtime/pages.rs lays them out.
 fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     // A run that just returned may still hold sled's file lock for a moment (its flusher
     // thread ends after the last handle is dropped): wait for it, with a generous bound.
@@ -191,10 +191,11 @@ fn store_entries(state: &Path, app: &str, tree: &str) -> Vec<(Vec<u8>, Vec<u8>)>
     };
     let tree = db.open_tree(tree).unwrap();
     let mut rows = Vec::new();
-    for (k, page) in tree.iter().map(|kv| kv.unwrap()) {
+    for (k, stored) in tree.iter().map(|kv| kv.unwrap()) {
         if k[0] > 1 {
             continue;
         }
+        let page = lz4_flex::block::decompress_size_prepended(&stored).expect("an LZ4 block after its length");
         let field = |at: &mut usize| {
             let (mut n, mut shift) = (0usize, 0);
             loop {
