@@ -899,13 +899,112 @@ pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
     (err == rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && high >= 0).then_some(high)
 }
 
-/// A consumed message as a changelog [`Entry`], borrowed from it (its headers left out).
-pub fn entry<'a>(m: &'a rdkafka::message::BorrowedMessage<'_>) -> Entry<'a> {
-    Entry {
-        offset: m.offset().max(0) as u64,
-        key: m.key(),
-        value: m.payload(),
-        timestamp: m.timestamp().to_millis().unwrap_or(0),
+/// A reader's messages a batch at a time (librdkafka's `rd_kafka_consume_batch_queue`), for
+/// reading a partition through as fast as it comes: rdkafka's `poll` hands one message per call,
+/// and its clock reads and queue locking per call were half of a restore's reading thread.
+/// Only messages and consumer errors come out of the queue this way; librdkafka serves any
+/// other event on it (errors, logs) through its callbacks, and skips transaction markers.
+pub(crate) struct Batches<'c> {
+    queue: *mut rdkafka::bindings::rd_kafka_queue_t,
+    /// The batch last fetched, released at the next fetch (or the drop).
+    messages: Vec<*mut rdkafka::bindings::rd_kafka_message_t>,
+    size: usize,
+    _reader: std::marker::PhantomData<&'c Reader>,
+}
+
+/// One message of a batch.
+pub(crate) enum Fetched<'a> {
+    Record(Entry<'a>),
+    /// The partition's end, as librdkafka knew it when it said so.
+    End,
+    Error(KafkaError),
+}
+
+impl<'c> Batches<'c> {
+    /// Batches of at most `size` messages from `reader`'s queue.
+    pub(crate) fn new(reader: &'c Reader, size: usize) -> Option<Batches<'c>> {
+        // SAFETY: the client pointer is valid while `reader` lives, which the borrow ensures;
+        // the queue handle returned is our own reference, released in `drop`.
+        let queue = unsafe { rdkafka::bindings::rd_kafka_queue_get_consumer(reader.client().native_ptr()) };
+        (!queue.is_null()).then(|| Batches {
+            queue,
+            messages: Vec::with_capacity(size),
+            size: size.max(1),
+            _reader: Default::default(),
+        })
+    }
+
+    /// Fetch the next batch: the messages queued now, or if there are none, the first to come
+    /// within `timeout` (librdkafka's batch call would otherwise wait out the whole timeout for
+    /// a full batch). The previous batch is released first. Returns how many were fetched.
+    pub(crate) fn fetch(&mut self, timeout: Duration) -> usize {
+        self.release();
+        let mut n = self.consume(0, self.size);
+        if n == 0 {
+            n = self.consume(timeout.as_millis().min(i32::MAX as u128) as i32, 1);
+        }
+        n
+    }
+
+    fn consume(&mut self, timeout_ms: i32, size: usize) -> usize {
+        // SAFETY: the queue is valid until `drop`; librdkafka writes at most `size` message
+        // pointers into the spare capacity (at least `size`), and returns how many, or -1.
+        let n = unsafe {
+            rdkafka::bindings::rd_kafka_consume_batch_queue(
+                self.queue,
+                timeout_ms,
+                self.messages.as_mut_ptr().add(self.messages.len()),
+                size.min(self.messages.capacity() - self.messages.len()),
+            )
+        };
+        let n = n.max(0) as usize;
+        // SAFETY: librdkafka initialised the first `n` slots after the length.
+        unsafe { self.messages.set_len(self.messages.len() + n) };
+        n
+    }
+
+    /// The batch last fetched, in the order fetched.
+    pub(crate) fn messages(&self) -> impl Iterator<Item = Fetched<'_>> {
+        self.messages.iter().map(|&m| {
+            // SAFETY: a message of this batch, valid until it is released (which needs `&mut
+            // self`, so not while this borrow lives).
+            let m = unsafe { &*m };
+            use rdkafka::bindings::rd_kafka_resp_err_t as Err;
+            match m.err {
+                Err::RD_KAFKA_RESP_ERR_NO_ERROR => {}
+                Err::RD_KAFKA_RESP_ERR__PARTITION_EOF => return Fetched::End,
+                e => return Fetched::Error(KafkaError::MessageConsumption(e.into())),
+            }
+            // SAFETY: librdkafka's key and payload are `len` bytes, or null; they live as long
+            // as the message.
+            let bytes = |p: *mut std::ffi::c_void, len: usize| {
+                (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p as *const u8, len) })
+            };
+            let mut kind = rdkafka::bindings::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+            // SAFETY: a valid message; librdkafka only writes the timestamp's type.
+            let timestamp = unsafe { rdkafka::bindings::rd_kafka_message_timestamp(m, &mut kind) };
+            Fetched::Record(Entry {
+                offset: m.offset.max(0) as u64,
+                key: bytes(m.key, m.key_len),
+                value: bytes(m.payload, m.len),
+                timestamp: if timestamp < 0 { 0 } else { timestamp },
+            })
+        })
+    }
+
+    fn release(&mut self) {
+        for m in self.messages.drain(..) {
+            // SAFETY: each message was handed to us by librdkafka and is destroyed once.
+            unsafe { rdkafka::bindings::rd_kafka_message_destroy(m) };
+        }
+    }
+}
+
+impl Drop for Batches<'_> {
+    fn drop(&mut self) {
+        self.release();
+        // SAFETY: our reference to the queue, released once, before the reader (borrowed) goes.
+        unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.queue) };
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Message, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
@@ -35,10 +35,12 @@ use rustc_hash::FxHashMap;
 use crate::config::Guarantee;
 use crate::control::{self, ControlRecord, Stage};
 use crate::hir;
-use crate::kafka::{client, close_quickly, entry, io, is_fatal, stored, BrokerError, Deliveries, Kafka, Reader};
+use crate::kafka::{
+    client, close_quickly, io, is_fatal, stored, Batches, BrokerError, Deliveries, Fetched, Kafka, Reader,
+};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::record::{Append, Entry, Pos, Record, Start, Stored};
+use crate::record::{Append, Pos, Record, Start, Stored};
 use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
 use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
@@ -1690,62 +1692,63 @@ impl Backend for Engine {
                 _ => None,
             };
         let mut next = from.offset;
-        // The messages of a batch, held (borrowed from librdkafka's buffers) until it is visited.
-        let mut batch = Vec::with_capacity(BATCH);
-        let mut visit_batch = |batch: &mut Vec<BorrowedMessage<'_>>, next: u64| {
-            let entries: Vec<Entry<'_>> = batch.iter().map(entry).collect();
-            let r = visit(&entries, Pos::at(next));
-            drop(entries);
-            batch.clear();
-            r
-        };
+        // (A batch may run past `end`: those records are not visited, and the position
+        // librdkafka took past them is not returned.)
+        let mut past_end = false;
+        let mut batches = Batches::new(&consumer, BATCH)
+            .ok_or_else(|| state_error(format!("reading `{topic}` partition {p}: the consumer has no queue")))?;
         // (When the last record was read: taken when the reading pauses, not per record.)
         let mut quiet = Instant::now();
         let mut heard = false;
         loop {
-            match consumer.poll(Duration::from_millis(200)) {
-                Some(Ok(m)) => {
-                    heard = true;
-                    next = m.offset() as u64 + 1;
-                    batch.push(m);
-                    if batch.len() >= BATCH {
-                        visit_batch(&mut batch, next)?;
+            let fetched = batches.fetch(Duration::from_millis(200));
+            let mut paused = fetched == 0;
+            let mut entries = Vec::with_capacity(fetched);
+            for m in batches.messages() {
+                match m {
+                    Fetched::Record(e) if e.offset >= end.offset => past_end = true,
+                    Fetched::Record(e) => {
+                        heard = true;
+                        next = e.offset + 1;
+                        entries.push(e);
                     }
-                    if next >= end.offset {
-                        break;
+                    Fetched::End => paused = true,
+                    Fetched::Error(e) if is_fatal(&e) => {
+                        return Err(client(format!("cannot read `{topic}` partition {p}"))(e).into())
                     }
+                    // (A dropped connection: librdkafka reconnects; the wait for the end goes on.)
+                    Fetched::Error(_) => {}
                 }
-                Some(Err(KafkaError::PartitionEOF(_))) | None => {
-                    if std::mem::take(&mut heard) {
-                        quiet = Instant::now();
-                    }
-                    if !batch.is_empty() {
-                        visit_batch(&mut batch, next)?;
-                    }
-                    // Under read_committed the end of partition is the last stable offset: an
-                    // open transaction (of an instance that died) holds the rest until it is
-                    // aborted.
-                    let at = position().unwrap_or(next).max(next);
-                    if at >= end.offset {
-                        break;
-                    }
-                    if quiet.elapsed() > RESTORE_WAIT {
-                        return Err(state_error(format!(
-                            "reading `{topic}` partition {p}: stuck at offset {at} of {} for {}s (an open transaction?)",
-                            end.offset,
-                            RESTORE_WAIT.as_secs()
-                        )));
-                    }
+            }
+            if !entries.is_empty() {
+                visit(&entries, Pos::at(next))?;
+            }
+            if past_end || next >= end.offset {
+                break;
+            }
+            if paused {
+                if std::mem::take(&mut heard) {
+                    quiet = Instant::now();
                 }
-                Some(Err(e)) if is_fatal(&e) => {
-                    return Err(client(format!("cannot read `{topic}` partition {p}"))(e).into())
+                // Under read_committed the end of partition is the last stable offset: an
+                // open transaction (of an instance that died) holds the rest until it is
+                // aborted.
+                let at = position().unwrap_or(next).max(next);
+                if at >= end.offset {
+                    break;
                 }
-                // (A dropped connection: librdkafka reconnects; the wait for the end goes on.)
-                Some(Err(_)) => {}
+                if quiet.elapsed() > RESTORE_WAIT {
+                    return Err(state_error(format!(
+                        "reading `{topic}` partition {p}: stuck at offset {at} of {} for {}s (an open transaction?)",
+                        end.offset,
+                        RESTORE_WAIT.as_secs()
+                    )));
+                }
             }
         }
-        if !batch.is_empty() {
-            visit_batch(&mut batch, next)?;
+        drop(batches);
+        if past_end {
+            return Ok(Pos::at(end.offset));
         }
         // Past transaction markers, the position may be beyond the last record.
         Ok(Pos::at(position().unwrap_or(next).max(next)))
