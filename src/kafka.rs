@@ -902,8 +902,13 @@ pub fn cached_high_watermark<C: rdkafka::consumer::ConsumerContext>(
 /// A reader's messages a batch at a time (librdkafka's `rd_kafka_consume_batch_queue`), for
 /// reading a partition through as fast as it comes: rdkafka's `poll` hands one message per call,
 /// and its clock reads and queue locking per call were half of a restore's reading thread.
-/// Only messages and consumer errors come out of the queue this way; librdkafka serves any
-/// other event on it (errors, logs) through its callbacks, and skips transaction markers.
+/// Only records and consumer errors (the partition's end among them) come out of the queue this
+/// way; librdkafka itself serves any other event on it (a client error is logged, statistics
+/// are dropped: no callback is set for them) and skips transaction markers.
+///
+/// The reader's `position()` is not to be trusted after a batch that held the partition's end:
+/// librdkafka 2.12's batch call moves it one past the end's offset (librdkafka issue 4844).
+/// Callers keep the position themselves, from [`Fetched::End`]'s offset.
 pub(crate) struct Batches<'c> {
     queue: *mut rdkafka::bindings::rd_kafka_queue_t,
     /// The batch last fetched, released at the next fetch (or the drop).
@@ -915,8 +920,9 @@ pub(crate) struct Batches<'c> {
 /// One message of a batch.
 pub(crate) enum Fetched<'a> {
     Record(Entry<'a>),
-    /// The partition's end, as librdkafka knew it when it said so.
-    End,
+    /// The partition's end, as librdkafka knew it when it said so: the next offset it will
+    /// fetch (past any transaction markers; under read_committed, the last stable offset).
+    End(u64),
     Error(KafkaError),
 }
 
@@ -926,10 +932,11 @@ impl<'c> Batches<'c> {
         // SAFETY: the client pointer is valid while `reader` lives, which the borrow ensures;
         // the queue handle returned is our own reference, released in `drop`.
         let queue = unsafe { rdkafka::bindings::rd_kafka_queue_get_consumer(reader.client().native_ptr()) };
+        let size = size.max(1);
         (!queue.is_null()).then(|| Batches {
             queue,
             messages: Vec::with_capacity(size),
-            size: size.max(1),
+            size,
             _reader: Default::default(),
         })
     }
@@ -957,6 +964,7 @@ impl<'c> Batches<'c> {
                 size.min(self.messages.capacity() - self.messages.len()),
             )
         };
+        // (-1 is an error librdkafka 2.12 never returns here: read as nothing fetched.)
         let n = n.max(0) as usize;
         // SAFETY: librdkafka initialised the first `n` slots after the length.
         unsafe { self.messages.set_len(self.messages.len() + n) };
@@ -972,7 +980,7 @@ impl<'c> Batches<'c> {
             use rdkafka::bindings::rd_kafka_resp_err_t as Err;
             match m.err {
                 Err::RD_KAFKA_RESP_ERR_NO_ERROR => {}
-                Err::RD_KAFKA_RESP_ERR__PARTITION_EOF => return Fetched::End,
+                Err::RD_KAFKA_RESP_ERR__PARTITION_EOF => return Fetched::End(m.offset.max(0) as u64),
                 e => return Fetched::Error(KafkaError::MessageConsumption(e.into())),
             }
             // SAFETY: librdkafka's key and payload are `len` bytes, or null; they live as long

@@ -14,7 +14,9 @@ use growable_bloom_filter::GrowableBloom;
 
 use crate::runtime::pending::Pending;
 
-/// A read of sled that finds nothing, per key the store never held.
+/// A read of sled that finds nothing, per key the store never held, for the filter's first
+/// part (as it grows, the parts' odds tighten, and the whole filter's stay within a few
+/// percent).
 const FALSE_POSITIVES: f64 = 0.01;
 
 /// Keys a store's sled tree may hold: every key put in it since it was empty (a key deleted
@@ -46,8 +48,7 @@ impl KeyFilter {
         self.0.contains(key)
     }
 
-    /// About the memory it takes: seven to nine bits a key of its capacity at these odds (its
-    /// parts' odds tighten as it grows).
+    /// About the memory it takes: some 10 to 13 bits a key of its capacity at these odds.
     pub(crate) fn bytes(&self) -> usize {
         self.0.capacity() * 3 / 2
     }

@@ -147,7 +147,9 @@ fn seal(rows: &[u8]) -> Vec<u8> {
 fn open(stored: &[u8]) -> sled::Result<Vec<u8>> {
     let (len, block) = stored.split_first_chunk::<4>().ok_or_else(damaged)?;
     let len = u32::from_le_bytes(*len) as usize;
-    if len > OPENED_MAX {
+    // (An LZ4 block expands at most about 255 times: a length past that is damage, refused
+    // before the decompressor allocates it.)
+    if len > OPENED_MAX || len > block.len().saturating_mul(255).saturating_add(16) {
         return Err(damaged());
     }
     match lz4_flex::block::decompress(block, len) {
@@ -676,16 +678,20 @@ mod tests {
     }
 
     /// A page whose bytes are damaged is an error, never a panic (nor an allocation of what
-    /// a damaged length claims): too short for its length, a length past any page, a block that
-    /// does not decompress to its length, and rows cut short inside a sound block.
+    /// a damaged length claims): too short for its length, a length past any page or past what
+    /// its block can expand to, a block that does not decompress to its length, and rows cut
+    /// short inside a sound block.
     #[test]
     fn a_damaged_page_is_an_error() {
         let (db, t) = tree();
         t.put(b"row", Some(b"value")).unwrap();
         let mut garbage = 100u32.to_le_bytes().to_vec();
         garbage.extend_from_slice(&[0xf0, 0x01, 0x02, 0x03, 0xff, 0xff]);
+        let mut huge = ((1u32 << 30) - 1).to_le_bytes().to_vec();
+        huge.extend_from_slice(&[0x00, 0x01, 0x02]);
         let damage = [
             vec![0x05, b'r'],
+            huge,
             u32::MAX.to_le_bytes().to_vec(),
             garbage,
             seal(&[0x05, b'r']),

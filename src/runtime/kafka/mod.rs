@@ -1686,14 +1686,10 @@ impl Backend for Engine {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(topic, p as i32, Offset::Offset(from.offset as i64)).map_err(BrokerError::from)?;
         consumer.assign(&tpl).map_err(client(format!("cannot read `{topic}`")))?;
-        let position =
-            || match consumer.position().ok().and_then(|pos| pos.find_partition(topic, p as i32).map(|e| e.offset())) {
-                Some(Offset::Offset(o)) => Some(o.max(0) as u64),
-                _ => None,
-            };
-        let mut next = from.offset;
-        // (A batch may run past `end`: those records are not visited, and the position
-        // librdkafka took past them is not returned.)
+        // How far the reader is: past the last record read, or at the end it reported (past
+        // transaction markers). (Not the reader's `position()`: see `Batches`.)
+        let mut at = from.offset;
+        // (A batch may run past `end`: those records are not visited.)
         let mut past_end = false;
         let mut batches = Batches::new(&consumer, BATCH)
             .ok_or_else(|| state_error(format!("reading `{topic}` partition {p}: the consumer has no queue")))?;
@@ -1709,10 +1705,13 @@ impl Backend for Engine {
                     Fetched::Record(e) if e.offset >= end.offset => past_end = true,
                     Fetched::Record(e) => {
                         heard = true;
-                        next = e.offset + 1;
+                        at = at.max(e.offset + 1);
                         entries.push(e);
                     }
-                    Fetched::End => paused = true,
+                    Fetched::End(o) => {
+                        paused = true;
+                        at = at.max(o);
+                    }
                     Fetched::Error(e) if is_fatal(&e) => {
                         return Err(client(format!("cannot read `{topic}` partition {p}"))(e).into())
                     }
@@ -1721,21 +1720,16 @@ impl Backend for Engine {
                 }
             }
             if !entries.is_empty() {
-                visit(&entries, Pos::at(next))?;
+                visit(&entries, Pos::at(at.min(end.offset)))?;
             }
-            if past_end || next >= end.offset {
+            // Under read_committed the end of partition is the last stable offset: an open
+            // transaction (of an instance that died) holds the rest until it is aborted.
+            if past_end || at >= end.offset {
                 break;
             }
             if paused {
                 if std::mem::take(&mut heard) {
                     quiet = Instant::now();
-                }
-                // Under read_committed the end of partition is the last stable offset: an
-                // open transaction (of an instance that died) holds the rest until it is
-                // aborted.
-                let at = position().unwrap_or(next).max(next);
-                if at >= end.offset {
-                    break;
                 }
                 if quiet.elapsed() > RESTORE_WAIT {
                     return Err(state_error(format!(
@@ -1746,12 +1740,7 @@ impl Backend for Engine {
                 }
             }
         }
-        drop(batches);
-        if past_end {
-            return Ok(Pos::at(end.offset));
-        }
-        // Past transaction markers, the position may be beyond the last record.
-        Ok(Pos::at(position().unwrap_or(next).max(next)))
+        Ok(Pos::at(if past_end { end.offset } else { at.min(end.offset) }))
     }
 
     fn changelog_may_pass_commit(&self) -> bool {
