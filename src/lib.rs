@@ -21,7 +21,7 @@ pub mod hir;
 pub mod kafka;
 pub mod log;
 pub mod lsp;
-pub(crate) mod memory;
+pub mod memory;
 pub mod plan;
 pub mod record;
 pub mod registry;

@@ -371,6 +371,7 @@ enum GenWhat {
 }
 
 fn main() -> ExitCode {
+    streamc::memory::configure_allocator();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
