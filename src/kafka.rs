@@ -536,11 +536,7 @@ impl Kafka {
     fn produce_with(&self, topic: &str, records: &[(u32, Record)], idempotent: bool) -> Result<()> {
         // (One call at a time: a flush waits for every record the producer holds, and the
         // refusals it counts are this call's.)
-        let mut kept = match idempotent {
-            true => self.producer.lock(),
-            false => self.plain.lock(),
-        }
-        .unwrap_or_else(|p| p.into_inner());
+        let mut kept = if idempotent { &self.producer } else { &self.plain }.lock().unwrap_or_else(|p| p.into_inner());
         let producer = match kept.take() {
             Some(p) => p,
             None => {

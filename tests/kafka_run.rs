@@ -362,6 +362,29 @@ fn write_counts_program(dir: &Path, pfx: &str) -> std::path::PathBuf {
     common::cli::write_isolated(COUNTS, pfx, &dir.join("counts.stream"))
 }
 
+/// A test's counts program (`write_counts_program`) over `n` trades of `tickers` tickers
+/// already produced to its input topic (2 partitions): the broker, the test's directory, its
+/// names' prefix (`name` and the process id), the program's path and the input topic.
+fn counts_over_trades(
+    name: &str,
+    n: u64,
+    tickers: u64,
+    seed: u64,
+) -> (String, common::embedded::TempDir, String, String, String) {
+    let b = require();
+    let dir = temp_dir(&format!("kafka-{name}"));
+    let pfx = format!("{name}{}", std::process::id());
+    let prog = write_counts_program(&dir, &pfx).to_str().unwrap().to_string();
+    let src = format!("{pfx}.stocks");
+    let f = dir.join("trades.jsonl");
+    write_trades(&f, n, tickers, seed, 0);
+    streamc(
+        &dir.join("p"),
+        &["produce", &src, f.to_str().unwrap(), "--program", &prog, "--partitions", "2", "--bootstrap-servers", &b],
+    );
+    (b, dir, pfx, prog, src)
+}
+
 /// Wait until `done()` or panic after `secs`.
 fn wait_for(secs: u64, what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -849,18 +872,8 @@ fn sigkills(guarantee: &str, default_n: u64) {
 #[test]
 #[ignore = "needs a Kafka broker (./dev/test starts one)"]
 fn a_restart_with_its_state_directory_restores_only_the_tail() {
-    let b = require();
-    let dir = temp_dir("kafka-tail");
-    let pfx = format!("tail{}", std::process::id());
-    let prog = write_counts_program(&dir, &pfx);
-    let prog = prog.to_str().unwrap();
-    let src = format!("{pfx}.stocks");
-    let f = dir.join("trades.jsonl");
-    write_trades(&f, 40_000, 2_000, 3, 0);
-    streamc(
-        &dir.join("p"),
-        &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "2", "--bootstrap-servers", &b],
-    );
+    let (b, dir, pfx, prog, src) = counts_over_trades("tail", 40_000, 2_000, 3);
+    let prog = prog.as_str();
     let app = format!("{pfx}-app");
     let sets = fast(&app);
     let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
@@ -930,18 +943,8 @@ fn a_restart_with_its_state_directory_restores_only_the_tail() {
 #[test]
 #[ignore = "needs a Kafka broker (./dev/test starts one)"]
 fn a_restore_from_scratch_leaves_local_state_at_the_changelogs_end() {
-    let b = require();
-    let dir = temp_dir("kafka-scratch");
-    let pfx = format!("scratch{}", std::process::id());
-    let prog = write_counts_program(&dir, &pfx);
-    let prog = prog.to_str().unwrap();
-    let src = format!("{pfx}.stocks");
-    let f = dir.join("trades.jsonl");
-    write_trades(&f, 4_000, 500, 5, 0);
-    streamc(
-        &dir.join("p"),
-        &["produce", &src, f.to_str().unwrap(), "--program", prog, "--partitions", "2", "--bootstrap-servers", &b],
-    );
+    let (b, dir, pfx, prog, _) = counts_over_trades("scratch", 4_000, 500, 5);
+    let prog = prog.as_str();
     let mut sets = fast(&format!("{pfx}-app"));
     sets.push("processing.guarantee=exactly_once".into());
     let mut args = vec!["run", prog, "--drain", "--bootstrap-servers", &b];
@@ -1213,18 +1216,8 @@ fn a_changelog_that_is_not_compacted_is_refused() {
 #[test]
 #[ignore = "needs a Kafka broker (./dev/test starts one)"]
 fn an_instance_with_another_program_is_refused_while_one_runs() {
-    let b = require();
-    let dir = temp_dir("kafka-other-program");
-    let pfx = format!("other{}", std::process::id());
-    let prog = write_counts_program(&dir, &pfx);
-    let f = dir.join("trades.jsonl");
-    write_trades(&f, 500, 10, 2, 0);
-    let prog_s = prog.to_str().unwrap();
-    let src = format!("{pfx}.stocks");
-    streamc(
-        &dir.join("p"),
-        &["produce", &src, f.to_str().unwrap(), "--program", prog_s, "--partitions", "2", "--bootstrap-servers", &b],
-    );
+    let (b, dir, pfx, prog, _) = counts_over_trades("other", 500, 10, 2);
+    let prog_s = prog.as_str();
     let app = format!("{pfx}-app");
     let sets = fast(&app);
     let mut args = vec!["run", prog_s, "--bootstrap-servers", &b];

@@ -464,13 +464,6 @@ impl Pending {
         *self = Pending::default();
         Ok(())
     }
-
-    /// Write every change to the tree here and now, in batches, the checkpoint with the last.
-    pub(crate) fn write_all(&mut self, tree: &PagedTree, checkpoint: &crate::record::Pos) -> Result<(), sled::Error> {
-        tree.write(&self.sorted(), Some(checkpoint), false)?;
-        *self = Pending::default();
-        Ok(())
-    }
 }
 
 /// An entry of [`Pending::order`]: its key's prefix (see [`prefix`]) and its position.
@@ -485,8 +478,8 @@ fn prefix(key: &[u8]) -> [u64; 2] {
     let mut b = [0u8; 16];
     let n = key.len().min(16);
     b[..n].copy_from_slice(&key[..n]);
-    let (hi, lo) = b.split_at(8);
-    [u64::from_be_bytes(hi.try_into().unwrap_or_default()), u64::from_be_bytes(lo.try_into().unwrap_or_default())]
+    let v = u128::from_be_bytes(b);
+    [(v >> 64) as u64, v as u64]
 }
 
 #[cfg(test)]

@@ -584,10 +584,10 @@ mod tests {
         assert!(matches!(r.keys, SledKeys::InMemory), "restored from scratch, all in memory");
         write_some(&tree, &r.pending, 2);
         assert_eq!(contents(&tree).len(), 2);
-        let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!(r.records, 40);
         assert_eq!(state(&tree, &r.pending), fold(&first));
-        r.pending.write_all(&tree, &r.checkpoint).unwrap();
+        crate::runtime::writer::write(&tree, &r.pending, Some(&r.checkpoint)).unwrap();
         assert_eq!(contents(&tree), fold(&first));
         assert_eq!(tree.checkpoint().map(|c| c.offset), Some(40));
 
@@ -643,10 +643,10 @@ mod tests {
         let tree = PagedTree::open(&db, "s#0").unwrap();
         Pending::default().write(&tree, &Pos::default()).unwrap();
         tree.put(b"k", Some(b"1")).unwrap();
-        let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(matches!(r.keys, SledKeys::Unknown), "sled holds a row the restore did not put");
         assert_eq!(r.pending.value(b"k"), Some(None), "the deletion is kept for sled");
-        r.pending.write_all(&tree, &r.checkpoint).unwrap();
+        crate::runtime::writer::write(&tree, &r.pending, Some(&r.checkpoint)).unwrap();
         assert!(contents(&tree).is_empty());
     }
 
