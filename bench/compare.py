@@ -24,7 +24,10 @@ a key-value store) over K records with K distinct tickers, in both, then each re
 its local state directory deleted, so that it restores the K-key changelog before it can go
 on: a warm-up restore (discarded), then a measured one. Both final per-ticker outputs are
 compared, and the restored record counts reported. The embedded default restores from its
-own log's changelog the same way.
+own log's changelog the same way. Two rates: over the whole process (start, group join,
+restore, local state written, exit), and to ready, when the restore has ended and the task can
+process again (streamc's last "restored ... records into" line, timed from the process's spawn;
+Kafka Streams' restore end, timed from its main(), so after the JVM has started).
 
 --xmx-search 128m,192m,... first runs Kafka Streams alone (at_least_once) at each heap size
 and prints its events/s, to find the smallest -Xmx at full speed; then --xmx is used as given.
@@ -62,15 +65,25 @@ vars = dict(re.findall(r"export (\w+)=(\S+)", env))
 bootstrap, broker_dir = vars["STREAMC_KAFKA_BOOTSTRAP"].strip("'\""), vars["STREAMC_KAFKA_DIR"].strip("'\"")
 
 
-def timed(cmd):
-    """Run under /usr/bin/time: (wall s, CPU s, peak RSS MB, stdout, stderr)."""
+def timed(cmd, mark=None):
+    """Run under /usr/bin/time: (wall s, CPU s, peak RSS MB, stdout, stderr, s from start to the
+    last stderr line holding `mark`, or None)."""
     t0 = time.time()
-    r = subprocess.run(["/usr/bin/time", "-f", "TIME %e %U %S %M"] + cmd, capture_output=True, text=True)
-    wall = time.time() - t0
-    if r.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr[-4000:]}")
-    tm = re.search(r"TIME ([\d.]+) ([\d.]+) ([\d.]+) (\d+)", r.stderr)
-    return wall, float(tm.group(2)) + float(tm.group(3)), int(tm.group(4)) / 1024, r.stdout, r.stderr
+    with tempfile.TemporaryFile("w+") as out:
+        p = subprocess.Popen(["/usr/bin/time", "-f", "TIME %e %U %S %M"] + cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+        err, marked = [], None
+        for line in p.stderr:
+            err.append(line)
+            if mark and mark in line:
+                marked = time.time() - t0
+        p.wait()
+        wall = time.time() - t0
+        out.seek(0)
+        stdout, stderr = out.read(), "".join(err)
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{stderr[-4000:]}")
+    tm = re.search(r"TIME ([\d.]+) ([\d.]+) ([\d.]+) (\d+)", stderr)
+    return wall, float(tm.group(2)) + float(tm.group(3)), int(tm.group(4)) / 1024, stdout, stderr, marked
 
 
 def consume(topic, *extra):
@@ -227,7 +240,7 @@ try:
         first_k = ks(a.xmx, "cmp-keys-ks", "cmp.keys", "cmp.keys.kstreams", "at_least_once", os.path.join(work, "keys-first-ks"), "keys")
         for run in ["warmup", "measured"]:
             # A fresh (empty) state directory each time: the whole changelog is restored.
-            s = timed([exe, "--state-dir", os.path.join(work, f"keys-{run}")] + sargs)
+            s = timed([exe, "--state-dir", os.path.join(work, f"keys-{run}")] + sargs, "records into")
             k = ks(a.xmx, "cmp-keys-ks", "cmp.keys", "cmp.keys.kstreams", "at_least_once", os.path.join(work, f"keys-{run}-ks"), "keys", "restore")
         km = re.search(r"RESTORED (\d+) ([\d.]+)", k[3])
         # The embedded default: the changelog in its own log, the local state deleted.
@@ -237,7 +250,7 @@ try:
         timed([exe, "--state-dir", emb] + eargs)
         for run in ["warmup", "measured"]:
             shutil.rmtree(os.path.join(emb, "apps"))
-            e = timed([exe, "--state-dir", emb] + eargs)
+            e = timed([exe, "--state-dir", emb] + eargs, "records into")
         os.remove(data)
         per = lambda recs, key: {r["key"]: (r["value"]["trades"], r["value"]["volume"]) for r in recs if isinstance(r.get("value"), dict)}
         ps, pk = per(consume("cmp.keys.streamc") or [], "ticker"), per(consume("cmp.keys.kstreams") or [], "ticker")
@@ -279,7 +292,11 @@ if restore:
     print(f"{'changelog records restored':34}{sn:>14,}{kn!s:>16}")
     print(f"{'restart: wall seconds (process)':34}{s[0]:>14.2f}{k[0]:>16.2f}{k[0] / s[0]:>9.1f}x{e[0]:>20.2f}")
     print(f"{'restored records/s (process)':34}{sn / s[0]:>14,.0f}{(kn / k[0] if isinstance(kn, int) else 0):>16,.0f}{(sn / s[0]) / (kn / k[0]) if isinstance(kn, int) and kn else 0:>9.1f}x{en / e[0]:>20,.0f}")
-    print(f"{'Kafka Streams: restore ended at':34}{'':>14}{ksecs:>15.2f}s")
+    # Ready to process: streamc's last "restored ... records into" line, counted from the spawn
+    # of the process; Kafka Streams' restore end, counted from its main() (after the JVM's start).
+    if s[5] and ksecs:
+        print(f"{'restore ended, s from start':34}{s[5]:>13.2f}s{ksecs:>15.2f}s{ksecs / s[5]:>9.1f}x" + (f"{e[5]:>19.2f}s" if e[5] else ""))
+        print(f"{'restored records/s (to ready)':34}{sn / s[5]:>14,.0f}{(kn / ksecs if isinstance(kn, int) else 0):>16,.0f}{(sn / s[5]) / (kn / ksecs) if isinstance(kn, int) and kn else 0:>9.1f}x" + (f"{en / e[5]:>20,.0f}" if e[5] else ""))
     print(f"{'restart: CPU seconds':34}{s[1]:>14.2f}{k[1]:>16.2f}{k[1] / s[1]:>9.1f}x{e[1]:>20.2f}")
     print(f"{'restart: peak RSS MB':34}{s[2]:>14.0f}{k[2]:>16.0f}{k[2] / s[2]:>9.1f}x{e[2]:>20.0f}")
     print(f"final per-ticker results: {nkeys:,}; " + ("identical" if not kdiff else f"{kdiff} DIFFER"))
