@@ -2,7 +2,7 @@
 //! ([`crate::runtime::embedded`]) and Kafka ([`crate::runtime::kafka`]) each implement
 //! [`Backend`] in a folder of their own. Opening a task, restore, the correction of changelog
 //! records written after a task's last commit, and sweeps of removed stores are written once, in
-//! the core, over this interface; the commit protocol's steps are in `runtime::commit`.
+//! the core, over this interface; the commit protocol's steps are in `runtime::run::commit`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

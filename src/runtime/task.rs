@@ -59,7 +59,7 @@ pub struct Task {
     pub(crate) fk: FkMarks,
     /// A foreign-key join's middle or end: its subscriptions' index and pending entries.
     foreign: Foreign,
-    /// The largest record any topic the task writes takes (see `TaskRun::set_sizes`).
+    /// The largest record any topic the task writes takes (see `TaskRun::set_limits`).
     pub(crate) record_max: usize,
 }
 

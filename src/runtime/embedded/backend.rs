@@ -9,8 +9,8 @@ use crate::log::{EmbeddedLog, PartitionReader};
 use crate::plan::physical::TaskSpec;
 use crate::record::{Append, Entry, Pos, Stored};
 use crate::runtime::backend::{Backend, Extent, Membership};
-use crate::runtime::commit::{Commit, Share};
 use crate::runtime::error::RunError;
+use crate::runtime::run::commit::{Commit, Share};
 use crate::runtime::run::{Feed, Next};
 
 /// The embedded log, as the runtime core sees it.

@@ -23,13 +23,13 @@ use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::record::{partition_for, Append, Pos, Record};
 use crate::runtime::backend::{tasks_on, Membership};
-use crate::runtime::commit;
 use crate::runtime::error::{state, RunError};
 use crate::runtime::hub::{ControlLog, Hub};
-use crate::runtime::open::{self, Applied};
 use crate::runtime::options::RunOptions;
 use crate::runtime::placement::LinePlacer;
 use crate::runtime::restore::sweep;
+use crate::runtime::run::commit;
+use crate::runtime::run::open::{self, Applied};
 use crate::runtime::run::{now_ms, positions_of, progress_bar, Summary, TaskRun, BYTES, RECORDS};
 use crate::runtime::state::open_local_state;
 use crate::runtime::topics::{self, TopicKind};
@@ -84,7 +84,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         ProgressBar::hidden()
     };
     for t in &mut tasks {
-        t.bar = bar.clone();
+        t.set_bar(bar.clone());
     }
     let threads = opts.threads.max(1).min(tasks.len().max(1));
     eprintln!(
@@ -104,14 +104,10 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         m.health.watch_stop(stop.clone());
         m.health.set(Ok(()));
     }
-    let live: BTreeMap<(String, u32), u64> =
-        tasks.iter().map(|t| ((t.task.spec.name.clone(), t.task.partition), t.control)).collect();
+    let live: BTreeMap<(String, u32), u64> = tasks.iter().map(|t| (t.id(), t.control())).collect();
     // Every writer of a repartition topic is at work until its first step says otherwise.
-    let busy: BTreeMap<(String, u32), Vec<String>> = tasks
-        .iter()
-        .map(|t| ((t.task.spec.name.clone(), t.task.partition), t.task.spec.repartition_topics()))
-        .filter(|(_, w)| !w.is_empty())
-        .collect();
+    let busy: BTreeMap<(String, u32), Vec<String>> =
+        tasks.iter().map(|t| (t.id(), t.spec().repartition_topics())).filter(|(_, w)| !w.is_empty()).collect();
     let mut groups: Vec<Vec<TaskRun<EmbeddedFeed>>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, t) in tasks.into_iter().enumerate() {
         groups[i % threads].push(t);
@@ -306,14 +302,11 @@ fn worker(
                 for i in gone.into_iter().rev() {
                     let t = tasks.remove(i);
                     retired.add_from(&t.summary());
-                    live.remove(&(t.task.spec.name.clone(), t.task.partition));
-                    sh.busy
-                        .lock()
-                        .map_err(|_| RunError::Internal("lock poisoned"))?
-                        .remove(&(t.task.spec.name.clone(), t.task.partition));
+                    live.remove(&t.id());
+                    sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?.remove(&t.id());
                 }
                 for t in tasks.iter() {
-                    live.insert((t.task.spec.name.clone(), t.task.partition), t.control);
+                    live.insert(t.id(), t.control());
                 }
                 if let (true, Some(m)) = (leader, &opts.metrics) {
                     m.queries.set_view(&stage, live.keys().map(|(n, p)| (n, *p)));
@@ -379,15 +372,16 @@ fn task_round(
     commit_every: u64,
 ) -> Result<(bool, bool), RunError> {
     let (mut progress, mut retire) = (false, false);
-    t.control_seen = (seen, stage.next);
-    t.main_may_grow = {
+    t.set_control_seen((seen, stage.next));
+    let may_grow = {
         let busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-        busy.values().any(|w| w.contains(&t.task.spec.main.topic))
+        busy.values().any(|w| w.contains(&t.spec().main.topic))
     };
+    t.set_main_may_grow(may_grow);
     // A task that reads a repartition topic beside other inputs sees what its writers
     // committed up to now: a writer found idle has committed all it will write.
     let fresh;
-    let c = if matches!(t.task.spec.main.decode, Decode::Internal { .. }) && t.task.spec.has_side_inputs() {
+    let c = if matches!(t.spec().main.decode, Decode::Internal { .. }) && t.spec().has_side_inputs() {
         fresh = sh.log.committed()?;
         &fresh
     } else {
@@ -398,20 +392,20 @@ fn task_round(
     }
     // A step stops at `commit.records` uncommitted records or at the end of the
     // available input: either way, a commit point.
-    if (t.uncommitted > 0 || t.meta_changed) && !t.failed {
+    if t.has_work() && !t.failed() {
         t.commit(&sh.log, opts, false, false)?;
         progress = true;
     }
-    if t.failed {
+    if t.failed() {
         t.reopen(&sh.log, &sh.db, stage, opts)?;
         progress = true;
     }
-    let writes = t.task.spec.repartition_topics();
-    let key = (t.task.spec.name.clone(), t.task.partition);
+    let writes = t.spec().repartition_topics();
+    let key = t.id();
     let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
     // Idle: at the end of every input, committed, and not reading a repartition topic
     // whose own writers are still at work (busy carries down a chain of them).
-    if writes.is_empty() || (t.drained && t.uncommitted == 0 && !t.failed && !t.main_may_grow) {
+    if writes.is_empty() || t.idle() {
         // A writer going idle lets its readers go on: that is progress (`--drain`
         // must not stop before they read what it committed).
         if busy.remove(&key).is_some() {
@@ -422,13 +416,13 @@ fn task_round(
     }
     drop(busy);
     // Control statements apply at commit boundaries.
-    if !t.failed && t.uncommitted == 0 && t.control < stage.next {
+    if !t.failed() && t.uncommitted() == 0 && t.control() < stage.next {
         progress = true;
         if !t.apply_stage(stage, &sh.log, &sh.db, opts)? {
             t.commit(&sh.log, opts, false, false)?;
             // Forgotten once its state's deletion is committed (a failed commit
             // reopens it as committed, and it is retired again).
-            retire = !t.failed;
+            retire = !t.failed();
         }
     }
     Ok((progress, retire))
@@ -463,8 +457,8 @@ fn open_new_tasks(
         if let std::collections::btree_map::Entry::Vacant(slot) = live.entry((spec.name.clone(), p)) {
             let writes = spec.repartition_topics();
             let mut t = TaskRun::open_at(spec.clone(), p, stage, &sh.log, &sh.db, &sh.log.committed()?, opts)?;
-            t.bar = sh.bar.clone();
-            slot.insert(t.control);
+            t.set_bar(sh.bar.clone());
+            slot.insert(t.control());
             if !writes.is_empty() {
                 let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
                 busy.insert((spec.name.clone(), p), writes);
@@ -519,10 +513,9 @@ pub fn query_stopped(
 fn answer_queries(q: &crate::runtime::query::Queries, index: usize, stage: &Stage, tasks: &[TaskRun<EmbeddedFeed>]) {
     q.answer(index, stage, |target, f| {
         let store = &target.spec.stores[target.store].name;
-        for t in tasks.iter().filter(|t| t.task.spec.name == target.spec.name) {
-            if let Some(shard) = t.task.spec.stores.iter().position(|s| &s.name == store).and_then(|i| t.trees.view(i))
-            {
-                f(t.task.partition, crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
+        for t in tasks.iter().filter(|t| t.spec().name == target.spec.name) {
+            if let Some(shard) = t.store_view(store) {
+                f(t.partition(), crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
             }
         }
     });
@@ -799,7 +792,7 @@ impl TaskRun<EmbeddedFeed> {
             Applied::Retired => Ok(false),
             Applied::Running { gone } => {
                 for (store, changelog) in gone {
-                    sweep(&Embedded { log }, db, &store, &changelog, self.task.partition)?;
+                    sweep(&Embedded { log }, db, &store, &changelog, self.partition())?;
                 }
                 Ok(true)
             }
@@ -812,14 +805,14 @@ impl TaskRun<EmbeddedFeed> {
     /// form of its query as of that commit, and applies the statement again.
     fn reopen(&mut self, log: &EmbeddedLog, db: &sled::Db, stage: &Stage, opts: &RunOptions) -> Result<(), RunError> {
         // Its flights written first: the reopened task's restore must not meet a late write.
-        self.trees.settle()?;
+        self.settle()?;
         let c = log.committed()?;
-        let fresh = match stage.spec(&self.task.spec.name).cloned() {
-            Some(spec) => TaskRun::open_at(spec, self.task.partition, stage, log, db, &c, opts)?,
+        let fresh = match stage.spec(&self.spec().name).cloned() {
+            Some(spec) => TaskRun::open_at(spec, self.partition(), stage, log, db, &c, opts)?,
             // Its query is being dropped: as committed, so that the worker retires it again.
             None => {
-                let mut t = TaskRun::open(self.task.spec.clone(), self.task.partition, log, db, &c, opts)?;
-                t.control = 0;
+                let mut t = TaskRun::open(self.spec().clone(), self.partition(), log, db, &c, opts)?;
+                t.forget_control();
                 t
             }
         };
@@ -829,24 +822,19 @@ impl TaskRun<EmbeddedFeed> {
 
     /// Records of the external inputs between the task's positions and their start-up ends.
     fn backlog(&self, startup: &Committed) -> u64 {
-        let p = self.task.partition;
-        let spec = &self.task.spec;
+        let p = self.partition();
+        let spec = self.spec();
         let mut topics: Vec<String> = spec.side_topics();
         if !matches!(spec.main.decode, Decode::Internal { .. }) {
             topics.push(spec.main.topic.clone());
         }
-        topics
-            .iter()
-            .map(|t| {
-                startup.end(t, p).offset.saturating_sub(self.positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset))
-            })
-            .sum()
+        topics.iter().map(|t| startup.end(t, p).offset.saturating_sub(self.position(t).map_or(0, |x| x.offset))).sum()
     }
 
     /// The end to read a topic up to: external inputs stop at their start-up end with `--drain`;
     /// internal (repartition) topics are read to their current end.
     fn end(&self, topic: &str, internal: bool, c: &Committed, startup: &Committed, drain: bool) -> Pos {
-        let p = self.task.partition;
+        let p = self.partition();
         let now = c.end(topic, p);
         if drain && !internal {
             let s = startup.end(topic, p);
@@ -865,18 +853,20 @@ impl TaskRun<EmbeddedFeed> {
         opts: &RunOptions,
         max: u64,
     ) -> Result<u64, RunError> {
-        let spec = self.task.spec.clone();
+        let spec = self.spec().clone();
         let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
-        self.feed.ends[0] = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
+        let main = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
+        self.feed_mut().ends[0] = main;
         for (i, t) in spec.side_topics().iter().enumerate() {
-            self.feed.ends[i + 1] = self.end(t, false, c, startup, opts.drain);
+            let end = self.end(t, false, c, startup, opts.drain);
+            self.feed_mut().ends[i + 1] = end;
         }
         self.step(opts, max, false)
     }
 }
 
 impl TaskRun<EmbeddedFeed> {
-    /// Commit the task (`runtime::commit`) in one log commit. `last`: the final commit of the
+    /// Commit the task (`runtime::run::commit`) in one log commit. `last`: the final commit of the
     /// run, after which local state must be written.
     fn commit(&mut self, log: &EmbeddedLog, opts: &RunOptions, close_all: bool, last: bool) -> Result<(), RunError> {
         let mut step = LogCommit { log, partitions: opts.config.embedded.partitions.max(1) };

@@ -42,12 +42,12 @@ use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
 use crate::record::{Append, Pos, Record, Start, Stored};
 use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
-use crate::runtime::commit::{self, How, Share};
 use crate::runtime::error::RunError;
 use crate::runtime::hub::{ControlLog, Hub};
-use crate::runtime::open::{self, Applied};
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
+use crate::runtime::run::commit::{self, How, Share};
+use crate::runtime::run::open::{self, Applied};
 use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
 use crate::runtime::topics::{self, SizeLimits, TimestampLimits, TopicConfigs, TopicError, TopicKind};
@@ -747,9 +747,7 @@ impl Engine {
         let group = format!("{}#{}#{p}", self.opts.app, spec.name);
         let mut run = open::open_task(self, &self.db, spec, p, group, meta, positions, &self.opts)?;
         // Offsets only: a Kafka position has no byte position.
-        for e in run.ends.iter_mut() {
-            e.byte = 0;
-        }
+        run.offsets_only();
         let meta_version = meta.get("version").and_then(|v| v.as_u64());
         open::catch_up(self, &self.db, &mut run, &self.stage, meta_version, &self.opts)?;
         Ok(run)
@@ -773,8 +771,8 @@ impl Engine {
         let seen = (self.hub.ev.next, self.hub.ev.latest().next);
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                t.control_seen = seen;
-                if t.step(&self.opts, t.uncommitted + STEP, true)? > 0 {
+                t.set_control_seen(seen);
+                if t.step(&self.opts, t.uncommitted() + STEP, true)? > 0 {
                     worked = true;
                 }
             }
@@ -856,14 +854,12 @@ impl Engine {
     /// Answer the interactive queries waiting (`/stores/…`) from the committed state of the
     /// tasks of the partitions this instance is assigned.
     fn answer_queries(&self, q: &crate::runtime::query::Queries) {
-        q.set_view(&self.stage, self.units.values().flatten().map(|r| (&r.task.spec.name, r.task.partition)));
+        q.set_view(&self.stage, self.units.values().flatten().map(|r| (&r.spec().name, r.partition())));
         q.answer(0, &self.stage, |target, f| {
             let store = &target.spec.stores[target.store].name;
-            for r in self.units.values().flatten().filter(|r| r.task.spec.name == target.spec.name) {
-                if let Some(shard) =
-                    r.task.spec.stores.iter().position(|s| &s.name == store).and_then(|i| r.trees.view(i))
-                {
-                    f(r.task.partition, crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
+            for r in self.units.values().flatten().filter(|r| r.spec().name == target.spec.name) {
+                if let Some(shard) = r.store_view(store) {
+                    f(r.partition(), crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
                 }
             }
         });
@@ -875,29 +871,30 @@ impl Engine {
         let mut recs = Vec::new();
         for tasks in self.units.values() {
             for r in tasks {
-                let c = &r.task.counters;
+                let c = r.counters();
+                let summary = r.summary();
                 let mut lag = serde_json::Map::new();
-                let p = r.task.partition;
-                for (i, topic) in r.feed.topics.iter().enumerate() {
+                let p = r.partition();
+                for (i, topic) in r.feed().topics.iter().enumerate() {
                     if let Ok((_, high)) = self.kafka.watermarks_within(topic, p, Duration::from_secs(5)) {
-                        lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed.next[i] as i64).max(0)));
+                        lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed().next[i] as i64).max(0)));
                     }
                 }
                 let value = serde_json::json!({
                     "application": self.opts.app,
                     "instance": self.instance,
-                    "task": format!("{}_{}", r.task.spec.sub, r.task.partition),
+                    "task": format!("{}_{}", r.spec().sub, r.partition()),
                     "timestamp": now,
-                    "records_in": r.read,
+                    "records_in": r.records_read(),
                     "records_out": c.records_out,
                     "late": c.late,
                     "dead_letters": c.dead_letters,
-                    "skipped": r.skipped,
-                    "commits": r.commits,
-                    "restored": r.restored,
+                    "skipped": summary.skipped,
+                    "commits": summary.commits,
+                    "restored": summary.restored,
                     "consumer_lag": lag,
                 });
-                let key = format!("{}/{}_{}", self.instance, r.task.spec.sub, r.task.partition);
+                let key = format!("{}/{}_{}", self.instance, r.spec().sub, r.partition());
                 recs.push(Record {
                     key: Some(key.into_bytes()),
                     value: Some(value.to_string().into_bytes()),
@@ -980,8 +977,9 @@ impl Engine {
             }
         }
         for t in self.units.values_mut().flatten() {
-            t.limits = limits_of(&self.topic_configs, &t.task.spec);
-            t.set_sizes(sizes_of(&self.topic_configs, &t.task.spec, &self.opts.config));
+            let (limits, sizes) =
+                (limits_of(&self.topic_configs, t.spec()), sizes_of(&self.topic_configs, t.spec(), &self.opts.config));
+            t.set_limits(limits, sizes);
         }
         // Swept after the next commit, which records that the statement is applied: an owner
         // that read the commit before the sweep ran would run the old form on emptied stores.
@@ -990,7 +988,7 @@ impl Engine {
         let owned: BTreeSet<(String, u32)> = self.units.keys().cloned().collect();
         for (spec, p) in tasks_on(&stage.specs, &owned) {
             let key = (spec.main.topic.clone(), p);
-            if self.units.get(&key).is_some_and(|ts| ts.iter().any(|t| t.task.spec.name == spec.name)) {
+            if self.units.get(&key).is_some_and(|ts| ts.iter().any(|t| t.spec().name == spec.name)) {
                 continue;
             }
             let t = self.open_task(spec, p, None, &serde_json::Value::Null)?;
@@ -1002,7 +1000,7 @@ impl Engine {
             self.commit(consumer, false)?;
             for tasks in self.units.values_mut() {
                 let (keep, gone): (Vec<KTask>, Vec<KTask>) =
-                    std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.task.spec.name).is_some());
+                    std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.spec().name).is_some());
                 *tasks = keep;
                 for t in gone {
                     self.closed.add_from(&t.summary());
@@ -1020,9 +1018,8 @@ impl Engine {
         Ok(())
     }
 
-    fn close_task(&mut self, mut t: KTask) {
-        (t.task.counters, t.skipped, t.read) = t.at_commit.clone();
-        self.closed.add_from(&t.summary());
+    fn close_task(&mut self, t: KTask) {
+        self.closed.add_from(&t.summary_as_committed());
     }
 
     /// Back to the last commit: close every task without writing local state (it holds only
@@ -1047,45 +1044,37 @@ impl Engine {
         }
         for tasks in self.units.values_mut() {
             for t in tasks.iter_mut() {
-                let n = t.feed.readers.len();
+                let n = t.feed().readers.len();
                 for i in 0..n {
-                    if t.feed.peek(i)? != Next::End {
+                    if t.feed_mut().peek(i)? != Next::End {
                         return Ok(false);
                     }
                 }
-                if t.uncommitted > 0 || !t.out.is_empty() {
+                if t.holds_results() {
                     // At the end with work to commit: a commit now, not at the next interval.
                     self.drain_commit = true;
                     return Ok(false);
                 }
                 // At the end, past transaction markers (never delivered): commit that position.
-                let p = t.task.partition;
-                let mut moved = false;
-                for (i, topic) in t.feed.topics.iter().enumerate() {
-                    let pos = t.positions.entry(format!("{topic}/{p}")).or_default();
-                    if t.feed.next[i] > pos.offset {
-                        pos.offset = t.feed.next[i];
-                        moved = true;
-                    }
-                }
-                if moved {
-                    t.uncommitted = t.uncommitted.max(1);
+                let read: Vec<(String, u64)> =
+                    t.feed().topics.iter().cloned().zip(t.feed().next.iter().copied()).collect();
+                if t.move_positions(&read) {
                     return Ok(false);
                 }
                 // Internal inputs: read up to their end as of now.
-                if matches!(t.task.spec.main.decode, Decode::Internal { .. }) {
-                    let topic = t.task.spec.main.topic.clone();
-                    let p = t.task.partition as i32;
+                if matches!(t.spec().main.decode, Decode::Internal { .. }) {
+                    let topic = t.spec().main.topic.clone();
+                    let p = t.partition() as i32;
                     let (_, high) = self.kafka.watermarks(&topic, p as u32)?;
-                    let pos = t.feed.readers[0]
+                    let pos = t.feed().readers[0]
                         .position()
                         .ok()
                         .and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
                     let at = match pos {
                         Some(Offset::Offset(o)) => o,
-                        _ => t.feed.next[0] as i64,
+                        _ => t.feed().next[0] as i64,
                     };
-                    if at.max(t.feed.next[0] as i64) < high {
+                    if at.max(t.feed().next[0] as i64) < high {
                         return Ok(false);
                     }
                 }

@@ -2,6 +2,9 @@
 //! since its last commit, and the steps of processing (event-time order across inputs, bad and
 //! late records, control statements applied at commit boundaries).
 
+pub(crate) mod commit;
+pub(crate) mod open;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -108,60 +111,60 @@ pub(crate) enum Next {
 
 /// One task with its feed, stores and uncommitted work.
 pub(crate) struct TaskRun<F: Feed> {
-    pub(crate) task: Task,
-    pub(crate) group: String,
-    pub(crate) feed: F,
-    pub(crate) trees: Trees,
-    pub(crate) out: Outputs,
-    pub(crate) changes: Vec<Change>,
-    pub(crate) uncommitted: u64,
+    task: Task,
+    group: String,
+    feed: F,
+    trees: Trees,
+    out: Outputs,
+    changes: Vec<Change>,
+    uncommitted: u64,
     /// `topic/partition` → the position after the last record processed.
-    pub(crate) positions: BTreeMap<String, Pos>,
-    pub(crate) skipped: u64,
-    pub(crate) restored: u64,
-    pub(crate) commits: u64,
+    positions: BTreeMap<String, Pos>,
+    skipped: u64,
+    restored: u64,
+    commits: u64,
     /// Records read from every input (bad ones included), for metrics.
-    pub(crate) read: u64,
-    pub(crate) metrics: Option<TaskMetrics>,
+    read: u64,
+    metrics: Option<TaskMetrics>,
     /// The `--drain` progress bar, shared by every task (hidden unless shown).
-    pub(crate) bar: ProgressBar,
-    pub(crate) chaos: Option<Chaos>,
+    bar: ProgressBar,
+    chaos: Option<Chaos>,
     /// A fault was injected: the task must be reopened from its committed state.
-    pub(crate) failed: bool,
+    failed: bool,
     /// The counts as of the last commit (what a reopened task starts from).
-    pub(crate) at_commit: (task::Counters, u64, u64),
+    at_commit: (task::Counters, u64, u64),
     /// The control offset applied: every control record before it is reflected in the task.
-    pub(crate) control: u64,
+    control: u64,
     /// The commit record must be written even with nothing else to commit (a control
     /// statement was applied).
-    pub(crate) meta_changed: bool,
+    meta_changed: bool,
     /// The control records the process has read (`Evaluator::next`) and the latest stage's
     /// offset, set by the driver before each step: a repartition record from a newer version
     /// makes the task wait only while that version is still to be read or applied.
-    pub(crate) control_seen: (u64, u64),
+    control_seen: (u64, u64),
     /// Per input: the event time of the record at its head (by offset), so that a head that
     /// waits while other inputs go first is decoded for its time once.
-    pub(crate) head_times: Vec<Option<(u64, i64)>>,
+    head_times: Vec<Option<(u64, i64)>>,
     /// The commit in progress carries something of the task (set by `flush_for_commit`).
-    pub(crate) work: bool,
+    work: bool,
     /// Per store: the changelog's end as of the last commit (what local state is checkpointed
     /// at).
-    pub(crate) ends: Vec<Pos>,
+    ends: Vec<Pos>,
     /// The timestamp bounds of the topics the task's results go to (`Backend::timestamp_limits`):
     /// an external record whose event time lies beyond them is a dead letter.
-    pub(crate) limits: Option<TimestampLimits>,
+    limits: Option<TimestampLimits>,
     /// The largest record each topic the task writes takes (`Backend::size_limits`): a record
-    /// whose results would be larger is a dead letter. Set with [`TaskRun::set_sizes`].
+    /// whose results would be larger is a dead letter. Set with [`TaskRun::set_limits`].
     sizes: SizeLimits,
     /// Set by the driver before a step: the main input is a repartition topic that a task still
     /// at work may write to. At its end the task then waits rather than let its side inputs run
     /// ahead (as Kafka Streams waits on an empty partition with known lag), so a repartitioned
     /// stream meets a table as of its records' event times.
-    pub(crate) main_may_grow: bool,
+    main_may_grow: bool,
     /// The last step stopped because every input was at its end.
-    pub(crate) drained: bool,
+    drained: bool,
     /// `emit final idle D`: the wall-clock time of the task's last record or idle advance.
-    pub(crate) idle_since: Option<i64>,
+    idle_since: Option<i64>,
 }
 
 /// `emit final idle D` (`after` = D): a step at wall-clock time `now` that processed `records`
@@ -229,6 +232,146 @@ pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> 
         return Err(RunError::Incompatible(format!("{}: its state was written without tenant scoping (by an older streamc): start the application over with `streamc run --reset`", spec.name)));
     }
     Ok(())
+}
+
+/// What a driver reads of a task and tells it between steps; everything else about the task is
+/// its own.
+impl<F: Feed> TaskRun<F> {
+    pub(crate) fn spec(&self) -> &Arc<TaskSpec> {
+        &self.task.spec
+    }
+
+    pub(crate) fn partition(&self) -> u32 {
+        self.task.partition
+    }
+
+    /// (Sub-topology input node, partition): the task's name in a run.
+    pub(crate) fn id(&self) -> (String, u32) {
+        (self.task.spec.name.clone(), self.task.partition)
+    }
+
+    pub(crate) fn feed(&self) -> &F {
+        &self.feed
+    }
+
+    pub(crate) fn feed_mut(&mut self) -> &mut F {
+        &mut self.feed
+    }
+
+    /// The control offset the task has applied.
+    pub(crate) fn control(&self) -> u64 {
+        self.control
+    }
+
+    /// Records processed since the last commit.
+    pub(crate) fn uncommitted(&self) -> u64 {
+        self.uncommitted
+    }
+
+    /// A fault was injected: the task must be reopened from its committed state.
+    pub(crate) fn failed(&self) -> bool {
+        self.failed
+    }
+
+    /// A commit point has something to commit: records, or a control statement applied.
+    pub(crate) fn has_work(&self) -> bool {
+        self.uncommitted > 0 || self.meta_changed
+    }
+
+    /// Records processed or results held that a commit has not taken yet.
+    pub(crate) fn holds_results(&self) -> bool {
+        self.uncommitted > 0 || !self.out.is_empty()
+    }
+
+    /// At the end of every input, committed, and not waiting on a repartition topic's writers.
+    pub(crate) fn idle(&self) -> bool {
+        self.drained && self.uncommitted == 0 && !self.failed && !self.main_may_grow
+    }
+
+    /// Records read from every input, bad ones included.
+    pub(crate) fn records_read(&self) -> u64 {
+        self.read
+    }
+
+    pub(crate) fn counters(&self) -> &task::Counters {
+        &self.task.counters
+    }
+
+    /// Set by the driver before a step: the control records the process has read and the
+    /// latest stage's offset ([`TaskRun::control_seen`]).
+    pub(crate) fn set_control_seen(&mut self, seen: (u64, u64)) {
+        self.control_seen = seen;
+    }
+
+    /// Set by the driver before a step: a task still at work may write to the main input
+    /// ([`TaskRun::main_may_grow`]).
+    pub(crate) fn set_main_may_grow(&mut self, may: bool) {
+        self.main_may_grow = may;
+    }
+
+    pub(crate) fn set_bar(&mut self, bar: ProgressBar) {
+        self.bar = bar;
+    }
+
+    /// The timestamp bounds and record sizes the topics the task writes take.
+    pub(crate) fn set_limits(&mut self, limits: Option<TimestampLimits>, sizes: SizeLimits) {
+        self.limits = limits;
+        self.task.record_max = sizes.tightest();
+        self.sizes = sizes;
+    }
+
+    /// Reopened as committed before its dropped query's control statement: the driver retires
+    /// it again.
+    pub(crate) fn forget_control(&mut self) {
+        self.control = 0;
+    }
+
+    /// Positions on Kafka are offsets only: the changelog ends drop their byte positions.
+    pub(crate) fn offsets_only(&mut self) {
+        for e in &mut self.ends {
+            e.byte = 0;
+        }
+    }
+
+    /// Move the task's input positions forward to where its feed has read (`to`: topic and
+    /// offset, for the task's partition), past records never delivered (transaction markers).
+    /// True if any moved: the task then has a commit to make.
+    pub(crate) fn move_positions(&mut self, to: &[(String, u64)]) -> bool {
+        let p = self.task.partition;
+        let mut moved = false;
+        for (topic, next) in to {
+            let pos = self.positions.entry(format!("{topic}/{p}")).or_default();
+            if *next > pos.offset {
+                pos.offset = *next;
+                moved = true;
+            }
+        }
+        if moved {
+            self.uncommitted = self.uncommitted.max(1);
+        }
+        moved
+    }
+
+    /// The position after the last record processed of `topic`, for the task's partition.
+    pub(crate) fn position(&self, topic: &str) -> Option<&Pos> {
+        self.positions.get(&format!("{topic}/{}", self.task.partition))
+    }
+
+    /// The store named `store`: its sled tree and the layers of changes over it.
+    pub(crate) fn store_view(&self, store: &str) -> Option<(&PagedTree, Vec<&Pending>)> {
+        self.task.spec.stores.iter().position(|s| s.name == store).and_then(|i| self.trees.view(i))
+    }
+
+    /// Wait until every flight of its stores is written.
+    pub(crate) fn settle(&mut self) -> Result<(), RunError> {
+        self.trees.settle()
+    }
+
+    /// The summary of a task closed without committing what it did since its last commit.
+    pub(crate) fn summary_as_committed(mut self) -> Summary {
+        (self.task.counters, self.skipped, self.read) = self.at_commit.clone();
+        self.summary()
+    }
 }
 
 impl<F: Feed> TaskRun<F> {
@@ -774,12 +917,6 @@ impl<F: Feed> TaskRun<F> {
                 "the record is about {size} bytes and is kept whole in a store, whose changelog takes at most {max} (max.message.bytes, message.max.bytes or embedded.max_message_bytes)"
             ))
         })
-    }
-
-    /// The largest record each topic the task writes takes.
-    pub(crate) fn set_sizes(&mut self, sizes: SizeLimits) {
-        self.task.record_max = sizes.tightest();
-        self.sizes = sizes;
     }
 
     fn process(&mut self, input: Input) -> Result<(), RecordError> {

@@ -71,8 +71,8 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
         run.trees.hand_over(&checkpoints);
     }
     run.ends = checkpoints;
-    run.limits = limits;
-    run.set_sizes(b.size_limits(&run.task.spec, &opts.config));
+    let sizes = b.size_limits(&run.task.spec, &opts.config);
+    run.set_limits(limits, sizes);
     // Rows of avro values restored into join stores need their writer schemas: a registry that
     // could not be asked stops the run here, rather than leave rows out of the joins.
     if let Some(why) = crate::format::schema_tables::take_failure() {
