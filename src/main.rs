@@ -433,7 +433,8 @@ fn expand_program(path: &Path, text: String, cfg: &config::Config) -> Result<Opt
                 }
                 let fields = match format {
                     streamc::ast::Format::Protobuf => streamc::format::protobuf::declared_fields(&schema),
-                    _ => streamc::format::avro::declared_fields(&schema),
+                    streamc::ast::Format::Avro => streamc::format::avro::declared_fields(&schema),
+                    other => return Err(format!("{at}: a `{other}` value has no schema in a registry")),
                 }
                 .map_err(|e| format!("{at}: {e}"))?;
                 eprintln!("value {format} of `{topic}`: the fields of {at}: {fields}");

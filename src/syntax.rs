@@ -529,9 +529,11 @@ impl Builder {
                 let format = match parts.last() {
                     Some(f) if f.as_rule() == Rule::key_format => {
                         let f = parts.pop().ok_or(())?;
-                        let format = match f.clone().into_inner().next().map(|k| k.as_rule()) {
-                            Some(Rule::kw_protobuf) => Format::Protobuf,
-                            _ => Format::Avro,
+                        let k = f.clone().into_inner().next().ok_or(())?;
+                        let format = match k.as_rule() {
+                            Rule::kw_avro => Format::Avro,
+                            Rule::kw_protobuf => Format::Protobuf,
+                            r => return self.unexpected(&k, r),
                         };
                         Some(Node::new(self.sp(&f), format))
                     }
@@ -560,9 +562,11 @@ impl Builder {
                         DeclItem::ValueCsv { delimiter, fields }
                     }
                     Rule::value_registry => {
-                        let format = match v.clone().into_inner().next().map(|k| k.as_rule()) {
-                            Some(Rule::kw_protobuf) => Format::Protobuf,
-                            _ => Format::Avro,
+                        let k = v.clone().into_inner().next().ok_or(())?;
+                        let format = match k.as_rule() {
+                            Rule::kw_avro => Format::Avro,
+                            Rule::kw_protobuf => Format::Protobuf,
+                            r => return self.unexpected(&k, r),
                         };
                         match inner(v).find(|c| c.as_rule() == Rule::record_type) {
                             Some(rec) => DeclItem::ValueRegistry {
@@ -573,11 +577,12 @@ impl Builder {
                             None => DeclItem::ValueRegistry { format, fields: Vec::new(), from_registry: true },
                         }
                     }
-                    _ => {
+                    Rule::value_json => {
                         let explicit_format = v.clone().into_inner().any(|c| c.as_rule() == Rule::kw_json);
                         let rec = inner(v).next().ok_or(())?;
                         DeclItem::ValueJson { explicit_format, fields: self.field_decls(rec, 0)? }
                     }
+                    r => return self.unexpected(&v, r),
                 }
             }
             Rule::time_decl => DeclItem::Time(self.ident(parts.remove(0))),
@@ -853,7 +858,8 @@ impl Builder {
                         Rule::kw_avro => format = Format::Avro,
                         Rule::kw_protobuf => format = Format::Protobuf,
                         Rule::csv_delimiter => format = Format::Csv(self.csv_delimiter(k)?),
-                        _ => {}
+                        Rule::kw_json => format = Format::Json,
+                        r => return self.unexpected(&k, r),
                     }
                 }
                 Some(Node::new(fsp, format))

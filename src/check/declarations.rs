@@ -236,10 +236,12 @@ impl Checker<'_> {
                         crate::format::protobuf::unsupported(&rt).map(|w| format!("no Protobuf form: {w}")),
                         "Protobuf field names are letters, digits and `_`; map keys are strings or ints; lists and map values are not nullable and do not nest without a record between",
                     ),
-                    _ => (
+                    Format::Avro => (
                         crate::format::avro::unsupported(&rt).map(|w| format!("no Avro form: {w}")),
                         "Avro names are letters, digits and `_`; map keys are strings",
                     ),
+                    // (The grammar declares only the registry formats this way.)
+                    Format::Json | Format::String | Format::Csv(_) => (None, ""),
                 };
                 if let Some(why) = why {
                     self.err(

@@ -29,7 +29,8 @@ fn no_registry(what: &str, format: Format) -> RunError {
 pub fn schema_type(format: Format) -> SchemaType {
     match format {
         Format::Protobuf => SchemaType::Protobuf,
-        _ => SchemaType::Avro,
+        // (Only a registry format has schemas: the others are never asked for.)
+        Format::Avro | Format::Json | Format::String | Format::Csv(_) => SchemaType::Avro,
     }
 }
 
