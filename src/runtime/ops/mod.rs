@@ -9,7 +9,7 @@
 //! its line in [`build`].
 
 mod aggregate;
-pub(crate) use aggregate::record_cache_entries;
+pub(crate) use aggregate::changed_entries_max;
 mod explode;
 mod filter;
 pub(crate) mod group_table;

@@ -627,19 +627,19 @@ impl<F: Feed> TaskRun<F> {
         *self = fresh;
     }
 
-    /// Whether the task holds back more changed entries than its record cache keeps (see
-    /// [`crate::runtime::ops::record_cache_entries`]): on Kafka, where commits come by
-    /// time, it then commits early (where Kafka Streams evicts from a full cache), so that the entries,
-    /// and the records and changes their flush makes, stay within `statestore.cache.max.bytes`
-    /// however many keys a commit interval brings. (The embedded log commits every
+    /// Whether the task's aggregate holds back more changed entries (keys, or windows) than it
+    /// may (see [`crate::runtime::ops::changed_entries_max`]): on Kafka, where commits come by
+    /// time, it then commits early (where Kafka Streams evicts from a full cache and sends), so
+    /// that the entries, and the results and changelog records their flush makes, stay bounded
+    /// however many records a commit interval brings. (The embedded log commits every
     /// `commit.records` records.)
     pub(crate) fn cache_full(&self) -> bool {
-        self.task.held() > self.cache_entries()
+        self.task.held() > self.changed_max()
     }
 
-    fn cache_entries(&self) -> usize {
+    fn changed_max(&self) -> usize {
         use crate::runtime::op::StoreRead;
-        crate::runtime::ops::record_cache_entries(self.trees.cache_share())
+        crate::runtime::ops::changed_entries_max(self.trees.cache_share())
     }
 
     /// Process up to `max` records in timestamp order across the inputs (side inputs first on
@@ -670,7 +670,7 @@ impl<F: Feed> TaskRun<F> {
         let registry_keys = spec.registry_keys();
         let roles = spec.input_roles();
         self.drained = false;
-        let most = if until_full { self.cache_entries() } else { usize::MAX };
+        let most = if until_full { self.changed_max() } else { usize::MAX };
         'records: while n < budget && (most == usize::MAX || self.task.held() <= most) {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
                 // Redelivery: everything read since the last commit will be read again.
