@@ -214,7 +214,8 @@ type Result<T> = std::result::Result<T, BrokerError>;
 /// Records read (partition, record), and the end offset each partition read was read to.
 pub type Read = (Vec<(u32, Stored)>, Vec<(u32, i64)>);
 
-const TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a call to the cluster may take.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a command waits for a cluster to answer at all.
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -663,10 +663,15 @@ impl Task {
         Ok(())
     }
 
-    /// How many changed entries its operators hold back until the next flush (a table
-    /// aggregate's dirty record cache entries).
+    /// How many changed entries its operators hold back until the next flush (an aggregate's
+    /// changed keys or windows).
     pub(crate) fn held(&self) -> usize {
         self.chain.iter().map(|o| o.held()).sum::<usize>()
+    }
+
+    /// The most changed entries one record can make in the task's operators.
+    pub(crate) fn changes_per_record(&self) -> usize {
+        self.chain.iter().map(|o| o.changes_per_record()).sum::<usize>()
     }
 
     /// Flush the operators, in chain order: first stream time advances for each (an

@@ -9,7 +9,7 @@
 //!   per partition, end-of-partition events on), restored from its changelogs first: from the
 //!   local checkpoint when local state is consistent with the changelog, else from the start.
 //! - **Commit**, every `commit.interval_ms`, and sooner once a task holds back more changed
-//!   entries than its record cache keeps (`TaskRun::cache_full`), or `--drain` finds a task at
+//!   entries than it may (`TaskRun::cache_full`), or `--drain` finds a task at
 //!   the end of its inputs with work to commit: each task's record cache is flushed, outputs and
 //!   changelog records are produced, and once the broker has acknowledged them the main
 //!   partition's offset is committed with every task's commit record (input positions, stream
@@ -19,41 +19,46 @@
 //! - **Revocation** commits, writes local state and closes the revoked partitions' tasks; their
 //!   state stays on disk, so getting a task back restores only the changelog tail.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer as _};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 
 use crate::config::Guarantee;
-use crate::control::{self, ControlRecord, Stage};
+use crate::control::Stage;
 use crate::hir;
-use crate::kafka::{
-    client, close_quickly, io, is_fatal, stored, Batches, BrokerError, Deliveries, Fetched, Kafka, Reader,
-};
+use crate::kafka::{client, close_quickly, io, is_fatal, Batches, BrokerError, Fetched, Kafka, Reader, TIMEOUT};
 use crate::plan::physical::{Decode, TaskSpec};
 use crate::plan::Topology;
-use crate::record::{Append, Pos, Record, Start, Stored};
+use crate::record::{Append, Pos, Record};
 use crate::runtime::backend::{tasks_on, Backend, Extent, Membership};
 use crate::runtime::error::RunError;
-use crate::runtime::hub::{ControlLog, Hub};
+use crate::runtime::hub::Hub;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
-use crate::runtime::run::commit::{self, How, Share};
+use crate::runtime::run::commit::{self, How};
 use crate::runtime::run::open::{self, Applied};
 use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
 use crate::runtime::topics::{self, SizeLimits, TimestampLimits, TopicConfigs, TopicError, TopicKind};
 
+mod control_topic;
+mod feed;
 mod peers;
+mod producer;
 mod standby;
+mod txn;
+
+use control_topic::{poll_control, read_control};
+use feed::{feed_for, reader_config, KafkaFeed};
+use producer::Producer;
+use txn::TxnCommit;
 
 type Result<T> = std::result::Result<T, RunError>;
 
@@ -75,7 +80,6 @@ fn state_error(message: String) -> RunError {
     BrokerError::State(message).into()
 }
 
-const TIMEOUT: Duration = Duration::from_secs(30);
 /// Records a task processes before the loop turns to the next task.
 const STEP: u64 = 5_000;
 /// How long a restore waits at an open transaction before it fails (longer than the default
@@ -474,115 +478,6 @@ impl Membership for BaseConsumer<GroupCtx> {
 
 fn parts_of(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
     tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition() as u32)).collect()
-}
-
-/// The producer of an instance and what its delivery reports said.
-struct Producer {
-    inner: BaseProducer<Deliveries>,
-    eos: bool,
-    config: ClientConfig,
-}
-
-/// The producer's defaults, each overridden by a `kafka.<property>` setting: a short linger
-/// (100 ms, Kafka Streams' default, cost as much CPU here and added latency), and room for a
-/// commit interval's records.
-const PRODUCER_DEFAULTS: &[(&str, &str)] = &[("linger.ms", "5"), ("queue.buffering.max.messages", "1000000")];
-
-impl Producer {
-    fn create(k: &Kafka, opts: &RunOptions, instance: &str, eos: bool) -> Result<Producer> {
-        let mut config = k.config();
-        config.set("enable.idempotence", "true");
-        // Defaults that a `kafka.<property>` setting overrides.
-        for (key, value) in PRODUCER_DEFAULTS {
-            if !opts.config.kafka.contains_key(*key) {
-                config.set(*key, *value);
-            }
-        }
-        if eos {
-            config.set("transactional.id", format!("{}-{instance}", opts.app));
-            if !opts.config.kafka.contains_key("transaction.timeout.ms") {
-                config.set("transaction.timeout.ms", "60000");
-            }
-        }
-        let mut p = Producer {
-            inner: config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?,
-            eos,
-            config,
-        };
-        p.init()?;
-        Ok(p)
-    }
-
-    fn init(&mut self) -> Result<()> {
-        if self.eos {
-            // Fences any earlier producer with this transactional.id (a killed predecessor).
-            self.inner.init_transactions(TIMEOUT).map_err(client("cannot initialize transactions"))?;
-        }
-        Ok(())
-    }
-
-    /// After a fatal error (fenced, …): a new producer with the same transactional.id.
-    fn recreate(&mut self) -> Result<()> {
-        self.inner = self.config.create_with_context(Deliveries::default()).map_err(client("Kafka producer"))?;
-        self.init()
-    }
-
-    fn send(&self, topic: &str, partition: u32, r: &Record) -> Result<()> {
-        let headers = r.headers.iter().map(|(n, v)| (n.as_str(), v.as_slice()));
-        self.send_parts(topic, partition, r.key.as_deref(), r.value.as_deref(), r.timestamp, headers)
-    }
-
-    /// Send one record made of borrowed parts (no copy of a changelog key or value).
-    fn send_parts<'h>(
-        &self,
-        topic: &str,
-        partition: u32,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        timestamp: i64,
-        headers: impl ExactSizeIterator<Item = (&'h str, &'h [u8])>,
-    ) -> Result<()> {
-        let mut rec: BaseRecord<'_, [u8], [u8]> =
-            BaseRecord::to(topic).partition(partition as i32).timestamp(timestamp);
-        if headers.len() > 0 {
-            let mut h = OwnedHeaders::new_with_capacity(headers.len());
-            for (k, v) in headers {
-                h = h.insert(Header { key: k, value: Some(v) });
-            }
-            rec = rec.headers(h);
-        }
-        if let Some(k) = key {
-            rec = rec.key(k);
-        }
-        if let Some(v) = value {
-            rec = rec.payload(v);
-        }
-        loop {
-            match self.inner.send(rec) {
-                Ok(()) => return Ok(()),
-                // The queue is full: serve delivery reports, then send the record it gave back.
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    self.inner.poll(Duration::from_millis(10));
-                    rec = back;
-                }
-                Err((e, _)) => return Err(client(format!("cannot produce to `{topic}`"))(e).into()),
-            }
-        }
-    }
-
-    /// Wait until every record sent is acknowledged; the first delivery failure is an error.
-    fn flush(&self) -> Result<()> {
-        crate::kafka::flush(&self.inner, TIMEOUT).map_err(client("cannot deliver the commit's records"))?;
-        match self.inner.context().first.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(e) => Err(state_error(e)),
-            None => Ok(()),
-        }
-    }
-
-    /// The offset after the last record delivered to each partition of `topic` since the last call.
-    fn take_delivered(&self, topic: &str) -> FxHashMap<i32, i64> {
-        self.inner.context().last.lock().unwrap_or_else(|p| p.into_inner()).remove(topic).unwrap_or_default()
-    }
 }
 
 /// A task on Kafka.
@@ -1119,263 +1014,9 @@ impl Engine {
     }
 }
 
-/// The partition count of a topic written to, read once.
-fn partition_count(kafka: &Kafka, partitions: &mut BTreeMap<String, u32>, topic: &str) -> Result<u32> {
-    if let Some(n) = partitions.get(topic) {
-        return Ok(*n);
-    }
-    let n = kafka
-        .partitions(topic)?
-        .ok_or_else(|| state_error(format!("output topic `{topic}` does not exist on {}", kafka.servers())))?;
-    partitions.insert(topic.to_string(), n);
-    Ok(n)
-}
-
-/// A main partition's offset metadata: its tasks' commit records by task name.
-type CommitRecords = serde_json::Map<String, serde_json::Value>;
-
-/// Kafka's commit step: the changelog records and outputs produced, and once the broker has
-/// acknowledged them, each main partition's offset committed with its tasks' commit records
-/// (and the changelog ends they reach) as the offset's metadata. Under `exactly_once` all of
-/// it is one transaction.
-struct TxnCommit<'a> {
-    producer: &'a Producer,
-    kafka: &'a Kafka,
-    partitions: &'a mut BTreeMap<String, u32>,
-    consumer: &'a BaseConsumer<GroupCtx>,
-    eos: bool,
-    /// Records of the instance's own (metrics), produced with the commit: (topic, record) to
-    /// partition 0.
-    extra: Vec<(String, Record)>,
-}
-
-impl commit::Commit for TxnCommit<'_> {
-    fn commit(&mut self, shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
-        self.commit_all(shares)
-    }
-
-    fn ends_now(&self, _spec: &TaskSpec, _p: u32, known: &[Pos]) -> Result<Vec<Pos>> {
-        Ok(known.to_vec())
-    }
-}
-
-impl TxnCommit<'_> {
-    fn commit_all(&mut self, shares: Vec<Share<'_>>) -> Result<Vec<Vec<Pos>>> {
-        let producer = self.producer;
-        if self.eos {
-            producer.inner.begin_transaction().map_err(client("cannot begin a transaction"))?;
-        }
-        for s in &shares {
-            for (changelog, ch) in s.changelog() {
-                producer.send_parts(
-                    changelog,
-                    s.partition,
-                    Some(&ch.key),
-                    ch.value.as_deref(),
-                    ch.timestamp,
-                    std::iter::empty(),
-                )?;
-            }
-        }
-        for s in &shares {
-            for o in s.outputs.iter() {
-                let n = partition_count(self.kafka, self.partitions, o.topic())?;
-                producer.send_parts(o.topic(), o.partition_in(n), o.key(), o.value(), o.timestamp(), o.headers())?;
-            }
-        }
-        for (topic, r) in std::mem::take(&mut self.extra) {
-            producer.send(&topic, 0, &r)?;
-        }
-        producer.flush()?;
-        // Where each changelog ends once this commit is in.
-        let mut delivered: BTreeMap<&str, FxHashMap<i32, i64>> = BTreeMap::new();
-        let ends: Vec<Vec<Pos>> = shares
-            .iter()
-            .map(|s| {
-                s.spec
-                    .stores
-                    .iter()
-                    .zip(s.ends)
-                    .map(|(st, end)| {
-                        let d = delivered
-                            .entry(st.changelog.as_str())
-                            .or_insert_with(|| producer.take_delivered(&st.changelog));
-                        let offset = d.get(&(s.partition as i32)).map_or(end.offset, |o| end.offset.max(*o as u64 + 1));
-                        Pos::at(offset)
-                    })
-                    .collect()
-            })
-            .collect();
-        // Per main partition: the lowest position of its tasks, with their commit records.
-        let mut units: BTreeMap<(&str, u32), (Option<u64>, CommitRecords)> = BTreeMap::new();
-        for (s, ends) in shares.into_iter().zip(&ends) {
-            let key = format!("{}/{}", s.spec.main.topic, s.partition);
-            let unit = units.entry((s.spec.main.topic.as_str(), s.partition)).or_default();
-            if let Some(pos) = s.positions.get(&key) {
-                unit.0 = Some(unit.0.map_or(pos.offset, |o| o.min(pos.offset)));
-            }
-            let mut meta = s.meta;
-            let changelogs: serde_json::Map<String, serde_json::Value> =
-                s.spec.stores.iter().zip(ends).map(|(st, e)| (st.name.clone(), serde_json::json!(e.offset))).collect();
-            meta["changelogs"] = serde_json::Value::Object(changelogs);
-            unit.1.insert(s.spec.name.clone(), meta);
-        }
-        let mut tpl = TopicPartitionList::new();
-        for ((topic, p), (offset, meta)) in units {
-            tpl.add_partition_offset(topic, p as i32, Offset::Offset(offset.unwrap_or(0) as i64))?;
-            if let Some(mut el) = tpl.find_partition(topic, p as i32) {
-                el.set_metadata(serde_json::Value::Object(meta).to_string());
-            }
-        }
-        if self.eos {
-            if tpl.count() > 0 {
-                let gm = self
-                    .consumer
-                    .group_metadata()
-                    .ok_or_else(|| state_error("the consumer has no group metadata".to_string()))?;
-                producer
-                    .inner
-                    .send_offsets_to_transaction(&tpl, &gm, TIMEOUT)
-                    .map_err(client("cannot add the offsets to the transaction"))?;
-            }
-            producer.inner.commit_transaction(TIMEOUT).map_err(client("cannot commit the transaction"))?;
-        } else if tpl.count() > 0 {
-            let mut tries = 0;
-            while let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
-                tries += 1;
-                let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
-                if !retriable || tries >= 5 {
-                    return Err(client("cannot commit offsets")(e).into());
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
-        Ok(ends)
-    }
-}
-
 /// Write a task's committed changes to sled with the changelog checkpoints.
 fn write_local(t: &mut KTask) -> Result<()> {
     t.write_local()
-}
-
-/// The readers of a task's inputs from its positions: one consumer per input, so that an
-/// end-of-partition event names its input.
-fn feed_for(
-    kafka: &Kafka,
-    opts: &RunOptions,
-    startup: &BTreeMap<(String, u32), u64>,
-    spec: &TaskSpec,
-    p: u32,
-    positions: &BTreeMap<String, Pos>,
-) -> Result<KafkaFeed> {
-    let mut topics = vec![spec.main.topic.clone()];
-    topics.extend(spec.side_topics());
-    let mut readers = Vec::new();
-    let mut next = Vec::new();
-    let mut stop_at = Vec::new();
-    for t in &topics {
-        let pos = positions.get(&format!("{t}/{p}")).map_or(0, |x| x.offset);
-        let reader = reader(kafka, opts)?;
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(t, p as i32, Offset::Offset(pos as i64))?;
-        reader.assign(&tpl).map_err(client(format!("cannot read `{t}` partition {p}")))?;
-        readers.push(reader);
-        next.push(pos);
-        stop_at.push(if opts.drain { startup.get(&(t.clone(), p)).copied() } else { None });
-    }
-    let n = topics.len();
-    Ok(KafkaFeed {
-        topics,
-        partition: p as i32,
-        readers,
-        bufs: (0..n).map(|_| VecDeque::new()).collect(),
-        eof: vec![false; n],
-        next,
-        stop_at,
-    })
-}
-
-/// The control topic on Kafka: its reader (a consumer assigned to its one partition), and the
-/// status topic written with a plain produce.
-struct KafkaControl<'a> {
-    kafka: &'a Kafka,
-    reader: &'a BaseConsumer,
-    app: &'a str,
-}
-
-impl ControlLog for KafkaControl<'_> {
-    fn read(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
-        self.read_records(next, to_end)
-    }
-
-    fn write_statuses(&mut self, records: Vec<Record>, _next: u64) -> Result<()> {
-        let records: Vec<(u32, Record)> = records.into_iter().map(|r| (0, r)).collect();
-        // (A status written twice reads as once: statuses are keyed by their control offset.)
-        self.kafka.produce_plain(&control::status_topic(self.app), &records)?;
-        Ok(())
-    }
-}
-
-impl KafkaControl<'_> {
-    /// [`ControlLog::read`], with the Kafka backend's errors as text.
-    fn read_records(&mut self, next: u64, to_end: bool) -> Result<Vec<ControlRecord>> {
-        let mut records = Vec::new();
-        let started = Instant::now();
-        let topic = control::control_topic(self.app);
-        let reader = self.reader;
-        // With `to_end`: up to the end offset as of now (past any transaction marker).
-        let end = if to_end { self.kafka.watermarks(&topic, 0)?.1.max(0) as u64 } else { 0 };
-        let position = |r: &BaseConsumer| {
-            r.position()
-                .ok()
-                .and_then(|tpl| tpl.find_partition(&topic, 0).map(|e| e.offset()))
-                .and_then(|o| if let Offset::Offset(o) = o { Some(o.max(0) as u64) } else { None })
-                .unwrap_or(0)
-        };
-        loop {
-            if to_end {
-                let got = records.last().map_or(next, |r: &ControlRecord| r.offset + 1);
-                if got >= end || position(reader) >= end {
-                    break;
-                }
-            }
-            match reader.poll(if to_end { Duration::from_millis(100) } else { Duration::ZERO }) {
-                Some(Ok(m)) => {
-                    let s = stored(&m);
-                    records.push(ControlRecord {
-                        offset: s.offset,
-                        timestamp: s.record.timestamp,
-                        headers: s.record.headers,
-                        value: s.record.value,
-                    });
-                }
-                Some(Err(KafkaError::PartitionEOF(_))) => break,
-                Some(Err(e)) if is_fatal(&e) => return Err(client("cannot read the control topic")(e).into()),
-                Some(Err(e)) => {
-                    // Transient (a broker connection dropped): librdkafka reconnects by itself.
-                    eprintln!("reading `{topic}`: {e}");
-                    if !to_end {
-                        break;
-                    }
-                }
-                None if !to_end => break,
-                None if started.elapsed() > TIMEOUT => {
-                    // An open transaction holds the rest: what is readable is evaluated.
-                    eprintln!("`{topic}` could not be read to its end offset {end} within {TIMEOUT:?}; going on with what is readable");
-                    break;
-                }
-                None => {}
-            }
-        }
-        Ok(records)
-    }
-}
-
-/// Read the control records that arrived into the hub (with `to_end`, until the end of the
-/// topic) and write their statuses. True if the program or a table changed.
-fn poll_control(kafka: &Kafka, reader: &BaseConsumer, hub: &mut Hub, app: &str, to_end: bool) -> Result<bool> {
-    hub.poll(&mut KafkaControl { kafka, reader, app }, to_end)
 }
 
 /// The instance's loop, once it has subscribed: poll the group consumer (rebalances run in its
@@ -1475,32 +1116,6 @@ fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool
     }
 }
 
-/// The application's control log read in full (its control and status topics made if missing),
-/// and the reader that follows it: tasks start with the program as of its end.
-fn read_control(kafka: &Kafka, program: &hir::Program, opts: &RunOptions) -> Result<(Hub, Reader)> {
-    let mut hub = Hub::new(program, opts)?;
-    let control_topic = control::control_topic(&opts.app);
-    let status_topic = control::status_topic(&opts.app);
-    for t in [&control_topic, &status_topic] {
-        kafka.ensure_topic_with(t, 1, &control::topic_configs(t))?;
-    }
-    hub.written = kafka
-        .read_to_ends(&status_topic, &Start::Beginning)?
-        .0
-        .iter()
-        .filter_map(|(_, s)| std::str::from_utf8(s.record.key.as_deref()?).ok()?.parse::<u64>().ok())
-        .map(|o| o + 1)
-        .max()
-        .unwrap_or(0);
-    let control_reader = reader(kafka, opts)?;
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&control_topic, 0, Offset::Beginning)?;
-    control_reader.assign(&tpl).map_err(client(format!("cannot read `{control_topic}`")))?;
-    poll_control(kafka, &control_reader, &mut hub, &opts.app, true)?;
-    hub.verbose = true;
-    Ok((hub, control_reader))
-}
-
 /// The start-up end of every partition of every external input: `--drain` stops there.
 fn startup_ends(kafka: &Kafka, external: &BTreeSet<String>) -> Result<BTreeMap<(String, u32), u64>> {
     let mut startup = BTreeMap::new();
@@ -1511,134 +1126,6 @@ fn startup_ends(kafka: &Kafka, external: &BTreeSet<String>) -> Result<BTreeMap<(
         }
     }
     Ok(startup)
-}
-
-/// A reader (see [`reader_config`]).
-/// A reader of a task's input or of the control topic: its prefetch bounded (see
-/// [`FEED_PREFETCH`]).
-fn reader(k: &Kafka, opts: &RunOptions) -> Result<Reader> {
-    let mut c = reader_config(k, opts);
-    for (key, value) in FEED_PREFETCH {
-        if c.get(key).is_none() {
-            c.set(*key, *value);
-        }
-    }
-    Ok(Reader(c.create().map_err(client("Kafka consumer"))?))
-}
-
-/// How much a task's input reader fetches ahead, unless a `kafka.<property>` setting says
-/// otherwise. librdkafka's defaults (100,000 messages or 64 MB per partition) held the whole
-/// input of a 300,000-trade stats run in its queue, about 35 MB of a 123 MB peak; with these,
-/// 88 MB at the same speed. (Changelog reads for a restore keep the defaults: they read ahead as
-/// fast as they can.)
-const FEED_PREFETCH: &[(&str, &str)] = &[("queued.min.messages", "10000"), ("queued.max.messages.kbytes", "4096")];
-
-fn reader_config(k: &Kafka, opts: &RunOptions) -> ClientConfig {
-    let mut c = k.config();
-    c.set("group.id", format!("{}.reader", opts.app))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
-    // librdkafka stops fetching a partition once its local queue holds `queued.min.messages`
-    // (100,000) and then waits `fetch.queue.backoff.ms`, a second by default, before it fetches
-    // again: a reader that drains its queue fast (a restore, a task catching up) waited a second
-    // per 100,000 records. (A setting of the user's own wins.)
-    if c.get("fetch.queue.backoff.ms").is_none() {
-        c.set("fetch.queue.backoff.ms", "10");
-    }
-    c
-}
-
-/// A task's inputs on Kafka: one reader (a consumer assigned to the one partition) per input,
-/// with the records fetched so far. An input with no record fetched is at its end only once its
-/// reader said so.
-struct KafkaFeed {
-    topics: Vec<String>,
-    partition: i32,
-    readers: Vec<Reader>,
-    bufs: Vec<VecDeque<Stored>>,
-    eof: Vec<bool>,
-    /// The offset after the last record fetched.
-    next: Vec<u64>,
-    /// `--drain`: external inputs end at their start-up end.
-    stop_at: Vec<Option<u64>>,
-}
-
-impl KafkaFeed {
-    fn fill(&mut self, i: usize) -> Result<()> {
-        for _ in 0..1_000 {
-            match self.readers[i].poll(Duration::ZERO) {
-                None => break,
-                Some(Ok(m)) => {
-                    self.eof[i] = false;
-                    let offset = m.offset() as u64;
-                    if self.stop_at[i].is_some_and(|s| offset >= s) {
-                        // After the start-up end (`--drain`): left for the next run.
-                        continue;
-                    }
-                    self.next[i] = offset + 1;
-                    self.bufs[i].push_back(stored(&m));
-                }
-                Some(Err(KafkaError::PartitionEOF(_))) => {
-                    self.eof[i] = true;
-                    // The position may be past transaction markers after the last record.
-                    if let Ok(pos) = self.readers[i].position() {
-                        if let Some(Offset::Offset(o)) =
-                            pos.find_partition(&self.topics[i], self.partition).map(|e| e.offset())
-                        {
-                            let o = self.stop_at[i].map_or(o.max(0) as u64, |s| s.min(o.max(0) as u64));
-                            self.next[i] = self.next[i].max(o);
-                        }
-                    }
-                    break;
-                }
-                Some(Err(e)) if is_fatal(&e) => {
-                    return Err(client(format!("cannot read `{}`", self.topics[i]))(e).into())
-                }
-                Some(Err(e)) => {
-                    // Transient (a broker connection dropped): read on at the next step.
-                    eprintln!("reading `{}`: {e}", self.topics[i]);
-                    break;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Feed for KafkaFeed {
-    fn peek(&mut self, i: usize) -> Result<Next> {
-        if self.bufs[i].is_empty() {
-            self.fill(i)?;
-        }
-        if let Some(s) = self.bufs[i].front() {
-            return Ok(Next::Record(s.record.timestamp));
-        }
-        if self.eof[i] || self.stop_at[i].is_some_and(|s| self.next[i] >= s) {
-            Ok(Next::End)
-        } else {
-            Ok(Next::Unknown)
-        }
-    }
-
-    fn take(&mut self, i: usize) -> Option<Stored> {
-        self.bufs[i].pop_front()
-    }
-    fn peeked(&self, i: usize) -> Option<&Stored> {
-        self.bufs[i].front()
-    }
-    fn lags(&self) -> Vec<(String, u64)> {
-        // (The end offsets librdkafka last fetched with records: no request to the broker.)
-        (0..self.topics.len())
-            .map(|i| {
-                let at = self.bufs[i].front().map_or(self.next[i], |s| s.offset);
-                let high = crate::kafka::cached_high_watermark(&self.readers[i], &self.topics[i], self.partition);
-                (format!("{}/{}", self.topics[i], self.partition), (high.unwrap_or(0).max(0) as u64).saturating_sub(at))
-            })
-            .collect()
-    }
 }
 
 /// Changelog records handed to the core at once while reading.

@@ -462,6 +462,16 @@ impl Operator for Aggregate {
         self.cache.dirty.len()
     }
 
+    fn changes_per_record(&self) -> usize {
+        match self.spec.window.map(|w| w.kind) {
+            Some(crate::ast::WindowKind::Hopping { size, advance }) => {
+                let advance = advance.0.max(1);
+                usize::try_from(size.0.saturating_add(advance - 1) / advance).unwrap_or(usize::MAX)
+            }
+            _ => 1,
+        }
+    }
+
     fn settle(&mut self, ok: bool) {
         self.cache.settle(ok);
     }
@@ -552,6 +562,53 @@ fn result(agg: &AggSpec, e: &AggEntry, tenant: Option<Tenant>) -> Emitted {
 mod tests {
     use crate::runtime::ops::testing::{row, Harness};
     use crate::value::Value;
+
+    /// The changed entries an aggregate holds back count each changed window (a hopping
+    /// window's record changes several), are let go of by a flush, and one record's most is
+    /// its windows per record.
+    #[test]
+    fn changed_windows_are_held_until_a_flush_and_a_hopping_record_changes_its_hops() {
+        let program = |window: &str| {
+            format!(
+                r#"
+stream trades from "trades" {{
+  key    ticker
+  value  json {{ ticker: string, size: int }}
+}}
+query per_ticker {{
+  from trades
+  group by ticker
+  window {window}
+  aggregate {{ n = count() }}
+  emit changes
+  to "counts"
+}}
+"#
+            )
+        };
+        let mut h = Harness::new(&program("hopping 5s advance 1s"), 0);
+        let mut chain = h.chain();
+        let at = h.spec.ops.len() - 1;
+        let agg = chain[at].as_mut();
+        assert_eq!(agg.changes_per_record(), 5);
+        let trade = |t: &str| row(Value::str(t), vec![Value::str(t), Value::Int(1)]);
+        h.send(agg, trade("A"), 10_000).unwrap();
+        assert_eq!(agg.held(), 5, "one record in five hopping windows");
+        h.send(agg, trade("A"), 10_500).unwrap();
+        assert_eq!(agg.held(), 5, "the same five windows, changed again");
+        h.send(agg, trade("B"), 10_500).unwrap();
+        assert_eq!(agg.held(), 10);
+        h.flush(agg);
+        assert_eq!(agg.held(), 0, "a flush lets them all go");
+        let h = Harness::new(&program("hopping 1d advance 1s"), 0);
+        let mut chain = h.chain();
+        let at = h.spec.ops.len() - 1;
+        assert_eq!(chain[at].as_mut().changes_per_record(), 86_400);
+        let h = Harness::new(&program("tumbling 10s"), 0);
+        let mut chain = h.chain();
+        let at = h.spec.ops.len() - 1;
+        assert_eq!(chain[at].as_mut().changes_per_record(), 1);
+    }
 
     /// Rows are folded into their group's window as they come; a flush (a commit) sends one
     /// result per window changed since the last, with the window's fields, and writes the state

@@ -157,8 +157,14 @@ pub(crate) trait Operator: Stateful + Send {
     fn flush(&mut self, _cx: &mut Ctx, _down: &mut Down) {}
 
     /// How many changed entries it holds back until its next flush that a commit would let go
-    /// of (a table aggregate's dirty record cache entries).
+    /// of (an aggregate's changed keys or windows).
     fn held(&self) -> usize {
+        0
+    }
+
+    /// The most changed entries one record can make here (a hopping window's windows per
+    /// record), so that a commit is never asked for before a few records' worth.
+    fn changes_per_record(&self) -> usize {
         0
     }
 

@@ -234,6 +234,10 @@ pub(crate) fn check_tenant_layout(spec: &TaskSpec, meta: &serde_json::Value) -> 
     Ok(())
 }
 
+/// The records whose changes a task may always hold back before it commits on Kafka (see
+/// [`TaskRun::cache_full`]).
+const CHANGES_FLOOR_RECORDS: usize = 64;
+
 /// What a driver reads of a task and tells it between steps; everything else about the task is
 /// its own.
 impl<F: Feed> TaskRun<F> {
@@ -637,9 +641,12 @@ impl<F: Feed> TaskRun<F> {
         self.task.held() > self.changed_max()
     }
 
+    /// At least [`CHANGES_FLOOR_RECORDS`] records' worth of changes (a day-long window hopping
+    /// by the second changes 86,400 windows a record): never a commit per record.
     fn changed_max(&self) -> usize {
         use crate::runtime::op::StoreRead;
-        crate::runtime::ops::changed_entries_max(self.trees.cache_share())
+        let floor = self.task.changes_per_record().saturating_mul(CHANGES_FLOOR_RECORDS);
+        crate::runtime::ops::changed_entries_max(self.trees.cache_share()).max(floor)
     }
 
     /// Process up to `max` records in timestamp order across the inputs (side inputs first on
