@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Embedded end-to-end benchmark: examples/stats.stream over N generated trades already loaded in
 the embedded log, one processing thread. Prints one table: events/s, CPU seconds, peak RSS and
-state size on disk. Usage: bench/embedded.py [--count N] [--tickers K] [--rate R] [--threads T]"""
+state size on disk. With --partitions P the input topic has P partitions (one task each), spread
+over --threads T worker threads. Usage: bench/embedded.py [--count N] [--tickers K] [--rate R]
+[--threads T] [--partitions P]"""
 import argparse, os, re, shutil, subprocess, sys, tempfile, time
 
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -9,6 +11,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--count", type=int, default=10_000_000)
 ap.add_argument("--tickers", type=int, default=1000)
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--partitions", type=int, default=1, help="partitions of the input topic (one task each)")
 ap.add_argument("--rate", type=int, default=1000, help="trades per second of event time (streamc gen trades --rate)")
 ap.add_argument("--keep", action="store_true", help="keep the state directory")
 a = ap.parse_args()
@@ -32,7 +35,7 @@ def du(path):
 with open(data, "wb") as f:
     subprocess.run([exe, "gen", "trades", "--count", str(a.count), "--tickers", str(a.tickers), "--seed", "1", "--rate", str(a.rate)], stdout=f, check=True)
 t0 = time.time()
-subprocess.run([exe, "--state-dir", state, "produce", "stocks", data, "--program", os.path.join(root, "examples/stats.stream")], check=True, stderr=subprocess.DEVNULL)
+subprocess.run([exe, "--state-dir", state, "produce", "stocks", data, "--program", os.path.join(root, "examples/stats.stream"), "--partitions", str(a.partitions)], check=True, stderr=subprocess.DEVNULL)
 load_s = time.time() - t0
 log_bytes = du(os.path.join(state, "log"))
 
@@ -50,7 +53,7 @@ state_bytes = du(os.path.join(state, "apps"))
 
 rows = [
     ("trades", f"{a.count:,} ({a.tickers:,} tickers, {a.rate:,} per second of event time)"),
-    ("threads", str(a.threads)),
+    ("threads, partitions", f"{a.threads}, {a.partitions}"),
     ("load into embedded log", f"{load_s:.1f} s ({a.count / load_s:,.0f} records/s), {log_bytes / 1e6:,.0f} MB"),
     ("run wall time", f"{wall:.2f} s"),
     ("events/s (wall)", f"{records / wall:,.0f}"),
