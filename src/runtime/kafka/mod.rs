@@ -766,7 +766,6 @@ impl Engine {
         let mut recs = Vec::new();
         for tasks in self.units.values() {
             for r in tasks {
-                let c = r.counters();
                 let summary = r.summary();
                 let mut lag = serde_json::Map::new();
                 let p = r.partition();
@@ -781,9 +780,9 @@ impl Engine {
                     "task": format!("{}_{}", r.spec().sub, r.partition()),
                     "timestamp": now,
                     "records_in": r.records_read(),
-                    "records_out": c.records_out,
-                    "late": c.late,
-                    "dead_letters": c.dead_letters,
+                    "records_out": summary.records_out,
+                    "late": summary.late,
+                    "dead_letters": summary.dead_letters,
                     "skipped": summary.skipped,
                     "commits": summary.commits,
                     "restored": summary.restored,

@@ -463,13 +463,7 @@ impl Operator for Aggregate {
     }
 
     fn changes_per_record(&self) -> usize {
-        match self.spec.window.map(|w| w.kind) {
-            Some(crate::ast::WindowKind::Hopping { size, advance }) => {
-                let advance = advance.0.max(1);
-                usize::try_from(size.0.saturating_add(advance - 1) / advance).unwrap_or(usize::MAX)
-            }
-            _ => 1,
-        }
+        self.windowing.windows_per_record()
     }
 
     fn settle(&mut self, ok: bool) {
@@ -604,6 +598,10 @@ query per_ticker {{
         let mut chain = h.chain();
         let at = h.spec.ops.len() - 1;
         assert_eq!(chain[at].as_mut().changes_per_record(), 86_400);
+        let h = Harness::new(&program(r#"hopping 7d advance 1d tz "America/New_York""#), 0);
+        let mut chain = h.chain();
+        let at = h.spec.ops.len() - 1;
+        assert_eq!(chain[at].as_mut().changes_per_record(), 7, "days in a time zone");
         let h = Harness::new(&program("tumbling 10s"), 0);
         let mut chain = h.chain();
         let at = h.spec.ops.len() - 1;

@@ -297,10 +297,6 @@ impl<F: Feed> TaskRun<F> {
         self.read
     }
 
-    pub(crate) fn counters(&self) -> &task::Counters {
-        &self.task.counters
-    }
-
     /// Set by the driver before a step: the control records the process has read and the
     /// latest stage's offset ([`TaskRun::control_seen`]).
     pub(crate) fn set_control_seen(&mut self, seen: (u64, u64)) {

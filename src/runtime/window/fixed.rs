@@ -25,7 +25,17 @@ impl Fixed {
     }
 }
 
+/// Windows of `size` starting every `advance` that one instant falls in.
+fn overlapping(size: i64, advance: i64) -> usize {
+    let advance = advance.max(1);
+    usize::try_from(size.saturating_add(advance - 1) / advance).unwrap_or(usize::MAX)
+}
+
 impl Windowing for Fixed {
+    fn windows_per_record(&self) -> usize {
+        overlapping(self.size, self.advance)
+    }
+
     fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
         let (size, advance) = (self.size, self.advance);
         let close = cx.stream_time.saturating_sub(self.grace.0);
@@ -118,6 +128,10 @@ impl Zoned {
 const EPOCH: jiff::civil::Date = jiff::civil::date(1970, 1, 1);
 
 impl Windowing for Zoned {
+    fn windows_per_record(&self) -> usize {
+        overlapping(self.size_days, self.advance_days)
+    }
+
     fn add(&mut self, cx: &mut Cx, group: &[Value], kb: &[u8], ts: i64, args: &AggArgs) -> Result<(), RecordError> {
         let (size, advance) = (self.size_days, self.advance_days);
         let day = if self.today.1 <= ts && ts < self.today.2 {

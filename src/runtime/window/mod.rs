@@ -158,6 +158,11 @@ pub(crate) trait Windowing: Send {
     /// Before a flush, stream time having advanced: drop what no window can need any more.
     fn advance(&mut self, _cx: &mut Cx) {}
 
+    /// The most windows one record is added to (a hopping window's size over its advance).
+    fn windows_per_record(&self) -> usize {
+        1
+    }
+
     /// Stream time closed the window stored at `sk`.
     fn closed(&mut self, _sk: &[u8]) {}
 
