@@ -110,35 +110,46 @@ pub(crate) fn restore_start(tree: &PagedTree, end: u64, deletions_from: u64) -> 
 }
 
 /// Applies changelog records to a store, in memory: records are coalesced by key (as commits
-/// are, by `Pending`), so that a window put and later deleted by a tombstone never reaches sled,
-/// and handed to the task with the checkpoint they reach; the task's commits hand them to the
-/// writer thread behind it ([`crate::runtime::state::Trees::write_behind`]). A restore whose
-/// changes hold more than the task's share of `statestore.cache.max.bytes` hands them to the
-/// writer as it goes, in flights that each carry the checkpoint they reach (so that an
-/// interrupted restore resumes there), reading on while the writer writes on another core, and
-/// waits for the writer when more than a share is in flight.
+/// are, by `Pending`), so that a window put and later deleted by a tombstone never reaches sled.
+/// A restore of many records hands them to the writer thread as it reads, in flights of about a
+/// quarter of the records expected, each with the checkpoint it reaches (so that an interrupted
+/// restore resumes there): sled is written on another core while the changelog is read, rather
+/// than all after it. The flights stay in memory, layers of the store's rows, and go to the
+/// task with the changes read after the last one ([`Restored::flights`]). A restore whose
+/// changes hold more than the task's share of `statestore.cache.max.bytes` waits for the writer
+/// when more than a share is in flight and lets go of what it wrote.
 pub(crate) struct Restorer<'a> {
     tree: &'a PagedTree,
     watch: &'a RestoreWatch,
     bar: ProgressBar,
     pending: Pending,
     /// Handed to the writer, oldest first.
-    flights: VecDeque<Flight>,
-    /// Set by the writer when one of them failed (the later ones are then not written).
-    failed: Arc<AtomicBool>,
+    flights: Flights,
     /// Records applied since the progress bar and metrics last heard.
     unwritten: u64,
     /// Records applied since the board last heard.
     unreported: u64,
     /// Records applied.
     pub(crate) n: u64,
-    /// Restoring from scratch into an empty tree, nothing handed to the writer yet: no key is in
-    /// sled (a deletion of a key put only in memory is dropped, not written).
+    /// Records applied since the last flight, and how many make one.
+    since_flight: u64,
+    flight_records: u64,
+    /// Restoring from scratch into an empty tree.
+    started_empty: bool,
+    /// …and nothing handed to the writer yet: no key is in sled (a deletion of a key put only
+    /// in memory is dropped, not written).
     from_empty: bool,
-    /// Restoring from scratch, with flights handed to the writer: the keys they put, all that
-    /// sled may hold.
+    /// Restoring from scratch, once a flight was let go of: the keys put, all that sled may
+    /// hold besides the rows in memory.
     filter: Option<KeyFilter>,
 }
+
+/// The records a restore reads before it hands a flight to the writer, at least: fewer are
+/// written at the end, in the task's first hand-over (see [`Restorer`]).
+#[cfg(not(test))]
+const FLIGHT_RECORDS: u64 = 100_000;
+#[cfg(test)]
+const FLIGHT_RECORDS: u64 = 100;
 
 impl<'a> Restorer<'a> {
     /// `total`: the records expected (for the progress bar and metrics), if known.
@@ -148,19 +159,23 @@ impl<'a> Restorer<'a> {
             None => ProgressBar::hidden(),
         };
         watch.start(total);
+        // (A checkpoint at the start does not clear the tree: it may hold rows of a flight
+        // cut short by a crash, whose deletions must then be written.)
+        let empty = from == Pos::default() && tree.holds_no_rows();
         Restorer {
             tree,
             watch,
             bar,
             pending: Pending::default(),
-            flights: VecDeque::new(),
-            failed: Arc::default(),
+            flights: Flights::default(),
             unwritten: 0,
             unreported: 0,
             n: 0,
-            // (A checkpoint at the start does not clear the tree: it may hold rows of a flight
-            // cut short by a crash, whose deletions must then be written.)
-            from_empty: from == Pos::default() && tree.holds_no_rows(),
+            since_flight: 0,
+            // About four flights, the last of them handed over by the task.
+            flight_records: (total / 4).max(FLIGHT_RECORDS),
+            started_empty: empty,
+            from_empty: empty,
             filter: None,
         }
     }
@@ -168,6 +183,7 @@ impl<'a> Restorer<'a> {
     /// Apply one changelog record (a record without a key is counted and ignored).
     pub(crate) fn apply(&mut self, key: Option<&[u8]>, value: Option<&[u8]>) {
         self.n += 1;
+        self.since_flight += 1;
         self.unwritten += 1;
         self.unreported += 1;
         let Some(k) = key else { return };
@@ -175,20 +191,19 @@ impl<'a> Restorer<'a> {
     }
 
     /// After each batch read, at changelog position `at`: the board hears of it, and what is
-    /// pending goes to the writer with checkpoint `at` if it holds more than the task's share.
+    /// pending goes to the writer with checkpoint `at` once it holds a flight's records or more
+    /// than the task's share.
     pub(crate) fn write(&mut self, at: &Pos) -> Result<(), RunError> {
         self.watch.read(std::mem::take(&mut self.unreported));
-        if self.pending.bytes_in_flight() > self.watch.share {
+        if self.since_flight > self.flight_records || self.pending.bytes_in_flight() > self.watch.share {
             let changes = std::mem::take(&mut self.pending);
-            if self.from_empty {
-                self.filter = Some(KeyFilter::of([&changes]));
-            } else if let Some(f) = &mut self.filter {
+            if let Some(f) = &mut self.filter {
                 f.add_puts(&changes);
             }
-            self.flights.push_back(Flight::send(self.tree, &self.failed, changes, Some(*at)));
-            self.from_empty = false;
+            self.flights.queue.push_back(Flight::send(self.tree, &self.flights.failed, changes, Some(*at)));
+            (self.from_empty, self.since_flight) = (false, 0);
             // At most about one share in flight besides the one being read into.
-            while self.flights.iter().map(|f| f.changes.bytes_in_flight()).sum::<usize>() > self.watch.share {
+            while self.flights.bytes() > self.watch.share {
                 self.land_oldest()?;
             }
         }
@@ -196,8 +211,14 @@ impl<'a> Restorer<'a> {
         Ok(())
     }
 
+    /// Wait for the oldest flight and let go of its rows (sled holds them): from scratch, the
+    /// keys in memory become the filter of those sled may hold.
     fn land_oldest(&mut self) -> Result<(), RunError> {
-        if let Some(f) = self.flights.pop_front() {
+        if self.started_empty && self.filter.is_none() {
+            let layers = self.flights.queue.iter().map(|f| &*f.changes).chain([&self.pending]);
+            self.filter = Some(KeyFilter::of(layers));
+        }
+        if let Some(f) = self.flights.queue.pop_front() {
             f.wait().map_err(state("cannot restore local state"))?;
         }
         Ok(())
@@ -209,34 +230,58 @@ impl<'a> Restorer<'a> {
     }
 
     /// The restore reached checkpoint `at`: returns the records applied, the changes not
-    /// written to sled yet (if none, sled's checkpoint moves to `at` here), and what they tell
-    /// of the keys sled holds: every one if it was restored from scratch without handing the
-    /// writer any, those of the filter if it handed some, else nothing.
-    pub(crate) fn finish(mut self, at: &Pos) -> Result<(u64, Pending, SledKeys), RunError> {
+    /// handed to the writer (if none and no flight either, sled's checkpoint moves to `at`
+    /// here), the flights still in memory, and what they tell of the keys sled holds: every one
+    /// if it was restored from scratch and nothing was let go of, those of the filter if
+    /// something was, else nothing.
+    pub(crate) fn finish(mut self, at: &Pos) -> Result<(u64, Pending, Flights, SledKeys), RunError> {
         self.advance();
-        while !self.flights.is_empty() {
-            self.land_oldest()?;
-        }
         if self.pending.is_empty() && self.n > 0 {
-            self.pending.write(self.tree, at).map_err(state("cannot restore local state"))?;
+            if self.flights.queue.is_empty() {
+                self.pending.write(self.tree, at).map_err(state("cannot restore local state"))?;
+            } else {
+                // After the flights (the writer writes them in order).
+                let cp = Flight::send(self.tree, &self.flights.failed, Pending::default(), Some(*at));
+                self.flights.queue.push_back(cp);
+            }
         }
         self.bar.finish_and_clear();
         self.watch.done();
-        let keys = match (self.from_empty, self.filter.take()) {
-            (true, _) => SledKeys::InMemory,
-            (false, Some(f)) => SledKeys::Filtered(f),
-            (false, None) => SledKeys::Unknown,
+        let keys = match (self.started_empty, self.filter.take()) {
+            (true, None) => SledKeys::InMemory,
+            (true, Some(f)) => SledKeys::Filtered(f),
+            (false, _) => SledKeys::Unknown,
         };
-        Ok((self.n, std::mem::take(&mut self.pending), keys))
+        let flights = std::mem::take(&mut self.flights);
+        Ok((self.n, std::mem::take(&mut self.pending), flights, keys))
     }
 }
 
 impl Drop for Restorer<'_> {
     fn drop(&mut self) {
         // A restore stopped by an error: its flights are written before anyone reads the tree.
-        while let Some(f) = self.flights.pop_front() {
+        while let Some(f) = self.flights.queue.pop_front() {
             let _ = f.wait();
         }
+    }
+}
+
+/// A store's changes handed to the writer and not taken in yet, oldest first, and the flag the
+/// writer sets when one of them failed (the later ones are then not written).
+#[derive(Default)]
+pub(crate) struct Flights {
+    pub(crate) queue: VecDeque<Flight>,
+    pub(crate) failed: Arc<AtomicBool>,
+}
+
+impl Flights {
+    /// The latest change of `key` among them, if any.
+    fn value(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.queue.iter().rev().find_map(|f| f.changes.value(key))
+    }
+
+    fn bytes(&self) -> usize {
+        self.queue.iter().map(|f| f.changes.bytes_in_flight()).sum()
     }
 }
 
@@ -248,8 +293,11 @@ pub(crate) struct Restored {
     pub(crate) checkpoint: Pos,
     /// Keys of the records after the committed end (not applied), with their timestamps.
     pub(crate) stale: BTreeMap<Vec<u8>, i64>,
-    /// The restored changes sled does not hold yet: local state is sled with these over it.
+    /// The restored changes not handed to the writer: local state is sled with the flights
+    /// and these over it.
     pub(crate) pending: Pending,
+    /// The restored changes handed to the writer, perhaps not written yet.
+    pub(crate) flights: Flights,
     /// What `pending` tells of the keys sled holds: every one when the store was restored from
     /// scratch (or is empty) and all of it is in memory.
     pub(crate) keys: SledKeys,
@@ -277,7 +325,14 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     if from.offset >= high.offset {
         watch.done();
         let keys = if tree.holds_no_rows() { SledKeys::InMemory } else { SledKeys::Unknown };
-        return Ok(Restored { records: 0, checkpoint: from, stale, pending: Pending::default(), keys });
+        return Ok(Restored {
+            records: 0,
+            checkpoint: from,
+            stale,
+            pending: Pending::default(),
+            flights: Flights::default(),
+            keys,
+        });
     }
     let mut r = Restorer::new(tree, watch, from, end.saturating_sub(from.offset.max(extent.low)));
     // A compacted changelog may start after the checkpoint.
@@ -298,20 +353,38 @@ pub(crate) fn restore_store<B: Backend + ?Sized>(
     })?;
     // With stale records, local state reflects the committed end only.
     let checkpoint = if stale.is_empty() { last } else { Pos::at(end) };
-    let (records, pending, keys) = r.finish(&checkpoint)?;
-    Ok(Restored { records, checkpoint, stale, pending, keys })
+    let (records, pending, flights, keys) = r.finish(&checkpoint)?;
+    Ok(Restored { records, checkpoint, stale, pending, flights, keys })
+}
+
+impl Restored {
+    /// Wait until the writer has written the flights, and let go of them: local state is sled
+    /// with the pending changes over it (the keys in memory are no longer all of them).
+    pub(crate) fn land(&mut self) -> Result<(), RunError> {
+        if self.flights.queue.is_empty() {
+            return Ok(());
+        }
+        if matches!(self.keys, SledKeys::InMemory) {
+            self.keys = SledKeys::Unknown;
+        }
+        while let Some(f) = self.flights.queue.pop_front() {
+            f.wait().map_err(state("cannot restore local state"))?;
+        }
+        Ok(())
+    }
 }
 
 /// Changelog records after a task's last commit describe input that will be processed again:
 /// [`restore_store`] skipped them, and here every key they touched is written again with its
 /// committed value (or deleted), in one append of their own, so that any later restore ends at
-/// the committed state too. `checkpoints` (per store) move past the corrections.
+/// the committed state too. `stores`: each store's tree, pending changes and flights (read
+/// newest first). `checkpoints` (per store) move past the corrections.
 pub(crate) fn correct_stale<B: Backend + ?Sized>(
     b: &B,
     task: &str,
     changelogs: &[String],
     p: u32,
-    stores: &[(PagedTree, Pending)],
+    stores: &[(&PagedTree, &Pending, &Flights)],
     stale: Vec<BTreeMap<Vec<u8>, i64>>,
     checkpoints: &mut [Pos],
 ) -> Result<(), RunError> {
@@ -326,9 +399,9 @@ pub(crate) fn correct_stale<B: Backend + ?Sized>(
             continue;
         }
         let mut records = Vec::new();
-        let (tree, pending) = &stores[i];
+        let (tree, pending, flights) = stores[i];
         for (k, ts) in keys {
-            let value = match pending.value(&k) {
+            let value = match pending.value(&k).or_else(|| flights.value(&k)) {
                 Some(v) => v.map(<[u8]>::to_vec),
                 None => tree.get(&k).map_err(state("cannot read local state"))?.map(|v| v.to_vec()),
             };
@@ -515,7 +588,7 @@ mod tests {
         assert_eq!(r.stale.keys().cloned().collect::<Vec<_>>(), vec![b"b".to_vec(), b"c".to_vec()]);
 
         let mut cps = vec![r.checkpoint];
-        let stores = [(tree.clone(), r.pending)];
+        let stores = [(&tree, &r.pending, &r.flights)];
         correct_stale(&b, "t", &["s".to_string()], 0, &stores, vec![r.stale], &mut cps).unwrap();
         assert_eq!(cps[0].offset, 7, "the checkpoint moves past the corrections");
         // The whole changelog now folds to the committed state: a restore from scratch agrees.
@@ -606,6 +679,42 @@ mod tests {
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!(r.records, 30, "replayed from the old checkpoint");
         assert_eq!(state(&tree, &r.pending), all);
+    }
+
+    /// A restore of many records hands flights to the writer as it reads (each with the
+    /// checkpoint it reaches) and keeps them in memory: the store is sled with the flights and
+    /// the pending changes over it, every row in memory. Interrupted after its flights landed,
+    /// the next restore resumes at the last one's checkpoint.
+    #[test]
+    fn a_long_restore_writes_flights_as_it_reads_and_keeps_them() {
+        let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
+        let records: Vec<Record> = (0..1000)
+            .map(|i| rec(&format!("k{}", i % 300), (i % 11 != 5).then(|| format!("v{i}")).as_deref(), i))
+            .collect();
+        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!((r.records, r.checkpoint.offset), (1000, 1000));
+        assert_eq!(r.flights.queue.len(), 3, "a flight every quarter of the records, the last one pending");
+        assert!(matches!(r.keys, SledKeys::InMemory), "the flights stay in memory");
+        let mut layered = contents(&tree);
+        for f in &r.flights.queue {
+            f.changes.overlay(b"", &mut layered);
+        }
+        r.pending.overlay(b"", &mut layered);
+        assert_eq!(layered, fold(&records));
+        r.land().unwrap();
+        assert!(matches!(r.keys, SledKeys::Unknown), "let go of: sled holds keys memory does not");
+        assert_eq!(state(&tree, &r.pending), fold(&records));
+        let cp = tree.checkpoint().map_or(0, |c| c.offset);
+        assert!((750..800).contains(&cp), "the last flight's checkpoint: {cp}");
+        // The pending changes never written (a crash): the next restore replays the last quarter.
+        let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert_eq!(r.records, 1000 - cp);
+        assert!(matches!(r.keys, SledKeys::Unknown), "replayed over what sled holds");
+        r.land().unwrap();
+        assert_eq!(state(&tree, &r.pending), fold(&records));
     }
 
     /// The memory bound: pending changes pass the task's share of `statestore.cache.max.bytes`,

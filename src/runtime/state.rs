@@ -212,6 +212,14 @@ impl Trees {
         self.failed.push(Arc::default());
     }
 
+    /// Store `i`'s changes a restore handed to the writer (before any other): layers of its
+    /// rows until they land.
+    pub(crate) fn adopt(&mut self, i: usize, flights: crate::runtime::restore::Flights) {
+        debug_assert!(self.flights[i].is_empty());
+        self.flights[i] = flights.queue;
+        self.failed[i] = flights.failed;
+    }
+
     /// Take every store out, settled (nothing in flight): (tree, pending changes).
     pub(crate) fn take_stores(&mut self) -> Result<Vec<(PagedTree, Pending)>, RunError> {
         self.settle()?;
@@ -394,7 +402,7 @@ impl Trees {
                     // run's state, written, stays in memory in the map it was built in. The
                     // fewer clean rows it did not change join it.
                     used -= clean.rows.bytes();
-                    std::mem::take(&mut clean.rows).merge_into(&mut written);
+                    written.absorb(std::mem::take(&mut clean.rows), false);
                     written.drop_deletions();
                     if used + written.bytes() > share {
                         let later = self.flights[i].iter().map(|f| &*f.changes);
@@ -403,6 +411,13 @@ impl Trees {
                     }
                     used += written.bytes();
                     clean.rows = written;
+                    continue;
+                }
+                if used + written.bytes() <= share {
+                    // Within the share: its rows over the clean ones, without a copy.
+                    let before = clean.rows.bytes();
+                    clean.rows.absorb(written, true);
+                    used = used + clean.rows.bytes() - before;
                     continue;
                 }
                 for (k, v) in written.changes() {

@@ -102,6 +102,7 @@ fn writer() -> &'static Mutex<Sender<Job>> {
         std::thread::Builder::new()
             .name("streamc-state-writer".into())
             .spawn(move || {
+                lower_priority();
                 for mut job in rx {
                     let result = job.run();
                     // The writer lets go of the changes before it says it is done, so that the
@@ -119,6 +120,23 @@ fn writer() -> &'static Mutex<Sender<Job>> {
         Mutex::new(tx)
     })
 }
+
+/// The writer works behind the processing threads and yields to them: on a machine with as many
+/// busy threads as cores, a restore's reads and a task's processing go first, and local state is
+/// written with what is left. (Linux: the calling thread's nice value. Elsewhere: nothing.)
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` and `setpriority` take and return plain integers; a failure only leaves
+    // the priority as it was.
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WRITER_NICE);
+    }
+}
+
+/// The writer thread's nice value (0 is the processing threads').
+#[cfg(target_os = "linux")]
+const WRITER_NICE: libc::c_int = 10;
 
 impl Flight {
     /// Hand `changes` to the writer for `tree`, with the checkpoint they reach (None: sled's

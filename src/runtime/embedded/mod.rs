@@ -496,9 +496,10 @@ pub fn query_stopped(
     for p in 0..partitions {
         let tree = crate::runtime::state::open_tree(&db, &store.name, p).map_err(|e| e.to_string())?;
         let watch = crate::runtime::restore::RestoreWatch::quiet(cfg.cache_max_bytes());
-        let r =
+        let mut r =
             crate::runtime::restore::restore_store(&Embedded { log: &log }, &tree, &store.changelog, p, None, &watch)
                 .map_err(|e| e.to_string())?;
+        r.land().map_err(|e| e.to_string())?;
         crate::runtime::writer::write(&tree, &r.pending, Some(&r.checkpoint))
             .map_err(|e| format!("cannot write local state: {e}"))?;
         rows.extend(read(&target, fetch, p, &Shard { tree: &tree, layers: Vec::new() })?);

@@ -13,10 +13,9 @@ use crate::record::Pos;
 use crate::runtime::backend::Backend;
 use crate::runtime::error::RunError;
 use crate::runtime::options::RunOptions;
-use crate::runtime::pages::PagedTree;
 use crate::runtime::restore::{correct_stale, log_restore, restore_store, RestoreWatch};
 use crate::runtime::run::{check_tenant_layout, Feed, TaskRun};
-use crate::runtime::state::{open_tree, Pending};
+use crate::runtime::state::open_tree;
 
 /// Open a task from its commit record `meta` (Null: it never committed) and input `positions`:
 /// restore every store, correct changelog records written after the commit, resume input. The
@@ -38,8 +37,7 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     let task_id = format!("{}_{p}", spec.sub);
     let ends = committed_ends(b, &spec, meta);
     let mut trees = Vec::new();
-    let mut pending = Vec::new();
-    let mut keys = Vec::new();
+    let mut restores = Vec::new();
     let mut checkpoints = Vec::new();
     let mut stale = Vec::new();
     let mut restored = 0;
@@ -47,24 +45,34 @@ pub(crate) fn open_task<B: Backend + ?Sized>(
     for (st, end) in spec.stores.iter().zip(ends) {
         let tree = open_tree(db, &st.name, p)?;
         let watch = RestoreWatch::new(opts, &task_id, &st.name, p);
-        let r = restore_store(b, &tree, &st.changelog, p, end, &watch)?;
+        let mut r = restore_store(b, &tree, &st.changelog, p, end, &watch)?;
         restored += r.records;
         if r.records > 0 {
             into.push(st.name.as_str());
         }
         checkpoints.push(r.checkpoint);
-        stale.push(r.stale);
-        pending.push(r.pending);
-        keys.push(r.keys);
+        stale.push(std::mem::take(&mut r.stale));
+        restores.push(r);
         trees.push(tree);
     }
     log_restore(&into.join(", "), p, restored, started);
     let changelogs: Vec<String> = spec.stores.iter().map(|s| s.changelog.clone()).collect();
-    let stores: Vec<(PagedTree, Pending)> = trees.into_iter().zip(pending).collect();
-    correct_stale(b, &spec.name, &changelogs, p, &stores, stale, &mut checkpoints)?;
+    let layers: Vec<_> = trees.iter().zip(&restores).map(|(t, r)| (t, &r.pending, &r.flights)).collect();
+    correct_stale(b, &spec.name, &changelogs, p, &layers, stale, &mut checkpoints)?;
     let limits = b.timestamp_limits(&spec);
-    let stores = stores.into_iter().zip(keys).map(|((tree, pending), keys)| (tree, pending, keys)).collect();
+    let mut flights = Vec::new();
+    let stores = trees
+        .into_iter()
+        .zip(restores)
+        .map(|(tree, r)| {
+            flights.push(r.flights);
+            (tree, r.pending, r.keys)
+        })
+        .collect();
     let mut run = TaskRun::new(spec, p, group, feed, stores, meta, positions, restored, opts);
+    for (i, f) in flights.into_iter().enumerate() {
+        run.trees.adopt(i, f);
+    }
     if restored > 0 {
         // (Written behind from now on: a 4-partition restore on one instance wrote each task's
         // rows after the others had restored, 0.5 s of a 1.3 s run with 1 M keys.)
