@@ -2,8 +2,7 @@
 //! checkpoint, in batches that each carry the checkpoint they reach; the correction of
 //! changelog records written after a task's last commit; sweeps of removed stores.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::AtomicBool;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -18,7 +17,7 @@ use crate::runtime::options::{RestoreBoard, RunOptions};
 use crate::runtime::pages::PagedTree;
 use crate::runtime::run::{progress_bar, RECORDS};
 use crate::runtime::state::{live_keys, open_tree, Pending, SledKeys};
-use crate::runtime::writer::Flight;
+use crate::runtime::writer::{Flight, Flights};
 
 /// `stores`: the names of the stores restored (as `explain` lists them).
 pub(crate) fn log_restore(stores: &str, p: u32, restored: u64, started: Instant) {
@@ -279,25 +278,6 @@ impl Drop for Restorer<'_> {
         while let Some(f) = self.flights.queue.pop_front() {
             let _ = f.wait();
         }
-    }
-}
-
-/// A store's changes handed to the writer and not taken in yet, oldest first, and the flag the
-/// writer sets when one of them failed (the later ones are then not written).
-#[derive(Default)]
-pub(crate) struct Flights {
-    pub(crate) queue: VecDeque<Flight>,
-    pub(crate) failed: Arc<AtomicBool>,
-}
-
-impl Flights {
-    /// The latest change of `key` among them, if any.
-    fn value(&self, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.queue.iter().rev().find_map(|f| f.changes.value(key))
-    }
-
-    fn bytes(&self) -> usize {
-        self.queue.iter().map(|f| f.changes.bytes_in_flight()).sum()
     }
 }
 

@@ -214,7 +214,7 @@ impl Trees {
 
     /// Store `i`'s changes a restore handed to the writer (before any other): layers of its
     /// rows until they land.
-    pub(crate) fn adopt(&mut self, i: usize, flights: crate::runtime::restore::Flights) {
+    pub(crate) fn adopt(&mut self, i: usize, flights: crate::runtime::writer::Flights) {
         debug_assert!(self.flights[i].is_empty());
         self.flights[i] = flights.queue;
         self.failed[i] = flights.failed;

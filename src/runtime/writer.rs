@@ -10,6 +10,7 @@
 //! checkpoint plus possibly some changes after it, all of them in the committed changelog after
 //! that checkpoint: a restore from there replays them over whatever sled holds.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -119,6 +120,25 @@ fn writer() -> &'static Mutex<Sender<Job>> {
             .expect("the local-state writer thread starts");
         Mutex::new(tx)
     })
+}
+
+/// A store's changes handed to the writer and not taken in yet, oldest first, and the flag the
+/// writer sets when one of them failed (the later ones are then not written).
+#[derive(Default)]
+pub(crate) struct Flights {
+    pub(crate) queue: VecDeque<Flight>,
+    pub(crate) failed: Arc<AtomicBool>,
+}
+
+impl Flights {
+    /// The latest change of `key` among them, if any.
+    pub(crate) fn value(&self, key: &[u8]) -> Option<Option<&[u8]>> {
+        self.queue.iter().rev().find_map(|f| f.changes.value(key))
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.queue.iter().map(|f| f.changes.bytes_in_flight()).sum()
+    }
 }
 
 /// The writer works behind the processing threads and yields to them: on a machine with as many
