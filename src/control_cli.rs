@@ -18,12 +18,15 @@ fn append_to(t: &dyn Topics, topic: &str, records: Vec<Record>) -> Result<(), St
     t.append(topic, records.into_iter().map(|r| (0, r)).collect())
 }
 
-/// Record `text` as the application's program (version 0) on its status topic. (Idempotent,
-/// though the producer id it waits for is half a second of a new application's first start on
-/// Kafka: the program is the last such record, and a retry of one process's record landing
-/// after another's would make the first one's program current again.)
+/// Record `text` as the application's program (version 0) on its status topic. The program is
+/// the last such record; each carries a nonce, and a repetition of one (a retry after a lost
+/// acknowledgement, landing after another process's record) is read as nothing
+/// ([`program_records`]), so the record needs no idempotent producer: on Kafka, one waited half a
+/// second for its producer id, most of a new application's first start.
 fn record_program(t: &dyn Topics, app: &str, text: &str, source: &str) -> Result<(), String> {
-    append_to(t, &control::status_topic(app), vec![program_record(text, source)])
+    let topic = control::status_topic(app);
+    t.ensure_topic(&topic, 1, &control::topic_configs(&topic))?;
+    t.append_repeatable(&topic, vec![(0, program_record(text, source))])
 }
 
 pub fn control_records(t: &dyn Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
@@ -47,9 +50,17 @@ pub fn stored_program(t: &dyn Topics, app: &str) -> Result<Option<String>, Strin
 /// the file's own text, recorded when it differs (its `value avro` fields were taken from the
 /// registry, see [`recorded_expansion`]).
 fn program_record(text: &str, source: &str) -> Record {
+    let mut nonce = [0u8; 8];
+    // (Without randomness, a nonce of the clock: two processes recording at the same nanosecond
+    // with different texts is the only way to tell them apart wrongly.)
+    if getrandom::fill(&mut nonce).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        nonce = (now.as_nanos() as u64).to_le_bytes();
+    }
+    let nonce = hex::encode(nonce);
     let value = match text == source {
-        true => serde_json::json!({ "text": text }),
-        false => serde_json::json!({ "text": text, "source": source }),
+        true => serde_json::json!({ "text": text, "nonce": nonce }),
+        false => serde_json::json!({ "text": text, "source": source, "nonce": nonce }),
     };
     Record {
         key: Some(PROGRAM_KEY.as_bytes().to_vec()),
@@ -73,12 +84,15 @@ fn stored_programs(t: &dyn Topics, app: &str) -> Result<Vec<String>, String> {
     Ok(program_records(t, app)?.iter().filter_map(|v| v.get("text")?.as_str().map(str::to_string)).collect())
 }
 
-/// The values of the status topic's program records (see [`program_record`]), oldest first.
+/// The values of the status topic's program records (see [`program_record`]), oldest first; a
+/// record whose nonce came before is a repetition, left out.
 fn program_records(t: &dyn Topics, app: &str) -> Result<Vec<serde_json::Value>, String> {
+    let mut seen = std::collections::BTreeSet::new();
     Ok(t.read_all(&control::status_topic(app))?
         .iter()
         .filter(|s| s.record.key.as_deref() == Some(PROGRAM_KEY.as_bytes()))
         .filter_map(|s| serde_json::from_slice::<serde_json::Value>(s.record.value.as_deref()?).ok())
+        .filter(|v| v.get("nonce").and_then(|n| n.as_str()).is_none_or(|n| seen.insert(n.to_string())))
         .collect())
 }
 
@@ -846,4 +860,27 @@ pub fn reset(
     record_program(t, app, text, source)?;
     eprintln!("reset `{app}`: deleted {} internal topic{}, its committed positions and local state; the input is processed from the start", deleted.len(), if deleted.len() == 1 { "" } else { "s" });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program record repeated after another process's (a retry of a write whose
+    /// acknowledgement was lost) is read as nothing: the later program stays the program.
+    #[test]
+    fn a_repeated_program_record_does_not_make_its_program_current_again() {
+        let dir = std::env::temp_dir().join(format!("streamc-program-records-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let t = topics::open(&dir, &config::Config::default()).unwrap();
+        record_program(&*t, "app", "first", "first").unwrap();
+        let first = t.read_all(&control::status_topic("app")).unwrap().pop().unwrap().record;
+        record_program(&*t, "app", "second", "second").unwrap();
+        assert_eq!(stored_program(&*t, "app").unwrap().as_deref(), Some("second"));
+        t.append(&control::status_topic("app"), vec![(0, first)]).unwrap();
+        assert_eq!(stored_program(&*t, "app").unwrap().as_deref(), Some("second"), "the repetition is left out");
+        record_program(&*t, "app", "first", "first").unwrap();
+        assert_eq!(stored_program(&*t, "app").unwrap().as_deref(), Some("first"), "a new record of it is not");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -32,6 +32,13 @@ pub trait Topics {
     /// flushed batch on Kafka.
     fn append(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String>;
 
+    /// [`Topics::append`] of records a repetition of which changes nothing (a retry after a lost
+    /// acknowledgement may write one twice): on Kafka without an idempotent producer, which
+    /// sends nothing until it has its producer id (half a second from a new producer).
+    fn append_repeatable(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String> {
+        self.append(topic, records)
+    }
+
     /// Every committed record of `topic` from where `start` says to its end as of now, each
     /// handed to `f` as it is read (`Some((partition, record))`), partition by partition; then,
     /// with `follow`, every record committed after, as it comes. `f(None)` says that the records
@@ -224,6 +231,10 @@ impl Topics for Kafka {
 
     fn append(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String> {
         Ok(self.produce(topic, &records)?)
+    }
+
+    fn append_repeatable(&self, topic: &str, records: Vec<(u32, Record)>) -> Result<(), String> {
+        Ok(self.produce_plain(topic, &records)?)
     }
 
     fn stream(&self, topic: &str, start: &Start, follow: bool, f: &mut Visit) -> Result<(), String> {

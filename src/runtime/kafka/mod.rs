@@ -389,16 +389,19 @@ fn setup_topics(k: &Kafka, program: &hir::Program, topo: &Topology, specs: &[Arc
         }
         e => e.into(),
     })?;
-    topics::apply(&plan, &mut |t| {
-        // Changelogs are compacted, never deleted by time; repartition topics keep their
-        // records regardless of their (event-time) timestamps, as Kafka Streams' do.
-        let configs: &[(&str, &str)] = match t.kind {
-            TopicKind::Changelog => &[("cleanup.policy", "compact")],
-            TopicKind::Repartition => &[("retention.ms", "-1")],
-            _ => &[],
-        };
-        Ok(k.ensure_topic_with(&t.name, t.partitions, configs)?)
-    })?;
+    // Changelogs are compacted, never deleted by time; repartition topics keep their records
+    // regardless of their (event-time) timestamps, as Kafka Streams' do.
+    let configs = |kind: &TopicKind| -> Vec<(&str, &str)> {
+        match kind {
+            TopicKind::Changelog => vec![("cleanup.policy", "compact")],
+            TopicKind::Repartition => vec![("retention.ms", "-1")],
+            _ => vec![],
+        }
+    };
+    // Those missing in one request; then each checked (and its partition count taken).
+    let all: Vec<_> = plan.topics.iter().map(|t| (t.name.clone(), t.partitions, configs(&t.kind))).collect();
+    k.create_missing(&all)?;
+    topics::apply(&plan, &mut |t| Ok(k.ensure_topic_with(&t.name, t.partitions, &configs(&t.kind))?))?;
     let written: BTreeSet<String> = specs.iter().flat_map(|s| s.written_topics()).collect();
     let configs = k.topic_configs(&written.into_iter().collect::<Vec<_>>())?;
     let changelogs: Vec<String> = specs.iter().flat_map(|s| s.stores.iter().map(|st| st.changelog.clone())).collect();
