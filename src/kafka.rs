@@ -249,8 +249,51 @@ fn idle_clients() -> &'static Mutex<Vec<Idle>> {
     IDLE.get_or_init(Mutex::default)
 }
 
+type IdleAdmin = (BTreeMap<String, String>, AdminClient<DefaultClientContext>);
+
+/// Admin clients of dropped `Kafka`s, with their settings, for the next with the same settings to
+/// take up: destroying one waited about 90 ms for its threads, between a run's program check and
+/// its start.
+fn idle_admins() -> &'static Mutex<Vec<IdleAdmin>> {
+    static IDLE: OnceLock<Mutex<Vec<IdleAdmin>>> = OnceLock::new();
+    IDLE.get_or_init(Mutex::default)
+}
+
+/// A producer of a dropped `Kafka`: its settings, whether it is the idempotent one.
+type IdleProducer = (BTreeMap<String, String>, bool, BaseProducer<Deliveries>);
+
+/// Producers of dropped `Kafka`s, for the next with the same settings to take up (a run's
+/// program check, then the run: one connected producer of each kind for the process).
+fn idle_producers() -> &'static Mutex<Vec<IdleProducer>> {
+    static IDLE: OnceLock<Mutex<Vec<IdleProducer>>> = OnceLock::new();
+    IDLE.get_or_init(Mutex::default)
+}
+
 impl Drop for Kafka {
     fn drop(&mut self) {
+        for (idempotent, kept) in [(true, &self.producer), (false, &self.plain)] {
+            let Some(p) = kept.lock().unwrap_or_else(|p| p.into_inner()).take() else { continue };
+            // (One of each kind kept, the latest; the one it replaces is destroyed after the
+            // lock is let go of.)
+            let replaced = {
+                let mut idle = idle_producers().lock().unwrap_or_else(|p| p.into_inner());
+                let at = idle.iter().position(|(props, i, _)| *i == idempotent && *props == self.props);
+                let replaced = at.map(|i| idle.swap_remove(i));
+                idle.push((self.props.clone(), idempotent, p));
+                replaced
+            };
+            drop(replaced);
+        }
+        if let Some(a) = self.admin.take() {
+            let replaced = {
+                let mut idle = idle_admins().lock().unwrap_or_else(|p| p.into_inner());
+                let at = idle.iter().position(|(props, _)| *props == self.props);
+                let replaced = at.map(|i| idle.swap_remove(i));
+                idle.push((self.props.clone(), a));
+                replaced
+            };
+            drop(replaced);
+        }
         if let Some(c) = self.metadata.take() {
             // (One kept: a process talks to one cluster; the one kept is the latest. The one it
             // replaces is destroyed after the lock is let go of.)
@@ -299,7 +342,14 @@ impl Kafka {
         if let Some(c) = self.admin.get() {
             return Ok(c);
         }
-        let c: AdminClient<DefaultClientContext> = self.config().create().map_err(client("Kafka admin client"))?;
+        let idle = {
+            let mut idle = idle_admins().lock().unwrap_or_else(|p| p.into_inner());
+            idle.iter().position(|(props, _)| *props == self.props).map(|i| idle.swap_remove(i).1)
+        };
+        let c = match idle {
+            Some(c) => c,
+            None => self.config().create().map_err(client("Kafka admin client"))?,
+        };
         Ok(self.admin.get_or_init(|| c))
     }
 
@@ -596,7 +646,12 @@ impl Kafka {
         // (One call at a time: a flush waits for every record the producer holds, and the
         // refusals it counts are this call's.)
         let mut kept = if idempotent { &self.producer } else { &self.plain }.lock().unwrap_or_else(|p| p.into_inner());
-        let producer = match kept.take() {
+        let idle = || {
+            let mut idle = idle_producers().lock().unwrap_or_else(|p| p.into_inner());
+            let at = idle.iter().position(|(props, i, _)| *i == idempotent && *props == self.props);
+            at.map(|i| idle.swap_remove(i).2)
+        };
+        let producer = match kept.take().or_else(idle) {
             Some(p) => p,
             None => {
                 let mut config = self.config();
