@@ -712,6 +712,28 @@ mod tests {
         assert_eq!(state(&tree, &r.pending), fold(&records));
     }
 
+    /// A task opened over a restore that kept flights reads their rows from the start: what its
+    /// operators rebuild their indexes from (`entries`, `keys`) is the whole store.
+    #[test]
+    fn a_task_opened_over_kept_flights_reads_their_rows() {
+        use crate::runtime::op::StoreRead;
+        let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
+        let records: Vec<Record> =
+            (0..1000).map(|i| rec(&format!("k{i:04}"), (i % 7 != 3).then(|| format!("v{i}")).as_deref(), i)).collect();
+        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
+        assert!(!r.flights.queue.is_empty());
+        let trees = crate::runtime::state::Trees::new(vec![(tree, r.pending, r.keys, r.flights)], 1 << 30);
+        let all = fold(&records);
+        assert_eq!(trees.entries(0).into_iter().collect::<BTreeMap<_, _>>(), all);
+        assert_eq!(trees.keys(0), all.keys().cloned().collect::<Vec<_>>());
+        for (k, v) in &all {
+            assert_eq!(trees.get(0, k).as_ref(), Some(v));
+        }
+    }
+
     /// Keys out of order: flights would rewrite each other's pages, so the restore keeps its
     /// rows until the end (and the task hands them over at once).
     #[test]

@@ -13,7 +13,7 @@ pub(crate) use crate::runtime::pages::PagedTree;
 pub(crate) use crate::runtime::pending::Pending;
 use crate::runtime::pending::ENTRY_COST;
 use crate::runtime::task::{Change, StoreRead, Task};
-use crate::runtime::writer::Flight;
+use crate::runtime::writer::{Flight, Flights};
 
 /// The committed local state of one task: per store, a sled tree under three layers in memory,
 /// newest first: the committed changes not handed to the writer yet (`pending`), those handed
@@ -161,9 +161,11 @@ pub(crate) const LOCAL_WRITE_COMMITS: u32 = 8;
 pub(crate) const LOCAL_WRITE_PENDING: usize = 100_000;
 
 impl Trees {
-    /// A task's stores: each sled tree with the changes not written to it yet (a restore's)
-    /// and whether the tree holds no row they do not (it was empty before them).
-    pub(crate) fn new(stores: Vec<(PagedTree, Pending, SledKeys)>, cache_max: usize) -> Trees {
+    /// A task's stores: each sled tree with the changes not written to it yet (a restore's: those
+    /// not handed to the writer, and the flights it handed over), and what they tell of the keys
+    /// the tree holds. The flights are layers from the start: anything that reads the stores (the
+    /// operators' indexes, the tenant counts) sees their rows.
+    pub(crate) fn new(stores: Vec<(PagedTree, Pending, SledKeys, Flights)>, cache_max: usize) -> Trees {
         let mut trees = Trees {
             trees: Vec::new(),
             pending: Vec::new(),
@@ -177,8 +179,9 @@ impl Trees {
             read_error: std::sync::Mutex::new(None),
             _live: LiveTask::new(),
         };
-        for (tree, pending, keys) in stores {
+        for (i, (tree, pending, keys, flights)) in stores.into_iter().enumerate() {
             trees.push(tree, pending, keys);
+            trees.adopt(i, flights);
         }
         trees
     }
@@ -214,10 +217,10 @@ impl Trees {
 
     /// Store `i`'s changes a restore handed to the writer (before any other): layers of its
     /// rows until they land.
-    pub(crate) fn adopt(&mut self, i: usize, flights: crate::runtime::writer::Flights) {
+    fn adopt(&mut self, i: usize, mut flights: Flights) {
         debug_assert!(self.flights[i].is_empty());
-        self.flights[i] = flights.queue;
-        self.failed[i] = flights.failed;
+        self.flights[i] = std::mem::take(&mut flights.queue);
+        self.failed[i] = flights.failed.clone();
     }
 
     /// Take every store out, settled (nothing in flight): (tree, pending changes).
@@ -261,13 +264,22 @@ impl Trees {
 
     /// Count every tenant's keys (a tenant-scoped task), or stop counting.
     pub(crate) fn count_tenants(&mut self, task: &Task) {
-        debug_assert!(self.flights.iter().all(|f| f.is_empty()), "counted over sled and pending changes only");
         if !task.spec.tenant {
             self.tenant_keys = None;
             return;
         }
         let mut m: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         for (i, (tree, pending)) in self.trees.iter().zip(&self.pending).enumerate() {
+            if !self.flights[i].is_empty() {
+                // A restore's flights over sled (a task just opened): every layer, as a read
+                // sees them.
+                for k in self.keys(i) {
+                    if let Some(t) = task.key_tenant(i, &k) {
+                        *m.entry(t.to_vec()).or_default() += 1;
+                    }
+                }
+                continue;
+            }
             let counted = live_store_keys(tree, pending, |k| {
                 if let Some(t) = task.key_tenant(i, k) {
                     *m.entry(t.to_vec()).or_default() += 1;
@@ -795,7 +807,7 @@ mod tests {
     fn a_failed_read_of_sled_is_kept_for_the_commit_to_refuse() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = PagedTree::open(&db, "app-agg#0").unwrap();
-        let t = Trees::new(vec![(tree, Pending::default(), SledKeys::Unknown)], 1 << 20);
+        let t = Trees::new(vec![(tree, Pending::default(), SledKeys::Unknown, Flights::default())], 1 << 20);
         assert!(t.take_read_error().is_none());
         assert_eq!(t.noted(0, Err::<u8, _>(sled::Error::Unsupported("damaged page".into()))), None);
         // A later failure does not replace the first.
@@ -815,7 +827,8 @@ mod tests {
         for cache in [0usize, 6_000, 20_000, 1 << 30] {
             let db = sled::Config::new().temporary(true).open().unwrap();
             let tree = PagedTree::open(&db, "s#0").unwrap();
-            let mut t = Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory)], cache);
+            let mut t =
+                Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory, Flights::default())], cache);
             let keys: Vec<Vec<u8>> = (0..400).map(|i| format!("key{i:04}").into_bytes()).collect();
             let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
             let mut rng = 0x9E3779B97F4A7C15u64;
@@ -896,7 +909,8 @@ mod tests {
     fn hot_keys_of_a_store_in_memory_reach_sled_once_half_its_rows_of_changes_are_staged() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = PagedTree::open(&db, "s#0").unwrap();
-        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory)], 1 << 30);
+        let mut t =
+            Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory, Flights::default())], 1 << 30);
         for i in 0..1_000u32 {
             t.pending[0].stage(i.to_be_bytes().to_vec(), Some(b"0".to_vec()), false);
         }
@@ -933,7 +947,8 @@ mod tests {
     fn a_complete_store_answers_misses_from_memory() {
         let db = sled::Config::new().temporary(true).open().unwrap();
         let tree = PagedTree::open(&db, "s#0").unwrap();
-        let mut t = Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory)], 1 << 30);
+        let mut t =
+            Trees::new(vec![(tree.clone(), Pending::default(), SledKeys::InMemory, Flights::default())], 1 << 30);
         t.pending[0].stage(b"a".to_vec(), Some(b"1".to_vec()), false);
         t.commits = LOCAL_WRITE_COMMITS;
         assert!(t.write_behind(&[Pos::at(1)]).unwrap(), "due");

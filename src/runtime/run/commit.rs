@@ -308,7 +308,7 @@ query per_user {
             0,
             "g0".into(),
             NoFeed,
-            vec![(tree, Pending::default(), crate::runtime::state::SledKeys::InMemory)],
+            vec![(tree, Pending::default(), crate::runtime::state::SledKeys::InMemory, Default::default())],
             &serde_json::Value::Null,
             positions,
             0,

@@ -383,7 +383,7 @@ impl<F: Feed> TaskRun<F> {
         p: u32,
         group: String,
         feed: F,
-        stores: Vec<(PagedTree, Pending, SledKeys)>,
+        stores: Vec<(PagedTree, Pending, SledKeys, crate::runtime::writer::Flights)>,
         meta: &serde_json::Value,
         positions: BTreeMap<String, Pos>,
         restored: u64,
