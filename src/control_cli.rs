@@ -26,7 +26,7 @@ fn append_to(t: &dyn Topics, topic: &str, records: Vec<Record>) -> Result<(), St
 fn record_program(t: &dyn Topics, app: &str, text: &str, source: &str) -> Result<(), String> {
     let topic = control::status_topic(app);
     t.ensure_topic(&topic, 1, &control::topic_configs(&topic))?;
-    t.append_repeatable(&topic, vec![(0, program_record(text, source))])
+    t.append_repeatable(&topic, vec![(0, program_record(text, source)?)])
 }
 
 pub fn control_records(t: &dyn Topics, app: &str) -> Result<Vec<ControlRecord>, String> {
@@ -49,25 +49,20 @@ pub fn stored_program(t: &dyn Topics, app: &str) -> Result<Option<String>, Strin
 /// The status record that makes `text` the application's program file (version 0). `source`:
 /// the file's own text, recorded when it differs (its `value avro` fields were taken from the
 /// registry, see [`recorded_expansion`]).
-fn program_record(text: &str, source: &str) -> Record {
+fn program_record(text: &str, source: &str) -> Result<Record, String> {
     let mut nonce = [0u8; 8];
-    // (Without randomness, a nonce of the clock: two processes recording at the same nanosecond
-    // with different texts is the only way to tell them apart wrongly.)
-    if getrandom::fill(&mut nonce).is_err() {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        nonce = (now.as_nanos() as u64).to_le_bytes();
-    }
+    getrandom::fill(&mut nonce).map_err(|e| format!("no randomness for the program record's nonce: {e}"))?;
     let nonce = hex::encode(nonce);
     let value = match text == source {
         true => serde_json::json!({ "text": text, "nonce": nonce }),
         false => serde_json::json!({ "text": text, "source": source, "nonce": nonce }),
     };
-    Record {
+    Ok(Record {
         key: Some(PROGRAM_KEY.as_bytes().to_vec()),
         value: Some(value.to_string().into_bytes()),
         timestamp: streamc::runtime::now_ms(),
         headers: vec![],
-    }
+    })
 }
 
 /// The program the application last recorded, when it was recorded from a file whose text is

@@ -219,10 +219,10 @@ pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a command waits for a cluster to answer at all.
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A connection to a Kafka cluster, configured by the `kafka.*` properties.
 /// A topic to create: its name, partition count and topic configs.
 pub type TopicToCreate<'a> = (String, u32, Vec<(&'a str, &'a str)>);
 
+/// A connection to a Kafka cluster, configured by the `kafka.*` properties.
 pub struct Kafka {
     props: BTreeMap<String, String>,
     /// The client that answers metadata questions (partition counts, watermarks, groups), made
@@ -240,70 +240,54 @@ pub struct Kafka {
     plain: Mutex<Option<BaseProducer<Deliveries>>>,
 }
 
-/// A metadata client let go of, with the settings it was made with.
-type Idle = (BTreeMap<String, String>, BaseConsumer<Reach>);
+/// Clients of dropped `Kafka`s, kept for the next `Kafka` with the same settings to take up (a
+/// run's program check, then the run): a new client connects again (about 50 ms on a local
+/// broker), and destroying one waits for its threads (90 ms for an admin client, between a run's
+/// program check and its start). One a key, the latest; the one it replaces is destroyed after
+/// the lock is let go of.
+struct Idle<K, C>(Mutex<Vec<(K, C)>>);
 
-/// Metadata clients of dropped `Kafka`s, for [`Kafka::connect`] to take up.
-fn idle_clients() -> &'static Mutex<Vec<Idle>> {
-    static IDLE: OnceLock<Mutex<Vec<Idle>>> = OnceLock::new();
-    IDLE.get_or_init(Mutex::default)
+impl<K: PartialEq, C> Idle<K, C> {
+    const fn new() -> Self {
+        Idle(Mutex::new(Vec::new()))
+    }
+
+    fn take(&self, key: &K) -> Option<C> {
+        let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let at = idle.iter().position(|(k, _)| k == key)?;
+        Some(idle.swap_remove(at).1)
+    }
+
+    fn keep(&self, key: K, client: C) {
+        let replaced = {
+            let mut idle = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            let replaced = idle.iter().position(|(k, _)| *k == key).map(|at| idle.swap_remove(at));
+            idle.push((key, client));
+            replaced
+        };
+        drop(replaced);
+    }
 }
 
-type IdleAdmin = (BTreeMap<String, String>, AdminClient<DefaultClientContext>);
+type Props = BTreeMap<String, String>;
 
-/// Admin clients of dropped `Kafka`s, with their settings, for the next with the same settings to
-/// take up: destroying one waited about 90 ms for its threads, between a run's program check and
-/// its start.
-fn idle_admins() -> &'static Mutex<Vec<IdleAdmin>> {
-    static IDLE: OnceLock<Mutex<Vec<IdleAdmin>>> = OnceLock::new();
-    IDLE.get_or_init(Mutex::default)
-}
-
-/// A producer of a dropped `Kafka`: its settings, whether it is the idempotent one.
-type IdleProducer = (BTreeMap<String, String>, bool, BaseProducer<Deliveries>);
-
-/// Producers of dropped `Kafka`s, for the next with the same settings to take up (a run's
-/// program check, then the run: one connected producer of each kind for the process).
-fn idle_producers() -> &'static Mutex<Vec<IdleProducer>> {
-    static IDLE: OnceLock<Mutex<Vec<IdleProducer>>> = OnceLock::new();
-    IDLE.get_or_init(Mutex::default)
-}
+static IDLE_METADATA: Idle<Props, BaseConsumer<Reach>> = Idle::new();
+static IDLE_ADMINS: Idle<Props, AdminClient<DefaultClientContext>> = Idle::new();
+/// Keyed by the settings and whether it is the idempotent producer.
+static IDLE_PRODUCERS: Idle<(Props, bool), BaseProducer<Deliveries>> = Idle::new();
 
 impl Drop for Kafka {
     fn drop(&mut self) {
         for (idempotent, kept) in [(true, &self.producer), (false, &self.plain)] {
-            let Some(p) = kept.lock().unwrap_or_else(|p| p.into_inner()).take() else { continue };
-            // (One of each kind kept, the latest; the one it replaces is destroyed after the
-            // lock is let go of.)
-            let replaced = {
-                let mut idle = idle_producers().lock().unwrap_or_else(|p| p.into_inner());
-                let at = idle.iter().position(|(props, i, _)| *i == idempotent && *props == self.props);
-                let replaced = at.map(|i| idle.swap_remove(i));
-                idle.push((self.props.clone(), idempotent, p));
-                replaced
-            };
-            drop(replaced);
+            if let Some(p) = kept.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                IDLE_PRODUCERS.keep((self.props.clone(), idempotent), p);
+            }
         }
         if let Some(a) = self.admin.take() {
-            let replaced = {
-                let mut idle = idle_admins().lock().unwrap_or_else(|p| p.into_inner());
-                let at = idle.iter().position(|(props, _)| *props == self.props);
-                let replaced = at.map(|i| idle.swap_remove(i));
-                idle.push((self.props.clone(), a));
-                replaced
-            };
-            drop(replaced);
+            IDLE_ADMINS.keep(self.props.clone(), a);
         }
         if let Some(c) = self.metadata.take() {
-            // (One kept: a process talks to one cluster; the one kept is the latest. The one it
-            // replaces is destroyed after the lock is let go of.)
-            let replaced = {
-                let mut idle = idle_clients().lock().unwrap_or_else(|p| p.into_inner());
-                let replaced = std::mem::take(&mut *idle);
-                idle.push((std::mem::take(&mut self.props), c));
-                replaced
-            };
-            drop(replaced);
+            IDLE_METADATA.keep(std::mem::take(&mut self.props), c);
         }
     }
 }
@@ -342,11 +326,7 @@ impl Kafka {
         if let Some(c) = self.admin.get() {
             return Ok(c);
         }
-        let idle = {
-            let mut idle = idle_admins().lock().unwrap_or_else(|p| p.into_inner());
-            idle.iter().position(|(props, _)| *props == self.props).map(|i| idle.swap_remove(i).1)
-        };
-        let c = match idle {
+        let c = match IDLE_ADMINS.take(&self.props) {
             Some(c) => c,
             None => self.config().create().map_err(client("Kafka admin client"))?,
         };
@@ -362,11 +342,7 @@ impl Kafka {
         // A client this process connected with the same settings and let go of (a run checks
         // its program through one `Kafka` and then runs through another): asked again, it
         // answers in a round trip instead of the 50 ms of a new connection.
-        let kept = {
-            let mut idle = idle_clients().lock().unwrap_or_else(|p| p.into_inner());
-            idle.iter().position(|(p, _)| p == props).map(|i| idle.swap_remove(i).1)
-        };
-        let consumer: BaseConsumer<Reach> = match kept {
+        let consumer: BaseConsumer<Reach> = match IDLE_METADATA.take(props) {
             Some(c) => {
                 c.context().forget();
                 c
@@ -458,6 +434,15 @@ impl Kafka {
         if missing.is_empty() {
             return Ok(());
         }
+        self.create(&missing)?;
+        for (name, _, _) in missing {
+            self.await_topic(name)?;
+        }
+        Ok(())
+    }
+
+    /// Ask the cluster to create `missing`, in one request (one that exists already is no error).
+    fn create(&self, missing: &[&TopicToCreate<'_>]) -> Result<()> {
         let admin = self.admin_client()?;
         let new: Vec<NewTopic<'_>> = missing
             .iter()
@@ -472,7 +457,12 @@ impl Kafka {
         let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
         let results = rt
             .block_on(admin.create_topics(&new, &AdminOptions::new().operation_timeout(Some(TIMEOUT))))
-            .map_err(client(format!("cannot create topics on {}", self.servers())))?;
+            .map_err(client(format!(
+                "cannot create topic{} {} on {}",
+                if missing.len() == 1 { "" } else { "s" },
+                missing.iter().map(|t| format!("`{}`", t.0)).collect::<Vec<_>>().join(", "),
+                self.servers()
+            )))?;
         for r in results {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
@@ -480,9 +470,6 @@ impl Kafka {
                     return Err(BrokerError::Refused { doing: format!("cannot create topic `{name}`"), code })
                 }
             }
-        }
-        for (name, _, _) in missing {
-            self.await_topic(name)?;
         }
         Ok(())
     }
@@ -507,23 +494,7 @@ impl Kafka {
         if let Some(n) = self.partitions(topic)? {
             return Ok(n);
         }
-        let admin = self.admin_client()?;
-        let mut t = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
-        for (k, v) in configs {
-            t = t.set(k, v);
-        }
-        let rt = tokio::runtime::Builder::new_current_thread().build().map_err(io("cannot start a runtime"))?;
-        let results = rt
-            .block_on(admin.create_topics(&[t], &AdminOptions::new().operation_timeout(Some(TIMEOUT))))
-            .map_err(client(format!("cannot create topic `{topic}` on {}", self.servers())))?;
-        for r in results {
-            match r {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((name, code)) => {
-                    return Err(BrokerError::Refused { doing: format!("cannot create topic `{name}`"), code })
-                }
-            }
-        }
+        self.create(&[&(topic.to_string(), partitions, configs.to_vec())])?;
         self.await_topic(topic)
     }
 
@@ -646,12 +617,7 @@ impl Kafka {
         // (One call at a time: a flush waits for every record the producer holds, and the
         // refusals it counts are this call's.)
         let mut kept = if idempotent { &self.producer } else { &self.plain }.lock().unwrap_or_else(|p| p.into_inner());
-        let idle = || {
-            let mut idle = idle_producers().lock().unwrap_or_else(|p| p.into_inner());
-            let at = idle.iter().position(|(props, i, _)| *i == idempotent && *props == self.props);
-            at.map(|i| idle.swap_remove(i).2)
-        };
-        let producer = match kept.take().or_else(idle) {
+        let producer = match kept.take().or_else(|| IDLE_PRODUCERS.take(&(self.props.clone(), idempotent))) {
             Some(p) => p,
             None => {
                 let mut config = self.config();

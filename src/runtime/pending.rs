@@ -395,8 +395,9 @@ impl Pending {
 
     /// Take in the rows of `other`, without copying them: its buffers join these, and its
     /// entries join the index. `other_newer`: its rows replace these and its deletions remove
-    /// them; else a row of `other` whose key is here is left out. Deletions are not kept (the clean rows' use: rows only). The cost is an index
-    /// insertion an entry of `other`, walked in the order of its memory.
+    /// them; else a row of `other` whose key is here is left out. Deletions are not kept (the
+    /// clean rows' use: rows only). The cost is an index insertion an entry of `other`, walked
+    /// in the order of its memory.
     pub(crate) fn absorb(&mut self, other: Pending, other_newer: bool) {
         let base = self.chunks.len();
         let n = other.index.len();
@@ -419,11 +420,8 @@ impl Pending {
                     .find(spread(h), |s| s.hash == h && key_at(&self.chunks, s.pos()) == key)
                     .map(|s| s.pos());
                 let keep = !deletion && (other_newer || here.is_none());
-                match here {
-                    Some(old) if other_newer => {
-                        self.take_out(h, old);
-                    }
-                    _ => {}
+                if let (Some(old), true) = (here, other_newer) {
+                    self.take_out(h, old);
                 }
                 if keep {
                     self.index.insert_unique(spread(h), Slot::new(h, pos), |s| spread(s.hash));
@@ -434,10 +432,6 @@ impl Pending {
             }
         }
         self.compact_if_due();
-    }
-
-    pub(crate) fn contains(&self, key: &[u8]) -> bool {
-        self.find(key).is_some()
     }
 
     /// Apply the changes to keys starting with `prefix` to `entries` (read from sled).
@@ -577,7 +571,7 @@ mod tests {
                 p.shrink_to(target);
                 assert!(p.bytes() <= target, "{} held after a trim to {target}", p.bytes());
                 // Which entries went is the packing's choice: the model keeps the others.
-                model.retain(|k, _| p.contains(k));
+                model.retain(|k, _| p.value(k).is_some());
                 trims += 1;
             }
             match next() % 20 {

@@ -110,14 +110,16 @@ pub(crate) fn restore_start(tree: &PagedTree, end: u64, deletions_from: u64) -> 
 
 /// Applies changelog records to a store, in memory: records are coalesced by key (as commits
 /// are, by `Pending`), so that a window put and later deleted by a tombstone never reaches sled.
-/// A restore of many records whose keys come in ascending order hands them to the writer thread
-/// as it reads, in flights of [`FLIGHT_RECORDS`] records, each with the checkpoint it reaches (so that an interrupted restore resumes there): sled is written on another core
-/// while the changelog is read, rather than all after it. (Keys in any other order would have
-/// each flight rewrite the pages of the ones before: a 1 M-key restore in random key order ran
-/// 1.3 times as long so. Once a key comes out of order, the rest is written after the restore.) The flights stay in memory, layers of the store's rows, and go to the
-/// task with the changes read after the last one ([`Restored::flights`]). A restore whose
-/// changes hold more than the task's share of `statestore.cache.max.bytes` waits for the writer
-/// when more than a share is in flight and lets go of what it wrote.
+/// While the keys come in ascending order, it hands them to the writer thread as it reads, a
+/// flight every [`FLIGHT_RECORDS`] records, each with the checkpoint it reaches (so that an
+/// interrupted restore resumes there): sled is written on another core while the changelog is
+/// read, rather than all after it. (Keys in any other order would have each flight rewrite the
+/// pages of the ones before: a 1 M-key restore in random key order ran 1.3 times as long so.
+/// Once a key comes out of order, the rest is written after the restore.) The flights stay in
+/// memory, layers of the store's rows, and go to the task with the changes read after the last
+/// one ([`Restored::flights`]). A restore whose changes hold more than the task's share of
+/// `statestore.cache.max.bytes` hands them over at once, waits for the writer when more than a
+/// share is in flight, and lets go of what it wrote.
 pub(crate) struct Restorer<'a> {
     tree: &'a PagedTree,
     watch: &'a RestoreWatch,
@@ -131,9 +133,8 @@ pub(crate) struct Restorer<'a> {
     unreported: u64,
     /// Records applied.
     pub(crate) n: u64,
-    /// Records applied since the last flight, and how many make one.
+    /// Records applied since the last flight.
     since_flight: u64,
-    flight_records: u64,
     /// Every key so far came after the one before (flights then fall on pages of their own),
     /// and the last one.
     ascending: bool,
@@ -177,7 +178,6 @@ impl<'a> Restorer<'a> {
             unreported: 0,
             n: 0,
             since_flight: 0,
-            flight_records: FLIGHT_RECORDS,
             ascending: true,
             last_key: Vec::new(),
             started_empty: empty,
@@ -209,7 +209,7 @@ impl<'a> Restorer<'a> {
     /// than the task's share.
     pub(crate) fn write(&mut self, at: &Pos) -> Result<(), RunError> {
         self.watch.read(std::mem::take(&mut self.unreported));
-        let early = self.ascending && self.since_flight > self.flight_records;
+        let early = self.ascending && self.since_flight > FLIGHT_RECORDS;
         if early || self.pending.bytes_in_flight() > self.watch.share {
             let changes = std::mem::take(&mut self.pending);
             if let Some(f) = &mut self.filter {
@@ -269,15 +269,6 @@ impl<'a> Restorer<'a> {
         };
         let flights = std::mem::take(&mut self.flights);
         Ok((self.n, std::mem::take(&mut self.pending), flights, keys))
-    }
-}
-
-impl Drop for Restorer<'_> {
-    fn drop(&mut self) {
-        // A restore stopped by an error: its flights are written before anyone reads the tree.
-        while let Some(f) = self.flights.queue.pop_front() {
-            let _ = f.wait();
-        }
     }
 }
 
@@ -363,10 +354,7 @@ impl Restored {
         if matches!(self.keys, SledKeys::InMemory) {
             self.keys = SledKeys::Unknown;
         }
-        while let Some(f) = self.flights.queue.pop_front() {
-            f.wait().map_err(state("cannot restore local state"))?;
-        }
-        Ok(())
+        self.flights.land().map_err(state("cannot restore local state"))
     }
 }
 
@@ -677,6 +665,14 @@ mod tests {
         assert_eq!(state(&tree, &r.pending), all);
     }
 
+    /// A changelog of `records` and an empty tree to restore it into (the database kept with it).
+    fn fresh(records: &[Record]) -> (Mem, sled::Db, PagedTree) {
+        let b = Mem { low: 0, records: RefCell::new(records.to_vec()) };
+        let db = sled::Config::new().temporary(true).open().unwrap();
+        let tree = PagedTree::open(&db, "s#0").unwrap();
+        (b, db, tree)
+    }
+
     /// A restore of many records in key order hands flights to the writer as it reads (each
     /// with the checkpoint it reaches) and keeps them in memory: the store is sled with the
     /// flights and the pending changes over it, every row in memory. Interrupted after its
@@ -686,9 +682,7 @@ mod tests {
         let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
         let records: Vec<Record> =
             (0..1000).map(|i| rec(&format!("k{i:04}"), (i % 11 != 5).then(|| format!("v{i}")).as_deref(), i)).collect();
-        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let (b, _db, tree) = fresh(&records);
         let mut r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert_eq!((r.records, r.checkpoint.offset), (1000, 1000));
         assert_eq!(r.flights.queue.len(), 9, "a flight every 102 records, the rest pending");
@@ -720,9 +714,7 @@ mod tests {
         let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
         let records: Vec<Record> =
             (0..1000).map(|i| rec(&format!("k{i:04}"), (i % 7 != 3).then(|| format!("v{i}")).as_deref(), i)).collect();
-        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let (b, _db, tree) = fresh(&records);
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(!r.flights.queue.is_empty());
         let trees = crate::runtime::state::Trees::new(vec![(tree, r.pending, r.keys, r.flights)], 1 << 30);
@@ -740,9 +732,7 @@ mod tests {
     fn a_long_restore_out_of_key_order_writes_after_it_ends() {
         let w = RestoreWatch::new(&options("t", Config::default()), "0_0", "s", 0);
         let records: Vec<Record> = (0..1000).map(|i| rec(&format!("k{}", (i * 7919) % 1000), Some("v"), i)).collect();
-        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let (b, _db, tree) = fresh(&records);
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(r.flights.queue.is_empty());
         assert!(matches!(r.keys, SledKeys::InMemory));
@@ -759,9 +749,7 @@ mod tests {
         config.statestore.cache.max.bytes = 500;
         let w = RestoreWatch::new(&options("t", config), "0_0", "s", 0);
         let records: Vec<Record> = (0..60).map(|i| rec(&format!("key{i}"), Some("some value"), i)).collect();
-        let b = Mem { low: 0, records: RefCell::new(records.clone()) };
-        let db = sled::Config::new().temporary(true).open().unwrap();
-        let tree = PagedTree::open(&db, "s#0").unwrap();
+        let (b, _db, tree) = fresh(&records);
         let r = restore_store(&b, &tree, "s", 0, None, &w).unwrap();
         assert!(r.pending.bytes() <= 500 && r.pending.len() < 10, "{} pending", r.pending.len());
         let SledKeys::Filtered(filter) = &r.keys else {

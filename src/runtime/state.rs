@@ -1,10 +1,9 @@
 //! Local state: one sled tree per store and partition, the committed changes not written to it
 //! yet, and the checkpoint (the changelog position the tree reflects) written with them.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::record::{Entry, Pos};
 use crate::runtime::error::{state, RunError};
@@ -33,13 +32,12 @@ pub(crate) struct Trees {
     pub(crate) trees: Vec<PagedTree>,
     /// Per store: key → (value or deletion, whether the key may be in sled).
     pub(crate) pending: Vec<Pending>,
-    /// Per store: the changes handed to the writer, oldest first.
-    flights: Vec<VecDeque<Flight>>,
+    /// Per store: the changes handed to the writer, oldest first, and the flag the writer sets
+    /// once one of them failed (the later ones are then not written, so no checkpoint passes
+    /// the gap).
+    flights: Vec<Flights>,
     /// Per store: rows sled holds, kept in memory.
     clean: Vec<Clean>,
-    /// Per store: set by the writer once one of its flights failed (the later ones are then
-    /// not written, so no checkpoint passes the gap).
-    failed: Vec<Arc<AtomicBool>>,
     /// Commits since local state was last handed to the writer.
     pub(crate) commits: u32,
     /// Changes staged since local state was last handed to the writer (each change counts,
@@ -171,7 +169,6 @@ impl Trees {
             pending: Vec::new(),
             flights: Vec::new(),
             clean: Vec::new(),
-            failed: Vec::new(),
             commits: 0,
             staged: 0,
             tenant_keys: None,
@@ -179,9 +176,10 @@ impl Trees {
             read_error: std::sync::Mutex::new(None),
             _live: LiveTask::new(),
         };
-        for (i, (tree, pending, keys, flights)) in stores.into_iter().enumerate() {
+        for (tree, pending, keys, flights) in stores {
             trees.push(tree, pending, keys);
-            trees.adopt(i, flights);
+            // (A restore's: layers from the start.)
+            *trees.flights.last_mut().expect("pushed") = flights;
         }
         trees
     }
@@ -210,17 +208,8 @@ impl Trees {
     pub(crate) fn push(&mut self, tree: PagedTree, pending: Pending, keys: SledKeys) {
         self.trees.push(tree);
         self.pending.push(pending);
-        self.flights.push(VecDeque::new());
+        self.flights.push(Flights::default());
         self.clean.push(Clean { keys, ..Clean::default() });
-        self.failed.push(Arc::default());
-    }
-
-    /// Store `i`'s changes a restore handed to the writer (before any other): layers of its
-    /// rows until they land.
-    fn adopt(&mut self, i: usize, mut flights: Flights) {
-        debug_assert!(self.flights[i].is_empty());
-        self.flights[i] = std::mem::take(&mut flights.queue);
-        self.failed[i] = flights.failed.clone();
     }
 
     /// Take every store out, settled (nothing in flight): (tree, pending changes).
@@ -228,7 +217,6 @@ impl Trees {
         self.settle()?;
         self.flights.clear();
         self.clean.clear();
-        self.failed.clear();
         Ok(std::mem::take(&mut self.trees).into_iter().zip(std::mem::take(&mut self.pending)).collect())
     }
 
@@ -269,18 +257,10 @@ impl Trees {
             return;
         }
         let mut m: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
-        for (i, (tree, pending)) in self.trees.iter().zip(&self.pending).enumerate() {
-            if !self.flights[i].is_empty() {
-                // A restore's flights over sled (a task just opened): every layer, as a read
-                // sees them.
-                for k in self.keys(i) {
-                    if let Some(t) = task.key_tenant(i, &k) {
-                        *m.entry(t.to_vec()).or_default() += 1;
-                    }
-                }
-                continue;
-            }
-            let counted = live_store_keys(tree, pending, |k| {
+        for i in 0..self.trees.len() {
+            // (Every layer over sled: a task just opened may hold a restore's flights.)
+            let layers: Vec<&Pending> = self.overlays(i).collect();
+            let counted = live_store_keys(&self.trees[i], &layers, |k| {
                 if let Some(t) = task.key_tenant(i, k) {
                     *m.entry(t.to_vec()).or_default() += 1;
                 }
@@ -306,7 +286,7 @@ impl Trees {
         let mut n = 0;
         for (i, (tree, pending)) in self.trees.iter().zip(self.pending.iter_mut()).enumerate() {
             let mut keys = Vec::new();
-            live_store_keys(tree, pending, |k| {
+            live_store_keys(tree, &[pending], |k| {
                 if task.key_tenant(i, k).is_some_and(|t| tenants.contains(&t)) {
                     keys.push(k.to_vec());
                 }
@@ -371,7 +351,8 @@ impl Trees {
     fn send(&mut self, i: usize, cp: Pos) {
         let changes = std::mem::take(&mut self.pending[i]);
         self.clean[i].keys.handing(&changes);
-        self.flights[i].push_back(Flight::send(&self.trees[i], &self.failed[i], changes, Some(cp)));
+        let flights = &mut self.flights[i];
+        flights.queue.push_back(Flight::send(&self.trees[i], &flights.failed, changes, Some(cp)));
     }
 
     /// Wait until the writer has written every flight, and take them in.
@@ -386,8 +367,8 @@ impl Trees {
         let mut used = self.memory();
         let mut first_error = None;
         for i in 0..self.trees.len() {
-            while self.flights[i].front().is_some_and(|f| how != Reap::Landed || f.landed()) {
-                let Some(f) = self.flights[i].pop_front() else { break };
+            while self.flights[i].queue.front().is_some_and(|f| how != Reap::Landed || f.landed()) {
+                let Some(f) = self.flights[i].queue.pop_front() else { break };
                 let clean = &mut self.clean[i];
                 let written = match f.wait() {
                     Ok(w) => w,
@@ -417,7 +398,7 @@ impl Trees {
                     written.absorb(std::mem::take(&mut clean.rows), false);
                     written.drop_deletions();
                     if used + written.bytes() > share {
-                        let later = self.flights[i].iter().map(|f| &*f.changes);
+                        let later = self.flights[i].queue.iter().map(|f| &*f.changes);
                         clean.keys.dropping(later.chain([&self.pending[i], &written]));
                         written.shrink_to(share.saturating_sub(used));
                     }
@@ -437,7 +418,7 @@ impl Trees {
                     match v {
                         Some(v) if used + k.len() + v.len() + ENTRY_COST <= share => clean.rows.put(k, v),
                         Some(_) => {
-                            let later = self.flights[i].iter().map(|f| &*f.changes);
+                            let later = self.flights[i].queue.iter().map(|f| &*f.changes);
                             clean.keys.dropping(later.chain([&self.pending[i], &written, &clean.rows]));
                             clean.rows.remove(k);
                         }
@@ -476,7 +457,7 @@ impl Trees {
                 break;
             }
             let before = clean.rows.bytes();
-            let layers = self.flights[i].iter().map(|f| &*f.changes).chain([&self.pending[i], &clean.rows]);
+            let layers = self.flights[i].queue.iter().map(|f| &*f.changes).chain([&self.pending[i], &clean.rows]);
             clean.keys.dropping(layers);
             clean.rows.shrink_to(before.saturating_sub(used - target));
             used -= before - clean.rows.bytes();
@@ -484,11 +465,11 @@ impl Trees {
         // Still over: the writer is behind. Wait for its oldest flights (the processing thread
         // slows down to sled's pace rather than hold more).
         while self.memory() > share {
-            let Some(i) = (0..self.trees.len()).find(|i| !self.flights[*i].is_empty()) else { break };
-            let f = self.flights[i].pop_front().expect("not empty");
+            let Some(i) = (0..self.trees.len()).find(|i| !self.flights[*i].queue.is_empty()) else { break };
+            let f = self.flights[i].queue.pop_front().expect("not empty");
             let clean = &mut self.clean[i];
             let layers =
-                self.flights[i].iter().map(|f| &*f.changes).chain([&*f.changes, &self.pending[i], &clean.rows]);
+                self.flights[i].queue.iter().map(|f| &*f.changes).chain([&*f.changes, &self.pending[i], &clean.rows]);
             clean.keys.dropping(layers);
             f.wait().map_err(state("cannot write local state"))?;
         }
@@ -505,7 +486,7 @@ impl Trees {
     /// About the memory the layers hold.
     pub(crate) fn memory(&self) -> usize {
         self.pending.iter().map(|p| p.bytes()).sum::<usize>()
-            + self.flights.iter().flatten().map(|f| f.changes.bytes_in_flight()).sum::<usize>()
+            + self.flights.iter().map(Flights::bytes).sum::<usize>()
             + self.clean.iter().map(|c| c.rows.bytes() + c.keys.bytes()).sum::<usize>()
     }
 
@@ -526,7 +507,7 @@ impl Trees {
 
     /// Whether every change is written (nothing pending, nothing in flight).
     pub(crate) fn is_settled(&self) -> bool {
-        self.pending.iter().all(|p| p.is_empty()) && self.flights.iter().all(|f| f.is_empty())
+        self.pending.iter().all(|p| p.is_empty()) && self.flights.iter().all(|f| f.queue.is_empty())
     }
 
     /// Store `i` as a query reads it: its tree, and the changes not written to it over it,
@@ -537,7 +518,7 @@ impl Trees {
 
     /// Every layer over sled of store `i`, oldest first: the flights, then the pending changes.
     fn overlays(&self, store: usize) -> impl Iterator<Item = &Pending> {
-        self.flights.get(store).into_iter().flatten().map(|f| &*f.changes).chain(self.pending.get(store))
+        self.flights.get(store).into_iter().flat_map(|f| &f.queue).map(|f| &*f.changes).chain(self.pending.get(store))
     }
 }
 
@@ -568,10 +549,8 @@ impl StoreRead for Trees {
         if let Some(v) = self.pending.get(store)?.value(key) {
             return v.map(<[u8]>::to_vec);
         }
-        for f in self.flights[store].iter().rev() {
-            if let Some(v) = f.changes.value(key) {
-                return v.map(<[u8]>::to_vec);
-            }
+        if let Some(v) = self.flights[store].value(key) {
+            return v.map(<[u8]>::to_vec);
         }
         let clean = &self.clean[store];
         if let Some(v) = clean.rows.value(key) {
@@ -740,7 +719,8 @@ pub(crate) fn empty_store(
     let mut keys = Vec::new();
     // (Every key read before anything is cleared: a key left unread would get no tombstone and
     // come back from the changelog.)
-    live_store_keys(tree, pending, |k| keys.push(k.to_vec())).map_err(state("cannot read local state to empty it"))?;
+    live_store_keys(tree, &[pending], |k| keys.push(k.to_vec()))
+        .map_err(state("cannot read local state to empty it"))?;
     *pending = Pending::default();
     tree.clear().map_err(state("cannot clear local state"))?;
     let n = keys.len() as u64;
@@ -754,21 +734,27 @@ pub(crate) fn empty_store(
     Ok(n)
 }
 
-/// Every key a store holds, in key order: those in sled that no pending change deletes, and those
-/// pending changes put (its checkpoint is not a key).
+/// Every key a store holds, in key order: those in sled that no layer over it changes, and those
+/// the layers put (`layers`: oldest first; the newest that changes a key decides it; sled's
+/// checkpoint is not a key).
 /// A read of sled that fails stops the walk with its error (what was given to `f` is then not
 /// every key).
-pub(crate) fn live_store_keys(tree: &PagedTree, pending: &Pending, mut f: impl FnMut(&[u8])) -> sled::Result<()> {
-    let mut pending_puts: Vec<&[u8]> = pending.changes().filter(|(_, v)| v.is_some()).map(|(k, _)| k).collect();
-    pending_puts.sort_unstable();
-    let mut puts = pending_puts.into_iter().peekable();
+pub(crate) fn live_store_keys(tree: &PagedTree, layers: &[&Pending], mut f: impl FnMut(&[u8])) -> sled::Result<()> {
+    // Each key the layers change: put (true) or deleted.
+    let mut decided: BTreeMap<&[u8], bool> = BTreeMap::new();
+    for layer in layers.iter().rev() {
+        for (k, v) in layer.changes() {
+            decided.entry(k).or_insert(v.is_some());
+        }
+    }
+    let mut puts = decided.iter().filter(|(_, put)| **put).map(|(k, _)| *k).peekable();
     for row in tree.rows() {
         let (k, _) = row?;
-        // Pending puts before this key, then the key itself unless pending changes decide it.
+        // The layers' puts before this key, then the key itself unless the layers decide it.
         while let Some(p) = puts.next_if(|p| *p < &k[..]) {
             f(p);
         }
-        if pending.contains(&k[..]) {
+        if decided.contains_key(&k[..]) {
             continue;
         }
         f(&k);
