@@ -29,6 +29,7 @@ use crate::runtime::options::RunOptions;
 use crate::runtime::placement::LinePlacer;
 use crate::runtime::restore::sweep;
 use crate::runtime::run::commit;
+use crate::runtime::run::driver::{self, Flow, Host};
 use crate::runtime::run::open::{self, Applied};
 use crate::runtime::run::{now_ms, positions_of, progress_bar, Summary, TaskRun, BYTES, RECORDS};
 use crate::runtime::state::open_local_state;
@@ -263,6 +264,9 @@ fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut H
     hub.poll(&mut (log, &mut *c), true)
 }
 
+/// One worker thread of an embedded run: the driver loop ([`driver::turn`]) over its tasks,
+/// each committing alone; with `--drain`, every worker ends at the same turn, the first one
+/// at which none of them did anything.
 fn worker(
     index: usize,
     tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
@@ -270,162 +274,209 @@ fn worker(
     opts: &RunOptions,
 ) -> Result<Summary, RunError> {
     let leader = index == 0;
-    let commit_every = opts.config.commit.records.max(1);
-    let mut retired = Summary::default();
-    let mut busy = std::time::Duration::ZERO;
-    let result = (|| -> Result<(), RunError> {
-        let mut counts_for: Option<(u64, Vec<u32>)> = None;
-        loop {
-            let round = std::time::Instant::now();
-            let mut progress = false;
-            let (stage, seen) = {
-                let mut hub = sh.hub.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
-                if leader && poll_control(&sh.log, &sh.control, &mut hub)? {
-                    progress = true;
-                }
-                (hub.ev.latest().clone(), hub.ev.next)
-            };
-            if let Some(m) = &opts.metrics {
-                answer_queries(&m.queries, index, &stage, tasks);
+    let (stage, seen) = {
+        let hub = sh.hub.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
+        (hub.ev.latest().clone(), hub.ev.next)
+    };
+    let mut host = Worker {
+        index,
+        sh,
+        opts,
+        commit_every: opts.config.commit.records.max(1),
+        stage,
+        seen,
+        committed: sh.log.committed()?,
+        counts_for: None,
+        retired: Summary::default(),
+    };
+    let mut busy = driver::Busy::default();
+    loop {
+        let flow = driver::turn(&mut host, tasks, &mut busy)?;
+        if opts.drain {
+            sh.any.fetch_or(flow == Flow::Busy, Ordering::SeqCst);
+            // A signal stops every thread at the same turn: the leader reads it, all the
+            // threads read its verdict after the barrier.
+            if leader && sh.stop.load(Ordering::SeqCst) {
+                sh.halt.store(true, Ordering::SeqCst);
             }
-            let committed = sh.log.committed()?;
-            let mut gone = Vec::new();
-            for (i, t) in tasks.iter_mut().enumerate() {
-                let (moved, retire) = task_round(t, (seen, &stage), &committed, sh, opts, commit_every)?;
-                progress |= moved;
-                if retire {
-                    gone.push(i);
-                }
-            }
-            {
-                let mut live = sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-                for i in gone.into_iter().rev() {
-                    let t = tasks.remove(i);
-                    retired.add_from(&t.summary());
-                    live.remove(&t.id());
-                    sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?.remove(&t.id());
-                }
-                for t in tasks.iter() {
-                    live.insert(t.id(), t.control());
-                }
-                if let (true, Some(m)) = (leader, &opts.metrics) {
-                    m.queries.set_view(&stage, live.keys().map(|(n, p)| (n, *p)));
-                }
-            }
-            // The leader opens the tasks of new queries (or of new sub-topologies), once every
-            // task has applied the stage: none still runs a form that uses their stores.
+            sh.barrier.wait();
+            let done = !sh.any.load(Ordering::SeqCst) || sh.halt.load(Ordering::SeqCst);
+            sh.barrier.wait();
             if leader {
-                progress |= open_new_tasks(tasks, &stage, sh, opts, &mut counts_for)?;
+                sh.any.store(false, Ordering::SeqCst);
             }
-            if progress {
-                busy += round.elapsed();
+            sh.barrier.wait();
+            if done {
+                break;
             }
-            if opts.drain {
-                sh.any.fetch_or(progress, Ordering::SeqCst);
-                // A signal stops every thread at the same round: the leader reads it, all the
-                // threads read its verdict after the barrier.
-                if leader && sh.stop.load(Ordering::SeqCst) {
-                    sh.halt.store(true, Ordering::SeqCst);
-                }
-                sh.barrier.wait();
-                let done = !sh.any.load(Ordering::SeqCst) || sh.halt.load(Ordering::SeqCst);
-                sh.barrier.wait();
-                if leader {
-                    sh.any.store(false, Ordering::SeqCst);
-                }
-                sh.barrier.wait();
-                if done {
-                    return Ok(());
-                }
-            } else if sh.stop.load(Ordering::SeqCst) {
-                // Every task committed what it processed in this round (above).
-                return Ok(());
-            } else if !progress {
-                std::thread::sleep(std::time::Duration::from_millis(20));
+        } else {
+            match flow {
+                // Every task committed what it processed in this turn.
+                Flow::Stop => break,
+                Flow::Idle => std::thread::sleep(std::time::Duration::from_millis(20)),
+                Flow::Busy => {}
             }
         }
-    })();
-    result?;
-    let closing = std::time::Instant::now();
-    let mut s = retired;
-    // Stopped by a signal, the input may not be at its end: closing every window now would
-    // make the rest late for good. They close at the end of a run that drains it.
-    let close = opts.close_windows_at_end && !sh.stop.load(Ordering::SeqCst);
-    for t in tasks.iter_mut() {
-        t.commit(&sh.log, opts, close, true)?;
-        s.add_from(&t.summary());
     }
-    s.busy = busy + closing.elapsed();
-    Ok(s)
+    driver::finish(&mut host, tasks, busy)
 }
 
-/// One task's turn in a worker's round: a step over its input, the commit point it reaches, a
-/// failed task reopened, its part in the idle bookkeeping of repartition topics, and the stage
-/// applied at a commit boundary. (Whether it made progress, whether it is to be retired: its
-/// query dropped.)
-fn task_round(
-    t: &mut TaskRun<EmbeddedFeed>,
-    (seen, stage): (u64, &Stage),
-    committed: &Committed,
-    sh: &Shared,
-    opts: &RunOptions,
+/// A worker thread of an embedded run, as the driver loop's [`Host`].
+struct Worker<'a> {
+    index: usize,
+    sh: &'a Shared,
+    opts: &'a RunOptions,
     commit_every: u64,
-) -> Result<(bool, bool), RunError> {
-    let (mut progress, mut retire) = (false, false);
-    t.set_control_seen((seen, stage.next));
-    let may_grow = {
-        let busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-        busy.values().any(|w| w.contains(&t.spec().main.topic))
-    };
-    t.set_main_may_grow(may_grow);
-    // A task that reads a repartition topic beside other inputs sees what its writers
-    // committed up to now: a writer found idle has committed all it will write.
-    let fresh;
-    let c = if matches!(t.spec().main.decode, Decode::Internal { .. }) && t.spec().has_side_inputs() {
-        fresh = sh.log.committed()?;
-        &fresh
-    } else {
-        committed
-    };
-    if t.step_embedded(c, &sh.startup, opts, commit_every)? > 0 {
-        progress = true;
+    /// The latest stage and the control records read, as of the turn's start.
+    stage: Arc<Stage>,
+    seen: u64,
+    /// The log's committed ends as of the turn's start.
+    committed: Committed,
+    /// The partition counts of the topics of the stage whose new tasks the leader opened last.
+    counts_for: Option<(u64, Vec<u32>)>,
+    /// The counts of the tasks retired (their queries dropped).
+    retired: Summary,
+}
+
+impl Host for Worker<'_> {
+    type Feed = EmbeddedFeed;
+
+    fn opts(&self) -> &RunOptions {
+        self.opts
     }
-    // A step stops at `commit.records` uncommitted records or at the end of the
-    // available input: either way, a commit point.
-    if t.has_work() && !t.failed() {
-        t.commit(&sh.log, opts, false, false)?;
-        progress = true;
-    }
-    if t.failed() {
-        t.reopen(&sh.log, &sh.db, stage, opts)?;
-        progress = true;
-    }
-    let writes = t.spec().repartition_topics();
-    let key = t.id();
-    let mut busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
-    // Idle: at the end of every input, committed, and not reading a repartition topic
-    // whose own writers are still at work (busy carries down a chain of them).
-    if writes.is_empty() || t.idle() {
-        // A writer going idle lets its readers go on: that is progress (`--drain`
-        // must not stop before they read what it committed).
-        if busy.remove(&key).is_some() {
-            progress = true;
+
+    /// The leader reads the control log; every worker answers the interactive queries waiting
+    /// for it and reads the log's committed ends.
+    fn begin(&mut self, tasks: &mut Vec<TaskRun<EmbeddedFeed>>) -> Result<bool, RunError> {
+        let sh = self.sh;
+        let mut progress = false;
+        {
+            let mut hub = sh.hub.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
+            if self.index == 0 && poll_control(&sh.log, &sh.control, &mut hub)? {
+                progress = true;
+            }
+            (self.stage, self.seen) = (hub.ev.latest().clone(), hub.ev.next);
         }
-    } else {
-        busy.insert(key, writes);
+        if let Some(m) = &self.opts.metrics {
+            answer_queries(&m.queries, self.index, &self.stage, tasks);
+        }
+        self.committed = sh.log.committed()?;
+        Ok(progress)
     }
-    drop(busy);
-    // Control statements apply at commit boundaries.
-    if !t.failed() && t.uncommitted() == 0 && t.control() < stage.next {
-        progress = true;
-        if !t.apply_stage(stage, &sh.log, &sh.db, opts)? {
-            t.commit(&sh.log, opts, false, false)?;
-            // Forgotten once its state's deletion is committed (a failed commit
-            // reopens it as committed, and it is retired again).
-            retire = !t.failed();
+
+    fn stage(&mut self) -> Result<(Arc<Stage>, u64), RunError> {
+        Ok((self.stage.clone(), self.seen))
+    }
+
+    /// Each input read up to its end for this step (with `--drain`, an external input up to
+    /// its start-up end); a repartition topic that a writer at work may still write to is
+    /// waited on at its end.
+    fn prepare(&mut self, t: &mut TaskRun<EmbeddedFeed>) -> Result<(), RunError> {
+        let sh = self.sh;
+        let may_grow = {
+            let busy = sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+            busy.values().any(|w| w.contains(&t.spec().main.topic))
+        };
+        t.set_main_may_grow(may_grow);
+        // A task that reads a repartition topic beside other inputs sees what its writers
+        // committed up to now: a writer found idle has committed all it will write.
+        if matches!(t.spec().main.decode, Decode::Internal { .. }) && t.spec().has_side_inputs() {
+            let fresh = sh.log.committed()?;
+            t.set_ends(&fresh, &sh.startup, self.opts.drain);
+        } else {
+            t.set_ends(&self.committed, &sh.startup, self.opts.drain);
+        }
+        Ok(())
+    }
+
+    fn step_size(&self, _t: &TaskRun<EmbeddedFeed>) -> (u64, bool) {
+        (self.commit_every, false)
+    }
+
+    fn together(&self) -> bool {
+        false
+    }
+
+    /// A step stops at `commit.records` uncommitted records or at the end of the available
+    /// input: either way, a commit point.
+    fn commit_due(&self, unit: &[TaskRun<EmbeddedFeed>]) -> bool {
+        unit.iter().any(|t| t.has_work() && !t.failed())
+    }
+
+    fn commit(&mut self, unit: &mut [TaskRun<EmbeddedFeed>], how: commit::How) -> Result<bool, RunError> {
+        let mut step = LogCommit { log: &self.sh.log, partitions: self.opts.config.embedded.partitions.max(1) };
+        let mut refs: Vec<&mut TaskRun<EmbeddedFeed>> = unit.iter_mut().collect();
+        commit::commit(&mut step, &mut refs, how)
+    }
+
+    fn reopen(&mut self, t: &mut TaskRun<EmbeddedFeed>, stage: &Arc<Stage>) -> Result<(), RunError> {
+        t.reopen(&self.sh.log, &self.sh.db, stage, self.opts)
+    }
+
+    /// Idle: at the end of every input, committed, and not reading a repartition topic whose
+    /// own writers are still at work (busy carries down a chain of them).
+    fn settled(&mut self, t: &TaskRun<EmbeddedFeed>) -> Result<bool, RunError> {
+        let writes = t.spec().repartition_topics();
+        let mut busy = self.sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+        if writes.is_empty() || t.idle() {
+            // A writer going idle lets its readers go on: that is progress (`--drain` must not
+            // stop before they read what it committed).
+            Ok(busy.remove(&t.id()).is_some())
+        } else {
+            busy.insert(t.id(), writes);
+            Ok(false)
         }
     }
-    Ok((progress, retire))
+
+    fn apply_stage(&mut self, t: &mut TaskRun<EmbeddedFeed>, stage: &Arc<Stage>) -> Result<Applied, RunError> {
+        t.apply_stage(stage, &self.sh.log, &self.sh.db, self.opts)
+    }
+
+    fn retire(&mut self, t: TaskRun<EmbeddedFeed>) -> Result<(), RunError> {
+        self.retired.add_from(&t.summary());
+        self.sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?.remove(&t.id());
+        self.sh.busy.lock().map_err(|_| RunError::Internal("lock poisoned"))?.remove(&t.id());
+        Ok(())
+    }
+
+    /// Every task's control offset published; the leader opens the tasks of new queries (or
+    /// of new sub-topologies), once every task has applied the stage: none still runs a form
+    /// that uses their stores.
+    fn end(&mut self, tasks: &mut Vec<TaskRun<EmbeddedFeed>>, progress: &mut bool) -> Result<Flow, RunError> {
+        let (sh, opts, leader) = (self.sh, self.opts, self.index == 0);
+        {
+            let mut live = sh.live.lock().map_err(|_| RunError::Internal("lock poisoned"))?;
+            for t in tasks.iter() {
+                live.insert(t.id(), t.control());
+            }
+            if let (true, Some(m)) = (leader, &opts.metrics) {
+                m.queries.set_view(&self.stage, live.keys().map(|(n, p)| (n, *p)));
+            }
+        }
+        if leader {
+            *progress |= open_new_tasks(tasks, &self.stage, sh, opts, &mut self.counts_for)?;
+        }
+        Ok(if !opts.drain && sh.stop.load(Ordering::SeqCst) {
+            Flow::Stop
+        } else if *progress {
+            Flow::Busy
+        } else {
+            Flow::Idle
+        })
+    }
+
+    /// Every task's last commit. Stopped by a signal, the input may not be at its end: closing
+    /// every window now would make the rest late for good. They close at the end of a run
+    /// that drains it.
+    fn close(&mut self, tasks: &mut Vec<TaskRun<EmbeddedFeed>>) -> Result<Summary, RunError> {
+        let close = self.opts.close_windows_at_end && !self.sh.stop.load(Ordering::SeqCst);
+        let mut s = std::mem::take(&mut self.retired);
+        for t in tasks.iter_mut() {
+            t.commit(&self.sh.log, self.opts, close, true)?;
+            s.add_from(&t.summary());
+        }
+        Ok(s)
+    }
 }
 
 /// The leader's part of a round: once every task has applied the stage (none still runs a form
@@ -777,27 +828,23 @@ impl TaskRun<EmbeddedFeed> {
     }
 
     /// Bring a running task (at a commit boundary) up to `stage` ([`open::apply_stage`]); the
-    /// stores its old form had and the new one has not are deleted at once. False if its query
-    /// was dropped: the task has queued the deletion of its state and must be committed, then
-    /// forgotten.
+    /// stores its old form had and the new one has not are deleted at once.
     fn apply_stage(
         &mut self,
         stage: &Stage,
         log: &EmbeddedLog,
         db: &sled::Db,
         opts: &RunOptions,
-    ) -> Result<bool, RunError> {
+    ) -> Result<Applied, RunError> {
         let feed =
             |spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>| Ok(embedded_feed(spec, p, log, positions));
-        match open::apply_stage(self, stage, db, opts, &feed)? {
-            Applied::Retired => Ok(false),
-            Applied::Running { gone } => {
-                for (store, changelog) in gone {
-                    sweep(&Embedded { log }, db, &store, &changelog, self.partition())?;
-                }
-                Ok(true)
+        let applied = open::apply_stage(self, stage, db, opts, &feed)?;
+        if let Applied::Running { gone } = &applied {
+            for (store, changelog) in gone {
+                sweep(&Embedded { log }, db, store, changelog, self.partition())?;
             }
         }
+        Ok(applied)
     }
 
     /// After an injected fault: drop everything uncommitted and reopen the task from the
@@ -846,23 +893,16 @@ impl TaskRun<EmbeddedFeed> {
         now
     }
 
-    /// Process up to `max` records, reading each input up to its end for this step.
-    fn step_embedded(
-        &mut self,
-        c: &Committed,
-        startup: &Committed,
-        opts: &RunOptions,
-        max: u64,
-    ) -> Result<u64, RunError> {
+    /// Where each input is read up to in the next step ([`TaskRun::end`]).
+    fn set_ends(&mut self, c: &Committed, startup: &Committed, drain: bool) {
         let spec = self.spec().clone();
         let main_internal = matches!(spec.main.decode, Decode::Internal { .. });
-        let main = self.end(&spec.main.topic, main_internal, c, startup, opts.drain);
+        let main = self.end(&spec.main.topic, main_internal, c, startup, drain);
         self.feed_mut().ends[0] = main;
         for (i, t) in spec.side_topics().iter().enumerate() {
-            let end = self.end(t, false, c, startup, opts.drain);
+            let end = self.end(t, false, c, startup, drain);
             self.feed_mut().ends[i + 1] = end;
         }
-        self.step(opts, max, false)
     }
 }
 

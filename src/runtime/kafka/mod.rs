@@ -43,6 +43,7 @@ use crate::runtime::hub::Hub;
 use crate::runtime::options::RunOptions;
 use crate::runtime::restore::{self};
 use crate::runtime::run::commit::{self, How};
+use crate::runtime::run::driver::{self, Flow, Host};
 use crate::runtime::run::open::{self, Applied};
 use crate::runtime::run::{self, Feed, Next, Summary, TaskRun};
 use crate::runtime::state;
@@ -110,6 +111,14 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     let main_topics: BTreeSet<String> = specs.iter().map(|s| s.main.topic.clone()).collect();
     let producer = Producer::create(&kafka, opts, &instance, eos)?;
     let _reporter = RestoreReporter::start(&kafka, opts, &instance)?;
+    // SIGTERM or SIGINT: commit, write local state and leave the group.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(io("cannot handle signals"))?;
+    }
+    if let Some(m) = &opts.metrics {
+        m.health.watch_stop(stop.clone());
+    }
     let engine = Engine {
         opts: opts.clone(),
         kafka,
@@ -121,10 +130,13 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         producer,
         instance: instance.clone(),
         eos,
-        units: BTreeMap::new(),
+        tasks: Vec::new(),
+        opened: BTreeSet::new(),
         assigned: Vec::new(),
         error: None,
         failed: false,
+        reopen_all: false,
+        control_due: false,
         joined: false,
         partitions: BTreeMap::new(),
         startup,
@@ -132,6 +144,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         closed: Summary::default(),
         last_commit: Instant::now(),
         drain_commit: false,
+        windows_closed: false,
         last_metrics: Instant::now(),
         failed_commits: 0,
         rebalances: 0,
@@ -139,21 +152,9 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         topic_configs,
         standbys: None,
         served: None,
+        stop: stop.clone(),
     };
-    let mut cfg = engine.kafka.config();
-    cfg.set("group.id", &opts.app)
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
-    if let Some(id) = &opts.config.instance.id {
-        cfg.set("group.instance.id", id);
-    }
-    // Interactive queries and standby replicas tell instances apart by the client id of the
-    // group member: the configured one (or the application id) and the instance name.
-    let client_id =
-        format!("{}-{instance}", opts.config.kafka.get("client.id").map_or(opts.app.as_str(), String::as_str));
-    cfg.set("client.id", &client_id);
+    let (cfg, client_id) = group_config(&engine.kafka, opts, &instance);
     let peers =
         Arc::new(peers::GroupPeers::new(&opts.app, &opts.config.kafka, &client_id, &instance).map_err(state_error)?);
     let mut engine = engine;
@@ -186,14 +187,6 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
             opts.metrics.clone(),
         ));
     }
-    // SIGTERM or SIGINT: commit, write local state and leave the group.
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(io("cannot handle signals"))?;
-    }
-    if let Some(m) = &opts.metrics {
-        m.health.watch_stop(stop.clone());
-    }
     // With standby replicas, an instance that starts while others run the application copies
     // the changelogs before it joins, so that tasks move here warm (see `Standbys::warm_up`).
     if let Some(sb) = engine.standbys.as_mut() {
@@ -203,7 +196,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         sb.warm_up(&engine.stage, &engine.db, opts.config.acceptable.recovery.lag, &stop)?;
         if stop.load(Ordering::Relaxed) {
             eprintln!("stopping while warming up: the copies are written, the group never joined");
-            let summary = engine.close_all()?;
+            let summary = engine.close_all(&mut Vec::new())?;
             // (The database closed first: see `state::mark_closed`.)
             drop(engine);
             crate::runtime::state::mark_closed(&state_path);
@@ -224,7 +217,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
     if let Some(m) = &opts.metrics {
         m.queries.set_workers(1);
     }
-    let result = drive(&consumer, opts, &stop);
+    let result = drive(&consumer);
     if let Some(m) = &opts.metrics {
         m.queries.set_workers(0);
     }
@@ -246,6 +239,25 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
             Err(err)
         }
     }
+}
+
+/// The group consumer's configuration, and its client id.
+fn group_config(kafka: &Kafka, opts: &RunOptions, instance: &str) -> (rdkafka::ClientConfig, String) {
+    let mut cfg = kafka.config();
+    cfg.set("group.id", &opts.app)
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed");
+    if let Some(id) = &opts.config.instance.id {
+        cfg.set("group.instance.id", id);
+    }
+    // Interactive queries and standby replicas tell instances apart by the client id of the
+    // group member: the configured one (or the application id) and the instance name.
+    let client_id =
+        format!("{}-{instance}", opts.config.kafka.get("client.id").map_or(opts.app.as_str(), String::as_str));
+    cfg.set("client.id", &client_id);
+    (cfg, client_id)
 }
 
 /// Report restores to `<app>-metrics` from a thread of its own (the driver's is busy
@@ -443,7 +455,10 @@ impl ConsumerContext for GroupCtx {
             let lost = c.assignment_lost();
             let mut e = lock(&self.engine);
             let parts = parts_of(tpl);
-            if let Err(err) = e.revoke(c, &parts, lost) {
+            let mut tasks = std::mem::take(&mut e.tasks);
+            let revoked = Turn { e: &mut e, consumer: c }.revoke(&mut tasks, &parts, lost);
+            e.tasks = tasks;
+            if let Err(err) = revoked {
                 e.error.get_or_insert(err);
             }
         }
@@ -486,6 +501,11 @@ fn parts_of(tpl: &TopicPartitionList) -> Vec<(String, u32)> {
 /// A task on Kafka.
 type KTask = TaskRun<KafkaFeed>;
 
+/// The assigned main partition a task runs on: (its main input, its partition).
+fn part_of(t: &KTask) -> (String, u32) {
+    (t.spec().main.topic.clone(), t.partition())
+}
+
 /// Everything an instance runs; owned by the group consumer's context.
 struct Engine {
     opts: RunOptions,
@@ -500,14 +520,22 @@ struct Engine {
     producer: Producer,
     instance: String,
     eos: bool,
-    /// Assigned main partitions → their tasks.
-    units: BTreeMap<(String, u32), Vec<KTask>>,
+    /// The tasks of the assigned main partitions, in the order of their partitions (topic,
+    /// partition), then the plan's; lent to the driver loop during a turn.
+    tasks: Vec<KTask>,
+    /// The assigned main partitions whose tasks are open.
+    opened: BTreeSet<(String, u32)>,
     /// Assigned, not opened yet.
     assigned: Vec<(String, u32)>,
     /// An error from inside a rebalance callback, for the main loop.
     error: Option<RunError>,
     /// The run failed: nothing may be committed any more (closing the consumer revokes).
     failed: bool,
+    /// A commit failed (or a task a fault failed): at the next turn every task goes back to
+    /// the last commit, closed and opened again.
+    reopen_all: bool,
+    /// A commit was made: the control log is read before the next commit boundary.
+    control_due: bool,
     /// The group has given this instance an assignment (possibly empty) at least once.
     joined: bool,
     /// Partition counts of the topics written to.
@@ -520,6 +548,8 @@ struct Engine {
     last_commit: Instant,
     /// `--drain` found a task at the end of its inputs with work to commit: commit at once.
     drain_commit: bool,
+    /// `--drain` with `close_windows_at_end`: the commit that closed every window is made.
+    windows_closed: bool,
     last_metrics: Instant,
     failed_commits: u32,
     /// Assignments received (each rebalance that gave this instance partitions, or none).
@@ -533,100 +563,11 @@ struct Engine {
     standbys: Option<standby::Standbys>,
     /// Where this instance serves its stores, and its group consumer's client id.
     served: Option<(String, String)>,
+    /// Set by SIGINT or SIGTERM.
+    stop: Arc<AtomicBool>,
 }
 
 impl Engine {
-    /// Open the tasks of newly assigned partitions: restore, then resume at the committed
-    /// positions. True if any was opened.
-    fn open_assigned(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<bool> {
-        if self.assigned.is_empty() {
-            return Ok(false);
-        }
-        // Only what is still assigned (a revocation may have come in between).
-        let owned = consumer.owned().unwrap_or_default();
-        let parts: BTreeSet<(String, u32)> = std::mem::take(&mut self.assigned)
-            .into_iter()
-            .filter(|k| !self.units.contains_key(k) && owned.contains(k))
-            .collect();
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &parts {
-            tpl.add_partition(t, *p as i32);
-        }
-        let committed = consumer
-            .committed_offsets(tpl, TIMEOUT)
-            .map_err(client(format!("cannot read the committed offsets of group `{}`", self.opts.app)))?;
-        // A task committed by an instance that had read more of the control log: catch up
-        // first, so the task never runs an older form of its query than it committed with.
-        let newest = committed
-            .elements()
-            .iter()
-            .filter_map(|e| serde_json::from_str::<serde_json::Value>(e.metadata()).ok())
-            .filter_map(|m| {
-                m.as_object()
-                    .map(|o| o.values().filter_map(|t| t.get("control").and_then(|c| c.as_u64())).max().unwrap_or(0))
-            })
-            .max()
-            .unwrap_or(0);
-        if newest > self.stage.next {
-            if newest > self.hub.ev.next {
-                poll_control(&self.kafka, &self.control_reader, &mut self.hub, &self.opts.app, true)?;
-            }
-            if self.hub.ev.latest().next != self.stage.next {
-                if !self.commit(consumer, false)? {
-                    // Every task went back to its last commit: try again on the next turn.
-                    self.assigned.extend(parts);
-                    return Ok(false);
-                }
-                self.apply_stage(consumer)?;
-            }
-        }
-        for (t, p) in parts {
-            let el = committed.find_partition(&t, p as i32);
-            let offset = match el.as_ref().map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => Some(o as u64),
-                _ => None,
-            };
-            let meta: serde_json::Value =
-                el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
-            // An offset committed without commit records (set by another tool) is where every
-            // task starts; otherwise a task without its commit record is new (a query added
-            // since) and reads from the start, like a new query that starts while running.
-            let external = meta.as_object().is_none_or(|m| m.is_empty());
-            // Stores removed by statements since these tasks committed (a dropped query, a
-            // clause replaced away) are deleted first.
-            if let Some(m) = meta.as_object() {
-                for (name, tm) in m {
-                    let (Some(version), control) = (
-                        tm.get("version").and_then(|v| v.as_u64()),
-                        tm.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
-                    ) else {
-                        continue;
-                    };
-                    if control < self.stage.next {
-                        // After the next commit, which records that the statement is applied.
-                        self.sweeps.extend(self.stage.gone_since(name, version).into_iter().map(|(s, c)| (s, c, p)));
-                    }
-                }
-            }
-            let mut tasks = Vec::new();
-            let here = BTreeSet::from([(t.clone(), p)]);
-            for (spec, p) in tasks_on(&self.stage.specs, &here) {
-                // A standby replica of the task becomes its stores, as of its checkpoint.
-                if let Some(sb) = self.standbys.as_mut() {
-                    sb.release(&spec.name, p)?;
-                }
-                tasks.push(self.open_task(
-                    spec.clone(),
-                    p,
-                    offset.filter(|_| external),
-                    meta.get(&spec.name).unwrap_or(&serde_json::Value::Null),
-                )?);
-            }
-            self.units.insert((t, p), tasks);
-        }
-        Ok(true)
-    }
-
     fn open_task(
         &self,
         spec: Arc<TaskSpec>,
@@ -658,61 +599,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Whether a task holds back more changed entries than its cache keeps: a commit is due.
-    fn cache_full(&self) -> bool {
-        self.units.values().flatten().any(|t| t.cache_full())
-    }
-
-    /// Process what the readers have; true if any record was processed.
-    fn step(&mut self) -> Result<bool> {
-        let mut worked = false;
-        let seen = (self.hub.ev.next, self.hub.ev.latest().next);
-        for tasks in self.units.values_mut() {
-            for t in tasks.iter_mut() {
-                t.set_control_seen(seen);
-                if t.step(&self.opts, t.uncommitted() + STEP, true)? > 0 {
-                    worked = true;
-                }
-            }
-        }
-        Ok(worked)
-    }
-
-    /// Commit every task; false if the commit failed and every task went back to its committed
-    /// state (an error after [`MAX_FAILED_COMMITS`] failures in a row).
-    fn commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<bool> {
-        self.last_commit = Instant::now();
-        self.drain_commit = false;
-        match self.try_commit(consumer, close_all) {
-            Ok(()) => {
-                self.failed_commits = 0;
-                // Stores removed by statements this commit recorded as applied.
-                self.run_sweeps()?;
-                Ok(true)
-            }
-            Err(e) => {
-                self.failed_commits += 1;
-                if self.failed_commits >= MAX_FAILED_COMMITS {
-                    return Err(state_error(format!("{MAX_FAILED_COMMITS} commits failed in a row; the last: {e}")));
-                }
-                eprintln!("commit failed ({e}); the tasks resume from their last commit");
-                if self.eos {
-                    // (A producer that cannot be made again now fails the next commit too, which
-                    // counts towards the limit.)
-                    if let Err(e) = self.abort() {
-                        eprintln!("{e}; trying again at the next commit");
-                    }
-                } else {
-                    // Records still on their way land before the tasks reopen, so that the
-                    // restore sees them (after the committed end) and rewrites their keys.
-                    let _ = crate::kafka::flush(&self.producer.inner, TIMEOUT);
-                }
-                self.reopen_all();
-                Ok(false)
-            }
-        }
-    }
-
     fn abort(&mut self) -> Result<()> {
         match self.producer.inner.abort_transaction(TIMEOUT) {
             Ok(()) => Ok(()),
@@ -723,39 +609,20 @@ impl Engine {
         }
     }
 
-    fn try_commit(&mut self, consumer: &BaseConsumer<GroupCtx>, close_all: bool) -> Result<()> {
-        let metrics_due = self.last_metrics.elapsed() >= Duration::from_millis(self.opts.config.metrics.interval_ms);
-        let mut extra = Vec::new();
-        if metrics_due {
-            // Flushed first, so that the metrics count what this commit emits.
-            for t in self.units.values_mut().flat_map(|ts| ts.iter_mut()) {
-                t.flush_for_commit(close_all);
-            }
-            self.last_metrics = Instant::now();
-            let topic = format!("{}-metrics", self.opts.app);
-            extra = self.metrics_records().into_iter().map(|r| (topic.clone(), r)).collect();
-        }
-        let Engine { units, producer, kafka, partitions, eos, .. } = self;
-        let mut tasks: Vec<&mut KTask> = units.values_mut().flat_map(|ts| ts.iter_mut()).collect();
-        let mut step = TxnCommit { producer, kafka, partitions, consumer, eos: *eos, extra };
-        commit::commit(&mut step, &mut tasks, How { close_all, force: metrics_due, last: false })?;
-        Ok(())
-    }
-
     /// Keep the standby replicas warm (see [`standby`]). True if any record was applied.
     fn standby_turn(&mut self) -> Result<bool> {
         let Some(sb) = self.standbys.as_mut() else { return Ok(false) };
-        let (units, assigned) = (&self.units, &self.assigned);
-        sb.turn(&self.stage, &self.db, || units.keys().chain(assigned).cloned().collect())
+        let (opened, assigned) = (&self.opened, &self.assigned);
+        sb.turn(&self.stage, &self.db, || opened.iter().chain(assigned).cloned().collect())
     }
 
     /// Answer the interactive queries waiting (`/stores/…`) from the committed state of the
     /// tasks of the partitions this instance is assigned.
-    fn answer_queries(&self, q: &crate::runtime::query::Queries) {
-        q.set_view(&self.stage, self.units.values().flatten().map(|r| (&r.spec().name, r.partition())));
+    fn answer_queries(&self, tasks: &[KTask], q: &crate::runtime::query::Queries) {
+        q.set_view(&self.stage, tasks.iter().map(|r| (&r.spec().name, r.partition())));
         q.answer(0, &self.stage, |target, f| {
             let store = &target.spec.stores[target.store].name;
-            for r in self.units.values().flatten().filter(|r| r.spec().name == target.spec.name) {
+            for r in tasks.iter().filter(|r| r.spec().name == target.spec.name) {
                 if let Some(shard) = r.store_view(store) {
                     f(r.partition(), crate::runtime::query::Shard { tree: shard.0, layers: shard.1 });
                 }
@@ -764,41 +631,39 @@ impl Engine {
     }
 
     /// One record per task for `<app>-metrics`: its counters and each input's consumer lag.
-    fn metrics_records(&self) -> Vec<Record> {
+    fn metrics_records(&self, tasks: &[KTask]) -> Vec<Record> {
         let now = run::now_ms();
         let mut recs = Vec::new();
-        for tasks in self.units.values() {
-            for r in tasks {
-                let summary = r.summary();
-                let mut lag = serde_json::Map::new();
-                let p = r.partition();
-                for (i, topic) in r.feed().topics.iter().enumerate() {
-                    if let Ok((_, high)) = self.kafka.watermarks_within(topic, p, Duration::from_secs(5)) {
-                        lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed().next[i] as i64).max(0)));
-                    }
+        for r in tasks {
+            let summary = r.summary();
+            let mut lag = serde_json::Map::new();
+            let p = r.partition();
+            for (i, topic) in r.feed().topics.iter().enumerate() {
+                if let Ok((_, high)) = self.kafka.watermarks_within(topic, p, Duration::from_secs(5)) {
+                    lag.insert(format!("{topic}/{p}"), serde_json::json!((high - r.feed().next[i] as i64).max(0)));
                 }
-                let value = serde_json::json!({
-                    "application": self.opts.app,
-                    "instance": self.instance,
-                    "task": format!("{}_{}", r.spec().sub, r.partition()),
-                    "timestamp": now,
-                    "records_in": r.records_read(),
-                    "records_out": summary.records_out,
-                    "late": summary.late,
-                    "dead_letters": summary.dead_letters,
-                    "skipped": summary.skipped,
-                    "commits": summary.commits,
-                    "restored": summary.restored,
-                    "consumer_lag": lag,
-                });
-                let key = format!("{}/{}_{}", self.instance, r.spec().sub, r.partition());
-                recs.push(Record {
-                    key: Some(key.into_bytes()),
-                    value: Some(value.to_string().into_bytes()),
-                    timestamp: now,
-                    headers: vec![],
-                });
             }
+            let value = serde_json::json!({
+                "application": self.opts.app,
+                "instance": self.instance,
+                "task": format!("{}_{}", r.spec().sub, r.partition()),
+                "timestamp": now,
+                "records_in": r.records_read(),
+                "records_out": summary.records_out,
+                "late": summary.late,
+                "dead_letters": summary.dead_letters,
+                "skipped": summary.skipped,
+                "commits": summary.commits,
+                "restored": summary.restored,
+                "consumer_lag": lag,
+            });
+            let key = format!("{}/{}_{}", self.instance, r.spec().sub, r.partition());
+            recs.push(Record {
+                key: Some(key.into_bytes()),
+                value: Some(value.to_string().into_bytes()),
+                timestamp: now,
+                headers: vec![],
+            });
         }
         if let Some((server, client_id)) = &self.served {
             recs.push(peers::server_record(&self.instance, server, client_id, now));
@@ -827,168 +692,274 @@ impl Engine {
         recs
     }
 
-    /// Partitions are being taken away: commit, then close their tasks, keeping local state.
-    /// Lost partitions (or a failed run) are closed without a commit.
-    fn revoke(&mut self, consumer: &BaseConsumer<GroupCtx>, parts: &[(String, u32)], lost: bool) -> Result<()> {
-        let committed = if lost || self.failed { Ok(false) } else { self.commit(consumer, false) };
-        // (A failed commit queued every task to be reopened: not these.)
-        self.assigned.retain(|k| !parts.contains(k));
-        let keep = matches!(committed, Ok(true));
-        for k in parts {
-            if let Some(tasks) = self.units.remove(k) {
-                for mut t in tasks {
-                    if keep {
-                        write_local(&mut t)?;
-                    }
-                    self.close_task(t);
-                }
-            }
-        }
-        committed.map(|_| ())
-    }
-
-    /// Bring every task up to the control log as this instance has read it (just after a
-    /// commit: nothing is uncommitted). Tasks of dropped queries delete their state and close;
-    /// new queries' tasks open on the partitions this instance owns; a new set of main inputs
-    /// changes the subscription (the one case that rebalances).
-    fn apply_stage(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<()> {
-        let stage = self.hub.ev.latest().clone();
-        if stage.next == self.stage.next {
-            return Ok(());
-        }
-        self.stage = stage.clone();
-        self.topic_configs = setup_topics(&self.kafka, &stage.program, &stage.topo, &stage.specs)?;
-        crate::runtime::schemas::register_sinks(&self.opts.config, &stage.specs)?;
-        let mut retired = false;
-        let mut sweeps = Vec::new();
-        let (kafka, opts, startup) = (&self.kafka, &self.opts, &self.startup);
-        let feed = |spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>| {
-            feed_for(kafka, opts, startup, spec, p, positions)
-        };
-        for ((_, p), tasks) in self.units.iter_mut() {
-            for t in tasks.iter_mut() {
-                match open::apply_stage(t, &stage, &self.db, opts, &feed)? {
-                    Applied::Retired => retired = true,
-                    Applied::Running { gone } => sweeps.extend(gone.into_iter().map(|(s, c)| (s, c, *p))),
-                }
-            }
-        }
-        for t in self.units.values_mut().flatten() {
-            let (limits, sizes) =
-                (limits_of(&self.topic_configs, t.spec()), sizes_of(&self.topic_configs, t.spec(), &self.opts.config));
-            t.set_limits(limits, sizes);
-        }
-        // Swept after the next commit, which records that the statement is applied: an owner
-        // that read the commit before the sweep ran would run the old form on emptied stores.
-        self.sweeps.extend(sweeps);
-        // New queries (or sub-topologies) on the partitions this instance owns.
-        let owned: BTreeSet<(String, u32)> = self.units.keys().cloned().collect();
-        for (spec, p) in tasks_on(&stage.specs, &owned) {
-            let key = (spec.main.topic.clone(), p);
-            if self.units.get(&key).is_some_and(|ts| ts.iter().any(|t| t.spec().name == spec.name)) {
-                continue;
-            }
-            let t = self.open_task(spec, p, None, &serde_json::Value::Null)?;
-            if let Some(tasks) = self.units.get_mut(&key) {
-                tasks.push(t);
-            }
-        }
-        if retired {
-            self.commit(consumer, false)?;
-            for tasks in self.units.values_mut() {
-                let (keep, gone): (Vec<KTask>, Vec<KTask>) =
-                    std::mem::take(tasks).into_iter().partition(|t| stage.spec(&t.spec().name).is_some());
-                *tasks = keep;
-                for t in gone {
-                    self.closed.add_from(&t.summary());
-                }
-            }
-        }
-        let mains: BTreeSet<String> = stage.specs.iter().map(|s| s.main.topic.clone()).collect();
-        if mains != self.subscribed {
-            let topics: Vec<&str> = mains.iter().map(String::as_str).collect();
-            eprintln!("the program's main inputs changed: subscribing to {topics:?} (a rebalance)");
-            consumer.subscribe(&topics).map_err(client(format!("cannot subscribe to {topics:?}")))?;
-            self.main_external = mains.iter().filter(|t| self.startup.keys().any(|(x, _)| x == *t)).cloned().collect();
-            self.subscribed = mains;
-        }
-        Ok(())
-    }
-
     fn close_task(&mut self, t: KTask) {
         self.closed.add_from(&t.summary_as_committed());
     }
 
     /// Back to the last commit: close every task without writing local state (it holds only
-    /// committed changes) and open it again.
-    fn reopen_all(&mut self) {
-        let units = std::mem::take(&mut self.units);
-        for (k, tasks) in units {
-            for t in tasks {
-                self.close_task(t);
-            }
-            self.assigned.push(k);
+    /// committed changes); their partitions open again as if just assigned.
+    fn reopen_all(&mut self, tasks: &mut Vec<KTask>) {
+        for t in std::mem::take(tasks) {
+            self.close_task(t);
         }
+        self.assigned.extend(std::mem::take(&mut self.opened));
+    }
+
+    /// The end of a run: write every task's local state and return the counts.
+    fn close_all(&mut self, tasks: &mut Vec<KTask>) -> Result<Summary> {
+        for mut t in std::mem::take(tasks) {
+            t.write_local()?;
+            self.close_task(t);
+        }
+        self.opened.clear();
+        if let Some(sb) = self.standbys.as_mut() {
+            sb.close()?;
+        }
+        self.db.flush().map_err(crate::runtime::error::state("cannot flush local state"))?;
+        Ok(self.closed.clone())
+    }
+}
+
+/// The engine and its group consumer, for a turn of the driver loop (its [`Host`]) or a
+/// rebalance callback.
+struct Turn<'a> {
+    e: &'a mut Engine,
+    consumer: &'a BaseConsumer<GroupCtx>,
+}
+
+impl Turn<'_> {
+    /// Open the tasks of newly assigned partitions: restore, then resume at the committed
+    /// positions. True if any was opened.
+    fn open_assigned(&mut self, tasks: &mut Vec<KTask>) -> Result<bool> {
+        if self.e.assigned.is_empty() {
+            return Ok(false);
+        }
+        // Only what is still assigned (a revocation may have come in between).
+        let owned = self.consumer.owned().unwrap_or_default();
+        let parts: BTreeSet<(String, u32)> = std::mem::take(&mut self.e.assigned)
+            .into_iter()
+            .filter(|k| !self.e.opened.contains(k) && owned.contains(k))
+            .collect();
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &parts {
+            tpl.add_partition(t, *p as i32);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, TIMEOUT)
+            .map_err(client(format!("cannot read the committed offsets of group `{}`", self.e.opts.app)))?;
+        // A task committed by an instance that had read more of the control log: catch up
+        // first, so the task never runs an older form of its query than it committed with.
+        let newest = committed
+            .elements()
+            .iter()
+            .filter_map(|e| serde_json::from_str::<serde_json::Value>(e.metadata()).ok())
+            .filter_map(|m| {
+                m.as_object()
+                    .map(|o| o.values().filter_map(|t| t.get("control").and_then(|c| c.as_u64())).max().unwrap_or(0))
+            })
+            .max()
+            .unwrap_or(0);
+        if newest > self.e.stage.next {
+            let e = &mut *self.e;
+            if newest > e.hub.ev.next {
+                poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, true)?;
+            }
+            if e.hub.ev.latest().next != e.stage.next {
+                let all = 0..tasks.len();
+                if !driver::commit_unit(self, tasks, all.clone(), How::default())? {
+                    // Every task goes back to its last commit: try again on the next turn.
+                    self.e.assigned.extend(parts);
+                    return Ok(false);
+                }
+                driver::boundary(self, tasks, all)?;
+            }
+        }
+        let e = &mut *self.e;
+        for (t, p) in parts {
+            let el = committed.find_partition(&t, p as i32);
+            let offset = match el.as_ref().map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o as u64),
+                _ => None,
+            };
+            let meta: serde_json::Value =
+                el.as_ref().and_then(|e| serde_json::from_str(e.metadata()).ok()).unwrap_or(serde_json::Value::Null);
+            // An offset committed without commit records (set by another tool) is where every
+            // task starts; otherwise a task without its commit record is new (a query added
+            // since) and reads from the start, like a new query that starts while running.
+            let external = meta.as_object().is_none_or(|m| m.is_empty());
+            // Stores removed by statements since these tasks committed (a dropped query, a
+            // clause replaced away) are deleted first.
+            if let Some(m) = meta.as_object() {
+                for (name, tm) in m {
+                    let (Some(version), control) = (
+                        tm.get("version").and_then(|v| v.as_u64()),
+                        tm.get("control").and_then(|v| v.as_u64()).unwrap_or(0),
+                    ) else {
+                        continue;
+                    };
+                    if control < e.stage.next {
+                        // After the next commit, which records that the statement is applied.
+                        e.sweeps.extend(e.stage.gone_since(name, version).into_iter().map(|(s, c)| (s, c, p)));
+                    }
+                }
+            }
+            let here = BTreeSet::from([(t.clone(), p)]);
+            for (spec, p) in tasks_on(&e.stage.specs, &here) {
+                // A standby replica of the task becomes its stores, as of its checkpoint.
+                if let Some(sb) = e.standbys.as_mut() {
+                    sb.release(&spec.name, p)?;
+                }
+                let task = e.open_task(
+                    spec.clone(),
+                    p,
+                    offset.filter(|_| external),
+                    meta.get(&spec.name).unwrap_or(&serde_json::Value::Null),
+                )?;
+                insert_in_order(tasks, task);
+            }
+            e.opened.insert((t, p));
+        }
+        Ok(true)
+    }
+
+    /// Commit every task (`unit`: all of them) in one transaction, or one produce and offsets
+    /// commit; with the instance's metrics records when they are due. Ok(false): the commit
+    /// failed, and every task goes back to its last commit at the next turn (an error after
+    /// [`MAX_FAILED_COMMITS`] failures in a row).
+    fn commit_all(&mut self, unit: &mut [KTask], how: How) -> Result<bool> {
+        self.e.last_commit = Instant::now();
+        self.e.drain_commit = false;
+        match self.try_commit(unit, how) {
+            Ok(()) => {
+                self.e.failed_commits = 0;
+                self.e.control_due = true;
+                // Stores removed by statements this commit recorded as applied.
+                self.e.run_sweeps()?;
+                Ok(true)
+            }
+            Err(err) => {
+                let e = &mut *self.e;
+                e.failed_commits += 1;
+                if e.failed_commits >= MAX_FAILED_COMMITS {
+                    return Err(state_error(format!("{MAX_FAILED_COMMITS} commits failed in a row; the last: {err}")));
+                }
+                eprintln!("commit failed ({err}); the tasks resume from their last commit");
+                if e.eos {
+                    // (A producer that cannot be made again now fails the next commit too, which
+                    // counts towards the limit.)
+                    if let Err(err) = e.abort() {
+                        eprintln!("{err}; trying again at the next commit");
+                    }
+                } else {
+                    // Records still on their way land before the tasks reopen, so that the
+                    // restore sees them (after the committed end) and rewrites their keys.
+                    let _ = crate::kafka::flush(&e.producer.inner, TIMEOUT);
+                }
+                e.reopen_all = true;
+                Ok(false)
+            }
+        }
+    }
+
+    fn try_commit(&mut self, unit: &mut [KTask], how: How) -> Result<()> {
+        let e = &mut *self.e;
+        let metrics_due = e.last_metrics.elapsed() >= Duration::from_millis(e.opts.config.metrics.interval_ms);
+        let mut extra = Vec::new();
+        if metrics_due {
+            // Flushed first, so that the metrics count what this commit emits.
+            for t in unit.iter_mut() {
+                t.flush_for_commit(how.close_all);
+            }
+            e.last_metrics = Instant::now();
+            let topic = format!("{}-metrics", e.opts.app);
+            extra = e.metrics_records(unit).into_iter().map(|r| (topic.clone(), r)).collect();
+        }
+        let Engine { producer, kafka, partitions, eos, .. } = e;
+        let mut tasks: Vec<&mut KTask> = unit.iter_mut().collect();
+        let mut step = TxnCommit { producer, kafka, partitions, consumer: self.consumer, eos: *eos, extra };
+        commit::commit(&mut step, &mut tasks, How { force: how.force || metrics_due, ..how })?;
+        Ok(())
+    }
+
+    /// Partitions are being taken away: commit, then close their tasks, keeping local state.
+    /// Lost partitions (or a failed run) are closed without a commit.
+    fn revoke(&mut self, tasks: &mut Vec<KTask>, parts: &[(String, u32)], lost: bool) -> Result<()> {
+        let committed = if lost || self.e.failed { Ok(false) } else { self.commit_all(tasks, How::default()) };
+        self.e.assigned.retain(|k| !parts.contains(k));
+        let keep = matches!(committed, Ok(true));
+        let (gone, stay): (Vec<KTask>, Vec<KTask>) =
+            std::mem::take(tasks).into_iter().partition(|t| parts.contains(&part_of(t)));
+        *tasks = stay;
+        for k in parts {
+            self.e.opened.remove(k);
+        }
+        for mut t in gone {
+            if keep {
+                t.write_local()?;
+            }
+            self.e.close_task(t);
+        }
+        committed.map(|_| ())
     }
 
     /// `--drain`: every external input committed up to its start-up end, and this instance's
     /// tasks idle at the end of their inputs.
-    fn drained(&mut self, consumer: &BaseConsumer<GroupCtx>) -> Result<bool> {
+    fn drained(&mut self, tasks: &mut [KTask]) -> Result<bool> {
+        let e = &mut *self.e;
         // Not before the first assignment: its tasks are restored and committed even when
         // there is nothing left to process.
-        if !self.joined || !self.assigned.is_empty() {
+        if !e.joined || !e.assigned.is_empty() {
             return Ok(false);
         }
-        for tasks in self.units.values_mut() {
-            for t in tasks.iter_mut() {
-                let n = t.feed().readers.len();
-                for i in 0..n {
-                    if t.feed_mut().peek(i)? != Next::End {
-                        return Ok(false);
-                    }
-                }
-                if t.holds_results() {
-                    // At the end with work to commit: a commit now, not at the next interval.
-                    self.drain_commit = true;
+        for t in tasks.iter_mut() {
+            let n = t.feed().readers.len();
+            for i in 0..n {
+                if t.feed_mut().peek(i)? != Next::End {
                     return Ok(false);
                 }
-                // At the end, past transaction markers (never delivered): commit that position.
-                let read: Vec<(String, u64)> =
-                    t.feed().topics.iter().cloned().zip(t.feed().next.iter().copied()).collect();
-                if t.move_positions(&read) {
+            }
+            if t.holds_results() {
+                // At the end with work to commit: a commit now, not at the next interval.
+                e.drain_commit = true;
+                return Ok(false);
+            }
+            // At the end, past transaction markers (never delivered): commit that position.
+            let read: Vec<(String, u64)> = t.feed().topics.iter().cloned().zip(t.feed().next.iter().copied()).collect();
+            if t.move_positions(&read) {
+                return Ok(false);
+            }
+            // Internal inputs: read up to their end as of now.
+            if matches!(t.spec().main.decode, Decode::Internal { .. }) {
+                let topic = t.spec().main.topic.clone();
+                let p = t.partition() as i32;
+                let (_, high) = e.kafka.watermarks(&topic, p as u32)?;
+                let pos = t.feed().readers[0]
+                    .position()
+                    .ok()
+                    .and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
+                let at = match pos {
+                    Some(Offset::Offset(o)) => o,
+                    _ => t.feed().next[0] as i64,
+                };
+                if at.max(t.feed().next[0] as i64) < high {
                     return Ok(false);
-                }
-                // Internal inputs: read up to their end as of now.
-                if matches!(t.spec().main.decode, Decode::Internal { .. }) {
-                    let topic = t.spec().main.topic.clone();
-                    let p = t.partition() as i32;
-                    let (_, high) = self.kafka.watermarks(&topic, p as u32)?;
-                    let pos = t.feed().readers[0]
-                        .position()
-                        .ok()
-                        .and_then(|tpl| tpl.find_partition(&topic, p).map(|e| e.offset()));
-                    let at = match pos {
-                        Some(Offset::Offset(o)) => o,
-                        _ => t.feed().next[0] as i64,
-                    };
-                    if at.max(t.feed().next[0] as i64) < high {
-                        return Ok(false);
-                    }
                 }
             }
         }
         let mut tpl = TopicPartitionList::new();
-        for ((t, p), _) in self.startup.iter().filter(|((t, _), _)| self.main_external.contains(t)) {
+        for ((t, p), _) in e.startup.iter().filter(|((t, _), _)| e.main_external.contains(t)) {
             tpl.add_partition(t, *p as i32);
         }
         if tpl.count() == 0 {
             return Ok(true);
         }
-        let committed = consumer
+        let committed = self
+            .consumer
             .committed_offsets(tpl, TIMEOUT)
-            .map_err(client(format!("cannot read the committed offsets of group `{}`", self.opts.app)))?;
+            .map_err(client(format!("cannot read the committed offsets of group `{}`", e.opts.app)))?;
         for el in committed.elements() {
-            let end = self.startup.get(&(el.topic().to_string(), el.partition() as u32)).copied().unwrap_or(0);
+            let end = e.startup.get(&(el.topic().to_string(), el.partition() as u32)).copied().unwrap_or(0);
             let at = match el.offset() {
                 Offset::Offset(o) => o.max(0) as u64,
                 _ => 0,
@@ -999,45 +970,202 @@ impl Engine {
         }
         Ok(true)
     }
-
-    /// The end of a run: write every task's local state and return the counts.
-    fn close_all(&mut self) -> Result<Summary> {
-        for (_, tasks) in std::mem::take(&mut self.units) {
-            for mut t in tasks {
-                write_local(&mut t)?;
-                self.close_task(t);
-            }
-        }
-        if let Some(sb) = self.standbys.as_mut() {
-            sb.close()?;
-        }
-        self.db.flush().map_err(crate::runtime::error::state("cannot flush local state"))?;
-        Ok(self.closed.clone())
-    }
 }
 
-/// Write a task's committed changes to sled with the changelog checkpoints.
-fn write_local(t: &mut KTask) -> Result<()> {
-    t.write_local()
+/// A task into `tasks` after those of its partition and of every partition before it.
+fn insert_in_order(tasks: &mut Vec<KTask>, t: KTask) {
+    let key = part_of(&t);
+    let at = tasks.partition_point(|x| part_of(x) <= key);
+    tasks.insert(at, t);
+}
+
+/// On Kafka, every task of the instance commits in one commit (a transaction under
+/// `exactly_once`), every `commit.interval_ms` or sooner; the group consumer's rebalances open
+/// and close tasks.
+impl Host for Turn<'_> {
+    type Feed = KafkaFeed;
+
+    fn opts(&self) -> &RunOptions {
+        &self.e.opts
+    }
+
+    /// An error from a rebalance callback ends the run; after a failed commit every task
+    /// reopens; then the tasks of newly assigned partitions open (restored before the turn
+    /// goes on).
+    fn begin(&mut self, tasks: &mut Vec<KTask>) -> Result<bool> {
+        if let Some(err) = self.e.error.take() {
+            return Err(err);
+        }
+        if std::mem::take(&mut self.e.reopen_all) {
+            self.e.reopen_all(tasks);
+        }
+        let health = |e: &Engine| match (e.joined, e.assigned.is_empty()) {
+            (false, _) => Err("waiting for the consumer group's first assignment"),
+            (true, false) => Err("restoring the stores of newly assigned partitions"),
+            (true, true) => Ok(()),
+        };
+        // Readiness: an assignment received, and every assigned partition's task open
+        // (restored). `open_assigned` restores before it returns.
+        if let Some(m) = &self.e.opts.metrics {
+            m.health.set(health(self.e));
+        }
+        let opened = self.open_assigned(tasks)?;
+        if let (Some(m), true) = (&self.e.opts.metrics, opened) {
+            m.health.set(health(self.e));
+        }
+        Ok(opened)
+    }
+
+    /// After a commit, the control log is read first.
+    fn stage(&mut self) -> Result<(Arc<Stage>, u64)> {
+        let e = &mut *self.e;
+        if std::mem::take(&mut e.control_due) {
+            poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)?;
+        }
+        Ok((e.hub.ev.latest().clone(), e.hub.ev.next))
+    }
+
+    fn step_size(&self, t: &KTask) -> (u64, bool) {
+        (t.uncommitted() + STEP, true)
+    }
+
+    fn together(&self) -> bool {
+        true
+    }
+
+    /// Every `commit.interval_ms`; sooner when a task's cache is full, or when `--drain` finds
+    /// no more input to process (it ends only with everything committed), but not right after
+    /// a failed commit (a rebalance in progress would fail the next ones as fast, up to the
+    /// limit of failures in a row).
+    fn commit_due(&self, unit: &[KTask]) -> bool {
+        let e = &*self.e;
+        e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
+            || (e.failed_commits == 0 && (e.drain_commit || unit.iter().any(|t| t.cache_full())))
+    }
+
+    fn commit(&mut self, unit: &mut [KTask], how: How) -> Result<bool> {
+        self.commit_all(unit, how)
+    }
+
+    /// With the other tasks of the instance, from the group's committed offsets, at the next
+    /// turn.
+    fn reopen(&mut self, _t: &mut KTask, _stage: &Arc<Stage>) -> Result<()> {
+        self.e.reopen_all = true;
+        Ok(())
+    }
+
+    fn at_boundary(&self, unit: &[KTask]) -> bool {
+        !self.e.reopen_all && driver::committed(unit)
+    }
+
+    /// The instance applies a stage as a whole: its topics, its subscription.
+    fn behind(&self, stage: &Stage) -> bool {
+        stage.next != self.e.stage.next
+    }
+
+    fn stage_begin(&mut self, stage: &Arc<Stage>) -> Result<()> {
+        let e = &mut *self.e;
+        e.stage = stage.clone();
+        e.topic_configs = setup_topics(&e.kafka, &stage.program, &stage.topo, &stage.specs)?;
+        crate::runtime::schemas::register_sinks(&e.opts.config, &stage.specs)
+    }
+
+    /// The stores the task's old form had and its new one has not are swept after the next
+    /// commit, which records that the statement is applied: an owner that read the commit
+    /// before the sweep ran would run the old form on emptied stores.
+    fn apply_stage(&mut self, t: &mut KTask, stage: &Arc<Stage>) -> Result<Applied> {
+        let e = &mut *self.e;
+        let (kafka, opts, startup) = (&e.kafka, &e.opts, &e.startup);
+        let feed = |spec: &TaskSpec, p: u32, positions: &BTreeMap<String, Pos>| {
+            feed_for(kafka, opts, startup, spec, p, positions)
+        };
+        let applied = open::apply_stage(t, stage, &e.db, opts, &feed)?;
+        if let Applied::Running { gone } = &applied {
+            e.sweeps.extend(gone.iter().map(|(s, c)| (s.clone(), c.clone(), t.partition())));
+        }
+        Ok(applied)
+    }
+
+    /// The topics' limits set again; new queries' (or sub-topologies') tasks opened on the
+    /// partitions this instance owns; a new set of main inputs changes the subscription (the
+    /// one case that rebalances).
+    fn stage_end(&mut self, tasks: &mut Vec<KTask>, stage: &Arc<Stage>) -> Result<()> {
+        let e = &mut *self.e;
+        for t in tasks.iter_mut() {
+            let (limits, sizes) =
+                (limits_of(&e.topic_configs, t.spec()), sizes_of(&e.topic_configs, t.spec(), &e.opts.config));
+            t.set_limits(limits, sizes);
+        }
+        for (spec, p) in tasks_on(&stage.specs, &e.opened) {
+            if tasks.iter().any(|t| t.spec().name == spec.name && t.partition() == p) {
+                continue;
+            }
+            let t = e.open_task(spec, p, None, &serde_json::Value::Null)?;
+            insert_in_order(tasks, t);
+        }
+        let mains: BTreeSet<String> = stage.specs.iter().map(|s| s.main.topic.clone()).collect();
+        if mains != e.subscribed {
+            let topics: Vec<&str> = mains.iter().map(String::as_str).collect();
+            eprintln!("the program's main inputs changed: subscribing to {topics:?} (a rebalance)");
+            self.consumer.subscribe(&topics).map_err(client(format!("cannot subscribe to {topics:?}")))?;
+            e.main_external = mains.iter().filter(|t| e.startup.keys().any(|(x, _)| x == *t)).cloned().collect();
+            e.subscribed = mains;
+        }
+        Ok(())
+    }
+
+    fn retire(&mut self, t: KTask) -> Result<()> {
+        self.e.closed.add_from(&t.summary());
+        Ok(())
+    }
+
+    /// Interactive queries answered, standby replicas kept warm; a signal stops the run after
+    /// a last commit; `--drain` stops it once every input is processed and committed.
+    fn end(&mut self, tasks: &mut Vec<KTask>, progress: &mut bool) -> Result<Flow> {
+        if let Some(m) = &self.e.opts.metrics {
+            self.e.answer_queries(tasks, &m.queries);
+        }
+        // (Copying other instances' changelogs is not this instance's work: `--drain` does
+        // not wait for it.)
+        let copied = self.e.standby_turn()?;
+        if self.e.stop.load(Ordering::Relaxed) {
+            eprintln!("stopping: a last commit, then leaving the group");
+            let all = 0..tasks.len();
+            driver::commit_unit(self, tasks, all, How::default())?;
+            return Ok(Flow::Stop);
+        }
+        if self.e.opts.drain && !*progress && self.drained(tasks)? {
+            let all = 0..tasks.len();
+            if self.e.opts.close_windows_at_end && !self.e.windows_closed {
+                self.e.windows_closed =
+                    driver::commit_unit(self, tasks, all, How { close_all: true, ..How::default() })?;
+                return Ok(Flow::Busy);
+            }
+            // The last counts go to `<app>-metrics` too.
+            self.e.last_metrics = Instant::now() - Duration::from_millis(self.e.opts.config.metrics.interval_ms);
+            if driver::commit_unit(self, tasks, all, How::default())? {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(if *progress || copied { Flow::Busy } else { Flow::Idle })
+    }
+
+    /// (After a failed last commit, the tasks close as of their last commit.)
+    fn close(&mut self, tasks: &mut Vec<KTask>) -> Result<Summary> {
+        if std::mem::take(&mut self.e.reopen_all) {
+            self.e.reopen_all(tasks);
+        }
+        self.e.close_all(tasks)
+    }
 }
 
 /// The instance's loop, once it has subscribed: poll the group consumer (rebalances run in its
-/// callbacks), open what was assigned, step the tasks, copy changelogs for standbys, commit when
-/// due and apply control stages at commit boundaries; until a signal, or `--drain` finds every
-/// input processed and committed.
-fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool) -> Result<Summary> {
-    // (The time of the rounds that did work, and of closing: what the run's rate is over.)
-    fn closing(e: &mut Engine, busy: Duration) -> Result<Summary> {
-        let at = Instant::now();
-        let mut s = e.close_all()?;
-        s.busy = busy + at.elapsed();
-        Ok(s)
-    }
-    let mut busy = Duration::ZERO;
+/// callbacks, with the engine and its tasks), then a turn of the driver loop ([`driver`]);
+/// until a signal, or `--drain` finds every input processed and committed.
+fn drive(consumer: &BaseConsumer<GroupCtx>) -> Result<Summary> {
+    let mut busy = driver::Busy::default();
     let mut idle = false;
-    let mut windows_closed = false;
     loop {
-        let round = Instant::now();
         match consumer.poll(Duration::from_millis(if idle { 20 } else { 0 })) {
             // A fatal error (a static member fenced by its own rejoin after a session
             // timeout, …) leaves the consumer out of the group for good: the run ends
@@ -1053,67 +1181,19 @@ fn drive(consumer: &BaseConsumer<GroupCtx>, opts: &RunOptions, stop: &AtomicBool
             Some(Ok(_)) | None => {}
         }
         let mut e = lock(&consumer.context().engine);
-        if let Some(err) = e.error.take() {
-            return Err(err);
-        }
-        if let Some(m) = &opts.metrics {
-            // Readiness: an assignment received, and every assigned partition's task open
-            // (restored). `open_assigned` restores before it returns.
-            m.health.set(match (e.joined, e.assigned.is_empty()) {
-                (false, _) => Err("waiting for the consumer group's first assignment"),
-                (true, false) => Err("restoring the stores of newly assigned partitions"),
-                (true, true) => Ok(()),
-            });
-        }
-        let opened = e.open_assigned(consumer)?;
-        if let (Some(m), true) = (&opts.metrics, opened) {
-            m.health.set(if e.assigned.is_empty() {
-                Ok(())
-            } else {
-                Err("restoring the stores of newly assigned partitions")
-            });
-        }
-        let worked = e.step()? || opened;
-        if let Some(m) = &opts.metrics {
-            e.answer_queries(&m.queries);
-        }
-        // (Copying other instances' changelogs is not this instance's work: `--drain` does
-        // not wait for it.)
-        let copied = e.standby_turn()?;
-        if stop.load(Ordering::Relaxed) {
-            eprintln!("stopping: a last commit, then leaving the group");
-            e.commit(consumer, false)?;
-            return closing(&mut e, busy);
-        }
-        // A commit every `commit.interval_ms`; sooner when a task's cache is full, or when
-        // `--drain` finds no more input to process (it ends only with everything committed),
-        // but not right after a failed commit (a rebalance in progress would fail the next
-        // ones as fast, up to the limit of failures in a row).
-        let due = e.last_commit.elapsed() >= Duration::from_millis(e.opts.config.commit.interval_ms)
-            || (e.failed_commits == 0 && (e.cache_full() || e.drain_commit));
-        if due && e.commit(consumer, false)? {
-            // Control statements apply at commit boundaries.
-            let e = &mut *e;
-            if poll_control(&e.kafka, &e.control_reader, &mut e.hub, &e.opts.app, false)?
-                || e.hub.ev.latest().next != e.stage.next
-            {
-                e.apply_stage(consumer)?;
+        let mut tasks = std::mem::take(&mut e.tasks);
+        let mut turn = Turn { e: &mut e, consumer };
+        let done = match driver::turn(&mut turn, &mut tasks, &mut busy) {
+            Ok(Flow::Stop) => Some(driver::finish(&mut turn, &mut tasks, std::mem::take(&mut busy))),
+            Ok(flow) => {
+                idle = flow == Flow::Idle;
+                None
             }
-        }
-        idle = !worked && !copied;
-        if worked {
-            busy += round.elapsed();
-        }
-        if opts.drain && !worked && e.drained(consumer)? {
-            if opts.close_windows_at_end && !windows_closed {
-                windows_closed = e.commit(consumer, true)?;
-                continue;
-            }
-            // The last counts go to `<app>-metrics` too.
-            e.last_metrics = Instant::now() - Duration::from_millis(e.opts.config.metrics.interval_ms);
-            if e.commit(consumer, false)? {
-                return closing(&mut e, busy);
-            }
+            Err(err) => Some(Err(err)),
+        };
+        e.tasks = tasks;
+        if let Some(result) = done {
+            return result;
         }
     }
 }

@@ -233,12 +233,8 @@ mod tests {
     //! The protocol over a backend written here: what it is handed, and what a task holds after
     //! a refused, a successful and an empty commit.
 
-    use std::sync::Arc;
-
     use super::*;
-    use crate::config::Config;
-    use crate::runtime::run::testing::{options, NoFeed};
-    use crate::runtime::state::Pending;
+    use crate::runtime::run::testing::task;
 
     /// Refuses every commit, or keeps what it is handed and puts each changelog's end one past
     /// the changes it got.
@@ -280,42 +276,6 @@ mod tests {
         }
     }
 
-    fn task(db: &sled::Db) -> TaskRun<NoFeed> {
-        let program = crate::compile(
-            r#"
-stream clicks from "clicks" {
-  key user
-  value json { user: string, ts: timestamp }
-  time ts
-}
-query per_user {
-  from clicks
-  group by user
-  aggregate { n = count() }
-  to "counts"
-}
-"#,
-        )
-        .unwrap();
-        let topo = crate::plan::lower(&program, "app");
-        let spec = Arc::new(crate::plan::physical::specs(&program, &topo).unwrap().remove(0));
-        assert_eq!(spec.stores.len(), 1, "the aggregate has one store");
-        let tree = crate::runtime::pages::PagedTree::open(db, "store").unwrap();
-        let opts = options("app", Config::default());
-        let positions = BTreeMap::from([("clicks/0".to_string(), Pos::at(3))]);
-        TaskRun::new(
-            spec,
-            0,
-            "g0".into(),
-            NoFeed,
-            vec![(tree, Pending::default(), crate::runtime::state::SledKeys::InMemory, Default::default())],
-            &serde_json::Value::Null,
-            positions,
-            0,
-            &opts,
-        )
-    }
-
     fn output(topic: &str) -> crate::runtime::task::Output {
         let record = crate::record::Record { key: Some(b"k".to_vec()), value: None, timestamp: 5, headers: vec![] };
         crate::runtime::task::Output { topic: topic.into(), route: crate::runtime::op::Route::Key, record }
@@ -328,7 +288,7 @@ query per_user {
     #[test]
     fn a_refused_commit_leaves_the_work_uncommitted_and_a_kept_one_moves_the_ends() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let mut t = task(&db);
+        let mut t = task(&db, 0);
         t.changes.push(change(b"k", b"1"));
         t.out.push(output("counts"));
         t.uncommitted = 1;
@@ -363,14 +323,14 @@ query per_user {
         assert!(!commit(&mut mem, &mut [&mut t], How { last: true, ..how }).unwrap());
         assert_eq!(mem.commits, 1);
         assert_eq!(t.trees.pending[0].len(), 0, "written");
-        let tree = crate::runtime::pages::PagedTree::open(&db, "store").unwrap();
+        let tree = crate::runtime::pages::PagedTree::open(&db, "store-0").unwrap();
         assert_eq!(tree.get(b"k").unwrap().as_deref(), Some(&b"1"[..]));
     }
 
     #[test]
     fn a_forced_commit_carries_the_commit_record_without_work() {
         let db = sled::Config::new().temporary(true).open().unwrap();
-        let mut t = task(&db);
+        let mut t = task(&db, 0);
         let mut mem = Mem::default();
         assert!(commit(&mut mem, &mut [&mut t], How { force: true, ..How::default() }).unwrap());
         assert_eq!(mem.commits, 1);

@@ -3,6 +3,7 @@
 //! late records, control statements applied at commit boundaries).
 
 pub(crate) mod commit;
+pub(crate) mod driver;
 pub(crate) mod open;
 
 use std::collections::BTreeMap;
@@ -1120,6 +1121,44 @@ pub(crate) mod testing {
         fn lags(&self) -> Vec<(String, u64)> {
             Vec::new()
         }
+    }
+
+    /// A task of a one-query program (a count per user of `clicks`) on partition `p`, with its
+    /// store's tree in `db`, read up to offset 3 and at the end of its input.
+    pub(crate) fn task(db: &sled::Db, p: u32) -> TaskRun<NoFeed> {
+        let program = crate::compile(
+            r#"
+stream clicks from "clicks" {
+  key user
+  value json { user: string, ts: timestamp }
+  time ts
+}
+query per_user {
+  from clicks
+  group by user
+  aggregate { n = count() }
+  to "counts"
+}
+"#,
+        )
+        .unwrap();
+        let topo = crate::plan::lower(&program, "app");
+        let spec = Arc::new(crate::plan::physical::specs(&program, &topo).unwrap().remove(0));
+        assert_eq!(spec.stores.len(), 1, "the aggregate has one store");
+        let tree = PagedTree::open(db, &format!("store-{p}")).unwrap();
+        let opts = options("app", Config::default());
+        let positions = BTreeMap::from([(format!("clicks/{p}"), Pos::at(3))]);
+        TaskRun::new(
+            spec,
+            p,
+            format!("g{p}"),
+            NoFeed,
+            vec![(tree, Pending::default(), SledKeys::InMemory, Default::default())],
+            &serde_json::Value::Null,
+            positions,
+            0,
+            &opts,
+        )
     }
 
     /// The options of a `--drain` run of application `app` with `config`.
