@@ -96,6 +96,11 @@ impl Outputs {
         self.entries.len()
     }
 
+    /// The bytes of the records' keys, values and header values.
+    pub fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }

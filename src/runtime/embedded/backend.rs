@@ -34,10 +34,22 @@ impl Commit for LogCommit<'_> {
         let mut metas = Vec::new();
         let mut tasks = Vec::new();
         for s in &shares {
+            // Each append sized up front, not grown by copies: its store's changes, and an even
+            // share of the outputs over a topic's partitions (an estimate: the frames' headers
+            // are not in `byte_len`).
+            let mut sizes = vec![0usize; s.spec.stores.len()];
+            for ch in s.changes {
+                sizes[ch.store] += FRAME + ch.key.len() + ch.value.as_ref().map_or(0, Vec::len);
+            }
             for (changelog, ch) in s.changelog() {
-                let a = appends.entry((changelog, s.partition)).or_insert_with(|| Append::new(changelog, s.partition));
+                let a = appends.entry((changelog, s.partition)).or_insert_with(|| {
+                    let mut a = Append::new(changelog, s.partition);
+                    a.reserve(sizes[ch.store]);
+                    a
+                });
                 a.push_parts(ch.timestamp, Some(&ch.key), ch.value.as_deref(), std::iter::empty());
             }
+            let outputs = s.outputs.byte_len() + OUTPUT_FRAME * s.outputs.len();
             for o in s.outputs.iter() {
                 let n = match counts.get(o.topic()) {
                     Some(n) => *n,
@@ -48,7 +60,11 @@ impl Commit for LogCommit<'_> {
                     }
                 };
                 let part = o.partition_in(n);
-                let a = appends.entry((o.topic(), part)).or_insert_with(|| Append::new(o.topic(), part));
+                let a = appends.entry((o.topic(), part)).or_insert_with(|| {
+                    let mut a = Append::new(o.topic(), part);
+                    a.reserve(outputs / n as usize);
+                    a
+                });
                 a.push_parts(o.timestamp(), o.key(), o.value(), o.headers());
             }
         }
@@ -66,6 +82,12 @@ impl Commit for LogCommit<'_> {
         Ok(spec.stores.iter().map(|st| c.end(&st.changelog, p)).collect())
     }
 }
+
+/// A frame's bytes besides its key and value: length, timestamp, the key's and value's lengths,
+/// the header count ([`crate::record::Append`]).
+const FRAME: usize = 22;
+/// An output's frame besides its key, value and header values, about: a header or two named.
+const OUTPUT_FRAME: usize = FRAME + 32;
 
 /// The embedded log's feed: one reader per input, each read up to an end set before a step (ends
 /// only grow), a few records ahead at a time.

@@ -301,25 +301,29 @@ fn window_cx<'a>(agg: &'a AggSpec, cache: &'a mut Cache, cx: &'a mut Ctx) -> Cx<
 }
 
 impl Aggregate {
-    /// Flush the record cache at `stream_time`: store changes to `changes`, what to emit to
-    /// `emitted`, in first-change order; then close the windows stream time has passed.
-    fn flush_cache(
+    /// Where windows close at `stream_time` (past every window without one).
+    fn close_time(&self, stream_time: i64) -> i64 {
+        match &self.spec.window {
+            Some(w) => stream_time.saturating_sub(w.grace.0),
+            None => i64::MIN,
+        }
+    }
+
+    /// Flush the changed entries `dirty` of the record cache at `stream_time` (in first-change
+    /// order): store changes to `changes`, what to emit to `emitted`.
+    fn flush_dirty(
         &mut self,
+        dirty: &[Win],
         stream_time: i64,
         stores: &dyn StoreRead,
         changes: &mut Vec<Change>,
         emitted: &mut Vec<Emitted>,
     ) {
-        let cache_share = stores.cache_share();
         let agg = &self.spec;
-        let close = match &agg.window {
-            Some(w) => stream_time.saturating_sub(w.grace.0),
-            None => i64::MIN,
-        };
+        let close = self.close_time(stream_time);
         let emit_changes = agg.emit == EmitMode::Changes;
         let scoped = self.tenant_scoped;
-        let mut dirty = std::mem::take(&mut self.cache.dirty);
-        for w in dirty.drain(..) {
+        for &w in dirty {
             let sk = self.cache.slots.store_key(w);
             let Some(slot) = self.cache.slots.get_mut(w) else { continue };
             slot.dirty = false;
@@ -367,16 +371,11 @@ impl Aggregate {
                 changes.push(Change { store: agg.store, key: sk, value, timestamp, existed });
             }
         }
-        self.cache.dirty = dirty;
-        if self.spec.window.is_some() {
-            while let Some((_, wins)) = self.cache.pop_due(close) {
-                for w in wins {
-                    self.close_window(w, emitted, changes);
-                }
-            }
-        }
-        // The cache keeps clean entries for reuse, bounded by a quarter of the task's share of
-        // `statestore.cache.max.bytes` (windows stay: they expire by time).
+    }
+
+    /// After a flush: the cache keeps clean entries for reuse, bounded by a quarter of the
+    /// task's share of `statestore.cache.max.bytes` (windows stay: they expire by time).
+    fn trim_cache(&mut self, cache_share: usize) {
         let most = record_cache_entries(cache_share);
         if self.spec.window.is_none() && self.cache.slots.len() > most {
             self.cache.slots.retain(|s| s.dirty);
@@ -481,11 +480,41 @@ impl Operator for Aggregate {
     /// The record cache's changes to the store, and its results down the rest of the query
     /// (`TaskSpec::post`), in order; an error computing or emitting one is reported with the
     /// commit.
+    /// The record cache flushed, then the windows stream time has passed closed; what they
+    /// emit goes downstream [`FLUSH_CHUNK`] results at a time, so that a flush of many changed
+    /// entries never holds all their results at once.
     fn flush(&mut self, cx: &mut Ctx, down: &mut Down) {
         // The refusals changed are in the store from now on.
         self.refused.clear();
         let mut emitted = std::mem::take(&mut self.emitted);
-        self.flush_cache(*cx.stream_time, cx.stores, cx.changes, &mut emitted);
+        let dirty = std::mem::take(&mut self.cache.dirty);
+        for chunk in dirty.chunks(FLUSH_CHUNK) {
+            self.flush_dirty(chunk, *cx.stream_time, cx.stores, cx.changes, &mut emitted);
+            self.send(&mut emitted, cx, down);
+        }
+        let mut dirty = dirty;
+        dirty.clear();
+        self.cache.dirty = dirty;
+        if self.spec.window.is_some() {
+            let close = self.close_time(*cx.stream_time);
+            while let Some((_, wins)) = self.cache.pop_due(close) {
+                for w in wins {
+                    self.close_window(w, &mut emitted, cx.changes);
+                }
+                if emitted.len() >= FLUSH_CHUNK {
+                    self.send(&mut emitted, cx, down);
+                }
+            }
+            self.send(&mut emitted, cx, down);
+        }
+        self.trim_cache(cx.stores.cache_share());
+        self.emitted = emitted;
+    }
+}
+
+impl Aggregate {
+    /// Results of a flush sent downstream, in order.
+    fn send(&mut self, emitted: &mut Vec<Emitted>, cx: &mut Ctx, down: &mut Down) {
         for e in emitted.drain(..) {
             match e {
                 Emitted::Row(row, ts, before) => {
@@ -506,9 +535,11 @@ impl Operator for Aggregate {
                 }
             }
         }
-        self.emitted = emitted;
     }
 }
+
+/// Results a flush holds at most before it sends them downstream.
+const FLUSH_CHUNK: usize = 1024;
 
 /// Store-key prefix of a grouped table's refused rows (after it: the group's key as in an
 /// entry's store key, then a hash of the row). Entry keys start with a length that is never this.
