@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
@@ -121,10 +121,8 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary, RunEr
         control,
         live: Mutex::new(live),
         busy: Mutex::new(busy),
-        barrier: Barrier::new(threads),
-        any: AtomicBool::new(false),
+        quiet: Quiet::new(threads),
         stop,
-        halt: AtomicBool::new(false),
         bar: bar.clone(),
     };
     if let Some(m) = &opts.metrics {
@@ -182,13 +180,78 @@ struct Shared {
     /// that write repartition topics, with those topics: a task reading one of them waits at
     /// its end while a writer is at work ([`TaskRun::main_may_grow`]).
     busy: Mutex<BTreeMap<(String, u32), Vec<String>>>,
-    barrier: Barrier,
-    any: AtomicBool,
+    /// `--drain`: when the workers are done.
+    quiet: Quiet,
     /// Set by SIGINT or SIGTERM.
     stop: Arc<AtomicBool>,
-    /// `--drain`: the leader's reading of `stop` for the round, the same for every thread.
-    halt: AtomicBool,
     bar: ProgressBar,
+}
+
+/// `--drain`: the run is done once every worker has had a turn that did nothing, begun after
+/// the last turn of any worker that did something (whose commits it then saw). Workers do not
+/// wait for each other otherwise.
+struct Quiet {
+    /// (Turns that did something so far, workers idle since the last of them, done.)
+    state: Mutex<(u64, usize, bool)>,
+    changed: Condvar,
+    workers: usize,
+}
+
+impl Quiet {
+    fn new(workers: usize) -> Quiet {
+        Quiet { state: Mutex::new((0, 0, false)), changed: Condvar::new(), workers }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, usize, bool)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Where the workers are, at the start of a turn.
+    fn epoch(&self) -> u64 {
+        self.lock().0
+    }
+
+    /// A turn did something: the idle workers go on.
+    fn worked(&self) {
+        let mut st = self.lock();
+        st.0 += 1;
+        st.1 = 0;
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// A turn begun at `epoch` did nothing. True once every worker's has since the last turn
+    /// that did something (or a signal came); false as soon as another worker's turn does
+    /// something: a turn again.
+    fn idle(&self, epoch: u64, stop: &AtomicBool) -> bool {
+        let mut st = self.lock();
+        if st.2 {
+            return true;
+        }
+        if st.0 != epoch {
+            return false;
+        }
+        st.1 += 1;
+        if st.1 == self.workers {
+            st.2 = true;
+            drop(st);
+            self.changed.notify_all();
+            return true;
+        }
+        loop {
+            st = self
+                .changed
+                .wait_timeout(st, std::time::Duration::from_millis(20))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            if st.2 || stop.load(Ordering::SeqCst) {
+                return true;
+            }
+            if st.0 != epoch {
+                return false;
+            }
+        }
+    }
 }
 
 /// Where the embedded run is in the control topic, and how far the status topic is written.
@@ -265,15 +328,14 @@ fn poll_control(log: &EmbeddedLog, control: &Mutex<EmbeddedControl>, hub: &mut H
 }
 
 /// One worker thread of an embedded run: the driver loop ([`driver::turn`]) over its tasks,
-/// each committing alone; with `--drain`, every worker ends at the same turn, the first one
-/// at which none of them did anything.
+/// each committing alone; with `--drain`, until every worker has had a turn that did nothing
+/// ([`Quiet`]).
 fn worker(
     index: usize,
     tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
     sh: &Shared,
     opts: &RunOptions,
 ) -> Result<Summary, RunError> {
-    let leader = index == 0;
     let (stage, seen) = {
         let hub = sh.hub.lock().map_err(|_| RunError::Internal("control lock poisoned"))?;
         (hub.ev.latest().clone(), hub.ev.next)
@@ -291,22 +353,17 @@ fn worker(
     };
     let mut busy = driver::Busy::default();
     loop {
+        let epoch = sh.quiet.epoch();
         let flow = driver::turn(&mut host, tasks, &mut busy)?;
         if opts.drain {
-            sh.any.fetch_or(flow == Flow::Busy, Ordering::SeqCst);
-            // A signal stops every thread at the same turn: the leader reads it, all the
-            // threads read its verdict after the barrier.
-            if leader && sh.stop.load(Ordering::SeqCst) {
-                sh.halt.store(true, Ordering::SeqCst);
+            // (Every task committed what it processed in its turn: a signal stops the worker
+            // here, whatever the others do.)
+            if sh.stop.load(Ordering::SeqCst) {
+                break;
             }
-            sh.barrier.wait();
-            let done = !sh.any.load(Ordering::SeqCst) || sh.halt.load(Ordering::SeqCst);
-            sh.barrier.wait();
-            if leader {
-                sh.any.store(false, Ordering::SeqCst);
-            }
-            sh.barrier.wait();
-            if done {
+            if flow == Flow::Busy {
+                sh.quiet.worked();
+            } else if sh.quiet.idle(epoch, &sh.stop) {
                 break;
             }
         } else {
@@ -481,7 +538,7 @@ impl Host for Worker<'_> {
 
 /// The leader's part of a round: once every task has applied the stage (none still runs a form
 /// that uses their stores), open the tasks of new queries or sub-topologies. True if it opened
-/// any. (`live` is held while they open, and released before the round's barrier.)
+/// any. (`live` is held while they open.)
 fn open_new_tasks(
     tasks: &mut Vec<TaskRun<EmbeddedFeed>>,
     stage: &Arc<Stage>,
@@ -948,4 +1005,41 @@ fn sweep_removed(log: &EmbeddedLog, db: &sled::Db, stage: &Stage, app: &str) -> 
 /// The commit group of a task: `<app>#<input node>#<partition>`.
 fn group_name(opts: &RunOptions, spec_name: &str, p: u32) -> String {
     format!("{}#{}#{}", opts.app, spec_name, p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two workers: one idle while the other works goes again; both idle since the last work
+    /// end the run; an idle turn begun before the last work counts for nothing.
+    #[test]
+    fn a_drain_ends_once_every_worker_had_a_turn_that_did_nothing_after_the_last_work() {
+        let (q, stop) = (Quiet::new(2), AtomicBool::new(false));
+        let e = q.epoch();
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| q.idle(e, &stop));
+            while q.lock().1 == 0 {
+                std::thread::yield_now();
+            }
+            q.worked();
+            assert!(!waiting.join().unwrap(), "the other worker did something: a turn again");
+        });
+        assert!(!q.idle(e, &stop), "a turn begun before the last work");
+        let e = q.epoch();
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| q.idle(e, &stop));
+            while q.lock().1 == 0 {
+                std::thread::yield_now();
+            }
+            assert!(q.idle(e, &stop), "the last worker to go idle ends the run");
+            assert!(waiting.join().unwrap());
+        });
+    }
+
+    #[test]
+    fn a_signal_ends_a_drain_that_waits() {
+        let (q, stop) = (Quiet::new(2), AtomicBool::new(true));
+        assert!(q.idle(q.epoch(), &stop));
+    }
 }
