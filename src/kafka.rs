@@ -1076,6 +1076,24 @@ impl<'c> Batches<'c> {
         })
     }
 
+    /// The batch last fetched as stored records (headers included, key and value copied), its
+    /// partition's end and errors as [`Batches::messages`] has them.
+    pub(crate) fn stored(&self) -> impl Iterator<Item = std::result::Result<Stored, Fetched<'_>>> {
+        self.messages().zip(&self.messages).map(|(f, &m)| match f {
+            Fetched::Record(e) => Ok(Stored {
+                offset: e.offset,
+                next: Pos::at(e.offset + 1),
+                record: Record {
+                    key: e.key.map(<[u8]>::to_vec),
+                    value: e.value.map(<[u8]>::to_vec),
+                    timestamp: e.timestamp,
+                    headers: headers_of(m),
+                },
+            }),
+            other => Err(other),
+        })
+    }
+
     fn release(&mut self) {
         for m in self.messages.drain(..) {
             // SAFETY: each message was handed to us by librdkafka and is destroyed once.
@@ -1090,6 +1108,40 @@ impl Drop for Batches<'_> {
         // SAFETY: our reference to the queue, released once, before the reader (borrowed) goes.
         unsafe { rdkafka::bindings::rd_kafka_queue_destroy(self.queue) };
     }
+}
+
+/// A message's headers, as [`stored`] reads them: a header without a value has an empty one.
+fn headers_of(m: *mut rdkafka::bindings::rd_kafka_message_t) -> Vec<(String, Vec<u8>)> {
+    use rdkafka::bindings::rd_kafka_resp_err_t as Err;
+    let mut hdrs: *mut rdkafka::bindings::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: a valid message of a batch; librdkafka parses its headers (kept with the message,
+    // freed with it) and writes the pointer, or says there are none.
+    if unsafe { rdkafka::bindings::rd_kafka_message_headers(m, &mut hdrs) } != Err::RD_KAFKA_RESP_ERR_NO_ERROR
+        || hdrs.is_null()
+    {
+        return Vec::new();
+    }
+    // SAFETY: `hdrs` is valid as long as the message.
+    let n = unsafe { rdkafka::bindings::rd_kafka_header_cnt(hdrs) };
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+        // SAFETY: `i` is below the count; librdkafka writes pointers into the message's own
+        // header storage (a NUL-terminated name, `size` bytes of value or null).
+        let err = unsafe { rdkafka::bindings::rd_kafka_header_get_all(hdrs, i, &mut name, &mut value, &mut size) };
+        if err != Err::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            continue;
+        }
+        // SAFETY: as above.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned();
+        let value = if value.is_null() {
+            Vec::new()
+        } else {
+            unsafe { std::slice::from_raw_parts(value as *const u8, size) }.to_vec()
+        };
+        out.push((name, value));
+    }
+    out
 }
 
 /// A consumed message as a stored record.
