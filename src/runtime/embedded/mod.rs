@@ -354,7 +354,15 @@ fn worker(
     let mut busy = driver::Busy::default();
     loop {
         let epoch = sh.quiet.epoch();
-        let flow = driver::turn(&mut host, tasks, &mut busy)?;
+        let flow = match driver::turn(&mut host, tasks, &mut busy) {
+            Ok(flow) => flow,
+            Err(e) => {
+                // The run fails: the other workers stop after their turns (a --drain worker
+                // waiting for the others to go idle sees the stop too).
+                sh.stop.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
         if opts.drain {
             // (Every task committed what it processed in its turn: a signal stops the worker
             // here, whatever the others do.)

@@ -828,6 +828,11 @@ impl Turn<'_> {
     /// failed, and every task goes back to its last commit at the next turn (an error after
     /// [`MAX_FAILED_COMMITS`] failures in a row).
     fn commit_all(&mut self, unit: &mut [KTask], how: How) -> Result<bool> {
+        if self.e.reopen_all {
+            // A commit failed since the tasks' last one: what they hold now is not to be
+            // committed (the failed commit's outputs are gone), only dropped at the next turn.
+            return Ok(false);
+        }
         self.e.last_commit = Instant::now();
         self.e.drain_commit = false;
         match self.try_commit(unit, how) {
@@ -1107,7 +1112,10 @@ impl Host for Turn<'_> {
     }
 
     fn retire(&mut self, t: KTask) -> Result<()> {
-        self.e.closed.add_from(&t.summary());
+        // (Its deletion not committed, the counts as of its last commit; the deletion is swept
+        // when its partition's tasks open again.)
+        let summary = if self.e.reopen_all { t.summary_as_committed() } else { t.summary() };
+        self.e.closed.add_from(&summary);
         Ok(())
     }
 
