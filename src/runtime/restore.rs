@@ -17,7 +17,7 @@ use crate::runtime::options::{RestoreBoard, RunOptions};
 use crate::runtime::pages::PagedTree;
 use crate::runtime::run::{progress_bar, RECORDS};
 use crate::runtime::state::{live_keys, open_tree, Pending, SledKeys};
-use crate::runtime::writer::{Flight, Flights};
+use crate::runtime::writer::Flights;
 
 /// `stores`: the names of the stores restored (as `explain` lists them).
 pub(crate) fn log_restore(stores: &str, p: u32, restored: u64, started: Instant) {
@@ -215,7 +215,7 @@ impl<'a> Restorer<'a> {
             if let Some(f) = &mut self.filter {
                 f.add_puts(&changes);
             }
-            self.flights.queue.push_back(Flight::send(self.tree, &self.flights.failed, changes, Some(*at)));
+            self.flights.send(self.tree, changes, *at);
             (self.from_empty, self.since_flight) = (false, 0);
             // At most about one share in flight besides the one being read into.
             while self.flights.bytes() > self.watch.share {
@@ -230,7 +230,7 @@ impl<'a> Restorer<'a> {
     /// keys in memory become the filter of those sled may hold.
     fn land_oldest(&mut self) -> Result<(), RunError> {
         if self.started_empty && self.filter.is_none() {
-            let layers = self.flights.queue.iter().map(|f| &*f.changes).chain([&self.pending]);
+            let layers = self.flights.layers().chain([&self.pending]);
             self.filter = Some(KeyFilter::of(layers));
         }
         if let Some(f) = self.flights.queue.pop_front() {
@@ -256,8 +256,7 @@ impl<'a> Restorer<'a> {
                 self.pending.write(self.tree, at).map_err(state("cannot restore local state"))?;
             } else {
                 // After the flights (the writer writes them in order).
-                let cp = Flight::send(self.tree, &self.flights.failed, Pending::default(), Some(*at));
-                self.flights.queue.push_back(cp);
+                self.flights.send(self.tree, Pending::default(), *at);
             }
         }
         self.bar.finish_and_clear();

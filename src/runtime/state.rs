@@ -12,7 +12,7 @@ pub(crate) use crate::runtime::pages::PagedTree;
 pub(crate) use crate::runtime::pending::Pending;
 use crate::runtime::pending::ENTRY_COST;
 use crate::runtime::task::{Change, StoreRead, Task};
-use crate::runtime::writer::{Flight, Flights};
+use crate::runtime::writer::Flights;
 
 /// The committed local state of one task: per store, a sled tree under three layers in memory,
 /// newest first: the committed changes not handed to the writer yet (`pending`), those handed
@@ -351,8 +351,7 @@ impl Trees {
     fn send(&mut self, i: usize, cp: Pos) {
         let changes = std::mem::take(&mut self.pending[i]);
         self.clean[i].keys.handing(&changes);
-        let flights = &mut self.flights[i];
-        flights.queue.push_back(Flight::send(&self.trees[i], &flights.failed, changes, Some(cp)));
+        self.flights[i].send(&self.trees[i], changes, cp);
     }
 
     /// Wait until the writer has written every flight, and take them in.
@@ -398,7 +397,7 @@ impl Trees {
                     written.absorb(std::mem::take(&mut clean.rows), false);
                     written.drop_deletions();
                     if used + written.bytes() > share {
-                        let later = self.flights[i].queue.iter().map(|f| &*f.changes);
+                        let later = self.flights[i].layers();
                         clean.keys.dropping(later.chain([&self.pending[i], &written]));
                         written.shrink_to(share.saturating_sub(used));
                     }
@@ -418,7 +417,7 @@ impl Trees {
                     match v {
                         Some(v) if used + k.len() + v.len() + ENTRY_COST <= share => clean.rows.put(k, v),
                         Some(_) => {
-                            let later = self.flights[i].queue.iter().map(|f| &*f.changes);
+                            let later = self.flights[i].layers();
                             clean.keys.dropping(later.chain([&self.pending[i], &written, &clean.rows]));
                             clean.rows.remove(k);
                         }
@@ -457,7 +456,7 @@ impl Trees {
                 break;
             }
             let before = clean.rows.bytes();
-            let layers = self.flights[i].queue.iter().map(|f| &*f.changes).chain([&self.pending[i], &clean.rows]);
+            let layers = self.flights[i].layers().chain([&self.pending[i], &clean.rows]);
             clean.keys.dropping(layers);
             clean.rows.shrink_to(before.saturating_sub(used - target));
             used -= before - clean.rows.bytes();
@@ -468,8 +467,7 @@ impl Trees {
             let Some(i) = (0..self.trees.len()).find(|i| !self.flights[*i].queue.is_empty()) else { break };
             let f = self.flights[i].queue.pop_front().expect("not empty");
             let clean = &mut self.clean[i];
-            let layers =
-                self.flights[i].queue.iter().map(|f| &*f.changes).chain([&*f.changes, &self.pending[i], &clean.rows]);
+            let layers = self.flights[i].layers().chain([&*f.changes, &self.pending[i], &clean.rows]);
             clean.keys.dropping(layers);
             f.wait().map_err(state("cannot write local state"))?;
         }
@@ -518,7 +516,7 @@ impl Trees {
 
     /// Every layer over sled of store `i`, oldest first: the flights, then the pending changes.
     fn overlays(&self, store: usize) -> impl Iterator<Item = &Pending> {
-        self.flights.get(store).into_iter().flat_map(|f| &f.queue).map(|f| &*f.changes).chain(self.pending.get(store))
+        self.flights.get(store).into_iter().flat_map(Flights::layers).chain(self.pending.get(store))
     }
 }
 

@@ -149,6 +149,16 @@ impl Flights {
         Ok(())
     }
 
+    /// Hand `changes` to the writer for `tree`, with the checkpoint `cp` written with them.
+    pub(crate) fn send(&mut self, tree: &PagedTree, changes: Pending, cp: Pos) {
+        self.queue.push_back(Flight::send(tree, &self.failed, changes, Some(cp)));
+    }
+
+    /// Their changes, oldest first: layers of the store's rows until they land.
+    pub(crate) fn layers(&self) -> impl Iterator<Item = &Pending> + Clone + '_ {
+        self.queue.iter().map(|f| &*f.changes)
+    }
+
     /// The latest change of `key` among them, if any.
     pub(crate) fn value(&self, key: &[u8]) -> Option<Option<&[u8]>> {
         self.queue.iter().rev().find_map(|f| f.changes.value(key))

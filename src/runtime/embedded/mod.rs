@@ -753,7 +753,7 @@ fn ingest(
         let mut prefix = (&mut reader).take(consumed);
         let n = std::io::copy(&mut prefix, &mut HashWriter(&mut hasher))
             .map_err(|source| RunError::Io { doing: format!("cannot read {}", path.display()), source })?;
-        if n != consumed || hex(&hasher.clone().finalize()) != prev_hash {
+        if n != consumed || hex::encode(hasher.clone().finalize()) != prev_hash {
             return Err(RunError::Input(format!(
                 "{}: the first {consumed} bytes changed since they were consumed; restore the file or run with a fresh state directory",
                 path.display()
@@ -836,7 +836,7 @@ fn commit_ingest(
             a
         })
         .collect();
-    let meta = serde_json::json!({"offset": consumed, "sha256": hex(&hasher.clone().finalize())});
+    let meta = serde_json::json!({"offset": consumed, "sha256": hex::encode(hasher.clone().finalize())});
     log.commit(appends, vec![(group.to_string(), meta)])?;
     Ok(())
 }
@@ -851,10 +851,6 @@ impl std::io::Write for HashWriter<'_> {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 impl TaskRun<EmbeddedFeed> {
