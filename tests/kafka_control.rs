@@ -156,6 +156,10 @@ fn two_instances_apply_the_same_statement_without_rebalance() {
     let total = first + trades(&b).iter().filter(|t| t.2 > 800).count();
     wait_for("the second input's outputs", || env.consume_versions("big").len() >= total);
     assert!(one.terminate() && two.terminate(), "both stop cleanly");
+    // (Shown when a check below fails.)
+    for (name, log) in [("one", &log1), ("two", &log2)] {
+        eprintln!("--- instance {name}:\n{}", std::fs::read_to_string(log).unwrap_or_default());
+    }
     check_big(&env, &a, &b);
     assert_eq!(rebalances(), before, "the statement caused no rebalance");
     for log in [&log1, &log2] {

@@ -137,6 +137,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         failed: false,
         reopen_all: false,
         control_due: false,
+        offsets_owed: false,
         joined: false,
         partitions: BTreeMap::new(),
         startup,
@@ -536,6 +537,9 @@ struct Engine {
     reopen_all: bool,
     /// A commit was made: the control log is read before the next commit boundary.
     control_due: bool,
+    /// `at_least_once`: the last commit's records are in, its offsets were refused during a
+    /// rebalance; the next commit carries them, made even with nothing new (see `TxnCommit`).
+    offsets_owed: bool,
     /// The group has given this instance an assignment (possibly empty) at least once.
     joined: bool,
     /// Partition counts of the topics written to.
@@ -839,8 +843,11 @@ impl Turn<'_> {
             Ok(()) => {
                 self.e.failed_commits = 0;
                 self.e.control_due = true;
-                // Stores removed by statements this commit recorded as applied.
-                self.e.run_sweeps()?;
+                // Stores removed by statements this commit recorded as applied (once its offsets,
+                // which carry the record, are in).
+                if !self.e.offsets_owed {
+                    self.e.run_sweeps()?;
+                }
                 Ok(true)
             }
             Err(err) => {
@@ -880,11 +887,17 @@ impl Turn<'_> {
             let topic = format!("{}-metrics", e.opts.app);
             extra = e.metrics_records(unit).into_iter().map(|r| (topic.clone(), r)).collect();
         }
-        let Engine { producer, kafka, partitions, eos, .. } = e;
+        let Engine { producer, kafka, partitions, eos, offsets_owed, .. } = e;
+        let owed = *offsets_owed;
         let mut tasks: Vec<&mut KTask> = unit.iter_mut().collect();
-        let mut step = TxnCommit { producer, kafka, partitions, consumer: self.consumer, eos: *eos, extra };
-        commit::commit(&mut step, &mut tasks, How { force: how.force || metrics_due, ..how })?;
-        Ok(())
+        let mut step =
+            TxnCommit { producer, kafka, partitions, consumer: self.consumer, eos: *eos, extra, offsets_owed: owed };
+        let result = commit::commit(&mut step, &mut tasks, How { force: how.force || metrics_due || owed, ..how });
+        if step.offsets_owed && !owed {
+            eprintln!("the group is rebalancing: this commit's offsets go with the next commit");
+        }
+        *offsets_owed = step.offsets_owed;
+        result.map(|_| ())
     }
 
     /// Partitions are being taken away: commit, then close their tasks, keeping local state.

@@ -48,6 +48,11 @@ pub(super) struct TxnCommit<'a, C: ConsumerContext> {
     /// Records of the instance's own (metrics), produced with the commit: (topic, record) to
     /// partition 0.
     pub(super) extra: Vec<(String, Record)>,
+    /// `at_least_once`: the offsets of a commit whose records were produced and acknowledged
+    /// were refused because the group is rebalancing; the next commit carries them (as Kafka
+    /// Streams does, rather than sending the tasks back to their last commit, which would
+    /// process and emit everything since once more). Read back by the caller after a commit.
+    pub(super) offsets_owed: bool,
 }
 
 impl<C: ConsumerContext> commit::Commit for TxnCommit<'_, C> {
@@ -141,15 +146,26 @@ impl<C: ConsumerContext> TxnCommit<'_, C> {
             producer.inner.commit_transaction(TIMEOUT).map_err(client("cannot commit the transaction"))?;
         } else if tpl.count() > 0 {
             let mut tries = 0;
-            while let Err(e) = self.consumer.commit(&tpl, CommitMode::Sync) {
-                tries += 1;
-                let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
-                if !retriable || tries >= 5 {
-                    return Err(client("cannot commit offsets")(e).into());
+            loop {
+                match self.consumer.commit(&tpl, CommitMode::Sync) {
+                    Ok(()) => break,
+                    Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::RebalanceInProgress)) => {
+                        // The records are in; the group takes no offsets until it has settled.
+                        self.offsets_owed = true;
+                        return Ok(ends);
+                    }
+                    Err(e) => {
+                        tries += 1;
+                        let retriable = matches!(&e, KafkaError::ConsumerCommit(c) if matches!(c, RDKafkaErrorCode::RequestTimedOut | RDKafkaErrorCode::CoordinatorLoadInProgress | RDKafkaErrorCode::NotCoordinator | RDKafkaErrorCode::CoordinatorNotAvailable));
+                        if !retriable || tries >= 5 {
+                            return Err(client("cannot commit offsets")(e).into());
+                        }
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
                 }
-                std::thread::sleep(Duration::from_millis(200));
             }
         }
+        self.offsets_owed = false;
         Ok(ends)
     }
 }
