@@ -22,6 +22,7 @@ mod control_cli;
 mod dlq_cli;
 mod fmt_cli;
 mod test_cli;
+mod trace_cli;
 
 #[derive(Parser)]
 #[command(name = "streamc", version, about = "A stream processor for a small declarative language")]
@@ -268,6 +269,26 @@ enum Command {
         /// Ask the instance serving at this address (`HOST:PORT` or `http://HOST:PORT`).
         #[arg(long)]
         url: Option<String>,
+    },
+    /// The input records that made one output record (replayed in a scratch directory; the
+    /// application is not touched), as JSON lines: first the record traced, then its inputs.
+    Trace {
+        file: PathBuf,
+        /// The output topic.
+        #[arg(long)]
+        topic: String,
+        /// The record's partition (with `--offset`).
+        #[arg(long, requires = "offset", conflicts_with = "key")]
+        partition: Option<u32>,
+        /// The record's offset (with `--partition`).
+        #[arg(long, requires = "partition", conflicts_with = "key")]
+        offset: Option<u64>,
+        /// The latest record of this key (as `consume` shows it: a string, or JSON).
+        #[arg(long)]
+        key: Option<String>,
+        /// With `--key`: the latest record of the window starting at this time (epoch ms).
+        #[arg(long, requires = "key")]
+        window_start: Option<i64>,
     },
     /// The application's dead letters (`<app>-dlq`): counted by reason, or replayed.
     Dlq {
@@ -576,6 +597,10 @@ fn run(cli: Cli) -> Result<ExitCode, String> {
                 headers,
             };
             consume(&cli.global, &cfg, &topic, &flags)
+        }
+        Command::Trace { file, topic, partition, offset, key, window_start } => {
+            let target = trace_cli::Target { topic, partition, offset, key, window_start };
+            trace_cli::trace(&cli.global, cfg, &file, &target)
         }
         Command::Dlq { what: DlqWhat::List { file } } => dlq_cli::list(&cli.global.state_dir, &cfg, &file),
         Command::Dlq { what: DlqWhat::Replay { file, reason, from, to } } => {

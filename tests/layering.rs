@@ -104,7 +104,7 @@ fn sources() -> BTreeMap<String, String> {
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let rel = p.strip_prefix(&root).unwrap().to_path_buf();
                 // The binary's files use the library through `streamc::`, from above every layer.
-                if ["main.rs", "control_cli.rs", "dlq_cli.rs", "test_cli.rs", "fmt_cli.rs"]
+                if ["main.rs", "control_cli.rs", "dlq_cli.rs", "test_cli.rs", "trace_cli.rs", "fmt_cli.rs"]
                     .iter()
                     .any(|f| rel == Path::new(f))
                 {

@@ -16,6 +16,7 @@ pub mod http;
 pub(crate) mod hub;
 pub mod kafka;
 pub(crate) mod key_filter;
+pub mod lineage;
 pub mod metrics;
 pub(crate) mod op;
 pub(crate) mod ops;

@@ -120,6 +120,7 @@ impl Outputs {
 
     /// A record's processing begins: what it makes from here can be dropped.
     pub fn begin_record(&mut self) {
+        crate::runtime::lineage::begin_record();
         self.record = (self.entries.len(), self.bytes.len(), self.headers.len());
     }
 
@@ -137,6 +138,7 @@ impl Outputs {
     /// The record being processed failed: the records it made are dropped (a record is applied
     /// all or nothing). How many were.
     pub fn drop_record(&mut self) -> usize {
+        crate::runtime::lineage::drop_record();
         let (entries, bytes, headers) = self.record;
         let dropped = self.entries.len().saturating_sub(entries);
         self.entries.truncate(entries);
@@ -284,6 +286,15 @@ impl Building<'_> {
     /// Add the record.
     pub fn done(mut self) {
         if let Some(e) = self.entry.take() {
+            if crate::runtime::lineage::on() {
+                let bytes = &self.out.bytes;
+                let part = |p: Option<Part>| p.map(|p| &bytes[p.start..p.end]);
+                let headers = self.out.headers[e.headers.0..e.headers.1]
+                    .iter()
+                    .map(|(n, p)| (n.to_string(), bytes[p.start..p.end].to_vec()))
+                    .collect();
+                crate::runtime::lineage::output(&e.topic, part(e.key), part(e.value), e.timestamp, headers);
+            }
             self.out.entries.push(e);
         }
     }

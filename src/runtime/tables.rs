@@ -109,6 +109,7 @@ impl TableInputs {
                 tenant::scope(t, &key)
             }
         };
+        crate::runtime::lineage::put(ti.store, &key);
         self.rows.insert((table, key.clone()), r.row.map(Arc::new));
         changes.push(Change {
             store: ti.store,
@@ -144,6 +145,14 @@ impl TableInputs {
 }
 
 impl TableInputs {
+    /// `streamc trace`: the row of `key` in table input `table` joins the row being processed.
+    pub(crate) fn trace_join(&self, table: usize, key: &Value, tenant: Option<&Tenant>) {
+        let Ok(ti) = Self::input(&self.spec, table) else { return };
+        if let Ok(kb) = scoped(self.spec.tenant, tenant, key.key_bytes(&ti.source.key_type())) {
+            crate::runtime::lineage::join(ti.store, &kb);
+        }
+    }
+
     /// After a flush: rows changed since the last one are now in the store (read back from it),
     /// so the cache may be dropped if it grew past its bound. (Dropped before, it would lose
     /// rows the store does not hold yet.)

@@ -51,3 +51,22 @@ pub fn describe(bootstrap: &str, topic: &str) -> (i32, String) {
     let policy = cfg.get("cleanup.policy").and_then(|e| e.value.clone()).unwrap_or_default();
     (t.partitions().len() as i32, policy)
 }
+
+/// Delete the records of `topic` partition `p` before `offset` (the admin API's DeleteRecords,
+/// as retention does).
+pub fn delete_records(bootstrap: &str, topic: &str, p: i32, offset: i64) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::{Offset, TopicPartitionList};
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", bootstrap);
+    let admin: AdminClient<DefaultClientContext> = cfg.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Offset(offset)).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let res = rt.block_on(admin.delete_records(&tpl, &AdminOptions::new())).unwrap();
+    for e in res.elements() {
+        assert!(e.error().is_ok(), "delete records of {topic}/{p}: {:?}", e.error());
+    }
+}

@@ -15,6 +15,7 @@ pub mod embedded;
 pub mod kafka;
 pub mod runs;
 pub mod tenants;
+pub mod trace;
 
 /// Parse and check; diagnostics rendered plainly (no colour, fixed width) on failure.
 pub fn compile(src: &str) -> Result<hir::Program, Diagnostics> {

@@ -58,6 +58,8 @@ pub(crate) struct Aggregate {
     args: AggArgs,
     /// A grouped table's refused rows changed since the last flush (see [`refusal_key`]).
     refused: FxHashMap<Vec<u8>, i64>,
+    /// `streamc trace`: the store key of each result in `emitted`, in order.
+    traced: std::collections::VecDeque<Vec<u8>>,
     /// Results go with whether the ones they replace were sent ([`Before`]), worked out on the
     /// chain after the aggregate kept here: with a `where` after the aggregate, `emit changes`,
     /// no session windows (whose results change keys), and nothing after it but `where`,
@@ -124,6 +126,7 @@ impl Aggregate {
             group: Vec::new(),
             args: Vec::new(),
             refused: FxHashMap::default(),
+            traced: Default::default(),
             befores,
         })
     }
@@ -334,6 +337,9 @@ impl Aggregate {
                 let ts = old.as_ref().map(|e| e.max_ts).unwrap_or(0);
                 // The session as it was last sent (it may have grown since).
                 if let (Some(bounds), true, Some(old)) = (was_emitted, emit_changes, old) {
+                    if crate::runtime::lineage::on() {
+                        self.traced.push_back(sk.clone());
+                    }
                     emitted.push(deleted(&old, bounds, scoped, &sk));
                 }
                 if stored {
@@ -346,6 +352,9 @@ impl Aggregate {
                 let bounds = (entry.start, entry.end);
                 // Keyed by window, a session sent with other bounds is another key: delete it.
                 if let (true, Some(sent)) = (agg.windowed_key, slot.emitted.filter(|b| *b != bounds)) {
+                    if crate::runtime::lineage::on() {
+                        self.traced.push_back(sk.clone());
+                    }
                     emitted.push(deleted(entry, sent, scoped, &sk));
                 }
                 slot.emitted = Some(bounds);
@@ -359,6 +368,9 @@ impl Aggregate {
                             _ => Before::Unknown,
                         },
                     };
+                }
+                if crate::runtime::lineage::on() {
+                    self.traced.push_back(sk.clone());
                 }
                 emitted.push(r);
             }
@@ -396,6 +408,9 @@ impl Aggregate {
         };
         if agg.emit == EmitMode::Final {
             if let Some(e) = &entry {
+                if crate::runtime::lineage::on() {
+                    self.traced.push_back(sk.clone());
+                }
                 emitted.push(result(agg, e, tenant_of(self.tenant_scoped, &sk)));
             }
         }
@@ -516,6 +531,9 @@ impl Aggregate {
     /// Results of a flush sent downstream, in order.
     fn send(&mut self, emitted: &mut Vec<Emitted>, cx: &mut Ctx, down: &mut Down) {
         for e in emitted.drain(..) {
+            if let Some(sk) = self.traced.pop_front() {
+                crate::runtime::lineage::result_of(self.spec.store, &sk);
+            }
             match e {
                 Emitted::Row(row, ts, before) => {
                     cx.before = before;

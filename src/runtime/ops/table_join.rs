@@ -5,6 +5,7 @@
 
 use crate::eval::{eval, Row};
 use crate::plan::physical::TableJoinSpec;
+use crate::runtime::lineage;
 use crate::runtime::op::{RecordError, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 
@@ -28,8 +29,21 @@ impl Operator for TableJoin {
         if found.is_none() && !j.left {
             return Ok(());
         }
+        // `streamc trace`: the table's row is part of what the joined row came from.
+        let traced = match (&found, j.table, lineage::on()) {
+            (Some((k, _)), Some(t), true) => {
+                let before = lineage::current();
+                cx.tables.trace_join(t, k, row.tenant.as_ref());
+                Some(before)
+            }
+            _ => None,
+        };
         row.joined.push(found);
-        down.emit(row, ts, cx)
+        let r = down.emit(row, ts, cx);
+        if let Some(before) = traced {
+            lineage::reset(before);
+        }
+        r
     }
 }
 

@@ -185,6 +185,7 @@ impl<F: Feed> TaskRun<F> {
     /// Flush the task's record cache into its outputs and changes (`close_all`: close every
     /// window). True if there is anything to commit.
     pub(crate) fn flush_for_commit(&mut self, close_all: bool) -> bool {
+        crate::runtime::lineage::enter(&self.task.spec.name, self.task.partition);
         let errors = self.task.flush(&mut self.out, &mut self.changes, close_all, &self.trees);
         for e in errors {
             // Emission errors (evaluating a table filter, …) have no input record: log and count.

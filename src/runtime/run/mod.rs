@@ -674,6 +674,7 @@ impl<F: Feed> TaskRun<F> {
         let registry_keys = spec.registry_keys();
         let roles = spec.input_roles();
         self.drained = false;
+        crate::runtime::lineage::enter(&spec.name, p);
         let most = if until_full { self.changed_max() } else { usize::MAX };
         'records: while n < budget && (most == usize::MAX || self.task.held() <= most) {
             if self.chaos.as_mut().is_some_and(|c| c.redeliver()) {
@@ -761,6 +762,9 @@ impl<F: Feed> TaskRun<F> {
             self.task.late_reason = None;
             self.task.fk =
                 crate::runtime::ops::FkMarks { offset: s.offset as i64, deleted: false, ..Default::default() };
+            if crate::runtime::lineage::on() {
+                crate::runtime::lineage::input(topic, p, s.offset, s.record.key.as_deref(), s.record.value.as_deref());
+            }
             self.out.begin_record();
             let res = self.dispatch(roles[i], i, &s, topic, head_time, now);
             if let Some(why) = crate::format::schema_tables::take_failure() {

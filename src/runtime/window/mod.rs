@@ -144,6 +144,9 @@ impl Cx<'_> {
             if slot.touch() {
                 cache.dirty.push(w);
             }
+            if crate::runtime::lineage::on() {
+                crate::runtime::lineage::fold(agg.store, &cache.slots.store_key(w));
+            }
         }
         Ok(())
     }

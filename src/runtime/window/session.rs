@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 
 use super::{Cx, Windowing};
 use crate::ast::Duration;
-use crate::runtime::agg::{key_part, merge_states, start_part, update_state, AggArgs, AggEntry, Slot};
+use crate::runtime::agg::{key_part, merge_states, start_part, store_key, update_state, AggArgs, AggEntry, Slot};
 use crate::runtime::op::RecordError;
 use crate::value::Value;
 
@@ -84,6 +84,14 @@ impl Windowing for Session {
         entry.max_ts = entry.max_ts.max(ts);
         for ((a, st), argv) in agg.aggs.iter().zip(entry.states.iter_mut()).zip(args) {
             update_state(a, st, argv, ts).map_err(err)?;
+        }
+        if crate::runtime::lineage::on() {
+            // `streamc trace`: the session gathers the records of those it merges, and this one.
+            let into = store_key(kb, Some(start));
+            for (s, _) in near.iter().filter(|(s, _)| *s != start) {
+                crate::runtime::lineage::merge(agg.store, &into, &store_key(kb, Some(*s)));
+            }
+            crate::runtime::lineage::fold(agg.store, &into);
         }
         // Now the indexes: merged-away sessions are deleted (at the next flush).
         let mut rest: Vec<(i64, i64)> = open.iter().copied().filter(|x| !near.contains(x)).collect();

@@ -1,0 +1,37 @@
+//! `streamc trace` on the embedded log (the scenarios are in tests/common/trace.rs;
+//! tests/kafka_trace.rs runs some on the broker): each traced result's inputs against a fold
+//! written in the test.
+
+mod common;
+
+use common::embedded::temp_dir;
+
+#[test]
+fn a_hopping_windows_result_came_from_the_first_n_trades_of_its_window() {
+    let dir = temp_dir("trace-hopping");
+    common::trace::hopping(dir.path(), &[], "t", "stats");
+}
+
+#[test]
+fn a_sessions_result_came_from_every_trade_of_the_sessions_it_merged() {
+    let dir = temp_dir("trace-sessions");
+    common::trace::sessions(dir.path(), &[], "t", "sessions");
+}
+
+#[test]
+fn a_joined_result_came_from_its_trade_and_the_tables_row_as_of_then() {
+    let dir = temp_dir("trace-join");
+    common::trace::join(dir.path(), &[], "t", "named");
+}
+
+#[test]
+fn a_result_of_a_chained_query_is_traced_back_to_the_external_inputs() {
+    let dir = temp_dir("trace-chain");
+    common::trace::chain(dir.path(), &[], "t", "chain");
+}
+
+#[test]
+fn what_trace_cannot_do_is_refused_with_the_reason() {
+    let dir = temp_dir("trace-refusals");
+    common::trace::refusals(dir.path(), &[], "t", "refused");
+}
