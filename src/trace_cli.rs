@@ -5,16 +5,18 @@
 //! to the topic are copied, as the application's backend still holds them, into an embedded log
 //! in a scratch directory, and the program runs over them there with tracing on
 //! ([`streamc::runtime::lineage`]), one record per commit, so that every result an aggregate
-//! goes through is made. The record asked about is then found among the replay's records of
-//! its key: the application's records of that key up to it, in order, are matched to the
-//! replay's (a result `emit changes` coalesced at a commit is the replay's result after the
-//! same records), and its match's lineage printed. Nothing of the application changes: no state,
-//! no topic.
+//! goes through is made. The record asked about is found among the replay's records of its
+//! key as the replay goes: the application's records of that key up to it, in order, are
+//! matched to the replay's (a result `emit changes` coalesced at a commit is the replay's
+//! result after the same records), and its match's lineage printed. Nothing of the application
+//! changes: no state, no topic.
 //!
-//! What it does not follow yet (it says so and exits 1): stream–stream, table–table and
-//! foreign-key joins, grouped tables and table aggregates, sliding windows, joins of
-//! control-managed tables, and results of a query a control statement changed (the replay runs
-//! the program file).
+//! What it does not follow yet (it says so and exits 1): table–table and foreign-key joins,
+//! grouped tables and table aggregates, sliding windows, joins of control-managed tables,
+//! results of a query a control statement changed (the replay runs the program file), a query
+//! reading another query's results with other inputs (the replay reads them in a later run),
+//! and a stateful query over an `emit changes` aggregate's results (which the application's
+//! commits coalesced).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -23,7 +25,7 @@ use std::process::ExitCode;
 use streamc::config::Config;
 use streamc::plan::physical::{Op, TaskSpec};
 use streamc::record::{Start, Stored};
-use streamc::runtime::lineage::{self, Traced};
+use streamc::runtime::lineage::{self, Shape, Wanted};
 use streamc::topics::Topics;
 
 use serde_json::Value as J;
@@ -73,10 +75,10 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
     let topo = streamc::plan::lower(&p, &app);
     let specs = streamc::plan::physical::specs(&p, &topo).map_err(|e| e.to_string())?;
     let (query, leading) = leading_to(&specs, &target.topic)?;
-    unsupported(&leading)?;
+    unsupported(&specs, &leading)?;
     let written: BTreeSet<String> = specs.iter().flat_map(|s| s.written_topics()).collect();
-    let sources: BTreeSet<String> =
-        leading.iter().flat_map(|s| inputs_of(s)).filter(|t| !written.contains(t)).collect();
+    let (reread, sources): (BTreeSet<String>, BTreeSet<String>) =
+        leading.iter().flat_map(|s| inputs_of(s)).partition(|t| written.contains(t));
 
     let real = streamc::topics::open(&g.state_dir, &cfg)?;
     let (part, wanted, history) = find_record(&*real, &cfg, target)?;
@@ -91,20 +93,29 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
     // The sources as the application's backend holds them, into a scratch embedded log.
     let dir = std::env::temp_dir().join(format!("streamc-trace-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let result = replay(g, file, &*real, &sources, &dir);
+    let looked_for = Wanted {
+        topic: target.topic.clone(),
+        key: wanted.record.key.clone(),
+        history: history.iter().map(shape).collect(),
+    };
+    let result = replay(g, file, &*real, (sources, reread), looked_for, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     let (copied, tracer) = result?;
 
-    let made: Vec<&Traced> =
-        tracer.outputs.iter().filter(|o| o.topic == target.topic && o.key == wanted.record.key).collect();
-    let Some(found) = align(&history, &made) else {
+    let Some(found) = &tracer.found else {
         return refused(format!(
-            "the replay of the retained input does not make the record at offset {} of `{}` partition {part}: the topic holds results the program file does not make from its inputs as they are now (an earlier program, another application writing it, inputs written since with earlier timestamps)",
+            "the replay of the retained input does not make the record at offset {} of `{}` partition {part}: the topic holds results the program file does not make from its inputs as they are now (an earlier program, another application writing it, a run reset and made again, inputs written since with earlier timestamps)",
             wanted.offset, target.topic
         ));
     };
+    if tracer.alike > 1 {
+        eprintln!(
+            "note: the replay made {} records the same as this one (its value did not change with every record); the inputs listed are those of the first after the record of its key before it",
+            tracer.alike
+        );
+    }
     let mut inputs = Vec::new();
-    for &(t, p, offset) in &found.lineage {
+    for &(t, p, offset) in found {
         let topic = &tracer.topics[t as usize];
         if let Some(s) = copied.get(&(topic.clone(), p)).and_then(|v| v.get(offset as usize)) {
             inputs.push((topic.clone(), p, s));
@@ -117,6 +128,7 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
         "version": version,
         "statements": [],
         "inputs": inputs.len(),
+        "alike": tracer.alike,
     });
     println!("{head}");
     for (topic, p, s) in inputs {
@@ -170,28 +182,43 @@ fn inputs_of(s: &TaskSpec) -> Vec<String> {
 }
 
 /// What the lineage does not follow yet: refused by name.
-fn unsupported(leading: &[&TaskSpec]) -> Result<(), Failure> {
+fn unsupported(specs: &[TaskSpec], leading: &[&TaskSpec]) -> Result<(), Failure> {
     for s in leading {
         let q = &s.query;
-        let what = if s.read_streams().next().is_some() || !s.streams.is_empty() {
-            Some("a stream–stream join")
+        // Inputs another query writes: the replay reads them in a run after the one that
+        // writes them (`run_to_the_end`), so after the task's other inputs; and, at one record
+        // per commit, with every update of an `emit changes` aggregate, which commits coalesce.
+        let chained: Vec<&TaskSpec> =
+            specs.iter().filter(|w| sinks_of(w).iter().any(|t| inputs_of(s).contains(t))).collect();
+        // (Of the whole query: a repartition may come first.)
+        let stateful = specs
+            .iter()
+            .filter(|x| x.query == *q)
+            .any(|x| x.agg.is_some() || !x.streams.is_empty() || !x.tables.is_empty());
+        let coalesced = chained
+            .iter()
+            .find(|w| w.agg.as_ref().is_some_and(|a| a.emit == streamc::ast::EmitMode::Changes) && w.query != *q);
+        let what = if !chained.is_empty() && s.has_side_inputs() && chained.iter().any(|w| w.query != *q) {
+            Some("a query that reads another query's results with other inputs".to_string())
+        } else if let (Some(w), true) = (coalesced, stateful) {
+            Some(format!("a stateful query over the results of `emit changes` query `{}`", w.query))
         } else if s.mutual.is_some() || s.left.is_some() {
-            Some("a table–table join")
+            Some("a table–table join".to_string())
         } else if s.foreign.is_some() || s.foreign_gate.is_some() {
-            Some("a foreign-key join")
+            Some("a foreign-key join".to_string())
         } else if s.table_group.is_some() || s.agg.as_ref().is_some_and(|a| a.table) {
-            Some("an aggregate of a table")
+            Some("an aggregate of a table".to_string())
         } else if s
             .agg
             .as_ref()
             .and_then(|a| a.window)
             .is_some_and(|w| matches!(w.kind, streamc::ast::WindowKind::Sliding { .. }))
         {
-            Some("sliding windows")
+            Some("sliding windows".to_string())
         } else if s.ops.iter().any(|op| matches!(op, Op::JoinTable(j) if j.table.is_none())) {
-            Some("a join of a control-managed table")
+            Some("a join of a control-managed table".to_string())
         } else if s.ops.iter().any(|op| matches!(op, Op::GroupTable { .. })) {
-            Some("a grouped table")
+            Some("a grouped table".to_string())
         } else {
             None
         };
@@ -229,13 +256,18 @@ fn find_record(real: &dyn Topics, cfg: &Config, t: &Target) -> Result<(u32, Stor
         }
         (None, None, Some(k)) => {
             let want: J = serde_json::from_str(k).unwrap_or_else(|_| J::String(k.clone()));
+            // The last of the key in each partition; of those, the latest.
             let mut best: Option<(u32, usize)> = None;
             for (p, records) in &by_part {
                 if let Some(i) = records.iter().rposition(|s| {
                     crate::prefetch_registered(cfg, &t.topic, &[s]).is_ok()
                         && key_matches(&crate::consumed_json(&t.topic, *p, s, false), &want, t.window_start)
                 }) {
-                    best = Some((*p, i));
+                    let later =
+                        |(bp, bi): (u32, usize)| records[i].record.timestamp > by_part[&bp][bi].record.timestamp;
+                    if best.is_none_or(later) {
+                        best = Some((*p, i));
+                    }
                 }
             }
             match best {
@@ -255,7 +287,7 @@ fn find_record(real: &dyn Topics, cfg: &Config, t: &Target) -> Result<(u32, Stor
 }
 
 /// A consumed record's key is `want` (and its window starts at `start`, if given: a windowed
-/// result's `window_start` field, or a tombstone's header).
+/// result's `window_start` field).
 fn key_matches(r: &J, want: &J, start: Option<i64>) -> bool {
     if &r["key"] != want && r["key"].as_str().map(str::to_string) != Some(want.to_string()) {
         return false;
@@ -279,7 +311,8 @@ fn replay(
     g: &crate::Global,
     file: &Path,
     real: &dyn Topics,
-    sources: &BTreeSet<String>,
+    (sources, reread): (BTreeSet<String>, BTreeSet<String>),
+    wanted: Wanted,
     dir: &Path,
 ) -> Result<(Copied, lineage::Tracer), Failure> {
     let mut sets = g.sets.clone();
@@ -291,7 +324,7 @@ fn replay(
     let log = streamc::topics::open(dir, &cfg2)?;
     let mut copied = Copied::new();
     let mut n = 0;
-    for topic in sources {
+    for topic in &sources {
         let Some(parts) = real.partitions(topic)? else { continue };
         log.ensure_topic(topic, parts, &[])?;
         real.stream(topic, &Start::Beginning, false, &mut |rec| {
@@ -318,7 +351,7 @@ fn replay(
         crate::s(n),
         sources.iter().map(|t| format!("`{t}`")).collect::<Vec<_>>().join(", ")
     );
-    lineage::start(sources.clone());
+    lineage::start(sources, reread, wanted);
     let ran = run_to_the_end(&g2, &cfg2, file);
     let tracer = lineage::finish();
     ran?;
@@ -356,23 +389,7 @@ fn run_to_the_end(g: &crate::Global, cfg: &Config, file: &Path) -> Result<(), St
 /// that far).
 const MAX_RUNS: usize = 16;
 
-/// The replay's record matching the last of `history` (the application's records of a key up
-/// to the one traced), each matched in order to the first of `made` after the one before it
-/// with the same value, timestamp and headers. (A history that repeats itself, a run over the
-/// same input made again, starts over from the first.)
-fn align<'a>(history: &[Stored], made: &[&'a Traced]) -> Option<&'a Traced> {
-    let same = |s: &Stored, o: &Traced| {
-        s.record.value == o.value && s.record.timestamp == o.timestamp && s.record.headers == o.headers
-    };
-    let mut from = 0;
-    let mut last = None;
-    for s in history {
-        let i = match made[from..].iter().position(|o| same(s, o)) {
-            Some(i) => from + i,
-            None => made.iter().position(|o| same(s, o))?,
-        };
-        last = Some(made[i]);
-        from = i + 1;
-    }
-    last
+/// What a record of the traced topic is compared by.
+fn shape(s: &Stored) -> Shape {
+    (s.record.value.clone(), s.record.timestamp, s.record.headers.clone())
 }

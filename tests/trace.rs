@@ -25,6 +25,12 @@ fn a_joined_result_came_from_its_trade_and_the_tables_row_as_of_then() {
 }
 
 #[test]
+fn a_stream_stream_joins_result_came_from_the_two_records_it_paired() {
+    let dir = temp_dir("trace-windowed-join");
+    common::trace::windowed_join(dir.path(), &[], "t", "visits");
+}
+
+#[test]
 fn a_result_of_a_chained_query_is_traced_back_to_the_external_inputs() {
     let dir = temp_dir("trace-chain");
     common::trace::chain(dir.path(), &[], "t", "chain");

@@ -14,7 +14,11 @@
 //! - an output record takes the lineage of what is being processed when it is made: the input
 //!   record's, or during a flush the entry whose result it is.
 //!
-//! A record that fails is applied all or nothing: its outputs are taken back here too.
+//! Only what is needed is kept: the lineage of records written to a topic the replay reads
+//! again, and of the one record looked for ([`Wanted`]), found as the replay goes: the
+//! topic's records of its key up to it, each matched in order to the first replay record after
+//! the match before with the same value, timestamp and headers. A record that fails is applied
+//! all or nothing: what it changed here is taken back too.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,15 +27,16 @@ use std::sync::Mutex;
 /// An input record: (index of its topic in [`Tracer::topics`], partition, offset).
 pub type Src = (u32, u32, u64);
 
-/// An output record the replay made, with its lineage (sorted, each record once).
-#[derive(Debug, Clone)]
-pub struct Traced {
+/// A record's value, timestamp and headers: what two records of one key are compared by.
+pub type Shape = (Option<Vec<u8>>, i64, Vec<(String, Vec<u8>)>);
+
+/// The record a trace looks for: its topic and key, and that topic's records of the key up to
+/// it (it last), in order.
+#[derive(Debug, Default)]
+pub struct Wanted {
     pub topic: String,
     pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    pub timestamp: i64,
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub lineage: Vec<Src>,
+    pub history: Vec<Shape>,
 }
 
 /// A store entry of a task: (task, partition, store, key).
@@ -40,11 +45,20 @@ type EntryKey = (String, u32, usize, Vec<u8>);
 /// A record by its topic, key and value.
 type Content = (String, Option<Vec<u8>>, Option<Vec<u8>>);
 
+/// What a record changed here, taken back if it fails.
+#[derive(Debug)]
+enum Undo {
+    Entry(EntryKey, Option<Vec<Src>>),
+    Unread(Content),
+}
+
 /// What a replay found (see the module's documentation).
 #[derive(Debug, Default)]
 pub struct Tracer {
     /// The topics whose records are the sources (copied from the application's inputs).
     sources: BTreeSet<String>,
+    /// The topics the replay writes and reads again (repartitions, chained queries' inputs).
+    reread: BTreeSet<String>,
     /// Topic names, indexed by [`Src`].
     pub topics: Vec<String>,
     /// The task at work: (name, partition).
@@ -52,14 +66,23 @@ pub struct Tracer {
     /// The lineage of what is being processed.
     current: Vec<Src>,
     entries: HashMap<EntryKey, Vec<Src>>,
-    /// Every output record, in the order made.
-    pub outputs: Vec<Traced>,
-    /// Output records not read yet by (topic, key, value): indexes into `outputs`, oldest first.
-    unread: HashMap<Content, VecDeque<usize>>,
-    /// `outputs.len()` when the record being processed began.
-    record_mark: usize,
+    /// Records written to `reread` topics and not read yet, by content: their lineages, oldest
+    /// first.
+    unread: HashMap<Content, VecDeque<Vec<Src>>>,
+    wanted: Wanted,
+    /// How many of `wanted.history` are matched.
+    matched: usize,
+    /// The lineage of the record looked for, once matched.
+    pub found: Option<Vec<Src>>,
+    /// How many of the replay's records are the same as the one looked for.
+    pub alike: usize,
+    /// What the record being processed changed, and `(matched, alike, found)` before it.
+    undo: Vec<Undo>,
+    mark: (usize, usize, bool),
     /// Input records processed so far.
     seen: u64,
+    /// The lineages of rows an operator made and is about to send on, in order (a join's).
+    queued: VecDeque<Vec<Src>>,
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
@@ -71,19 +94,26 @@ pub(crate) fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
+#[inline]
 fn with(f: impl FnOnce(&mut Tracer)) {
-    if !on() {
-        return;
+    if on() {
+        locked(f)
     }
+}
+
+#[cold]
+#[inline(never)]
+fn locked(f: impl FnOnce(&mut Tracer)) {
     let mut g = TRACER.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(t) = g.as_mut() {
         f(t);
     }
 }
 
-/// Trace what runs from now on, with the records of `sources` as the sources.
-pub fn start(sources: BTreeSet<String>) {
-    *TRACER.lock().unwrap_or_else(|e| e.into_inner()) = Some(Tracer { sources, ..Tracer::default() });
+/// Trace what runs from now on, with the records of `sources` as the sources, `reread` the
+/// topics the replay writes and reads again, looking for `wanted`.
+pub fn start(sources: BTreeSet<String>, reread: BTreeSet<String>, wanted: Wanted) {
+    *TRACER.lock().unwrap_or_else(|e| e.into_inner()) = Some(Tracer { sources, reread, wanted, ..Tracer::default() });
     ON.store(true, Ordering::Relaxed);
 }
 
@@ -140,22 +170,33 @@ impl Tracer {
     fn entry(&self, store: usize, key: &[u8]) -> EntryKey {
         (self.task.0.clone(), self.task.1, store, key.to_vec())
     }
+
+    /// Entry `k` is about to change: what it was is kept, to put back if the record fails.
+    fn journal(&mut self, k: &EntryKey) {
+        if !self.undo.iter().any(|u| matches!(u, Undo::Entry(j, _) if j == k)) {
+            self.undo.push(Undo::Entry(k.clone(), self.entries.get(k).cloned()));
+        }
+    }
 }
 
 /// Task `name` on partition `p` is at work (what follows is its).
+#[inline]
 pub(crate) fn enter(name: &str, p: u32) {
     with(|t| {
         if t.task.0 != name || t.task.1 != p {
             t.task = (name.to_string(), p);
         }
         t.current.clear();
+        t.queued.clear();
     })
 }
 
 /// A record of `topic` partition `p` at `offset` is processed next.
+#[inline]
 pub(crate) fn input(topic: &str, p: u32, offset: u64, key: Option<&[u8]>, value: Option<&[u8]>) {
     with(|t| {
         t.seen += 1;
+        t.queued.clear();
         t.current.clear();
         if t.sources.contains(topic) {
             let i = t.topic_index(topic);
@@ -163,46 +204,96 @@ pub(crate) fn input(topic: &str, p: u32, offset: u64, key: Option<&[u8]>, value:
             return;
         }
         let k = (topic.to_string(), key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec));
-        if let Some(n) = t.unread.get_mut(&k).and_then(|q| q.pop_front()) {
-            t.current = t.outputs[n].lineage.clone();
+        if let Some(l) = t.unread.get_mut(&k).and_then(|q| q.pop_front()) {
+            t.current = l;
         }
     })
 }
 
 /// The record being processed is folded into entry `key` of `store`.
+#[inline]
 pub(crate) fn fold(store: usize, key: &[u8]) {
     with(|t| {
         let k = t.entry(store, key);
+        t.journal(&k);
         let e = t.entries.entry(k).or_default();
-        *e = union(e, &t.current);
+        match (e.last(), t.current.first()) {
+            // Records come in offset order within a partition: most folds add to the end.
+            (Some(last), Some(first)) if last < first => e.extend_from_slice(&t.current),
+            _ => *e = union(e, &t.current),
+        }
     })
 }
 
 /// Entry `from` of `store` (a session) is merged into entry `into`.
+#[inline]
 pub(crate) fn merge(store: usize, into: &[u8], from: &[u8]) {
     with(|t| {
         let from = t.entries.get(&t.entry(store, from)).cloned().unwrap_or_default();
-        let e = t.entries.entry(t.entry(store, into)).or_default();
+        let k = t.entry(store, into);
+        t.journal(&k);
+        let e = t.entries.entry(k).or_default();
         *e = union(e, &from);
     })
 }
 
 /// Entry `key` of `store` (a table's row) is set by the record being processed.
+#[inline]
 pub(crate) fn put(store: usize, key: &[u8]) {
     with(|t| {
+        let k = t.entry(store, key);
+        t.journal(&k);
         let current = t.current.clone();
-        t.entries.insert(t.entry(store, key), current);
+        t.entries.insert(k, current);
     })
 }
 
 /// What is processed now is the result of entry `key` of `store` (an aggregate's flush).
+#[inline]
 pub(crate) fn result_of(store: usize, key: &[u8]) {
     with(|t| {
         t.current = t.entries.get(&t.entry(store, key)).cloned().unwrap_or_default();
     })
 }
 
+/// A row made now (a stream–stream join's) came from what is processed and, with `other`, from
+/// entry `key` of `store` (the other side's record): queued until it is sent ([`next`]).
+#[inline]
+pub(crate) fn queue(other: Option<(usize, &[u8])>) {
+    with(|t| {
+        let l = match other {
+            Some((store, key)) => match t.entries.get(&t.entry(store, key)) {
+                Some(e) => union(&t.current, e),
+                None => t.current.clone(),
+            },
+            None => t.current.clone(),
+        };
+        t.queued.push_back(l);
+    })
+}
+
+/// A row made now came from entry `key` of `store` alone (a join's pending record whose
+/// window closed): queued until it is sent.
+#[inline]
+pub(crate) fn queue_entry(store: usize, key: &[u8]) {
+    with(|t| {
+        let l = t.entries.get(&t.entry(store, key)).cloned().unwrap_or_default();
+        t.queued.push_back(l);
+    })
+}
+
+/// The next queued row is sent: its lineage is the current one.
+#[inline]
+pub(crate) fn next() {
+    with(|t| {
+        if let Some(l) = t.queued.pop_front() {
+            t.current = l;
+        }
+    })
+}
+
 /// The row of entry `key` of `store` (a table's) joins what is processed.
+#[inline]
 pub(crate) fn join(store: usize, key: &[u8]) {
     with(|t| {
         if let Some(e) = t.entries.get(&t.entry(store, key)) {
@@ -214,57 +305,83 @@ pub(crate) fn join(store: usize, key: &[u8]) {
 
 /// Back to a lineage taken with [`current`] (the stream record's, after a [`join`] sent its
 /// row on).
+#[inline]
 pub(crate) fn reset(saved: Vec<Src>) {
     with(|t| t.current = saved)
 }
 
 /// The current lineage (to put back with [`reset`]).
+#[inline]
 pub(crate) fn current() -> Vec<Src> {
     let mut c = Vec::new();
     with(|t| c = t.current.clone());
     c
 }
 
-/// A record's processing begins: the outputs it makes from here are taken back if it fails.
+/// A record's processing begins (or what it made so far is kept whatever becomes of it): what
+/// it changes from here is taken back if it fails.
+#[inline]
 pub(crate) fn begin_record() {
-    with(|t| t.record_mark = t.outputs.len())
+    with(|t| {
+        t.undo.clear();
+        t.mark = (t.matched, t.alike, t.found.is_some());
+    })
 }
 
-/// The record being processed failed: its outputs are taken back.
+/// The record being processed failed: what it changed is taken back.
+#[inline]
 pub(crate) fn drop_record() {
     with(|t| {
-        while t.outputs.len() > t.record_mark {
-            let n = t.outputs.len() - 1;
-            let o = t.outputs.pop().expect("an output");
-            if let Some(q) = t.unread.get_mut(&(o.topic, o.key, o.value)) {
-                if q.back() == Some(&n) {
-                    q.pop_back();
+        while let Some(u) = t.undo.pop() {
+            match u {
+                Undo::Entry(k, Some(old)) => {
+                    t.entries.insert(k, old);
+                }
+                Undo::Entry(k, None) => {
+                    t.entries.remove(&k);
+                }
+                Undo::Unread(c) => {
+                    if let Some(q) = t.unread.get_mut(&c) {
+                        q.pop_back();
+                    }
                 }
             }
+        }
+        let (matched, alike, found) = t.mark;
+        (t.matched, t.alike) = (matched, alike);
+        if !found {
+            t.found = None;
         }
     })
 }
 
 /// An output record is made.
+#[inline]
 pub(crate) fn output(
     topic: &str,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     timestamp: i64,
-    headers: Vec<(String, Vec<u8>)>,
+    headers: impl FnOnce() -> Vec<(String, Vec<u8>)>,
 ) {
     with(|t| {
-        let o = Traced {
-            topic: topic.to_string(),
-            key: key.map(<[u8]>::to_vec),
-            value: value.map(<[u8]>::to_vec),
-            timestamp,
-            headers,
-            lineage: t.current.clone(),
-        };
-        let n = t.outputs.len();
-        t.unread.entry((o.topic.clone(), o.key.clone(), o.value.clone())).or_default().push_back(n);
-        t.outputs.push(o);
+        if t.wanted.topic == topic && t.wanted.key.as_deref() == key {
+            let shape: Shape = (value.map(<[u8]>::to_vec), timestamp, headers());
+            if t.wanted.history.last() == Some(&shape) {
+                t.alike += 1;
+            }
+            if t.wanted.history.get(t.matched) == Some(&shape) {
+                t.matched += 1;
+                if t.matched == t.wanted.history.len() && t.found.is_none() {
+                    t.found = Some(t.current.clone());
+                }
+            }
+        }
+        if t.reread.contains(topic) {
+            let c: Content = (topic.to_string(), key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec));
+            t.unread.entry(c.clone()).or_default().push_back(t.current.clone());
+            t.undo.push(Undo::Unread(c));
+        }
     })
 }
 

@@ -289,10 +289,12 @@ impl Building<'_> {
             if crate::runtime::lineage::on() {
                 let bytes = &self.out.bytes;
                 let part = |p: Option<Part>| p.map(|p| &bytes[p.start..p.end]);
-                let headers = self.out.headers[e.headers.0..e.headers.1]
-                    .iter()
-                    .map(|(n, p)| (n.to_string(), bytes[p.start..p.end].to_vec()))
-                    .collect();
+                let headers = || {
+                    self.out.headers[e.headers.0..e.headers.1]
+                        .iter()
+                        .map(|(n, p)| (n.to_string(), bytes[p.start..p.end].to_vec()))
+                        .collect()
+                };
                 crate::runtime::lineage::output(&e.topic, part(e.key), part(e.value), e.timestamp, headers);
             }
             self.out.entries.push(e);

@@ -19,6 +19,7 @@ use crate::format::decode_visible;
 use crate::format::json::write_row;
 use crate::plan::physical::{StreamInput, TaskSpec};
 use crate::runtime::agg::{key_part, store_key};
+use crate::runtime::lineage;
 use crate::runtime::op::{Change, Stateful, StoreRead};
 use crate::runtime::wire::{decode_key, split_wire, unscope};
 use crate::value::{decode_record, Value};
@@ -315,6 +316,9 @@ impl StreamJoins {
                 let mut row = e.row.clone();
                 row.joined.push(Some((key.clone(), value.clone())));
                 matched.push((row, (*lt).max(ts)));
+                if lineage::on() {
+                    lineage::queue(Some((si.left_store, &join_store_key(&kb, *lt, *loff))));
+                }
                 if !e.matched {
                     e.matched = true;
                     js.pending.remove(&(*lt, kb.clone(), *loff));
@@ -345,6 +349,7 @@ impl StreamJoins {
         };
         if now {
             matched.push((other_only(si, &kb, &entry, self.spec.tenant), ts));
+            lineage::queue(None);
         }
         let kept = stored || !entry.matched;
         if kept {
@@ -359,9 +364,11 @@ impl StreamJoins {
                 expiry: stored,
                 min_time: js.min_time,
             });
+            let key = join_store_key(&kb, ts, offset);
+            lineage::put(si.right_store, &key);
             changes.push(Change {
                 store: si.right_store,
-                key: join_store_key(&kb, ts, offset),
+                key,
                 value: if si.outer { encode_right(&entry, si) } else { raw },
                 timestamp: ts,
                 existed: false,
@@ -407,6 +414,9 @@ impl StreamJoins {
                 let mut r = row.clone();
                 r.joined.push(Some((e.key.clone(), e.value.clone())));
                 out.push((r, ts.max(*t)));
+                if lineage::on() {
+                    lineage::queue(Some((si.right_store, &join_store_key(&kb, *t, *off))));
+                }
                 if !e.matched {
                     // An outer join's pending record of the other side: matched now.
                     e.matched = true;
@@ -426,6 +436,7 @@ impl StreamJoins {
         let now = unmatched && ts.saturating_add(si.after) < time;
         if now {
             out.push((main_only(row.clone()), ts));
+            lineage::queue(None);
         }
         let stored = kept(ts, js.main_time, si);
         // Too old for its side to keep but with its window open (its side ran ahead of the
@@ -451,9 +462,11 @@ impl StreamJoins {
                 js.pending.insert((ts, kb.clone(), offset));
                 js.min_time = js.min_time.min(ts);
             }
+            let key = join_store_key(&kb, ts, offset);
+            lineage::put(si.left_store, &key);
             changes.push(Change {
                 store: si.left_store,
-                key: join_store_key(&kb, ts, offset),
+                key,
                 value: Some(encode_left(&entry.row, entry.matched, si)),
                 timestamp: ts,
                 existed: false,
@@ -530,6 +543,9 @@ impl StreamJoins {
                     // Past its side's retention: nothing keeps it once its row is sent.
                     let e = take(&mut js.left, &kb, t, off).expect("looked up above");
                     changes.push(tombstone(si.left_store, &kb, t, off));
+                    if lineage::on() {
+                        lineage::queue_entry(si.left_store, &join_store_key(&kb, t, off));
+                    }
                     out.push((main_only(e.row), t));
                     continue;
                 }
@@ -541,6 +557,9 @@ impl StreamJoins {
                     timestamp: t,
                     existed: true,
                 });
+                if lineage::on() {
+                    lineage::queue_entry(si.left_store, &join_store_key(&kb, t, off));
+                }
                 out.push((main_only(e.row.clone()), t));
             } else {
                 js.other_pending.remove(&(t, kb.clone(), off));
@@ -548,6 +567,9 @@ impl StreamJoins {
                 if e.expired {
                     let e = take(&mut js.right, &kb, t, off).expect("looked up above");
                     changes.push(tombstone(si.right_store, &kb, t, off));
+                    if lineage::on() {
+                        lineage::queue_entry(si.right_store, &join_store_key(&kb, t, off));
+                    }
                     out.push((other_only(si, &kb, &e, self.spec.tenant), t));
                     continue;
                 }
@@ -559,6 +581,9 @@ impl StreamJoins {
                     timestamp: t,
                     existed: true,
                 });
+                if lineage::on() {
+                    lineage::queue_entry(si.right_store, &join_store_key(&kb, t, off));
+                }
                 out.push((other_only(si, &kb, e, self.spec.tenant), t));
             }
         }

@@ -89,6 +89,9 @@ const RESTORE_WAIT: Duration = Duration::from_secs(120);
 /// Failed commits in a row before the run gives up.
 const MAX_FAILED_COMMITS: u32 = 10;
 
+/// How long a stopping instance tries to commit offsets a rebalancing group refuses.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
 /// Run the program on Kafka until `--drain` finds the input processed, or forever.
 pub fn run(program: &hir::Program, _topo: &Topology, opts: &RunOptions) -> std::result::Result<Summary, String> {
     run_typed(program, opts).map_err(|e| e.to_string())
@@ -154,6 +157,7 @@ fn run_typed(program: &hir::Program, opts: &RunOptions) -> Result<Summary> {
         standbys: None,
         served: None,
         stop: stop.clone(),
+        stopping: None,
     };
     let (cfg, client_id) = group_config(&engine.kafka, opts, &instance);
     let peers =
@@ -569,6 +573,8 @@ struct Engine {
     served: Option<(String, String)>,
     /// Set by SIGINT or SIGTERM.
     stop: Arc<AtomicBool>,
+    /// When the stop's last commit was first tried.
+    stopping: Option<Instant>,
 }
 
 impl Engine {
@@ -925,6 +931,10 @@ impl Turn<'_> {
     /// tasks idle at the end of their inputs.
     fn drained(&mut self, tasks: &mut [KTask]) -> Result<bool> {
         let e = &mut *self.e;
+        // Offsets the group refused are committed at the next commit first.
+        if e.offsets_owed {
+            return Ok(false);
+        }
         // Not before the first assignment: its tasks are restored and committed even when
         // there is nothing left to process.
         if !e.joined || !e.assigned.is_empty() {
@@ -1142,9 +1152,22 @@ impl Host for Turn<'_> {
         // not wait for it.)
         let copied = self.e.standby_turn()?;
         if self.e.stop.load(Ordering::Relaxed) {
-            eprintln!("stopping: a last commit, then leaving the group");
+            let since = *self.e.stopping.get_or_insert_with(|| {
+                eprintln!("stopping: a last commit, then leaving the group");
+                Instant::now()
+            });
             let all = 0..tasks.len();
             driver::commit_unit(self, tasks, all, How::default())?;
+            if self.e.offsets_owed {
+                // The group is rebalancing: the offsets again at the next turns, after polls.
+                if since.elapsed() < STOP_WAIT {
+                    return Ok(Flow::Idle);
+                }
+                eprintln!(
+                    "stopping without the last commit's offsets: the group was rebalancing for {} s; whoever takes these partitions processes the records since the commit before again (at least once)",
+                    STOP_WAIT.as_secs()
+                );
+            }
             return Ok(Flow::Stop);
         }
         if self.e.opts.drain && !*progress && self.drained(tasks)? {
@@ -1156,7 +1179,7 @@ impl Host for Turn<'_> {
             }
             // The last counts go to `<app>-metrics` too.
             self.e.last_metrics = Instant::now() - Duration::from_millis(self.e.opts.config.metrics.interval_ms);
-            if driver::commit_unit(self, tasks, all, How::default())? {
+            if driver::commit_unit(self, tasks, all, How::default())? && !self.e.offsets_owed {
                 return Ok(Flow::Stop);
             }
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::eval::{eval, Row};
 use crate::plan::physical::StreamInput;
+use crate::runtime::lineage;
 use crate::runtime::op::{scoped, Input, RecordError, Stateful};
 use crate::runtime::ops::{Ctx, Down, Operator};
 
@@ -49,10 +50,7 @@ impl Operator for JoinStep {
         if !stored && rows.is_empty() {
             join_late(side, ts, si, cx);
         }
-        for (r, t) in rows {
-            down.emit(r, t, cx)?;
-        }
-        Ok(())
+        send(rows, cx, down)
     }
 
     /// `--close-windows-at-end`: every window of the join closes; a left join emits its
@@ -89,8 +87,19 @@ pub(crate) fn right(
     if !stored && matched.is_empty() {
         join_late(side, ts, si, cx);
     }
-    for (row, t) in matched {
-        down.emit(row, t, cx)?;
+    send(matched, cx, down)
+}
+
+/// Rows a join made, down the chain in order (each with its own lineage under `streamc trace`;
+/// the record's own after them).
+fn send(rows: Vec<(Row, i64)>, cx: &mut Ctx, down: &mut Down) -> Result<(), RecordError> {
+    let own = lineage::on().then(lineage::current);
+    for (r, t) in rows {
+        lineage::next();
+        down.emit(r, t, cx)?;
+    }
+    if let Some(own) = own {
+        lineage::reset(own);
     }
     Ok(())
 }
@@ -112,10 +121,15 @@ fn join_time(side: usize, main: bool, ts: i64, cx: &mut Ctx, down: &mut Down) {
         return;
     }
     let reason = cx.late_reason.take();
+    let own = lineage::on().then(lineage::current);
     for (r, t) in rows {
+        lineage::next();
         if let Err(e) = down.emit(r, t, cx) {
             cx.orphans.push(e);
         }
+    }
+    if let Some(own) = own {
+        lineage::reset(own);
     }
     // (They are written whatever becomes of the record.)
     cx.out.keep_so_far();
