@@ -12,7 +12,7 @@
 //! changes: no state, no topic.
 //!
 //! What it does not follow yet (it says so and exits 1): table–table and foreign-key joins,
-//! grouped tables and table aggregates, sliding windows, joins of control-managed tables,
+//! grouped tables and table aggregates, joins of control-managed tables,
 //! results of a query a control statement changed (the replay runs the program file), a query
 //! reading another query's results with other inputs (the replay reads them in a later run),
 //! and a stateful query over an `emit changes` aggregate's results (which the application's
@@ -83,6 +83,8 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
     let real = streamc::topics::open(&g.state_dir, &cfg)?;
     let (part, wanted, history) = find_record(&*real, &cfg, target)?;
     let version = version_of(&wanted);
+    // (Avro or Protobuf results: their writer schema, to read their window.)
+    crate::prefetch_registered(&cfg, &target.topic, &[&wanted])?;
     if version != 0 {
         return refused(format!(
             "the record at offset {} of `{}` partition {part} was made by version {version} of query `{query}`, which a control statement made; `streamc trace` replays the queries of the program file (version 0) only",
@@ -93,10 +95,16 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
     // The sources as the application's backend holds them, into a scratch embedded log.
     let dir = std::env::temp_dir().join(format!("streamc-trace-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // A windowed result: only its window's records (a commit sends a key's windows in the
+    // order they first changed, not in the order of the records).
+    let window = window_of(wanted.record.value.as_deref(), &wanted.record.headers);
+    let history: Vec<&Stored> =
+        history.iter().filter(|s| window_of(s.record.value.as_deref(), &s.record.headers) == window).collect();
     let looked_for = Wanted {
         topic: target.topic.clone(),
         key: wanted.record.key.clone(),
-        history: history.iter().map(shape).collect(),
+        history: history.into_iter().map(shape).collect(),
+        same_entry: Some(Box::new(move |value, headers| window_of(value, headers) == window)),
     };
     let result = replay(g, file, &*real, (sources, reread), looked_for, &dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -208,13 +216,6 @@ fn unsupported(specs: &[TaskSpec], leading: &[&TaskSpec]) -> Result<(), Failure>
             Some("a foreign-key join".to_string())
         } else if s.table_group.is_some() || s.agg.as_ref().is_some_and(|a| a.table) {
             Some("an aggregate of a table".to_string())
-        } else if s
-            .agg
-            .as_ref()
-            .and_then(|a| a.window)
-            .is_some_and(|w| matches!(w.kind, streamc::ast::WindowKind::Sliding { .. }))
-        {
-            Some("sliding windows".to_string())
         } else if s.ops.iter().any(|op| matches!(op, Op::JoinTable(j) if j.table.is_none())) {
             Some("a join of a control-managed table".to_string())
         } else if s.ops.iter().any(|op| matches!(op, Op::GroupTable { .. })) {
@@ -392,4 +393,24 @@ const MAX_RUNS: usize = 16;
 /// What a record of the traced topic is compared by.
 fn shape(s: &Stored) -> Shape {
     (s.record.value.clone(), s.record.timestamp, s.record.headers.clone())
+}
+
+/// The window a result is of: its value's `window_start`, or (a tombstone) its
+/// `streamc.window.start` header.
+fn window_of(value: Option<&[u8]>, headers: &[(String, Vec<u8>)]) -> Option<i64> {
+    let s = Stored {
+        offset: 0,
+        next: Default::default(),
+        record: streamc::record::Record {
+            key: None,
+            value: value.map(<[u8]>::to_vec),
+            timestamp: 0,
+            headers: headers.to_vec(),
+        },
+    };
+    let j = crate::consumed_json("", 0, &s, false);
+    j["value"]["window_start"].as_i64().or_else(|| {
+        let h = headers.iter().find(|(k, _)| k == "streamc.window.start")?;
+        std::str::from_utf8(&h.1).ok()?.parse().ok()
+    })
 }

@@ -13,6 +13,12 @@ fn a_hopping_windows_result_came_from_the_first_n_trades_of_its_window() {
 }
 
 #[test]
+fn a_sliding_windows_result_came_from_the_first_n_trades_of_its_window_its_earlier_ones_too() {
+    let dir = temp_dir("trace-sliding");
+    common::trace::sliding(dir.path(), &[], "t", "slides");
+}
+
+#[test]
 fn a_sessions_result_came_from_every_trade_of_the_sessions_it_merged() {
     let dir = temp_dir("trace-sessions");
     common::trace::sessions(dir.path(), &[], "t", "sessions");

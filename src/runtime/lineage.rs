@@ -30,13 +30,25 @@ pub type Src = (u32, u32, u64);
 /// A record's value, timestamp and headers: what two records of one key are compared by.
 pub type Shape = (Option<Vec<u8>>, i64, Vec<(String, Vec<u8>)>);
 
-/// The record a trace looks for: its topic and key, and that topic's records of the key up to
-/// it (it last), in order.
-#[derive(Debug, Default)]
+/// The record a trace looks for: its topic and key, and that topic's records of the key and
+/// entry up to it (it last), in order. `same_entry` tells a record of the key is of the same
+/// entry (window) as it: within one entry, results come in the order they were made, which a
+/// commit's results of several windows need not be.
+#[derive(Default)]
 pub struct Wanted {
     pub topic: String,
     pub key: Option<Vec<u8>>,
     pub history: Vec<Shape>,
+    pub same_entry: Option<Box<SameEntry>>,
+}
+
+/// Whether a record (its value and headers) is of the entry a trace looks for.
+pub type SameEntry = dyn Fn(Option<&[u8]>, &[(String, Vec<u8>)]) -> bool + Send;
+
+impl std::fmt::Debug for Wanted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Wanted").field("topic", &self.topic).field("history", &self.history.len()).finish()
+    }
 }
 
 /// A store entry of a task: (task, partition, store, key).
@@ -367,10 +379,11 @@ pub(crate) fn output(
     with(|t| {
         if t.wanted.topic == topic && t.wanted.key.as_deref() == key {
             let shape: Shape = (value.map(<[u8]>::to_vec), timestamp, headers());
-            if t.wanted.history.last() == Some(&shape) {
+            let entry = t.wanted.same_entry.as_ref().is_none_or(|same| same(shape.0.as_deref(), &shape.2));
+            if entry && t.wanted.history.last() == Some(&shape) {
                 t.alike += 1;
             }
-            if t.wanted.history.get(t.matched) == Some(&shape) {
+            if entry && t.wanted.history.get(t.matched) == Some(&shape) {
                 t.matched += 1;
                 if t.matched == t.wanted.history.len() && t.found.is_none() {
                     t.found = Some(t.current.clone());

@@ -14,8 +14,16 @@ use crate::runtime::agg::{
     apply_states, check_states, decode_slide_records, encode_slide_records, key_part, start_part, store_key,
     update_state, AggArgs, AggEntry, AggState, Slot, SLIDE_RECORDS,
 };
+use crate::runtime::lineage;
 use crate::runtime::op::{Change, RecordError};
 use crate::value::Value;
+
+/// The store key of a key's recent records at time `t`.
+fn recent_key(kb: &[u8], t: i64) -> Vec<u8> {
+    let mut rk = SLIDE_RECORDS.to_vec();
+    rk.extend_from_slice(&store_key(kb, Some(t)));
+    rk
+}
 
 pub(crate) struct Sliding {
     size: i64,
@@ -151,6 +159,14 @@ impl Windowing for Sliding {
                 return Err(err(e));
             }
         };
+        if lineage::on() {
+            // `streamc trace`: the record is in the windows it updates, and among the key's
+            // recent records that new windows are made of.
+            for s in existing.iter().filter(|s| open(**s)) {
+                lineage::fold(agg.store, &store_key(kb, Some(*s)));
+            }
+            lineage::fold(agg.store, &recent_key(kb, ts));
+        }
         for w in update {
             if let Some(Some(e)) = cx.cache.slots.get_mut(w).map(|slot| slot.entry.as_mut()) {
                 e.max_ts = e.max_ts.max(ts);
@@ -161,11 +177,17 @@ impl Windowing for Sliding {
         let list = self.records.get(kb).and_then(|r| r.get(&ts)).map_or(&[][..], |l| l.as_slice());
         let value = encode_slide_records(list, agg);
         self.expiry.insert((ts, kb.to_vec()));
-        let mut rk = SLIDE_RECORDS.to_vec();
-        rk.extend_from_slice(&store_key(kb, Some(ts)));
+        let rk = recent_key(kb, ts);
         cx.changes.push(Change { store: agg.store, key: rk, value: Some(value), timestamp: ts, existed });
         for (s, max_ts, states) in made {
             let end = s.saturating_add(size);
+            if lineage::on() {
+                // `streamc trace`: a new window holds the key's recent records in its bounds.
+                let into = store_key(kb, Some(s));
+                for t in self.records.get(kb).into_iter().flat_map(|r| r.range(s..=end).map(|(t, _)| *t)) {
+                    lineage::merge(agg.store, &into, &recent_key(kb, t));
+                }
+            }
             let w = cx.cache.slots.win_of(&store_key(kb, Some(s)));
             cx.cache.windows.insert(end.saturating_add(1), w);
             self.windows.entry(kb.to_vec()).or_default().insert(s);
