@@ -11,7 +11,7 @@
 //! result after the same records), and its match's lineage printed. Nothing of the application
 //! changes: no state, no topic.
 //!
-//! What it does not follow yet (it says so and exits 1): table–table and foreign-key joins,
+//! What it does not follow yet (it says so and exits 1): foreign-key joins,
 //! grouped tables and table aggregates, joins of control-managed tables,
 //! results of a query a control statement changed (the replay runs the program file), a query
 //! reading another query's results with other inputs (the replay reads them in a later run),
@@ -210,8 +210,6 @@ fn unsupported(specs: &[TaskSpec], leading: &[&TaskSpec]) -> Result<(), Failure>
             Some("a query that reads another query's results with other inputs".to_string())
         } else if let (Some(w), true) = (coalesced, stateful) {
             Some(format!("a stateful query over the results of `emit changes` query `{}`", w.query))
-        } else if s.mutual.is_some() || s.left.is_some() {
-            Some("a table–table join".to_string())
         } else if s.foreign.is_some() || s.foreign_gate.is_some() {
             Some("a foreign-key join".to_string())
         } else if s.table_group.is_some() || s.agg.as_ref().is_some_and(|a| a.table) {

@@ -37,6 +37,12 @@ fn a_stream_stream_joins_result_came_from_the_two_records_it_paired() {
 }
 
 #[test]
+fn a_table_table_joins_result_came_from_each_tables_row_as_of_then() {
+    let dir = temp_dir("trace-table-join");
+    common::trace::table_join(dir.path(), &[], "t", "valued");
+}
+
+#[test]
 fn a_result_of_a_chained_query_is_traced_back_to_the_external_inputs() {
     let dir = temp_dir("trace-chain");
     common::trace::chain(dir.path(), &[], "t", "chain");

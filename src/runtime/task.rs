@@ -413,6 +413,14 @@ impl Task {
         }
         let old = self.tables.row(table, &key, tenant.as_ref(), stores)?;
         self.tables.store(table, decoded, rec, &mut self.counters, &mut self.table_changes)?;
+        if crate::runtime::lineage::on() {
+            // `streamc trace`: the key's result is made of every table's row for it.
+            crate::runtime::lineage::reset(Vec::new());
+            self.tables.trace_join(own_index, &key, tenant.as_ref());
+            for j in &m.sides {
+                self.tables.trace_join(j.right, &key, tenant.as_ref());
+            }
+        }
         self.counters.records_in += 1;
         let mine = self.tables.row(own_index, &key, tenant.as_ref(), stores)?;
         let others = m
