@@ -1,22 +1,23 @@
 //! `streamc trace PROGRAM --topic T (--partition P --offset O | --key K [--window-start W])`:
 //! the input records that made one output record, as JSON lines.
 //!
-//! Built on replay, never on extra work in the normal run: the inputs of the queries that lead
-//! to the topic are copied, as the application's backend still holds them, into an embedded log
-//! in a scratch directory, and the program runs over them there with tracing on
+//! Built on replay, never on extra work in the normal run: the topics the queries leading to
+//! the topic read are copied, as the application's backend still holds them, into an embedded
+//! log in a scratch directory, and the program runs over them there with tracing on
 //! ([`streamc::runtime::lineage`]), one record per commit, so that every result an aggregate
-//! goes through is made. The record asked about is found among the replay's records of its
-//! key as the replay goes: the application's records of that key up to it, in order, are
-//! matched to the replay's (a result `emit changes` coalesced at a commit is the replay's
-//! result after the same records), and its match's lineage printed. Nothing of the application
-//! changes: no state, no topic.
+//! goes through is made. Those the program writes itself (repartition topics, a chained query's
+//! input) are copied too, so that they are read in the order the application read them (which
+//! depends on how its tasks' commits interleaved); the replay does not write them, and each of
+//! their records takes the lineage of the replay's record with the same content. The record
+//! asked about is found among the replay's records of its key and window as they are made: the
+//! application's records of that key and window up to it, in order, are matched to the replay's
+//! (a result `emit changes` coalesced at a commit is the replay's result after the same
+//! records), and its match's lineage printed. Nothing of the application changes: no state, no
+//! topic.
 //!
-//! What it does not follow yet (it says so and exits 1): foreign-key joins,
-//! grouped tables and table aggregates, joins of control-managed tables,
-//! results of a query a control statement changed (the replay runs the program file), a query
-//! reading another query's results with other inputs (the replay reads them in a later run),
-//! and a stateful query over an `emit changes` aggregate's results (which the application's
-//! commits coalesced).
+//! What it does not follow yet (it says so and exits 1): foreign-key joins, joins of
+//! control-managed tables, and results of a query a control statement changed (the replay
+//! runs the program file).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -75,7 +76,7 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
     let topo = streamc::plan::lower(&p, &app);
     let specs = streamc::plan::physical::specs(&p, &topo).map_err(|e| e.to_string())?;
     let (query, leading) = leading_to(&specs, &target.topic)?;
-    unsupported(&specs, &leading)?;
+    unsupported(&leading)?;
     let written: BTreeSet<String> = specs.iter().flat_map(|s| s.written_topics()).collect();
     let (reread, sources): (BTreeSet<String>, BTreeSet<String>) =
         leading.iter().flat_map(|s| inputs_of(s)).partition(|t| written.contains(t));
@@ -110,6 +111,12 @@ fn traced(g: &crate::Global, cfg: Config, file: &Path, target: &Target) -> Resul
     let _ = std::fs::remove_dir_all(&dir);
     let (copied, tracer) = result?;
 
+    if tracer.unmatched > 0 {
+        return refused(format!(
+            "the replay did not make {} of the records the application wrote to the topics between its queries (the program or its inputs differ from those that made them)",
+            tracer.unmatched
+        ));
+    }
     let Some(found) = &tracer.found else {
         return refused(format!(
             "the replay of the retained input does not make the record at offset {} of `{}` partition {part}: the topic holds results the program file does not make from its inputs as they are now (an earlier program, another application writing it, a run reset and made again, inputs written since with earlier timestamps)",
@@ -190,34 +197,16 @@ fn inputs_of(s: &TaskSpec) -> Vec<String> {
 }
 
 /// What the lineage does not follow yet: refused by name.
-fn unsupported(specs: &[TaskSpec], leading: &[&TaskSpec]) -> Result<(), Failure> {
+fn unsupported(leading: &[&TaskSpec]) -> Result<(), Failure> {
     for s in leading {
         let q = &s.query;
-        // Inputs another query writes: the replay reads them in a run after the one that
-        // writes them (`run_to_the_end`), so after the task's other inputs; and, at one record
-        // per commit, with every update of an `emit changes` aggregate, which commits coalesce.
-        let chained: Vec<&TaskSpec> =
-            specs.iter().filter(|w| sinks_of(w).iter().any(|t| inputs_of(s).contains(t))).collect();
-        // (Of the whole query: a repartition may come first.)
-        let stateful = specs
-            .iter()
-            .filter(|x| x.query == *q)
-            .any(|x| x.agg.is_some() || !x.streams.is_empty() || !x.tables.is_empty());
-        let coalesced = chained
-            .iter()
-            .find(|w| w.agg.as_ref().is_some_and(|a| a.emit == streamc::ast::EmitMode::Changes) && w.query != *q);
-        let what = if !chained.is_empty() && s.has_side_inputs() && chained.iter().any(|w| w.query != *q) {
-            Some("a query that reads another query's results with other inputs".to_string())
-        } else if let (Some(w), true) = (coalesced, stateful) {
-            Some(format!("a stateful query over the results of `emit changes` query `{}`", w.query))
-        } else if s.foreign.is_some() || s.foreign_gate.is_some() {
+        let what = if s.foreign.is_some()
+            || s.foreign_gate.is_some()
+            || s.ops.iter().any(|op| matches!(op, Op::GroupTable { nulls: true, .. }))
+        {
             Some("a foreign-key join".to_string())
-        } else if s.table_group.is_some() || s.agg.as_ref().is_some_and(|a| a.table) {
-            Some("an aggregate of a table".to_string())
         } else if s.ops.iter().any(|op| matches!(op, Op::JoinTable(j) if j.table.is_none())) {
             Some("a join of a control-managed table".to_string())
-        } else if s.ops.iter().any(|op| matches!(op, Op::GroupTable { .. })) {
-            Some("a grouped table".to_string())
         } else {
             None
         };
@@ -323,7 +312,9 @@ fn replay(
     let log = streamc::topics::open(dir, &cfg2)?;
     let mut copied = Copied::new();
     let mut n = 0;
-    for topic in &sources {
+    // The topics the replay writes and reads again hold the application's records, read in
+    // the order it read them (the replay's own are not written, see `lineage::ready`).
+    for topic in sources.iter().chain(&reread) {
         let Some(parts) = real.partitions(topic)? else { continue };
         log.ensure_topic(topic, parts, &[])?;
         real.stream(topic, &Start::Beginning, false, &mut |rec| {
@@ -357,36 +348,23 @@ fn replay(
     Ok((copied, tracer))
 }
 
-/// Run the program until a run finds nothing to process (a chained query's input is written by
-/// the run before; `--drain` stops at the ends its inputs had when it started), then once more
-/// closing every window (as `--close-windows-at-end`).
+/// Run the program over what the scratch log holds, closing every window at the end (as
+/// `--close-windows-at-end`).
 fn run_to_the_end(g: &crate::Global, cfg: &Config, file: &Path) -> Result<(), String> {
-    let mut runs = 0;
-    loop {
-        let seen = lineage::seen();
-        let last = runs == MAX_RUNS;
-        let flags = crate::RunFlags {
-            inputs: vec![],
-            drain: true,
-            close: last,
-            threads: 1,
-            http_addr: None,
-            chaos: None,
-            reset: false,
-        };
-        if crate::run_program(g, cfg.clone(), file, flags)? != ExitCode::SUCCESS {
-            return Err("the replay failed".into());
-        }
-        if last {
-            return Ok(());
-        }
-        runs = if lineage::seen() == seen { MAX_RUNS } else { runs + 1 };
+    let flags = crate::RunFlags {
+        inputs: vec![],
+        drain: true,
+        close: true,
+        threads: 1,
+        http_addr: None,
+        chaos: None,
+        reset: false,
+    };
+    match crate::run_program(g, cfg.clone(), file, flags)? {
+        ExitCode::SUCCESS => Ok(()),
+        _ => Err("the replay failed".into()),
     }
 }
-
-/// Runs of a replay at most before its last (a chain of queries longer than this is followed
-/// that far).
-const MAX_RUNS: usize = 16;
 
 /// What a record of the traced topic is compared by.
 fn shape(s: &Stored) -> Shape {

@@ -32,3 +32,12 @@ fn a_result_whose_inputs_are_gone_is_not_traced_and_the_trace_says_which() {
     let pfx = format!("trg{}", std::process::id());
     common::trace::gone(dir.path(), &bootstrap, &pfx, &format!("{pfx}-gone"));
 }
+
+#[test]
+#[ignore = "needs a Kafka broker (./dev/test starts one)"]
+fn a_result_after_a_repartition_is_traced_on_the_broker() {
+    let bootstrap = require();
+    let dir = temp_dir("kafka-trace-regrouped");
+    let pfx = format!("trr{}", std::process::id());
+    common::trace::regrouped(dir.path(), &["--bootstrap-servers", &bootstrap], &pfx, &format!("{pfx}-buckets"));
+}

@@ -43,6 +43,18 @@ fn a_table_table_joins_result_came_from_each_tables_row_as_of_then() {
 }
 
 #[test]
+fn a_table_aggregates_result_came_from_the_current_rows_of_its_group() {
+    let dir = temp_dir("trace-table-aggregate");
+    common::trace::table_aggregate(dir.path(), &[], "t", "regions");
+}
+
+#[test]
+fn a_regrouped_aggregates_result_came_from_the_first_trades_of_its_group_of_each_partition() {
+    let dir = temp_dir("trace-regrouped");
+    common::trace::regrouped(dir.path(), &[], "t", "buckets");
+}
+
+#[test]
 fn a_result_of_a_chained_query_is_traced_back_to_the_external_inputs() {
     let dir = temp_dir("trace-chain");
     common::trace::chain(dir.path(), &[], "t", "chain");

@@ -57,6 +57,10 @@ type EntryKey = (String, u32, usize, Vec<u8>);
 /// A record by its topic, key and value.
 type Content = (String, Option<Vec<u8>>, Option<Vec<u8>>);
 
+/// A lineage, and that of a grouped table's old row carried on the same record (an update
+/// within its group).
+type Carried = (Vec<Src>, Option<Vec<Src>>);
+
 /// What a record changed here, taken back if it fails.
 #[derive(Debug)]
 enum Undo {
@@ -80,7 +84,11 @@ pub struct Tracer {
     entries: HashMap<EntryKey, Vec<Src>>,
     /// Records written to `reread` topics and not read yet, by content: their lineages, oldest
     /// first.
-    unread: HashMap<Content, VecDeque<Vec<Src>>>,
+    unread: HashMap<Content, VecDeque<Carried>>,
+    /// The lineage of the grouped table's old row the record being processed carries.
+    old: Option<Vec<Src>>,
+    /// That of an old row a repartition holds for the next record it writes.
+    stashed: Option<Vec<Src>>,
     wanted: Wanted,
     /// How many of `wanted.history` are matched.
     matched: usize,
@@ -93,6 +101,11 @@ pub struct Tracer {
     mark: (usize, usize, bool),
     /// Input records processed so far.
     seen: u64,
+    /// Since when a record of a `reread` topic waits for its writer's (reset by progress).
+    waiting: Option<(u64, std::time::Instant)>,
+    /// Records of `reread` topics no record of the replay matched (the replay differs from
+    /// the application: the trace is refused).
+    pub unmatched: u64,
     /// The lineages of rows an operator made and is about to send on, in order (a join's).
     queued: VecDeque<Vec<Src>>,
 }
@@ -127,13 +140,6 @@ fn locked(f: impl FnOnce(&mut Tracer)) {
 pub fn start(sources: BTreeSet<String>, reread: BTreeSet<String>, wanted: Wanted) {
     *TRACER.lock().unwrap_or_else(|e| e.into_inner()) = Some(Tracer { sources, reread, wanted, ..Tracer::default() });
     ON.store(true, Ordering::Relaxed);
-}
-
-/// How many input records the replay processed so far.
-pub fn seen() -> u64 {
-    let mut n = 0;
-    with(|t| n = t.seen);
-    n
 }
 
 /// Stop tracing; what was found.
@@ -200,6 +206,7 @@ pub(crate) fn enter(name: &str, p: u32) {
         }
         t.current.clear();
         t.queued.clear();
+        t.old = None;
     })
 }
 
@@ -210,16 +217,50 @@ pub(crate) fn input(topic: &str, p: u32, offset: u64, key: Option<&[u8]>, value:
         t.seen += 1;
         t.queued.clear();
         t.current.clear();
+        t.old = None;
         if t.sources.contains(topic) {
             let i = t.topic_index(topic);
             t.current.push((i, p, offset));
             return;
         }
         let k = (topic.to_string(), key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec));
-        if let Some(l) = t.unread.get_mut(&k).and_then(|q| q.pop_front()) {
+        if let Some((l, old)) = t.unread.get_mut(&k).and_then(|q| q.pop_front()) {
             t.current = l;
+            t.old = old;
         }
     })
+}
+
+/// Whether the next record of `topic` (key, value) can be processed: a record of a topic the
+/// replay writes and reads again (copied from the application, so that it is read in the
+/// application's order) waits until the replay has written the same record, whose lineage it
+/// takes. One that nothing matches while the replay makes no progress for 2 s goes on with no
+/// lineage, counted in [`Tracer::unmatched`].
+#[inline]
+pub(crate) fn ready(topic: &str, key: Option<&[u8]>, value: Option<&[u8]>) -> bool {
+    let mut ok = true;
+    with(|t| {
+        if !t.reread.contains(topic) {
+            return;
+        }
+        let c: Content = (topic.to_string(), key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec));
+        if t.unread.get(&c).is_some_and(|q| !q.is_empty()) {
+            return;
+        }
+        let seen = t.seen;
+        match t.waiting {
+            Some((at, since)) if at == seen => {
+                if since.elapsed() >= std::time::Duration::from_secs(2) {
+                    t.unmatched += 1;
+                    t.waiting = None;
+                    return;
+                }
+            }
+            _ => t.waiting = Some((seen, std::time::Instant::now())),
+        }
+        ok = false;
+    });
+    ok
 }
 
 /// The record being processed is folded into entry `key` of `store`.
@@ -247,6 +288,27 @@ pub(crate) fn merge(store: usize, into: &[u8], from: &[u8]) {
         let e = t.entries.entry(k).or_default();
         *e = union(e, &from);
     })
+}
+
+/// A grouped table's old row leaves entry `key` of `store` (its group): its lineage (carried
+/// with the record, or the record's own) is taken out of the entry's.
+#[inline]
+pub(crate) fn unfold(store: usize, key: &[u8]) {
+    with(|t| {
+        let k = t.entry(store, key);
+        t.journal(&k);
+        let gone = t.old.clone().unwrap_or_else(|| t.current.clone());
+        if let Some(e) = t.entries.get_mut(&k) {
+            e.retain(|s| gone.binary_search(s).is_err());
+        }
+    })
+}
+
+/// A repartition holds a grouped table's old row (the current lineage) for the next record it
+/// writes, which carries it.
+#[inline]
+pub(crate) fn stash_old() {
+    with(|t| t.stashed = Some(t.current.clone()))
 }
 
 /// Entry `key` of `store` (a table's row) is set by the record being processed.
@@ -367,7 +429,8 @@ pub(crate) fn drop_record() {
     })
 }
 
-/// An output record is made.
+/// An output record is made. True if it is not to be written: a record of a topic the replay
+/// reads again, which holds the application's records (see [`ready`]).
 #[inline]
 pub(crate) fn output(
     topic: &str,
@@ -375,7 +438,8 @@ pub(crate) fn output(
     value: Option<&[u8]>,
     timestamp: i64,
     headers: impl FnOnce() -> Vec<(String, Vec<u8>)>,
-) {
+) -> bool {
+    let mut swallow = false;
     with(|t| {
         if t.wanted.topic == topic && t.wanted.key.as_deref() == key {
             let shape: Shape = (value.map(<[u8]>::to_vec), timestamp, headers());
@@ -392,10 +456,13 @@ pub(crate) fn output(
         }
         if t.reread.contains(topic) {
             let c: Content = (topic.to_string(), key.map(<[u8]>::to_vec), value.map(<[u8]>::to_vec));
-            t.unread.entry(c.clone()).or_default().push_back(t.current.clone());
+            let carried = (t.current.clone(), t.stashed.take());
+            t.unread.entry(c.clone()).or_default().push_back(carried);
             t.undo.push(Undo::Unread(c));
+            swallow = true;
         }
-    })
+    });
+    swallow
 }
 
 #[cfg(test)]

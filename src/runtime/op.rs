@@ -295,7 +295,12 @@ impl Building<'_> {
                         .map(|(n, p)| (n.to_string(), bytes[p.start..p.end].to_vec()))
                         .collect()
                 };
-                crate::runtime::lineage::output(&e.topic, part(e.key), part(e.value), e.timestamp, headers);
+                if crate::runtime::lineage::output(&e.topic, part(e.key), part(e.value), e.timestamp, headers) {
+                    // (Its topic holds the application's records in a replay.)
+                    self.out.bytes.truncate(self.bytes);
+                    self.out.headers.truncate(e.headers.0);
+                    return;
+                }
             }
             self.out.entries.push(e);
         }

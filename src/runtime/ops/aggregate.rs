@@ -274,6 +274,9 @@ impl Aggregate {
         if slot.touch() {
             self.cache.dirty.push(w);
         }
+        if crate::runtime::lineage::on() {
+            crate::runtime::lineage::unfold(agg.store, &store_key(kb, None));
+        }
         Ok(())
     }
 

@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 use crate::eval::{eval, Row};
 use crate::hir;
 use crate::runtime::bin;
+use crate::runtime::lineage;
 use crate::runtime::op::{scoped, Change, RecordError, Stateful};
 use crate::runtime::ops::{Ctx, Down, InPlace, Operator};
 use crate::runtime::tenant;
@@ -68,6 +69,7 @@ impl GroupTable {
 
     /// Record the key's row (None: forgotten) for the store and its changelog.
     fn set(&mut self, kb: Vec<u8>, row: Option<Row>, ts: i64, existed: bool, cx: &mut Ctx) {
+        crate::runtime::lineage::put(self.stores[0], &kb);
         cx.changes.push(Change {
             store: self.stores[0],
             key: kb.clone(),
@@ -128,7 +130,13 @@ impl Operator for GroupTable {
                 in_place = same;
                 cx.fk.deleted = self.nulls && row.retract;
                 cx.fk.in_place = if same { InPlace::Old } else { InPlace::No };
+                // `streamc trace`: the old row goes with the lineage it was grouped with.
+                let own = lineage::on().then(lineage::current);
+                lineage::result_of(self.stores[0], &kb);
                 result = down.emit(old, ts, cx);
+                if let Some(own) = own {
+                    lineage::reset(own);
+                }
                 cx.fk.deleted = false;
             }
         }

@@ -47,6 +47,7 @@ impl Operator for Repartition {
         // same partition) and goes on its record.
         let old = match cx.fk.in_place {
             InPlace::Old if row.retract => {
+                crate::runtime::lineage::stash_old();
                 let mut o = Vec::new();
                 self.1.write_row(&row, &r.wire, &mut o);
                 self.2 = Some(o);

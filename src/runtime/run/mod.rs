@@ -752,6 +752,14 @@ impl<F: Feed> TaskRun<F> {
                     }
                 }
             }
+            if crate::runtime::lineage::on() {
+                // `streamc trace`: a record of a topic the replay writes waits for its writer's.
+                let head = self.feed.peeked(i);
+                let (k, v) = (head.and_then(|s| s.record.key.as_deref()), head.and_then(|s| s.record.value.as_deref()));
+                if !crate::runtime::lineage::ready(&topics[i], k, v) {
+                    break;
+                }
+            }
             let Some(s) = self.feed.take(i) else { break };
             let topic = &topics[i];
             if i > 0 || !main_internal {
