@@ -386,7 +386,15 @@ impl EmbeddedLog {
         Ok(Locked(g))
     }
 
-    /// The current committed state.
+    /// The committed state read from the file, whatever is known (under the lock, before a
+    /// commit: a file another process wrote may have taken a freed inode number of the same
+    /// size within one timestamp tick, so its identity alone does not prove it unchanged).
+    fn committed_now(&self) -> Result<Committed> {
+        *self.known.committed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.committed()
+    }
+
+    /// The current committed state (as last known, when the file is the same one).
     pub fn committed(&self) -> Result<Committed> {
         let path = self.dir.join("COMMITTED");
         let id = file_id(&path);
@@ -425,7 +433,7 @@ impl EmbeddedLog {
     pub fn check_tails(&self) -> Result<()> {
         // Under the lock: a commit (and the compaction inside it) is not halfway.
         let _lock = self.lock()?;
-        let c = self.committed()?;
+        let c = self.committed_now()?;
         for (key, end) in &c.ends {
             let Some((topic, p)) = key.rsplit_once('/') else { continue };
             let Ok(p) = p.parse::<u32>() else { continue };
@@ -447,7 +455,7 @@ impl EmbeddedLog {
     /// Append every batch and set `groups`' metadata, atomically. Returns the committed state.
     pub fn commit(&self, appends: Vec<Append>, groups: Vec<(String, serde_json::Value)>) -> Result<Committed> {
         let _lock = self.lock()?;
-        let mut c = self.committed()?;
+        let mut c = self.committed_now()?;
         // Partitions due for compaction, compacted by the compactor thread after the commit.
         let mut compact = BTreeMap::new();
         for a in appends {
@@ -534,7 +542,7 @@ impl EmbeddedLog {
         }
         let next = self.compact(topic, p, base, end)?;
         let _lock = self.lock()?;
-        let mut c = self.committed()?;
+        let mut c = self.committed_now()?;
         let now = c.end(topic, p);
         if c.bases.get(&key).copied().unwrap_or_default() != base || now.offset < end.offset {
             return Ok(false);
@@ -764,7 +772,7 @@ impl EmbeddedLog {
     /// Delete topics and consumer-group metadata (`run --reset`): the groups `delete` says yes to.
     pub fn delete(&self, topics: &[String], delete: impl Fn(&str) -> bool) -> Result<()> {
         let _lock = self.lock()?;
-        let mut c = self.committed()?;
+        let mut c = self.committed_now()?;
         c.groups.retain(|g, _| !delete(g));
         for t in topics {
             c.ends.retain(|k, _| k.rsplit_once('/').is_none_or(|(topic, _)| topic != t));

@@ -207,6 +207,7 @@ pub(crate) fn enter(name: &str, p: u32) {
         t.current.clear();
         t.queued.clear();
         t.old = None;
+        t.stashed = None;
     })
 }
 
@@ -218,6 +219,7 @@ pub(crate) fn input(topic: &str, p: u32, offset: u64, key: Option<&[u8]>, value:
         t.queued.clear();
         t.current.clear();
         t.old = None;
+        t.stashed = None;
         if t.sources.contains(topic) {
             let i = t.topic_index(topic);
             t.current.push((i, p, offset));
@@ -421,6 +423,7 @@ pub(crate) fn drop_record() {
                 }
             }
         }
+        t.stashed = None;
         let (matched, alike, found) = t.mark;
         (t.matched, t.alike) = (matched, alike);
         if !found {
